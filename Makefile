@@ -1,0 +1,49 @@
+# twc: `make setup` once, then `make run` (the main job on the embedded environment)
+# or `make test`. Tools are cached outside the work tree (~/.cache/twc).
+SHELL := /bin/bash
+ROOT := $(abspath .)
+VENV := $(ROOT)/.venv
+export PATH := $(ROOT)/.twc/bin:$(VENV)/bin:$(PATH)
+export PULUMI_SKIP_UPDATE_CHECK := true
+export PULUMI_DIY_BACKEND_NO_LEGACY_WARNING := true
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: setup run test lint unit e2e bench local-up local-down clean
+
+setup:
+	bash tools/setup.sh
+
+# The main job: start the embedded environment and `twc up` the local stack on it.
+run: setup
+	$(PY) -m twc local up >/dev/null
+	eval "$$($(PY) -m twc local env)" && $(PY) -m twc up --stack local
+
+lint:
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+unit:
+	$(PY) -m pytest tests -m "not e2e" $(PYTEST_ARGS)
+
+e2e:
+	$(PY) -m pytest tests -m e2e $(PYTEST_ARGS)
+
+# Everything CI runs: lint, then every test (unit and end-to-end on the real tools).
+test: setup lint
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+bench: setup
+	$(PY) -m bench $(BENCH_ARGS)
+
+local-up:
+	$(PY) -m twc local up
+
+local-down:
+	$(PY) -m twc local down
+
+clean:
+	-$(PY) -m twc local down
+	rm -rf .twc

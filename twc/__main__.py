@@ -1,0 +1,7 @@
+"""``python -m twc``."""
+
+import sys
+
+from twc.cli import main
+
+sys.exit(main())

@@ -1,0 +1,19 @@
+"""The embedded local environment: etcd, kube-apiserver and a Temporal dev server."""
+
+from twc.local.environment import (
+    ComponentStatus,
+    LocalEnvError,
+    LocalEnvironment,
+    ToolMissingError,
+    find_tool,
+    project_root,
+)
+
+__all__ = [
+    "ComponentStatus",
+    "LocalEnvError",
+    "LocalEnvironment",
+    "ToolMissingError",
+    "find_tool",
+    "project_root",
+]

@@ -1,0 +1,251 @@
+"""The controllers the embedded environment lacks, played just far enough.
+
+No kube-controller-manager or kubelet runs locally, so a Deployment would never get a
+ReplicaSet, a revision or an Available condition, and pulumi-kubernetes would wait ten
+minutes for each one. ``SimulatedControllers`` does what the deployment controller and
+the kubelet would do for a healthy rollout, as the official worker controller's
+integration tests do:
+
+* Deployment: one ReplicaSet per pod template (owned by the Deployment, named from a hash
+  of the template), the ``deployment.kubernetes.io/revision`` annotation moving with each
+  new template, ReplicaSet and Deployment status with every replica ready, and the
+  conditions Progressing=True/NewReplicaSetAvailable and Available=True.
+* StatefulSet: status with every replica ready and currentRevision == updateRevision.
+
+Pods are not created; tests start real temporalio workers from the Deployment's env
+instead (``twc.local.workers``). A Deployment annotated ``twc.local/simulate: hold`` is
+left alone, so tests can keep one unavailable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from twc.local.kube import Kube
+
+log = logging.getLogger(__name__)
+
+REVISION = "deployment.kubernetes.io/revision"
+HOLD = "twc.local/simulate"
+
+
+def template_hash(template: dict[str, Any]) -> str:
+    """A stable short hash of a pod template (the ReplicaSet name suffix)."""
+    canonical = json.dumps(template, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:10]
+
+
+class SimulatedControllers:
+    """Deployment + StatefulSet controllers and an always-ready kubelet, as a polling loop."""
+
+    def __init__(self, kube: Kube, interval: float = 0.25) -> None:
+        self.kube = kube
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> SimulatedControllers:
+        """Run the loop in a daemon thread."""
+        self._thread = threading.Thread(target=self.run, name="simulated-controllers", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=10)
+
+    def run(self) -> None:
+        """Reconcile until stopped; API errors are logged and retried next round."""
+        while not self._stop.is_set():
+            try:
+                self.reconcile_once()
+            except Exception as exc:  # noqa: BLE001 - the API server may be restarting
+                log.debug("simulated controllers: %s", exc)
+            self._stop.wait(self.interval)
+
+    # ------------------------------------------------------------ reconcile
+    def reconcile_once(self) -> int:
+        """One pass over every Deployment and StatefulSet; returns how many it changed."""
+        changed = 0
+        serialize = self.kube.api_client.sanitize_for_serialization
+        for dep in self.kube.apps.list_deployment_for_all_namespaces().items:
+            changed += self._deployment(serialize(dep))
+        for sts in self.kube.apps.list_stateful_set_for_all_namespaces().items:
+            changed += self._statefulset(serialize(sts))
+        return changed
+
+    def _deployment(self, dep: dict[str, Any]) -> int:
+        meta = dep["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        annotations = meta.get("annotations") or {}
+        if annotations.get(HOLD) == "hold" or meta.get("deletionTimestamp"):
+            return 0
+        spec = dep["spec"]
+        replicas = int(spec.get("replicas", 1))
+        tmpl_hash = template_hash(spec["template"])
+        owned = [
+            rs
+            for rs in self.kube.apps.list_namespaced_replica_set(ns).items
+            if any(o.uid == meta["uid"] for o in (rs.metadata.owner_references or []))
+        ]
+        revisions = {
+            rs.metadata.name: int((rs.metadata.annotations or {}).get(REVISION, "0")) for rs in owned
+        }
+        rs_name = f"{name}-{tmpl_hash}"
+        changed = 0
+        if rs_name not in revisions:
+            revision = max(revisions.values(), default=0) + 1
+            labels = dict(spec["template"].get("metadata", {}).get("labels") or {})
+            labels["pod-template-hash"] = tmpl_hash
+            template = json.loads(json.dumps(spec["template"]))
+            template.setdefault("metadata", {})["labels"] = labels
+            selector = json.loads(json.dumps(spec["selector"]))
+            selector.setdefault("matchLabels", {})["pod-template-hash"] = tmpl_hash
+            body = {
+                "metadata": {
+                    "name": rs_name,
+                    "namespace": ns,
+                    "labels": labels,
+                    "annotations": {REVISION: str(revision)},
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "apps/v1",
+                            "kind": "Deployment",
+                            "name": name,
+                            "uid": meta["uid"],
+                            "controller": True,
+                            "blockOwnerDeletion": True,
+                        }
+                    ],
+                },
+                "spec": {"replicas": replicas, "selector": selector, "template": template},
+            }
+            try:
+                self.kube.apps.create_namespaced_replica_set(ns, body)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+            revisions[rs_name] = revision
+            changed += 1
+        revision = revisions[rs_name]
+        # Scale: the current ReplicaSet gets every replica, older ones none.
+        for rs in owned:
+            want = replicas if rs.metadata.name == rs_name else 0
+            if (rs.spec.replicas or 0) != want:
+                self.kube.apps.patch_namespaced_replica_set(
+                    rs.metadata.name, ns, {"spec": {"replicas": want}}
+                )
+                changed += 1
+        for rs_n in revisions:
+            want = replicas if rs_n == rs_name else 0
+            rs_status = {
+                "replicas": want,
+                "readyReplicas": want,
+                "availableReplicas": want,
+                "fullyLabeledReplicas": want,
+                "observedGeneration": 1,
+            }
+            current = next((r for r in owned if r.metadata.name == rs_n), None)
+            if current is None or _status_differs(
+                self.kube.api_client.sanitize_for_serialization(current.status) or {}, rs_status
+            ):
+                self.kube.apps.patch_namespaced_replica_set_status(rs_n, ns, {"status": rs_status})
+                changed += 1
+        if annotations.get(REVISION) != str(revision):
+            self.kube.apps.patch_namespaced_deployment(
+                name, ns, {"metadata": {"annotations": {REVISION: str(revision)}}}
+            )
+            changed += 1
+        status = {
+            "observedGeneration": meta.get("generation", 1),
+            "replicas": replicas,
+            "updatedReplicas": replicas,
+            "readyReplicas": replicas,
+            "availableReplicas": replicas,
+        }
+        old = dep.get("status") or {}
+        if _status_differs(old, status) or not _has_ready_conditions(old):
+            status["conditions"] = [
+                _condition("Available", "MinimumReplicasAvailable", "Deployment has minimum availability."),
+                _condition(
+                    "Progressing",
+                    "NewReplicaSetAvailable",
+                    f'ReplicaSet "{rs_name}" has successfully progressed.',
+                ),
+            ]
+            self.kube.apps.patch_namespaced_deployment_status(name, ns, {"status": status})
+            changed += 1
+        return changed
+
+    def _statefulset(self, sts: dict[str, Any]) -> int:
+        meta = sts["metadata"]
+        if (meta.get("annotations") or {}).get(HOLD) == "hold":
+            return 0
+        spec = sts["spec"]
+        replicas = int(spec.get("replicas", 1))
+        revision = f"{meta['name']}-{template_hash(spec['template'])}"
+        status = {
+            "observedGeneration": meta.get("generation", 1),
+            "replicas": replicas,
+            "readyReplicas": replicas,
+            "currentReplicas": replicas,
+            "updatedReplicas": replicas,
+            "availableReplicas": replicas,
+            "currentRevision": revision,
+            "updateRevision": revision,
+        }
+        if not _status_differs(sts.get("status") or {}, status):
+            return 0
+        self.kube.apps.patch_namespaced_stateful_set_status(
+            meta["name"], meta["namespace"], {"status": status}
+        )
+        return 1
+
+
+def _status_differs(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    return any(old.get(k) != v for k, v in new.items())
+
+
+def _has_ready_conditions(status: dict[str, Any]) -> bool:
+    conds = {c.get("type"): c for c in status.get("conditions") or []}
+    return (
+        conds.get("Available", {}).get("status") == "True"
+        and conds.get("Progressing", {}).get("reason") == "NewReplicaSetAvailable"
+    )
+
+
+def _condition(kind: str, reason: str, message: str) -> dict[str, str]:
+    from datetime import UTC, datetime
+
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "type": kind,
+        "status": "True",
+        "reason": reason,
+        "message": message,
+        "lastUpdateTime": now,
+        "lastTransitionTime": now,
+    }
+
+
+def main() -> None:  # pragma: no cover - exercised through `twc local up`
+    """Run the simulated controllers against ``$KUBECONFIG`` until killed."""
+    import os
+    import signal
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    ctl = SimulatedControllers(Kube(os.environ["KUBECONFIG"]))
+    signal.signal(signal.SIGTERM, lambda *_: ctl._stop.set())
+    ctl.run()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,562 @@
+"""The embedded local environment (DESIGN §6): etcd + kube-apiserver + Temporal dev server.
+
+Everything binds to loopback on free ports and lives under one state directory
+(``.twc/`` in the project by default; tests use a temporary one):
+
+    local.json       ports and the processes started (pid + start time, argv, log)
+    kubeconfig       token auth against the API server, its own serving CA
+    state/           the Pulumi ``file://`` backend
+    passphrase       the Pulumi secrets passphrase (0600; exported as a *_FILE variable)
+    etcd/ apiserver/ temporal.db logs/
+
+No kubelet or controllers run, so pods never start: tests play those controllers (see
+``twc.local.kube``). ``up`` is idempotent; a component that died since the last ``up`` is
+reported with the tail of its log and started again on the same ports.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import secrets
+import shutil
+import socket
+import ssl
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from twc.local import processes
+from twc.local.processes import ProcessRecord
+
+log = logging.getLogger(__name__)
+
+COMPONENTS = ("etcd", "kube-apiserver", "temporal", "controllers")
+Progress = Callable[[str], None]
+
+
+class LocalEnvError(RuntimeError):
+    """The local environment could not be started or used."""
+
+
+class ToolMissingError(LocalEnvError):
+    """A required binary is not installed (``make setup`` builds them)."""
+
+
+def project_root() -> Path:
+    """The project root: the directory holding ``Pulumi.yaml`` above this package."""
+    return Path(__file__).resolve().parents[2]
+
+
+def find_tool(name: str) -> str:
+    """Find a tool binary: the project's ``.twc/bin`` first, then PATH.
+
+    Raises:
+        ToolMissingError: naming the tool and how to get it.
+    """
+    candidate = project_root() / ".twc" / "bin" / name
+    if candidate.exists() and os.access(candidate, os.X_OK):
+        return str(candidate)
+    found = shutil.which(name)
+    if found:
+        return found
+    raise ToolMissingError(f"{name} not found in .twc/bin or on PATH: run `make setup`")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def tcp_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    """True when something accepts TCP connections at host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+@dataclass
+class Ports:
+    """The loopback ports of one environment, chosen once and kept across restarts."""
+
+    etcd_client: int
+    etcd_peer: int
+    apiserver: int
+    temporal: int
+    temporal_http: int
+    temporal_metrics: int
+
+    @classmethod
+    def allocate(cls) -> Ports:
+        ports: set[int] = set()
+        while len(ports) < 6:
+            ports.add(free_port())
+        return cls(*sorted(ports))
+
+
+@dataclass
+class State:
+    """What ``local.json`` holds."""
+
+    ports: Ports
+    processes: dict[str, ProcessRecord] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "ports": self.ports.__dict__,
+            "processes": {k: v.to_json() for k, v in self.processes.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> State:
+        ports = data["ports"]
+        procs = data.get("processes", {})
+        assert isinstance(ports, dict) and isinstance(procs, dict)
+        return cls(
+            ports=Ports(**{k: int(v) for k, v in ports.items()}),
+            processes={k: ProcessRecord.from_json(v) for k, v in procs.items()},
+        )
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    """Whether one component runs, and where."""
+
+    name: str
+    running: bool
+    pid: int | None
+    endpoint: str
+    log_file: str
+
+
+class LocalEnvironment:
+    """One embedded environment rooted at ``state_dir``."""
+
+    def __init__(self, state_dir: Path | str | None = None) -> None:
+        self.dir = Path(state_dir) if state_dir else project_root() / ".twc"
+        self.dir = self.dir.resolve()
+        self.state_file = self.dir / "local.json"
+        self.kubeconfig = self.dir / "kubeconfig"
+        self.backend_dir = self.dir / "state"
+        self.passphrase_file = self.dir / "passphrase"
+        self.logs = self.dir / "logs"
+
+    # ----------------------------------------------------------------- state
+    def load_state(self) -> State | None:
+        """The saved state, or None if this environment was never started."""
+        try:
+            return State.from_json(json.loads(self.state_file.read_text()))
+        except FileNotFoundError:
+            return None
+
+    def _save(self, state: State) -> None:
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state.to_json(), indent=2))
+        tmp.replace(self.state_file)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        import fcntl
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / ".lock", "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    # --------------------------------------------------------------- public
+    @property
+    def backend_url(self) -> str:
+        return f"file://{self.backend_dir}"
+
+    def temporal_address(self, state: State | None = None) -> str:
+        state = state or self._require_state()
+        return f"127.0.0.1:{state.ports.temporal}"
+
+    def apiserver_url(self, state: State | None = None) -> str:
+        state = state or self._require_state()
+        return f"https://127.0.0.1:{state.ports.apiserver}"
+
+    def env(self) -> dict[str, str]:
+        """The variables a shell (or the Pulumi engine) needs to use this environment.
+
+        The passphrase itself is never printed: ``PULUMI_CONFIG_PASSPHRASE_FILE`` points at
+        a 0600 file, which the Pulumi CLI reads.
+        """
+        state = self._require_state()
+        return {
+            "KUBECONFIG": str(self.kubeconfig),
+            "PULUMI_BACKEND_URL": self.backend_url,
+            "PULUMI_CONFIG_PASSPHRASE_FILE": str(self.passphrase_file),
+            "PULUMI_SKIP_UPDATE_CHECK": "true",
+            "TEMPORAL_ADDRESS": self.temporal_address(state),
+            "TEMPORAL_NAMESPACE": "default",
+        }
+
+    def status(self) -> list[ComponentStatus]:
+        """Per component: running or not (a crash shows as not running)."""
+        state = self.load_state()
+        if state is None:
+            return []
+        endpoints = {
+            "etcd": f"http://127.0.0.1:{state.ports.etcd_client}",
+            "kube-apiserver": self.apiserver_url(state),
+            "temporal": self.temporal_address(state),
+            "controllers": "(simulated deployment controller + kubelet)",
+        }
+        out = []
+        for name in COMPONENTS:
+            rec = state.processes.get(name)
+            out.append(
+                ComponentStatus(
+                    name=name,
+                    running=bool(rec and processes.is_alive(rec)),
+                    pid=rec.pid if rec else None,
+                    endpoint=endpoints[name],
+                    log_file=rec.log_file if rec else "",
+                )
+            )
+        return out
+
+    def up(self, progress: Progress = log.info) -> list[str]:
+        """Start whatever is not running; idempotent.
+
+        Returns:
+            Crash reports for components that had died since the last ``up``.
+
+        Raises:
+            LocalEnvError: a component did not become ready (its log tail included).
+        """
+        with self._locked():
+            state = self.load_state() or State(ports=Ports.allocate())
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self.backend_dir.mkdir(exist_ok=True)
+            self._ensure_passphrase()
+            self._ensure_credentials()
+            crashes = []
+            starters = {
+                "etcd": self._start_etcd,
+                "kube-apiserver": self._start_apiserver,
+                "temporal": self._start_temporal,
+                "controllers": self._start_controllers,
+            }
+            for name in COMPONENTS:
+                rec = state.processes.get(name)
+                if rec and processes.is_alive(rec):
+                    progress(f"{name}: running (pid {rec.pid})")
+                    continue
+                if rec:
+                    report = (
+                        f"{name} (pid {rec.pid}) had exited; last lines of {rec.log_file}:\n"
+                        + processes.log_tail(rec)
+                    )
+                    crashes.append(report)
+                    progress(f"warning: {report}")
+                t0 = time.monotonic()
+                state.processes[name] = starters[name](state, progress)
+                self._save(state)
+                progress(f"{name}: ready in {time.monotonic() - t0:.1f} s")
+                if name == "kube-apiserver":
+                    self._write_kubeconfig(state)
+                    self._install_crds(progress)
+            return crashes
+
+    def down(self, progress: Progress = log.info) -> list[str]:
+        """Stop exactly the processes this environment started (checked by pid + start time).
+
+        Returns:
+            The names of the components that were stopped.
+        """
+        with self._locked():
+            state = self.load_state()
+            if state is None:
+                return []
+            stopped = []
+            for name in reversed(COMPONENTS):
+                rec = state.processes.pop(name, None)
+                if rec is None:
+                    continue
+                if processes.stop(rec):
+                    stopped.append(name)
+                    progress(f"{name}: stopped (pid {rec.pid})")
+                else:
+                    progress(f"{name}: was not running (pid {rec.pid})")
+            self._save(state)
+            return stopped
+
+    def stop_component(self, name: str) -> None:
+        """Stop one component (fault-injection in tests); ``up`` starts it again."""
+        state = self._require_state()
+        rec = state.processes.get(name)
+        if rec:
+            processes.stop(rec)
+
+    # -------------------------------------------------------------- helpers
+    def _require_state(self) -> State:
+        state = self.load_state()
+        if state is None:
+            raise LocalEnvError(f"no local environment in {self.dir}: run `twc local up`")
+        return state
+
+    def _ensure_passphrase(self) -> None:
+        if not self.passphrase_file.exists():
+            fd = os.open(self.passphrase_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(24))
+
+    @property
+    def _apiserver_dir(self) -> Path:
+        return self.dir / "apiserver"
+
+    def admin_token(self) -> str:
+        """The API server's admin bearer token (group system:masters)."""
+        line = (self._apiserver_dir / "tokens.csv").read_text().splitlines()[0]
+        return line.split(",")[0]
+
+    def _ensure_credentials(self) -> None:
+        """The admin token and the service-account signing key, made once."""
+        d = self._apiserver_dir
+        d.mkdir(exist_ok=True)
+        tokens = d / "tokens.csv"
+        if not tokens.exists():
+            fd = os.open(tokens, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(f'{secrets.token_hex(24)},twc-admin,twc-admin,"system:masters"\n')
+        key = d / "sa.key"
+        if not key.exists():
+            from cryptography.hazmat.primitives import serialization
+            from cryptography.hazmat.primitives.asymmetric import rsa
+
+            private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+            pem = private.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+            fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as fb:
+                fb.write(pem)
+            (d / "sa.pub").write_bytes(
+                private.public_key().public_bytes(
+                    serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+                )
+            )
+
+    def _wait_ready(
+        self,
+        rec: ProcessRecord,
+        check: Callable[[], bool],
+        timeout: float,
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not processes.is_alive(rec):
+                raise LocalEnvError(
+                    f"{rec.name} exited during start-up; last lines of {rec.log_file}:\n"
+                    + processes.log_tail(rec)
+                )
+            if check():
+                return
+            time.sleep(0.2)
+        processes.stop(rec)
+        raise LocalEnvError(
+            f"{rec.name} not ready after {timeout:.0f} s; last lines of {rec.log_file}:\n"
+            + processes.log_tail(rec)
+        )
+
+    def _start_etcd(self, state: State, progress: Progress) -> ProcessRecord:
+        p = state.ports
+        client = f"http://127.0.0.1:{p.etcd_client}"
+        peer = f"http://127.0.0.1:{p.etcd_peer}"
+        progress(f"etcd: starting on {client}")
+        rec = processes.start(
+            "etcd",
+            [
+                find_tool("etcd"),
+                "--name=twc",
+                f"--data-dir={self.dir / 'etcd'}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=twc={peer}",
+                "--log-level=warn",
+                # A throwaway test store: durability is not worth an fsync per write.
+                "--unsafe-no-fsync",
+            ],
+            self.logs / "etcd.log",
+        )
+
+        def healthy() -> bool:
+            try:
+                with urllib.request.urlopen(f"{client}/health", timeout=1) as resp:
+                    return bool(json.loads(resp.read()).get("health") == "true")
+            except (OSError, ValueError):
+                return False
+
+        self._wait_ready(rec, healthy, 60)
+        return rec
+
+    def _start_apiserver(self, state: State, progress: Progress) -> ProcessRecord:
+        p = state.ports
+        d = self._apiserver_dir
+        progress(f"kube-apiserver: starting on https://127.0.0.1:{p.apiserver}")
+        rec = processes.start(
+            "kube-apiserver",
+            [
+                find_tool("kube-apiserver"),
+                f"--etcd-servers=http://127.0.0.1:{p.etcd_client}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={p.apiserver}",
+                f"--cert-dir={d}",
+                f"--token-auth-file={d / 'tokens.csv'}",
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc",
+                f"--service-account-key-file={d / 'sa.pub'}",
+                f"--service-account-signing-key-file={d / 'sa.key'}",
+                "--service-cluster-ip-range=10.96.0.0/24",
+                "--enable-priority-and-fairness=false",
+                "--profiling=false",
+                "--v=0",
+            ],
+            self.logs / "kube-apiserver.log",
+        )
+        token = None
+
+        def ready() -> bool:
+            nonlocal token
+            token = token or self.admin_token()
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE  # the serving cert is written during start-up
+            req = urllib.request.Request(
+                f"https://127.0.0.1:{p.apiserver}/readyz",
+                headers={"Authorization": f"Bearer {token}"},
+            )
+            try:
+                with urllib.request.urlopen(req, timeout=2, context=ctx) as resp:
+                    return bool(resp.status == 200)
+            except (OSError, urllib.error.HTTPError):
+                return False
+
+        self._wait_ready(rec, ready, 120)
+        return rec
+
+    def _start_temporal(self, state: State, progress: Progress) -> ProcessRecord:
+        p = state.ports
+        progress(f"temporal: starting the dev server on 127.0.0.1:{p.temporal}")
+        rec = processes.start(
+            "temporal",
+            [
+                find_tool("temporal"),
+                "server",
+                "start-dev",
+                "--ip=127.0.0.1",
+                f"--port={p.temporal}",
+                f"--http-port={p.temporal_http}",
+                f"--metrics-port={p.temporal_metrics}",
+                "--headless",
+                f"--db-filename={self.dir / 'temporal.db'}",
+                "--log-level=warn",
+                "--namespace=default",
+            ],
+            self.logs / "temporal.log",
+        )
+        self._wait_ready(rec, lambda: _temporal_ready(f"127.0.0.1:{p.temporal}"), 120)
+        return rec
+
+    def _start_controllers(self, state: State, progress: Progress) -> ProcessRecord:
+        import sys
+
+        progress("controllers: starting the simulated deployment controller and kubelet")
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
+        rec = processes.start(
+            "controllers",
+            [sys.executable, "-m", "twc.local.controllers"],
+            self.logs / "controllers.log",
+            env=env,
+            cwd=project_root(),
+        )
+        time.sleep(0.5)
+        self._wait_ready(rec, lambda: True, 5)
+        return rec
+
+    def _write_kubeconfig(self, state: State) -> None:
+        import yaml
+
+        ca = _serving_ca(self._apiserver_dir / "apiserver.crt")
+        cluster: dict[str, object] = {"server": self.apiserver_url(state)}
+        if ca:
+            cluster["certificate-authority-data"] = base64.b64encode(ca).decode()
+        else:  # pragma: no cover - the API server always writes its self-signed cert
+            cluster["insecure-skip-tls-verify"] = True
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "twc-local", "cluster": cluster}],
+            "users": [{"name": "twc-admin", "user": {"token": self.admin_token()}}],
+            "contexts": [
+                {
+                    "name": "twc-local",
+                    "context": {"cluster": "twc-local", "user": "twc-admin"},
+                }
+            ],
+            "current-context": "twc-local",
+        }
+        fd = os.open(self.kubeconfig, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            yaml.safe_dump(config, fh)
+
+    def _install_crds(self, progress: Progress) -> None:
+        from twc.local import crds, kube
+
+        api = kube.Kube(self.kubeconfig)
+        for crd in crds.all_crds():
+            api.apply_crd(crd)
+        progress(f"CRDs installed: {', '.join(c['metadata']['name'] for c in crds.all_crds())}")
+
+
+def _serving_ca(cert_file: Path) -> bytes | None:
+    """The CA that signed the API server's self-signed serving certificate.
+
+    kube-apiserver writes ``apiserver.crt`` as the serving cert followed by its own CA.
+    """
+    try:
+        pem = cert_file.read_bytes()
+    except OSError:
+        return None
+    marker = b"-----BEGIN CERTIFICATE-----"
+    blocks = [marker + b for b in pem.split(marker)[1:]]
+    return blocks[-1] if blocks else None
+
+
+def _temporal_ready(address: str) -> bool:
+    """True once the Temporal frontend answers a health check and knows ``default``."""
+    host, _, port = address.rpartition(":")
+    if not tcp_open(host, int(port)):
+        return False
+    import asyncio
+
+    async def check() -> bool:
+        from temporalio.client import Client
+
+        try:
+            client = await asyncio.wait_for(Client.connect(address), 5)
+            return bool(await client.service_client.check_health(timeout=None))
+        except Exception:  # noqa: BLE001 - any failure means "not ready yet"
+            return False
+
+    return asyncio.run(check())

@@ -1,0 +1,155 @@
+"""A worker "pod": a real temporalio worker configured only from the Deployment's env.
+
+``WorkerPod`` reads a Deployment from the API server and does what a kubelet would for
+its first container: resolves the env (plain values, secretKeyRef, the downward API),
+mounts secret volumes (written to a private temporary directory, with the env paths that
+point into the mount rewritten to it), and starts this module as a process. The process
+loads its client settings with ``temporalio.envconfig`` from that env alone, exactly as
+a worker image would, and serves ``EchoWorkflow`` on ``TEMPORAL_TASK_QUEUE``.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from twc.local.environment import project_root
+from twc.local.kube import Kube
+
+log = logging.getLogger(__name__)
+
+
+class WorkerPod:
+    """One simulated pod of a worker Deployment, running a real temporalio worker."""
+
+    def __init__(self, kube: Kube, namespace: str, deployment: str, index: int = 0) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.deployment = deployment
+        self.pod_name = f"{deployment}-sim-{index}"
+        self._dir = tempfile.TemporaryDirectory(prefix=f"twc-pod-{deployment}-")
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.env: dict[str, str] = {}
+
+    def build_env(self) -> dict[str, str]:
+        """The first container's environment as the kubelet would resolve it."""
+        dep = self.kube.get_deployment(self.namespace, self.deployment)
+        if dep is None:
+            raise LookupError(f"deployment {self.namespace}/{self.deployment} not found")
+        pod_spec = dep["spec"]["template"]["spec"]
+        container = pod_spec["containers"][0]
+        mounts = self._mount_volumes(pod_spec, container)
+        env: dict[str, str] = {}
+        for item in container.get("env") or []:
+            value = self._resolve(item)
+            if value is None:
+                continue
+            for mount_path, local in mounts.items():
+                if value.startswith(mount_path.rstrip("/") + "/"):
+                    value = str(local) + value[len(mount_path.rstrip("/")) :]
+            env[item["name"]] = value
+        self.env = env
+        return env
+
+    def _resolve(self, item: dict[str, Any]) -> str | None:
+        if "value" in item:
+            return str(item["value"])
+        source = item.get("valueFrom") or {}
+        if "fieldRef" in source:
+            field = source["fieldRef"]["fieldPath"]
+            return {
+                "metadata.name": self.pod_name,
+                "metadata.namespace": self.namespace,
+                "spec.nodeName": "twc-local-node",
+                "status.podIP": "127.0.0.1",
+            }.get(field, "")
+        if "secretKeyRef" in source:
+            ref = source["secretKeyRef"]
+            secret = self.kube.core.read_namespaced_secret(ref["name"], self.namespace)
+            data = secret.data or {}
+            if ref["key"] not in data:
+                return None
+            return base64.b64decode(data[ref["key"]]).decode()
+        return None
+
+    def _mount_volumes(self, pod_spec: dict[str, Any], container: dict[str, Any]) -> dict[str, Path]:
+        volumes = {v["name"]: v for v in pod_spec.get("volumes") or []}
+        mounted: dict[str, Path] = {}
+        for mount in container.get("volumeMounts") or []:
+            volume = volumes.get(mount["name"]) or {}
+            if "secret" not in volume:
+                continue
+            local = Path(self._dir.name) / mount["name"]
+            local.mkdir(mode=0o700, exist_ok=True)
+            secret = self.kube.core.read_namespaced_secret(volume["secret"]["secretName"], self.namespace)
+            for key, b64 in (secret.data or {}).items():
+                path = local / key
+                path.write_bytes(base64.b64decode(b64))
+                path.chmod(0o600)
+            mounted[mount["mountPath"]] = local
+        return mounted
+
+    def start(self) -> WorkerPod:
+        """Start the worker process with exactly the resolved env (plus PATH/Python)."""
+        env = self.build_env()
+        proc_env = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
+        proc_env.update(env)
+        proc_env["PYTHONPATH"] = str(project_root())
+        log_path = Path(self._dir.name) / "worker.log"
+        self._log = open(log_path, "wb")  # noqa: SIM115 - lives as long as the process
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "twc.local.workerpod"],
+            env=proc_env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        return self
+
+    def log_text(self) -> str:
+        return (Path(self._dir.name) / "worker.log").read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if hasattr(self, "_log"):
+            self._log.close()
+        self._dir.cleanup()
+
+
+async def _serve() -> None:
+    import asyncio
+
+    from temporalio.client import Client
+    from temporalio.envconfig import ClientConfigProfile
+    from temporalio.worker import Worker
+
+    from twc.local.sample import EchoWorkflow, echo
+
+    profile = ClientConfigProfile.load()  # from TEMPORAL_* env, as a worker image would
+    client = await Client.connect(**profile.to_client_connect_config())
+    task_queue = os.environ["TEMPORAL_TASK_QUEUE"]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    async with Worker(client, task_queue=task_queue, workflows=[EchoWorkflow], activities=[echo]):
+        print(f"worker polling {task_queue} on {profile.address}", flush=True)
+        await stop.wait()
+
+
+if __name__ == "__main__":
+    import asyncio
+
+    asyncio.run(_serve())

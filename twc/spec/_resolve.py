@@ -1,0 +1,384 @@
+"""Whole-fleet checks and worker resolution.
+
+Resolution and cross-object validation are one pass on purpose: resolving a worker is
+exactly the act of following its references and defaults, so whatever cannot be
+followed is, by definition, a validation issue. The pass collects every issue before
+failing, so a user sees all problems in one run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict
+
+from twc.errors import SpecError, SpecIssue
+from twc.spec._models import (
+    CLUSTER_CONNECTION_KIND,
+    CONNECTION_KIND,
+    Affinity,
+    Autoscaling,
+    ConnectionTarget,
+    Defaults,
+    Fleet,
+    ImagePullPolicy,
+    Lifecycle,
+    Queue,
+    Resources,
+    ServiceAccount,
+    TemporalWorker,
+    Toleration,
+    WorkerSettings,
+)
+
+__all__ = ["ResolvedDLQ", "ResolvedWorker", "check_fleet", "resolve_or_raise"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TEMPORAL_NAMESPACE = "default"
+DEFAULT_IMAGE_PULL_POLICY: ImagePullPolicy = "IfNotPresent"
+DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS = 60
+DERIVED_WORKER_PREFIX = "worker-"
+# The DLQ StatefulSet is "<worker>-dlq"; StatefulSet names feed the 63-character
+# controller-revision-hash label together with an 11-character suffix.
+MAX_DLQ_WORKER_NAME = 48
+
+
+class ResolvedDLQ(BaseModel):
+    """A worker's DLQ processor with every default applied."""
+
+    model_config = ConfigDict(frozen=True)
+
+    image: str
+    """Processor image."""
+    replicas: int
+    """Processor replicas."""
+    task_queue_name: str
+    """Task queue the processor polls."""
+    resources: Resources
+    """Processor resources."""
+
+
+class ResolvedWorker(BaseModel):
+    """A worker with defaults applied and references followed: what gets deployed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    """Worker name."""
+    namespace: str
+    """Kubernetes namespace."""
+    derived: bool
+    """True when derived from a queue's ``workerEnabled``."""
+    source: str
+    """Where the worker is declared, e.g. ``workers[2]`` or ``queues[0]``."""
+    queue: Queue | None
+    """The kmsvc queue served, if any."""
+    task_queue_name: str
+    """Temporal task queue polled."""
+    temporal_namespace: str
+    """Temporal namespace."""
+    connection: ConnectionTarget
+    """The connection reference made absolute."""
+    connection_source: str
+    """Field path of the connection reference in use, e.g.
+    ``workers[2].connectionRef.name`` or ``defaults.connectionRef.objectRef``."""
+    image: str
+    """Container image."""
+    image_pull_policy: ImagePullPolicy
+    """Image pull policy."""
+    replicas: int
+    """Replica count to start from (``minReplicas`` when autoscaling)."""
+    autoscaling: Autoscaling | None
+    """Scaling bounds, if autoscaled."""
+    resources: Resources
+    """Container resources."""
+    node_selector: dict[str, str]
+    """Node selector."""
+    affinity: Affinity | None
+    """Affinity rules."""
+    tolerations: tuple[Toleration, ...]
+    """Tolerations."""
+    lifecycle: Lifecycle
+    """Lifecycle hooks."""
+    dlq: ResolvedDLQ | None
+    """DLQ processor, when enabled."""
+    service_account: ServiceAccount
+    """ServiceAccount settings."""
+    env: dict[str, str]
+    """Extra environment variables."""
+    termination_grace_period_seconds: int
+    """Termination grace period."""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """``(namespace, name)``, unique within a fleet."""
+        return (self.namespace, self.name)
+
+
+@dataclass
+class _Checker:
+    """Accumulates issues for one fleet file."""
+
+    fleet: Fleet
+    file: str
+    issues: list[SpecIssue] = field(default_factory=list)
+
+    def add(self, path: str, reason: str) -> None:
+        self.issues.append(SpecIssue(self.file, path, reason))
+
+    def unique(self, section: str, keys: Iterable[Hashable], describe: str) -> None:
+        first: dict[Hashable, int] = {}
+        for index, key in enumerate(keys):
+            if key in first:
+                self.add(
+                    f"{section}[{index}].name",
+                    f"duplicate {describe} {_show(key)} (first defined at {section}[{first[key]}])",
+                )
+            else:
+                first[key] = index
+
+
+def _show(key: Hashable) -> str:
+    if isinstance(key, tuple):
+        return "/".join(f"{part}" for part in key if part is not None)
+    return f"{key}"
+
+
+def check_fleet(fleet: Fleet, file: str) -> tuple[list[ResolvedWorker], list[SpecIssue]]:
+    """Check cross-object rules and resolve every worker.
+
+    Args:
+        fleet: A structurally valid fleet.
+        file: File name used in issues.
+
+    Returns:
+        The resolved workers (explicit first, then derived) and every issue found.
+        Workers with issues are left out of the list.
+    """
+    c = _Checker(fleet, file)
+    c.unique("clusterConnections", (x.name for x in fleet.cluster_connections), "ClusterConnection")
+    c.unique("connections", ((x.namespace, x.name) for x in fleet.connections), "Connection")
+    c.unique(
+        "customConnections",
+        ((x.kind, x.namespace, x.name) for x in fleet.custom_connections),
+        "connection object",
+    )
+    c.unique("queues", ((x.namespace, x.name) for x in fleet.queues), "queue")
+    c.unique("workers", ((x.namespace, x.name) for x in fleet.workers), "worker")
+
+    resolved: list[ResolvedWorker] = []
+    served: set[tuple[str, str]] = set()
+    for index, worker in enumerate(fleet.workers):
+        queue = _worker_queue(c, index, worker)
+        if queue is not None:
+            served.add((queue.namespace, queue.name))
+        result = _resolve(c, f"workers[{index}]", worker, queue, worker.name, worker.namespace)
+        if result is not None:
+            resolved.append(result)
+
+    explicit = {(w.namespace, w.name): i for i, w in enumerate(fleet.workers)}
+    for index, queue in enumerate(fleet.queues):
+        if not queue.worker_enabled or (queue.namespace, queue.name) in served:
+            continue
+        path = f"queues[{index}]"
+        name = f"{DERIVED_WORKER_PREFIX}{queue.name}"
+        if len(name) > 63:
+            c.add(
+                f"{path}.name",
+                f"the derived worker name {name!r} exceeds 63 characters: shorten the "
+                "queue name or declare the worker explicitly",
+            )
+            continue
+        clash = explicit.get((queue.namespace, name))
+        if clash is not None:
+            c.add(
+                f"{path}.workerEnabled",
+                f"the derived worker {queue.namespace}/{name} clashes with workers[{clash}], "
+                "which serves another queue: rename that worker or set its queueRef to "
+                "this queue",
+            )
+            continue
+        result = _resolve(c, path, None, queue, name, queue.namespace)
+        if result is not None:
+            resolved.append(result)
+    return resolved, c.issues
+
+
+def resolve_or_raise(fleet: Fleet, file: str) -> tuple[ResolvedWorker, ...]:
+    """Resolve every worker, raising one :class:`SpecError` listing all issues."""
+    workers, issues = check_fleet(fleet, file)
+    if issues:
+        raise SpecError(issues)
+    return tuple(workers)
+
+
+def _worker_queue(c: _Checker, index: int, worker: TemporalWorker) -> Queue | None:
+    ref = worker.queue_ref
+    if ref is None:
+        return None
+    namespace = ref.namespace or worker.namespace
+    queue = c.fleet.find_queue(namespace, ref.name)
+    if queue is None:
+        elsewhere = sorted(q.namespace for q in c.fleet.queues if q.name == ref.name)
+        hint = ""
+        if elsewhere and ref.namespace is None:
+            hint = (
+                f" (a queue of that name exists in namespace {elsewhere[0]!r}: "
+                "set queueRef.namespace)"
+            )
+        c.add(
+            f"workers[{index}].queueRef",
+            f"no queue {ref.name!r} in namespace {namespace!r}{hint}",
+        )
+    return queue
+
+
+def _resolve(
+    c: _Checker,
+    path: str,
+    worker: TemporalWorker | None,
+    queue: Queue | None,
+    name: str,
+    namespace: str,
+) -> ResolvedWorker | None:
+    """Resolve one worker; ``worker`` is None for a worker derived from ``queue``."""
+    s = _merged(worker, c.fleet.defaults)
+    explicit = worker is not None
+    before = len(c.issues)
+    # Derived workers have no fields of their own, so their issues point at the queue
+    # and name the setting to add to defaults.
+    subject = "" if explicit else f"derived worker {name!r}: "
+
+    if s.image is None:
+        c.add(
+            f"{path}.image" if explicit else path,
+            f"{subject}no image: set it here or in defaults.image",
+        )
+
+    own_ref = worker is not None and worker.connection_ref is not None
+    ref_source = f"{path}.connectionRef" if own_ref else "defaults.connectionRef"
+    target: ConnectionTarget | None = None
+    if s.connection_ref is None:
+        c.add(
+            f"{path}.connectionRef" if explicit else path,
+            f"{subject}no connectionRef: set it here or in defaults.connectionRef",
+        )
+    else:
+        ref_source += ".name" if s.connection_ref.name is not None else ".objectRef"
+        target = s.connection_ref.target(namespace)
+        where = ref_source if own_ref else path
+        inherited = "" if own_ref else f"connectionRef (from {ref_source}) "
+        _check_connection_exists(c, where, f"{subject}{inherited}", target)
+
+    task_queue = (worker.task_queue_name if worker is not None else None) or (
+        queue.name if queue is not None else None
+    )
+
+    # Replicas: the worker's own, else one per queue partition, else the default.
+    if worker is not None and worker.replicas is not None:
+        replicas = worker.replicas
+    elif queue is not None and queue.partitions is not None:
+        replicas = queue.partitions
+    elif c.fleet.defaults.replicas is not None:
+        replicas = c.fleet.defaults.replicas
+    else:
+        replicas = 1
+    if s.autoscaling is not None:
+        # `replicas` is ignored while autoscaling; start at the floor until the daemon
+        # has sampled the backlog.
+        replicas = s.autoscaling.min_replicas
+
+    resources = s.resources or Resources.model_validate({})
+    dlq: ResolvedDLQ | None = None
+    if s.dlq is not None and s.dlq.enabled:
+        if len(name) > MAX_DLQ_WORKER_NAME:
+            c.add(
+                f"{path}.name" if explicit else path,
+                f"{subject}with dlq enabled the worker name must be at most "
+                f"{MAX_DLQ_WORKER_NAME} characters (its StatefulSet is '<name>-dlq')",
+            )
+        elif s.image is not None and task_queue is not None:
+            dlq = ResolvedDLQ(
+                image=s.dlq.image or s.image,
+                replicas=s.dlq.replicas,
+                task_queue_name=s.dlq.task_queue_name or f"{task_queue}-dlq",
+                resources=s.dlq.resources or resources,
+            )
+
+    if len(c.issues) > before or s.image is None or target is None or task_queue is None:
+        return None
+    return ResolvedWorker(
+        name=name,
+        namespace=namespace,
+        derived=not explicit,
+        source=path,
+        queue=queue,
+        task_queue_name=task_queue,
+        temporal_namespace=s.temporal_namespace or DEFAULT_TEMPORAL_NAMESPACE,
+        connection=target,
+        connection_source=ref_source,
+        image=s.image,
+        image_pull_policy=s.image_pull_policy or DEFAULT_IMAGE_PULL_POLICY,
+        replicas=replicas,
+        autoscaling=s.autoscaling,
+        resources=resources,
+        node_selector=dict(s.node_selector or {}),
+        affinity=s.affinity,
+        tolerations=tuple(s.tolerations or ()),
+        lifecycle=s.lifecycle or Lifecycle.model_validate({}),
+        dlq=dlq,
+        service_account=s.service_account or ServiceAccount.model_validate({}),
+        env=dict(s.env or {}),
+        termination_grace_period_seconds=(
+            s.termination_grace_period_seconds
+            if s.termination_grace_period_seconds is not None
+            else DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS
+        ),
+    )
+
+
+def _merged(worker: TemporalWorker | None, defaults: Defaults) -> WorkerSettings:
+    """The worker's settings over the defaults.
+
+    Whole values are taken, never merged: a worker's ``resources`` replaces the
+    default's, which keeps the result predictable from the file alone.
+    """
+    if worker is None:
+        return defaults
+    overrides = {
+        field_name: value
+        for field_name in WorkerSettings.model_fields
+        if (value := getattr(worker, field_name)) is not None
+    }
+    return defaults.model_copy(update=overrides)
+
+
+def _check_connection_exists(
+    c: _Checker, where: str, prefix: str, target: ConnectionTarget
+) -> None:
+    """Report a reference to a built-in connection kind that names nothing.
+
+    Other kinds belong to provider plugins; the connection registry reports those
+    (``UnknownConnectionKind`` / ``ConnectionNotFound``), since only it knows them.
+    """
+    if target.kind == CONNECTION_KIND:
+        if c.fleet.find_connection(target.namespace, target.name) is not None:
+            return
+        elsewhere = sorted(x.namespace for x in c.fleet.connections if x.name == target.name)
+        if elsewhere:
+            c.add(
+                where,
+                f"{prefix}Connection {target.name!r} is in namespace {elsewhere[0]!r}, but a "
+                "namespaced Connection can only be used by workers in its own namespace "
+                f"(this worker is in {target.namespace!r}); use a ClusterConnection to share it",
+            )
+        else:
+            c.add(where, f"{prefix}no Connection {target.name!r} in namespace {target.namespace!r}")
+    elif (
+        target.kind == CLUSTER_CONNECTION_KIND
+        and c.fleet.find_cluster_connection(target.name) is None
+    ):
+        c.add(where, f"{prefix}no ClusterConnection {target.name!r}")

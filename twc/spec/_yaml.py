@@ -1,0 +1,126 @@
+"""A defensive YAML reader for fleet files.
+
+Fleet files may come from pull requests, so the reader refuses anything that can make
+a small file expensive or ambiguous: anchors and aliases (the "billion laughs" bomb),
+deep nesting, huge documents, duplicate keys (YAML keeps the last one silently), more
+than one document, and non-UTF-8 bytes. Only YAML's safe tags are constructed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from yaml.events import AliasEvent, NodeEvent
+from yaml.nodes import MappingNode, Node
+
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "YamlRejected", "parse_yaml"]
+
+MAX_BYTES = 1024 * 1024
+"""Largest accepted document; real fleets are a few kilobytes."""
+MAX_DEPTH = 64
+"""Deepest accepted nesting of collections."""
+MAX_NODES = 200_000
+"""Most accepted YAML nodes (scalars and collections)."""
+
+
+class YamlRejected(Exception):
+    """The document is not acceptable YAML; ``str()`` is a user-facing reason."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects anchors, aliases, deep nesting and duplicate keys.
+
+    The pure-Python loader is used (not libyaml's) because only it lets us intercept
+    composition; fleet files are small, so speed does not matter.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._nodes = 0
+
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, AliasEvent):
+            raise YamlRejected(f"YAML aliases are not allowed ({_where(event)})")
+        if isinstance(event, NodeEvent) and event.anchor is not None:
+            raise YamlRejected(f"YAML anchors are not allowed ({_where(event)})")
+        self._nodes += 1
+        if self._nodes > MAX_NODES:
+            raise YamlRejected(f"document has more than {MAX_NODES} nodes")
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise YamlRejected(f"nesting deeper than {MAX_DEPTH} levels ({_where(event)})")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                # Merge keys only make sense with aliases, which are refused anyway.
+                raise YamlRejected(f"YAML merge keys (<<) are not allowed ({_where(key_node)})")
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:
+                # An unhashable key (a list or mapping used as a key) cannot be a
+                # field name; report it here rather than crash in the constructor.
+                raise YamlRejected(f"mapping keys must be scalars ({_where(key_node)})") from None
+            if duplicate:
+                raise YamlRejected(f"duplicate key {key!r} ({_where(key_node)})")
+        return super().construct_mapping(node, deep=deep)
+
+
+def _where(item: object) -> str:
+    mark = getattr(item, "start_mark", None)
+    if mark is None:
+        return "unknown position"
+    return f"line {mark.line + 1}, column {mark.column + 1}"
+
+
+def parse_yaml(raw: bytes) -> object:
+    """Parse one YAML document from ``raw`` bytes.
+
+    Args:
+        raw: The file's bytes.
+
+    Returns:
+        The parsed document (``None`` for an empty document).
+
+    Raises:
+        YamlRejected: For any unacceptable or malformed input.
+    """
+    if len(raw) > MAX_BYTES:
+        raise YamlRejected(f"file is larger than {MAX_BYTES // 1024} KiB")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise YamlRejected(f"file is not valid UTF-8 (byte {err.start})") from None
+    text = text.removeprefix("\ufeff")
+    loader = _StrictLoader(text)
+    try:
+        return loader.get_single_data()
+    except YamlRejected:
+        raise
+    except yaml.MarkedYAMLError as err:
+        problem = err.problem or "invalid YAML"
+        raise YamlRejected(f"invalid YAML: {problem} ({_where_mark(err)})") from None
+    except yaml.YAMLError as err:
+        raise YamlRejected(f"invalid YAML: {err}") from None
+    except RecursionError:
+        # Defence in depth: MAX_DEPTH should stop this long before the interpreter does.
+        raise YamlRejected("nesting too deep") from None
+    finally:
+        loader.dispose()
+
+
+def _where_mark(err: yaml.MarkedYAMLError) -> str:
+    mark = err.problem_mark or err.context_mark
+    if mark is None:
+        return "unknown position"
+    return f"line {mark.line + 1}, column {mark.column + 1}"

@@ -1,0 +1,399 @@
+"""Pure builders of the Kubernetes objects behind a worker (DESIGN §3).
+
+Everything returns plain camelCase dicts, exactly as the Kubernetes API spells them, so
+the Pulumi components pass them through unchanged and unit tests compare dicts. No
+Pulumi here: the components call these inside an ``Output.apply`` once the connection
+fingerprint is known.
+
+The worker container comes first in ``containers``: tools that act as kubelets (the
+local test bed) read the first container's env.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from twc.connections import DEFAULT_TLS_MOUNT_PATH, PodSpecOptions, ResolvedConnection
+from twc.spec import Lifecycle, ResolvedWorker, Resources, label_value
+
+__all__ = [
+    "COMPONENT_DLQ",
+    "COMPONENT_WORKER",
+    "DEFAULT_WAIT_IMAGE",
+    "LABEL_COMPONENT",
+    "LABEL_MANAGED_BY",
+    "LABEL_NAME",
+    "LABEL_TASK_QUEUE",
+    "LABEL_WORKER",
+    "MANAGED_BY",
+    "WAIT_CONTAINER",
+    "WAIT_SCRIPT",
+    "WORKER_CONTAINER",
+    "WORKER_ENV_NAMES",
+    "PodTemplateOptions",
+    "deployment_spec",
+    "dlq_pod_template",
+    "dlq_statefulset_name",
+    "dlq_statefulset_spec",
+    "object_metadata",
+    "pod_disruption_budget_spec",
+    "selector_labels",
+    "service_account_metadata",
+    "worker_labels",
+    "worker_pod_template",
+]
+
+logger = logging.getLogger(__name__)
+
+LABEL_NAME: Final = "app.kubernetes.io/name"
+LABEL_COMPONENT: Final = "app.kubernetes.io/component"
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+LABEL_TASK_QUEUE: Final = "temporal.io/task-queue"
+LABEL_WORKER: Final = "twc.temporal.io/worker"
+MANAGED_BY: Final = "twc"
+COMPONENT_WORKER: Final = "worker"
+COMPONENT_DLQ: Final = "dlq-processor"
+WORKER_CONTAINER: Final = "worker"
+DLQ_CONTAINER: Final = "dlq-processor"
+WAIT_CONTAINER: Final = "wait-for-temporal"
+DEFAULT_WAIT_IMAGE: Final = "busybox:1.37"
+"""Image of the init container; any image with ``sh`` and ``nc -z`` works."""
+
+ENV_NAMESPACE: Final = "TEMPORAL_NAMESPACE"
+ENV_TASK_QUEUE: Final = "TEMPORAL_TASK_QUEUE"
+WORKER_ENV_NAMES: Final = frozenset(
+    {ENV_NAMESPACE, ENV_TASK_QUEUE, "POD_NAME", "POD_NAMESPACE", "NODE_NAME"}
+)
+"""Environment variables the builders set (the connection sets the rest)."""
+
+# Waits until the frontend accepts TCP connections, so workers do not crash-loop while
+# Temporal starts. Reads TEMPORAL_FRONTEND_ADDRESS (host:port or [v6]:port), which the
+# connection writes into every init container; POSIX sh + nc, as in busybox.
+WAIT_SCRIPT: Final = """\
+addr="${TEMPORAL_FRONTEND_ADDRESS:?TEMPORAL_FRONTEND_ADDRESS is not set}"
+port="${addr##*:}"
+host="${addr%:*}"
+host="${host#[}"
+host="${host%]}"
+echo "waiting for the Temporal frontend at $addr"
+until nc -z -w 2 "$host" "$port"; do sleep 2; done
+echo "the Temporal frontend at $addr accepts connections"
+"""
+
+_RESTRICTED_CONTAINER: Final[Mapping[str, Any]] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+}
+
+
+@dataclass(frozen=True)
+class PodTemplateOptions:
+    """Knobs of the pod template that do not come from the fleet file."""
+
+    secret_keys: frozenset[str] | None = None
+    """Keys present in the connection's credential secret, if known; ``ca.crt`` among
+    them points the worker at that CA."""
+    wait_image: str = DEFAULT_WAIT_IMAGE
+    """Image of the wait-for-frontend init container."""
+    tls_mount_path: str = DEFAULT_TLS_MOUNT_PATH
+    """Where the mTLS secret is mounted."""
+
+
+def worker_labels(worker: ResolvedWorker, component: str = COMPONENT_WORKER) -> dict[str, str]:
+    """Labels of a worker's objects and pods.
+
+    Args:
+        worker: The worker.
+        component: ``worker`` or ``dlq-processor``.
+
+    Returns:
+        The labels; the task queue is rendered as a valid label value.
+    """
+    task_queue = worker.task_queue_name
+    if component == COMPONENT_DLQ and worker.dlq is not None:
+        task_queue = worker.dlq.task_queue_name
+    return {
+        LABEL_NAME: worker.name,
+        LABEL_COMPONENT: component,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_TASK_QUEUE: label_value(task_queue),
+        LABEL_WORKER: worker.name,
+    }
+
+
+def selector_labels(worker: ResolvedWorker, component: str = COMPONENT_WORKER) -> dict[str, str]:
+    """The immutable selector subset of :func:`worker_labels`.
+
+    Excludes the task queue so renaming a task queue does not need a new Deployment,
+    and includes the component so the worker's Deployment and DLQ StatefulSet never
+    select each other's pods.
+    """
+    return {LABEL_WORKER: worker.name, LABEL_COMPONENT: component}
+
+
+def object_metadata(
+    worker: ResolvedWorker, name: str, component: str = COMPONENT_WORKER
+) -> dict[str, Any]:
+    """``metadata`` for an object owned by ``worker`` (Deployment, PDB, ...)."""
+    return {"name": name, "namespace": worker.namespace, "labels": worker_labels(worker, component)}
+
+
+def service_account_metadata(worker: ResolvedWorker) -> dict[str, Any]:
+    """``metadata`` of the worker's ServiceAccount (named like the worker)."""
+    metadata = object_metadata(worker, worker.name)
+    if worker.service_account.annotations:
+        metadata["annotations"] = dict(worker.service_account.annotations)
+    return metadata
+
+
+def dlq_statefulset_name(worker: ResolvedWorker) -> str:
+    """Name of the worker's DLQ StatefulSet."""
+    return f"{worker.name}-dlq"
+
+
+def worker_pod_template(
+    worker: ResolvedWorker,
+    connection: ResolvedConnection,
+    fingerprint: str,
+    options: PodTemplateOptions | None = None,
+) -> dict[str, Any]:
+    """Build the worker's PodTemplateSpec.
+
+    Args:
+        worker: The resolved worker.
+        connection: Its resolved connection.
+        fingerprint: ``connection.fingerprint(secret_digest)``, e.g. the output of the
+            ``ConnectionFingerprint`` resource; becomes the
+            ``temporal.io/connection-spec-hash`` annotation.
+        options: Extra knobs.
+
+    Returns:
+        ``{"metadata": ..., "spec": ...}`` in Kubernetes camelCase.
+    """
+    return _pod_template(
+        worker,
+        connection,
+        fingerprint,
+        options or PodTemplateOptions(),
+        component=COMPONENT_WORKER,
+        container_name=WORKER_CONTAINER,
+        image=worker.image,
+        task_queue=worker.task_queue_name,
+        resources=worker.resources,
+    )
+
+
+def dlq_pod_template(
+    worker: ResolvedWorker,
+    connection: ResolvedConnection,
+    fingerprint: str,
+    options: PodTemplateOptions | None = None,
+) -> dict[str, Any]:
+    """Build the DLQ processor's PodTemplateSpec (see :func:`worker_pod_template`).
+
+    Raises:
+        ValueError: If the worker has no DLQ enabled.
+    """
+    if worker.dlq is None:
+        raise ValueError(f"worker {worker.namespace}/{worker.name} has no DLQ enabled")
+    return _pod_template(
+        worker,
+        connection,
+        fingerprint,
+        options or PodTemplateOptions(),
+        component=COMPONENT_DLQ,
+        container_name=DLQ_CONTAINER,
+        image=worker.dlq.image,
+        task_queue=worker.dlq.task_queue_name,
+        resources=worker.dlq.resources,
+    )
+
+
+def _pod_template(
+    worker: ResolvedWorker,
+    connection: ResolvedConnection,
+    fingerprint: str,
+    options: PodTemplateOptions,
+    *,
+    component: str,
+    container_name: str,
+    image: str,
+    task_queue: str,
+    resources: Resources,
+) -> dict[str, Any]:
+    env: list[dict[str, Any]] = [
+        {"name": ENV_NAMESPACE, "value": worker.temporal_namespace},
+        {"name": ENV_TASK_QUEUE, "value": task_queue},
+        _field_env("POD_NAME", "metadata.name"),
+        _field_env("POD_NAMESPACE", "metadata.namespace"),
+        _field_env("NODE_NAME", "spec.nodeName"),
+    ]
+    env.extend({"name": k, "value": v} for k, v in sorted(worker.env.items()))
+    container: dict[str, Any] = {
+        "name": container_name,
+        "image": image,
+        "imagePullPolicy": worker.image_pull_policy,
+        "env": env,
+        "securityContext": dict(_RESTRICTED_CONTAINER),
+    }
+    k8s_resources = resources.to_kubernetes()
+    if k8s_resources:
+        container["resources"] = k8s_resources
+    lifecycle = _lifecycle(worker.lifecycle)
+    if lifecycle:
+        container["lifecycle"] = lifecycle
+
+    wait: dict[str, Any] = {
+        "name": WAIT_CONTAINER,
+        "image": options.wait_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["sh", "-c", WAIT_SCRIPT],
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "32Mi"}},
+        "securityContext": {
+            **_RESTRICTED_CONTAINER,
+            "runAsNonRoot": True,
+            "runAsUser": 65534,
+        },
+    }
+    spec: dict[str, Any] = {
+        "serviceAccountName": worker.name,
+        "automountServiceAccountToken": worker.service_account.automount_token,
+        "terminationGracePeriodSeconds": worker.termination_grace_period_seconds,
+        # Service links inject one env var per Service in the namespace; workers
+        # never use them and they can shadow TEMPORAL_* names.
+        "enableServiceLinks": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "initContainers": [wait],
+        "containers": [container],
+    }
+    if worker.node_selector:
+        spec["nodeSelector"] = dict(worker.node_selector)
+    if worker.affinity is not None:
+        affinity = worker.affinity.to_kubernetes()
+        if affinity:
+            spec["affinity"] = affinity
+    if worker.tolerations:
+        spec["tolerations"] = [t.to_kubernetes() for t in worker.tolerations]
+
+    template = {"metadata": {"labels": worker_labels(worker, component)}, "spec": spec}
+    # The connection writes address, TLS and API-key settings and the fingerprint
+    # annotation in one step, so they cannot disagree.
+    return connection.apply_pod_spec(
+        template,
+        PodSpecOptions(
+            fingerprint=fingerprint,
+            secret_keys=options.secret_keys,
+            tls_mount_path=options.tls_mount_path,
+        ),
+    )
+
+
+def _field_env(name: str, field_path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+
+
+def _lifecycle(lifecycle: Lifecycle) -> dict[str, Any]:
+    hooks: dict[str, Any] = {}
+    if lifecycle.post_start_command:
+        hooks["postStart"] = {"exec": {"command": list(lifecycle.post_start_command)}}
+    if lifecycle.pre_stop_command:
+        hooks["preStop"] = {"exec": {"command": list(lifecycle.pre_stop_command)}}
+    return hooks
+
+
+def _check_selector(template: Mapping[str, Any], selector: Mapping[str, str]) -> None:
+    labels = template.get("metadata", {}).get("labels", {})
+    missing = {k: v for k, v in selector.items() if labels.get(k) != v}
+    if missing:
+        # The API server would reject the object; fail early with the reason.
+        raise ValueError(f"pod template labels do not match the selector: {missing}")
+
+
+def deployment_spec(
+    worker: ResolvedWorker,
+    connection: ResolvedConnection,
+    fingerprint: str,
+    *,
+    replicas: int | None = None,
+    options: PodTemplateOptions | None = None,
+) -> dict[str, Any]:
+    """Build the worker Deployment's ``spec``.
+
+    Args:
+        worker: The resolved worker.
+        connection: Its resolved connection.
+        fingerprint: The connection fingerprint (see :func:`worker_pod_template`).
+        replicas: Replica count chosen by the autoscaler; kept within the worker's
+            autoscaling bounds. Defaults to ``worker.replicas``.
+        options: Extra pod template knobs.
+
+    Returns:
+        The Deployment spec.
+    """
+    template = worker_pod_template(worker, connection, fingerprint, options)
+    selector = selector_labels(worker)
+    _check_selector(template, selector)
+    count = worker.replicas if replicas is None else replicas
+    if worker.autoscaling is not None:
+        count = min(max(count, worker.autoscaling.min_replicas), worker.autoscaling.max_replicas)
+    return {
+        "replicas": max(count, 0),
+        "selector": {"matchLabels": selector},
+        "template": template,
+        # Surge first: a worker pod is only capacity, never a singleton, so bring the
+        # new one up before taking an old one away.
+        "strategy": {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0},
+        },
+        "revisionHistoryLimit": 5,
+        "progressDeadlineSeconds": 600,
+    }
+
+
+def dlq_statefulset_spec(
+    worker: ResolvedWorker,
+    connection: ResolvedConnection,
+    fingerprint: str,
+    options: PodTemplateOptions | None = None,
+) -> dict[str, Any] | None:
+    """Build the DLQ processor StatefulSet's ``spec``, or None when DLQ is disabled.
+
+    The StatefulSet is named :func:`dlq_statefulset_name`; ``serviceName`` names a
+    headless Service of the same name, which the API requires but nothing dials.
+    """
+    if worker.dlq is None:
+        return None
+    template = dlq_pod_template(worker, connection, fingerprint, options)
+    selector = selector_labels(worker, COMPONENT_DLQ)
+    _check_selector(template, selector)
+    return {
+        "serviceName": dlq_statefulset_name(worker),
+        "replicas": worker.dlq.replicas,
+        "selector": {"matchLabels": selector},
+        "template": template,
+        # Processors are interchangeable; start and stop them together.
+        "podManagementPolicy": "Parallel",
+        "updateStrategy": {"type": "RollingUpdate"},
+        "revisionHistoryLimit": 5,
+    }
+
+
+def pod_disruption_budget_spec(worker: ResolvedWorker) -> dict[str, Any] | None:
+    """Build the worker PodDisruptionBudget's ``spec``, or None for a single replica.
+
+    With more than one replica possible, voluntary disruptions (node drains) take one
+    pod at a time; with one, a budget would only block drains.
+    """
+    most = worker.autoscaling.max_replicas if worker.autoscaling else worker.replicas
+    if most <= 1:
+        return None
+    return {
+        "maxUnavailable": 1,
+        "selector": {"matchLabels": selector_labels(worker)},
+        # A crash-looping pod must not block a node drain.
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    }

@@ -17,10 +17,53 @@ def _cmd_local(args: argparse.Namespace) -> int:
     return local_cli.run(args)
 
 
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from twc.connections import resolve_fleet_connections
+    from twc.errors import SpecError
+    from twc.spec import load_fleet_file
+
+    try:
+        fleet = load_fleet_file(args.file)
+        # Connection kinds come from provider plugins, so a file is only valid once
+        # every reference resolves through the registry too.
+        resolve_fleet_connections(fleet, file=args.file)
+    except SpecError as err:
+        for line in err.lines():
+            print(line, file=sys.stderr)
+        return 1
+    workers = fleet.resolved_workers()
+    derived = sum(1 for w in workers if w.derived)
+    connections = len(fleet.connections) + len(fleet.cluster_connections)
+    connections += len(fleet.custom_connections)
+    print(
+        f"{args.file}: valid: {connections} connections, {len(fleet.queues)} queues, "
+        f"{len(workers)} workers ({derived} derived)"
+    )
+    return 0
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    import json
+
+    from twc.spec import fleet_json_schema
+
+    print(json.dumps(fleet_json_schema(), indent=2, sort_keys=True))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the top-level argument parser with every verb registered."""
     parser = argparse.ArgumentParser(prog="twc", description=__doc__)
     sub = parser.add_subparsers(dest="verb", required=True)
+
+    validate = sub.add_parser(
+        "validate", help="check a fleet file; exit 0 valid, 1 invalid (errors on stderr)"
+    )
+    validate.add_argument("file", help="fleet file, e.g. stacks/prod.yaml")
+    validate.set_defaults(func=_cmd_validate)
+
+    schema = sub.add_parser("schema", help="print the fleet file's JSON Schema")
+    schema.set_defaults(func=_cmd_schema)
 
     local = sub.add_parser("local", help="the embedded local environment")
     local.add_argument("action", choices=["up", "down", "env", "status"])

@@ -1,0 +1,39 @@
+"""The kmsvc ``Queue`` component (``twc:kmsvc:Queue``).
+
+Groups what belongs to one queue: the kmsvc ``Queue`` object itself when the fleet asks
+twc to own it (``createObject: true``), and the worker derived from it
+(``workerEnabled: true``), which is parented here so a preview shows the queue and its
+worker together and deleting the queue removes its worker.
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from twc.spec import QUEUE_API_VERSION, QUEUE_KIND, WORKER_ENABLED_LABEL, Queue
+
+QUEUE_TYPE = "twc:kmsvc:Queue"
+
+
+class QueueComponent(pulumi.ComponentResource):
+    """One kmsvc queue."""
+
+    def __init__(self, name: str, queue: Queue, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(QUEUE_TYPE, name, {}, opts)
+        if getattr(queue, "create_object", False):
+            labels = dict(queue.labels)
+            if queue.worker_enabled:
+                labels[WORKER_ENABLED_LABEL] = "true"
+            spec: dict[str, object] = {"fifo": queue.fifo}
+            if queue.partitions is not None:
+                spec["partitions"] = queue.partitions
+            k8s.apiextensions.CustomResource(
+                f"{name}-queue",
+                api_version=QUEUE_API_VERSION,
+                kind=QUEUE_KIND,
+                metadata={"name": queue.name, "namespace": queue.namespace, "labels": labels},
+                spec=spec,
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+        self.register_outputs({"name": queue.name, "namespace": queue.namespace})

@@ -36,10 +36,15 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     connections = len(fleet.connections) + len(fleet.cluster_connections)
     connections += len(fleet.custom_connections)
     print(
-        f"{args.file}: valid: {connections} connections, {len(fleet.queues)} queues, "
-        f"{len(workers)} workers ({derived} derived)"
+        f"{args.file}: valid: {_count(connections, 'connection')}, "
+        f"{_count(len(fleet.queues), 'queue')}, {_count(len(workers), 'worker')} "
+        f"({derived} derived)"
     )
     return 0
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:

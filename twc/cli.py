@@ -56,6 +56,12 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_up(args: argparse.Namespace) -> int:
+    from twc.controller import commands
+
+    return commands.run_up(args.stack, args.fleet_file)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the top-level argument parser with every verb registered."""
     parser = argparse.ArgumentParser(prog="twc", description=__doc__)
@@ -69,6 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     schema = sub.add_parser("schema", help="print the fleet file's JSON Schema")
     schema.set_defaults(func=_cmd_schema)
+
+    up = sub.add_parser("up", help="validate the fleet, then apply it (pulumi up) with progress")
+    up.add_argument("--stack", required=True, help="stack (environment), e.g. local, dev, prod")
+    up.add_argument("--fleet-file", default=None, help="fleet file (default stacks/<stack>.yaml)")
+    up.set_defaults(func=_cmd_up)
 
     local = sub.add_parser("local", help="the embedded local environment")
     local.add_argument("action", choices=["up", "down", "env", "status"])

@@ -11,6 +11,7 @@ integration tests do:
   new template, ReplicaSet and Deployment status with every replica ready, and the
   conditions Progressing=True/NewReplicaSetAvailable and Available=True.
 * StatefulSet: status with every replica ready and currentRevision == updateRevision.
+* Garbage collection: a ReplicaSet whose Deployment is gone is deleted.
 
 Pods are not created; tests start real temporalio workers from the Deployment's env
 instead (``twc.local.workers``). A Deployment annotated ``twc.local/simulate: hold`` is
@@ -76,8 +77,10 @@ class SimulatedControllers:
         """One pass over every Deployment and StatefulSet; returns how many it changed."""
         changed = 0
         serialize = self.kube.api_client.sanitize_for_serialization
-        for dep in self.kube.apps.list_deployment_for_all_namespaces().items:
+        deployments = self.kube.apps.list_deployment_for_all_namespaces().items
+        for dep in deployments:
             changed += self._deployment(serialize(dep))
+        changed += self._collect_garbage({d.metadata.uid for d in deployments})
         for sts in self.kube.apps.list_stateful_set_for_all_namespaces().items:
             changed += self._statefulset(serialize(sts))
         return changed
@@ -184,6 +187,20 @@ class SimulatedControllers:
             self.kube.apps.patch_namespaced_deployment_status(name, ns, {"status": status})
             changed += 1
         return changed
+
+    def _collect_garbage(self, live_uids: set[str]) -> int:
+        """Delete ReplicaSets whose Deployment is gone (the garbage collector's job)."""
+        removed = 0
+        for rs in self.kube.apps.list_replica_set_for_all_namespaces().items:
+            owners = [o for o in rs.metadata.owner_references or [] if o.kind == "Deployment"]
+            if owners and not any(o.uid in live_uids for o in owners):
+                try:
+                    self.kube.apps.delete_namespaced_replica_set(rs.metadata.name, rs.metadata.namespace)
+                    removed += 1
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+        return removed
 
     def _statefulset(self, sts: dict[str, Any]) -> int:
         meta = sts["metadata"]

@@ -1,0 +1,120 @@
+"""Fixtures for end-to-end runs of the twc program itself on the local environment."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pulumi import automation as auto
+
+from twc.controller import engine
+from twc.local import LocalEnvironment
+
+
+@dataclass
+class FleetStack:
+    """One stack of the real twc program, with its fleet file in a temp dir."""
+
+    name: str
+    fleet_file: Path
+    env: dict[str, str]
+    extra_config: dict[str, str] = field(default_factory=dict)
+    events: list[Any] = field(default_factory=list)
+
+    def write(self, fleet: dict[str, Any]) -> FleetStack:
+        self.fleet_file.write_text(yaml.safe_dump(fleet, sort_keys=False))
+        return self
+
+    @property
+    def ref(self) -> engine.StackRef:
+        return engine.StackRef(
+            name=self.name,
+            config={"fleetFile": str(self.fleet_file), **self.extra_config},
+            env=self.env,
+        )
+
+    def stack(self) -> auto.Stack:
+        return engine.select_stack(self.ref)
+
+    def up(self) -> auto.UpResult:
+        self.events = []
+        return engine.up(self.ref, on_output=print, on_event=self.events.append)
+
+    def preview(self) -> auto.PreviewResult:
+        self.events = []
+        return engine.preview(self.ref, on_event=self.events.append)
+
+    def refresh(self) -> auto.RefreshResult:
+        return engine.refresh(self.ref, on_output=print)
+
+    def destroy(self) -> auto.DestroyResult:
+        return engine.destroy(self.ref, on_output=print)
+
+    def changed(self) -> dict[str, str]:
+        """``{urn name: op}`` of the last up/preview's steps that were not ``same``."""
+        out = {}
+        for ev in self.events:
+            pre = ev.resource_pre_event
+            if pre and pre.metadata.op.value not in ("same", "read"):
+                out[pre.metadata.urn.split("::")[-1]] = pre.metadata.op.value
+        return out
+
+    def resource_outputs(self, suffix: str) -> dict[str, Any]:
+        """Outputs in the state of the resource whose name ends with ``suffix``."""
+        state = self.stack().export_stack().deployment["resources"]
+        matches = [r for r in state if r["urn"].endswith(suffix)]
+        assert matches, f"no resource ending {suffix!r}"
+        return dict(matches[0].get("outputs", {}))
+
+
+@pytest.fixture
+def fleet_stack(
+    local_env: LocalEnvironment, pulumi_env: dict[str, str], tmp_path: Path
+) -> Iterator[Callable[..., FleetStack]]:
+    """Make stacks of the real program; each is destroyed and removed at teardown."""
+    made: list[FleetStack] = []
+
+    def make(fleet: dict[str, Any], **config: str) -> FleetStack:
+        name = f"e2e-{uuid.uuid4().hex[:8]}"
+        fs = FleetStack(name, tmp_path / f"{name}.yaml", dict(pulumi_env), dict(config))
+        made.append(fs.write(fleet))
+        return fs
+
+    yield make
+    for fs in made:
+        try:
+            fs.destroy()
+        finally:
+            fs.stack().workspace.remove_stack(fs.name, force=True)
+
+
+def fleet_doc(
+    namespace: str,
+    *,
+    host_port: str,
+    workers: list[dict[str, Any]] | None = None,
+    queues: list[dict[str, Any]] | None = None,
+    connection: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A fleet with one ClusterConnection ``local`` that every worker uses by default."""
+    conn = {"name": "local", "hostPort": host_port, **(connection or {})}
+    doc: dict[str, Any] = {
+        "apiVersion": "twc.temporal.io/v1",
+        "kind": "Fleet",
+        "defaults": {
+            "image": "registry.example/worker:1.4.2",
+            "connectionRef": {
+                "objectRef": {"apiGroup": "temporal.io", "kind": "ClusterConnection", "name": "local"}
+            },
+        },
+        "clusterConnections": [conn],
+        "queues": queues or [],
+        "workers": workers or [],
+    }
+    _ = namespace
+    return doc

@@ -6,13 +6,15 @@ callers have exactly one failure to handle.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from twc.errors import SpecError, SpecIssue
@@ -44,7 +46,6 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # pydantic messages that read poorly out of context, by error type.
 _MESSAGES = {
     "missing": "required field is missing",
-    "extra_forbidden": "unknown field",
     "model_type": "expected a mapping",
     "model_attributes_type": "expected a mapping",
     "dict_type": "expected a mapping",
@@ -74,8 +75,63 @@ def format_path(loc: Sequence[int | str]) -> str:
     return out
 
 
-def _reason(error: ErrorDetails) -> str:
+def _field_type(model: type[BaseModel], alias: str) -> object | None:
+    for name, info in model.model_fields.items():
+        if (info.alias or name) == alias:
+            return info.annotation
+    return None
+
+
+def _unwrap(tp: object) -> object:
+    """Strip ``Annotated`` and ``X | None`` down to the type that holds the data."""
+    while True:
+        origin = get_origin(tp)
+        if origin is Annotated:
+            tp = get_args(tp)[0]
+        elif origin in (Union, UnionType):
+            members = [a for a in get_args(tp) if a is not type(None)]
+            if len(members) != 1:
+                return tp
+            tp = members[0]
+        else:
+            return tp
+
+
+def _allowed_keys(loc: Sequence[int | str], root: type[BaseModel]) -> list[str] | None:
+    """The keys accepted by the mapping that holds ``loc[-1]``, if it is a model."""
+    tp: object = root
+    for part in loc[:-1]:
+        tp = _unwrap(tp)
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            if not isinstance(part, str):
+                return None
+            tp = _field_type(tp, part)
+        elif get_origin(tp) in (tuple, list) and isinstance(part, int):
+            tp = get_args(tp)[0]
+        elif get_origin(tp) is dict:
+            tp = get_args(tp)[1]
+        else:
+            return None
+    tp = _unwrap(tp)
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return [info.alias or name for name, info in tp.model_fields.items()]
+    return None
+
+
+def _unknown_field(loc: Sequence[int | str], root: type[BaseModel]) -> str:
+    allowed = _allowed_keys(loc, root)
+    if not allowed or not isinstance(loc[-1], str):
+        return "unknown field"
+    close = difflib.get_close_matches(loc[-1], allowed, n=1, cutoff=0.6)
+    if close:
+        return f"unknown field (did you mean {close[0]!r}?)"
+    return f"unknown field (expected one of: {', '.join(sorted(allowed))})"
+
+
+def _reason(error: ErrorDetails, root: type[BaseModel]) -> str:
     kind = error["type"]
+    if kind == "extra_forbidden":
+        return _unknown_field(error["loc"], root)
     if kind in ("value_error", "assertion_error"):
         ctx = error.get("ctx") or {}
         cause = ctx.get("error")
@@ -88,14 +144,17 @@ def _reason(error: ErrorDetails) -> str:
 
 
 def _issues(
-    err: ValidationError, file: str, rename: Mapping[str, str] | None = None
+    err: ValidationError,
+    file: str,
+    root: type[BaseModel],
+    rename: Mapping[str, str] | None = None,
 ) -> list[SpecIssue]:
     issues = []
     for error in err.errors(include_url=False):
         loc = list(error["loc"])
         if rename and loc and isinstance(loc[0], str) and loc[0] in rename:
             loc[:1] = rename[loc[0]].split(".")
-        issues.append(SpecIssue(file, format_path(loc), _reason(error)))
+        issues.append(SpecIssue(file, format_path(loc), _reason(error, root)))
     return issues
 
 
@@ -119,7 +178,7 @@ def load_fleet(data: object, file: str) -> Fleet:
     try:
         fleet = Fleet.model_validate(data)
     except ValidationError as err:
-        raise SpecError(_issues(err, file)) from None
+        raise SpecError(_issues(err, file, Fleet)) from None
     workers, issues = check_fleet(fleet, file)
     if issues:
         raise SpecError(issues)
@@ -213,7 +272,7 @@ def load_queue_object(obj: Mapping[str, Any]) -> Queue:
     try:
         return Queue.model_validate(data)
     except ValidationError as err:
-        raise SpecError(_issues(err, describe, rename)) from None
+        raise SpecError(_issues(err, describe, Queue, rename)) from None
 
 
 def fleet_json_schema() -> dict[str, Any]:

@@ -352,7 +352,7 @@ class CustomConnection(SpecModel):
             raise ValueError(f"apiGroup must be {API_GROUP}, got {self.api_group!r}")
         if self.kind in (CONNECTION_KIND, CLUSTER_CONNECTION_KIND):
             section = "connections" if self.kind == CONNECTION_KIND else "clusterConnections"
-            raise ValueError(f"declare {self.kind} objects under {section}:, not here")
+            raise ValueError(f"declare {self.kind} objects under {section}, not customConnections")
         return self
 
 

@@ -252,11 +252,10 @@ def _resolve(
     # and name the setting to add to defaults.
     subject = "" if explicit else f"derived worker {name!r}: "
 
+    # Where to fix a missing setting: the worker itself, or defaults for a derived one.
+    fix = "set it here or in defaults" if explicit else "set it in defaults"
     if s.image is None:
-        c.add(
-            f"{path}.image" if explicit else path,
-            f"{subject}no image: set it here or in defaults.image",
-        )
+        c.add(f"{path}.image" if explicit else path, f"{subject}no image: {fix}.image")
 
     own_ref = worker is not None and worker.connection_ref is not None
     ref_source = f"{path}.connectionRef" if own_ref else "defaults.connectionRef"
@@ -264,13 +263,13 @@ def _resolve(
     if s.connection_ref is None:
         c.add(
             f"{path}.connectionRef" if explicit else path,
-            f"{subject}no connectionRef: set it here or in defaults.connectionRef",
+            f"{subject}no connectionRef: {fix}.connectionRef",
         )
     else:
         ref_source += ".name" if s.connection_ref.name is not None else ".objectRef"
         target = s.connection_ref.target(namespace)
         where = ref_source if own_ref else path
-        inherited = "" if own_ref else f"connectionRef (from {ref_source}) "
+        inherited = "" if own_ref else f"connectionRef (from {ref_source}): "
         _check_connection_exists(c, where, f"{subject}{inherited}", target)
 
     task_queue = (worker.task_queue_name if worker is not None else None) or (

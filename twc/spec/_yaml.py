@@ -20,7 +20,7 @@ MAX_BYTES = 1024 * 1024
 """Largest accepted document; real fleets are a few kilobytes."""
 MAX_DEPTH = 64
 """Deepest accepted nesting of collections."""
-MAX_NODES = 200_000
+MAX_NODES = 50_000
 """Most accepted YAML nodes (scalars and collections)."""
 
 
@@ -102,8 +102,11 @@ def parse_yaml(raw: bytes) -> object:
     except UnicodeDecodeError as err:
         raise YamlRejected(f"file is not valid UTF-8 (byte {err.start})") from None
     text = text.removeprefix("\ufeff")
-    loader = _StrictLoader(text)
+    loader: _StrictLoader | None = None
     try:
+        # The constructor already scans for unprintable characters, so it belongs
+        # inside the try too.
+        loader = _StrictLoader(text)
         return loader.get_single_data()
     except YamlRejected:
         raise
@@ -116,7 +119,8 @@ def parse_yaml(raw: bytes) -> object:
         # Defence in depth: MAX_DEPTH should stop this long before the interpreter does.
         raise YamlRejected("nesting too deep") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _where_mark(err: yaml.MarkedYAMLError) -> str:

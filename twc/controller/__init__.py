@@ -1,0 +1,50 @@
+"""The daemon's pure core: replica math, sampling limits, outcomes, hashes, loop state.
+
+Nothing in this package talks to Pulumi, Kubernetes or Temporal: calls out are injected
+(``describe`` for backlogs), and the time is an argument. The reconcile loop built on
+top wires in the Automation API and the clients.
+"""
+
+from twc.controller.outcome import (
+    Classification,
+    FailureReason,
+    Outcome,
+    OutcomeKind,
+    PermanentError,
+    TemporaryError,
+    backoff_delay,
+    classify,
+    outcome_of,
+)
+from twc.controller.settings import (
+    AutoscaleBehavior,
+    BackoffSettings,
+    DaemonSettings,
+    LeaderElectionSettings,
+    PolicyType,
+    SamplingSettings,
+    ScalingPolicy,
+    ScalingRules,
+    SelectPolicy,
+)
+
+__all__ = [
+    "AutoscaleBehavior",
+    "BackoffSettings",
+    "Classification",
+    "DaemonSettings",
+    "FailureReason",
+    "LeaderElectionSettings",
+    "Outcome",
+    "OutcomeKind",
+    "PermanentError",
+    "PolicyType",
+    "SamplingSettings",
+    "ScalingPolicy",
+    "ScalingRules",
+    "SelectPolicy",
+    "TemporaryError",
+    "backoff_delay",
+    "classify",
+    "outcome_of",
+]

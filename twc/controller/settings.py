@@ -1,0 +1,227 @@
+"""Settings of the daemon: intervals, backoff, autoscaling behaviour, sampling, leases.
+
+Every knob the reconcile loop reads lives here, as frozen pydantic models with a docstring
+on every field, so the defaults are documented in one place and a test can build a variant
+with ``model_copy(update=...)``. Nothing here reads the environment or the clock: the CLI
+builds a :class:`DaemonSettings` from flags and hands it down.
+
+The autoscaling defaults are Kubernetes' HorizontalPodAutoscaler defaults (``autoscaling/v2``
+``behavior``), so operators who know HPA can predict what the daemon does.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "AutoscaleBehavior",
+    "BackoffSettings",
+    "DaemonSettings",
+    "LeaderElectionSettings",
+    "PolicyType",
+    "SamplingSettings",
+    "ScalingPolicy",
+    "ScalingRules",
+    "SelectPolicy",
+]
+
+
+class _Settings(BaseModel):
+    """Base of every settings model: immutable, strict about unknown keys."""
+
+    # use_attribute_docstrings turns the docstring under each field into its description,
+    # so `--help` texts and generated docs come from the same words as the code.
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+
+class BackoffSettings(_Settings):
+    """Exponential backoff after failed reconcile steps.
+
+    The n-th consecutive failure waits ``min(max_delay, base * factor ** (n - 1))``
+    seconds, spread by ``jitter``.
+    """
+
+    base: float = Field(default=1.0, gt=0)
+    """Delay in seconds after the first failure."""
+    factor: float = Field(default=2.0, ge=1)
+    """Multiplier applied per further consecutive failure."""
+    max_delay: float = Field(default=300.0, gt=0)
+    """Upper bound in seconds of any backoff delay, jitter included."""
+    jitter: float = Field(default=0.1, ge=0, le=1)
+    """Relative spread: a delay ``d`` becomes uniform in ``[d*(1-jitter), d*(1+jitter)]``,
+    so daemons that failed together do not retry in lockstep."""
+    concurrent_update_delay: float = Field(default=15.0, ge=0)
+    """Seconds to wait before retrying when another update holds the stack's lock
+    (Pulumi's ``ConcurrentUpdateError``)."""
+
+    @model_validator(mode="after")
+    def _base_within_max(self) -> BackoffSettings:
+        if self.base > self.max_delay:
+            raise ValueError(f"base ({self.base}) must not exceed max_delay ({self.max_delay})")
+        return self
+
+
+class PolicyType(StrEnum):
+    """How a :class:`ScalingPolicy` measures change, as in HPA's ``HPAScalingPolicyType``."""
+
+    PODS = "Pods"
+    """An absolute number of replicas."""
+    PERCENT = "Percent"
+    """A percentage of the replicas at the start of the period."""
+
+
+class SelectPolicy(StrEnum):
+    """Which policy wins when several apply, as in HPA's ``selectPolicy``."""
+
+    MAX = "Max"
+    """The policy allowing the largest change."""
+    MIN = "Min"
+    """The policy allowing the smallest change."""
+    DISABLED = "Disabled"
+    """No change in this direction at all."""
+
+
+class ScalingPolicy(_Settings):
+    """The most replicas may change by within a sliding period."""
+
+    type: PolicyType
+    """Whether ``value`` counts replicas or percent."""
+    value: int = Field(gt=0)
+    """The allowed change per period (replicas or percent)."""
+    period_seconds: float = Field(gt=0, le=1800)
+    """Length in seconds of the sliding window the change is counted over."""
+
+
+class ScalingRules(_Settings):
+    """Rules for one direction of scaling, as in HPA's ``HPAScalingRules``."""
+
+    stabilization_window_seconds: float = Field(default=0.0, ge=0, le=3600)
+    """Past recommendations within this many seconds are considered: scale-up takes the
+    lowest, scale-down the highest, so short spikes and dips do not flap replicas."""
+    select_policy: SelectPolicy = SelectPolicy.MAX
+    """Which of ``policies`` wins."""
+    policies: tuple[ScalingPolicy, ...] = ()
+    """Rate limits; empty means unlimited."""
+
+
+def _default_scale_up() -> ScalingRules:
+    # HPA: double, or add 4 pods, whichever is more, every 15 s; no stabilization.
+    return ScalingRules(
+        stabilization_window_seconds=0,
+        select_policy=SelectPolicy.MAX,
+        policies=(
+            ScalingPolicy(type=PolicyType.PERCENT, value=100, period_seconds=15),
+            ScalingPolicy(type=PolicyType.PODS, value=4, period_seconds=15),
+        ),
+    )
+
+
+def _default_scale_down() -> ScalingRules:
+    # HPA: wait 5 minutes of lower recommendations, then drop to the target at once.
+    return ScalingRules(
+        stabilization_window_seconds=300,
+        select_policy=SelectPolicy.MAX,
+        policies=(ScalingPolicy(type=PolicyType.PERCENT, value=100, period_seconds=15),),
+    )
+
+
+class AutoscaleBehavior(_Settings):
+    """How backlog-driven replica recommendations become replica changes (HPA defaults)."""
+
+    tolerance: float = Field(default=0.1, ge=0, lt=1)
+    """No change while ``|backlog / (targetBacklogPerReplica * current) - 1|`` is at most
+    this, so a backlog hovering near the target does not flap replicas."""
+    scale_up: ScalingRules = Field(default_factory=_default_scale_up)
+    """Rules when the recommendation is above the current replicas."""
+    scale_down: ScalingRules = Field(default_factory=_default_scale_down)
+    """Rules when the recommendation is below the current replicas."""
+
+    def with_scale_down_window(self, seconds: float) -> AutoscaleBehavior:
+        """Return a copy whose scale-down stabilization window is ``seconds``.
+
+        A worker's ``autoscaling.scaleDownStabilizationSeconds`` overrides the default.
+
+        Args:
+            seconds: The new window, in seconds.
+
+        Returns:
+            The adjusted behaviour; ``self`` is unchanged.
+        """
+        down = self.scale_down.model_copy(update={"stabilization_window_seconds": seconds})
+        return self.model_copy(update={"scale_down": down})
+
+    def longest_window(self) -> float:
+        """Seconds of recommendation history the stabilization needs to keep."""
+        return max(
+            self.scale_up.stabilization_window_seconds,
+            self.scale_down.stabilization_window_seconds,
+        )
+
+    def longest_period(self) -> float:
+        """Seconds of scale-event history the rate limits need to keep."""
+        periods = [p.period_seconds for p in self.scale_up.policies + self.scale_down.policies]
+        return max(periods, default=0.0)
+
+
+class SamplingSettings(_Settings):
+    """Limits on how hard the daemon queries Temporal for task-queue backlogs."""
+
+    concurrency: int = Field(default=8, ge=1, le=256)
+    """Most DescribeTaskQueue calls in flight at once."""
+    rate_per_s: float = Field(default=20.0, gt=0)
+    """Request budget: on average at most this many calls per second."""
+    burst: int = Field(default=1, ge=1)
+    """Calls allowed back to back before the rate budget applies."""
+
+
+class LeaderElectionSettings(_Settings):
+    """A Kubernetes ``Lease`` so only one daemon applies a stack (``--leader-elect``).
+
+    The timings are client-go's leader-election defaults.
+    """
+
+    enabled: bool = False
+    """Whether to take part in leader election at all (the backend's lock always holds)."""
+    lease_name: str | None = None
+    """Name of the Lease object; ``None`` derives one from the project and stack."""
+    lease_namespace: str = "default"
+    """Namespace of the Lease object."""
+    lease_duration: float = Field(default=15.0, gt=0)
+    """Seconds a non-leader waits after the last renewal before taking the lease."""
+    renew_deadline: float = Field(default=10.0, gt=0)
+    """Seconds the leader keeps retrying a renewal before it stops leading."""
+    retry_period: float = Field(default=2.0, gt=0)
+    """Seconds between attempts to acquire or renew."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LeaderElectionSettings:
+        # The same invariant client-go enforces: otherwise two leaders can overlap.
+        if not self.lease_duration > self.renew_deadline > self.retry_period:
+            raise ValueError("need lease_duration > renew_deadline > retry_period")
+        return self
+
+
+class DaemonSettings(_Settings):
+    """Everything the reconcile loop of ``twc run`` is tuned by."""
+
+    reconcile_interval: float = Field(default=30.0, gt=0)
+    """Seconds between reconcile iterations (sample backlogs, hash, maybe ``up``)."""
+    resync_interval: float = Field(default=300.0, gt=0)
+    """Seconds between full re-lists of Queue objects, a safety net under the watch."""
+    refresh_interval: float = Field(default=600.0, gt=0)
+    """Seconds between ``refresh`` runs that detect drift in the cluster."""
+    target_threshold: int = Field(default=3, ge=0)
+    """Use a targeted ``up`` when at most this many workers changed; 0 always runs a
+    full ``up``."""
+    metrics_port: int = Field(default=8080, ge=0, le=65535)
+    """TCP port of ``/healthz``, ``/readyz`` and ``/metrics``; 0 picks a free port."""
+    backoff: BackoffSettings = Field(default_factory=BackoffSettings)
+    """Retry timing after failed steps."""
+    autoscale: AutoscaleBehavior = Field(default_factory=AutoscaleBehavior)
+    """Defaults for turning backlogs into replica counts."""
+    sampling: SamplingSettings = Field(default_factory=SamplingSettings)
+    """Limits on backlog queries."""
+    leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
+    """Single-writer protection beyond the backend's lock."""

@@ -5,6 +5,19 @@ Nothing in this package talks to Pulumi, Kubernetes or Temporal: calls out are i
 top wires in the Automation API and the clients.
 """
 
+from twc.controller.autoscale import (
+    Recommendation,
+    ReplicaBounds,
+    ScaleDecision,
+    ScaleEvent,
+    ScaleReason,
+    ScalingState,
+    ScalingTarget,
+    WorkerScaleInput,
+    desired_replicas,
+    metric_recommendation,
+    scale_fleet,
+)
 from twc.controller.outcome import (
     Classification,
     FailureReason,
@@ -39,12 +52,23 @@ __all__ = [
     "OutcomeKind",
     "PermanentError",
     "PolicyType",
+    "Recommendation",
+    "ReplicaBounds",
     "SamplingSettings",
+    "ScaleDecision",
+    "ScaleEvent",
+    "ScaleReason",
     "ScalingPolicy",
     "ScalingRules",
+    "ScalingState",
+    "ScalingTarget",
     "SelectPolicy",
     "TemporaryError",
+    "WorkerScaleInput",
     "backoff_delay",
     "classify",
+    "desired_replicas",
+    "metric_recommendation",
     "outcome_of",
+    "scale_fleet",
 ]

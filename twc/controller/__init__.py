@@ -29,6 +29,14 @@ from twc.controller.outcome import (
     classify,
     outcome_of,
 )
+from twc.controller.sampling import (
+    Backlog,
+    RateLimiter,
+    SampleResult,
+    TaskQueueRef,
+    TokenBucket,
+    sample_backlogs,
+)
 from twc.controller.settings import (
     AutoscaleBehavior,
     BackoffSettings,
@@ -43,6 +51,7 @@ from twc.controller.settings import (
 
 __all__ = [
     "AutoscaleBehavior",
+    "Backlog",
     "BackoffSettings",
     "Classification",
     "DaemonSettings",
@@ -52,8 +61,10 @@ __all__ = [
     "OutcomeKind",
     "PermanentError",
     "PolicyType",
+    "RateLimiter",
     "Recommendation",
     "ReplicaBounds",
+    "SampleResult",
     "SamplingSettings",
     "ScaleDecision",
     "ScaleEvent",
@@ -63,12 +74,15 @@ __all__ = [
     "ScalingState",
     "ScalingTarget",
     "SelectPolicy",
+    "TaskQueueRef",
     "TemporaryError",
+    "TokenBucket",
     "WorkerScaleInput",
     "backoff_delay",
     "classify",
     "desired_replicas",
     "metric_recommendation",
     "outcome_of",
+    "sample_backlogs",
     "scale_fleet",
 ]

@@ -169,3 +169,9 @@ def test_a_resolved_connection_rejects_inconsistent_auth_settings() -> None:
         dataclasses.replace(MTLS, tls=TLSSettings(enabled=False))
     with pytest.raises(ValueError, match="must be host:port"):
         dataclasses.replace(MTLS, host_port="nope")
+
+
+def test_resolved_connections_can_key_a_dict() -> None:
+    with_extra = dataclasses.replace(MTLS, extra={"region": "eu"})
+
+    assert {MTLS: 1, with_extra: 2}[with_extra] == 2

@@ -274,3 +274,20 @@ def test_the_design_sample_is_valid_with_a_cluster_connection(tmp_path: Path) ->
     (worker,) = load_fleet_file(path).resolved_workers()
 
     assert (worker.namespace, worker.name, worker.replicas) == ("temporal", "worker-orders-fifo", 1)
+
+
+def test_equality_ignores_the_resolution_cache() -> None:
+    loaded = load_fleet(valid_fleet(), "f.yaml")
+    validated_only = Fleet.model_validate(valid_fleet())
+
+    assert loaded == validated_only
+    assert loaded != load_fleet({**valid_fleet(), "workers": []}, "f.yaml")
+
+
+def test_a_copied_fleet_resolves_its_own_workers() -> None:
+    fleet = load_fleet(valid_fleet(), "f.yaml")
+
+    copied = fleet.model_copy(update={"workers": fleet.workers[:1]})
+
+    assert [w.name for w in copied.resolved_workers()] == ["billing", "worker-orders-fifo"]
+    assert len(fleet.resolved_workers()) == 3

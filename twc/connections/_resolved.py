@@ -274,8 +274,9 @@ class ResolvedConnection:
     """Secret key holding the API key."""
     secret_source_namespace: str | None = None
     """Namespace to copy the credential secret from, if twc should copy it."""
-    extra: Mapping[str, str] = field(default_factory=dict)
-    """Provider-specific non-secret settings; part of the fingerprint."""
+    extra: Mapping[str, str] = field(default_factory=dict, hash=False)
+    """Provider-specific non-secret settings; part of the fingerprint (not of the hash,
+    so a connection can still key a dict)."""
 
     def __post_init__(self) -> None:
         # Keep the invariants providers might otherwise break: one auth mode, with

@@ -176,7 +176,9 @@ def load_fleet(data: object, file: str) -> Fleet:
     if not isinstance(data, Mapping):
         raise SpecError([SpecIssue(file, "", f"expected a Fleet mapping, got {_type_name(data)}")])
     try:
-        fleet = Fleet.model_validate(data)
+        # dict(): pydantic takes only real dicts as model input, YAML libraries may
+        # hand us other mappings.
+        fleet = Fleet.model_validate(dict(data))
     except ValidationError as err:
         raise SpecError(_issues(err, file, Fleet)) from None
     workers, issues = check_fleet(fleet, file)

@@ -9,8 +9,9 @@ Models are frozen: a loaded fleet is a value, safe to hash and share.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -597,7 +598,22 @@ class Fleet(SpecModel):
     workers: tuple[TemporalWorker, ...] = ()
     """Explicit workers."""
 
+    # Resolution cache, filled by load_fleet (which has just checked the fleet). It is
+    # derived data: equality ignores it and copies drop it.
     _resolved: tuple[ResolvedWorker, ...] | None = PrivateAttr(default=None)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Fleet):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]  # holds dicts and lists: not hashable
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """Copy the fleet (see pydantic); the copy resolves its workers afresh."""
+        copied = super().model_copy(update=update, deep=deep)
+        copied._resolved = None
+        return copied
 
     def resolved_workers(self) -> list[ResolvedWorker]:
         """Return every worker with defaults applied, derived workers included.

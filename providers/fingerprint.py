@@ -63,7 +63,9 @@ class ConnectionFingerprintProvider(ResourceProvider):
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
         # Pure function of its inputs: refresh recomputes and finds no drift.
         inputs = {"spec": props.get("spec"), "secretDigest": props.get("secretDigest")}
-        return ReadResult(id_=id_, outs={**props, "fingerprint": _fingerprint(props)}, inputs=inputs)
+        return ReadResult(
+            id_=id_, outs={**props, "fingerprint": _fingerprint(props)}, inputs=inputs
+        )
 
 
 class ConnectionFingerprint(Resource, module="twc", name="ConnectionFingerprint"):

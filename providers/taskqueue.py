@@ -51,7 +51,9 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def condition(status: bool, reason: str, message: str, previous: dict[str, Any] | None) -> dict[str, Any]:
+def condition(
+    status: bool, reason: str, message: str, previous: dict[str, Any] | None
+) -> dict[str, Any]:
     """A Kubernetes-style condition whose lastTransitionTime moves only on a status change."""
     status_s = "True" if status else "False"
     since = _now()
@@ -97,7 +99,9 @@ async def _describe(props: dict[str, Any]) -> tuple[int, int]:
         resp = await client.workflow_service.describe_task_queue(
             DescribeTaskQueueRequest(
                 namespace=props["namespace"],
-                task_queue=TaskQueue(name=props["taskQueue"], kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+                task_queue=TaskQueue(
+                    name=props["taskQueue"], kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL
+                ),
                 task_queue_type=tq_type,
                 report_stats=True,
             ),
@@ -124,7 +128,9 @@ def _b(value: Any) -> bytes | None:
     return value.encode() if isinstance(value, str) else bytes(value)
 
 
-def check_task_queue(props: dict[str, Any], previous: dict[str, Any] | None = None) -> dict[str, Any]:
+def check_task_queue(
+    props: dict[str, Any], previous: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Describe the task queue and return the outputs (never raises for Temporal faults).
 
     Waits up to ``waitForPollersSeconds`` for a poller to appear.
@@ -140,7 +146,11 @@ def check_task_queue(props: dict[str, Any], previous: dict[str, Any] | None = No
         except LookupError as exc:
             return _outputs(0, 0, condition(False, "AuthSecretInvalid", str(exc), previous))
         except TwcConnectionError as exc:
-            reason = "AuthSecretInvalid" if str(exc.reason) == "AuthSecretInvalid" else "TemporalUnavailable"
+            reason = (
+                "AuthSecretInvalid"
+                if str(exc.reason) == "AuthSecretInvalid"
+                else "TemporalUnavailable"
+            )
             return _outputs(0, 0, condition(False, reason, str(exc), previous))
         except RPCError as exc:
             reason = {
@@ -148,12 +158,16 @@ def check_task_queue(props: dict[str, Any], previous: dict[str, Any] | None = No
                 RPCStatusCode.UNAUTHENTICATED: "AuthSecretInvalid",
                 RPCStatusCode.PERMISSION_DENIED: "AuthSecretInvalid",
             }.get(exc.status, "TemporalUnavailable")
-            return _outputs(0, 0, condition(False, reason, f"{exc.status.name}: {exc.message}", previous))
-        except Exception as exc:  # noqa: BLE001 - a check must never fail the update
+            return _outputs(
+                0, 0, condition(False, reason, f"{exc.status.name}: {exc.message}", previous)
+            )
+        except Exception as exc:
             return _outputs(0, 0, condition(False, "TemporalUnavailable", str(exc), previous))
         if pollers > 0:
             message = f"{pollers} poller(s) on task queue {props['taskQueue']!r}"
-            return _outputs(pollers, backlog, condition(True, "PollersRegistered", message, previous))
+            return _outputs(
+                pollers, backlog, condition(True, "PollersRegistered", message, previous)
+            )
         if time.monotonic() >= deadline:
             message = f"no poller on task queue {props['taskQueue']!r} yet"
             return _outputs(0, backlog, condition(False, "WaitingForPollers", message, previous))
@@ -171,7 +185,9 @@ def _outputs(pollers: int, backlog: int, cond: dict[str, Any]) -> dict[str, Any]
 
 def _public_inputs(props: dict[str, Any]) -> dict[str, Any]:
     # Outputs carry the non-secret inputs (so refresh can re-check) but never credentials.
-    return {k: props.get(k) for k in (*_INPUT_KEYS, "apiKeyKey", "waitForPollersSeconds") if k in props}
+    return {
+        k: props.get(k) for k in (*_INPUT_KEYS, "apiKeyKey", "waitForPollersSeconds") if k in props
+    }
 
 
 class TaskQueueCheckProvider(ResourceProvider):
@@ -193,7 +209,9 @@ class TaskQueueCheckProvider(ResourceProvider):
 
     def create(self, props: dict[str, Any]) -> CreateResult:
         outs = check_task_queue(props)
-        return CreateResult(id_=f"{props['namespace']}/{props['taskQueue']}", outs={**_public_inputs(props), **outs})
+        return CreateResult(
+            id_=f"{props['namespace']}/{props['taskQueue']}", outs={**_public_inputs(props), **outs}
+        )
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
         changed = any(olds.get(k) != news.get(k) for k in (*_INPUT_KEYS, "apiKeyKey"))

@@ -24,7 +24,14 @@ os.environ.setdefault("PULUMI_SKIP_UPDATE_CHECK", "true")
 os.environ.setdefault("PULUMI_DIY_BACKEND_NO_LEGACY_WARNING", "true")
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-TEST_BED_TOOLS = ("pulumi", "pulumi-language-python", "etcd", "kube-apiserver", "temporal")
+TEST_BED_TOOLS = (
+    "pulumi",
+    "pulumi-language-python",
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "temporal",
+)
 
 
 def require_tools(*names: str) -> None:

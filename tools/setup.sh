@@ -9,7 +9,7 @@
 # otherwise the tool is built from its Go module (one tool per step, CGO_ENABLED=0,
 # progress lines while it builds). A warm run finishes in seconds.
 #
-# Usage: tools/setup.sh [venv|pulumi|kubernetes|temporal|etcd|kube-apiserver ...]
+# Usage: tools/setup.sh [venv|pulumi|kubernetes|temporal|etcd|kube-apiserver|kube-controller-manager ...]
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -180,17 +180,17 @@ setup_kubernetes_provider() {
 }
 
 # ---------------------------------------------------------------------------
-# build_wrapped NAME VERSION PACKAGE BINARY LDFLAGS: build a tool through its wrapper
-# module under tools/go/NAME.
+# build_wrapped NAME VERSION PACKAGE BINARY LDFLAGS [WRAPPER]: build a tool through its
+# wrapper module under tools/go/WRAPPER (default NAME).
 build_wrapped() {
-  local name=$1 v=$2 pkg=$3 binary=$4 ldflags=$5 dir
+  local name=$1 v=$2 pkg=$3 binary=$4 ldflags=$5 wrapper=${6:-$1} dir
   dir="$TOOLS/$name-$v"
   if [ -x "$dir/bin/$binary" ]; then
     say "$name $v: cached"
   else
     say "$name $v: building $pkg"
     mkdir -p "$dir/bin"
-    (cd "$ROOT/tools/go/$name" && run_logged "$name" go build -trimpath -ldflags "-s -w $ldflags" \
+    (cd "$ROOT/tools/go/$wrapper" && run_logged "$name" go build -trimpath -ldflags "-s -w $ldflags" \
       -o "$dir/bin/$binary.tmp" "$pkg" \
       && mv "$dir/bin/$binary.tmp" "$dir/bin/$binary" && record_build "$dir" "$LAST_SECONDS")
   fi
@@ -212,19 +212,29 @@ setup_etcd() {
   build_wrapped etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3 etcd ""
 }
 
+k8s_ldflags() {
+  local v=$KUBERNETES_VERSION
+  echo "-X k8s.io/component-base/version.gitVersion=v$v -X k8s.io/component-base/version.gitMajor=1" \
+    "-X k8s.io/component-base/version.gitMinor=$(echo "$v" | cut -d. -f2)" \
+    "-X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
+}
+
 setup_kube_apiserver() {
-  local v=$KUBERNETES_VERSION minor
-  minor=$(echo "$v" | cut -d. -f2)
-  build_wrapped kube-apiserver "$v" k8s.io/kubernetes/cmd/kube-apiserver kube-apiserver \
-    "-X k8s.io/component-base/version.gitVersion=v$v -X k8s.io/component-base/version.gitMajor=1 \
-     -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean \
-     -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
+  build_wrapped kube-apiserver "$KUBERNETES_VERSION" k8s.io/kubernetes/cmd/kube-apiserver \
+    kube-apiserver "$(k8s_ldflags)"
+}
+
+# The real garbage collector and namespace controller (run with only those two
+# controllers: no kubelet runs, so pods are never wanted).
+setup_kube_controller_manager() {
+  build_wrapped kube-controller-manager "$KUBERNETES_VERSION" \
+    k8s.io/kubernetes/cmd/kube-controller-manager kube-controller-manager "$(k8s_ldflags)" kube-apiserver
 }
 
 # ---------------------------------------------------------------------------
 main() {
   local steps=("$@") t0
-  [ ${#steps[@]} -gt 0 ] || steps=(venv pulumi kubernetes temporal etcd kube-apiserver)
+  [ ${#steps[@]} -gt 0 ] || steps=(venv pulumi kubernetes temporal etcd kube-apiserver kube-controller-manager)
   command -v go >/dev/null || die "go is required to build the tools (see README)"
   t0=$(date +%s)
   for step in "${steps[@]}"; do
@@ -235,6 +245,7 @@ main() {
       temporal) setup_temporal ;;
       etcd) setup_etcd ;;
       kube-apiserver) setup_kube_apiserver ;;
+      kube-controller-manager) setup_kube_controller_manager ;;
       *) die "unknown step '$step'" ;;
     esac
   done

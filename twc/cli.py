@@ -62,6 +62,12 @@ def _cmd_up(args: argparse.Namespace) -> int:
     return commands.run_up(args.stack, args.fleet_file)
 
 
+def _cmd_status(args: argparse.Namespace) -> int:
+    from twc.controller import commands
+
+    return commands.run_status(args.stack, args.output)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the top-level argument parser with every verb registered."""
     parser = argparse.ArgumentParser(prog="twc", description=__doc__)
@@ -80,6 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--stack", required=True, help="stack (environment), e.g. local, dev, prod")
     up.add_argument("--fleet-file", default=None, help="fleet file (default stacks/<stack>.yaml)")
     up.set_defaults(func=_cmd_up)
+
+    status = sub.add_parser("status", help="per-worker phase, replicas, pollers, backlog")
+    status.add_argument("--stack", required=True)
+    status.add_argument("--output", choices=["table", "json"], default="table")
+    status.set_defaults(func=_cmd_status)
 
     local = sub.add_parser("local", help="the embedded local environment")
     local.add_argument("action", choices=["up", "down", "env", "status"])

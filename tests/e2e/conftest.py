@@ -109,7 +109,11 @@ def fleet_doc(
         "defaults": {
             "image": "registry.example/worker:1.4.2",
             "connectionRef": {
-                "objectRef": {"apiGroup": "temporal.io", "kind": "ClusterConnection", "name": "local"}
+                "objectRef": {
+                    "apiGroup": "temporal.io",
+                    "kind": "ClusterConnection",
+                    "name": "local",
+                }
             },
         },
         "clusterConnections": [conn],

@@ -28,14 +28,21 @@ def _annotation(dep: dict[str, Any]) -> str:
 
 
 def test_up_deploys_workers_and_the_check_turns_true_once_a_real_worker_polls(
-    local_env: LocalEnvironment, kube: Any, namespace: str, task_queue: str, fleet_stack: Any, worker_pods: Any
+    local_env: LocalEnvironment,
+    kube: Any,
+    namespace: str,
+    task_queue: str,
+    fleet_stack: Any,
+    worker_pods: Any,
 ) -> None:
     address = local_env.temporal_address()
     fs = fleet_stack(
         fleet_doc(
             namespace,
             host_port=address,
-            queues=[{"name": "orders", "namespace": namespace, "partitions": 2, "workerEnabled": True}],
+            queues=[
+                {"name": "orders", "namespace": namespace, "partitions": 2, "workerEnabled": True}
+            ],
             workers=[{"name": "payments", "namespace": namespace, "taskQueueName": task_queue}],
         )
     )
@@ -70,7 +77,9 @@ def test_up_deploys_workers_and_the_check_turns_true_once_a_real_worker_polls(
         cond = fs.resource_outputs("payments-check")["condition"]
         return cond["status"] == "True"
 
-    assert_eventually(check_true, timeout=60, interval=1, message="TaskQueueCheck never turned True")
+    assert_eventually(
+        check_true, timeout=60, interval=1, message="TaskQueueCheck never turned True"
+    )
     # ...and the next `up` publishes Ready.
     again = fs.up()
     status = again.outputs["workers"].value[f"{namespace}/payments"]
@@ -94,12 +103,16 @@ def test_rotating_the_secret_or_changing_host_port_rolls_exactly_the_connection_
     fleet = fleet_doc(namespace, host_port=f"{host}:{port}", workers=workers, connection=api_key)
     # A worker on a connection of its own must not roll.
     fleet["connections"] = [{"name": "other", "namespace": namespace, "hostPort": f"{host}:{port}"}]
-    fleet["workers"].append({"name": "gamma", "namespace": namespace, "connectionRef": {"name": "other"}})
+    fleet["workers"].append(
+        {"name": "gamma", "namespace": namespace, "connectionRef": {"name": "other"}}
+    )
     fs = fleet_stack(fleet)
     assert fs.up().summary.result == "succeeded"
     before = {w: kube.get_deployment(namespace, w) for w in ("alpha", "beta", "gamma")}
     env = _env(before["alpha"])
-    assert env["TEMPORAL_API_KEY"] == {"secretKeyRef": {"name": "temporal-api-key", "key": "api-key"}}
+    assert env["TEMPORAL_API_KEY"] == {
+        "secretKeyRef": {"name": "temporal-api-key", "key": "api-key"}
+    }
 
     # Rotate the API key: the fingerprint and both workers using it roll, nothing else.
     kube.core.patch_namespaced_secret(
@@ -157,7 +170,9 @@ def test_removing_a_connection_still_referenced_is_refused_and_changes_nothing(
 
     # Moving the worker to another connection leaves the old one removable.
     moved = dict(fleet, clusterConnections=[])
-    moved["workers"] = [{"name": "alpha", "namespace": namespace, "connectionRef": {"name": "spare"}}]
+    moved["workers"] = [
+        {"name": "alpha", "namespace": namespace, "connectionRef": {"name": "spare"}}
+    ]
     moved["defaults"] = {k: v for k, v in fleet["defaults"].items() if k != "connectionRef"}
     fs.write(moved)
     assert fs.up().summary.result == "succeeded"
@@ -222,7 +237,9 @@ def test_destroy_leaves_nothing_behind(
     selector = "app.kubernetes.io/managed-by=twc"
     assert kube.apps.list_namespaced_deployment(namespace, label_selector=selector).items
     assert kube.apps.list_namespaced_stateful_set(namespace, label_selector=selector).items
-    assert kube.policy.list_namespaced_pod_disruption_budget(namespace, label_selector=selector).items
+    assert kube.policy.list_namespaced_pod_disruption_budget(
+        namespace, label_selector=selector
+    ).items
 
     assert fs.destroy().summary.result == "succeeded"
     for lister in (

@@ -55,7 +55,10 @@ def test_up_preview_destroy_and_a_workflow_on_a_fixture_worker(
         cm = kube.core.read_namespaced_config_map("greeting", namespace)  # type: ignore[attr-defined]
         assert cm.data == {"greeting": "hello"}
         dep = kube.get_deployment(namespace, "testbed-worker")  # type: ignore[attr-defined]
-        env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+        env = {
+            e["name"]: e.get("value")
+            for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
         assert env["TEMPORAL_TASK_QUEUE"] == task_queue
         # The dynamic provider ran in the engine's provider process, and its output
         # flowed into the Deployment.
@@ -101,7 +104,9 @@ async def _run_echo(address: str, task_queue: str) -> str:
     )
 
 
-def test_local_up_is_idempotent_and_reports_a_crashed_component(local_env: LocalEnvironment) -> None:
+def test_local_up_is_idempotent_and_reports_a_crashed_component(
+    local_env: LocalEnvironment,
+) -> None:
     before = {s.name: s.pid for s in local_env.status()}
     assert all(s.running for s in local_env.status())
 

@@ -47,12 +47,12 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 outputs = {**inputs, **(result.outs or {})}
         if args.typ == "kubernetes:apps/v1:Deployment":
             outputs["status"] = {"readyReplicas": (inputs.get("spec") or {}).get("replicas", 1)}
-        self.resources.append(
-            Recorded(args.typ, args.name, inputs, outputs)
-        )
+        self.resources.append(Recorded(args.typ, args.name, inputs, outputs))
         return f"{args.name}-id", outputs
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
+    def call(
+        self, args: pulumi.runtime.MockCallArgs
+    ) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
         return {}, None
 
     def of_type(self, typ: str) -> list[Recorded]:

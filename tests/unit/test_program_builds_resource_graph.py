@@ -37,7 +37,13 @@ FLEET: dict[str, Any] = {
     ],
     "connections": [{"name": "orders", "namespace": "sqs", "hostPort": "10.0.0.5:7233"}],
     "queues": [
-        {"name": "orders-fifo", "namespace": "sqs", "fifo": True, "partitions": 3, "workerEnabled": True},
+        {
+            "name": "orders-fifo",
+            "namespace": "sqs",
+            "fifo": True,
+            "partitions": 3,
+            "workerEnabled": True,
+        },
         {"name": "billing", "namespace": "billing", "partitions": 2},
     ],
     "workers": [
@@ -62,7 +68,9 @@ FLEET: dict[str, Any] = {
 SECRETS = {("temporal", "temporal-mtls"): {"tls.crt": CA, "tls.key": KEY, "ca.crt": CA}}
 
 
-def _build(mocks: RecordingMocks, fleet: dict[str, Any] = FLEET, replicas: dict[str, int] | None = None):
+def _build(
+    mocks: RecordingMocks, fleet: dict[str, Any] = FLEET, replicas: dict[str, int] | None = None
+):
     from twc.components.program import Overlay, ProgramOptions, build
 
     pulumi.runtime.set_mocks(mocks, preview=False)
@@ -82,12 +90,28 @@ def _env(deployment_inputs: dict[str, Any]) -> dict[str, Any]:
 
 @pulumi.runtime.test
 def test_every_worker_gets_sa_deployment_and_task_queue_check() -> Any:
-    mocks = RecordingMocks(fake_dynamic={"TaskQueueCheck": {"pollers": 0, "approximateBacklog": 0, "condition": {"type": "TemporalTaskQueueRegistered", "status": "False", "reason": "WaitingForPollers"}}})
+    mocks = RecordingMocks(
+        fake_dynamic={
+            "TaskQueueCheck": {
+                "pollers": 0,
+                "approximateBacklog": 0,
+                "condition": {
+                    "type": "TemporalTaskQueueRegistered",
+                    "status": "False",
+                    "reason": "WaitingForPollers",
+                },
+            }
+        }
+    )
     statuses = _build(mocks)
 
     def check(_: Any) -> None:
         names = {r.name for r in mocks.resources}
-        for worker in ("sqs/worker-orders-fifo", "billing/worker-billing", "sqs/worker-orders-direct"):
+        for worker in (
+            "sqs/worker-orders-fifo",
+            "billing/worker-billing",
+            "sqs/worker-orders-direct",
+        ):
             for suffix in ("-sa", "-deployment", "-check"):
                 assert worker + suffix in names
         # Only the worker that can have more than one replica gets a PDB; the DLQ too.
@@ -95,14 +119,31 @@ def test_every_worker_gets_sa_deployment_and_task_queue_check() -> Any:
         assert "billing/worker-billing-dlq" in names
         assert "sqs/worker-orders-direct-dlq" not in names
         types = {r.type for r in mocks.resources}
-        assert {"twc:temporal:TemporalWorker", "twc:temporal:ClusterConnection", "twc:temporal:Connection", "twc:kmsvc:Queue"} <= types
+        assert {
+            "twc:temporal:TemporalWorker",
+            "twc:temporal:ClusterConnection",
+            "twc:temporal:Connection",
+            "twc:kmsvc:Queue",
+        } <= types
 
     return pulumi.Output.all(*statuses.values()).apply(check)
 
 
 @pulumi.runtime.test
 def test_deployment_env_labels_and_fingerprint_annotation() -> Any:
-    mocks = RecordingMocks(fake_dynamic={"TaskQueueCheck": {"pollers": 1, "approximateBacklog": 0, "condition": {"type": "TemporalTaskQueueRegistered", "status": "True", "reason": "PollersRegistered"}}})
+    mocks = RecordingMocks(
+        fake_dynamic={
+            "TaskQueueCheck": {
+                "pollers": 1,
+                "approximateBacklog": 0,
+                "condition": {
+                    "type": "TemporalTaskQueueRegistered",
+                    "status": "True",
+                    "reason": "PollersRegistered",
+                },
+            }
+        }
+    )
     statuses = _build(mocks)
 
     def check(_: Any) -> None:
@@ -122,7 +163,10 @@ def test_deployment_env_labels_and_fingerprint_annotation() -> Any:
         assert dep["spec"]["replicas"] == 3
         # The annotation equals what the ConnectionFingerprint resource computed.
         fp = mocks.named("prod-fingerprint").outputs["fingerprint"]
-        assert dep["spec"]["template"]["metadata"]["annotations"][CONNECTION_SPEC_HASH_ANNOTATION] == fp
+        assert (
+            dep["spec"]["template"]["metadata"]["annotations"][CONNECTION_SPEC_HASH_ANNOTATION]
+            == fp
+        )
         # The credential secret is copied into each namespace that uses it, as data.
         copy = mocks.named("prod-secret-sqs").inputs
         assert copy["metadata"]["namespace"] == "sqs"
@@ -139,21 +183,38 @@ def test_deployment_env_labels_and_fingerprint_annotation() -> Any:
 
 @pulumi.runtime.test
 def test_status_is_ready_when_replicas_ready_and_pollers_present() -> Any:
-    mocks = RecordingMocks(fake_dynamic={"TaskQueueCheck": {"pollers": 2, "approximateBacklog": 7, "condition": {"type": "TemporalTaskQueueRegistered", "status": "True", "reason": "PollersRegistered"}}})
+    mocks = RecordingMocks(
+        fake_dynamic={
+            "TaskQueueCheck": {
+                "pollers": 2,
+                "approximateBacklog": 7,
+                "condition": {
+                    "type": "TemporalTaskQueueRegistered",
+                    "status": "True",
+                    "reason": "PollersRegistered",
+                },
+            }
+        }
+    )
     statuses = _build(mocks)
 
     def check(values: list[dict[str, Any]]) -> None:
         by_phase = {v["phase"] for v in values}
         assert by_phase == {"Ready"}
         first = values[0]
-        assert [c["type"] for c in first["conditions"]] == ["WorkerDeploymentReady", "TemporalTaskQueueRegistered"]
+        assert [c["type"] for c in first["conditions"]] == [
+            "WorkerDeploymentReady",
+            "TemporalTaskQueueRegistered",
+        ]
 
     return pulumi.Output.all(*statuses.values()).apply(check)
 
 
 @pulumi.runtime.test
 def test_autoscaler_replicas_override_only_autoscaled_workers() -> Any:
-    mocks = RecordingMocks(fake_dynamic={"TaskQueueCheck": {"pollers": 0, "approximateBacklog": 0, "condition": {}}})
+    mocks = RecordingMocks(
+        fake_dynamic={"TaskQueueCheck": {"pollers": 0, "approximateBacklog": 0, "condition": {}}}
+    )
     statuses = _build(mocks, replicas={"billing/worker-billing": 7, "sqs/worker-orders-direct": 9})
 
     def check(_: Any) -> None:

@@ -47,7 +47,9 @@ def _find_exec_script() -> str:
     ):
         if candidate and Path(candidate).is_file():
             return candidate
-    raise SystemExit("pulumi-language-python: pulumi-language-python-exec not found (run make setup)")
+    raise SystemExit(
+        "pulumi-language-python: pulumi-language-python-exec not found (run make setup)"
+    )
 
 
 def _python_for(info: language_pb2.ProgramInfo | None) -> str:

@@ -126,7 +126,9 @@ class ConnectionComponent(pulumi.ComponentResource):
                 data = self._read(read_secret, ns, secret)
                 digest = resolved.secret_digest(data)
                 res = ConnectionFingerprint(
-                    f"{name}-fingerprint-{ns}" if len(args.namespaces) > 1 else f"{name}-fingerprint",
+                    f"{name}-fingerprint-{ns}"
+                    if len(args.namespaces) > 1
+                    else f"{name}-fingerprint",
                     spec=spec,
                     secret_digest=digest,
                     opts=child,

@@ -58,7 +58,9 @@ class Overlay:
         if not path:
             return cls()
         data = json.loads(Path(path).read_text())
-        return cls(queues=tuple(data.get("queues") or ()), replicas=dict(data.get("replicas") or {}))
+        return cls(
+            queues=tuple(data.get("queues") or ()), replicas=dict(data.get("replicas") or {})
+        )
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,9 @@ def build(
         try:
             conn = registry.resolve_worker(worker, fleet)
         except TwcConnectionError as exc:
-            raise TwcConnectionError(exc.reason, f"{file}: {worker.connection_source}: {exc}") from exc
+            raise TwcConnectionError(
+                exc.reason, f"{file}: {worker.connection_source}: {exc}"
+            ) from exc
         if options.temporal_address:
             conn = dataclasses.replace(conn, host_port=options.temporal_address)
         key = _connection_key(conn)
@@ -140,7 +144,8 @@ def build(
         )
 
     queues = {
-        f"{q.namespace}/{q.name}": QueueComponent(f"{q.namespace}/{q.name}", q) for q in fleet.queues
+        f"{q.namespace}/{q.name}": QueueComponent(f"{q.namespace}/{q.name}", q)
+        for q in fleet.queues
     }
 
     statuses: dict[str, pulumi.Output[Any]] = {}
@@ -196,7 +201,10 @@ def _with_cluster_queues(fleet: Fleet, objects: tuple[Mapping[str, Any], ...], f
     if not extra:
         return fleet
     data = fleet.model_dump(mode="json", by_alias=True, exclude_none=True)
-    data["queues"] = [*data.get("queues", []), *(q.model_dump(mode="json", by_alias=True, exclude_none=True) for q in extra)]
+    data["queues"] = [
+        *data.get("queues", []),
+        *(q.model_dump(mode="json", by_alias=True, exclude_none=True) for q in extra),
+    ]
     return load_fleet(data, file)
 
 
@@ -206,7 +214,9 @@ def main() -> None:
     stack = pulumi.get_stack()
     file = cfg.get("fleetFile") or f"stacks/{stack}.yaml"
     wait = cfg.get_float("waitForPollersSeconds") or 0.0
-    options = ProgramOptions(temporal_address=cfg.get("temporalAddress"), wait_for_pollers_seconds=wait)
+    options = ProgramOptions(
+        temporal_address=cfg.get("temporalAddress"), wait_for_pollers_seconds=wait
+    )
     try:
         fleet = load_fleet_file(file)
         statuses = build(

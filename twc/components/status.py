@@ -24,7 +24,9 @@ def _get(obj: Any, *names: str) -> Any:
     return None
 
 
-def deployment_condition(desired: int, deployment_status: Any, now: str | None = None) -> dict[str, str]:
+def deployment_condition(
+    desired: int, deployment_status: Any, now: str | None = None
+) -> dict[str, str]:
     """``WorkerDeploymentReady``: True once every desired replica is ready."""
     ready = int(_get(deployment_status, "readyReplicas", "ready_replicas") or 0)
     ok = ready >= desired

@@ -46,7 +46,9 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
 
     status: pulumi.Output[dict[str, Any]]
 
-    def __init__(self, name: str, args: WorkerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(
+        self, name: str, args: WorkerArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
         super().__init__(TEMPORAL_WORKER_TYPE, name, {}, opts)
         worker, conn = args.worker, args.connection
         child = pulumi.ResourceOptions(parent=self)
@@ -145,4 +147,3 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
 def _template_hash(template: dict[str, Any]) -> str:
     canonical = json.dumps(template, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
-

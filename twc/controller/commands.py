@@ -53,24 +53,56 @@ def run_up(stack: str, fleet_file: str | None = None, out: TextIO = sys.stdout) 
     file = fleet_file_for(stack, fleet_file)
     if not validate_or_report(file):
         return 1
+    if stack == "local":
+        _ensure_local_namespaces(file)
     from pulumi.automation import CommandError
 
     try:
-        result = engine.up(stack_ref(stack, fleet_file), on_output=lambda line: print(line, file=out, flush=True))
+        result = engine.up(
+            stack_ref(stack, fleet_file), on_output=lambda line: print(line, file=out, flush=True)
+        )
     except CommandError as exc:
         print(_engine_error(exc), file=sys.stderr)
         return 1
-    print(format_status_table(result.outputs.get("workers").value if "workers" in result.outputs else {}), file=out)
+    print(
+        format_status_table(
+            result.outputs.get("workers").value if "workers" in result.outputs else {}
+        ),
+        file=out,
+    )
     return 0
 
 
-def format_status_table(workers: dict[str, Any]) -> str:
-    """Per worker: phase, replicas ready/desired, task queue, pollers, backlog, reasons."""
+def _ensure_local_namespaces(file: str) -> None:
+    """The embedded environment has no namespaces but ``default``: create the fleet's."""
+    from twc.spec import load_fleet_file
+
+    kube = _kube_or_none()
+    if kube is None:
+        return
+    path = file if Path(file).is_absolute() else str(engine.ROOT / file)
+    for ns in sorted({w.namespace for w in load_fleet_file(path).resolved_workers()}):
+        kube.ensure_namespace(ns)
+
+
+def format_status_table(
+    workers: dict[str, Any], *, with_age: bool = False, now: float | None = None
+) -> str:
+    """Per worker: phase, replicas ready/desired, task queue, pollers, backlog, reasons.
+
+    With ``with_age`` each condition also says how long it has had its status.
+    """
     rows = [("WORKER", "PHASE", "READY", "TASK QUEUE", "POLLERS", "BACKLOG", "CONDITIONS")]
     for key in sorted(workers or {}):
         st = workers[key]
         conds = ", ".join(
-            f"{c.get('type')}={c.get('status')}" + (f" ({c.get('reason')})" if c.get("reason") else "")
+            f"{c.get('type')}={c.get('status')}"
+            + (f" ({c.get('reason')})" if c.get("reason") else "")
+            + (
+                f" for {_age(c.get('lastTransitionTime'), now)}"
+                if with_age and c.get("lastTransitionTime")
+                else ""
+            )
             for c in st.get("conditions", [])
         )
         rows.append(
@@ -91,6 +123,21 @@ def format_status_table(workers: dict[str, Any]) -> str:
     )
 
 
+def _age(timestamp: str | None, now: float | None = None) -> str:
+    """``5m``, ``2h``, ``3d`` since an RFC 3339 timestamp."""
+    import time
+    from datetime import datetime
+
+    if not timestamp:
+        return "?"
+    then = datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    secs = max(0, int((now if now is not None else time.time()) - then))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if secs >= size:
+            return f"{secs // size}{unit}"
+    return f"{secs}s"
+
+
 def _engine_error(exc: Exception) -> str:
     """The useful part of a failed engine run (the program's own error, if any)."""
     text = str(exc)
@@ -101,3 +148,86 @@ def _engine_error(exc: Exception) -> str:
             return text[start:].strip()
     stderr = getattr(exc, "stderr", "") or ""
     return stderr.strip() or text
+
+
+def live_status(stack: str, *, check_temporal: bool = True) -> dict[str, dict[str, Any]]:
+    """Per worker, the recorded status refreshed from the live cluster and Temporal.
+
+    Reads the stack's state (no engine run): each worker's TaskQueueCheck inputs say
+    where its queue is; its Deployment is read from the API server and its queue is
+    described again, so the answer is current even between ``up`` runs.
+    """
+    from providers.taskqueue import check_task_queue
+    from twc.components.status import worker_status
+
+    st = engine.select_stack(engine.StackRef(name=stack))
+    resources = st.export_stack().deployment.get("resources", []) if st else []
+    recorded = {}
+    outputs = st.outputs()
+    if "workers" in outputs:
+        recorded = dict(outputs["workers"].value or {})
+    checks = {
+        r["urn"].split("::")[-1][: -len("-check")]: r.get("outputs", {})
+        for r in resources
+        if r.get("type", "").endswith("TaskQueueCheck")
+    }
+    deployments = {
+        r["urn"].split("::")[-1][: -len("-deployment")]: r.get("outputs", {})
+        for r in resources
+        if r.get("type") == "kubernetes:apps/v1:Deployment"
+    }
+    kube = _kube_or_none()
+    result: dict[str, dict[str, Any]] = {}
+    for key, props in sorted(checks.items()):
+        dep_out = deployments.get(key, {})
+        desired = int(
+            (dep_out.get("spec") or {}).get("replicas", recorded.get(key, {}).get("replicas", 0))
+        )
+        dep_status: Any = dep_out.get("status") or {}
+        if kube is not None:
+            meta = dep_out.get("metadata") or {}
+            live = (
+                kube.get_deployment(meta.get("namespace", ""), meta.get("name", ""))
+                if meta
+                else None
+            )
+            dep_status = (live or {}).get("status") or {}
+        prev = props.get("condition")
+        check = check_task_queue(props, prev) if check_temporal else props
+        result[key] = worker_status(
+            desired=desired,
+            deployment_status=dep_status,
+            queue_condition=check.get("condition"),
+            pollers=check.get("pollers"),
+            backlog=check.get("approximateBacklog"),
+            task_queue=str(props.get("taskQueue", "")),
+        )
+    return result
+
+
+def _kube_or_none() -> Any:
+    import os
+
+    if not os.environ.get("KUBECONFIG"):
+        return None
+    from twc.local.kube import Kube
+
+    return Kube(os.environ["KUBECONFIG"])
+
+
+def run_status(stack: str, output: str = "table", out: TextIO = sys.stdout) -> int:
+    """``twc status``: per worker phase, replicas, task queue, pollers, backlog, conditions."""
+    import json
+
+    from pulumi.automation import CommandError
+
+    try:
+        workers = live_status(stack)
+    except CommandError as exc:
+        print(_engine_error(exc), file=sys.stderr)
+        return 1
+    if output == "json":
+        print(json.dumps({"stack": stack, "workers": workers}, indent=2, sort_keys=True), file=out)
+    else:
+        print(format_status_table(workers, with_age=True), file=out)
+    return 0

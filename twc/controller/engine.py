@@ -25,7 +25,9 @@ CONFIG_PREFIX = "twc:"
 
 def engine_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """Environment for the engine: the project's tools first on PATH."""
-    path = os.pathsep.join([str(ROOT / ".twc" / "bin"), str(ROOT / ".venv" / "bin"), os.environ.get("PATH", "")])
+    path = os.pathsep.join(
+        [str(ROOT / ".twc" / "bin"), str(ROOT / ".venv" / "bin"), os.environ.get("PATH", "")]
+    )
     env = {
         "PATH": path,
         "PULUMI_SKIP_UPDATE_CHECK": "true",

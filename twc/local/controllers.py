@@ -11,9 +11,9 @@ integration tests do:
   new template, ReplicaSet and Deployment status with every replica ready, and the
   conditions Progressing=True/NewReplicaSetAvailable and Available=True.
 * StatefulSet: status with every replica ready and currentRevision == updateRevision.
-* Garbage collection: a ReplicaSet whose Deployment is gone is deleted.
 
-Pods are not created; tests start real temporalio workers from the Deployment's env
+Garbage collection and namespace deletion are real: ``twc local up`` runs
+kube-controller-manager with only those two controllers. Pods are not created; tests start real temporalio workers from the Deployment's env
 instead (``twc.local.workers``). A Deployment annotated ``twc.local/simulate: hold`` is
 left alone, so tests can keep one unavailable.
 """
@@ -68,7 +68,7 @@ class SimulatedControllers:
         while not self._stop.is_set():
             try:
                 self.reconcile_once()
-            except Exception as exc:  # noqa: BLE001 - the API server may be restarting
+            except Exception as exc:
                 log.debug("simulated controllers: %s", exc)
             self._stop.wait(self.interval)
 
@@ -77,10 +77,8 @@ class SimulatedControllers:
         """One pass over every Deployment and StatefulSet; returns how many it changed."""
         changed = 0
         serialize = self.kube.api_client.sanitize_for_serialization
-        deployments = self.kube.apps.list_deployment_for_all_namespaces().items
-        for dep in deployments:
+        for dep in self.kube.apps.list_deployment_for_all_namespaces().items:
             changed += self._deployment(serialize(dep))
-        changed += self._collect_garbage({d.metadata.uid for d in deployments})
         for sts in self.kube.apps.list_stateful_set_for_all_namespaces().items:
             changed += self._statefulset(serialize(sts))
         return changed
@@ -100,7 +98,8 @@ class SimulatedControllers:
             if any(o.uid == meta["uid"] for o in (rs.metadata.owner_references or []))
         ]
         revisions = {
-            rs.metadata.name: int((rs.metadata.annotations or {}).get(REVISION, "0")) for rs in owned
+            rs.metadata.name: int((rs.metadata.annotations or {}).get(REVISION, "0"))
+            for rs in owned
         }
         rs_name = f"{name}-{tmpl_hash}"
         changed = 0
@@ -177,7 +176,9 @@ class SimulatedControllers:
         old = dep.get("status") or {}
         if _status_differs(old, status) or not _has_ready_conditions(old):
             status["conditions"] = [
-                _condition("Available", "MinimumReplicasAvailable", "Deployment has minimum availability."),
+                _condition(
+                    "Available", "MinimumReplicasAvailable", "Deployment has minimum availability."
+                ),
                 _condition(
                     "Progressing",
                     "NewReplicaSetAvailable",
@@ -187,20 +188,6 @@ class SimulatedControllers:
             self.kube.apps.patch_namespaced_deployment_status(name, ns, {"status": status})
             changed += 1
         return changed
-
-    def _collect_garbage(self, live_uids: set[str]) -> int:
-        """Delete ReplicaSets whose Deployment is gone (the garbage collector's job)."""
-        removed = 0
-        for rs in self.kube.apps.list_replica_set_for_all_namespaces().items:
-            owners = [o for o in rs.metadata.owner_references or [] if o.kind == "Deployment"]
-            if owners and not any(o.uid in live_uids for o in owners):
-                try:
-                    self.kube.apps.delete_namespaced_replica_set(rs.metadata.name, rs.metadata.namespace)
-                    removed += 1
-                except ApiException as exc:
-                    if exc.status != 404:
-                        raise
-        return removed
 
     def _statefulset(self, sts: dict[str, Any]) -> int:
         meta = sts["metadata"]

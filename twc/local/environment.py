@@ -37,7 +37,7 @@ from twc.local.processes import ProcessRecord
 
 log = logging.getLogger(__name__)
 
-COMPONENTS = ("etcd", "kube-apiserver", "temporal", "controllers")
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "temporal", "controllers")
 Progress = Callable[[str], None]
 
 
@@ -95,11 +95,12 @@ class Ports:
     temporal: int
     temporal_http: int
     temporal_metrics: int
+    controller_manager: int
 
     @classmethod
     def allocate(cls) -> Ports:
         ports: set[int] = set()
-        while len(ports) < 6:
+        while len(ports) < 7:
             ports.add(free_port())
         return cls(*sorted(ports))
 
@@ -213,6 +214,7 @@ class LocalEnvironment:
         endpoints = {
             "etcd": f"http://127.0.0.1:{state.ports.etcd_client}",
             "kube-apiserver": self.apiserver_url(state),
+            "kube-controller-manager": "garbagecollector, namespace",
             "temporal": self.temporal_address(state),
             "controllers": "(simulated deployment controller + kubelet)",
         }
@@ -249,6 +251,7 @@ class LocalEnvironment:
             starters = {
                 "etcd": self._start_etcd,
                 "kube-apiserver": self._start_apiserver,
+                "kube-controller-manager": self._start_controller_manager,
                 "temporal": self._start_temporal,
                 "controllers": self._start_controllers,
             }
@@ -455,6 +458,43 @@ class LocalEnvironment:
         self._wait_ready(rec, ready, 120)
         return rec
 
+    def _start_controller_manager(self, state: State, progress: Progress) -> ProcessRecord:
+        port = state.ports.controller_manager
+        progress("kube-controller-manager: starting the garbage collector and namespace controller")
+        rec = processes.start(
+            "kube-controller-manager",
+            [
+                find_tool("kube-controller-manager"),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
+                # No kubelet runs here: controllers that make pods would only make
+                # Pending pods. Deletion needs the real collector, so run just these.
+                "--controllers=garbagecollector,namespace",
+                "--leader-elect=false",
+                "--use-service-account-credentials=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.dir / 'controller-manager'}",
+                "--v=0",
+            ],
+            self.logs / "kube-controller-manager.log",
+        )
+
+        def healthy() -> bool:
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            try:
+                url = f"https://127.0.0.1:{port}/healthz"
+                with urllib.request.urlopen(url, timeout=2, context=ctx) as resp:
+                    return bool(resp.status == 200)
+            except (OSError, urllib.error.HTTPError):
+                return False
+
+        self._wait_ready(rec, healthy, 60)
+        return rec
+
     def _start_temporal(self, state: State, progress: Progress) -> ProcessRecord:
         p = state.ports
         progress(f"temporal: starting the dev server on 127.0.0.1:{p.temporal}")
@@ -556,7 +596,7 @@ def _temporal_ready(address: str) -> bool:
         try:
             client = await asyncio.wait_for(Client.connect(address), 5)
             return bool(await client.service_client.check_health(timeout=None))
-        except Exception:  # noqa: BLE001 - any failure means "not ready yet"
+        except Exception:
             return False
 
     return asyncio.run(check())

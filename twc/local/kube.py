@@ -41,7 +41,9 @@ class Kube:
         try:
             current = self.ext.read_custom_resource_definition(name)
             body = dict(crd)
-            body["metadata"] = dict(crd["metadata"], resourceVersion=current.metadata.resource_version)
+            body["metadata"] = dict(
+                crd["metadata"], resourceVersion=current.metadata.resource_version
+            )
             self.ext.replace_custom_resource_definition(name, body)
         except ApiException as exc:
             if exc.status != 404:
@@ -82,7 +84,12 @@ class Kube:
         return [dict(self.api_client.sanitize_for_serialization(d)) for d in items]
 
     def list_custom(
-        self, group: str, version: str, plural: str, namespace: str | None = None, label_selector: str = ""
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        namespace: str | None = None,
+        label_selector: str = "",
     ) -> list[dict[str, Any]]:
         """Custom objects (all namespaces unless one is given)."""
         if namespace:

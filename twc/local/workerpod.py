@@ -79,7 +79,9 @@ class WorkerPod:
             return base64.b64decode(data[ref["key"]]).decode()
         return None
 
-    def _mount_volumes(self, pod_spec: dict[str, Any], container: dict[str, Any]) -> dict[str, Path]:
+    def _mount_volumes(
+        self, pod_spec: dict[str, Any], container: dict[str, Any]
+    ) -> dict[str, Path]:
         volumes = {v["name"]: v for v in pod_spec.get("volumes") or []}
         mounted: dict[str, Path] = {}
         for mount in container.get("volumeMounts") or []:
@@ -88,7 +90,9 @@ class WorkerPod:
                 continue
             local = Path(self._dir.name) / mount["name"]
             local.mkdir(mode=0o700, exist_ok=True)
-            secret = self.kube.core.read_namespaced_secret(volume["secret"]["secretName"], self.namespace)
+            secret = self.kube.core.read_namespaced_secret(
+                volume["secret"]["secretName"], self.namespace
+            )
             for key, b64 in (secret.data or {}).items():
                 path = local / key
                 path.write_bytes(base64.b64decode(b64))

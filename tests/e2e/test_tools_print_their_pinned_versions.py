@@ -1,0 +1,43 @@
+"""The tools `make setup` provides are the pinned versions (tools/versions.env)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require_tools
+from twc.local import find_tool
+
+pytestmark = pytest.mark.e2e
+
+VERSIONS = dict(
+    line.split("=", 1)
+    for line in (Path(__file__).parents[2] / "tools" / "versions.env").read_text().splitlines()
+    if line and not line.startswith("#")
+)
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "expected"),
+    [
+        ("pulumi", ["version"], "v" + VERSIONS["PULUMI_VERSION"]),
+        ("temporal", ["--version"], "temporal version " + VERSIONS["TEMPORAL_CLI_VERSION"]),
+        ("kube-apiserver", ["--version"], "Kubernetes v" + VERSIONS["KUBERNETES_VERSION"]),
+        ("etcd", ["--version"], "etcd Version: " + VERSIONS["ETCD_VERSION"]),
+    ],
+)
+def test_tool_prints_pinned_version(tool: str, args: list[str], expected: str) -> None:
+    require_tools(tool)
+    out = subprocess.run(
+        [find_tool(tool), *args], capture_output=True, text=True, check=True
+    ).stdout
+    assert expected in out, out
+
+
+def test_kubernetes_provider_matches_the_python_package() -> None:
+    from importlib.metadata import version
+
+    assert version("pulumi-kubernetes") == VERSIONS["PULUMI_KUBERNETES_VERSION"]
+    assert version("pulumi") == VERSIONS["PULUMI_VERSION"]

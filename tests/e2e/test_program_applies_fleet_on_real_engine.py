@@ -97,14 +97,14 @@ def test_rotating_the_secret_or_changing_host_port_rolls_exactly_the_connection_
     )
     api_key = {"apiKeySecretRef": {"name": "temporal-api-key", "key": "api-key"}}
     workers = [
-        {"name": "alpha", "namespace": namespace},
-        {"name": "beta", "namespace": namespace},
+        {"name": "alpha", "namespace": namespace, "taskQueueName": "tq-alpha"},
+        {"name": "beta", "namespace": namespace, "taskQueueName": "tq-beta"},
     ]
     fleet = fleet_doc(namespace, host_port=f"{host}:{port}", workers=workers, connection=api_key)
     # A worker on a connection of its own must not roll.
     fleet["connections"] = [{"name": "other", "namespace": namespace, "hostPort": f"{host}:{port}"}]
     fleet["workers"].append(
-        {"name": "gamma", "namespace": namespace, "connectionRef": {"name": "other"}}
+        {"name": "gamma", "namespace": namespace, "taskQueueName": "tq-gamma", "connectionRef": {"name": "other"}}
     )
     fs = fleet_stack(fleet)
     assert fs.up().summary.result == "succeeded"
@@ -152,7 +152,7 @@ def test_removing_a_connection_still_referenced_is_refused_and_changes_nothing(
     fleet = fleet_doc(
         namespace,
         host_port=local_env.temporal_address(),
-        workers=[{"name": "alpha", "namespace": namespace}],
+        workers=[{"name": "alpha", "namespace": namespace, "taskQueueName": "tq-alpha"}],
     )
     fleet["connections"] = [{"name": "spare", "namespace": namespace, "hostPort": "10.1.2.3:7233"}]
     fs = fleet_stack(fleet)
@@ -171,7 +171,7 @@ def test_removing_a_connection_still_referenced_is_refused_and_changes_nothing(
     # Moving the worker to another connection leaves the old one removable.
     moved = dict(fleet, clusterConnections=[])
     moved["workers"] = [
-        {"name": "alpha", "namespace": namespace, "connectionRef": {"name": "spare"}}
+        {"name": "alpha", "namespace": namespace, "taskQueueName": "tq-alpha", "connectionRef": {"name": "spare"}}
     ]
     moved["defaults"] = {k: v for k, v in fleet["defaults"].items() if k != "connectionRef"}
     fs.write(moved)
@@ -202,7 +202,7 @@ def test_temporal_down_during_up_gives_a_false_condition_and_a_successful_up(
     fleet = fleet_doc(
         namespace,
         host_port=local_env.temporal_address(),
-        workers=[{"name": "alpha", "namespace": namespace}],
+        workers=[{"name": "alpha", "namespace": namespace, "taskQueueName": "tq-alpha"}],
     )
     fs = fleet_stack(fleet)
     local_env.stop_component("temporal")
@@ -227,6 +227,7 @@ def test_destroy_leaves_nothing_behind(
             {
                 "name": "alpha",
                 "namespace": namespace,
+                "taskQueueName": "tq-alpha",
                 "autoscaling": {"minReplicas": 1, "maxReplicas": 4, "targetBacklogPerReplica": 5},
                 "dlq": {"enabled": True},
             }

@@ -104,7 +104,12 @@ def test_rotating_the_secret_or_changing_host_port_rolls_exactly_the_connection_
     # A worker on a connection of its own must not roll.
     fleet["connections"] = [{"name": "other", "namespace": namespace, "hostPort": f"{host}:{port}"}]
     fleet["workers"].append(
-        {"name": "gamma", "namespace": namespace, "taskQueueName": "tq-gamma", "connectionRef": {"name": "other"}}
+        {
+            "name": "gamma",
+            "namespace": namespace,
+            "taskQueueName": "tq-gamma",
+            "connectionRef": {"name": "other"},
+        }
     )
     fs = fleet_stack(fleet)
     assert fs.up().summary.result == "succeeded"
@@ -171,7 +176,12 @@ def test_removing_a_connection_still_referenced_is_refused_and_changes_nothing(
     # Moving the worker to another connection leaves the old one removable.
     moved = dict(fleet, clusterConnections=[])
     moved["workers"] = [
-        {"name": "alpha", "namespace": namespace, "taskQueueName": "tq-alpha", "connectionRef": {"name": "spare"}}
+        {
+            "name": "alpha",
+            "namespace": namespace,
+            "taskQueueName": "tq-alpha",
+            "connectionRef": {"name": "spare"},
+        }
     ]
     moved["defaults"] = {k: v for k, v in fleet["defaults"].items() if k != "connectionRef"}
     fs.write(moved)

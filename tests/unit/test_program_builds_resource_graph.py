@@ -9,10 +9,10 @@ import pulumi
 import pytest
 
 from tests.unit.pulumi_mocks import SECRET_SIG, RecordingMocks
-
-SECRET_VALUE_SIG = "1b47061264138c4ac30d75fd1eb44270"
 from twc.connections import CONNECTION_SPEC_HASH_ANNOTATION
 from twc.spec import load_fleet
+
+SECRET_VALUE_SIG = "1b47061264138c4ac30d75fd1eb44270"
 
 CA = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 KEY = b"-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n"

@@ -64,12 +64,8 @@ def run_up(stack: str, fleet_file: str | None = None, out: TextIO = sys.stdout) 
     except CommandError as exc:
         print(_engine_error(exc), file=sys.stderr)
         return 1
-    print(
-        format_status_table(
-            result.outputs.get("workers").value if "workers" in result.outputs else {}
-        ),
-        file=out,
-    )
+    workers = result.outputs["workers"].value if "workers" in result.outputs else {}
+    print(format_status_table(workers), file=out)
     return 0
 
 
@@ -161,7 +157,7 @@ def live_status(stack: str, *, check_temporal: bool = True) -> dict[str, dict[st
     from twc.components.status import worker_status
 
     st = engine.select_stack(engine.StackRef(name=stack))
-    resources = st.export_stack().deployment.get("resources", []) if st else []
+    resources = (st.export_stack().deployment or {}).get("resources", [])
     recorded = {}
     outputs = st.outputs()
     if "workers" in outputs:

@@ -157,7 +157,10 @@ class TokenBucket:
             self._tokens = min(self._burst, self._tokens + (now - self._updated) * self._rate)
         self._updated = now if self._updated is None else max(self._updated, now)
         self._tokens -= 1.0
-        return 0.0 if self._tokens >= 0 else -self._tokens / self._rate
+        # Refill arithmetic leaves float dust (1e-17 of a token); a wait shorter than a
+        # nanosecond is no wait.
+        wait = -self._tokens / self._rate
+        return 0.0 if wait < 1e-9 else wait
 
     async def acquire(self) -> None:
         """Return when one more call fits the budget."""

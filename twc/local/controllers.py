@@ -1,8 +1,8 @@
 """The controllers the embedded environment lacks, played just far enough.
 
-No kube-controller-manager or kubelet runs locally, so a Deployment would never get a
-ReplicaSet, a revision or an Available condition, and pulumi-kubernetes would wait ten
-minutes for each one. ``SimulatedControllers`` does what the deployment controller and
+No kubelet, scheduler or deployment controller runs locally, so a Deployment would never
+get a ReplicaSet, a revision or an Available condition, and pulumi-kubernetes would wait
+ten minutes for each one. ``SimulatedControllers`` does what the deployment controller and
 the kubelet would do for a healthy rollout, as the official worker controller's
 integration tests do:
 
@@ -13,8 +13,9 @@ integration tests do:
 * StatefulSet: status with every replica ready and currentRevision == updateRevision.
 
 Garbage collection and namespace deletion are real: ``twc local up`` runs
-kube-controller-manager with only those two controllers. Pods are not created; tests start real temporalio workers from the Deployment's env
-instead (``twc.local.workers``). A Deployment annotated ``twc.local/simulate: hold`` is
+kube-controller-manager with only those two controllers. Pods are not created; tests
+start real temporalio workers from the Deployment's env instead
+(``twc.local.workerpod``). A Deployment annotated ``twc.local/simulate: hold`` is
 left alone, so tests can keep one unavailable.
 """
 

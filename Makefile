@@ -14,10 +14,12 @@ PYTEST_ARGS ?=
 setup:
 	bash tools/setup.sh
 
-# The main job: start the embedded environment and `twc up` the local stack on it.
+# The main job: start the embedded environment (with a real temporalio worker per
+# replica), `twc up` the local stack (stacks/local.yaml) on it, then show live status.
 run: setup
-	$(PY) -m twc local up >/dev/null
-	eval "$$($(PY) -m twc local env)" && $(PY) -m twc up --stack local
+	$(PY) -m twc local up --run-workers >/dev/null
+	$(PY) -m twc up --stack local
+	$(PY) -m twc status --stack local
 
 lint:
 	$(VENV)/bin/ruff check .

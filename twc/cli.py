@@ -62,6 +62,17 @@ def _cmd_up(args: argparse.Namespace) -> int:
     return commands.run_up(args.stack, args.fleet_file)
 
 
+def _cmd_preview(args: argparse.Namespace) -> int:
+    from twc.controller import preview_cmd
+
+    return preview_cmd.run_preview(
+        args.stack,
+        fmt=args.format,
+        detailed=args.detailed_exitcode,
+        fleet_file=args.fleet_file,
+    )
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     from twc.controller import commands
 
@@ -87,6 +98,27 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--fleet-file", default=None, help="fleet file (default stacks/<stack>.yaml)")
     up.set_defaults(func=_cmd_up)
 
+    preview = sub.add_parser(
+        "preview",
+        help="what `up` would change, per worker and connection, with the reasons",
+    )
+    preview.add_argument("--stack", required=True, help="stack (environment) to preview")
+    preview.add_argument(
+        "--format",
+        choices=["text", "markdown", "json"],
+        default="text",
+        help="text (terminal), markdown (a pull-request comment) or json (docs/preview-json.md)",
+    )
+    preview.add_argument(
+        "--detailed-exitcode",
+        action="store_true",
+        help="exit 2 when something changes (0 nothing changes, 1 error)",
+    )
+    preview.add_argument(
+        "--fleet-file", default=None, help="fleet file (default stacks/<stack>.yaml)"
+    )
+    preview.set_defaults(func=_cmd_preview)
+
     status = sub.add_parser("status", help="per-worker phase, replicas, pollers, backlog")
     status.add_argument("--stack", required=True)
     status.add_argument("--output", choices=["table", "json"], default="table")
@@ -96,6 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument("action", choices=["up", "down", "env", "status"])
     local.add_argument(
         "--dir", default=None, help="state directory (default: .twc in the project root)"
+    )
+    local.add_argument(
+        "--run-workers",
+        action="store_true",
+        help="play the kubelet: run a real temporalio worker per Deployment replica",
     )
     local.set_defaults(func=_cmd_local)
     return parser

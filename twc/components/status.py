@@ -30,6 +30,11 @@ def deployment_condition(
     """``WorkerDeploymentReady``: True once every desired replica is ready."""
     ready = int(_get(deployment_status, "readyReplicas", "ready_replicas") or 0)
     ok = ready >= desired
+    # The Deployment's own Available condition says since when it has been so.
+    for cond in _get(deployment_status, "conditions") or []:
+        if _get(cond, "type") == "Available" and not now:
+            now = _get(cond, "lastTransitionTime", "last_transition_time")
+            now = now if isinstance(now, str) or now is None else now.strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "type": DEPLOYMENT_READY,
         "status": "True" if ok else "False",

@@ -8,7 +8,7 @@ milliseconds with every problem listed, and nothing is applied.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -45,7 +45,7 @@ def stack_ref(stack: str, fleet_file: str | None = None) -> engine.StackRef:
     config = dict(engine.local_stack_config(stack))
     if fleet_file:
         config["fleetFile"] = fleet_file
-    return engine.StackRef(name=stack, config=config)
+    return engine.StackRef(name=stack, config=config, env=engine.local_stack_env(stack))
 
 
 def run_up(stack: str, fleet_file: str | None = None, out: TextIO = sys.stdout) -> int:
@@ -73,7 +73,7 @@ def _ensure_local_namespaces(file: str) -> None:
     """The embedded environment has no namespaces but ``default``: create the fleet's."""
     from twc.spec import load_fleet_file
 
-    kube = _kube_or_none()
+    kube = _kube_or_none(engine.local_stack_env("local"))
     if kube is None:
         return
     path = file if Path(file).is_absolute() else str(engine.ROOT / file)
@@ -156,7 +156,13 @@ def live_status(stack: str, *, check_temporal: bool = True) -> dict[str, dict[st
     from providers.taskqueue import check_task_queue
     from twc.components.status import worker_status
 
-    st = engine.select_stack(engine.StackRef(name=stack))
+    import os
+
+    ref = stack_ref(stack)
+    if ref.env and "KUBECONFIG" in ref.env:
+        # The check reads credential secrets from the cluster, as the provider does.
+        os.environ.setdefault("KUBECONFIG", ref.env["KUBECONFIG"])
+    st = engine.select_stack(ref)
     resources = (st.export_stack().deployment or {}).get("resources", [])
     recorded = {}
     outputs = st.outputs()
@@ -172,7 +178,7 @@ def live_status(stack: str, *, check_temporal: bool = True) -> dict[str, dict[st
         for r in resources
         if r.get("type") == "kubernetes:apps/v1:Deployment"
     }
-    kube = _kube_or_none()
+    kube = _kube_or_none(ref.env)
     result: dict[str, dict[str, Any]] = {}
     for key, props in sorted(checks.items()):
         dep_out = deployments.get(key, {})
@@ -201,14 +207,15 @@ def live_status(stack: str, *, check_temporal: bool = True) -> dict[str, dict[st
     return result
 
 
-def _kube_or_none() -> Any:
+def _kube_or_none(env: Mapping[str, str] | None = None) -> Any:
     import os
 
-    if not os.environ.get("KUBECONFIG"):
+    kubeconfig = (env or {}).get("KUBECONFIG") or os.environ.get("KUBECONFIG")
+    if not kubeconfig:
         return None
     from twc.local.kube import Kube
 
-    return Kube(os.environ["KUBECONFIG"])
+    return Kube(kubeconfig)
 
 
 def run_status(stack: str, output: str = "table", out: TextIO = sys.stdout) -> int:

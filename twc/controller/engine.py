@@ -51,12 +51,21 @@ class StackRef:
     """The project directory."""
 
 
+def pulumi_command() -> auto.PulumiCommand | None:
+    """The project's pinned CLI (``.twc/bin/pulumi``) when installed, else PATH's."""
+    if (ROOT / ".twc" / "bin" / "pulumi").exists():
+        return auto.PulumiCommand(root=str(ROOT / ".twc"))
+    return None
+
+
 def select_stack(ref: StackRef) -> auto.Stack:
     """Create or select the stack and apply ``ref.config``."""
     stack = auto.create_or_select_stack(
         ref.name,
         work_dir=str(ref.work_dir),
-        opts=auto.LocalWorkspaceOptions(env_vars=engine_env(ref.env)),
+        opts=auto.LocalWorkspaceOptions(
+            env_vars=engine_env(ref.env), pulumi_command=pulumi_command()
+        ),
     )
     if ref.config:
         stack.set_all_config(
@@ -65,11 +74,25 @@ def select_stack(ref: StackRef) -> auto.Stack:
     return stack
 
 
+def local_stack_env(stack: str) -> dict[str, str]:
+    """For the ``local`` stack, the embedded environment's variables when the shell has
+    not exported them (so ``twc up --stack local`` works without ``eval``)."""
+    if stack != "local" or os.environ.get("PULUMI_BACKEND_URL"):
+        return {}
+    from twc.local import LocalEnvError, LocalEnvironment
+
+    try:
+        return LocalEnvironment().env()
+    except LocalEnvError:
+        return {}
+
+
 def local_stack_config(stack: str) -> dict[str, str]:
     """Config the embedded environment needs: its Temporal address for the local stack."""
-    address = os.environ.get("TEMPORAL_ADDRESS")
+    address = local_stack_env(stack).get("TEMPORAL_ADDRESS") or os.environ.get("TEMPORAL_ADDRESS")
     if stack == "local" and address:
-        return {"temporalAddress": address}
+        # Locally, workers (twc local up --run-workers) poll within seconds of a rollout.
+        return {"temporalAddress": address, "waitForPollersSeconds": "15"}
     return {}
 
 

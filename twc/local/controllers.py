@@ -15,7 +15,8 @@ integration tests do:
 Garbage collection and namespace deletion are real: ``twc local up`` runs
 kube-controller-manager with only those two controllers. Pods are not created; tests
 start real temporalio workers from the Deployment's env instead
-(``twc.local.workerpod``). A Deployment annotated ``twc.local/simulate: hold`` is
+(``twc.local.workerpod``), and with ``run_workers`` (``twc local up --run-workers``) this
+loop does so itself, one worker process per replica, like a kubelet. A Deployment annotated ``twc.local/simulate: hold`` is
 left alone, so tests can keep one unavailable.
 """
 
@@ -46,9 +47,12 @@ def template_hash(template: dict[str, Any]) -> str:
 class SimulatedControllers:
     """Deployment + StatefulSet controllers and an always-ready kubelet, as a polling loop."""
 
-    def __init__(self, kube: Kube, interval: float = 0.25) -> None:
+    def __init__(self, kube: Kube, interval: float = 0.25, run_workers: bool = False) -> None:
         self.kube = kube
         self.interval = interval
+        self.run_workers = run_workers
+        # (namespace, deployment, index) -> (template hash, running worker pod)
+        self._pods: dict[tuple[str, str, int], tuple[str, Any]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -63,6 +67,9 @@ class SimulatedControllers:
         self._stop.set()
         if self._thread:
             self._thread.join(timeout=10)
+        for _, pod in self._pods.values():
+            pod.stop()
+        self._pods.clear()
 
     def run(self) -> None:
         """Reconcile until stopped; API errors are logged and retried next round."""
@@ -78,8 +85,13 @@ class SimulatedControllers:
         """One pass over every Deployment and StatefulSet; returns how many it changed."""
         changed = 0
         serialize = self.kube.api_client.sanitize_for_serialization
-        for dep in self.kube.apps.list_deployment_for_all_namespaces().items:
-            changed += self._deployment(serialize(dep))
+        deployments = [
+            serialize(d) for d in self.kube.apps.list_deployment_for_all_namespaces().items
+        ]
+        for dep in deployments:
+            changed += self._deployment(dep)
+        if self.run_workers:
+            changed += self._kubelet(deployments)
         for sts in self.kube.apps.list_stateful_set_for_all_namespaces().items:
             changed += self._statefulset(serialize(sts))
         return changed
@@ -190,6 +202,37 @@ class SimulatedControllers:
             changed += 1
         return changed
 
+    def _kubelet(self, deployments: list[dict[str, Any]]) -> int:
+        """Run one real temporalio worker per replica of each twc worker Deployment,
+        restarted when its pod template changes (``twc local up --run-workers``)."""
+        from twc.local.workerpod import WorkerPod
+
+        wanted: dict[tuple[str, str, int], str] = {}
+        for dep in deployments:
+            meta = dep["metadata"]
+            labels = meta.get("labels") or {}
+            if labels.get("app.kubernetes.io/managed-by") != "twc" or meta.get("deletionTimestamp"):
+                continue
+            tmpl = template_hash(dep["spec"]["template"])
+            for i in range(int(dep["spec"].get("replicas", 1))):
+                wanted[(meta["namespace"], meta["name"], i)] = tmpl
+        changed = 0
+        for key, (tmpl, pod) in list(self._pods.items()):
+            exited = pod.proc is not None and pod.proc.poll() is not None
+            if wanted.get(key) != tmpl or exited:
+                pod.stop()
+                del self._pods[key]
+                changed += 1
+        for key, tmpl in wanted.items():
+            if key not in self._pods:
+                ns, name, index = key
+                try:
+                    self._pods[key] = (tmpl, WorkerPod(self.kube, ns, name, index).start())
+                    changed += 1
+                except Exception as exc:  # noqa: BLE001 - e.g. its Secret is not there yet
+                    log.warning("cannot start a worker for %s/%s: %s", ns, name, exc)
+        return changed
+
     def _statefulset(self, sts: dict[str, Any]) -> int:
         meta = sts["metadata"]
         if (meta.get("annotations") or {}).get(HOLD) == "hold":
@@ -247,9 +290,13 @@ def main() -> None:  # pragma: no cover - exercised through `twc local up`
     import signal
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    ctl = SimulatedControllers(Kube(os.environ["KUBECONFIG"]))
+    run_workers = os.environ.get("TWC_LOCAL_RUN_WORKERS") == "1"
+    ctl = SimulatedControllers(Kube(os.environ["KUBECONFIG"]), run_workers=run_workers)
     signal.signal(signal.SIGTERM, lambda *_: ctl._stop.set())
-    ctl.run()
+    try:
+        ctl.run()
+    finally:
+        ctl.stop()
 
 
 if __name__ == "__main__":  # pragma: no cover

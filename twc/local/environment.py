@@ -143,7 +143,8 @@ class ComponentStatus:
 class LocalEnvironment:
     """One embedded environment rooted at ``state_dir``."""
 
-    def __init__(self, state_dir: Path | str | None = None) -> None:
+    def __init__(self, state_dir: Path | str | None = None, run_workers: bool = False) -> None:
+        self.run_workers = run_workers
         self.dir = Path(state_dir) if state_dir else project_root() / ".twc"
         self.dir = self.dir.resolve()
         self.state_file = self.dir / "local.json"
@@ -523,6 +524,7 @@ class LocalEnvironment:
 
         progress("controllers: starting the simulated deployment controller and kubelet")
         env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
+        env["TWC_LOCAL_RUN_WORKERS"] = "1" if self.run_workers else "0"
         rec = processes.start(
             "controllers",
             [sys.executable, "-m", "twc.local.controllers"],

@@ -153,10 +153,10 @@ def live_status(stack: str, *, check_temporal: bool = True) -> dict[str, dict[st
     where its queue is; its Deployment is read from the API server and its queue is
     described again, so the answer is current even between ``up`` runs.
     """
+    import os
+
     from providers.taskqueue import check_task_queue
     from twc.components.status import worker_status
-
-    import os
 
     ref = stack_ref(stack)
     if ref.env and "KUBECONFIG" in ref.env:

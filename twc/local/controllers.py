@@ -15,8 +15,8 @@ integration tests do:
 Garbage collection and namespace deletion are real: ``twc local up`` runs
 kube-controller-manager with only those two controllers. Pods are not created; tests
 start real temporalio workers from the Deployment's env instead
-(``twc.local.workerpod``), and with ``run_workers`` (``twc local up --run-workers``) this
-loop does so itself, one worker process per replica, like a kubelet. A Deployment annotated ``twc.local/simulate: hold`` is
+(``twc.local.workerpod``), and with ``run_workers`` (``twc local up --run-workers``)
+this loop does so itself, one worker process per replica, like a kubelet. A Deployment annotated ``twc.local/simulate: hold`` is
 left alone, so tests can keep one unavailable.
 """
 
@@ -229,7 +229,7 @@ class SimulatedControllers:
                 try:
                     self._pods[key] = (tmpl, WorkerPod(self.kube, ns, name, index).start())
                     changed += 1
-                except Exception as exc:  # noqa: BLE001 - e.g. its Secret is not there yet
+                except Exception as exc:
                     log.warning("cannot start a worker for %s/%s: %s", ns, name, exc)
         return changed
 

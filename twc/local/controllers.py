@@ -16,8 +16,8 @@ Garbage collection and namespace deletion are real: ``twc local up`` runs
 kube-controller-manager with only those two controllers. Pods are not created; tests
 start real temporalio workers from the Deployment's env instead
 (``twc.local.workerpod``), and with ``run_workers`` (``twc local up --run-workers``)
-this loop does so itself, one worker process per replica, like a kubelet. A Deployment annotated ``twc.local/simulate: hold`` is
-left alone, so tests can keep one unavailable.
+this loop does so itself, one worker process per replica, like a kubelet. A Deployment
+annotated ``twc.local/simulate: hold`` is left alone, so tests can keep one unavailable.
 """
 
 from __future__ import annotations

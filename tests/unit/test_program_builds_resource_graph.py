@@ -44,7 +44,7 @@ FLEET: dict[str, Any] = {
             "partitions": 3,
             "workerEnabled": True,
         },
-        {"name": "billing", "namespace": "billing", "partitions": 2},
+        {"name": "billing", "namespace": "billing", "partitions": 2, "createObject": True},
     ],
     "workers": [
         {
@@ -118,6 +118,10 @@ def test_every_worker_gets_sa_deployment_and_task_queue_check() -> Any:
         assert "billing/worker-billing-pdb" in names
         assert "billing/worker-billing-dlq" in names
         assert "sqs/worker-orders-direct-dlq" not in names
+        # Only the queue that asks for it gets a kmsvc Queue object owned by twc.
+        queue_objects = mocks.of_type("kubernetes:kmsvc.io/v1:Queue")
+        assert [q.name for q in queue_objects] == ["billing/billing-queue"]
+        assert queue_objects[0].inputs["spec"] == {"fifo": False, "partitions": 2}
         types = {r.type for r in mocks.resources}
         assert {
             "twc:temporal:TemporalWorker",

@@ -21,7 +21,7 @@ class QueueComponent(pulumi.ComponentResource):
 
     def __init__(self, name: str, queue: Queue, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(QUEUE_TYPE, name, {}, opts)
-        if getattr(queue, "create_object", False):
+        if queue.create_object:
             labels = dict(queue.labels)
             if queue.worker_enabled:
                 labels[WORKER_ENABLED_LABEL] = "true"

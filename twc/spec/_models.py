@@ -373,6 +373,9 @@ class Queue(SpecModel):
     queue."""
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
     """Labels of the Queue object."""
+    create_object: bool = False
+    """Have twc create and own the kmsvc Queue object itself (otherwise it is managed
+    elsewhere, e.g. by the kmsvc operator, and twc only derives its worker)."""
 
 
 class QueueRef(SpecModel):

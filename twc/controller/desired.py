@@ -215,14 +215,16 @@ def decide_reconcile(
     """
     if force:
         return ReconcileDecision(ReconcileAction.FULL, "full up requested", new)
+    if blocked is not None and new.fleet == blocked:
+        # Checked before "nothing applied yet": a daemon whose very first up failed
+        # permanently must not retry it every interval either.
+        return ReconcileDecision(
+            ReconcileAction.SKIP, "desired state failed permanently; waiting for a change", new
+        )
     if previous is None:
         return ReconcileDecision(ReconcileAction.FULL, "nothing applied yet", new)
     if new.fleet == previous.fleet:
         return ReconcileDecision(ReconcileAction.SKIP, "desired state unchanged", new)
-    if blocked is not None and new.fleet == blocked:
-        return ReconcileDecision(
-            ReconcileAction.SKIP, "desired state failed permanently; waiting for a change", new
-        )
     old_names, new_names = set(previous.workers), set(new.workers)
     added = frozenset(new_names - old_names)
     removed = frozenset(old_names - new_names)

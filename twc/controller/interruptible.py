@@ -84,16 +84,20 @@ class LoopState:
                 skipped or failed before hashing.
 
         Returns:
-            The new state: a success with ``attempted`` records it as applied; a
-            permanent failure with ``attempted`` blocks that hash.
+            The new state: a success with ``attempted`` records it as applied and lifts
+            any block; a success without (a skip) keeps both; a permanent failure with
+            ``attempted`` blocks that hash.
         """
         state = replace(self, iteration=self.iteration + 1, last_outcome=outcome)
         if outcome.kind is OutcomeKind.SUCCESS:
-            applied = attempted if attempted is not None else self.applied
+            if attempted is None:
+                # A skipped iteration (often: skipped *because* the hash is blocked)
+                # succeeds without applying anything, so the block stays.
+                return replace(state, consecutive_failures=0, last_success_at=now)
             return replace(
                 state,
                 consecutive_failures=0,
-                applied=applied,
+                applied=attempted,
                 blocked=None,
                 blocked_at=None,
                 last_success_at=now,

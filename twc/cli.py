@@ -79,6 +79,24 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return commands.run_status(args.stack, args.output)
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    from twc.controller.runner import RunOptions, run_daemon
+
+    return run_daemon(
+        RunOptions(
+            stack=args.stack,
+            fleet_file=args.fleet_file,
+            settings_file=args.settings,
+            port=args.port,
+            interval=args.interval,
+            leader_elect=args.leader_elect,
+            lease_namespace=args.lease_namespace,
+            lease_name=args.lease_name,
+            once=args.once,
+        )
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the top-level argument parser with every verb registered."""
     parser = argparse.ArgumentParser(prog="twc", description=__doc__)
@@ -123,6 +141,20 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--stack", required=True)
     status.add_argument("--output", choices=["table", "json"], default="table")
     status.set_defaults(func=_cmd_status)
+
+    run = sub.add_parser(
+        "run", help="the daemon: reconcile the stack in a loop (Queue objects, autoscaling)"
+    )
+    run.add_argument("--stack", required=True, help="stack (environment), e.g. local, dev, prod")
+    run.add_argument("--fleet-file", default=None, help="fleet file (default stacks/<stack>.yaml)")
+    run.add_argument("--port", type=int, default=None, help="port of /healthz, /metrics (8080)")
+    run.add_argument("--interval", type=float, default=None, help="seconds between iterations")
+    run.add_argument("--settings", default=None, help="JSON/YAML file of daemon settings")
+    run.add_argument("--leader-elect", action="store_true", help="apply only while holding a Lease")
+    run.add_argument("--lease-namespace", default=None, help="namespace of the Lease")
+    run.add_argument("--lease-name", default=None, help="name of the Lease")
+    run.add_argument("--once", action="store_true", help="run one iteration and exit")
+    run.set_defaults(func=_cmd_run)
 
     local = sub.add_parser("local", help="the embedded local environment")
     local.add_argument("action", choices=["up", "down", "env", "status"])

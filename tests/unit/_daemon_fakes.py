@@ -1,0 +1,246 @@
+"""Fakes for the daemon loop's unit tests: engine, clock, backlogs, a fleet builder.
+
+The loop gets every outside collaborator injected; these stand in for them so a test
+can drive iterations on virtual time and count exactly what reached the "engine".
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from twc.controller import Backlog, DaemonSettings, LoopState, TaskQueueRef
+from twc.controller.automation import Overlay, UpReport
+from twc.controller.backlog import worker_key
+from twc.controller.daemon import Daemon
+from twc.controller.health import DaemonMetrics
+from twc.controller.queues import StaticQueues
+from twc.spec import Fleet, ResolvedWorker, load_fleet
+
+STACK = "unit"
+NS = "team"
+
+
+def fleet_data(
+    *, workers: list[dict[str, Any]] | None = None, queues: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """A valid fleet document with one ClusterConnection every worker uses."""
+    return {
+        "apiVersion": "twc.temporal.io/v1",
+        "kind": "Fleet",
+        "defaults": {
+            "image": "registry.example/worker:1.0.0",
+            "connectionRef": {
+                "objectRef": {
+                    "apiGroup": "temporal.io",
+                    "kind": "ClusterConnection",
+                    "name": "main",
+                }
+            },
+        },
+        "clusterConnections": [{"name": "main", "hostPort": "temporal.example:7233"}],
+        "queues": queues or [],
+        "workers": workers
+        if workers is not None
+        else [{"name": "payments", "namespace": NS, "taskQueueName": "payments"}],
+    }
+
+
+def autoscaled(
+    name: str, *, target: int = 10, lo: int = 1, hi: int = 20, window: int = 300
+) -> dict[str, Any]:
+    """An explicit worker with autoscaling on a task queue named like it."""
+    return {
+        "name": name,
+        "namespace": NS,
+        "taskQueueName": name,
+        "autoscaling": {
+            "minReplicas": lo,
+            "maxReplicas": hi,
+            "targetBacklogPerReplica": target,
+            "scaleDownStabilizationSeconds": window,
+        },
+    }
+
+
+def queue_object(
+    name: str, *, namespace: str = NS, partitions: int | None = None
+) -> dict[str, Any]:
+    """A labelled kmsvc Queue object as the API returns it."""
+    spec: dict[str, Any] = {}
+    if partitions is not None:
+        spec["partitions"] = partitions
+    return {
+        "apiVersion": "kmsvc.io/v1",
+        "kind": "Queue",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"temporal.io/worker-enabled": "true"},
+            "resourceVersion": "1",
+        },
+        "spec": spec,
+    }
+
+
+class FakeClock:
+    """Virtual monotonic time; :meth:`sleep` advances it unless the event is set."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+        self.slept: list[float] = []
+        self.on_sleep: Callable[[], None] | None = None
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, delay: float, wakeup: threading.Event) -> bool:
+        self.slept.append(delay)
+        if self.on_sleep is not None:
+            self.on_sleep()
+        if wakeup.is_set():
+            return True
+        self.now += max(delay, 0.0)
+        return False
+
+
+@dataclass
+class FakeEngine:
+    """Records ``up``/``refresh`` calls; failures and drift are scripted."""
+
+    ups: list[tuple[Overlay, Sequence[str] | None]] = field(default_factory=list)
+    refreshes: int = 0
+    recoveries: int = 0
+    failures: list[BaseException] = field(default_factory=list)
+    drift: list[str] = field(default_factory=list)
+    urns: dict[str, list[str]] = field(default_factory=dict)
+    recover_actions: list[str] = field(default_factory=list)
+    during_up: Callable[[], None] | None = None
+    live: dict[str, int] | None = None
+    """When set, a successful ``up`` writes the overlay's replicas here, as the cluster
+    would show them."""
+
+    def recover(self) -> Sequence[str]:
+        self.recoveries += 1
+        return list(self.recover_actions)
+
+    def up(self, overlay: Overlay, targets: Sequence[str] | None) -> UpReport:
+        self.ups.append((overlay, targets))
+        if self.during_up is not None:
+            self.during_up()
+        if self.failures:
+            raise self.failures.pop(0)
+        if self.live is not None:
+            self.live.update(overlay.replicas)
+        return UpReport(changes={"update": 1})
+
+    def refresh(self) -> Sequence[str]:
+        self.refreshes += 1
+        found, self.drift = self.drift, []
+        return found
+
+    def worker_urns(self) -> Mapping[str, Sequence[str]]:
+        return self.urns
+
+    @property
+    def last_overlay(self) -> Overlay:
+        return self.ups[-1][0]
+
+
+class FakeBacklogs:
+    """Backlogs by task-queue name; an exception value makes that describe fail."""
+
+    def __init__(self, counts: Mapping[str, int | BaseException] | None = None) -> None:
+        self.counts: dict[str, int | BaseException] = dict(counts or {})
+        self.described: list[str] = []
+
+    def refs(self, fleet: Fleet, workers: Iterable[ResolvedWorker]) -> dict[str, TaskQueueRef]:
+        return {
+            worker_key(w): TaskQueueRef(w.temporal_namespace, w.task_queue_name) for w in workers
+        }
+
+    async def describe(self, ref: TaskQueueRef) -> Backlog:
+        self.described.append(ref.name)
+        value = self.counts.get(ref.name, 0)
+        if isinstance(value, BaseException):
+            raise value
+        return Backlog(count=value)
+
+
+class NoLimit:
+    """A rate limiter that never waits."""
+
+    async def acquire(self) -> None:
+        return None
+
+
+@dataclass
+class Harness:
+    """A daemon wired to fakes, with handles on each."""
+
+    daemon: Daemon
+    engine: FakeEngine
+    clock: FakeClock
+    queues: StaticQueues
+    backlogs: FakeBacklogs
+    metrics: DaemonMetrics
+    fleet: dict[str, Any]
+    live: dict[str, int]
+    state: LoopState | None = None
+
+    def engine_runs(self) -> float:
+        return self.metrics.value("twc_engine_runs_total") or 0.0
+
+    def step(self) -> LoopState:
+        """One iteration, as the loop runs it (wake-up cleared first)."""
+        if self.state is None:
+            self.state = LoopState(started_at=self.clock.now)
+        self.daemon.wakeup.clear()
+        self.state = self.daemon.iterate(self.state)
+        return self.state
+
+
+def make_daemon(
+    fleet: dict[str, Any] | None = None,
+    *,
+    settings: DaemonSettings | None = None,
+    queues: Iterable[Mapping[str, Any]] = (),
+    backlogs: Mapping[str, int | BaseException] | None = None,
+    engine: FakeEngine | None = None,
+    leader: Any = None,
+) -> Harness:
+    """A daemon on fakes. ``fleet`` is re-read every iteration, so tests may edit it."""
+    doc = fleet if fleet is not None else fleet_data()
+    clock = FakeClock()
+    fake_engine = engine or FakeEngine()
+    source = StaticQueues(queues)
+    fake_backlogs = FakeBacklogs(backlogs)
+    metrics = DaemonMetrics(STACK)
+    live: dict[str, int] = {}
+    if fake_engine.live is None:
+        fake_engine.live = live
+
+    def load() -> Fleet:
+        return load_fleet(doc, "fleet.yaml")
+
+    daemon = Daemon(
+        stack=STACK,
+        load_fleet=load,
+        engine=fake_engine,
+        settings=settings or DaemonSettings(),
+        queues=source,
+        backlogs=fake_backlogs,
+        current_replicas=lambda: dict(live),
+        metrics=metrics,
+        leader=leader,
+        file="fleet.yaml",
+        clock=clock,
+        wall=lambda: 1_700_000_000.0 + clock.now,
+        sleep=clock.sleep,
+        jitter=None,
+        limiter=NoLimit(),
+    )
+    source.start(daemon.wakeup)
+    return Harness(daemon, fake_engine, clock, source, fake_backlogs, metrics, doc, live)

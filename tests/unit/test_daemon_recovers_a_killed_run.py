@@ -1,0 +1,169 @@
+"""A stack left locked with pending operations by a killed run is repaired, a live lock never."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import pytest
+from pulumi.automation import ConcurrentUpdateError, Deployment
+
+from twc.controller import engine as engine_module
+from twc.controller.automation import (
+    AutomationEngine,
+    LockHolder,
+    Overlay,
+    lock_holders,
+    stale_lock,
+    worker_urns_from_state,
+)
+
+LOCKED = (
+    "error: the stack is currently locked by 1 lock(s). Either wait for the other process(es) "
+    "to end or delete the lock file with `pulumi cancel`.\n"
+    "  file:///state/.pulumi/locks/organization/twc/s/7f.json: created by root@box-1 "
+    "(pid 4242) at 2026-01-01T10:00:00Z"
+)
+
+
+def test_lock_holders_are_parsed_from_the_backend_error() -> None:
+    assert lock_holders(LOCKED) == [LockHolder("root", "box-1", 4242)]
+    assert lock_holders("[409] Conflict: Another update is currently in progress.") == []
+
+
+@pytest.mark.parametrize(
+    ("holders", "alive", "leader", "stale"),
+    [
+        ([LockHolder("root", "box-1", 1)], False, False, True),  # same host, process gone
+        ([LockHolder("root", "box-1", 1)], True, False, False),  # same host, still running
+        ([LockHolder("root", "other", 1)], False, False, False),  # cannot see that host
+        ([LockHolder("root", "other", 1)], True, True, True),  # the Lease says it stopped
+        ([], False, True, False),  # a lock naming no process is never broken
+    ],
+)
+def test_only_a_provably_dead_holder_makes_a_lock_stale(
+    holders: list[LockHolder], alive: bool, leader: bool, stale: bool
+) -> None:
+    assert stale_lock(holders, hostname="box-1", alive=lambda _pid: alive, leader=leader) is stale
+
+
+class FakeStack:
+    def __init__(self, *, locked: bool, pending: int) -> None:
+        self.locked = locked
+        self.cancelled = 0
+        self.imported: list[dict[str, Any]] = []
+        self.state: dict[str, Any] = {
+            "resources": [{"urn": "urn:pulumi:s::twc::pulumi:pulumi:Stack::twc-s"}],
+            "pending_operations": [
+                {"type": "creating", "resource": {"urn": f"urn:pulumi:s::twc::t::r{i}"}}
+                for i in range(pending)
+            ],
+        }
+
+    def export_stack(self) -> Deployment:
+        return Deployment(version=3, deployment=dict(self.state))
+
+    def import_stack(self, state: Deployment) -> None:
+        if self.locked:
+            raise ConcurrentUpdateError(LOCKED)
+        assert state.deployment is not None
+        self.state = dict(state.deployment)
+        self.imported.append(self.state)
+
+    def cancel(self) -> None:
+        self.cancelled += 1
+        self.locked = False
+
+
+@pytest.fixture
+def fake_stack(monkeypatch: pytest.MonkeyPatch) -> Any:
+    def install(stack: FakeStack) -> FakeStack:
+        monkeypatch.setattr(engine_module, "select_stack", lambda ref: stack)
+        return stack
+
+    return install
+
+
+def _engine(tmp_path: Any, *, alive: bool) -> AutomationEngine:
+    ref = engine_module.StackRef(name="s", config={"fleetFile": "f.yaml"})
+    return AutomationEngine(ref, state_dir=tmp_path, hostname="box-1", alive=lambda _p: alive)
+
+
+def test_a_dead_holders_lock_is_cancelled_and_pending_operations_dropped(
+    fake_stack: Any, tmp_path: Any
+) -> None:
+    stack = fake_stack(FakeStack(locked=True, pending=2))
+
+    actions = _engine(tmp_path, alive=False).recover()
+
+    assert actions == ["cancel", "drop-pending-operations:2"]
+    assert stack.cancelled == 1
+    assert "pending_operations" not in stack.state
+    assert stack.state["resources"]  # the recorded resources are kept
+
+
+def test_a_live_holders_lock_is_left_alone(fake_stack: Any, tmp_path: Any) -> None:
+    stack = fake_stack(FakeStack(locked=True, pending=2))
+
+    with pytest.raises(ConcurrentUpdateError):
+        _engine(tmp_path, alive=True).recover()
+
+    assert stack.cancelled == 0
+    assert len(stack.state["pending_operations"]) == 2
+
+
+def test_a_clean_stack_needs_no_recovery(fake_stack: Any, tmp_path: Any) -> None:
+    stack = fake_stack(FakeStack(locked=False, pending=0))
+
+    assert _engine(tmp_path, alive=False).recover() == []
+    assert stack.imported == []
+
+
+def test_an_up_hitting_a_stale_lock_repairs_the_stack_and_retries_once(
+    fake_stack: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack = fake_stack(FakeStack(locked=True, pending=1))
+    calls: list[dict[str, Any]] = []
+
+    class Summary:
+        resource_changes: ClassVar[dict[str, int]] = {"same": 3, "create": 1}
+
+    class Result:  # shaped like pulumi's UpResult
+        summary = Summary
+
+    def fake_up(ref: Any, **kwargs: Any) -> Any:
+        calls.append({"env": dict(ref.env), **kwargs})
+        if stack.locked:
+            raise ConcurrentUpdateError(LOCKED)
+        return Result()
+
+    monkeypatch.setattr(engine_module, "up", fake_up)
+    eng = _engine(tmp_path, alive=False)
+
+    report = eng.up(Overlay(replicas={"team/a": 3}), None)
+
+    assert len(calls) == 2
+    assert stack.cancelled == 1
+    assert report.changes == {"same": 3, "create": 1}
+    assert calls[1]["env"]["TWC_OVERLAY_FILE"] == str(eng.overlay_file)
+    assert '"team/a": 3' in eng.overlay_file.read_text()
+
+
+def test_worker_urns_include_every_descendant_of_the_worker_component() -> None:
+    stack = "urn:pulumi:s::twc::pulumi:pulumi:Stack::twc-s"
+    queue = "urn:pulumi:s::twc::twc:kmsvc:Queue::team/orders"
+    worker = "urn:pulumi:s::twc::twc:kmsvc:Queue$twc:temporal:TemporalWorker::team/worker-orders"
+    dep = (
+        f"{worker.rsplit('::', 1)[0]}$kubernetes:apps/v1:Deployment::team/worker-orders-deployment"
+    )
+    other = "urn:pulumi:s::twc::twc:temporal:TemporalWorker::team/worker-orders-2"
+    resources = [
+        {"urn": stack, "type": "pulumi:pulumi:Stack"},
+        {"urn": queue, "type": "twc:kmsvc:Queue", "parent": stack},
+        {"urn": worker, "type": "twc:temporal:TemporalWorker", "parent": queue},
+        {"urn": dep, "type": "kubernetes:apps/v1:Deployment", "parent": worker},
+        {"urn": other, "type": "twc:temporal:TemporalWorker", "parent": stack},
+    ]
+
+    urns = worker_urns_from_state(resources)
+
+    assert urns == {"team/worker-orders": [worker, dep], "team/worker-orders-2": [other]}

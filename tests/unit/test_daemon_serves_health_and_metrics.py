@@ -1,0 +1,86 @@
+"""``/healthz``, ``/readyz`` and ``/metrics`` over HTTP, from the loop's own state."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.unit._daemon_fakes import make_daemon
+from twc.controller.health import DaemonMetrics, HealthServer
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+@pytest.fixture
+def served() -> object:
+    h = make_daemon()
+    server = HealthServer(
+        h.metrics, port=0, live=h.daemon.live, ready=h.daemon.ready, host="127.0.0.1"
+    ).start()
+    yield h, server.port
+    server.stop()
+
+
+def test_readyz_turns_ready_after_the_first_successful_reconcile(served: object) -> None:
+    h, port = served  # type: ignore[misc]
+    assert _get(port, "/healthz")[0] == 200
+    code, text = _get(port, "/readyz")
+    assert (code, text.strip()) == (503, "no successful reconcile yet")
+
+    h.step()
+    h.daemon.state = h.state
+
+    assert _get(port, "/readyz")[0] == 200
+
+
+def test_metrics_expose_reconciles_engine_runs_and_replicas(served: object) -> None:
+    h, port = served  # type: ignore[misc]
+    h.step()
+    h.step()
+
+    code, text = _get(port, "/metrics")
+
+    assert code == 200
+    assert 'twc_reconcile_total{result="success",stack="unit"} 2.0' in text
+    assert 'twc_engine_runs_total{mode="full",operation="up",stack="unit"} 1.0' in text
+    assert 'twc_worker_desired_replicas{stack="unit",worker="team/payments"} 1.0' in text
+    assert "twc_last_success_timestamp_seconds" in text
+    assert _get(port, "/nope")[0] == 404
+
+
+def test_a_crashed_probe_reports_unhealthy_instead_of_hanging() -> None:
+    def broken() -> tuple[bool, str]:
+        raise RuntimeError("boom")
+
+    server = HealthServer(
+        DaemonMetrics("s"), port=0, live=broken, ready=broken, host="127.0.0.1"
+    ).start()
+    try:
+        code, text = _get(server.port, "/healthz")
+    finally:
+        server.stop()
+
+    assert code == 503
+    assert "boom" in text
+
+
+def test_gauges_of_removed_workers_and_queues_disappear() -> None:
+    metrics = DaemonMetrics("s")
+    metrics.set_workers({"ns/a": 2, "ns/b": 1}, {"ns/a": 2})
+    metrics.set_backlogs([("default", "qa", 5), ("default", "qb", 7)])
+
+    metrics.set_workers({"ns/a": 3}, {"ns/a": 3})
+    metrics.set_backlogs([("default", "qa", 1)])
+
+    assert metrics.value("twc_worker_desired_replicas", worker="ns/b") is None
+    assert metrics.value("twc_worker_desired_replicas", worker="ns/a") == 3
+    assert metrics.value("twc_task_queue_backlog", task_queue="qb") is None
+    assert metrics.value("twc_task_queue_backlog", task_queue="qa") == 1

@@ -1,0 +1,370 @@
+"""The daemon's engine: ``up``/``refresh`` of one stack, plus repair after a killed run.
+
+:class:`AutomationEngine` wraps :mod:`twc.controller.engine` for the loop. It writes the
+overlay (Queue objects, replica decisions) to a file the program reads through
+``TWC_OVERLAY_FILE``, turns a program that rejects its input into a
+:class:`~twc.controller.outcome.PermanentError`, reports drift from ``refresh`` events,
+and lists each worker's resource URNs (from the stack's state) for targeted ``up``\\ s.
+
+A daemon killed during an ``up`` leaves the stack locked and its state with pending
+operations. The lock is broken only when it is provably stale: the lock's process ran on
+this host and is gone, or this daemon holds the leader Lease (whose protocol guarantees
+the previous leader stopped). Pending operations are then dropped from the state: the
+next full ``up`` re-applies every resource (the Kubernetes provider's server-side apply
+adopts objects a killed run created but never recorded).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import socket
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from twc.controller import engine
+from twc.controller.outcome import PermanentError
+
+__all__ = [
+    "OVERLAY_ENV",
+    "AutomationEngine",
+    "LockHolder",
+    "Overlay",
+    "StackEngine",
+    "UpReport",
+    "lock_holders",
+    "pid_alive",
+    "stale_lock",
+    "worker_urns_from_state",
+]
+
+logger = logging.getLogger(__name__)
+
+OVERLAY_ENV = "TWC_OVERLAY_FILE"
+WORKER_TYPE = "twc:temporal:TemporalWorker"
+# The program says this when it refuses its input; retrying the same input cannot help.
+_PROGRAM_REFUSED = "nothing was changed"
+
+
+@dataclass(frozen=True, slots=True)
+class Overlay:
+    """What the daemon adds to the fleet file for one ``up`` (the program's input)."""
+
+    queues: tuple[Mapping[str, Any], ...] = ()
+    """Accepted kmsvc Queue objects."""
+    replicas: Mapping[str, int] = field(default_factory=dict)
+    """Autoscaler decisions keyed ``<namespace>/<worker>``."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The document ``TWC_OVERLAY_FILE`` points at."""
+        return {"queues": [dict(q) for q in self.queues], "replicas": dict(self.replicas)}
+
+
+@dataclass(frozen=True, slots=True)
+class UpReport:
+    """What an ``up`` changed."""
+
+    changes: Mapping[str, int] = field(default_factory=dict)
+    """Operation (``create``, ``update``, ``same``...) to resource count."""
+
+
+class StackEngine(Protocol):
+    """The engine operations the loop uses; :class:`AutomationEngine` is the real one."""
+
+    def recover(self) -> Sequence[str]:
+        """Repair what a killed run left behind; returns the actions taken."""
+        ...
+
+    def up(self, overlay: Overlay, targets: Sequence[str] | None) -> UpReport:
+        """Apply the program with ``overlay``; only ``targets`` (URNs) when given."""
+        ...
+
+    def refresh(self) -> Sequence[str]:
+        """Refresh the state from the cluster; returns the resources that drifted."""
+        ...
+
+    def worker_urns(self) -> Mapping[str, Sequence[str]]:
+        """Per worker key, the URNs of its component and everything under it."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class LockHolder:
+    """One lock on a stack, as the backend's ``ConcurrentUpdateError`` describes it."""
+
+    user: str
+    """Who took it."""
+    host: str
+    """Host name of the process."""
+    pid: int
+    """Process id of the ``pulumi`` CLI that took it."""
+
+
+_LOCK_LINE = re.compile(r"created by (?P<user>[^@\s]+)@(?P<host>\S+) \(pid (?P<pid>\d+)\)")
+
+
+def lock_holders(message: str) -> list[LockHolder]:
+    """Parse the holders out of a "the stack is currently locked by" error.
+
+    Args:
+        message: The error text (the engine's stderr).
+
+    Returns:
+        One entry per lock line; empty when the text names none (e.g. a service
+        backend's 409, which names no process).
+    """
+    return [LockHolder(m["user"], m["host"], int(m["pid"])) for m in _LOCK_LINE.finditer(message)]
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists on this host (a zombie counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    # The state letter follows the parenthesised command name.
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+
+
+def stale_lock(
+    holders: Sequence[LockHolder],
+    *,
+    hostname: str,
+    alive: Callable[[int], bool],
+    leader: bool,
+) -> bool:
+    """Whether every lock is provably left behind by a dead process.
+
+    Args:
+        holders: The locks, from :func:`lock_holders`.
+        hostname: This host's name.
+        alive: Whether a pid is alive on this host.
+        leader: Whether this daemon holds the leader Lease: then any lock is stale,
+            because a leader that loses the Lease exits (taking its engine with it)
+            before another candidate can acquire it.
+
+    Returns:
+        True only if there is at least one lock and none may belong to a live process.
+    """
+    if not holders:
+        return False
+    if leader:
+        return True
+    return all(h.host == hostname and not alive(h.pid) for h in holders)
+
+
+def worker_urns_from_state(resources: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Per worker key, the URN of its component followed by every descendant's.
+
+    Args:
+        resources: ``deployment["resources"]`` of an exported stack.
+
+    Returns:
+        ``{"<ns>/<worker>": [component URN, child URNs...]}``.
+    """
+    items = list(resources)
+    children: dict[str, list[str]] = {}
+    for res in items:
+        parent = res.get("parent")
+        if parent:
+            children.setdefault(str(parent), []).append(str(res["urn"]))
+    out: dict[str, list[str]] = {}
+    for res in items:
+        if res.get("type") != WORKER_TYPE:
+            continue
+        urn = str(res["urn"])
+        found = [urn]
+        todo = list(children.get(urn, []))
+        while todo:
+            child = todo.pop(0)
+            found.append(child)
+            todo.extend(children.get(child, []))
+        out[urn.rsplit("::", 1)[-1]] = found
+    return out
+
+
+class AutomationEngine:
+    """The Automation API on the project, for one stack."""
+
+    def __init__(
+        self,
+        ref: engine.StackRef,
+        *,
+        state_dir: Path | None = None,
+        hostname: str | None = None,
+        alive: Callable[[int], bool] = pid_alive,
+        is_leader: Callable[[], bool] = lambda: False,
+        log_prefix: str | None = None,
+    ) -> None:
+        """Prepare the engine.
+
+        Args:
+            ref: The stack, its ``twc:`` config and extra environment.
+            state_dir: Where to write the overlay file; a private temporary directory
+                by default.
+            hostname: This host's name as the backend records it in locks.
+            alive: Whether a pid is alive on this host.
+            is_leader: Whether this daemon currently holds the leader Lease.
+            log_prefix: Prefix of the engine output lines logged.
+        """
+        self.ref = ref
+        if state_dir is None:
+            state_dir = Path(tempfile.mkdtemp(prefix="twc-daemon-"))
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.overlay_file = state_dir / f"overlay-{ref.name}.json"
+        self._hostname = hostname or socket.gethostname()
+        self._alive = alive
+        self._is_leader = is_leader
+        self._prefix = log_prefix or f"[{ref.name}]"
+
+    # ------------------------------------------------------------------ engine
+    def up(self, overlay: Overlay, targets: Sequence[str] | None) -> UpReport:
+        """Run ``up`` with the overlay; a stale lock is broken and the ``up`` retried once.
+
+        Raises:
+            PermanentError: The program refused its input.
+            ConcurrentUpdateError: A live process holds the stack's lock.
+            CommandError: The engine failed otherwise.
+        """
+        from pulumi.automation import CommandError, ConcurrentUpdateError
+
+        self._write_overlay(overlay)
+        ref = self._ref_with_overlay()
+        for attempt in (1, 2):
+            try:
+                result = engine.up(ref, on_output=self._output, target=list(targets or []) or None)
+            except ConcurrentUpdateError as exc:
+                if attempt == 2 or not self._break_stale_lock(str(exc)):
+                    raise
+                self._drop_pending_operations()
+                continue
+            except CommandError as exc:
+                text = str(exc)
+                if _PROGRAM_REFUSED in text:
+                    raise PermanentError(_program_error(text)) from exc
+                raise
+            changes = result.summary.resource_changes or {}
+            return UpReport(changes={str(getattr(k, "value", k)): n for k, n in changes.items()})
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def refresh(self) -> list[str]:
+        """Refresh the state; returns names of resources whose live state differed."""
+        from pulumi.automation import ConcurrentUpdateError
+
+        drifted: list[str] = []
+
+        def on_event(event: Any) -> None:
+            out = getattr(event, "res_outputs_event", None)
+            if out is None:
+                return
+            meta = out.metadata
+            op = str(getattr(meta.op, "value", meta.op))
+            if op in ("same", "read", "refresh") or meta.type.startswith("pulumi:"):
+                return
+            drifted.append(meta.urn.rsplit("::", 1)[-1])
+
+        stack = engine.select_stack(self._ref_with_overlay())
+        try:
+            stack.refresh(on_event=on_event, on_output=self._output, color="never")
+        except ConcurrentUpdateError as exc:
+            if not self._break_stale_lock(str(exc)):
+                raise
+            self._drop_pending_operations()
+            drifted.clear()
+            stack.refresh(on_event=on_event, on_output=self._output, color="never")
+        return drifted
+
+    def worker_urns(self) -> dict[str, list[str]]:
+        """Per worker key, the URNs of its component and descendants, from the state."""
+        state = engine.select_stack(self.ref).export_stack().deployment or {}
+        return worker_urns_from_state(state.get("resources") or [])
+
+    # ---------------------------------------------------------------- recovery
+    def recover(self) -> list[str]:
+        """Drop pending operations a killed run left, breaking its lock if stale.
+
+        Returns:
+            The actions taken, e.g. ``["cancel", "drop-pending-operations:2"]``.
+
+        Raises:
+            ConcurrentUpdateError: A live process holds the lock (nothing is touched).
+        """
+        from pulumi.automation import ConcurrentUpdateError
+
+        actions: list[str] = []
+        try:
+            actions += self._drop_pending_operations()
+        except ConcurrentUpdateError as exc:
+            if not self._break_stale_lock(str(exc)):
+                raise
+            actions.append("cancel")
+            actions += self._drop_pending_operations()
+        return actions
+
+    def _break_stale_lock(self, message: str) -> bool:
+        holders = lock_holders(message)
+        leader = self._is_leader()
+        if not stale_lock(holders, hostname=self._hostname, alive=self._alive, leader=leader):
+            logger.info("%s the stack is locked by a live update; waiting", self._prefix)
+            return False
+        who = ", ".join(f"{h.user}@{h.host} pid {h.pid}" for h in holders)
+        logger.warning("%s breaking a stale lock (%s)", self._prefix, who)
+        engine.select_stack(self.ref).cancel()
+        return True
+
+    def _drop_pending_operations(self) -> list[str]:
+        from pulumi.automation import Deployment
+
+        stack = engine.select_stack(self.ref)
+        exported = stack.export_stack()
+        state = dict(exported.deployment or {})
+        pending = state.get("pending_operations") or []
+        if not pending:
+            return []
+        for op in pending:
+            resource = op.get("resource") or {}
+            logger.warning(
+                "%s dropping pending %s of %s left by a killed run",
+                self._prefix,
+                op.get("type", "operation"),
+                str(resource.get("urn", "?")).rsplit("::", 1)[-1],
+            )
+        state.pop("pending_operations", None)
+        stack.import_stack(Deployment(version=exported.version, deployment=state))
+        return [f"drop-pending-operations:{len(pending)}"]
+
+    # ----------------------------------------------------------------- helpers
+    def _write_overlay(self, overlay: Overlay) -> None:
+        tmp = self.overlay_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(overlay.to_json(), sort_keys=True, indent=1))
+        tmp.replace(self.overlay_file)
+
+    def _ref_with_overlay(self) -> engine.StackRef:
+        env = {**(self.ref.env or {}), OVERLAY_ENV: str(self.overlay_file)}
+        return replace(self.ref, env=env)
+
+    def _output(self, line: str) -> None:
+        text = line.rstrip()
+        if text:
+            # The engine's progress is verbose; the loop logs a summary at INFO.
+            logger.debug("%s %s", self._prefix, text)
+
+
+def _program_error(text: str) -> str:
+    # The program's own message (which fields are wrong) rather than the engine's frame.
+    idx = text.find("invalid fleet")
+    if idx < 0:
+        idx = text.find(_PROGRAM_REFUSED)
+    start = text.rfind("\n", 0, max(idx, 0)) + 1
+    return text[start : start + 2000].strip() or "the program refused its input"

@@ -1,0 +1,556 @@
+"""The reconcile loop of ``twc run``: one loop per stack (DESIGN §5).
+
+Each iteration:
+
+1. loads the fleet file and merges the labelled kmsvc Queue objects from the watch
+   (invalid ones are reported and skipped, one at a time);
+2. samples the backlog of every autoscaled worker's task queue (bounded concurrency, a
+   request-rate budget) and turns it into replicas with the HPA math;
+3. hashes the desired fleet and runs ``up`` only when the hash differs from the last
+   applied one, targeted at the changed workers' resources when only a few changed;
+4. runs ``refresh`` on schedule; drift found makes the next iteration a full ``up``.
+
+A failing step becomes an :class:`~twc.controller.outcome.Outcome` and the loop sleeps
+its backoff; nothing escapes an iteration. The sleep between iterations is woken by the
+Queue watch (reconcile at once) and by :meth:`Daemon.request_stop` (SIGTERM: the step
+in progress finishes, then the loop returns). Every collaborator that talks to the
+outside (engine, Queue source, backlogs, replica reader, leader gate) and the clocks are
+injected, so the loop is unit-tested with fakes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from twc.connections import resolve_fleet_connections
+from twc.controller.automation import Overlay, StackEngine
+from twc.controller.autoscale import ScaleDecision, ScalingState, WorkerScaleInput, scale_fleet
+from twc.controller.backlog import BacklogSource, worker_key
+from twc.controller.desired import (
+    DesiredState,
+    ReconcileAction,
+    ReconcileDecision,
+    decide_reconcile,
+    desired_state,
+)
+from twc.controller.health import DaemonMetrics
+from twc.controller.interruptible import LoopState
+from twc.controller.interruptible import sleep as interruptible_sleep
+from twc.controller.outcome import (
+    FailureReason,
+    Outcome,
+    OutcomeKind,
+    TemporaryError,
+    outcome_of,
+)
+from twc.controller.queues import MergedFleet, QueueSource, merge_queue_objects
+from twc.controller.sampling import RateLimiter, TokenBucket, sample_backlogs
+from twc.controller.settings import DaemonSettings
+from twc.spec import Fleet, ResolvedWorker
+
+__all__ = ["Daemon", "LeaderGate", "Plan"]
+
+logger = logging.getLogger(__name__)
+
+Sleep = Callable[[float, threading.Event], bool]
+
+
+class LeaderGate(Protocol):
+    """Whether this daemon may apply the stack now (the Lease elector)."""
+
+    def is_leader(self) -> bool:
+        """True while this daemon holds the Lease."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Everything one iteration decided before touching the engine."""
+
+    merged: MergedFleet
+    """The fleet file with the accepted Queue objects."""
+    workers: Mapping[str, ResolvedWorker]
+    """Every worker, keyed ``<namespace>/<name>``."""
+    desired: DesiredState
+    """The hashes of the desired fleet."""
+    overlay: Overlay
+    """The program's extra input for this desired state."""
+    replicas: Mapping[str, int]
+    """Desired replicas of every worker."""
+    current: Mapping[str, int]
+    """Replicas of the workers' Deployments in the cluster, where known."""
+    decisions: Mapping[str, ScaleDecision]
+    """The autoscaler's decisions, for autoscaled workers."""
+    scaling: Mapping[str, ScalingState]
+    """The autoscaler's state to keep."""
+
+
+class Daemon:
+    """One stack's reconcile loop."""
+
+    def __init__(
+        self,
+        *,
+        stack: str,
+        load_fleet: Callable[[], Fleet],
+        engine: StackEngine,
+        settings: DaemonSettings,
+        queues: QueueSource,
+        backlogs: BacklogSource | None = None,
+        current_replicas: Callable[[], Mapping[str, int]] | None = None,
+        metrics: DaemonMetrics | None = None,
+        leader: LeaderGate | None = None,
+        file: str = "<fleet>",
+        shared: Mapping[str, Any] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+        sleep: Sleep = interruptible_sleep,
+        jitter: Callable[[], float] | None = random.random,
+        limiter: RateLimiter | None = None,
+    ) -> None:
+        """Wire the loop.
+
+        Args:
+            stack: The stack's name (logs and metrics).
+            load_fleet: Reads and validates the fleet file; raises ``SpecError``.
+            engine: Runs ``up``/``refresh`` and repairs a killed run's leftovers.
+            settings: Intervals, backoff, autoscaling behaviour, sampling limits.
+            queues: The labelled Queue objects (a watch, or a fixed set).
+            backlogs: Samples task-queue backlogs; ``None`` holds autoscaled workers'
+                replicas (no metric).
+            current_replicas: Reads the workers' Deployments' replicas from the cluster.
+            metrics: Where to publish; a private set by default.
+            leader: The Lease elector with ``--leader-elect``; ``None`` means this
+                daemon always may apply (the backend's lock still serialises ``up``\\ s).
+            file: The fleet file's name for messages.
+            shared: Extra inputs of the program outside the fleet (config such as the
+                Temporal address); a change forces a full ``up``.
+            clock: Monotonic time in seconds; the only clock decisions read.
+            wall: Unix time, for the last-success metric only.
+            sleep: The interruptible sleep (a fake advances a fake clock).
+            jitter: Source of backoff jitter in ``[0, 1]``; ``None`` for none.
+            limiter: The backlog request-rate budget; a token bucket from the
+                sampling settings by default.
+        """
+        self.stack = stack
+        self.settings = settings
+        self.engine = engine
+        self.queues = queues
+        self.metrics = metrics or DaemonMetrics(stack)
+        self.state: LoopState | None = None
+        self.wakeup = threading.Event()
+        self.exit_code = 0
+        self._load_fleet = load_fleet
+        self._backlogs = backlogs
+        self._current_replicas = current_replicas
+        self._leader = leader
+        self._file = file
+        self._shared = dict(shared or {})
+        self._clock = clock
+        self._wall = wall
+        self._sleep = sleep
+        self._jitter = jitter
+        self._limiter = limiter or TokenBucket(
+            settings.sampling.rate_per_s, burst=settings.sampling.burst
+        )
+        self._stop = threading.Event()
+        self._recovered = False
+        self._crashed: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._last_replicas: dict[str, int] = {}
+        self._reported_invalid: dict[str, str] = {}
+        self._was_leader: bool | None = None
+        self.metrics.leader.labels(stack).set(0)
+
+    # --------------------------------------------------------------- control
+    def request_stop(self, exit_code: int | None = None) -> None:
+        """End the loop after the step in progress (SIGTERM); wakes any sleep at once.
+
+        Args:
+            exit_code: The code :meth:`run` returns; unchanged when ``None``.
+        """
+        if exit_code is not None:
+            self.exit_code = exit_code
+        self._stop.set()
+        self.wakeup.set()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether a stop was requested."""
+        return self._stop.is_set()
+
+    def live(self) -> tuple[bool, str]:
+        """The liveness probe: the loop has not crashed."""
+        if self._crashed is not None:
+            return False, f"reconcile loop crashed: {self._crashed!r}"
+        return True, "ok"
+
+    def ready(self) -> tuple[bool, str]:
+        """The readiness probe: a standby is ready; a leader once it reconciled once.
+
+        A standby must count as ready, or a rolling update of the daemon's Deployment
+        (new pods start as standbys) would never progress.
+        """
+        if not self._may_apply():
+            return True, "standby: another daemon holds the lease"
+        state = self.state
+        if state is None or state.last_success_at is None:
+            return False, "no successful reconcile yet"
+        return True, f"ok: {state.iteration} iterations"
+
+    # ------------------------------------------------------------------ loop
+    def run(self, *, once: bool = False) -> int:
+        """Reconcile until stopped (or one iteration with ``once``).
+
+        Returns:
+            The process exit code: 0 after a requested stop; with ``once``, 0 if the
+            iteration succeeded; 1 after losing the Lease.
+        """
+        self.queues.start(self.wakeup)
+        state = LoopState(started_at=self._clock())
+        self.state = state
+        try:
+            while not self._stop.is_set():
+                if not self._may_apply():
+                    self._standby()
+                    continue
+                self.wakeup.clear()
+                state = self.iterate(state)
+                self.state = state
+                if once:
+                    ok = state.last_outcome is not None and state.last_outcome.ok
+                    return self.exit_code or (0 if ok else 1)
+                delay = state.next_delay(now=self._clock(), settings=self.settings)
+                self._sleep(delay, self.wakeup)
+        except BaseException as exc:
+            self._crashed = exc
+            raise
+        finally:
+            self.queues.stop()
+            if self._loop is not None:
+                self._loop.close()
+                self._loop = None
+        logger.info("[%s] stopped", self.stack)
+        return self.exit_code
+
+    def _may_apply(self) -> bool:
+        leading = self._leader is None or self._leader.is_leader()
+        if leading != self._was_leader:
+            self.metrics.leader.labels(self.stack).set(1 if leading else 0)
+            if self._leader is not None:
+                word = "leading: applying the stack" if leading else "standby: not leading"
+                logger.info("[%s] %s", self.stack, word)
+            if not leading:
+                # A new term may follow someone else's killed run: check again then.
+                self._recovered = False
+            self._was_leader = leading
+        return leading
+
+    def _standby(self) -> None:
+        retry = self.settings.leader_election.retry_period
+        self._sleep(retry, self.wakeup)
+        if not self._stop.is_set():
+            # Watch events are for the leader; a standby only waits for the Lease.
+            self.wakeup.clear()
+
+    def iterate(self, state: LoopState) -> LoopState:
+        """Run one iteration from ``state``; never raises for a failed step.
+
+        Returns:
+            The state after the iteration.
+        """
+        started = self._clock()
+        attempted: DesiredState | None = None
+        try:
+            plan = self.plan(state, now=started)
+            state = state.with_scaling(plan.scaling)
+            decision = decide_reconcile(
+                state.applied,
+                plan.desired,
+                target_threshold=self.settings.target_threshold,
+                blocked=state.blocked_hash(now=started, settings=self.settings),
+            )
+            if decision.action is ReconcileAction.SKIP:
+                logger.debug("[%s] %s: nothing to do", self.stack, decision.reason)
+            elif self._stop.is_set():
+                # Stopping: do not start an engine run that could outlive the grace period.
+                logger.info("[%s] stopping: not starting an up (%s)", self.stack, decision.reason)
+            else:
+                attempted = plan.desired
+                self._apply(decision, plan)
+                self._last_replicas.update(plan.replicas)
+            outcome = Outcome.success()
+        except Exception as exc:
+            outcome = outcome_of(
+                exc,
+                attempt=state.next_attempt,
+                settings=self.settings.backoff,
+                jitter=self._jitter,
+            )
+        state = state.finished(outcome, now=self._clock(), attempted=attempted)
+        self._record(outcome, started)
+        if (
+            outcome.ok
+            and not self._stop.is_set()
+            and state.refresh_due(now=self._clock(), settings=self.settings)
+        ):
+            state = self._refresh(state)
+        return state
+
+    # -------------------------------------------------------------- planning
+    def plan(self, state: LoopState, *, now: float) -> Plan:
+        """Compute the desired fleet, replicas and hashes; touches no engine.
+
+        Raises:
+            SpecError: The fleet file is invalid (or a connection does not resolve).
+            TemporaryError: The Queue objects have not been listed yet.
+        """
+        fleet = self._load_fleet()
+        objects = self.queues.snapshot()
+        if objects is None:
+            # Reconciling without the Queue objects would delete every derived worker.
+            raise TemporaryError("Queue objects not listed yet", delay=1.0)
+        merged = merge_queue_objects(fleet, objects, file=self._file)
+        self._report_invalid(merged)
+        resolve_fleet_connections(merged.fleet, file=self._file)
+        workers = {worker_key(w): w for w in merged.fleet.resolved_workers()}
+
+        live = self._read_current()
+        autoscaled = {k: w for k, w in workers.items() if w.autoscaling is not None}
+        backlogs = self._sample(merged.fleet, autoscaled)
+        inputs: dict[str, WorkerScaleInput] = {}
+        for key, worker in autoscaled.items():
+            bounds = worker.autoscaling
+            assert bounds is not None  # filtered above
+            current = live.get(key) if live is not None else None
+            if current is None:
+                current = self._last_replicas.get(key, 0)
+            inputs[key] = WorkerScaleInput(
+                backlog=backlogs.get(key),
+                current=current,
+                bounds=bounds,
+                behavior=self.settings.autoscale.with_scale_down_window(
+                    bounds.scale_down_stabilization_seconds
+                ),
+            )
+        decisions, scaling = scale_fleet(inputs, state.scaling, now=now)
+        for key, decision in decisions.items():
+            if decision.changed:
+                logger.info(
+                    "[%s/%s] replicas %d -> %d (%s; backlog %s, recommendation %d)",
+                    self.stack,
+                    key,
+                    decision.current,
+                    decision.replicas,
+                    decision.reason,
+                    backlogs.get(key),
+                    decision.recommendation,
+                )
+        scaled = {k: d.replicas for k, d in decisions.items()}
+        desired = desired_state(
+            {k: w.model_dump(mode="json") for k, w in workers.items()},
+            replicas=scaled,
+            shared=self._shared_state(merged.fleet),
+        )
+        replicas = {k: scaled.get(k, w.replicas) for k, w in workers.items()}
+        observed = dict(live or {})
+        self.metrics.set_workers(replicas, {k: observed.get(k) for k in workers})
+        return Plan(
+            merged=merged,
+            workers=workers,
+            desired=desired,
+            overlay=Overlay(queues=merged.accepted, replicas=scaled),
+            replicas=replicas,
+            current={k: v for k, v in observed.items() if k in workers},
+            decisions=decisions,
+            scaling=scaling,
+        )
+
+    def _shared_state(self, fleet: Fleet) -> dict[str, Any]:
+        # Whatever is not one worker's own: a change here touches many workers' inputs.
+        dump = fleet.model_dump(
+            mode="json",
+            include={"cluster_connections", "connections", "custom_connections", "queues"},
+        )
+        return {"fleet": dump, "program": self._shared}
+
+    def _report_invalid(self, merged: MergedFleet) -> None:
+        now = {r.key: r.reason for r in merged.rejected}
+        for key, reason in now.items():
+            if self._reported_invalid.get(key) != reason:
+                logger.warning(
+                    "[%s/queue %s] skipping invalid Queue object: %s", self.stack, key, reason
+                )
+        for key in set(self._reported_invalid) - set(now):
+            logger.info("[%s/queue %s] Queue object no longer invalid (or gone)", self.stack, key)
+        self._reported_invalid = now
+        self.metrics.invalid_queues.labels(self.stack).set(len(now))
+        self.metrics.cluster_queues.labels(self.stack).set(len(merged.accepted))
+
+    def _read_current(self) -> Mapping[str, int] | None:
+        if self._current_replicas is None:
+            return None
+        try:
+            return self._current_replicas()
+        except Exception as exc:
+            # Without live counts the autoscaler starts from its own last decisions.
+            logger.warning("[%s] could not read worker replicas: %s", self.stack, exc)
+            return None
+
+    def _sample(
+        self, fleet: Fleet, autoscaled: Mapping[str, ResolvedWorker]
+    ) -> dict[str, int | None]:
+        if not autoscaled or self._backlogs is None:
+            self.metrics.set_backlogs(())
+            return {}
+        source = self._backlogs
+        refs = source.refs(fleet, autoscaled.values())
+        if self._loop is None:
+            # One loop for the daemon's life: temporalio clients are cached per loop.
+            self._loop = asyncio.new_event_loop()
+        results = self._loop.run_until_complete(
+            sample_backlogs(
+                refs.values(),
+                source.describe,
+                concurrency=self.settings.sampling.concurrency,
+                limiter=self._limiter,
+            )
+        )
+        out: dict[str, int | None] = {}
+        published: list[tuple[str, str, int]] = []
+        for key, ref in refs.items():
+            result = results.get(ref)
+            if result is not None and result.ok and result.backlog is not None:
+                out[key] = result.backlog.count
+                published.append((ref.namespace, ref.name, result.backlog.count))
+            else:
+                out[key] = None
+                self.metrics.backlog_errors.labels(self.stack).inc()
+                logger.warning(
+                    "[%s/%s] backlog unknown, holding replicas: %s",
+                    self.stack,
+                    key,
+                    result.error if result is not None else "not sampled",
+                )
+        self.metrics.set_backlogs(dict.fromkeys(published))
+        return out
+
+    # ---------------------------------------------------------------- engine
+    def _recover(self) -> None:
+        actions = self.engine.recover()
+        for action in actions:
+            logger.warning("[%s] recovered the stack: %s", self.stack, action)
+            self.metrics.recoveries.labels(self.stack, action.split(":", 1)[0]).inc()
+        self._recovered = True
+
+    def _apply(self, decision: ReconcileDecision, plan: Plan) -> None:
+        if self._leader is not None and not self._leader.is_leader():
+            raise TemporaryError("not leading any more; not applying")
+        if not self._recovered:
+            # Before this daemon's first engine run (of each term as leader): a killed
+            # predecessor may have left a lock and pending operations.
+            self._recover()
+        targets = self._targets(decision) if decision.action is ReconcileAction.TARGETED else None
+        mode = "targeted" if targets else "full"
+        workers = ", ".join(sorted(decision.workers)) or "-"
+        logger.info("[%s] up (%s): %s [%s]", self.stack, mode, decision.reason, workers)
+        self.metrics.engine_runs.labels(self.stack, "up", mode).inc()
+        gauge = self.metrics.engine_in_progress.labels(self.stack)
+        gauge.set(1)
+        started = self._clock()
+        try:
+            report = self.engine.up(plan.overlay, targets)
+        finally:
+            gauge.set(0)
+        changes = {op: n for op, n in report.changes.items() if op != "same" and n}
+        logger.info(
+            "[%s] up (%s) done in %.1f s: %s",
+            self.stack,
+            mode,
+            self._clock() - started,
+            changes or "no changes",
+        )
+
+    def _targets(self, decision: ReconcileDecision) -> list[str] | None:
+        if decision.added:
+            # New workers have no URNs yet; only a full up creates them.
+            return None
+        urns = self.engine.worker_urns()
+        targets: list[str] = []
+        for worker in sorted(decision.workers):
+            found = urns.get(worker)
+            if not found:
+                return None
+            targets.extend(found)
+        return targets
+
+    def _refresh(self, state: LoopState) -> LoopState:
+        self.metrics.engine_runs.labels(self.stack, "refresh", "full").inc()
+        gauge = self.metrics.engine_in_progress.labels(self.stack)
+        gauge.set(1)
+        try:
+            if not self._recovered:
+                self._recover()
+            drifted = list(self.engine.refresh())
+        except Exception as exc:
+            logger.warning("[%s] refresh failed (retrying next interval): %s", self.stack, exc)
+            self.metrics.reconcile_errors.labels(self.stack, "RefreshFailed").inc()
+            return state.refreshed(now=self._clock())
+        finally:
+            gauge.set(0)
+        state = state.refreshed(now=self._clock())
+        self.metrics.drifted.labels(self.stack).set(len(drifted))
+        if not drifted:
+            logger.info("[%s] refresh: no drift", self.stack)
+            return state
+        logger.warning(
+            "[%s] drift found in %d resource(s): %s; a full up follows",
+            self.stack,
+            len(drifted),
+            ", ".join(sorted(drifted)),
+        )
+        self.metrics.drift_detected.labels(self.stack).inc()
+        self.wakeup.set()
+        return replace(state, applied=None)
+
+    def _record(self, outcome: Outcome, started: float) -> None:
+        self.metrics.reconciles.labels(self.stack, outcome.kind.value).inc()
+        self.metrics.reconcile_duration.labels(self.stack).observe(self._clock() - started)
+        if outcome.ok:
+            self.metrics.last_success.labels(self.stack).set(self._wall())
+            return
+        reason = outcome.reason.value if outcome.reason is not None else "Unknown"
+        self.metrics.reconcile_errors.labels(self.stack, reason).inc()
+        message = _shorten(outcome.message)
+        if outcome.kind is OutcomeKind.TEMPORARY:
+            # A traceback helps only for errors nobody anticipated, not engine failures.
+            unexpected = outcome.reason is FailureReason.UNEXPECTED and not type(
+                outcome.exception
+            ).__name__.endswith("CommandError")
+            logger.warning(
+                "[%s] reconcile failed (%s, attempt %d), retrying in %.1f s: %s",
+                self.stack,
+                reason,
+                outcome.attempt,
+                outcome.delay or 0.0,
+                message,
+                exc_info=outcome.exception if unexpected else None,
+            )
+        else:
+            logger.error(
+                "[%s] reconcile failed permanently (%s); waiting for the input to change: %s",
+                self.stack,
+                reason,
+                message,
+            )
+
+
+def _shorten(text: str, limit: int = 2000) -> str:
+    return text if len(text) <= limit else f"{text[: limit // 2]} [...] {text[-limit // 2 :]}"

@@ -1,0 +1,261 @@
+"""The daemon's Prometheus metrics and its ``/healthz``, ``/readyz``, ``/metrics`` server.
+
+Each :class:`DaemonMetrics` owns its own ``CollectorRegistry``, so several daemons (or
+tests) in one process never share counters. The names are stable: dashboards and the
+end-to-end tests read them. ``twc_engine_runs_total`` counts every start of the Pulumi
+engine (``up`` and ``refresh``), which is what proves a no-op iteration engine-free.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+__all__ = ["DaemonMetrics", "HealthServer", "Probe"]
+
+logger = logging.getLogger(__name__)
+
+# Reconciles range from a skipped iteration (milliseconds) to a full `up` (minutes).
+_DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+class DaemonMetrics:
+    """Every metric the daemon exports, labelled by stack."""
+
+    def __init__(self, stack: str, registry: CollectorRegistry | None = None) -> None:
+        """Create the metrics in ``registry`` (a fresh one by default).
+
+        Args:
+            stack: The stack this daemon reconciles; a label on every metric.
+            registry: Where to register; ``None`` creates a private registry.
+        """
+        self.stack = stack
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.reconciles = Counter(
+            "twc_reconcile", "Reconcile iterations by result.", ["stack", "result"], registry=r
+        )
+        self.reconcile_errors = Counter(
+            "twc_reconcile_errors", "Failed iterations by reason.", ["stack", "reason"], registry=r
+        )
+        self.reconcile_duration = Histogram(
+            "twc_reconcile_duration_seconds",
+            "Duration of reconcile iterations.",
+            ["stack"],
+            buckets=_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.engine_runs = Counter(
+            "twc_engine_runs",
+            "Pulumi engine runs started, by operation (up, refresh) and mode.",
+            ["stack", "operation", "mode"],
+            registry=r,
+        )
+        self.engine_in_progress = Gauge(
+            "twc_engine_in_progress", "1 while an engine run is in progress.", ["stack"], registry=r
+        )
+        self.last_success = Gauge(
+            "twc_last_success_timestamp_seconds",
+            "Unix time of the last successful iteration.",
+            ["stack"],
+            registry=r,
+        )
+        self.desired_replicas = Gauge(
+            "twc_worker_desired_replicas",
+            "Replicas the daemon wants per worker.",
+            ["stack", "worker"],
+            registry=r,
+        )
+        self.current_replicas = Gauge(
+            "twc_worker_current_replicas",
+            "Replicas of the worker's Deployment in the cluster (spec.replicas).",
+            ["stack", "worker"],
+            registry=r,
+        )
+        self.backlog = Gauge(
+            "twc_task_queue_backlog",
+            "Approximate backlog per task queue, summed over task-queue types.",
+            ["stack", "temporal_namespace", "task_queue"],
+            registry=r,
+        )
+        self.backlog_errors = Counter(
+            "twc_backlog_sample_errors",
+            "Failed backlog samples (the worker's replicas are held).",
+            ["stack"],
+            registry=r,
+        )
+        self.invalid_queues = Gauge(
+            "twc_invalid_queue_objects",
+            "Labelled Queue objects skipped because they are invalid.",
+            ["stack"],
+            registry=r,
+        )
+        self.cluster_queues = Gauge(
+            "twc_cluster_queue_objects",
+            "Labelled Queue objects accepted into the desired state.",
+            ["stack"],
+            registry=r,
+        )
+        self.drifted = Gauge(
+            "twc_drifted_resources",
+            "Resources the last refresh found changed outside twc.",
+            ["stack"],
+            registry=r,
+        )
+        self.drift_detected = Counter(
+            "twc_drift_detected", "Refreshes that found drift.", ["stack"], registry=r
+        )
+        self.recoveries = Counter(
+            "twc_stack_recoveries",
+            "Repairs of a stack left behind by a killed engine (stale lock, pending ops).",
+            ["stack", "action"],
+            registry=r,
+        )
+        self.leader = Gauge(
+            "twc_leader",
+            "1 while this daemon may apply the stack (leader, or no election).",
+            ["stack"],
+            registry=r,
+        )
+        self._known_workers: set[str] = set()
+        self._known_queues: set[tuple[str, str]] = set()
+
+    def set_workers(self, desired: dict[str, int], current: dict[str, int | None]) -> None:
+        """Publish desired and current replicas; workers no longer desired are dropped."""
+        for worker in self._known_workers - set(desired):
+            for gauge in (self.desired_replicas, self.current_replicas):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(self.stack, worker)
+        for worker, count in desired.items():
+            self.desired_replicas.labels(self.stack, worker).set(count)
+            now = current.get(worker)
+            if now is not None:
+                self.current_replicas.labels(self.stack, worker).set(now)
+        self._known_workers = set(desired)
+
+    def set_backlogs(self, backlogs: Iterable[tuple[str, str, int]]) -> None:
+        """Publish ``(temporal namespace, task queue, backlog)`` triples; others drop."""
+        seen: set[tuple[str, str]] = set()
+        for namespace, queue, count in backlogs:
+            self.backlog.labels(self.stack, namespace, queue).set(count)
+            seen.add((namespace, queue))
+        for namespace, queue in self._known_queues - seen:
+            with contextlib.suppress(KeyError):
+                self.backlog.remove(self.stack, namespace, queue)
+        self._known_queues = seen
+
+    def render(self) -> bytes:
+        """The metrics in the Prometheus text format."""
+        return generate_latest(self.registry)
+
+    def value(self, name: str, **labels: str) -> float | None:
+        """One sample's value, e.g. ``value("twc_engine_runs_total", operation="up")``.
+
+        Samples whose labels include ``labels`` are summed; ``None`` when none match.
+        """
+        found = False
+        total = 0.0
+        for family in self.registry.collect():
+            for sample in family.samples:
+                if sample.name != name:
+                    continue
+                if all(sample.labels.get(k) == v for k, v in labels.items()):
+                    found = True
+                    total += sample.value
+        return total if found else None
+
+
+Probe = Callable[[], tuple[bool, str]]
+"""A health check: ``(ok, one line of explanation)``."""
+
+
+class HealthServer:
+    """``/healthz`` (liveness), ``/readyz`` (readiness) and ``/metrics`` over HTTP."""
+
+    def __init__(
+        self,
+        metrics: DaemonMetrics,
+        *,
+        port: int,
+        live: Probe,
+        ready: Probe,
+        host: str = "0.0.0.0",
+    ) -> None:
+        """Bind the server (not yet serving).
+
+        Args:
+            metrics: What ``/metrics`` renders.
+            port: TCP port; 0 picks a free one (see :attr:`port`).
+            live: The liveness check.
+            ready: The readiness check.
+            host: Address to bind.
+        """
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    self._send(200, outer.metrics.render(), CONTENT_TYPE_LATEST)
+                elif path in ("/healthz", "/livez"):
+                    self._probe(outer.live)
+                elif path == "/readyz":
+                    self._probe(outer.ready)
+                else:
+                    self._send(404, b"not found\n", "text/plain")
+
+            def _probe(self, probe: Probe) -> None:
+                try:
+                    ok, text = probe()
+                except Exception as exc:  # a broken probe is an unhealthy daemon
+                    ok, text = False, f"probe failed: {exc}"
+                self._send(200 if ok else 503, f"{text}\n".encode(), "text/plain")
+
+            def _send(self, code: int, body: bytes, content_type: str) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                logger.debug("http: " + format, *args)
+
+        self.metrics = metrics
+        self.live = live
+        self.ready = ready
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port."""
+        return int(self._server.server_address[1])
+
+    def start(self) -> HealthServer:
+        """Serve in a background thread."""
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="twc-health", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

@@ -297,7 +297,8 @@ def _merge(resources: dict[str, _Res], md: StepEventMetadata) -> None:
         res.parent = md.new.parent or res.parent
         if res.new_inputs is None and md.new.inputs is not None:
             res.new_inputs = _scrub_object(md.new.inputs, secret)
-        if res.new_outputs is None and md.new.outputs is not None:
+        # A step's pre-event carries no outputs yet ({}); its outputs event does.
+        if not res.new_outputs and md.new.outputs is not None:
             res.new_outputs = _scrub_object(md.new.outputs, secret)
     for path, diff in (md.detailed_diff or {}).items():
         res.detailed[path] = (_op_text(diff.diff_kind), bool(diff.input_diff))
@@ -572,7 +573,9 @@ def _leaves(path: Path, change: FieldChange) -> list[Path]:
 
 def _explain(groups: list[_Group], fields: Mapping[str, list[tuple[Path, FieldChange]]]) -> None:
     connections = [g for g in groups if g.kind is GroupKind.CONNECTION]
-    by_hash: dict[str, _Group] = {}
+    # Two connections with the same spec (a ClusterConnection and a namespaced
+    # Connection to one endpoint) share a fingerprint: a hash may name several.
+    by_hash: dict[str, list[_Group]] = {}
     for conn in connections:
         for member in conn.members:
             if member.label != "ConnectionFingerprint":
@@ -580,7 +583,9 @@ def _explain(groups: list[_Group], fields: Mapping[str, list[tuple[Path, FieldCh
             for state in (member.old_outputs, member.new_outputs):
                 value = (state or {}).get("fingerprint")
                 if isinstance(value, str) and value not in (SECRET, UNKNOWN):
-                    by_hash[value] = conn
+                    owners = by_hash.setdefault(value, [])
+                    if not any(o is conn for o in owners):
+                        owners.append(conn)
     changed_connections = [
         c
         for c in connections
@@ -696,7 +701,7 @@ def _worker(
     group: _Group,
     fields: Mapping[str, list[tuple[Path, FieldChange]]],
     connections: Sequence[_Group],
-    by_hash: Mapping[str, _Group],
+    by_hash: Mapping[str, Sequence[_Group]],
     changed_connections: Sequence[_Group],
 ) -> None:
     main = _main_workload(group)
@@ -724,7 +729,7 @@ def _worker(
         ):
             group.hash_changed = True
     if group.connection is None:
-        conn = next((by_hash[h] for h in group.hashes if h in by_hash), None)
+        conn = _connection_by_hash(group, by_hash, changed_connections)
         if conn is None and group.hash_changed and len(changed_connections) == 1:
             conn = changed_connections[0]
         if conn is not None:
@@ -761,6 +766,36 @@ def _worker(
                 if base not in base_messages:
                     base_messages.add(base)
                     group.add(code, prefix + base)
+
+
+def _connection_by_hash(
+    group: _Group, by_hash: Mapping[str, Sequence[_Group]], changed: Sequence[_Group]
+) -> _Group | None:
+    """The connection whose fingerprint the worker carries, if that tells one apart.
+
+    A worker whose fingerprint changes belongs, first, to a changing connection it
+    carried the fingerprint of (a connection's new fingerprint is only known after
+    apply, and may equal another connection's). Otherwise a fingerprint several
+    connections share is narrowed down to those the worker can use (a namespaced
+    Connection only serves its own namespace); still several is unknown, not a guess.
+    """
+    if group.hash_changed:
+        for value in group.hashes:
+            owners = [c for c in by_hash.get(value, ()) if any(c is x for x in changed)]
+            if len(owners) == 1:
+                return owners[0]
+    namespace = group.name.split("/", 1)[0] if "/" in group.name else None
+    for value in group.hashes:
+        candidates = [
+            c
+            for c in by_hash.get(value, ())
+            if c.type != CONNECTION_TYPE or c.name.split("/", 1)[0] == namespace
+        ]
+        if len(candidates) == 1:
+            return candidates[0]
+        if candidates:
+            return None
+    return None
 
 
 def _find_connection(named: str, connections: Sequence[_Group]) -> _Group | None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
+import pulumi_kubernetes as k8s
 
 from twc.components.connection import (
     ConnectionArgs,
@@ -129,6 +130,11 @@ def build(
         sources.setdefault(key, worker.connection_source)
         worker_conn[worker_key(worker)] = key
 
+    # One explicit provider for the fleet: Secrets are updated in place (not deleted and
+    # re-created) when a credential rotates, so pods never see the copy missing.
+    provider = k8s.Provider("kubernetes", enable_secret_mutable=True)
+    top = pulumi.ResourceOptions(providers=[provider])
+
     components: dict[str, ConnectionComponent] = {}
     for key, conn in sorted(resolved.items()):
         source_ns = _secret_source_namespace(fleet, conn)
@@ -141,6 +147,7 @@ def build(
                 secret_source_namespace=source_ns,
             ),
             read_secret,
+            opts=top,
         )
 
     queues = {
@@ -160,10 +167,11 @@ def build(
             WorkerArgs(
                 worker=worker,
                 connection=conn_component.for_namespace(worker.namespace),
+                connection_name=worker_conn[wkey],
                 replicas=overlay.replicas.get(wkey) if worker.autoscaling else None,
                 wait_for_pollers_seconds=options.wait_for_pollers_seconds,
             ),
-            opts=pulumi.ResourceOptions(parent=parent) if parent else None,
+            opts=pulumi.ResourceOptions(parent=parent) if parent else top,
         )
         statuses[wkey] = component.status
     return statuses
@@ -191,7 +199,8 @@ def _with_cluster_queues(fleet: Fleet, objects: tuple[Mapping[str, Any], ...], f
     extra = []
     for obj in objects:
         try:
-            queue = load_queue_object(dict(obj))
+            # Not dict(obj): a non-mapping must become a SpecError, not a crash.
+            queue = load_queue_object(obj)
         except SpecError as exc:
             # One bad object must not block the rest: the daemon reports and skips it.
             log.warning("skipping invalid Queue object: %s", exc)
@@ -200,12 +209,30 @@ def _with_cluster_queues(fleet: Fleet, objects: tuple[Mapping[str, Any], ...], f
             extra.append(queue)
     if not extra:
         return fleet
-    data = fleet.model_dump(mode="json", by_alias=True, exclude_none=True)
-    data["queues"] = [
-        *data.get("queues", []),
-        *(q.model_dump(mode="json", by_alias=True, exclude_none=True) for q in extra),
-    ]
-    return load_fleet(data, file)
+
+    def merged(queues: list[Any]) -> Fleet:
+        data = fleet.model_dump(mode="json", by_alias=True, exclude_none=True)
+        data["queues"] = [
+            *data.get("queues", []),
+            *(q.model_dump(mode="json", by_alias=True, exclude_none=True) for q in queues),
+        ]
+        return load_fleet(data, file)
+
+    try:
+        return merged(extra)
+    except SpecError:
+        pass
+    # An object valid alone may not fit the fleet (a derived name too long or taken):
+    # add them one at a time and skip the misfits, as the daemon does.
+    accepted: list[Any] = []
+    for queue in extra:
+        try:
+            merged([*accepted, queue])
+        except SpecError as exc:
+            log.warning("skipping invalid Queue object: %s", exc)
+            continue
+        accepted.append(queue)
+    return merged(accepted)
 
 
 def main() -> None:

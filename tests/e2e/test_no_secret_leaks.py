@@ -1,0 +1,167 @@
+"""No credential ever leaks (issue 8, item 3), in every output but the preview renderer's.
+
+An API key and a TLS key are planted in the cluster; a fleet uses both (the TLS secret
+copied into the workers' namespace through ``secretSource``). Every output of ``up``,
+the engine's own ``preview``, ``refresh``, ``twc status`` (table and JSON), a failing
+``twc up`` and the logs is grepped for the values and their base64, and so is every file
+under the Pulumi backend. The preview renderer has its own leak test
+(``test_preview_explains_changes.py``).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import logging
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import fleet_doc
+from twc.controller import commands
+from twc.local import LocalEnvironment
+
+pytestmark = pytest.mark.e2e
+
+TLS_KEY = (
+    "-----BEGIN PRIVATE KEY-----\n"
+    f"LEAKCANARYtlsKEY{uuid.uuid4().hex}MIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n"
+    "-----END PRIVATE KEY-----\n"
+)
+TLS_CRT = "-----BEGIN CERTIFICATE-----\nMIIBcanarycert\n-----END CERTIFICATE-----\n"
+API_KEY = f"LEAKCANARY-api-key-{uuid.uuid4().hex}"
+SECRET_SIG = "4dabf18193072939515e22adb298388d"  # Pulumi's marker of a secret value
+
+
+def needles() -> list[str]:
+    """Each planted value, its base64 (a Secret's ``data``) and its distinctive line."""
+    out = []
+    for value in (TLS_KEY, API_KEY):
+        out += [value, base64.b64encode(value.encode()).decode()]
+        out += [line for line in value.splitlines() if "LEAKCANARY" in line]
+    return out
+
+
+def leaks(text: str) -> list[str]:
+    return [n for n in needles() if n in text]
+
+
+@pytest.fixture(autouse=True)
+def _engine_environment(pulumi_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in pulumi_env.items():
+        monkeypatch.setenv(key, value)
+
+
+def test_no_output_log_error_or_state_file_shows_the_api_key_or_the_tls_key(
+    local_env: LocalEnvironment,
+    kube: Any,
+    namespace: str,
+    fleet_stack: Any,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    address = local_env.temporal_address()
+    source = f"{namespace}-src"
+    kube.ensure_namespace(source)
+    kube.core.create_namespaced_secret(
+        source,
+        {
+            "metadata": {"name": "temporal-mtls"},
+            "type": "kubernetes.io/tls",
+            "stringData": {"tls.crt": TLS_CRT, "tls.key": TLS_KEY},
+        },
+    )
+    kube.core.create_namespaced_secret(
+        namespace,
+        {"metadata": {"name": "temporal-api-key"}, "stringData": {"api-key": API_KEY}},
+    )
+    fleet = fleet_doc(
+        namespace,
+        host_port=address,
+        connection={
+            "mutualTLSSecretRef": {"name": "temporal-mtls"},
+            "secretSource": {"namespace": source},
+        },
+        workers=[
+            {"name": "mtls", "namespace": namespace, "taskQueueName": f"tq-{namespace}-m"},
+            {
+                "name": "keyed",
+                "namespace": namespace,
+                "taskQueueName": f"tq-{namespace}-k",
+                "connectionRef": {"name": "cloud"},
+            },
+        ],
+    )
+    fleet["connections"] = [
+        {
+            "name": "cloud",
+            "namespace": namespace,
+            "hostPort": address,
+            "apiKeySecretRef": {"name": "temporal-api-key", "key": "api-key"},
+        }
+    ]
+    fs = fleet_stack(fleet)
+    outputs: list[str] = []
+
+    up = fs.up()
+    assert up.summary.result == "succeeded"
+    outputs += [up.stdout, up.stderr, json.dumps({k: v.value for k, v in up.outputs.items()})]
+    # The copy really happened, so the test has a secret to lose.
+    copied = kube.core.read_namespaced_secret("temporal-mtls", namespace)
+    assert base64.b64decode(copied.data["tls.key"]).decode() == TLS_KEY
+
+    preview = fs.stack().preview(diff=True, color="never")
+    outputs += [preview.stdout, preview.stderr]
+    refresh = fs.stack().refresh(color="never")
+    outputs += [refresh.stdout, refresh.stderr]
+    for fmt in ("table", "json"):
+        out = io.StringIO()
+        assert commands.run_status(fs.name, fmt, out=out) == 0
+        outputs.append(out.getvalue())
+    assert "mtls" in outputs[-1] and "keyed" in outputs[-1]
+
+    # A failing run: the secret source is missing the secret for a new namespace's copy.
+    other = f"{namespace}-b"
+    kube.ensure_namespace(other)
+    broken = dict(
+        fleet,
+        clusterConnections=[
+            dict(fleet["clusterConnections"][0], secretSource={"namespace": f"{source}-gone"})
+        ],
+        workers=[*fleet["workers"], {"name": "late", "namespace": other, "taskQueueName": "tq"}],
+    )
+    fs.write(broken)
+    out = io.StringIO()
+    assert commands.run_up(fs.name, str(fs.fleet_file), out=out) == 1
+    captured = capsys.readouterr()
+    outputs += [out.getvalue(), captured.out, captured.err]
+    assert "AuthSecretInvalid" in captured.err, captured.err
+    fs.write(fleet)
+
+    outputs += [caplog.text]
+    outputs += [str(r.exc_info[1]) for r in caplog.records if r.exc_info and r.exc_info[1]]
+    for text in outputs:
+        assert leaks(text) == [], text[:2000]
+
+    # The state: no plain value anywhere, and the copied Secret's data is ciphertext.
+    files = [p for p in Path(local_env.backend_dir).rglob("*") if p.is_file()]
+    assert any(fs.name in p.name for p in files)
+    for path in files:
+        assert leaks(path.read_text(errors="replace")) == [], path
+    # The file itself (the Automation API's export shows secrets decrypted).
+    (state,) = Path(local_env.backend_dir).rglob(f"stacks/**/{fs.name}.json")
+    resources = json.loads(state.read_text())["checkpoint"]["latest"]["resources"]
+    copies = [
+        r
+        for r in resources
+        if r["type"] == "kubernetes:core/v1:Secret" and r["urn"].endswith(f"-secret-{namespace}")
+    ]
+    assert len(copies) == 1, [r["urn"] for r in resources]
+    for section in ("inputs", "outputs"):
+        data = copies[0][section]["data"]
+        assert data.get(SECRET_SIG) == "1b47061264138c4ac30d75fd1eb44270", data
+        assert "ciphertext" in data and "plaintext" not in data

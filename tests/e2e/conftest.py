@@ -66,7 +66,7 @@ class FleetStack:
 
     def resource_outputs(self, suffix: str) -> dict[str, Any]:
         """Outputs in the state of the resource whose name ends with ``suffix``."""
-        state = self.stack().export_stack().deployment["resources"]
+        state = (self.stack().export_stack().deployment or {})["resources"]
         matches = [r for r in state if r["urn"].endswith(suffix)]
         assert matches, f"no resource ending {suffix!r}"
         return dict(matches[0].get("outputs", {}))

@@ -25,6 +25,7 @@ from twc.spec import AuthMode, ResolvedWorker
 
 TEMPORAL_WORKER_TYPE = "twc:temporal:TemporalWorker"
 REPLICAS_SOURCE_ANNOTATION = "twc.temporal.io/replicas-source"
+CONNECTION_ANNOTATION = "twc.temporal.io/connection"
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ class WorkerArgs:
     """Replicas chosen by the autoscaler (None: the worker's own count)."""
     wait_for_pollers_seconds: float = 0
     """How long the TaskQueueCheck waits for a poller."""
+    connection_name: str | None = None
+    """The connection component's name, recorded on the Deployment for previews."""
 
 
 class TemporalWorkerComponent(pulumi.ComponentResource):
@@ -68,6 +71,10 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
         metadata["annotations"] = {
             REPLICAS_SOURCE_ANNOTATION: "autoscaling" if worker.autoscaling else "spec",
         }
+        if args.connection_name:
+            # On the Deployment, not the pod template: naming the connection must not
+            # roll pods; the preview uses it to say which connection a new worker uses.
+            metadata["annotations"][CONNECTION_ANNOTATION] = args.connection_name
         deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata=metadata,

@@ -23,8 +23,10 @@ def fleet_file_for(stack: str, override: str | None = None) -> str:
     return override or f"stacks/{stack}.yaml"
 
 
-def validate_or_report(file: str, err: TextIO = sys.stderr) -> bool:
-    """Validate the fleet file; print every issue and return False if invalid."""
+def validate_or_report(file: str, err: TextIO | None = None) -> bool:
+    """Validate the fleet file; print every issue (to ``err``, default stderr) and return
+    False if invalid."""
+    err = err if err is not None else sys.stderr
     from twc.connections import resolve_fleet_connections
     from twc.spec import load_fleet_file
 

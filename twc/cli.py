@@ -56,6 +56,15 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_crds(args: argparse.Namespace) -> int:
+    import yaml
+
+    from twc.spec.crds import all_crds
+
+    print(yaml.safe_dump_all(all_crds(), sort_keys=False), end="")
+    return 0
+
+
 def _cmd_up(args: argparse.Namespace) -> int:
     from twc.controller import commands
 
@@ -110,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     schema = sub.add_parser("schema", help="print the fleet file's JSON Schema")
     schema.set_defaults(func=_cmd_schema)
+
+    crds = sub.add_parser(
+        "crds",
+        help="print the TemporalWorker, Connection and ClusterConnection CRDs (YAML stream)",
+    )
+    crds.set_defaults(func=_cmd_crds)
 
     up = sub.add_parser("up", help="validate the fleet, then apply it (pulumi up) with progress")
     up.add_argument("--stack", required=True, help="stack (environment), e.g. local, dev, prod")

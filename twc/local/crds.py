@@ -1,12 +1,15 @@
 """CustomResourceDefinitions installed into the local environment.
 
 The kmsvc ``Queue`` (``kmsvc.io/v1``) is the object platform teams create for a queue; a
-Queue labelled ``temporal.io/worker-enabled: "true"`` gets a worker derived by twc.
+Queue labelled ``temporal.io/worker-enabled: "true"`` gets a worker derived by twc. twc's
+own kinds (TemporalWorker, Connection, ClusterConnection) come from :mod:`twc.spec.crds`.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from twc.spec import crds as spec_crds
 
 WORKER_ENABLED_LABEL = "temporal.io/worker-enabled"
 
@@ -77,5 +80,5 @@ def queue_crd() -> dict[str, Any]:
 
 
 def all_crds() -> list[dict[str, Any]]:
-    """Every CRD ``twc local up`` installs."""
-    return [queue_crd()]
+    """Every CRD ``twc local up`` installs: the kmsvc Queue and twc's own kinds."""
+    return [queue_crd(), *spec_crds.all_crds()]

@@ -1,0 +1,301 @@
+"""The generated CRDs on a real kube-apiserver (issue 9, item 1).
+
+The session's local environment installs every CRD of ``twc.local.crds.all_crds()``, so
+the API server has already accepted the generated schemas as structural (it refuses
+anything else). These tests create objects through it: valid ones are admitted, and the
+rules the pydantic validators enforce are enforced by the server's CEL rules too, with
+the same messages.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from twc.spec import API_GROUP, TemporalWorker
+from twc.spec.crds import CRD_VERSION, WORKER_GROUP, all_crds
+
+pytestmark = pytest.mark.e2e
+
+CLUSTER_CONNECTION_REF = {
+    "objectRef": {"apiGroup": API_GROUP, "kind": "ClusterConnection", "name": "prod"}
+}
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def crd_namespace(kube: Any) -> str:
+    name = _name("crds")
+    kube.ensure_namespace(name)
+    return name
+
+
+@pytest.fixture
+def cluster_objects(kube: Any) -> Iterator[list[str]]:
+    """Names of ClusterConnections a test created; deleted afterwards."""
+    created: list[str] = []
+    yield created
+    for name in created:
+        try:
+            kube.custom.delete_cluster_custom_object(
+                API_GROUP, CRD_VERSION, "clusterconnections", name
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def _worker(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{WORKER_GROUP}/{CRD_VERSION}",
+        "kind": "TemporalWorker",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def _connection(kind: str, name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{API_GROUP}/{CRD_VERSION}",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def _create_worker(kube: Any, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    return dict(
+        kube.custom.create_namespaced_custom_object(
+            WORKER_GROUP, CRD_VERSION, namespace, "temporalworkers", body
+        )
+    )
+
+
+def _create_connection(kube: Any, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    return dict(
+        kube.custom.create_namespaced_custom_object(
+            API_GROUP, CRD_VERSION, namespace, "connections", body
+        )
+    )
+
+
+def _create_cluster_connection(
+    kube: Any, created: list[str], body: dict[str, Any]
+) -> dict[str, Any]:
+    obj = kube.custom.create_cluster_custom_object(
+        API_GROUP, CRD_VERSION, "clusterconnections", body
+    )
+    created.append(body["metadata"]["name"])
+    return dict(obj)
+
+
+def _worker_model(obj: dict[str, Any]) -> TemporalWorker:
+    """The admitted object read back as the fleet file's worker model."""
+    meta = obj["metadata"]
+    return TemporalWorker.model_validate(
+        {**obj["spec"], "name": meta["name"], "namespace": meta["namespace"]}
+    )
+
+
+def _rejected(call: Any, message: str) -> None:
+    with pytest.raises(ApiException) as info:
+        call()
+    assert info.value.status == 422, info.value.body
+    assert message in (info.value.body or ""), info.value.body
+
+
+def test_the_api_server_serves_every_generated_crd(kube: Any) -> None:
+    for crd in all_crds():
+        served = kube.ext.read_custom_resource_definition(crd["metadata"]["name"])
+        established = {c.type: c.status for c in served.status.conditions or []}
+        assert established.get("Established") == "True", crd["metadata"]["name"]
+        assert established.get("NonStructuralSchema") in (None, "False")
+        assert served.spec.scope == crd["spec"]["scope"]
+
+
+def test_printer_columns_show_phase_replicas_ready_task_queue_age(kube: Any) -> None:
+    served = kube.ext.read_custom_resource_definition("temporalworkers.temporal.kmsvc.io")
+    columns = {c.name: c.json_path for c in served.spec.versions[0].additional_printer_columns}
+    assert columns == {
+        "Phase": ".status.phase",
+        "Replicas": ".status.replicas",
+        "Ready": ".status.readyReplicas",
+        "TaskQueue": ".spec.taskQueueName",
+        "Age": ".metadata.creationTimestamp",
+    }
+
+
+def test_valid_worker_and_connections_are_admitted(
+    kube: Any, crd_namespace: str, cluster_objects: list[str]
+) -> None:
+    conn = _create_connection(
+        kube,
+        crd_namespace,
+        _connection(
+            "Connection",
+            "orders",
+            hostPort="10.0.0.5:7233",
+            apiKeySecretRef={"name": "temporal-api-key"},
+        ),
+    )
+    assert conn["spec"]["apiKeySecretRef"] == {"name": "temporal-api-key", "key": "api-key"}
+
+    cluster_name = _name("prod")
+    cluster = _create_cluster_connection(
+        kube,
+        cluster_objects,
+        _connection(
+            "ClusterConnection",
+            cluster_name,
+            hostPort="temporal-frontend.temporal.svc.cluster.local:7233",
+            tls={"serverName": "temporal.example"},
+            mutualTLSSecretRef={"name": "temporal-mtls"},
+            secretSource={"namespace": "temporal"},
+        ),
+    )
+    assert "namespace" not in cluster["metadata"]
+    assert cluster["spec"]["mutualTLSSecretRef"] == {"name": "temporal-mtls"}
+
+    by_name = _create_worker(
+        kube,
+        crd_namespace,
+        _worker(
+            "worker-orders",
+            queueRef={"name": "orders", "namespace": "sqs"},
+            taskQueueName="orders",
+            connectionRef={"name": "orders"},
+            image="registry.example/worker:1.4.2",
+            imagePullPolicy="IfNotPresent",
+            replicas=2,
+            autoscaling={"maxReplicas": 20, "targetBacklogPerReplica": 5},
+            resources={"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"cpu": 2}},
+            nodeSelector={"pool": "workers"},
+            affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}},
+            tolerations=[{"key": "dedicated", "value": "temporal", "effect": "NoSchedule"}],
+            lifecycle={"preStopCommand": ["sleep", "5"]},
+            dlq={"enabled": True},
+            env={"LOG_LEVEL": "debug"},
+        ),
+    )
+    # Structural schemas prune unknown fields; nothing the fleet file allows is lost.
+    assert by_name["spec"]["affinity"]["nodeAffinity"] == {
+        "requiredDuringSchedulingIgnoredDuringExecution": {}
+    }
+    assert by_name["spec"]["resources"]["limits"] == {"cpu": 2}
+    assert by_name["spec"]["autoscaling"]["minReplicas"] == 1  # the model's default
+    assert _worker_model(by_name).resources is not None
+
+    by_object_ref = _create_worker(
+        kube,
+        crd_namespace,
+        _worker("worker-cluster", taskQueueName="cluster", connectionRef=CLUSTER_CONNECTION_REF),
+    )
+    assert by_object_ref["spec"]["connectionRef"] == CLUSTER_CONNECTION_REF
+    _worker_model(by_object_ref)
+
+    # The status subresource takes the daemon's fields.
+    status = {
+        "status": {
+            "phase": "Ready",
+            "replicas": 2,
+            "readyReplicas": 2,
+            "observedGeneration": 1,
+            "observedConnectionRef": {"apiGroup": API_GROUP, "kind": "Connection", "name": "x"},
+            "conditions": [
+                {
+                    "type": "WorkerDeploymentReady",
+                    "status": "True",
+                    "reason": "MinimumReplicasAvailable",
+                    "message": "2/2 ready",
+                    "lastTransitionTime": "2024-01-01T00:00:00Z",
+                }
+            ],
+        }
+    }
+    patched = kube.custom.patch_namespaced_custom_object_status(
+        WORKER_GROUP, CRD_VERSION, crd_namespace, "temporalworkers", "worker-orders", status
+    )
+    assert patched["status"]["phase"] == "Ready"
+    assert patched["status"]["conditions"][0]["type"] == "WorkerDeploymentReady"
+
+
+def test_connection_ref_with_both_name_and_object_ref_is_rejected(
+    kube: Any, crd_namespace: str
+) -> None:
+    body = _worker(
+        "worker-both",
+        taskQueueName="both",
+        connectionRef={"name": "orders", **CLUSTER_CONNECTION_REF},
+    )
+    _rejected(
+        lambda: _create_worker(kube, crd_namespace, body),
+        "exactly one of name or objectRef must be set",
+    )
+
+
+def test_connection_ref_with_neither_name_nor_object_ref_is_rejected(
+    kube: Any, crd_namespace: str
+) -> None:
+    body = _worker("worker-neither", taskQueueName="neither", connectionRef={"name": None})
+    _rejected(
+        lambda: _create_worker(kube, crd_namespace, body),
+        "exactly one of name or objectRef must be set",
+    )
+
+
+def test_object_ref_outside_temporal_io_is_rejected(kube: Any, crd_namespace: str) -> None:
+    body = _worker(
+        "worker-group",
+        taskQueueName="group",
+        connectionRef={
+            "objectRef": {"apiGroup": "example.com", "kind": "ClusterConnection", "name": "x"}
+        },
+    )
+    _rejected(lambda: _create_worker(kube, crd_namespace, body), "apiGroup must be temporal.io")
+
+
+def test_worker_without_a_task_queue_is_rejected(kube: Any, crd_namespace: str) -> None:
+    body = _worker("worker-no-queue", image="registry.example/worker:1")
+    _rejected(
+        lambda: _create_worker(kube, crd_namespace, body),
+        "set queueRef or taskQueueName: the worker needs a task queue",
+    )
+
+
+def test_connection_with_mtls_and_api_key_is_rejected(
+    kube: Any, crd_namespace: str, cluster_objects: list[str]
+) -> None:
+    both = {
+        "hostPort": "10.0.0.5:7233",
+        "mutualTLSSecretRef": {"name": "temporal-mtls"},
+        "apiKeySecretRef": {"name": "temporal-api-key"},
+    }
+    message = "mutualTLSSecretRef and apiKeySecretRef are mutually exclusive"
+    _rejected(
+        lambda: _create_connection(kube, crd_namespace, _connection("Connection", "both", **both)),
+        message,
+    )
+    _rejected(
+        lambda: _create_cluster_connection(
+            kube, cluster_objects, _connection("ClusterConnection", _name("both"), **both)
+        ),
+        message,
+    )
+
+
+def test_an_explicit_null_counts_as_unset(kube: Any, crd_namespace: str) -> None:
+    body = _worker(
+        "worker-null-name",
+        taskQueueName="null-name",
+        connectionRef={"name": None, **CLUSTER_CONNECTION_REF},
+    )
+    admitted = _create_worker(kube, crd_namespace, body)
+    assert admitted["spec"]["connectionRef"]["name"] is None  # nullable: kept, not pruned
+    _worker_model(admitted)

@@ -1,0 +1,462 @@
+"""CustomResourceDefinitions generated from the fleet-file models (issue 9, item 1).
+
+``TemporalWorker`` (``temporal.kmsvc.io/v1``), ``Connection`` and ``ClusterConnection``
+(``temporal.io/v1``) carry the same spec as their entries in the fleet file, so their
+OpenAPI schemas are derived from the pydantic models rather than written by hand: a
+field added to a model appears in the CRD with its docstring, and the two never disagree.
+
+The API server only accepts *structural* schemas, so the models' JSON Schema is rewritten:
+``$ref`` is inlined, ``anyOf [X, null]`` becomes ``X`` with ``nullable: true``, free-form
+JSON becomes ``x-kubernetes-preserve-unknown-fields``, quantities become
+``x-kubernetes-int-or-string``, and ``title``, ``additionalProperties: false`` and null
+defaults are dropped (unknown fields are pruned by the server instead). Rules a single
+model checks in a validator are restated as CEL ``x-kubernetes-validations`` with the
+same messages.
+
+Pure: builds plain dicts, imports nothing beyond pydantic and :mod:`twc.spec`.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from twc.spec._models import (
+    API_GROUP,
+    CLUSTER_CONNECTION_KIND,
+    CONNECTION_KIND,
+    ClusterConnection,
+    Connection,
+    ConnectionRef,
+    ObjectRef,
+    TemporalWorker,
+)
+
+__all__ = [
+    "CONNECTION_SPEC_RULES",
+    "CRD_VERSION",
+    "WORKER_GROUP",
+    "WORKER_KIND",
+    "ObservedConnectionRef",
+    "TemporalWorkerStatus",
+    "WorkerCondition",
+    "all_crds",
+    "cluster_connection_crd",
+    "connection_crd",
+    "openapi_schema",
+    "structural",
+    "temporal_worker_crd",
+]
+
+WORKER_GROUP = "temporal.kmsvc.io"
+"""API group of the ``TemporalWorker`` kind."""
+WORKER_KIND = "TemporalWorker"
+"""Kind of the Kubernetes-native worker object."""
+CRD_VERSION = "v1"
+"""The only served (and stored) version of every twc CRD."""
+
+# Fields that come from the object's metadata, not its spec.
+_METADATA_FIELDS = frozenset({"name", "namespace"})
+
+Rule = dict[str, str]
+
+
+def _set(field: str) -> str:
+    # The server keeps an explicit null in a nullable field, but CEL's has() is false for
+    # it: null means unset here, as it does to pydantic. (`!= null` does not compile.)
+    return f"has(self.{field})"
+
+
+CONNECTION_REF_RULES: list[Rule] = [
+    {
+        "rule": f"{_set('name')} != {_set('objectRef')}",
+        "message": "exactly one of name or objectRef must be set",
+    }
+]
+OBJECT_REF_RULES: list[Rule] = [
+    {
+        "rule": f"self.apiGroup == '{API_GROUP}'",
+        "message": f"apiGroup must be {API_GROUP}",
+    }
+]
+CONNECTION_SPEC_RULES: list[Rule] = [
+    {
+        "rule": f"!({_set('mutualTLSSecretRef')} && {_set('apiKeySecretRef')})",
+        "message": "mutualTLSSecretRef and apiKeySecretRef are mutually exclusive",
+    }
+]
+"""CEL rules on a Connection's or ClusterConnection's ``spec``."""
+
+# Model validators restated in CEL, keyed by the model's name in the JSON Schema's $defs.
+_DEF_RULES: dict[str, list[Rule]] = {
+    ConnectionRef.__name__: CONNECTION_REF_RULES,
+    ObjectRef.__name__: OBJECT_REF_RULES,
+}
+
+
+# --- status -----------------------------------------------------------------------------
+
+
+class _StatusModel(BaseModel):
+    """Base of status models: camelCase keys; unknown keys from other writers ignored."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_alias=True,
+        validate_by_name=True,
+        serialize_by_alias=True,
+        use_attribute_docstrings=True,
+    )
+
+
+class WorkerCondition(_StatusModel):
+    """One condition on a TemporalWorker, shaped like ``metav1.Condition``."""
+
+    type: str
+    """Condition type, e.g. ``WorkerDeploymentReady`` or ``TemporalTaskQueueRegistered``."""
+    status: Literal["True", "False", "Unknown"]
+    """Whether the condition holds."""
+    reason: str = ""
+    """Stable, CamelCase reason for the condition's last transition."""
+    message: str = ""
+    """Human-readable details of the last transition."""
+    last_transition_time: str | None = Field(
+        default=None, json_schema_extra={"format": "date-time"}
+    )
+    """When the status last changed (RFC 3339)."""
+    observed_generation: int | None = Field(default=None, ge=0)
+    """The object's ``metadata.generation`` the condition was computed from."""
+
+
+class ObservedConnectionRef(_StatusModel):
+    """The connection a worker was last reconciled against, made absolute."""
+
+    api_group: str
+    """API group of the connection kind."""
+    kind: str
+    """Kind of the connection object, e.g. ``ClusterConnection``."""
+    name: str
+    """Name of the connection object."""
+    namespace: str | None = None
+    """Namespace of a namespaced connection; empty for cluster-scoped kinds."""
+
+
+class TemporalWorkerStatus(_StatusModel):
+    """What the daemon last observed of a TemporalWorker (the status subresource)."""
+
+    phase: Literal["Pending", "Ready", "Failed"] | None = None
+    """``Pending`` until the Deployment is ready and the task queue has pollers."""
+    replicas: int | None = Field(default=None, ge=0)
+    """Replicas the Deployment asks for."""
+    ready_replicas: int | None = Field(default=None, ge=0)
+    """Replicas ready to serve."""
+    observed_generation: int | None = Field(default=None, ge=0)
+    """The ``metadata.generation`` this status was computed from."""
+    observed_connection_ref: ObservedConnectionRef | None = None
+    """The connection the worker was last reconciled against."""
+    conditions: list[WorkerCondition] = Field(default_factory=list)
+    """``WorkerDeploymentReady`` and ``TemporalTaskQueueRegistered``."""
+
+
+# --- JSON Schema -> structural OpenAPI ---------------------------------------------------
+
+
+def _is_null(schema: Any) -> bool:
+    return isinstance(schema, dict) and schema.get("type") == "null" and len(schema) == 1
+
+
+def _is_int_or_string(branches: list[Any]) -> bool:
+    types = {b.get("type") for b in branches if isinstance(b, dict)}
+    return len(branches) == 2 and types in ({"string", "number"}, {"string", "integer"})
+
+
+def structural(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Rewrite a pydantic JSON Schema node into a structural OpenAPI v3 schema.
+
+    Args:
+        schema: A JSON Schema node, e.g. ``Model.model_json_schema(by_alias=True)``.
+        defs: The ``$defs`` that ``$ref`` nodes point into; taken from ``schema`` when
+            it is the document root.
+
+    Returns:
+        A new schema with no ``$ref``/``$defs``, no null branches, a ``type`` on every
+        node (or one of the ``x-kubernetes-*`` escapes the API server accepts instead),
+        and the CEL rules of models that have them.
+
+    Raises:
+        ValueError: On a construct the API server cannot express (a recursive model, a
+            union of two object types), so a model change fails in tests, not at install.
+    """
+    if defs is None:
+        defs = schema.get("$defs", {})
+    return _convert(schema, defs, ())
+
+
+def _convert(node: dict[str, Any], defs: dict[str, Any], seen: tuple[str, ...]) -> dict[str, Any]:
+    node = dict(node)
+    node.pop("$defs", None)
+    rules: list[Rule] = []
+
+    ref = node.pop("$ref", None)
+    if ref is not None:
+        name = ref.rsplit("/", 1)[-1]
+        if name in seen:
+            raise ValueError(f"recursive model {name} cannot be a structural schema")
+        target = _convert(defs[name], defs, (*seen, name))
+        # Keys next to the $ref (a field's own description) win over the model's.
+        node = {**target, **node}
+        seen = (*seen, name)
+
+    any_of = node.pop("anyOf", None)
+    if any_of is not None:
+        branches = [b for b in any_of if not _is_null(b)]
+        if len(branches) < len(any_of):
+            node["nullable"] = True
+        if len(branches) == 1:
+            inner = _convert(branches[0], defs, seen)
+            node = {**inner, **node}
+        elif _is_int_or_string(branches):
+            # Kubernetes quantities: the API server's own int-or-string escape.
+            node["x-kubernetes-int-or-string"] = True
+        else:
+            raise ValueError(f"cannot express anyOf {any_of!r} as a structural schema")
+
+    if "const" in node:
+        node["enum"] = [node.pop("const")]
+    node.pop("title", None)
+    if "default" in node and node["default"] is None:
+        # Absent already means "inherit"; a null default would only be pruned or rejected.
+        del node["default"]
+    if node.get("additionalProperties") is False:
+        # Forbidden in CRDs: the server prunes unknown fields instead.
+        del node["additionalProperties"]
+
+    if "properties" in node:
+        node["properties"] = {
+            key: _convert(value, defs, seen) for key, value in node["properties"].items()
+        }
+        node.setdefault("type", "object")
+    additional = node.get("additionalProperties")
+    if isinstance(additional, dict):
+        node["additionalProperties"] = _convert(additional, defs, seen)
+        node.setdefault("type", "object")
+    if isinstance(node.get("items"), dict):
+        node["items"] = _convert(node["items"], defs, seen)
+
+    if ref is not None:
+        rules.extend(_DEF_RULES.get(ref.rsplit("/", 1)[-1], []))
+    if rules:
+        node["x-kubernetes-validations"] = [*node.get("x-kubernetes-validations", []), *rules]
+
+    if (
+        "type" not in node
+        and not node.get("x-kubernetes-int-or-string")
+        and not node.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        # A pydantic JsonValue ({}): any JSON, kept as written.
+        node["x-kubernetes-preserve-unknown-fields"] = True
+    additional = node.get("additionalProperties")
+    if (
+        node.get("type") == "object"
+        and isinstance(additional, dict)
+        and additional.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        # A free-form mapping (e.g. nodeAffinity): say so at the object itself.
+        del node["additionalProperties"]
+        node["x-kubernetes-preserve-unknown-fields"] = True
+    return node
+
+
+def openapi_schema(
+    model: type[BaseModel], *, drop: frozenset[str] = frozenset(), rules: list[Rule] | None = None
+) -> dict[str, Any]:
+    """Return the structural OpenAPI schema of ``model``'s JSON form.
+
+    Args:
+        model: A fleet-file (or status) model.
+        drop: Top-level fields to leave out (those that live in the object's metadata).
+        rules: CEL rules for the model's own node.
+
+    Returns:
+        The schema of one ``spec`` (or ``status``) object.
+    """
+    schema = copy.deepcopy(model.model_json_schema(by_alias=True, mode="validation"))
+    properties = schema.get("properties", {})
+    for key in drop:
+        properties.pop(key, None)
+    if "required" in schema:
+        schema["required"] = [key for key in schema["required"] if key not in drop]
+        if not schema["required"]:
+            del schema["required"]
+    out = structural(schema)
+    out.pop("x-kubernetes-validations", None)
+    own = [*_DEF_RULES.get(model.__name__, []), *(rules or [])]
+    if own:
+        out["x-kubernetes-validations"] = own
+    return out
+
+
+# --- CRDs -------------------------------------------------------------------------------
+
+_AGE_COLUMN = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+
+
+def _crd(
+    *,
+    group: str,
+    kind: str,
+    plural: str,
+    scope: Literal["Namespaced", "Cluster"],
+    short_names: list[str],
+    description: str,
+    spec: dict[str, Any],
+    status: dict[str, Any] | None,
+    columns: list[dict[str, Any]],
+    root_rules: list[Rule] | None = None,
+) -> dict[str, Any]:
+    properties: dict[str, Any] = {"spec": spec}
+    if status is not None:
+        properties["status"] = status
+    root: dict[str, Any] = {
+        "type": "object",
+        "description": description,
+        "properties": properties,
+        "required": ["spec"],
+    }
+    if root_rules:
+        root["x-kubernetes-validations"] = root_rules
+    version: dict[str, Any] = {
+        "name": CRD_VERSION,
+        "served": True,
+        "storage": True,
+        "schema": {"openAPIV3Schema": root},
+        "additionalPrinterColumns": [*columns, _AGE_COLUMN],
+    }
+    if status is not None:
+        version["subresources"] = {"status": {}}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{plural}.{group}",
+            "labels": {"app.kubernetes.io/managed-by": "twc"},
+        },
+        "spec": {
+            "group": group,
+            "scope": scope,
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": short_names,
+            },
+            "versions": [version],
+        },
+    }
+
+
+def _doc(model: type[BaseModel]) -> str:
+    return (model.__doc__ or "").strip()
+
+
+def temporal_worker_crd() -> dict[str, Any]:
+    """The ``TemporalWorker`` CRD (``temporal.kmsvc.io/v1``, namespaced).
+
+    Its spec is a fleet-file worker without ``name``/``namespace`` (the object's
+    metadata); its status subresource is :class:`TemporalWorkerStatus`.
+    """
+    spec = openapi_schema(
+        TemporalWorker,
+        drop=_METADATA_FIELDS,
+        rules=[
+            {
+                "rule": f"{_set('queueRef')} || {_set('taskQueueName')}",
+                "message": "set queueRef or taskQueueName: the worker needs a task queue",
+            }
+        ],
+    )
+    status = openapi_schema(TemporalWorkerStatus)
+    conditions = status["properties"]["conditions"]
+    # One condition per type, merged by type under server-side apply.
+    conditions["x-kubernetes-list-type"] = "map"
+    conditions["x-kubernetes-list-map-keys"] = ["type"]
+    return _crd(
+        group=WORKER_GROUP,
+        kind=WORKER_KIND,
+        plural="temporalworkers",
+        scope="Namespaced",
+        short_names=["tw"],
+        description=_doc(TemporalWorker),
+        spec=spec,
+        status=status,
+        columns=[
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas"},
+            {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+            {"name": "TaskQueue", "type": "string", "jsonPath": ".spec.taskQueueName"},
+        ],
+        root_rules=[
+            {
+                # Worker names name Deployments and pods: a DNS label, not a subdomain.
+                "rule": "size(self.metadata.name) <= 63",
+                "message": "metadata.name must be at most 63 characters",
+            }
+        ],
+    )
+
+
+def _connection_columns() -> list[dict[str, Any]]:
+    return [
+        {"name": "HostPort", "type": "string", "jsonPath": ".spec.hostPort"},
+    ]
+
+
+def connection_crd() -> dict[str, Any]:
+    """The namespaced ``Connection`` CRD (``temporal.io/v1``)."""
+    return _crd(
+        group=API_GROUP,
+        kind=CONNECTION_KIND,
+        plural="connections",
+        scope="Namespaced",
+        short_names=["tconn"],
+        description=_doc(Connection),
+        spec=openapi_schema(Connection, drop=_METADATA_FIELDS, rules=CONNECTION_SPEC_RULES),
+        status=None,
+        columns=_connection_columns(),
+    )
+
+
+def cluster_connection_crd() -> dict[str, Any]:
+    """The cluster-scoped ``ClusterConnection`` CRD (``temporal.io/v1``)."""
+    return _crd(
+        group=API_GROUP,
+        kind=CLUSTER_CONNECTION_KIND,
+        plural="clusterconnections",
+        scope="Cluster",
+        short_names=["tcc"],
+        description=_doc(ClusterConnection),
+        spec=openapi_schema(
+            ClusterConnection,
+            drop=_METADATA_FIELDS,
+            rules=[
+                *CONNECTION_SPEC_RULES,
+                {
+                    "rule": f"!{_set('secretSource')} || {_set('mutualTLSSecretRef')} || "
+                    f"{_set('apiKeySecretRef')}",
+                    "message": "secretSource needs a secret to copy: "
+                    "set mutualTLSSecretRef or apiKeySecretRef",
+                },
+            ],
+        ),
+        status=None,
+        columns=_connection_columns(),
+    )
+
+
+def all_crds() -> list[dict[str, Any]]:
+    """Every CRD generated from the spec models, in install order."""
+    return [temporal_worker_crd(), connection_crd(), cluster_connection_crd()]

@@ -299,3 +299,11 @@ def test_an_explicit_null_counts_as_unset(kube: Any, crd_namespace: str) -> None
     admitted = _create_worker(kube, crd_namespace, body)
     assert admitted["spec"]["connectionRef"]["name"] is None  # nullable: kept, not pruned
     _worker_model(admitted)
+
+
+def test_worker_name_longer_than_a_dns_label_is_rejected(kube: Any, crd_namespace: str) -> None:
+    body = _worker("w" * 64, taskQueueName="long")
+    _rejected(
+        lambda: _create_worker(kube, crd_namespace, body),
+        "metadata.name must be at most 63 characters",
+    )

@@ -88,15 +88,21 @@ class SimulatedControllers:
         deployments = [
             serialize(d) for d in self.kube.apps.list_deployment_for_all_namespaces().items
         ]
+        # One ReplicaSet list per pass, not one per Deployment: per-Deployment lists made
+        # a pass quadratic in the fleet (2.7 s at 110 Deployments, minutes at 1000).
+        replica_sets: dict[str, list[Any]] = {}
+        for rs in self.kube.apps.list_replica_set_for_all_namespaces().items:
+            for owner in rs.metadata.owner_references or []:
+                replica_sets.setdefault(owner.uid, []).append(rs)
         for dep in deployments:
-            changed += self._deployment(dep)
+            changed += self._deployment(dep, replica_sets.get(dep["metadata"]["uid"], []))
         if self.run_workers:
             changed += self._kubelet(deployments)
         for sts in self.kube.apps.list_stateful_set_for_all_namespaces().items:
             changed += self._statefulset(serialize(sts))
         return changed
 
-    def _deployment(self, dep: dict[str, Any]) -> int:
+    def _deployment(self, dep: dict[str, Any], owned: list[Any]) -> int:
         meta = dep["metadata"]
         ns, name = meta["namespace"], meta["name"]
         annotations = meta.get("annotations") or {}
@@ -105,11 +111,6 @@ class SimulatedControllers:
         spec = dep["spec"]
         replicas = int(spec.get("replicas", 1))
         tmpl_hash = template_hash(spec["template"])
-        owned = [
-            rs
-            for rs in self.kube.apps.list_namespaced_replica_set(ns).items
-            if any(o.uid == meta["uid"] for o in (rs.metadata.owner_references or []))
-        ]
         revisions = {
             rs.metadata.name: int((rs.metadata.annotations or {}).get(REVISION, "0"))
             for rs in owned
@@ -259,7 +260,9 @@ class SimulatedControllers:
 
 
 def _status_differs(old: dict[str, Any], new: dict[str, Any]) -> bool:
-    return any(old.get(k) != v for k, v in new.items())
+    # The API server omits zero counts, so a scaled-down ReplicaSet's missing
+    # readyReplicas equals 0 (otherwise it was patched again on every pass).
+    return any(old.get(k, 0 if isinstance(v, int) else None) != v for k, v in new.items())
 
 
 def _has_ready_conditions(status: dict[str, Any]) -> bool:

@@ -145,6 +145,8 @@ def test_an_up_hitting_a_stale_lock_repairs_the_stack_and_retries_once(
     assert stack.cancelled == 1
     assert report.changes == {"same": 3, "create": 1}
     assert calls[1]["env"]["TWC_OVERLAY_FILE"] == str(eng.overlay_file)
+    # Objects the killed run created belong to a field manager that died with it.
+    assert calls[1]["env"]["PULUMI_K8S_ENABLE_PATCH_FORCE"] == "true"
     assert '"team/a": 3' in eng.overlay_file.read_text()
 
 

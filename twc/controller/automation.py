@@ -10,8 +10,9 @@ A daemon killed during an ``up`` leaves the stack locked and its state with pend
 operations. The lock is broken only when it is provably stale: the lock's process ran on
 this host and is gone, or this daemon holds the leader Lease (whose protocol guarantees
 the previous leader stopped). Pending operations are then dropped from the state: the
-next full ``up`` re-applies every resource (the Kubernetes provider's server-side apply
-adopts objects a killed run created but never recorded).
+next full ``up`` re-applies every resource; the Kubernetes provider's server-side apply
+(forced, see :class:`AutomationEngine`) adopts objects a killed run created but never
+recorded.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from twc.controller.outcome import PermanentError
 
 __all__ = [
     "OVERLAY_ENV",
+    "PATCH_FORCE_ENV",
     "AutomationEngine",
     "LockHolder",
     "Overlay",
@@ -46,6 +48,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 OVERLAY_ENV = "TWC_OVERLAY_FILE"
+# The Kubernetes provider's switch for server-side apply with force, for every resource.
+PATCH_FORCE_ENV = "PULUMI_K8S_ENABLE_PATCH_FORCE"
 WORKER_TYPE = "twc:temporal:TemporalWorker"
 # The program says this when it refuses its input; retrying the same input cannot help.
 _PROGRAM_REFUSED = "nothing was changed"
@@ -206,6 +210,7 @@ class AutomationEngine:
         alive: Callable[[int], bool] = pid_alive,
         is_leader: Callable[[], bool] = lambda: False,
         log_prefix: str | None = None,
+        force_conflicts: bool = True,
     ) -> None:
         """Prepare the engine.
 
@@ -217,6 +222,12 @@ class AutomationEngine:
             alive: Whether a pid is alive on this host.
             is_leader: Whether this daemon currently holds the leader Lease.
             log_prefix: Prefix of the engine output lines logged.
+            force_conflicts: Let the Kubernetes provider take over fields another
+                field manager owns (server-side apply with force). The daemon is the
+                single writer of its objects: without this, an object created by a
+                killed run (whose field manager name died with it) or edited by hand
+                (``kubectl scale``) fails every later ``up`` with a conflict, and
+                neither recovery nor drift repair could ever succeed.
         """
         self.ref = ref
         if state_dir is None:
@@ -227,6 +238,7 @@ class AutomationEngine:
         self._alive = alive
         self._is_leader = is_leader
         self._prefix = log_prefix or f"[{ref.name}]"
+        self._force_conflicts = force_conflicts
 
     # ------------------------------------------------------------------ engine
     def up(self, overlay: Overlay, targets: Sequence[str] | None) -> UpReport:
@@ -332,16 +344,16 @@ class AutomationEngine:
         pending = state.get("pending_operations") or []
         if not pending:
             return []
+        state.pop("pending_operations", None)
+        stack.import_stack(Deployment(version=exported.version, deployment=state))
         for op in pending:
             resource = op.get("resource") or {}
             logger.warning(
-                "%s dropping pending %s of %s left by a killed run",
+                "%s dropped the pending %s of %s left by a killed run",
                 self._prefix,
                 op.get("type", "operation"),
                 str(resource.get("urn", "?")).rsplit("::", 1)[-1],
             )
-        state.pop("pending_operations", None)
-        stack.import_stack(Deployment(version=exported.version, deployment=state))
         return [f"drop-pending-operations:{len(pending)}"]
 
     # ----------------------------------------------------------------- helpers
@@ -352,6 +364,8 @@ class AutomationEngine:
 
     def _ref_with_overlay(self) -> engine.StackRef:
         env = {**(self.ref.env or {}), OVERLAY_ENV: str(self.overlay_file)}
+        if self._force_conflicts:
+            env[PATCH_FORCE_ENV] = "true"
         return replace(self.ref, env=env)
 
     def _output(self, line: str) -> None:

@@ -216,6 +216,7 @@ class Daemon:
         self.queues.start(self.wakeup)
         state = LoopState(started_at=self._clock())
         self.state = state
+        self._await_first_list()
         try:
             while not self._stop.is_set():
                 if not self._may_apply():
@@ -239,6 +240,17 @@ class Daemon:
                 self._loop = None
         logger.info("[%s] stopped", self.stack)
         return self.exit_code
+
+    def _await_first_list(self, timeout: float = 10.0) -> None:
+        # The watch lists in its own thread; give it a moment so the first iteration
+        # does not fail (and log) just for starting first. Iterations check it anyway.
+        deadline = self._clock() + timeout
+        while (
+            self.queues.snapshot() is None and not self._stop.is_set() and self._clock() < deadline
+        ):
+            self._sleep(0.1, self.wakeup)
+        if not self._stop.is_set():
+            self.wakeup.clear()
 
     def _may_apply(self) -> bool:
         leading = self._leader is None or self._leader.is_leader()

@@ -1,0 +1,223 @@
+"""``twc run`` as a real subprocess for the end-to-end daemon tests.
+
+Each daemon runs in its own session (process group), so ``kill_9`` takes the engine and
+its plugins down with it, exactly as a killed pod would. Metrics are read over HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.e2e.conftest import FleetStack
+from tests.helpers import assert_eventually
+from twc.local import project_root
+from twc.local.environment import free_port
+
+ROOT = project_root()
+
+FAST: dict[str, Any] = {
+    "reconcile_interval": 1.0,
+    "refresh_interval": 3600.0,
+    "backoff": {"base": 0.5, "max_delay": 5.0, "concurrent_update_delay": 2.0},
+}
+"""Settings for tests: iterate every second, never refresh on its own."""
+
+
+@dataclass
+class DaemonProcess:
+    """One ``python -m twc run`` process."""
+
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+    name: str
+    exit_code: int | None = field(default=None)
+
+    def metrics(self) -> dict[str, list[tuple[dict[str, str], float]]]:
+        """Samples by name, read from ``/metrics``."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        out: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+        return out
+
+    def value(self, name: str, **labels: str) -> float:
+        """Sum of the samples of ``name`` whose labels include ``labels`` (0 if none)."""
+        total = 0.0
+        for sample_labels, value in self.metrics().get(name, []):
+            if all(sample_labels.get(k) == v for k, v in labels.items()):
+                total += value
+        return total
+
+    def ups(self) -> float:
+        """Engine ``up`` runs started so far."""
+        return self.value("twc_engine_runs_total", operation="up")
+
+    def successes(self) -> float:
+        """Successful iterations so far."""
+        return self.value("twc_reconcile_total", result="success")
+
+    def probe(self, path: str) -> int:
+        """HTTP status of ``path``."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as err:
+            return int(err.code)
+
+    def alive(self) -> bool:
+        """Whether the process still runs."""
+        return self.proc.poll() is None
+
+    def text(self) -> str:
+        """Everything the daemon logged so far."""
+        return self.log.read_text(errors="replace")
+
+    def terminate(self, timeout: float = 120) -> int:
+        """SIGTERM, then wait for the exit code."""
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+        self.exit_code = self.proc.wait(timeout=timeout)
+        return self.exit_code
+
+    def kill_9(self) -> None:
+        """SIGKILL the daemon's whole process group: the engine and plugins die too."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.exit_code = self.proc.wait(timeout=10)
+
+
+class Daemons:
+    """Starts daemons; stops whatever is left at teardown."""
+
+    def __init__(self, tmp_path: Path, pulumi_env: dict[str, str]) -> None:
+        self.tmp_path = tmp_path
+        self.pulumi_env = pulumi_env
+        self.started: list[DaemonProcess] = []
+        self.stacks: list[FleetStack] = []
+
+    def stack(self, fleet: dict[str, Any], **config: str) -> FleetStack:
+        """A new stack of the real program with this fleet file (and ``twc:`` config)."""
+        name = f"e2e-d-{uuid.uuid4().hex[:8]}"
+        fs = FleetStack(name, self.tmp_path / f"{name}.yaml", dict(self.pulumi_env), dict(config))
+        fs.write(fleet)
+        if config:
+            fs.stack()  # select it once so the extra config lands in the stack's settings
+        self.stacks.append(fs)
+        return fs
+
+    def start(
+        self,
+        fs: FleetStack,
+        *,
+        settings: dict[str, Any] | None = None,
+        args: list[str] | None = None,
+        name: str | None = None,
+    ) -> DaemonProcess:
+        """Run ``twc run`` on the stack and wait until it serves ``/healthz``."""
+        name = name or f"daemon-{len(self.started) + 1}"
+        port = free_port()
+        settings_file = self.tmp_path / f"{name}-settings.json"
+        settings_file.write_text(json.dumps(settings if settings is not None else FAST))
+        log = self.tmp_path / f"{name}.log"
+        command = [
+            sys.executable,
+            "-m",
+            "twc",
+            "run",
+            "--stack",
+            fs.name,
+            "--fleet-file",
+            str(fs.fleet_file),
+            "--port",
+            str(port),
+            "--settings",
+            str(settings_file),
+            *(args or []),
+        ]
+        env = {**os.environ, **fs.env, "TWC_LOG_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"}
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                command,
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        daemon = DaemonProcess(proc, port, log, name)
+        self.started.append(daemon)
+
+        def serving() -> bool:
+            assert daemon.alive(), f"{name} exited early:\n{daemon.text()[-3000:]}"
+            try:
+                return daemon.probe("/healthz") == 200
+            except OSError:
+                return False
+
+        assert_eventually(serving, timeout=30, interval=0.2, message=f"{name} never served")
+        return daemon
+
+    def stop_all(self) -> None:
+        for daemon in self.started:
+            if not daemon.alive():
+                continue
+            try:
+                daemon.terminate(timeout=60)
+            except subprocess.TimeoutExpired:
+                daemon.kill_9()
+
+
+def run_daemons(tmp_path: Path, pulumi_env: dict[str, str]) -> Iterator[Daemons]:
+    """Body of each test module's ``daemons`` fixture.
+
+    The stacks it makes (:meth:`Daemons.stack`) are removed at teardown without a
+    ``destroy``: their objects live in the test's own namespace of a cluster that only
+    this test session uses, and skipping ten seconds of engine per test keeps the
+    daemon tests' total runtime within budget.
+    """
+    made = Daemons(tmp_path, pulumi_env)
+    yield made
+    made.stop_all()
+    for daemon in made.started:
+        # Shown on failure: what each daemon did.
+        print(f"----- {daemon.name} (exit {daemon.exit_code}) -----")
+        print(daemon.text()[-6000:])
+    for fs in made.stacks:
+        fs.stack().workspace.remove_stack(fs.name, force=True)
+
+
+def eventually(probe: Any, *, timeout: float, message: str, interval: float = 0.25) -> Any:
+    """``assert_eventually`` with the daemons' usual polling interval."""
+    return assert_eventually(probe, timeout=timeout, interval=interval, message=message)
+
+
+def wait_for_success(daemon: DaemonProcess, *, after: float = 0, timeout: float = 90) -> float:
+    """Wait until the daemon has more than ``after`` successful iterations."""
+
+    def done() -> float:
+        assert daemon.alive(), f"{daemon.name} died:\n{daemon.text()[-3000:]}"
+        value = daemon.successes()
+        return value if value > after else 0
+
+    return float(eventually(done, timeout=timeout, message=f"{daemon.name} never succeeded"))
+
+
+def settle(seconds: float) -> None:
+    """Let the daemons iterate for a while (their interval is one second)."""
+    time.sleep(seconds)

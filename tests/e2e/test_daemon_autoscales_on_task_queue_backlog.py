@@ -1,0 +1,180 @@
+"""The daemon scales a worker from its real task-queue backlog on Temporal (issue 5)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from tests.e2e.conftest import fleet_doc
+from tests.e2e.daemon_process import FAST, Daemons, eventually, run_daemons, wait_for_success
+from twc.local import LocalEnvironment
+
+pytestmark = pytest.mark.e2e
+
+TARGET = 40  # backlog per replica: 200 waiting workflow tasks ask for 5 replicas
+WORKFLOWS = 200
+WINDOW = 15  # the (shortened) scale-down stabilization window, in seconds
+# One `up` of a single worker on this test bed, with room for a loaded machine.
+ONE_UP = 60.0
+
+
+@pytest.fixture
+def daemons(tmp_path: Path, pulumi_env: dict[str, str]) -> Iterator[Daemons]:
+    yield from run_daemons(tmp_path, pulumi_env)
+
+
+async def _start(address: str, task_queue: str, ids: list[str]) -> None:
+    client = await Client.connect(address)
+    # Any workflow name does: nothing polls the queue, so every workflow task waits.
+    await asyncio.gather(
+        *(client.start_workflow("EchoWorkflow", "hi", id=i, task_queue=task_queue) for i in ids)
+    )
+
+
+async def _backlog(address: str, task_queue: str) -> int:
+    from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+    client = await Client.connect(address)
+    response = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace="default",
+            task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+            report_stats=True,
+        )
+    )
+    return int(response.stats.approximate_backlog_count)
+
+
+async def _poll(address: str, task_queue: str, stop: threading.Event) -> None:
+    from temporalio.api.enums.v1 import TaskQueueKind
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import PollWorkflowTaskQueueRequest
+
+    client = await Client.connect(address)
+    request = PollWorkflowTaskQueueRequest(
+        namespace="default",
+        task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+        identity="drainer",
+    )
+
+    async def loop() -> None:
+        while not stop.is_set():
+            try:
+                # An empty answer after a few seconds is the normal case; the server
+                # refuses deadlines much shorter than this.
+                await client.workflow_service.poll_workflow_task_queue(
+                    request, timeout=timedelta(seconds=5)
+                )
+            except Exception:
+                await asyncio.sleep(0.5)
+
+    await asyncio.gather(*(loop() for _ in range(8)))
+
+
+async def _terminate(address: str, ids: list[str]) -> None:
+    client = await Client.connect(address)
+    await asyncio.gather(*(client.get_workflow_handle(i).terminate("drained") for i in ids))
+
+
+def test_a_backlog_of_200_workflows_scales_up_in_one_up_and_draining_scales_back_down(
+    local_env: LocalEnvironment,
+    kube: Any,
+    namespace: str,
+    task_queue: str,
+    daemons: Daemons,
+) -> None:
+    address = local_env.temporal_address()
+    worker = {
+        "name": "orders",
+        "namespace": namespace,
+        "taskQueueName": task_queue,
+        "autoscaling": {
+            "minReplicas": 1,
+            "maxReplicas": 12,
+            "targetBacklogPerReplica": TARGET,
+            "scaleDownStabilizationSeconds": WINDOW,
+        },
+    }
+    fs = daemons.stack(fleet_doc(namespace, host_port=address, workers=[worker]))
+    # HPA's default scale-up policy would cap each step at max(+100 %, +4 pods) / 15 s.
+    settings = {**FAST, "reconcile_interval": 2.0, "autoscale": {"scale_up": {"policies": []}}}
+    daemon = daemons.start(fs, settings=settings)
+    wait_for_success(daemon)
+    key = f"{namespace}/orders"
+
+    def replicas() -> int:
+        dep = kube.get_deployment(namespace, "orders")
+        return -1 if dep is None else int(dep["spec"]["replicas"])
+
+    eventually(lambda: replicas() == 1, timeout=60, message="the worker never deployed at min")
+
+    ids = [f"wf-{uuid.uuid4().hex[:12]}" for _ in range(WORKFLOWS)]
+    asyncio.run(_start(address, task_queue, ids))
+    # Temporal's backlog statistics are approximate and lag the starts by a few
+    # seconds; the clock starts when the server reports enough backlog for 5 replicas.
+    eventually(
+        lambda: math.ceil(asyncio.run(_backlog(address, task_queue)) / TARGET) == 5,
+        timeout=60,
+        interval=0.5,
+        message="Temporal never reported the backlog",
+    )
+    visible = time.monotonic()
+    ups_then = daemon.ups()
+    in_flight = daemon.value("twc_engine_in_progress") == 1
+
+    eventually(
+        lambda: replicas() == 5,
+        timeout=2.0 + ONE_UP * (2 if in_flight else 1),
+        message="the backlog never raised replicas to ceil(200 / 40) = 5",
+    )
+    elapsed = time.monotonic() - visible
+    seen = daemon.value("twc_task_queue_backlog", task_queue=task_queue)
+    assert math.ceil(seen / TARGET) == 5, seen
+    assert daemon.value("twc_worker_desired_replicas", worker=key) == 5
+    # Within one interval + one up: at most one up started after the backlog was
+    # visible (one in flight then may have been planned on a partial sample).
+    assert daemon.ups() <= ups_then + 1, daemon.text()[-3000:]
+    print(f"scaled to 5 replicas {elapsed:.1f} s after the backlog was visible")
+
+    # Drain: terminate the workflows; pollers on the queue make the server discard their
+    # tasks (nothing is dispatched for a closed workflow).
+    asyncio.run(_terminate(address, ids))
+    stop_polling = threading.Event()
+    poller = threading.Thread(
+        target=lambda: asyncio.run(_poll(address, task_queue, stop_polling)), daemon=True
+    )
+    poller.start()
+    try:
+        eventually(
+            lambda: daemon.value("twc_task_queue_backlog", task_queue=task_queue) == 0,
+            timeout=60,
+            interval=0.1,
+            message="the backlog never drained",
+        )
+        time.sleep(1.0)
+        # The first empty samples recommend 1, but the window still holds the earlier
+        # recommendation of 5: without stabilization this would already be 1.
+        assert daemon.value("twc_worker_desired_replicas", worker=key) == 5
+        assert replicas() == 5
+        eventually(
+            lambda: replicas() == 1,
+            timeout=WINDOW + 2.0 + ONE_UP,
+            message="draining the backlog never lowered replicas to min",
+        )
+    finally:
+        stop_polling.set()
+    assert daemon.value("twc_worker_desired_replicas", worker=key) == 1
+    assert daemon.value("twc_reconcile_errors_total") == 0

@@ -210,6 +210,7 @@ def make_daemon(
     backlogs: Mapping[str, int | BaseException] | None = None,
     engine: FakeEngine | None = None,
     leader: Any = None,
+    read_secret: Callable[[str, str], Mapping[str, bytes]] | None = None,
 ) -> Harness:
     """A daemon on fakes. ``fleet`` is re-read every iteration, so tests may edit it."""
     doc = fleet if fleet is not None else fleet_data()
@@ -233,6 +234,7 @@ def make_daemon(
         queues=source,
         backlogs=fake_backlogs,
         current_replicas=lambda: dict(live),
+        read_secret=read_secret,
         metrics=metrics,
         leader=leader,
         file="fleet.yaml",

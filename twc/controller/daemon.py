@@ -29,10 +29,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from twc.connections import resolve_fleet_connections
+from twc.connections import default_registry, resolve_fleet_connections
 from twc.controller.automation import Overlay, StackEngine
 from twc.controller.autoscale import ScaleDecision, ScalingState, WorkerScaleInput, scale_fleet
-from twc.controller.backlog import BacklogSource, worker_key
+from twc.controller.backlog import BacklogSource, SecretReader, worker_key
 from twc.controller.desired import (
     DesiredState,
     ReconcileAction,
@@ -105,6 +105,7 @@ class Daemon:
         queues: QueueSource,
         backlogs: BacklogSource | None = None,
         current_replicas: Callable[[], Mapping[str, int]] | None = None,
+        read_secret: SecretReader | None = None,
         metrics: DaemonMetrics | None = None,
         leader: LeaderGate | None = None,
         file: str = "<fleet>",
@@ -126,6 +127,9 @@ class Daemon:
             backlogs: Samples task-queue backlogs; ``None`` holds autoscaled workers'
                 replicas (no metric).
             current_replicas: Reads the workers' Deployments' replicas from the cluster.
+            read_secret: Reads connection credential secrets, so a rotated secret
+                changes the desired state (the program rolls the workers on it);
+                ``None`` leaves secrets out of the hash.
             metrics: Where to publish; a private set by default.
             leader: The Lease elector with ``--leader-elect``; ``None`` means this
                 daemon always may apply (the backend's lock still serialises ``up``\\ s).
@@ -150,6 +154,8 @@ class Daemon:
         self._load_fleet = load_fleet
         self._backlogs = backlogs
         self._current_replicas = current_replicas
+        self._read_secret = read_secret
+        self._digests: dict[str, str] = {}
         self._leader = leader
         self._file = file
         self._shared = dict(shared or {})
@@ -216,8 +222,8 @@ class Daemon:
         self.queues.start(self.wakeup)
         state = LoopState(started_at=self._clock())
         self.state = state
-        self._await_first_list()
         try:
+            self._await_first_list()
             while not self._stop.is_set():
                 if not self._may_apply():
                     self._standby()
@@ -369,7 +375,7 @@ class Daemon:
         desired = desired_state(
             {k: w.model_dump(mode="json") for k, w in workers.items()},
             replicas=scaled,
-            shared=self._shared_state(merged.fleet),
+            shared=self._shared_state(merged.fleet, workers),
         )
         replicas = {k: scaled.get(k, w.replicas) for k, w in workers.items()}
         observed = dict(live or {})
@@ -385,13 +391,45 @@ class Daemon:
             scaling=scaling,
         )
 
-    def _shared_state(self, fleet: Fleet) -> dict[str, Any]:
+    def _shared_state(self, fleet: Fleet, workers: Mapping[str, ResolvedWorker]) -> dict[str, Any]:
         # Whatever is not one worker's own: a change here touches many workers' inputs.
         dump = fleet.model_dump(
             mode="json",
             include={"cluster_connections", "connections", "custom_connections", "queues"},
         )
-        return {"fleet": dump, "program": self._shared}
+        return {
+            "fleet": dump,
+            "program": self._shared,
+            "credentials": self._credential_digests(fleet, workers),
+        }
+
+    def _credential_digests(
+        self, fleet: Fleet, workers: Mapping[str, ResolvedWorker]
+    ) -> dict[str, str]:
+        # The program fingerprints each credential secret where it reads it (the
+        # secretSource namespace, else each worker's namespace); so does this.
+        if self._read_secret is None:
+            return {}
+        registry = default_registry()
+        digests: dict[str, str] = {}
+        for worker in workers.values():
+            conn = registry.resolve_worker(worker, fleet)
+            if conn.secret_name is None:
+                continue
+            namespace = conn.secret_source_namespace or worker.namespace
+            key = f"{namespace}/{conn.secret_name}"
+            if key in digests:
+                continue
+            try:
+                digests[key] = conn.secret_digest(self._read_secret(namespace, conn.secret_name))
+            except LookupError:
+                digests[key] = "missing"
+            except Exception as exc:
+                # Unreadable for now: keep the last digest rather than trigger an up.
+                logger.warning("[%s] could not read secret %s: %s", self.stack, key, exc)
+                digests[key] = self._digests.get(key, "unknown")
+        self._digests = digests
+        return digests
 
     def _report_invalid(self, merged: MergedFleet) -> None:
         now = {r.key: r.reason for r in merged.rejected}

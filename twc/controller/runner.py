@@ -166,6 +166,7 @@ def run_daemon(options: RunOptions) -> int:
             temporal_address=temporal_address,
         ),
         current_replicas=cluster.worker_replicas if cluster is not None else None,
+        read_secret=cluster.read_secret if cluster is not None else None,
         metrics=metrics,
         leader=elector,
         file=file,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import urllib.error
 import urllib.request
 
 import pytest
 
-from tests.unit._daemon_fakes import make_daemon
+from tests.unit._daemon_fakes import make_daemon, queue_object
 from twc.controller.health import DaemonMetrics, HealthServer
 
 
@@ -23,7 +24,12 @@ def _get(port: int, path: str) -> tuple[int, str]:
 def served() -> object:
     h = make_daemon()
     server = HealthServer(
-        h.metrics, port=0, live=h.daemon.live, ready=h.daemon.ready, host="127.0.0.1"
+        h.metrics,
+        port=0,
+        live=h.daemon.live,
+        ready=h.daemon.ready,
+        status=h.daemon.status,
+        host="127.0.0.1",
     ).start()
     yield h, server.port
     server.stop()
@@ -84,3 +90,20 @@ def test_gauges_of_removed_workers_and_queues_disappear() -> None:
     assert metrics.value("twc_worker_desired_replicas", worker="ns/a") == 3
     assert metrics.value("twc_task_queue_backlog", task_queue="qb") is None
     assert metrics.value("twc_task_queue_backlog", task_queue="qa") == 1
+
+
+def test_status_names_invalid_queue_objects_and_each_workers_replicas(served: object) -> None:
+    h, port = served  # type: ignore[misc]
+    h.queues.replace([queue_object("bad.name"), queue_object("orders", partitions=2)])
+    h.step()
+    h.daemon.state = h.state
+
+    code, text = _get(port, "/status")
+
+    assert code == 200
+    status = json.loads(text)
+    assert list(status["invalidQueueObjects"]) == ["team/bad.name"]
+    assert "DNS-1123" in status["invalidQueueObjects"]["team/bad.name"]
+    assert status["workers"]["team/worker-orders"] == {"desired": 2, "current": None}
+    assert status["lastOutcome"]["kind"] == "success"
+    assert status["appliedHash"] == h.state.applied.fleet

@@ -172,6 +172,8 @@ class Daemon:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._last_replicas: dict[str, int] = {}
         self._reported_invalid: dict[str, str] = {}
+        self._desired: dict[str, int] = {}
+        self._observed: dict[str, int] = {}
         self._was_leader: bool | None = None
         self.metrics.leader.labels(stack).set(0)
 
@@ -210,6 +212,31 @@ class Daemon:
         if state is None or state.last_success_at is None:
             return False, "no successful reconcile yet"
         return True, f"ok: {state.iteration} iterations"
+
+    def status(self) -> dict[str, Any]:
+        """The loop's state in words, for ``/status`` (and people reading it)."""
+        state = self.state
+        outcome = state.last_outcome if state is not None else None
+        return {
+            "stack": self.stack,
+            "leading": self._was_leader is True,
+            "iterations": state.iteration if state is not None else 0,
+            "consecutiveFailures": state.consecutive_failures if state is not None else 0,
+            "lastOutcome": None
+            if outcome is None
+            else {
+                "kind": outcome.kind.value,
+                "reason": outcome.reason.value if outcome.reason is not None else None,
+                "message": _shorten(outcome.message, 500),
+            },
+            "appliedHash": state.applied.fleet if state and state.applied else None,
+            "blockedHash": state.blocked if state is not None else None,
+            "invalidQueueObjects": dict(self._reported_invalid),
+            "workers": {
+                key: {"desired": desired, "current": self._observed.get(key)}
+                for key, desired in sorted(self._desired.items())
+            },
+        }
 
     # ------------------------------------------------------------------ loop
     def run(self, *, once: bool = False) -> int:
@@ -380,6 +407,7 @@ class Daemon:
         replicas = {k: scaled.get(k, w.replicas) for k, w in workers.items()}
         observed = dict(live or {})
         self.metrics.set_workers(replicas, {k: observed.get(k) for k in workers})
+        self._desired, self._observed = dict(replicas), observed
         return Plan(
             merged=merged,
             workers=workers,

@@ -1,4 +1,5 @@
-"""The daemon's Prometheus metrics and its ``/healthz``, ``/readyz``, ``/metrics`` server.
+"""The daemon's Prometheus metrics and its ``/healthz``, ``/readyz``, ``/metrics`` and
+``/status`` server.
 
 Each :class:`DaemonMetrics` owns its own ``CollectorRegistry``, so several daemons (or
 tests) in one process never share counters. The names are stable: dashboards and the
@@ -9,10 +10,12 @@ engine (``up`` and ``refresh``), which is what proves a no-op iteration engine-f
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -191,6 +194,7 @@ class HealthServer:
         port: int,
         live: Probe,
         ready: Probe,
+        status: Callable[[], Mapping[str, Any]] | None = None,
         host: str = "0.0.0.0",
     ) -> None:
         """Bind the server (not yet serving).
@@ -200,6 +204,7 @@ class HealthServer:
             port: TCP port; 0 picks a free one (see :attr:`port`).
             live: The liveness check.
             ready: The readiness check.
+            status: What ``/status`` renders as JSON (the loop's state in words).
             host: Address to bind.
         """
         outer = self
@@ -213,6 +218,9 @@ class HealthServer:
                     self._probe(outer.live)
                 elif path == "/readyz":
                     self._probe(outer.ready)
+                elif path == "/status" and outer.status is not None:
+                    body = json.dumps(outer.status(), indent=2, sort_keys=True, default=str)
+                    self._send(200, f"{body}\n".encode(), "application/json")
                 else:
                     self._send(404, b"not found\n", "text/plain")
 
@@ -236,6 +244,7 @@ class HealthServer:
         self.metrics = metrics
         self.live = live
         self.ready = ready
+        self.status = status
         self._server = ThreadingHTTPServer((host, port), Handler)
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None

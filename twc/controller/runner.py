@@ -174,7 +174,11 @@ def run_daemon(options: RunOptions) -> int:
     )
     try:
         server = HealthServer(
-            metrics, port=settings.metrics_port, live=daemon.live, ready=daemon.ready
+            metrics,
+            port=settings.metrics_port,
+            live=daemon.live,
+            ready=daemon.ready,
+            status=daemon.status,
         ).start()
     except OSError as exc:
         print(f"twc run: cannot serve on port {settings.metrics_port}: {exc}", file=sys.stderr)
@@ -192,7 +196,7 @@ def run_daemon(options: RunOptions) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     logger.info(
-        "[%s] twc daemon: fleet %s, /healthz /readyz /metrics on port %d, settings %s",
+        "[%s] twc daemon: fleet %s, /healthz /readyz /metrics /status on port %d, settings %s",
         options.stack,
         file,
         server.port,

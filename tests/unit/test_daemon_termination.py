@@ -121,19 +121,24 @@ def test_sigterm_makes_twc_run_exit_zero(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
     )
-    assert proc.stderr is not None
-    lines: list[str] = []
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        lines.append(line)
-        if "reconcile failed permanently" in line or not line:
-            break
-    assert any("reconcile failed permanently" in line for line in lines), lines
+    try:
+        assert proc.stderr is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            lines.append(line)
+            if "reconcile failed permanently" in line or not line:
+                break
+        assert any("reconcile failed permanently" in line for line in lines), lines
 
-    started = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    code = proc.wait(timeout=10)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=10)
 
-    assert code == 0
-    assert time.monotonic() - started < 5
+        assert code == 0
+        assert time.monotonic() - started < 5
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

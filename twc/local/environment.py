@@ -438,25 +438,9 @@ class LocalEnvironment:
             ],
             self.logs / "kube-apiserver.log",
         )
-        token = None
-
-        def ready() -> bool:
-            nonlocal token
-            token = token or self.admin_token()
-            ctx = ssl.create_default_context()
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE  # the serving cert is written during start-up
-            req = urllib.request.Request(
-                f"https://127.0.0.1:{p.apiserver}/readyz",
-                headers={"Authorization": f"Bearer {token}"},
-            )
-            try:
-                with urllib.request.urlopen(req, timeout=2, context=ctx) as resp:
-                    return bool(resp.status == 200)
-            except (OSError, urllib.error.HTTPError):
-                return False
-
-        self._wait_ready(rec, ready, 120)
+        token = self.admin_token()
+        url = f"https://127.0.0.1:{p.apiserver}/readyz"
+        self._wait_ready(rec, lambda: _https_ok(url, token), 120)
         return rec
 
     def _start_controller_manager(self, state: State, progress: Progress) -> ProcessRecord:
@@ -482,18 +466,7 @@ class LocalEnvironment:
             self.logs / "kube-controller-manager.log",
         )
 
-        def healthy() -> bool:
-            ctx = ssl.create_default_context()
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-            try:
-                url = f"https://127.0.0.1:{port}/healthz"
-                with urllib.request.urlopen(url, timeout=2, context=ctx) as resp:
-                    return bool(resp.status == 200)
-            except (OSError, urllib.error.HTTPError):
-                return False
-
-        self._wait_ready(rec, healthy, 60)
+        self._wait_ready(rec, lambda: _https_ok(f"https://127.0.0.1:{port}/healthz"), 60)
         return rec
 
     def _start_temporal(self, state: State, progress: Progress) -> ProcessRecord:
@@ -569,6 +542,24 @@ class LocalEnvironment:
         for crd in crds.all_crds():
             api.apply_crd(crd)
         progress(f"CRDs installed: {', '.join(c['metadata']['name'] for c in crds.all_crds())}")
+
+
+def _https_ok(url: str, token: str | None = None) -> bool:
+    """True when a loopback HTTPS health endpoint answers 200.
+
+    Certificates are not verified: the servers write their self-signed serving
+    certificates during start-up, and this only asks whether they are up yet.
+    """
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        req = urllib.request.Request(url, headers=headers)
+        with urllib.request.urlopen(req, timeout=2, context=ctx) as resp:
+            return bool(resp.status == 200)
+    except (OSError, urllib.error.HTTPError):
+        return False
 
 
 def _serving_ca(cert_file: Path) -> bytes | None:

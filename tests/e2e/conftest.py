@@ -122,3 +122,35 @@ def fleet_doc(
     }
     _ = namespace
     return doc
+
+
+def credentialed_fleet(namespace: str, address: str, source: str) -> dict[str, Any]:
+    """Two workers in ``namespace``: ``mtls`` on the ClusterConnection ``local`` (mTLS,
+    secret ``temporal-mtls`` copied from ``source``) and ``keyed`` on the Connection
+    ``cloud`` (API key from secret ``temporal-api-key``, key ``api-key``)."""
+    fleet = fleet_doc(
+        namespace,
+        host_port=address,
+        connection={
+            "mutualTLSSecretRef": {"name": "temporal-mtls"},
+            "secretSource": {"namespace": source},
+        },
+        workers=[
+            {"name": "mtls", "namespace": namespace, "taskQueueName": f"tq-{namespace}-m"},
+            {
+                "name": "keyed",
+                "namespace": namespace,
+                "taskQueueName": f"tq-{namespace}-k",
+                "connectionRef": {"name": "cloud"},
+            },
+        ],
+    )
+    fleet["connections"] = [
+        {
+            "name": "cloud",
+            "namespace": namespace,
+            "hostPort": address,
+            "apiKeySecretRef": {"name": "temporal-api-key", "key": "api-key"},
+        }
+    ]
+    return fleet

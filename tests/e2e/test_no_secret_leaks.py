@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import fleet_doc
+from tests.e2e.conftest import credentialed_fleet
 from twc.controller import commands
 from twc.local import LocalEnvironment
 
@@ -79,31 +79,7 @@ def test_no_output_log_error_or_state_file_shows_the_api_key_or_the_tls_key(
         namespace,
         {"metadata": {"name": "temporal-api-key"}, "stringData": {"api-key": API_KEY}},
     )
-    fleet = fleet_doc(
-        namespace,
-        host_port=address,
-        connection={
-            "mutualTLSSecretRef": {"name": "temporal-mtls"},
-            "secretSource": {"namespace": source},
-        },
-        workers=[
-            {"name": "mtls", "namespace": namespace, "taskQueueName": f"tq-{namespace}-m"},
-            {
-                "name": "keyed",
-                "namespace": namespace,
-                "taskQueueName": f"tq-{namespace}-k",
-                "connectionRef": {"name": "cloud"},
-            },
-        ],
-    )
-    fleet["connections"] = [
-        {
-            "name": "cloud",
-            "namespace": namespace,
-            "hostPort": address,
-            "apiKeySecretRef": {"name": "temporal-api-key", "key": "api-key"},
-        }
-    ]
+    fleet = credentialed_fleet(namespace, address, source)
     fs = fleet_stack(fleet)
     outputs: list[str] = []
 

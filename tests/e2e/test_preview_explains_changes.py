@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import FleetStack, fleet_doc
+from tests.e2e.conftest import FleetStack, credentialed_fleet, fleet_doc
 from twc.controller import preview_cmd
 from twc.controller.engine import ROOT
 from twc.local import LocalEnvironment
@@ -366,31 +366,7 @@ def test_preview_never_shows_the_api_key_or_the_tls_key_in_any_format_nor_the_st
         namespace,
         {"metadata": {"name": "temporal-api-key"}, "stringData": {"api-key": _api_key("v1")}},
     )
-    fleet = fleet_doc(
-        namespace,
-        host_port=address,
-        connection={
-            "mutualTLSSecretRef": {"name": "temporal-mtls"},
-            "secretSource": {"namespace": source},
-        },
-        workers=[
-            {"name": "mtls", "namespace": namespace, "taskQueueName": f"tq-{namespace}-m"},
-            {
-                "name": "keyed",
-                "namespace": namespace,
-                "taskQueueName": f"tq-{namespace}-k",
-                "connectionRef": {"name": "cloud"},
-            },
-        ],
-    )
-    fleet["connections"] = [
-        {
-            "name": "cloud",
-            "namespace": namespace,
-            "hostPort": address,
-            "apiKeySecretRef": {"name": "temporal-api-key", "key": "api-key"},
-        }
-    ]
+    fleet = credentialed_fleet(namespace, address, source)
     fs = fleet_stack(fleet)
     # A first preview creates the secret copy: its data is in the events as inputs.
     text, markdown, doc = _three_formats(fs)

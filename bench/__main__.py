@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -71,7 +72,7 @@ def plan_for(quick: bool) -> dict[str, Any]:
     return {
         "sizes": [10, 100, 1000],
         "trials": {"build": 3, "preview": 3, "up": 2, "noop": 50},
-        "big_trials": {"build": 1, "preview": 2, "up": 1, "noop": 10},
+        "big_trials": {"build": 1, "preview": 1, "up": 1, "noop": 10},
         "convergence_trials": 20,
         "sampling_queues": 1000,
         "budget_queues": 1000,
@@ -273,6 +274,12 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / "results.md").write_text(report.render_markdown(results, args.note))
         return 0
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else None
+
+    def on_term(signum: int, _frame: object) -> None:
+        # Unwind through the finally blocks: stop the environment, write what was measured.
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_term)
     run = Run(args.quick, sizes)
     try:
         run.stage("environment and measurements", lambda: run.execute(args.keep))

@@ -32,9 +32,12 @@ reason is in `errors`. A *summary* is `{n, min, p50, p95, max, mean, samples}`.
 - `scale[]`: one entry per fleet size `n`:
   - `build`: `wall_s`, `import_s`, `load_s` (summaries), `maxrss_mb`,
     `maxrss_before_build_mb`, `resources` (registered under mocks);
-  - `initial_up_s` (set-up), `select_stack_s`, `preview_nochange_s`,
-    `up_one_change_full_s`, `up_one_change_targeted_s` (summaries), `up_changes` (the
-    engine's change counts), `targeted_speedup` (full ÷ targeted p50);
+  - `initial_up_s` (set-up), `state_mb` (the stack's state), `select_stack_s`,
+    `preview_nochange_s`, `up_one_change_full_s`, `up_one_change_targeted_s`
+    (summaries), `up_changes` (the engine's change counts), `up_timeline` (`full`,
+    `targeted`: seconds from the call to `prelude`, `first_step`, `deployment_start`,
+    `deployment_done`, `last_step`, `summary`, `total`), `targeted_speedup` (full ÷
+    targeted p50);
   - `daemon_noop`: `daemon` and `standin` summaries, `source`, `noop_s` (the one
     compared); `noop_vs_preview` (preview p50 ÷ no-op p50).
 - `growth`: per figure, the log-log slope between the smallest and largest N
@@ -258,6 +261,17 @@ def findings(results: Mapping[str, Any]) -> list[str]:
                 f"{100 * sel / prev:.0f}% of a no-change preview at N={e['n']}: a long-lived "
                 "daemon could select once and reuse the `Stack`."
             )
+    sized = [e for e in scale if e.get("state_mb")]
+    if sized:
+        e = sized[-1]
+        out.append(
+            f"- The stack's state is {fmt_num(e['state_mb'], 1)} MB at N={e['n']} "
+            "(Deployment outputs carry the whole object). The file backend rewrites all of "
+            "it (and a backup copy) after every step, so an `up` that changes k resources "
+            "writes k times that, and a first `up` of N workers is quadratic in N: the "
+            "bench's set-up skips intermediate checkpoints for that reason. A daemon "
+            "creating many workers at once on a file backend pays it in full."
+        )
     conv = results.get("convergence") or {}
     lat = _p50(conv, "latency_s")
     small = scale[0] if scale else None
@@ -374,10 +388,13 @@ def render_markdown(results: Mapping[str, Any], note: str = "") -> str:
     scale = results.get("scale", [])
     if scale:
         lines.append(
-            "Initial `up` (set-up, run with `--parallel 64`, not a figure): "
+            "Initial `up` (set-up, not a figure: `--parallel 64` and "
+            "`PULUMI_SKIP_CHECKPOINTS=true`): "
             + ", ".join(f"N={e['n']} {fmt_s(e.get('initial_up_s'))}" for e in scale)
             + ". Stack selection per engine call: "
             + ", ".join(f"N={e['n']} {fmt_s(_p50(e, 'select_stack_s'))}" for e in scale)
+            + ". Size of the stack's state: "
+            + ", ".join(f"N={e['n']} {fmt_num(e.get('state_mb'), 1)} MB" for e in scale)
             + "."
         )
         lines.append("")

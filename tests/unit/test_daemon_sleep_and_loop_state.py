@@ -112,10 +112,28 @@ def test_temporary_failure_counts_up_and_sleeps_its_backoff() -> None:
     after = state.finished(outcome, now=10, attempted=NEXT)
 
     assert after.consecutive_failures == 3
-    assert after.applied == APPLIED
     assert after.blocked is None
     assert after.next_delay(now=10, settings=SETTINGS) == 4.0
     assert after.next_attempt == 4
+
+
+def test_a_failed_up_forgets_what_was_applied_so_the_next_up_is_full() -> None:
+    # The failed up may have applied part of NEXT: returning to APPLIED is a change too.
+    state = LoopState(started_at=0, applied=APPLIED)
+    outcome = outcome_of(RuntimeError("x"), attempt=1, settings=BackoffSettings(jitter=0))
+
+    after = state.finished(outcome, now=10, attempted=NEXT)
+
+    assert after.applied is None
+
+
+def test_a_failure_before_any_up_keeps_what_was_applied() -> None:
+    state = LoopState(started_at=0, applied=APPLIED)
+    outcome = outcome_of(RuntimeError("x"), attempt=1, settings=BackoffSettings(jitter=0))
+
+    after = state.finished(outcome, now=10)
+
+    assert after.applied == APPLIED
 
 
 def test_permanent_failure_blocks_the_hash_until_resync() -> None:

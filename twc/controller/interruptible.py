@@ -85,8 +85,9 @@ class LoopState:
 
         Returns:
             The new state: a success with ``attempted`` records it as applied and lifts
-            any block; a success without (a skip) keeps both; a permanent failure with
-            ``attempted`` blocks that hash.
+            any block; a success without (a skip) keeps both; a failure with
+            ``attempted`` forgets what was applied (the next ``up`` is a full one), and
+            a permanent one blocks that hash.
         """
         state = replace(self, iteration=self.iteration + 1, last_outcome=outcome)
         if outcome.kind is OutcomeKind.SUCCESS:
@@ -103,6 +104,11 @@ class LoopState:
                 last_success_at=now,
             )
         state = replace(state, consecutive_failures=self.consecutive_failures + 1)
+        if attempted is not None:
+            # A failed up may have applied part of its changes (and a new worker's early
+            # objects): the stack is somewhere between the two states, so whatever is
+            # desired next, even the old state again, needs a full up.
+            state = replace(state, applied=None)
         if outcome.kind is OutcomeKind.PERMANENT and attempted is not None:
             state = replace(state, blocked=attempted.fleet, blocked_at=now)
         return state

@@ -354,6 +354,64 @@ def deployment_spec(
     }
 
 
+REPLICAS_SOURCE_ANNOTATION = "twc.temporal.io/replicas-source"
+"""On a worker Deployment: ``autoscaling`` or ``spec``, where its replicas come from."""
+CONNECTION_ANNOTATION = "twc.temporal.io/connection"
+"""On a worker Deployment (not the pod template): the connection it uses, by name."""
+
+
+def connection_name(connection: ResolvedConnection) -> str:
+    """The connection's name in the stack: ``<namespace>/<name>`` for a namespaced
+    Connection, ``<name>`` for a ClusterConnection."""
+    ident = connection.identity
+    return f"{ident.namespace}/{ident.name}" if ident.namespace else ident.name
+
+
+def worker_service_account(worker: ResolvedWorker) -> dict[str, Any]:
+    """The worker's ServiceAccount, as the program applies it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": service_account_metadata(worker),
+        "automountServiceAccountToken": worker.service_account.automount_token,
+    }
+
+
+def worker_deployment(
+    worker: ResolvedWorker,
+    connection: ResolvedConnection,
+    fingerprint: str,
+    *,
+    replicas: int | None = None,
+    options: PodTemplateOptions | None = None,
+    connection_name: str | None = None,
+) -> dict[str, Any]:
+    """The worker's Deployment, as the program applies it (one definition for the
+    Pulumi component and the daemon's early apply of a new worker).
+
+    Args:
+        worker: The resolved worker.
+        connection: Its resolved connection.
+        fingerprint: The connection fingerprint.
+        replicas: Replica count chosen by the autoscaler (see :func:`deployment_spec`).
+        options: Extra pod template knobs.
+        connection_name: The connection's name in the stack, recorded on the Deployment
+            (not the pod template: naming it must not roll pods).
+
+    Returns:
+        The whole object (``apiVersion``, ``kind``, ``metadata``, ``spec``).
+    """
+    spec = deployment_spec(worker, connection, fingerprint, replicas=replicas, options=options)
+    spec["template"]["spec"]["serviceAccountName"] = worker.name
+    metadata = object_metadata(worker, worker.name)
+    metadata["annotations"] = {
+        REPLICAS_SOURCE_ANNOTATION: "autoscaling" if worker.autoscaling else "spec",
+    }
+    if connection_name:
+        metadata["annotations"][CONNECTION_ANNOTATION] = connection_name
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata, "spec": spec}
+
+
 def dlq_statefulset_spec(
     worker: ResolvedWorker,
     connection: ResolvedConnection,

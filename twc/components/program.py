@@ -28,6 +28,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from twc import builders
 from twc.components.connection import (
     ConnectionArgs,
     ConnectionComponent,
@@ -178,8 +179,7 @@ def build(
 
 
 def _connection_key(conn: ResolvedConnection) -> str:
-    ident = conn.identity
-    return f"{ident.namespace}/{ident.name}" if ident.namespace else ident.name
+    return builders.connection_name(conn)
 
 
 def _secret_source_namespace(fleet: Fleet, conn: ResolvedConnection) -> str | None:

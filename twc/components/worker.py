@@ -24,8 +24,8 @@ from twc.components.status import worker_status
 from twc.spec import AuthMode, ResolvedWorker
 
 TEMPORAL_WORKER_TYPE = "twc:temporal:TemporalWorker"
-REPLICAS_SOURCE_ANNOTATION = "twc.temporal.io/replicas-source"
-CONNECTION_ANNOTATION = "twc.temporal.io/connection"
+REPLICAS_SOURCE_ANNOTATION = builders.REPLICAS_SOURCE_ANNOTATION
+CONNECTION_ANNOTATION = builders.CONNECTION_ANNOTATION
 
 
 @dataclass(frozen=True)
@@ -57,24 +57,22 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         options = builders.PodTemplateOptions(secret_keys=conn.secret_keys)
 
+        sa_object = builders.worker_service_account(worker)
         sa = k8s.core.v1.ServiceAccount(
             f"{name}-sa",
-            metadata=builders.service_account_metadata(worker),
-            automount_service_account_token=worker.service_account.automount_token,
+            metadata=sa_object["metadata"],
+            automount_service_account_token=sa_object["automountServiceAccountToken"],
             opts=child,
         )
-        spec = builders.deployment_spec(
-            worker, conn.resolved, conn.fingerprint, replicas=args.replicas, options=options
+        manifest = builders.worker_deployment(
+            worker,
+            conn.resolved,
+            conn.fingerprint,
+            replicas=args.replicas,
+            options=options,
+            connection_name=args.connection_name,
         )
-        spec["template"]["spec"]["serviceAccountName"] = worker.name
-        metadata = builders.object_metadata(worker, worker.name)
-        metadata["annotations"] = {
-            REPLICAS_SOURCE_ANNOTATION: "autoscaling" if worker.autoscaling else "spec",
-        }
-        if args.connection_name:
-            # On the Deployment, not the pod template: naming the connection must not
-            # roll pods; the preview uses it to say which connection a new worker uses.
-            metadata["annotations"][CONNECTION_ANNOTATION] = args.connection_name
+        spec, metadata = manifest["spec"], manifest["metadata"]
         deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata=metadata,

@@ -211,6 +211,7 @@ def make_daemon(
     engine: FakeEngine | None = None,
     leader: Any = None,
     read_secret: Callable[[str, str], Mapping[str, bytes]] | None = None,
+    early: Any = None,
 ) -> Harness:
     """A daemon on fakes. ``fleet`` is re-read every iteration, so tests may edit it."""
     doc = fleet if fleet is not None else fleet_data()
@@ -243,6 +244,7 @@ def make_daemon(
         sleep=clock.sleep,
         jitter=None,
         limiter=NoLimit(),
+        early=early,
     )
     source.start(daemon.wakeup)
     return Harness(daemon, fake_engine, clock, source, fake_backlogs, metrics, doc, live)

@@ -3,7 +3,9 @@
 The daemon reaches the same API server as the engine's Kubernetes provider:
 ``KUBECONFIG`` (or ``~/.kube/config``) when set, else the pod's service account. The
 calls it makes are exactly those the ClusterRole in ``deploy/daemon`` grants: list
-Deployments, get Secrets, list/watch kmsvc Queues, get/create/update Leases.
+Deployments, get Secrets, list/watch kmsvc Queues, get/create/update Leases, and for a
+new worker's early apply (``twc.controller.early``) get/patch/delete of Deployments and
+ServiceAccounts, which the engine needs anyway.
 """
 
 from __future__ import annotations
@@ -12,16 +14,19 @@ import base64
 import json
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from twc.builders import COMPONENT_WORKER, LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGED_BY
+from twc.controller.early import ObjectRef
 
 __all__ = ["Cluster", "api_client_from_environment"]
 
 logger = logging.getLogger(__name__)
 
 WORKER_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_COMPONENT}={COMPONENT_WORKER}"
+_API_VERSION = {"Deployment": "apps/v1", "ServiceAccount": "v1"}
 
 
 def api_client_from_environment() -> Any | None:
@@ -85,6 +90,90 @@ class Cluster:
                 raise LookupError(f"secret {namespace}/{name} not found") from exc
             raise
         return {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+
+    # ------------------------------------------------------------ early apply
+    _APPLY = "application/apply-patch+yaml"
+
+    def apply(self, obj: Mapping[str, Any], field_manager: str) -> None:
+        """Server-side apply a worker's ``Deployment`` or ``ServiceAccount``."""
+        meta = obj["metadata"]
+        kwargs = {"field_manager": field_manager, "force": True, "_content_type": self._APPLY}
+        if obj["kind"] == "Deployment":
+            self.apps.patch_namespaced_deployment(
+                meta["name"], meta["namespace"], dict(obj), **kwargs
+            )
+        elif obj["kind"] == "ServiceAccount":
+            self.core.patch_namespaced_service_account(
+                meta["name"], meta["namespace"], dict(obj), **kwargs
+            )
+        else:  # pragma: no cover - early apply builds only these two kinds
+            raise ValueError(f"cannot apply a {obj['kind']} early")
+
+    def release(self, ref: ObjectRef, field_manager: str) -> bool:
+        """Drop ``field_manager``'s fields of the object: apply an empty body under it.
+
+        Fields another manager (the engine's) also owns stay; the object is read first
+        so that an object deleted meanwhile is not created again by the apply.
+
+        Returns:
+            False when the object is gone.
+        """
+        current = self._read(ref)
+        if current is None:
+            return False
+        managers = {m.get("manager") for m in current["metadata"].get("managedFields") or []}
+        if field_manager not in managers:
+            return True
+        body = {
+            "apiVersion": current.get("apiVersion") or _API_VERSION[ref.kind],
+            "kind": ref.kind,
+            "metadata": {"name": ref.name, "namespace": ref.namespace},
+        }
+        self.apply(body, field_manager)
+        return True
+
+    def delete(self, ref: ObjectRef) -> None:
+        """Delete the object; already gone is fine."""
+        try:
+            if ref.kind == "Deployment":
+                self.apps.delete_namespaced_deployment(ref.name, ref.namespace)
+            else:
+                self.core.delete_namespaced_service_account(ref.name, ref.namespace)
+        except Exception as exc:
+            if getattr(exc, "status", None) != 404:
+                raise
+
+    def managed_by(self, field_manager: str) -> list[ObjectRef]:
+        """twc worker Deployments (and their ServiceAccounts) ``field_manager`` still
+        owns fields of: what a daemon killed between an early apply and its ``up`` left."""
+        response = self.apps.list_deployment_for_all_namespaces(
+            label_selector=WORKER_SELECTOR, _preload_content=False
+        )
+        found: list[ObjectRef] = []
+        for dep in json.loads(response.data).get("items") or []:
+            meta = dep.get("metadata") or {}
+            managers = {m.get("manager") for m in meta.get("managedFields") or []}
+            if field_manager in managers:
+                ns, name = str(meta.get("namespace")), str(meta.get("name"))
+                found += [ObjectRef("ServiceAccount", ns, name), ObjectRef("Deployment", ns, name)]
+        return found
+
+    def _read(self, ref: ObjectRef) -> dict[str, Any] | None:
+        try:
+            if ref.kind == "Deployment":
+                response = self.apps.read_namespaced_deployment(
+                    ref.name, ref.namespace, _preload_content=False
+                )
+            else:
+                response = self.core.read_namespaced_service_account(
+                    ref.name, ref.namespace, _preload_content=False
+                )
+        except Exception as exc:
+            if getattr(exc, "status", None) == 404:
+                return None
+            raise
+        data: dict[str, Any] = json.loads(response.data)
+        return data
 
     def close(self) -> None:
         """Close the connection pool."""

@@ -40,6 +40,14 @@ from twc.controller.desired import (
     decide_reconcile,
     desired_state,
 )
+from twc.controller.early import (
+    EARLY_FIELD_MANAGER,
+    EarlyApplier,
+    ObjectRef,
+    early_objects,
+    plan_release,
+    ref_of,
+)
 from twc.controller.health import DaemonMetrics
 from twc.controller.interruptible import LoopState
 from twc.controller.interruptible import sleep as interruptible_sleep
@@ -115,6 +123,8 @@ class Daemon:
         sleep: Sleep = interruptible_sleep,
         jitter: Callable[[], float] | None = random.random,
         limiter: RateLimiter | None = None,
+        early: EarlyApplier | None = None,
+        temporal_address: str | None = None,
     ) -> None:
         """Wire the loop.
 
@@ -142,6 +152,10 @@ class Daemon:
             jitter: Source of backoff jitter in ``[0, 1]``; ``None`` for none.
             limiter: The backlog request-rate budget; a token bucket from the
                 sampling settings by default.
+            early: Applies a new worker's ServiceAccount and Deployment before the
+                engine runs (``twc.controller.early``); ``None`` leaves it to the ``up``.
+            temporal_address: The stack's Temporal address override (the program's
+                ``twc:temporalAddress``), for early-applied pod templates.
         """
         self.stack = stack
         self.settings = settings
@@ -166,6 +180,9 @@ class Daemon:
         self._limiter = limiter or TokenBucket(
             settings.sampling.rate_per_s, burst=settings.sampling.burst
         )
+        self._early = early if settings.early_apply else None
+        self._temporal_address = temporal_address
+        self._early_pending: set[ObjectRef] | None = None
         self._stop = threading.Event()
         self._recovered = False
         self._crashed: BaseException | None = None
@@ -543,10 +560,12 @@ class Daemon:
         gauge = self.metrics.engine_in_progress.labels(self.stack)
         gauge.set(1)
         started = self._clock()
+        self._apply_early(decision, plan)
         try:
             report = self.engine.up(plan.overlay, targets)
         finally:
             gauge.set(0)
+        self._release_early(plan)
         changes = {op: n for op, n in report.changes.items() if op != "same" and n}
         logger.info(
             "[%s] up (%s) done in %.1f s: %s",
@@ -555,6 +574,73 @@ class Daemon:
             self._clock() - started,
             changes or "no changes",
         )
+
+    def _apply_early(self, decision: ReconcileDecision, plan: Plan) -> None:
+        """Apply new workers' ServiceAccount and Deployment ahead of the ``up``."""
+        if self._early is None:
+            return
+        pending = self._pending_early()
+        started = self._clock()
+        applied: list[str] = []
+        for key in sorted(decision.added):
+            worker = plan.workers.get(key)
+            if worker is None:
+                continue
+            try:
+                objects = early_objects(
+                    worker,
+                    plan.merged.fleet,
+                    read_secret=self._read_secret,
+                    temporal_address=self._temporal_address,
+                    replicas=plan.overlay.replicas.get(key),
+                )
+                for obj in objects:
+                    pending.add(ref_of(obj))
+                    self._early.apply(obj, EARLY_FIELD_MANAGER)
+            except Exception as exc:
+                # Never a failure: the up creates the worker anyway, a moment later.
+                logger.info("[%s/%s] not applied early (the up will): %s", self.stack, key, exc)
+                self.metrics.early_applies.labels(self.stack, "skipped").inc()
+                continue
+            applied.append(key)
+            self.metrics.early_applies.labels(self.stack, "applied").inc()
+        if applied:
+            logger.info(
+                "[%s] applied early in %.0f ms: %s",
+                self.stack,
+                (self._clock() - started) * 1000,
+                ", ".join(applied),
+            )
+
+    def _pending_early(self) -> set[ObjectRef]:
+        if self._early_pending is None:
+            # Left by a daemon killed between its early apply and its up, if any.
+            assert self._early is not None
+            try:
+                self._early_pending = set(self._early.managed_by(EARLY_FIELD_MANAGER))
+            except Exception as exc:
+                logger.warning("[%s] could not list early-applied objects: %s", self.stack, exc)
+                return set()
+        return self._early_pending
+
+    def _release_early(self, plan: Plan) -> None:
+        """After a successful ``up``: the engine owns the early objects now."""
+        if self._early is None or not self._early_pending:
+            return
+        release, delete = plan_release(sorted(self._early_pending), set(plan.workers))
+        for ref in release + delete:
+            try:
+                if ref in release:
+                    self._early.release(ref, EARLY_FIELD_MANAGER)
+                else:
+                    logger.info("[%s] deleting %s: its worker is gone", self.stack, ref)
+                    self._early.delete(ref)
+            except Exception as exc:
+                logger.warning("[%s] %s: will retry after the next up: %s", self.stack, ref, exc)
+                continue
+            self._early_pending.discard(ref)
+            result = "released" if ref in release else "deleted"
+            self.metrics.early_applies.labels(self.stack, result).inc()
 
     def _targets(self, decision: ReconcileDecision) -> list[str] | None:
         if decision.added:

@@ -126,6 +126,13 @@ class DaemonMetrics:
             ["stack", "action"],
             registry=r,
         )
+        self.early_applies = Counter(
+            "twc_early_applies",
+            "New workers' objects applied ahead of the engine, by result "
+            "(applied, skipped, released to the engine, deleted).",
+            ["stack", "result"],
+            registry=r,
+        )
         self.leader = Gauge(
             "twc_leader",
             "1 while this daemon may apply the stack (leader, or no election).",

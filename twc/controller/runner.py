@@ -171,6 +171,8 @@ def run_daemon(options: RunOptions) -> int:
         leader=elector,
         file=file,
         shared={"config": dict(ref.config or {})},
+        early=cluster,
+        temporal_address=temporal_address,
     )
     try:
         server = HealthServer(

@@ -212,6 +212,9 @@ class DaemonSettings(_Settings):
     """Seconds between full re-lists of Queue objects, a safety net under the watch."""
     refresh_interval: float = Field(default=600.0, gt=0)
     """Seconds between ``refresh`` runs that detect drift in the cluster."""
+    early_apply: bool = True
+    """Apply a new worker's ServiceAccount and Deployment before the engine's ``up``
+    (which adopts them), so it appears within a second instead of one engine run."""
     target_threshold: int = Field(default=3, ge=0)
     """Use a targeted ``up`` when at most this many workers changed; 0 always runs a
     full ``up``."""

@@ -29,6 +29,10 @@ class FakeApplier:
         self.deleted: list[ObjectRef] = []
         self.leftovers = list(leftovers or [])
         self.fail_apply: BaseException | None = None
+        self.existing: set[ObjectRef] = set()
+
+    def exists(self, ref: ObjectRef) -> bool:
+        return ref in self.existing
 
     def apply(self, obj: Mapping[str, Any], field_manager: str) -> None:
         if self.fail_apply is not None:
@@ -135,6 +139,20 @@ def test_an_early_apply_that_fails_leaves_the_worker_to_the_up() -> None:
     assert state.last_outcome is not None and state.last_outcome.ok
     assert len(h.engine.ups) == 2
     assert h.metrics.value("twc_early_applies_total", result="skipped") == 1
+
+
+def test_a_worker_whose_objects_exist_already_is_left_to_the_engine() -> None:
+    applier = FakeApplier()
+    applier.existing = {ORDERS_DEPLOYMENT}  # an up that read a newer file created it
+    h = make_daemon(early=applier)
+    h.step()
+
+    h.queues.replace([queue_object("orders")])
+    h.step()
+
+    assert applier.applied == []
+    assert applier.released == [] and applier.deleted == []
+    assert len(h.engine.ups) == 2
 
 
 def test_early_apply_can_be_turned_off() -> None:

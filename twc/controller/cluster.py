@@ -95,9 +95,10 @@ class Cluster:
     _APPLY = "application/apply-patch+yaml"
 
     def apply(self, obj: Mapping[str, Any], field_manager: str) -> None:
-        """Server-side apply a worker's ``Deployment`` or ``ServiceAccount``."""
+        """Server-side apply a worker's ``Deployment`` or ``ServiceAccount`` (no force: a
+        field another manager set to another value is a conflict, not taken over)."""
         meta = obj["metadata"]
-        kwargs = {"field_manager": field_manager, "force": True, "_content_type": self._APPLY}
+        kwargs = {"field_manager": field_manager, "_content_type": self._APPLY}
         if obj["kind"] == "Deployment":
             self.apps.patch_namespaced_deployment(
                 meta["name"], meta["namespace"], dict(obj), **kwargs
@@ -108,6 +109,10 @@ class Cluster:
             )
         else:  # pragma: no cover - early apply builds only these two kinds
             raise ValueError(f"cannot apply a {obj['kind']} early")
+
+    def exists(self, ref: ObjectRef) -> bool:
+        """Whether the object is in the API server."""
+        return self._read(ref) is not None
 
     def release(self, ref: ObjectRef, field_manager: str) -> bool:
         """Drop ``field_manager``'s fields of the object: apply an empty body under it.

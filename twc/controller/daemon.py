@@ -594,8 +594,12 @@ class Daemon:
                     temporal_address=self._temporal_address,
                     replicas=plan.overlay.replicas.get(key),
                 )
-                for obj in objects:
-                    pending.add(ref_of(obj))
+                refs = [ref_of(obj) for obj in objects]
+                if any(self._early.exists(ref) for ref in refs):
+                    # The engine created it already (it read a newer file than the hash).
+                    continue
+                for obj, ref in zip(objects, refs, strict=True):
+                    pending.add(ref)
                     self._early.apply(obj, EARLY_FIELD_MANAGER)
             except Exception as exc:
                 # Never a failure: the up creates the worker anyway, a moment later.

@@ -10,6 +10,10 @@ first and runs the ``up`` right after. The engine's create is a server-side appl
 an upsert: it finds the objects, takes ownership of every field (the values are equal,
 so nothing changes and no pod rolls), and records them in the stack.
 
+Only objects that do not exist yet are applied: an object already there belongs to the
+engine (the program may have read a newer fleet file than the daemon's last hash, and
+created the worker already), and applying over it could change what the engine set.
+
 Once that ``up`` succeeded, the daemon gives up its field manager (an apply of an empty
 body under it), so the engine is the only owner again and a field it later drops is
 really removed. An object applied early whose worker is gone by then (a Queue deleted
@@ -72,8 +76,11 @@ def ref_of(obj: Mapping[str, Any]) -> ObjectRef:
 class EarlyApplier(Protocol):
     """The cluster calls early apply needs (:class:`twc.controller.cluster.Cluster`)."""
 
+    def exists(self, ref: ObjectRef) -> bool:
+        """Whether the object is in the API server already."""
+
     def apply(self, obj: Mapping[str, Any], field_manager: str) -> None:
-        """Server-side apply ``obj`` under ``field_manager``."""
+        """Server-side apply ``obj`` under ``field_manager``, without forcing conflicts."""
 
     def release(self, ref: ObjectRef, field_manager: str) -> bool:
         """Drop ``field_manager``'s ownership of the object; False if it is gone."""

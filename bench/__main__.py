@@ -65,6 +65,7 @@ def plan_for(quick: bool) -> dict[str, Any]:
             "trials": {"build": 1, "preview": 1, "up": 1, "noop": 20},
             "big_trials": {"build": 1, "preview": 1, "up": 1, "noop": 5},
             "convergence_trials": 3,
+            "convergence_engine_only_trials": 3,
             "sampling_queues": 1000,
             "budget_queues": 100,
             "listing_trials": 3,
@@ -74,6 +75,7 @@ def plan_for(quick: bool) -> dict[str, Any]:
         "trials": {"build": 3, "preview": 3, "up": 2, "noop": 50},
         "big_trials": {"build": 1, "preview": 1, "up": 1, "noop": 10},
         "convergence_trials": 20,
+        "convergence_engine_only_trials": 10,
         "sampling_queues": 1000,
         "budget_queues": 1000,
         "listing_trials": 5,
@@ -245,6 +247,7 @@ class Run:
                     trials=self.plan["convergence_trials"],
                     full_up_s=full_up,
                     workers=100,
+                    engine_only_trials=self.plan["convergence_engine_only_trials"],
                     progress=log.info,
                 ),
             )

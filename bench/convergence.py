@@ -91,17 +91,31 @@ def run_command_available() -> bool:
 class DaemonProcess:
     """``python -m twc run`` on one stack, with its health and metrics endpoint."""
 
-    def __init__(self, stack: str, fleet_file: Path, env: dict[str, str], workdir: Path) -> None:
+    def __init__(
+        self,
+        stack: str,
+        fleet_file: Path,
+        env: dict[str, str],
+        workdir: Path,
+        *,
+        early_apply: bool = True,
+    ) -> None:
         self.stack = stack
         self.port = _free_port()
-        settings = workdir / f"daemon-{stack}.json"
+        tag = "" if early_apply else "-engine-only"
+        settings = workdir / f"daemon-{stack}{tag}.json"
         # No refresh during the trials: a refresh is not what is measured.
         settings.write_text(
             json.dumps(
-                {"metrics_port": self.port, "refresh_interval": 86400, "reconcile_interval": 300}
+                {
+                    "metrics_port": self.port,
+                    "refresh_interval": 86400,
+                    "reconcile_interval": 300,
+                    "early_apply": early_apply,
+                }
             )
         )
-        self.log_file = workdir / f"daemon-{stack}.log"
+        self.log_file = workdir / f"daemon-{stack}{tag}.log"
         self._log = self.log_file.open("w")
         self.proc = subprocess.Popen(
             [
@@ -117,7 +131,7 @@ class DaemonProcess:
                 str(settings),
             ],
             cwd=ROOT,
-            env={**os.environ, **env, "TWC_LOG_LEVEL": "INFO"},
+            env={**os.environ, **env, "TWC_LOG_LEVEL": os.environ.get("TWC_LOG_LEVEL", "INFO")},
             stdout=self._log,
             stderr=subprocess.STDOUT,
         )
@@ -251,41 +265,43 @@ def measure_convergence(
     trials: int,
     full_up_s: float | None,
     workers: int,
+    engine_only_trials: int = 0,
     progress: Callable[[str], None] = log.info,
 ) -> dict[str, Any]:
     """Create ``trials`` labelled Queues one at a time; time each until its Deployment exists.
+
+    With ``engine_only_trials``, a daemon with early apply off runs that many trials
+    first, so the two ways are compared in one run on the same stack.
 
     Returns:
         The latencies (``summarize``), what ran them, and the PKO baseline with ratios.
     """
     use_daemon = run_command_available()
+    engine_only: list[float] = []
+    if use_daemon and engine_only_trials:
+        # The same daemon with early apply off: every new worker waits for its up.
+        engine_only = _trials(
+            DaemonProcess(stack_name, fleet_file, env, workdir, early_apply=False),
+            kube,
+            namespaces,
+            engine_only_trials,
+            "engine",
+            progress,
+        )
     loop: DaemonProcess | StandinLoop
     if use_daemon:
         loop = DaemonProcess(stack_name, fleet_file, env, workdir)
-        # The first iteration has applied nothing yet: a full up of the whole stack.
-        loop.wait_ready(timeout=900)
-        loop.wait_idle(timeout=900)
     else:
         loop = StandinLoop(ref, kube, workdir)
-        loop.start()
-    latencies: list[float] = []
-    try:
-        for trial in range(trials):
-            name = f"conv-{trial:02d}-{uuid.uuid4().hex[:4]}"
-            namespace = namespaces[trial % len(namespaces)]
-            body = fleets.queue_object(name, namespace)
-            start = time.perf_counter()
-            kube.custom.create_namespaced_custom_object("kmsvc.io", "v1", namespace, "queues", body)
-            _wait_for_deployment(kube, namespace, f"worker-{name}", timeout=900)
-            latencies.append(time.perf_counter() - start)
-            progress(f"convergence trial {trial + 1}/{trials}: {latencies[-1]:.2f} s")
-            loop.wait_idle(timeout=900)
-    finally:
-        loop.stop()
+    latencies = _trials(loop, kube, namespaces, trials, "conv", progress)
     out: dict[str, Any] = {
         "source": "python -m twc run" if use_daemon else "stand-in loop",
         "existing_workers": workers,
         "latency_s": summarize(latencies),
+        "engine_only_latency_s": summarize(engine_only) if engine_only else None,
+        "early_vs_engine_only_p50": ratio(percentile(engine_only, 50), percentile(latencies, 50))
+        if engine_only and latencies
+        else None,
         "pko_resync_s": PKO_RESYNC_S,
         "pko_full_up_s": full_up_s,
     }
@@ -295,3 +311,35 @@ def measure_convergence(
         out["speedup_p50"] = ratio(base["p50"], percentile(latencies, 50))
         out["speedup_p95"] = ratio(base["p95"], percentile(latencies, 95))
     return out
+
+
+def _trials(
+    loop: DaemonProcess | StandinLoop,
+    kube: Any,
+    namespaces: tuple[str, ...],
+    trials: int,
+    prefix: str,
+    progress: Callable[[str], None],
+) -> list[float]:
+    """Create ``trials`` Queues one at a time; their Queue → Deployment latencies."""
+    if isinstance(loop, DaemonProcess):
+        # The first iteration has applied nothing yet: a full up of the whole stack.
+        loop.wait_ready(timeout=900)
+        loop.wait_idle(timeout=900)
+    else:
+        loop.start()
+    latencies: list[float] = []
+    try:
+        for trial in range(trials):
+            name = f"{prefix}-{trial:02d}-{uuid.uuid4().hex[:4]}"
+            namespace = namespaces[trial % len(namespaces)]
+            body = fleets.queue_object(name, namespace)
+            start = time.perf_counter()
+            kube.custom.create_namespaced_custom_object("kmsvc.io", "v1", namespace, "queues", body)
+            _wait_for_deployment(kube, namespace, f"worker-{name}", timeout=900)
+            latencies.append(time.perf_counter() - start)
+            progress(f"convergence ({prefix}) trial {trial + 1}/{trials}: {latencies[-1]:.2f} s")
+            loop.wait_idle(timeout=900)
+    finally:
+        loop.stop()
+    return latencies

@@ -208,6 +208,18 @@ def test_results_render_the_growth_table_headline_and_schema() -> None:
     assert "`per_call_over_shared`" in md  # the JSON layout is documented
 
 
+def test_convergence_with_and_without_early_apply_renders_both_rows_and_the_ratio() -> None:
+    results = _results()
+    results["convergence"]["engine_only_latency_s"] = _summary(8.0, 9.0, 10.0)
+    results["convergence"]["early_vs_engine_only_p50"] = 3.0
+
+    md = report.render_markdown(results, note="")
+
+    assert "| twc, engine only (`early_apply: false`) | 9.0 s |" in md
+    assert "Queue → Deployment p50 9.0 s → 3.0 s (3.0x)" in md
+    assert "misses the 5 s goal" not in md
+
+
 def test_missing_figures_render_as_dashes_not_errors() -> None:
     results = report.new_results("full", "2026-01-01T00:00:00+00:00")
     results["scale"].append({"n": 1000, "build": None, "daemon_noop": None})

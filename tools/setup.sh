@@ -9,7 +9,7 @@
 # otherwise the tool is built from its Go module (one tool per step, CGO_ENABLED=0,
 # progress lines while it builds). A warm run finishes in seconds.
 #
-# Usage: tools/setup.sh [venv|pulumi|kubernetes|temporal|etcd|kube-apiserver|kube-controller-manager ...]
+# Usage: tools/setup.sh [venv|pulumi|kubernetes|temporal|etcd|kube-apiserver|kube-controller-manager|kubectl ...]
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -231,10 +231,17 @@ setup_kube_controller_manager() {
     k8s.io/kubernetes/cmd/kube-controller-manager kube-controller-manager "$(k8s_ldflags)" kube-apiserver
 }
 
+# kubectl, for people and the end-to-end tests (`kubectl apply`, `kubectl get
+# temporalworkers`); same wrapper module, so it shares the build cache with the two above.
+setup_kubectl() {
+  build_wrapped kubectl "$KUBERNETES_VERSION" k8s.io/kubernetes/cmd/kubectl kubectl \
+    "$(k8s_ldflags)" kube-apiserver
+}
+
 # ---------------------------------------------------------------------------
 main() {
   local steps=("$@") t0
-  [ ${#steps[@]} -gt 0 ] || steps=(venv pulumi kubernetes temporal etcd kube-apiserver kube-controller-manager)
+  [ ${#steps[@]} -gt 0 ] || steps=(venv pulumi kubernetes temporal etcd kube-apiserver kube-controller-manager kubectl)
   command -v go >/dev/null || die "go is required to build the tools (see README)"
   t0=$(date +%s)
   for step in "${steps[@]}"; do
@@ -246,6 +253,7 @@ main() {
       etcd) setup_etcd ;;
       kube-apiserver) setup_kube_apiserver ;;
       kube-controller-manager) setup_kube_controller_manager ;;
+      kubectl) setup_kubectl ;;
       *) die "unknown step '$step'" ;;
     esac
   done

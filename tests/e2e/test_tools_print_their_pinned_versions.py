@@ -26,6 +26,7 @@ VERSIONS = dict(
         ("temporal", ["--version"], "temporal version " + VERSIONS["TEMPORAL_CLI_VERSION"]),
         ("kube-apiserver", ["--version"], "Kubernetes v" + VERSIONS["KUBERNETES_VERSION"]),
         ("etcd", ["--version"], "etcd Version: " + VERSIONS["ETCD_VERSION"]),
+        ("kubectl", ["version", "--client"], "Client Version: v" + VERSIONS["KUBERNETES_VERSION"]),
     ],
 )
 def test_tool_prints_pinned_version(tool: str, args: list[str], expected: str) -> None:

@@ -50,7 +50,23 @@ def test_the_cluster_role_has_no_wildcards_and_only_the_resources_twc_uses() -> 
         ("", "persistentvolumeclaims"): READ,
         ("", "endpoints"): READ,
         ("kmsvc.io", "queues"): READ,
+        ("temporal.kmsvc.io", "temporalworkers"): READ,
+        ("temporal.kmsvc.io", "temporalworkers/status"): {"patch"},
+        ("temporal.io", "connections"): READ | {"patch"},
+        ("temporal.io", "clusterconnections"): READ | {"patch"},
+        ("", "events"): {"create"},
     }
+
+
+def test_the_native_kinds_the_daemon_watches_are_all_granted_cluster_wide() -> None:
+    from twc.connections import Registry
+
+    grants = _grants(_docs()["ClusterRole/twc-daemon"])
+    for kind in Registry.with_builtins().watched_kinds():
+        # ClusterConnection is cluster-scoped: only a ClusterRole can grant it.
+        assert READ <= grants[(kind.api_group, kind.plural)], kind
+        assert "patch" in grants[(kind.api_group, kind.plural)], kind
+    assert "patch" not in grants[("temporal.kmsvc.io", "temporalworkers")]
 
 
 def test_leases_are_granted_only_in_the_daemons_namespace() -> None:

@@ -53,6 +53,10 @@ class Overlay:
     """kmsvc Queue objects from the cluster (labelled worker-enabled)."""
     replicas: Mapping[str, int] = field(default_factory=dict)
     """Autoscaler decisions, keyed ``<namespace>/<worker>``."""
+    objects: Mapping[str, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
+    """TemporalWorker and connection objects from the cluster, already validated by the
+    daemon, as fleet-file entries per section (``clusterConnections``, ``connections``,
+    ``customConnections``, ``workers``)."""
 
     @classmethod
     def from_env(cls) -> Overlay:
@@ -61,7 +65,9 @@ class Overlay:
             return cls()
         data = json.loads(Path(path).read_text())
         return cls(
-            queues=tuple(data.get("queues") or ()), replicas=dict(data.get("replicas") or {})
+            queues=tuple(data.get("queues") or ()),
+            replicas=dict(data.get("replicas") or {}),
+            objects={k: tuple(v or ()) for k, v in (data.get("objects") or {}).items()},
         )
 
 
@@ -104,8 +110,14 @@ def build(
         SpecError: the fleet (with the overlay's queues) is invalid.
         TwcConnectionError: a connection cannot be resolved or its secret is unusable.
     """
+    # The daemon's merge order: connection objects, Queue objects, TemporalWorker objects.
+    connections = {k: v for k, v in overlay.objects.items() if k != "workers"}
+    if any(connections.values()):
+        fleet = _with_entries(fleet, connections, file)
     if overlay.queues:
         fleet = _with_cluster_queues(fleet, overlay.queues, file)
+    if overlay.objects.get("workers"):
+        fleet = _with_entries(fleet, {"workers": overlay.objects["workers"]}, file)
     workers = fleet.resolved_workers()
     registry = default_registry()
 
@@ -189,6 +201,18 @@ def _secret_source_namespace(fleet: Fleet, conn: ResolvedConnection) -> str | No
     if spec is None or spec.secret_source is None:
         return None
     return spec.secret_source.namespace
+
+
+def _with_entries(
+    fleet: Fleet, entries: Mapping[str, tuple[Mapping[str, Any], ...]], file: str
+) -> Fleet:
+    """The fleet plus the daemon's validated entries (a clash fails the whole run)."""
+    from twc.spec import load_fleet
+
+    data = fleet.model_dump(mode="json", by_alias=True, exclude_none=True)
+    for section, items in entries.items():
+        data[section] = [*data.get(section, []), *(dict(i) for i in items)]
+    return load_fleet(data, f"{file} + cluster objects")
 
 
 def _with_cluster_queues(fleet: Fleet, objects: tuple[Mapping[str, Any], ...], file: str) -> Fleet:

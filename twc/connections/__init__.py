@@ -20,6 +20,7 @@ from twc.connections._providers import (
 from twc.connections._registry import (
     ENTRY_POINT_GROUP,
     Registry,
+    WatchedKind,
     builtin_providers,
     default_registry,
     load_entry_point_providers,
@@ -63,6 +64,7 @@ __all__ = [
     "ResolvedConnection",
     "SecretKeySelector",
     "TLSSettings",
+    "WatchedKind",
     "builtin_providers",
     "clear_client_cache",
     "connect",

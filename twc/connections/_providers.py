@@ -36,6 +36,10 @@ class ConnectionProvider(Protocol):
     Register extra kinds through the ``twc.connection_providers`` entry-point group;
     the entry point may name a provider instance, a provider class (instantiated with
     no arguments) or a function returning one provider or a list of them.
+
+    The daemon also watches the kind's objects in the cluster. A provider may say how
+    with optional attributes: ``plural`` (default: the kind lower-cased plus ``s``),
+    ``namespaced`` (default ``True``) and ``version`` (default ``v1``).
     """
 
     @property
@@ -94,6 +98,8 @@ class NamespacedConnectionProvider:
 
     api_group = API_GROUP
     kind = CONNECTION_KIND
+    plural = "connections"
+    namespaced = True
 
     def resolve(self, target: ConnectionTarget, fleet: Fleet) -> ResolvedConnection:
         """Resolve a Connection in ``target.namespace``.
@@ -116,6 +122,8 @@ class ClusterConnectionProvider:
 
     api_group = API_GROUP
     kind = CLUSTER_CONNECTION_KIND
+    plural = "clusterconnections"
+    namespaced = False
 
     def resolve(self, target: ConnectionTarget, fleet: Fleet) -> ResolvedConnection:
         """Resolve a ClusterConnection by name.

@@ -6,6 +6,7 @@ import functools
 import importlib.metadata
 import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from twc.connections._providers import (
     ClusterConnectionProvider,
@@ -19,6 +20,7 @@ from twc.spec import ConnectionTarget, Fleet, ResolvedWorker
 __all__ = [
     "ENTRY_POINT_GROUP",
     "Registry",
+    "WatchedKind",
     "default_registry",
     "load_entry_point_providers",
     "resolve_fleet_connections",
@@ -89,6 +91,25 @@ def _iterable(value: object) -> Iterable[object]:
     raise TypeError(f"{value!r} is neither a ConnectionProvider nor an iterable of them")
 
 
+@dataclass(frozen=True, order=True)
+class WatchedKind:
+    """A connection kind whose objects the daemon reads from the cluster."""
+
+    api_group: str
+    """API group, e.g. ``temporal.io``."""
+    kind: str
+    """Kind, e.g. ``ClusterConnection``."""
+    version: str
+    """Served version to read."""
+    plural: str
+    """Resource name in URLs, e.g. ``clusterconnections``."""
+    namespaced: bool
+    """Whether objects live in namespaces (``Connection``) or not (``ClusterConnection``)."""
+
+    def __str__(self) -> str:
+        return f"{self.plural}.{self.api_group}"
+
+
 class Registry:
     """Connection providers keyed by (apiGroup, kind)."""
 
@@ -144,6 +165,28 @@ class Registry:
     def kinds(self) -> list[tuple[str, str]]:
         """The registered (apiGroup, kind) pairs, sorted."""
         return sorted(self._providers)
+
+    def watched_kinds(self) -> list[WatchedKind]:
+        """Every registered kind as the daemon watches it, sorted.
+
+        Built from each provider's optional ``plural``/``namespaced``/``version``
+        attributes, so a plugin's kind is watched without twc knowing it.
+        """
+        out = []
+        for (group, kind), provider in sorted(self._providers.items()):
+            plural = getattr(provider, "plural", None)
+            namespaced = getattr(provider, "namespaced", True)
+            version = getattr(provider, "version", None)
+            out.append(
+                WatchedKind(
+                    api_group=group,
+                    kind=kind,
+                    version=version if isinstance(version, str) and version else "v1",
+                    plural=plural if isinstance(plural, str) and plural else f"{kind.lower()}s",
+                    namespaced=bool(namespaced),
+                )
+            )
+        return out
 
     def get(self, api_group: str, kind: str) -> ConnectionProvider:
         """Return the provider for (``api_group``, ``kind``).

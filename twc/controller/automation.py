@@ -63,10 +63,20 @@ class Overlay:
     """Accepted kmsvc Queue objects."""
     replicas: Mapping[str, int] = field(default_factory=dict)
     """Autoscaler decisions keyed ``<namespace>/<worker>``."""
+    objects: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
+    """Accepted Kubernetes-native objects as fleet-file entries, per section
+    (``clusterConnections``, ``connections``, ``customConnections``, ``workers``)."""
 
     def to_json(self) -> dict[str, Any]:
         """The document ``TWC_OVERLAY_FILE`` points at."""
-        return {"queues": [dict(q) for q in self.queues], "replicas": dict(self.replicas)}
+        doc: dict[str, Any] = {
+            "queues": [dict(q) for q in self.queues],
+            "replicas": dict(self.replicas),
+        }
+        objects = {k: [dict(e) for e in v] for k, v in self.objects.items() if v}
+        if objects:
+            doc["objects"] = objects
+        return doc
 
 
 @dataclass(frozen=True, slots=True)

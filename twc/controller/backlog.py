@@ -15,7 +15,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 from twc.connections import ResolvedConnection, default_registry
 from twc.controller.sampling import Backlog, TaskQueueRef
@@ -96,6 +96,48 @@ class TemporalBacklogs:
             )
         return out
 
+    async def pollers(self, ref: TaskQueueRef) -> int:
+        """Pollers of the workflow and activity task queues ``ref`` names (what
+        ``twc status`` checks).
+
+        Raises:
+            LookupError: The connection was never resolved, or its secret is missing.
+            TwcConnectionError: The client cannot connect.
+            RPCError: Temporal refused the describe.
+        """
+        from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
+        from temporalio.api.taskqueue.v1 import TaskQueue
+        from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+        client = await self._client(ref)
+        count = 0
+        for tq_type in (
+            TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+            TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+        ):
+            response = await client.workflow_service.describe_task_queue(
+                DescribeTaskQueueRequest(
+                    namespace=ref.namespace,
+                    task_queue=TaskQueue(name=ref.name, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+                    task_queue_type=tq_type,
+                ),
+                timeout=timedelta(seconds=self._timeout),
+            )
+            count += len(response.pollers)
+        return count
+
+    async def _client(self, ref: TaskQueueRef) -> Any:
+        found = self._connections.get(ref.connection)
+        if found is None:
+            raise LookupError(f"no connection known for {ref}")
+        conn, secret_ns = found
+        secret_data = None
+        if conn.secret_name is not None:
+            if self._read_secret is None or secret_ns is None:
+                raise LookupError(f"cannot read the secret of {conn.identity}")
+            secret_data = await asyncio.to_thread(self._read_secret, secret_ns, conn.secret_name)
+        return await conn.client(ref.namespace, secret_data)
+
     async def describe(self, ref: TaskQueueRef) -> Backlog:
         """Sum the backlog of the workflow, activity and Nexus task queues ``ref`` names.
 
@@ -110,16 +152,7 @@ class TemporalBacklogs:
         from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
         from temporalio.service import RPCError
 
-        found = self._connections.get(ref.connection)
-        if found is None:
-            raise LookupError(f"no connection known for {ref}")
-        conn, secret_ns = found
-        secret_data = None
-        if conn.secret_name is not None:
-            if self._read_secret is None or secret_ns is None:
-                raise LookupError(f"cannot read the secret of {conn.identity}")
-            secret_data = await asyncio.to_thread(self._read_secret, secret_ns, conn.secret_name)
-        client = await conn.client(ref.namespace, secret_data)
+        client = await self._client(ref)
         parts: list[Backlog] = []
         types = (
             TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,

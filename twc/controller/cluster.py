@@ -3,9 +3,10 @@
 The daemon reaches the same API server as the engine's Kubernetes provider:
 ``KUBECONFIG`` (or ``~/.kube/config``) when set, else the pod's service account. The
 calls it makes are exactly those the ClusterRole in ``deploy/daemon`` grants: list
-Deployments, get Secrets, list/watch kmsvc Queues, get/create/update Leases, and for a
-new worker's early apply (``twc.controller.early``) get/patch/delete of Deployments and
-ServiceAccounts, which the engine needs anyway.
+Deployments, get Secrets, list/watch kmsvc Queues, TemporalWorkers, Connections and
+ClusterConnections, patch TemporalWorker status and connection finalizers, create Events,
+get/create/update Leases, and for a new worker's early apply (``twc.controller.early``)
+get/patch/delete of Deployments and ServiceAccounts, which the engine needs anyway.
 """
 
 from __future__ import annotations
@@ -74,6 +75,23 @@ class Cluster:
             replicas = (dep.get("spec") or {}).get("replicas")
             out[f"{meta.get('namespace')}/{meta.get('name')}"] = int(
                 1 if replicas is None else replicas
+            )
+        return out
+
+    def worker_deployments(self) -> dict[str, tuple[int, int]]:
+        """``(spec.replicas, status.readyReplicas)`` of every twc worker Deployment."""
+        response = self.apps.list_deployment_for_all_namespaces(
+            label_selector=WORKER_SELECTOR, _preload_content=False
+        )
+        found = json.loads(response.data)
+        out: dict[str, tuple[int, int]] = {}
+        for dep in found.get("items") or []:
+            meta = dep.get("metadata") or {}
+            replicas = (dep.get("spec") or {}).get("replicas")
+            ready = (dep.get("status") or {}).get("readyReplicas")
+            out[f"{meta.get('namespace')}/{meta.get('name')}"] = (
+                int(1 if replicas is None else replicas),
+                int(ready or 0),
             )
         return out
 

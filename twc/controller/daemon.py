@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from twc.connections import default_registry, resolve_fleet_connections
+from twc.connections import Registry, default_registry, resolve_fleet_connections
 from twc.controller.automation import Overlay, StackEngine
 from twc.controller.autoscale import ScaleDecision, ScalingState, WorkerScaleInput, scale_fleet
 from twc.controller.backlog import BacklogSource, SecretReader, worker_key
@@ -51,6 +51,27 @@ from twc.controller.early import (
 from twc.controller.health import DaemonMetrics
 from twc.controller.interruptible import LoopState
 from twc.controller.interruptible import sleep as interruptible_sleep
+from twc.controller.native import (
+    FINALIZER,
+    WORKER_PLURAL,
+    IdentityKey,
+    NativeMerge,
+    NativeObject,
+    NativeSnapshot,
+    RejectedObject,
+    finalizer_updates,
+    identity_key,
+    merge_connection_objects,
+    merge_worker_objects,
+)
+from twc.controller.native_cluster import NativeSource, NativeWriter, rfc3339
+from twc.controller.native_status import (
+    DeploymentFacts,
+    PollerFacts,
+    accepted_status,
+    rejected_status,
+    status_patch,
+)
 from twc.controller.outcome import (
     FailureReason,
     Outcome,
@@ -59,9 +80,10 @@ from twc.controller.outcome import (
     outcome_of,
 )
 from twc.controller.queues import MergedFleet, QueueSource, merge_queue_objects
-from twc.controller.sampling import RateLimiter, TokenBucket, sample_backlogs
+from twc.controller.sampling import RateLimiter, TaskQueueRef, TokenBucket, sample_backlogs
 from twc.controller.settings import DaemonSettings
 from twc.spec import Fleet, ResolvedWorker
+from twc.spec.crds import CRD_VERSION, WORKER_GROUP, WORKER_KIND
 
 __all__ = ["Daemon", "LeaderGate", "Plan"]
 
@@ -98,6 +120,29 @@ class Plan:
     """The autoscaler's decisions, for autoscaled workers."""
     scaling: Mapping[str, ScalingState]
     """The autoscaler's state to keep."""
+    native: NativePlan | None = None
+    """The Kubernetes-native objects of this iteration."""
+
+
+@dataclass(frozen=True, slots=True)
+class NativePlan:
+    """TemporalWorker and connection objects: what was merged, and who uses what."""
+
+    connections: NativeMerge
+    """Connection objects merged into the fleet."""
+    workers: NativeMerge
+    """TemporalWorker objects merged into the fleet."""
+    objects: tuple[NativeObject, ...]
+    """Every connection object in the cluster (finalizer candidates)."""
+    worker_objects: tuple[NativeObject, ...]
+    """Every TemporalWorker object in the cluster."""
+    references: Mapping[str, IdentityKey]
+    """Per worker key (file, Queue and native workers), the connection it uses."""
+
+    @property
+    def rejected(self) -> tuple[RejectedObject, ...]:
+        """Every object left out."""
+        return (*self.connections.rejected, *self.workers.rejected)
 
 
 class Daemon:
@@ -125,6 +170,10 @@ class Daemon:
         limiter: RateLimiter | None = None,
         early: EarlyApplier | None = None,
         temporal_address: str | None = None,
+        native: NativeSource | None = None,
+        writer: NativeWriter | None = None,
+        deployments: Callable[[], Mapping[str, tuple[int, int]]] | None = None,
+        registry: Registry | None = None,
     ) -> None:
         """Wire the loop.
 
@@ -156,6 +205,13 @@ class Daemon:
                 engine runs (``twc.controller.early``); ``None`` leaves it to the ``up``.
             temporal_address: The stack's Temporal address override (the program's
                 ``twc:temporalAddress``), for early-applied pod templates.
+            native: TemporalWorker and connection objects from the cluster; ``None``
+                without a cluster.
+            writer: Writes status, finalizers and Events back; ``None`` writes nothing.
+            deployments: Reads ``(replicas, readyReplicas)`` of the worker Deployments,
+                for TemporalWorker status.
+            registry: The connection-provider registry (the process-wide one by
+                default).
         """
         self.stack = stack
         self.settings = settings
@@ -192,6 +248,16 @@ class Daemon:
         self._desired: dict[str, int] = {}
         self._observed: dict[str, int] = {}
         self._was_leader: bool | None = None
+        self._native = native
+        self._writer = writer
+        self._deployments = deployments
+        self._registry = registry
+        # Connections used by the stack as last applied; None until an up (or a skip
+        # that confirms the state) succeeded: then no finalizer is released.
+        self._applied_refs: frozenset[IdentityKey] | None = None
+        self._reported_native: dict[str, tuple[str, str]] = {}
+        self._pending_events: list[tuple[NativeObject, str, str]] = []
+        self._written: dict[str, dict[str, Any]] = {}
         self.metrics.leader.labels(stack).set(0)
 
     # --------------------------------------------------------------- control
@@ -264,6 +330,8 @@ class Daemon:
             iteration succeeded; 1 after losing the Lease.
         """
         self.queues.start(self.wakeup)
+        if self._native is not None:
+            self._native.start(self.wakeup)
         state = LoopState(started_at=self._clock())
         self.state = state
         try:
@@ -285,6 +353,8 @@ class Daemon:
             raise
         finally:
             self.queues.stop()
+            if self._native is not None:
+                self._native.stop()
             if self._loop is not None:
                 self._loop.close()
                 self._loop = None
@@ -296,7 +366,12 @@ class Daemon:
         # does not fail (and log) just for starting first. Iterations check it anyway.
         deadline = self._clock() + timeout
         while (
-            self.queues.snapshot() is None and not self._stop.is_set() and self._clock() < deadline
+            (
+                self.queues.snapshot() is None
+                or (self._native is not None and self._native.snapshot() is None)
+            )
+            and not self._stop.is_set()
+            and self._clock() < deadline
         ):
             self._sleep(0.1, self.wakeup)
         if not self._stop.is_set():
@@ -330,6 +405,8 @@ class Daemon:
         """
         started = self._clock()
         attempted: DesiredState | None = None
+        plan: Plan | None = None
+        decision: ReconcileDecision | None = None
         try:
             plan = self.plan(state, now=started)
             state = state.with_scaling(plan.scaling)
@@ -358,6 +435,8 @@ class Daemon:
             )
         state = state.finished(outcome, now=self._clock(), attempted=attempted)
         self._record(outcome, started)
+        if plan is not None and plan.native is not None:
+            self._write_back(plan, decision, outcome, state)
         if (
             outcome.ok
             and not self._stop.is_set()
@@ -379,10 +458,54 @@ class Daemon:
         if objects is None:
             # Reconciling without the Queue objects would delete every derived worker.
             raise TemporaryError("Queue objects not listed yet", delay=1.0)
-        merged = merge_queue_objects(fleet, objects, file=self._file)
+        snapshot = NativeSnapshot()
+        if self._native is not None:
+            found = self._native.snapshot()
+            if found is None:
+                # Without them every TemporalWorker's Deployment would be deleted.
+                raise TemporaryError("TemporalWorker and connection objects not listed yet")
+            snapshot = found
+        registry = self._registry or default_registry()
+        conns = merge_connection_objects(fleet, snapshot.connections, file=self._file)
+        merged = merge_queue_objects(conns.fleet, objects, file=self._file)
         self._report_invalid(merged)
-        resolve_fleet_connections(merged.fleet, file=self._file)
+        resolve_fleet_connections(merged.fleet, file=self._file, registry=registry)
+        natives = merge_worker_objects(
+            merged.fleet, snapshot.workers, registry=registry, file=self._file
+        )
+        merged = replace(merged, fleet=natives.fleet)
         workers = {worker_key(w): w for w in merged.fleet.resolved_workers()}
+        native_plan: NativePlan | None = None
+        if self._native is not None:
+            native_plan = NativePlan(
+                connections=conns,
+                workers=natives,
+                objects=tuple(
+                    NativeObject.of(
+                        obj,
+                        group=kind.api_group,
+                        version=kind.version,
+                        plural=kind.plural,
+                        kind=kind.kind,
+                    )
+                    for kind, objs in sorted(snapshot.connections.items())
+                    for obj in objs
+                ),
+                worker_objects=tuple(
+                    NativeObject.of(
+                        obj,
+                        group=WORKER_GROUP,
+                        version=CRD_VERSION,
+                        plural=WORKER_PLURAL,
+                        kind=WORKER_KIND,
+                    )
+                    for obj in snapshot.workers
+                ),
+                references={
+                    key: identity_key(registry.resolve_worker(w, merged.fleet).identity)
+                    for key, w in workers.items()
+                },
+            )
 
         live = self._read_current()
         autoscaled = {k: w for k, w in workers.items() if w.autoscaling is not None}
@@ -429,11 +552,16 @@ class Daemon:
             merged=merged,
             workers=workers,
             desired=desired,
-            overlay=Overlay(queues=merged.accepted, replicas=scaled),
+            overlay=Overlay(
+                queues=merged.accepted,
+                replicas=scaled,
+                objects={**conns.entries, **natives.entries},
+            ),
             replicas=replicas,
             current={k: v for k, v in observed.items() if k in workers},
             decisions=decisions,
             scaling=scaling,
+            native=native_plan,
         )
 
     def _shared_state(self, fleet: Fleet, workers: Mapping[str, ResolvedWorker]) -> dict[str, Any]:
@@ -536,6 +664,177 @@ class Daemon:
                 )
         self.metrics.set_backlogs(dict.fromkeys(published))
         return out
+
+    # ------------------------------------------------------------ write-back
+    def _write_back(
+        self,
+        plan: Plan,
+        decision: ReconcileDecision | None,
+        outcome: Outcome,
+        state: LoopState,
+    ) -> None:
+        # Status, finalizers and Events for the native objects. Never fails the loop:
+        # whatever does not get written now is written by a later iteration.
+        native = plan.native
+        assert native is not None
+        applied = state.applied
+        if outcome.ok and applied is not None and applied.fleet == plan.desired.fleet:
+            self._applied_refs = frozenset(native.references.values())
+        self._report_native(native)
+        if not outcome.ok and decision is not None and decision.action is not ReconcileAction.SKIP:
+            changed = decision.workers if decision.action is ReconcileAction.TARGETED else None
+            for key, obj in native.workers.accepted.items():
+                if changed is None or key in changed:
+                    self._event_once(obj, "ApplyFailed", _shorten(outcome.message, 900))
+        if self._writer is None:
+            return
+        self._flush_events()
+        try:
+            self._update_finalizers(native)
+        except Exception as exc:
+            logger.warning("[%s] finalizer update failed (retrying): %s", self.stack, exc)
+        try:
+            self._update_status(plan, native, applied)
+        except Exception as exc:
+            logger.warning("[%s] status write-back failed (retrying): %s", self.stack, exc)
+
+    def _report_native(self, native: NativePlan) -> None:
+        now = {f"{r.obj.kind} {r.obj.key}": r for r in native.rejected}
+        for key, rejected in now.items():
+            before = self._reported_native.get(key)
+            if before != (rejected.reason, rejected.message):
+                logger.warning(
+                    "[%s] skipping %s: %s: %s", self.stack, key, rejected.reason, rejected.message
+                )
+                self._pending_events.append((rejected.obj, rejected.reason, rejected.message))
+        for key in set(self._reported_native) - set(now):
+            logger.info("[%s] %s no longer rejected (or gone)", self.stack, key)
+        self._reported_native = {k: (r.reason, r.message) for k, r in now.items()}
+        kinds = {WORKER_KIND, *(o.kind for o in native.objects)}
+        for kind in kinds:
+            count = sum(1 for r in native.rejected if r.obj.kind == kind)
+            self.metrics.invalid_objects.labels(self.stack, kind).set(count)
+        self.metrics.native_objects.labels(self.stack, WORKER_KIND).set(
+            len(native.workers.accepted)
+        )
+
+    def _event_once(self, obj: NativeObject, reason: str, message: str) -> None:
+        key = f"{obj.kind} {obj.key} {reason}"
+        if self._reported_native.get(key) == (reason, message):
+            return
+        self._reported_native[key] = (reason, message)
+        self._pending_events.append((obj, reason, message))
+
+    def _flush_events(self) -> None:
+        assert self._writer is not None
+        pending, self._pending_events = self._pending_events, []
+        for obj, reason, message in pending:
+            try:
+                self._writer.event(obj, reason, message)
+            except Exception as exc:
+                logger.warning("[%s] could not record an Event on %s: %s", self.stack, obj, exc)
+
+    def _update_finalizers(self, native: NativePlan) -> None:
+        assert self._writer is not None
+        current = frozenset(native.references.values())
+        keep = current | (self._applied_refs or frozenset())
+        updates = finalizer_updates(native.objects, keep)
+        if self._applied_refs is None:
+            # What the stack holds is not known yet: protect, never release.
+            updates = [(obj, fins) for obj, fins in updates if FINALIZER in fins]
+        for obj, finalizers in updates:
+            added = FINALIZER in finalizers
+            self._writer.set_finalizers(obj, finalizers)
+            logger.info(
+                "[%s] %s %s: %s",
+                self.stack,
+                "protecting" if added else "releasing",
+                obj,
+                "referenced by a worker" if added else "no worker uses it any more",
+            )
+
+    def _update_status(self, plan: Plan, native: NativePlan, applied: DesiredState | None) -> None:
+        assert self._writer is not None
+        now = rfc3339(self._wall())
+        accepted = native.workers.accepted
+        rejected = {r.obj.key: r for r in native.workers.rejected}
+        deployments = self._read_deployments() if accepted else {}
+        pollers = self._check_pollers(plan, sorted(accepted))
+        seen: set[str] = set()
+        for obj in native.worker_objects:
+            if obj.deleting:
+                continue
+            seen.add(obj.uid)
+            previous = {**obj.status, **self._written.get(obj.uid, {})}
+            key = obj.key
+            if key in rejected:
+                desired = rejected_status(
+                    previous,
+                    generation=obj.generation,
+                    reason=rejected[key].reason,
+                    message=_shorten(rejected[key].message, 900),
+                    now=now,
+                )
+            elif key in accepted:
+                in_stack = applied is not None and applied.workers.get(
+                    key
+                ) == plan.desired.workers.get(key)
+                dep = deployments.get(key) if deployments is not None else None
+                desired = accepted_status(
+                    previous,
+                    generation=obj.generation,
+                    applied=in_stack,
+                    desired_replicas=plan.replicas.get(key, 0),
+                    deployment=DeploymentFacts(*dep) if dep is not None else None,
+                    pollers=pollers.get(key),
+                    connection_ref=_ref_dict(native.references.get(key)),
+                    now=now,
+                )
+            else:
+                continue
+            patch = status_patch(previous, desired)
+            if patch is None:
+                continue
+            self._writer.patch_status(obj, patch)
+            self._written[obj.uid] = {**self._written.get(obj.uid, {}), **patch["status"]}
+            if "phase" in patch["status"]:
+                logger.info("[%s] TemporalWorker %s: %s", self.stack, key, desired["phase"])
+        for uid in set(self._written) - seen:
+            del self._written[uid]
+
+    def _read_deployments(self) -> Mapping[str, tuple[int, int]] | None:
+        if self._deployments is None:
+            return None
+        try:
+            return self._deployments()
+        except Exception as exc:
+            logger.warning("[%s] could not read worker Deployments: %s", self.stack, exc)
+            return None
+
+    def _check_pollers(self, plan: Plan, keys: list[str]) -> dict[str, PollerFacts]:
+        source = self._backlogs
+        if not keys or source is None or not hasattr(source, "pollers"):
+            return {}
+        workers = [plan.workers[k] for k in keys if k in plan.workers]
+        refs = source.refs(plan.merged.fleet, workers)
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        concurrency = asyncio.Semaphore(max(1, self.settings.sampling.concurrency))
+
+        async def one(ref: TaskQueueRef) -> PollerFacts:
+            async with concurrency:
+                try:
+                    return PollerFacts(await source.pollers(ref))
+                except Exception as exc:
+                    return _poller_failure(exc)
+
+        async def every() -> dict[TaskQueueRef, PollerFacts]:
+            unique = sorted(set(refs.values()), key=str)
+            results = await asyncio.gather(*(one(r) for r in unique))
+            return dict(zip(unique, results, strict=True))
+
+        found = self._loop.run_until_complete(every())
+        return {key: found[ref] for key, ref in refs.items()}
 
     # ---------------------------------------------------------------- engine
     def _recover(self) -> None:
@@ -718,6 +1017,37 @@ class Daemon:
                 reason,
                 message,
             )
+
+
+def _ref_dict(ident: IdentityKey | None) -> dict[str, str] | None:
+    if ident is None:
+        return None
+    group, kind, name, namespace = ident
+    out = {"apiGroup": group, "kind": kind, "name": name}
+    if namespace:
+        out["namespace"] = namespace
+    return out
+
+
+def _poller_failure(exc: BaseException) -> PollerFacts:
+    # The reasons of the TaskQueueCheck (providers/taskqueue.py), which `twc status` uses.
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from twc.errors import Reason, TwcConnectionError
+
+    if isinstance(exc, LookupError):
+        return PollerFacts(None, "AuthSecretInvalid", str(exc))
+    if isinstance(exc, TwcConnectionError):
+        auth = exc.reason == Reason.AUTH_SECRET_INVALID
+        return PollerFacts(None, "AuthSecretInvalid" if auth else "TemporalUnavailable", str(exc))
+    if isinstance(exc, RPCError):
+        reason = {
+            RPCStatusCode.NOT_FOUND: "NamespaceNotFound",
+            RPCStatusCode.UNAUTHENTICATED: "AuthSecretInvalid",
+            RPCStatusCode.PERMISSION_DENIED: "AuthSecretInvalid",
+        }.get(exc.status, "TemporalUnavailable")
+        return PollerFacts(None, reason, f"{exc.status.name}: {exc.message}")
+    return PollerFacts(None, "TemporalUnavailable", f"{type(exc).__name__}: {exc}")
 
 
 def _shorten(text: str, limit: int = 2000) -> str:

@@ -111,6 +111,18 @@ class DaemonMetrics:
             ["stack"],
             registry=r,
         )
+        self.invalid_objects = Gauge(
+            "twc_invalid_native_objects",
+            "TemporalWorker and connection objects skipped as invalid, by kind.",
+            ["stack", "kind"],
+            registry=r,
+        )
+        self.native_objects = Gauge(
+            "twc_native_objects",
+            "Kubernetes-native objects accepted into the desired state, by kind.",
+            ["stack", "kind"],
+            registry=r,
+        )
         self.drifted = Gauge(
             "twc_drifted_resources",
             "Resources the last refresh found changed outside twc.",

@@ -38,6 +38,7 @@ __all__ = [
     "QUEUE_PLURAL",
     "QUEUE_VERSION",
     "MergedFleet",
+    "ObjectWatcher",
     "QueueSource",
     "QueueWatcher",
     "RejectedQueue",
@@ -219,36 +220,53 @@ def _not_found(exc: BaseException) -> bool:
     return getattr(exc, "status", None) == 404
 
 
-class QueueWatcher:
-    """List + watch labelled Queue objects across namespaces in a background thread."""
+class ObjectWatcher:
+    """List + watch the objects of one custom resource in a background thread.
+
+    Namespaced resources are listed across all namespaces; cluster-scoped ones the same
+    way (``list_cluster_custom_object`` serves both).
+    """
 
     def __init__(
         self,
         custom_api: Any,
         *,
+        group: str,
+        version: str,
+        plural: str,
         resync_interval: float,
-        label_selector: str = LABEL_SELECTOR,
+        label_selector: str = "",
         watch_timeout: int = 60,
         retry_delay: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
+        content: Callable[[Mapping[str, Any]], object] | None = None,
     ) -> None:
         """Prepare the watcher.
 
         Args:
             custom_api: A ``kubernetes.client.CustomObjectsApi``.
+            group: API group of the resource.
+            version: Served version to read.
+            plural: The resource's plural name.
             resync_interval: Seconds between full re-lists.
-            label_selector: Which objects to track.
+            label_selector: Which objects to track (all when empty).
             watch_timeout: Server-side timeout of one watch request, in seconds; it
                 also bounds how long :meth:`stop` may take to be noticed.
             retry_delay: Seconds to wait after a failed list or watch.
             clock: Monotonic time.
+            content: What of an object matters to the loop; a change of anything else
+                (its status, bookkeeping) does not wake it. Labels and spec by default.
         """
         self._api = custom_api
+        self.group = group
+        self.version = version
+        self.plural = plural
         self._resync = resync_interval
         self._selector = label_selector
         self._watch_timeout = watch_timeout
         self._retry_delay = retry_delay
         self._clock = clock
+        self._content_of = content or _labels_and_spec
         self._lock = threading.Lock()
         self._objects: dict[str, Mapping[str, Any]] | None = None
         self._stop = threading.Event()
@@ -259,7 +277,9 @@ class QueueWatcher:
     def start(self, wakeup: threading.Event) -> None:
         """Start the background thread; ``wakeup`` is set on every change."""
         self._wakeup = wakeup
-        self._thread = threading.Thread(target=self._run, name="twc-queue-watch", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"twc-watch-{self.plural}", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -281,16 +301,18 @@ class QueueWatcher:
     def list_now(self) -> str:
         """List the objects, replace the snapshot and return the list's resourceVersion.
 
-        A missing CRD means there are no Queue objects at all.
+        A missing CRD means there are no objects at all.
         """
         try:
             result = self._api.list_cluster_custom_object(
-                QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL, label_selector=self._selector
+                self.group, self.version, self.plural, label_selector=self._selector
             )
         except Exception as exc:
             if not _not_found(exc):
                 raise
-            logger.warning("the Queue CRD (%s) is not installed: no Queue objects", QUEUE_GROUP)
+            logger.warning(
+                "the %s.%s CRD is not installed: no such objects", self.plural, self.group
+            )
             self._replace({})
             return ""
         items = {object_key(o): o for o in result.get("items", [])}
@@ -299,7 +321,7 @@ class QueueWatcher:
 
     def _replace(self, items: dict[str, Mapping[str, Any]]) -> None:
         with self._lock:
-            changed = self._objects is None or _content(self._objects) != _content(items)
+            changed = self._objects is None or self._content(self._objects) != self._content(items)
             self._objects = items
         if changed:
             self._wakeup.set()
@@ -314,8 +336,12 @@ class QueueWatcher:
             else:
                 current[key] = obj
             self._objects = current
-        if kind == "DELETED" or before is None or _content({key: before}) != _content({key: obj}):
-            logger.info("Queue %s %s", key, kind.lower())
+        if (
+            kind == "DELETED"
+            or before is None
+            or self._content({key: before}) != self._content({key: obj})
+        ):
+            logger.info("%s.%s %s %s", self.plural, self.group, key, kind.lower())
             self._wakeup.set()
 
     def _run(self) -> None:
@@ -335,9 +361,9 @@ class QueueWatcher:
                 self._watch = watch.Watch()
                 stream = self._watch.stream(
                     self._api.list_cluster_custom_object,
-                    QUEUE_GROUP,
-                    QUEUE_VERSION,
-                    QUEUE_PLURAL,
+                    self.group,
+                    self.version,
+                    self.plural,
                     label_selector=self._selector,
                     resource_version=version,
                     timeout_seconds=int(min(self._watch_timeout, max(1.0, self._resync))),
@@ -363,18 +389,45 @@ class QueueWatcher:
                     continue
                 if self._stop.is_set():
                     break
-                logger.warning("Queue watch failed (retrying): %s", exc)
+                logger.warning("%s.%s watch failed (retrying): %s", self.plural, self.group, exc)
                 self._stop.wait(self._retry_delay)
                 version = ""
             finally:
                 self._watch = None
 
+    def _content(self, items: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        return {key: repr(self._content_of(obj)) for key, obj in items.items()}
 
-def _content(items: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    # What the daemon reads of each object; status and bookkeeping changes are ignored.
-    out: dict[str, Any] = {}
-    for key, obj in items.items():
-        meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-        meta = meta if isinstance(meta, Mapping) else {}
-        out[key] = (repr(meta.get("labels")), repr(obj.get("spec")))
-    return out
+
+class QueueWatcher(ObjectWatcher):
+    """List + watch labelled kmsvc Queue objects across namespaces."""
+
+    def __init__(
+        self,
+        custom_api: Any,
+        *,
+        resync_interval: float,
+        label_selector: str = LABEL_SELECTOR,
+        watch_timeout: int = 60,
+        retry_delay: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Prepare the watcher (see :class:`ObjectWatcher`)."""
+        super().__init__(
+            custom_api,
+            group=QUEUE_GROUP,
+            version=QUEUE_VERSION,
+            plural=QUEUE_PLURAL,
+            resync_interval=resync_interval,
+            label_selector=label_selector,
+            watch_timeout=watch_timeout,
+            retry_delay=retry_delay,
+            clock=clock,
+        )
+
+
+def _labels_and_spec(obj: Mapping[str, Any]) -> object:
+    # What the daemon reads of a Queue; status and bookkeeping changes are ignored.
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    meta = meta if isinstance(meta, Mapping) else {}
+    return (meta.get("labels"), obj.get("spec") if isinstance(obj, Mapping) else None)

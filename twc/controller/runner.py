@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from twc.connections import default_registry
 from twc.controller import commands, engine
 from twc.controller.automation import AutomationEngine
 from twc.controller.backlog import TemporalBacklogs
@@ -26,6 +27,7 @@ from twc.controller.cluster import Cluster, api_client_from_environment
 from twc.controller.daemon import Daemon
 from twc.controller.health import DaemonMetrics, HealthServer
 from twc.controller.leader import LeaseElector, lease_name_for
+from twc.controller.native_cluster import NativeWatch, NativeWriter
 from twc.controller.queues import QueueSource, QueueWatcher, StaticQueues
 from twc.controller.settings import DaemonSettings
 from twc.spec import Fleet, load_fleet_file
@@ -143,8 +145,16 @@ def run_daemon(options: RunOptions) -> int:
         )
 
     queues: QueueSource
+    native: NativeWatch | None = None
+    writer: NativeWriter | None = None
+    registry = default_registry()
     if cluster is not None:
         queues = QueueWatcher(cluster.custom, resync_interval=settings.resync_interval)
+        # TemporalWorkers and every connection kind the registry knows (plugins too).
+        native = NativeWatch(
+            cluster.custom, registry.watched_kinds(), resync_interval=settings.resync_interval
+        )
+        writer = NativeWriter(cluster.custom, cluster.core)
     else:
         queues = StaticQueues(())
 
@@ -173,6 +183,10 @@ def run_daemon(options: RunOptions) -> int:
         shared={"config": dict(ref.config or {})},
         early=cluster,
         temporal_address=temporal_address,
+        native=native,
+        writer=writer,
+        deployments=cluster.worker_deployments if cluster is not None else None,
+        registry=registry,
     )
     try:
         server = HealthServer(

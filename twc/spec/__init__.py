@@ -50,18 +50,29 @@ from twc.spec._models import (
     WorkerSettings,
 )
 from twc.spec._names import label_value, parse_quantity, split_host_port
+from twc.spec._objects import (
+    CONNECTION_API_VERSION,
+    WORKER_API_VERSION,
+    load_cluster_connection_object,
+    load_connection_object,
+    load_custom_connection_object,
+    load_worker_object,
+    object_description,
+)
 from twc.spec._resolve import ResolvedDLQ, ResolvedWorker, check_fleet
 
 __all__ = [
     "API_GROUP",
     "API_VERSION",
     "CLUSTER_CONNECTION_KIND",
+    "CONNECTION_API_VERSION",
     "CONNECTION_KIND",
     "DLQ",
     "QUEUE_API_VERSION",
     "QUEUE_KIND",
     "RESERVED_ENV_NAMES",
     "TLS",
+    "WORKER_API_VERSION",
     "WORKER_ENABLED_LABEL",
     "Affinity",
     "AuthMode",
@@ -91,9 +102,14 @@ __all__ = [
     "fleet_json_schema",
     "format_path",
     "label_value",
+    "load_cluster_connection_object",
+    "load_connection_object",
+    "load_custom_connection_object",
     "load_fleet",
     "load_fleet_file",
     "load_queue_object",
+    "load_worker_object",
+    "object_description",
     "parse_quantity",
     "split_host_port",
 ]

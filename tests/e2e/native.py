@@ -1,0 +1,90 @@
+"""Helpers for the Kubernetes-native end-to-end tests: kubectl and the objects it applies."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import yaml
+
+from tests.conftest import require_tools
+from twc.local import LocalEnvironment, find_tool
+
+
+class Kubectl:
+    """The real kubectl, pointed at the local environment's kubeconfig."""
+
+    def __init__(self, local_env: LocalEnvironment) -> None:
+        require_tools("kubectl")
+        self.binary = str(find_tool("kubectl"))
+        self.kubeconfig = str(local_env.kubeconfig)
+
+    def __call__(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
+        """Run ``kubectl ARGS`` and return its stdout."""
+        done = subprocess.run(
+            [self.binary, "--kubeconfig", self.kubeconfig, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed:\n{done.stderr}")
+        return done.stdout
+
+    def apply(self, *objects: dict[str, Any]) -> str:
+        """``kubectl apply -f -`` of the objects as one YAML stream."""
+        return self("apply", "-f", "-", stdin=yaml.safe_dump_all(objects, sort_keys=False))
+
+    def get_json(self, *args: str) -> dict[str, Any] | None:
+        """``kubectl get ARGS -o json``, or ``None`` when the object does not exist."""
+        out = self("get", *args, "-o", "json", "--ignore-not-found", check=True)
+        return json.loads(out) if out.strip() else None
+
+
+def cluster_connection(name: str, host_port: str, **spec: Any) -> dict[str, Any]:
+    """A ClusterConnection object."""
+    return {
+        "apiVersion": "temporal.io/v1",
+        "kind": "ClusterConnection",
+        "metadata": {"name": name},
+        "spec": {"hostPort": host_port, **spec},
+    }
+
+
+def connection(namespace: str, name: str, host_port: str, **spec: Any) -> dict[str, Any]:
+    """A namespaced Connection object."""
+    return {
+        "apiVersion": "temporal.io/v1",
+        "kind": "Connection",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"hostPort": host_port, **spec},
+    }
+
+
+def temporal_worker(
+    namespace: str, name: str, task_queue: str, connection_ref: dict[str, Any]
+) -> dict[str, Any]:
+    """A TemporalWorker object."""
+    return {
+        "apiVersion": "temporal.kmsvc.io/v1",
+        "kind": "TemporalWorker",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "image": "registry.example/worker:1.4.2",
+            "taskQueueName": task_queue,
+            "connectionRef": connection_ref,
+        },
+    }
+
+
+def object_ref(kind: str, name: str) -> dict[str, Any]:
+    """A connectionRef by objectRef."""
+    return {"objectRef": {"apiGroup": "temporal.io", "kind": kind, "name": name}}
+
+
+def conditions(obj: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """The object's status conditions by type."""
+    found = ((obj or {}).get("status") or {}).get("conditions") or []
+    return {c["type"]: c for c in found}

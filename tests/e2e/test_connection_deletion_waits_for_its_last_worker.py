@@ -1,0 +1,152 @@
+"""Delete protection (issue 9, item 4) with five namespaces sharing one ClusterConnection.
+
+The ClusterConnection copies its mTLS secret from a source namespace into every
+namespace whose workers use it. Deleting it while workers use it leaves it in place
+(deletionTimestamp set, finalizer kept, workers untouched); it goes only once the last
+worker has moved away: four move to a namespaced Connection, the fifth moves to another
+namespace (deleted here, re-created there on a Connection).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import fleet_doc
+from tests.e2e.daemon_process import (
+    Daemons,
+    eventually,
+    run_daemons,
+    settle,
+    wait_for_success,
+)
+from tests.e2e.native import Kubectl, cluster_connection, connection, object_ref, temporal_worker
+from twc.local import LocalEnvironment
+
+pytestmark = pytest.mark.e2e
+
+FINALIZER = "temporal.io/delete-protection"
+
+
+@pytest.fixture
+def daemons(tmp_path: Path, pulumi_env: dict[str, str]) -> Iterator[Daemons]:
+    yield from run_daemons(tmp_path, pulumi_env)
+
+
+@pytest.fixture
+def kubectl(local_env: LocalEnvironment) -> Kubectl:
+    return Kubectl(local_env)
+
+
+def _finalizers(obj: dict[str, Any] | None) -> list[str]:
+    return list(((obj or {}).get("metadata") or {}).get("finalizers") or [])
+
+
+def test_a_shared_cluster_connection_is_deleted_only_after_its_last_worker_moves_away(
+    local_env: LocalEnvironment,
+    kube: Any,
+    kubectl: Kubectl,
+    task_queue: str,
+    daemons: Daemons,
+) -> None:
+    address = local_env.temporal_address()
+    run = uuid.uuid4().hex[:6]
+    shared = f"shared-{run}"
+    source = f"src-{run}"
+    namespaces = [f"n{i}-{run}" for i in range(5)]
+    elsewhere = f"moved-{run}"
+    for ns in (source, elsewhere, *namespaces):
+        kube.ensure_namespace(ns)
+    kube.core.create_namespaced_secret(
+        source,
+        {
+            "metadata": {"name": "temporal-mtls"},
+            "type": "kubernetes.io/tls",
+            "stringData": {"tls.crt": "crt", "tls.key": "key"},
+        },
+    )
+    fs = daemons.stack(fleet_doc(namespaces[0], host_port=address))
+    daemon = daemons.start(fs)
+    wait_for_success(daemon)
+
+    ref = object_ref("ClusterConnection", shared)
+    kubectl.apply(
+        cluster_connection(
+            shared,
+            address,
+            mutualTLSSecretRef={"name": "temporal-mtls"},
+            secretSource={"namespace": source},
+        ),
+        *(temporal_worker(ns, "w", f"{task_queue}-{i}", ref) for i, ns in enumerate(namespaces)),
+    )
+    started = time.monotonic()
+    for ns in namespaces:
+        eventually(
+            lambda ns=ns: kube.get_deployment(ns, "w"),
+            timeout=180,
+            message=f"no Deployment in {ns}",
+        )
+        copied = kube.core.read_namespaced_secret("temporal-mtls", ns)
+        assert copied.metadata.labels["app.kubernetes.io/managed-by"] == "twc", ns
+    print(f"five workers deployed in {time.monotonic() - started:.1f} s")
+    eventually(
+        lambda: FINALIZER in _finalizers(kubectl.get_json("clusterconnection", shared)),
+        timeout=30,
+        message="the used ClusterConnection never got the finalizer",
+    )
+
+    kubectl("delete", "clusterconnection", shared, "--wait=false")
+    settle(3)
+    held = kubectl.get_json("clusterconnection", shared)
+    assert held is not None, "deleted while five workers use it"
+    assert held["metadata"].get("deletionTimestamp")
+    assert FINALIZER in _finalizers(held)
+    for ns in namespaces:
+        assert kube.get_deployment(ns, "w") is not None, ns
+
+    # Four workers move to a Connection of their own namespace.
+    for i, ns in enumerate(namespaces[:4]):
+        moved = temporal_worker(ns, "w", f"{task_queue}-{i}", {"name": "local"})
+        kubectl.apply(connection(ns, "local", address), moved)
+    eventually(
+        lambda: all(
+            FINALIZER in _finalizers(kubectl.get_json("connection", "local", "-n", ns))
+            for ns in namespaces[:4]
+        ),
+        timeout=120,
+        message="the Connections now in use never got the finalizer",
+    )
+    wait_for_success(daemon, after=daemon.successes() + 2, timeout=60)
+    still = kubectl.get_json("clusterconnection", shared)
+    assert still is not None and FINALIZER in _finalizers(still), "released too early"
+
+    # The fifth moves to another namespace (there, on a Connection).
+    last = namespaces[4]
+    kubectl("delete", "temporalworker", "w", "-n", last)
+    kubectl.apply(
+        connection(elsewhere, "local", address),
+        temporal_worker(elsewhere, "w", f"{task_queue}-4", {"name": "local"}),
+    )
+    moved_at = time.monotonic()
+    eventually(
+        lambda: kubectl.get_json("clusterconnection", shared) is None,
+        timeout=120,
+        message="the ClusterConnection was never deleted after its last worker moved",
+    )
+    print(f"deletion completed {time.monotonic() - moved_at:.1f} s after the last move")
+    assert kube.get_deployment(last, "w") is None
+    assert kube.get_deployment(elsewhere, "w") is not None
+    for ns in namespaces[:4]:
+        dep = kube.get_deployment(ns, "w")
+        assert dep is not None, ns
+        env = {
+            e["name"]: e.get("value")
+            for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
+        assert env.get("TEMPORAL_TLS") is None, ns  # now on the plain Connection
+    assert daemon.alive()

@@ -360,6 +360,15 @@ def merge_worker_objects(
         except SpecError as exc:
             rejected.append(RejectedObject(native, Reason.INVALID_SPEC, "; ".join(exc.lines())))
             continue
+        ref = worker.connection_ref or fleet.defaults.connection_ref
+        if ref is not None:
+            # Resolved first, so a missing or unknown connection is named as such rather
+            # than as the fleet validation error it would also cause.
+            try:
+                registry.resolve(ref.target(worker.namespace), fleet)
+            except TwcConnectionError as exc:
+                rejected.append(RejectedObject(native, str(exc.reason), exc.message))
+                continue
         candidates.append(("workers", _dump(worker), native))
     candidates.sort(key=lambda c: c[2].key)
 

@@ -1,0 +1,87 @@
+"""Kubernetes-native objects as the API returns them, for the native-mode unit tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twc.connections import Registry, WatchedKind
+
+CONNECTION = WatchedKind("temporal.io", "Connection", "v1", "connections", True)
+CLUSTER_CONNECTION = WatchedKind(
+    "temporal.io", "ClusterConnection", "v1", "clusterconnections", False
+)
+BUILTIN_KINDS = tuple(Registry.with_builtins().watched_kinds())
+
+
+def worker_obj(
+    name: str,
+    *,
+    namespace: str = "team",
+    ref: dict[str, Any] | None = None,
+    task_queue: str | None = None,
+    generation: int = 1,
+    status: dict[str, Any] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A TemporalWorker object."""
+    obj: dict[str, Any] = {
+        "apiVersion": "temporal.kmsvc.io/v1",
+        "kind": "TemporalWorker",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{namespace}-{name}",
+            "generation": generation,
+            "resourceVersion": "10",
+        },
+        "spec": {
+            "taskQueueName": task_queue or name,
+            "image": "registry.example/worker:1.0.0",
+            **({"connectionRef": ref} if ref is not None else {}),
+            **spec,
+        },
+    }
+    if status is not None:
+        obj["status"] = status
+    return obj
+
+
+def cluster_conn_obj(
+    name: str, *, finalizers: list[str] | None = None, deleting: bool = False, **spec: Any
+) -> dict[str, Any]:
+    """A ClusterConnection object."""
+    meta: dict[str, Any] = {"name": name, "uid": f"uid-cc-{name}", "resourceVersion": "5"}
+    if finalizers is not None:
+        meta["finalizers"] = finalizers
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {
+        "apiVersion": "temporal.io/v1",
+        "kind": "ClusterConnection",
+        "metadata": meta,
+        "spec": {"hostPort": "temporal.example:7233", **spec},
+    }
+
+
+def conn_obj(
+    name: str, namespace: str = "team", *, finalizers: list[str] | None = None, **spec: Any
+) -> dict[str, Any]:
+    """A namespaced Connection object."""
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "uid": f"uid-c-{namespace}-{name}",
+        "resourceVersion": "6",
+    }
+    if finalizers is not None:
+        meta["finalizers"] = finalizers
+    return {
+        "apiVersion": "temporal.io/v1",
+        "kind": "Connection",
+        "metadata": meta,
+        "spec": {"hostPort": "other.example:7233", **spec},
+    }
+
+
+def cluster_ref(name: str) -> dict[str, Any]:
+    return {"objectRef": {"apiGroup": "temporal.io", "kind": "ClusterConnection", "name": name}}

@@ -1,0 +1,182 @@
+"""The loop with TemporalWorker and connection objects: overlay, status, finalizers, Events.
+
+Everything outside is faked: the objects come from a fixed snapshot, writes are recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tests.unit._daemon_fakes import FakeBacklogs, FakeClock, FakeEngine, NoLimit, fleet_data
+from tests.unit._native_objects import (
+    CLUSTER_CONNECTION,
+    CONNECTION,
+    cluster_conn_obj,
+    cluster_ref,
+    worker_obj,
+)
+from twc.connections import Registry
+from twc.controller import DaemonSettings, LoopState, TaskQueueRef
+from twc.controller.daemon import Daemon
+from twc.controller.health import DaemonMetrics
+from twc.controller.native import FINALIZER, NativeObject, NativeSnapshot
+from twc.controller.native_cluster import StaticNative
+from twc.controller.queues import StaticQueues
+from twc.spec import Fleet, load_fleet
+
+UNKNOWN = {"objectRef": {"apiGroup": "temporal.io", "kind": "NoSuchKind", "name": "x"}}
+
+
+class Writer:
+    """Records what the daemon writes back."""
+
+    def __init__(self) -> None:
+        self.status: list[tuple[str, dict[str, Any]]] = []
+        self.finalizers: list[tuple[str, list[str]]] = []
+        self.events: list[tuple[str, str]] = []
+
+    def patch_status(self, obj: NativeObject, patch: Mapping[str, Any]) -> None:
+        self.status.append((obj.key, dict(patch["status"])))
+
+    def set_finalizers(self, obj: NativeObject, finalizers: list[str]) -> None:
+        self.finalizers.append((obj.key, finalizers))
+
+    def event(self, obj: NativeObject, reason: str, message: str, *, warning: bool = True) -> None:
+        self.events.append((obj.key, reason))
+
+
+class Pollers(FakeBacklogs):
+    """Backlogs plus pollers per task queue."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pollers_by_queue: dict[str, int] = {}
+
+    async def pollers(self, ref: TaskQueueRef) -> int:
+        return self.pollers_by_queue.get(ref.name, 0)
+
+
+class World:
+    def __init__(self, workers: list[dict[str, Any]], conns: list[dict[str, Any]]) -> None:
+        self.clock = FakeClock()
+        self.engine = FakeEngine()
+        self.writer = Writer()
+        self.backlogs = Pollers()
+        self.deployments: dict[str, tuple[int, int]] = {}
+        self.native = StaticNative(self.snapshot(workers, conns))
+        doc = fleet_data(workers=[])
+
+        def load() -> Fleet:
+            return load_fleet(doc, "fleet.yaml")
+
+        self.daemon = Daemon(
+            stack="unit",
+            load_fleet=load,
+            engine=self.engine,
+            settings=DaemonSettings(),
+            queues=StaticQueues(()),
+            backlogs=self.backlogs,
+            metrics=DaemonMetrics("unit"),
+            file="fleet.yaml",
+            clock=self.clock,
+            wall=lambda: 1_700_000_000.0 + self.clock.now,
+            sleep=self.clock.sleep,
+            jitter=None,
+            limiter=NoLimit(),
+            native=self.native,
+            writer=self.writer,  # type: ignore[arg-type]
+            deployments=lambda: dict(self.deployments),
+            registry=Registry.with_builtins(),
+        )
+        self.state = LoopState(started_at=self.clock.now)
+
+    @staticmethod
+    def snapshot(workers: list[dict[str, Any]], conns: list[dict[str, Any]]) -> NativeSnapshot:
+        return NativeSnapshot(
+            workers=tuple(workers), connections={CLUSTER_CONNECTION: tuple(conns), CONNECTION: ()}
+        )
+
+    def step(self) -> LoopState:
+        self.state = self.daemon.iterate(self.state)
+        return self.state
+
+
+def _last_status(writer: Writer, key: str) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for k, status in writer.status:
+        if k == key:
+            merged.update(status)
+    return merged
+
+
+def test_native_objects_reach_the_program_and_their_status_turns_ready() -> None:
+    world = World(
+        [worker_obj("orders", ref=cluster_ref("prod")), worker_obj("stray", ref=UNKNOWN)],
+        [cluster_conn_obj("prod")],
+    )
+    world.step()
+
+    overlay = world.engine.last_overlay
+    assert [w["name"] for w in overlay.objects["workers"]] == ["orders"]
+    assert [c["name"] for c in overlay.objects["clusterConnections"]] == ["prod"]
+    assert world.writer.finalizers == [("prod", [FINALIZER])]
+    assert ("team/stray", "UnknownConnectionKind") in world.writer.events
+    stray = _last_status(world.writer, "team/stray")
+    assert stray["phase"] == "Failed"
+    assert {c["reason"] for c in stray["conditions"]} == {"UnknownConnectionKind"}
+    assert _last_status(world.writer, "team/orders")["phase"] == "Pending"
+
+    # The simulated cluster catches up: the Deployment is ready and a worker polls.
+    world.deployments["team/orders"] = (1, 1)
+    world.backlogs.pollers_by_queue["orders"] = 1
+    ups = len(world.engine.ups)
+    world.step()
+
+    orders = _last_status(world.writer, "team/orders")
+    assert orders["phase"] == "Ready"
+    assert orders["observedGeneration"] == 1
+    assert orders["observedConnectionRef"]["name"] == "prod"
+    assert len(world.engine.ups) == ups  # status needs no engine run
+
+    writes, events = len(world.writer.status), len(world.writer.events)
+    world.step()
+    assert len(world.writer.status) == writes  # nothing changed: no patch at all
+    assert len(world.writer.events) == events  # the same failure is reported once
+
+
+def test_the_finalizer_is_released_only_once_the_stack_no_longer_uses_the_connection() -> None:
+    world = World([worker_obj("orders", ref=cluster_ref("prod"))], [cluster_conn_obj("prod")])
+    world.step()
+    assert world.writer.finalizers == [("prod", [FINALIZER])]
+
+    # The worker goes and the connection is being deleted, but the up fails.
+    world.native.replace(
+        World.snapshot([], [cluster_conn_obj("prod", finalizers=[FINALIZER], deleting=True)])
+    )
+    world.engine.failures.append(RuntimeError("engine down"))
+    world.step()
+    assert world.writer.finalizers == [("prod", [FINALIZER])]  # still held
+
+    world.step()  # the retry succeeds: the stack no longer uses it
+    assert world.writer.finalizers[-1] == ("prod", [])
+
+
+def test_nothing_is_released_before_the_stack_was_applied_once() -> None:
+    world = World([], [cluster_conn_obj("prod", finalizers=[FINALIZER])])
+    world.engine.failures.append(RuntimeError("engine down"))
+    world.step()
+
+    assert world.writer.finalizers == []
+    world.step()
+    assert world.writer.finalizers == [("prod", [])]
+
+
+def test_a_failed_apply_is_an_event_on_the_workers_it_concerned() -> None:
+    world = World([worker_obj("orders", ref=cluster_ref("prod"))], [cluster_conn_obj("prod")])
+    world.engine.failures.append(RuntimeError("admission webhook said no"))
+    world.step()
+
+    assert ("team/orders", "ApplyFailed") in world.writer.events
+    status = _last_status(world.writer, "team/orders")
+    assert "observedGeneration" not in status  # the stack does not hold it yet

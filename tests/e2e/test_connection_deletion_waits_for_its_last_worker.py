@@ -140,7 +140,16 @@ def test_a_shared_cluster_connection_is_deleted_only_after_its_last_worker_moves
     )
     print(f"deletion completed {time.monotonic() - moved_at:.1f} s after the last move")
     assert kube.get_deployment(last, "w") is None
-    assert kube.get_deployment(elsewhere, "w") is not None
+    eventually(
+        lambda: kube.get_deployment(elsewhere, "w"),
+        timeout=90,
+        message="the worker moved to another namespace never got its Deployment there",
+    )
+    eventually(
+        lambda: FINALIZER in _finalizers(kubectl.get_json("connection", "local", "-n", elsewhere)),
+        timeout=30,
+        message="the moved worker's Connection never got the finalizer",
+    )
     for ns in namespaces[:4]:
         dep = kube.get_deployment(ns, "w")
         assert dep is not None, ns

@@ -180,3 +180,38 @@ def test_a_failed_apply_is_an_event_on_the_workers_it_concerned() -> None:
     assert ("team/orders", "ApplyFailed") in world.writer.events
     status = _last_status(world.writer, "team/orders")
     assert "observedGeneration" not in status  # the stack does not hold it yet
+
+
+def test_a_status_changed_by_someone_else_is_corrected_once_the_watch_shows_it() -> None:
+    world = World([worker_obj("orders", ref=cluster_ref("prod"))], [cluster_conn_obj("prod")])
+    world.deployments["team/orders"] = (1, 1)
+    world.backlogs.pollers_by_queue["orders"] = 1
+    world.step()
+    world.step()
+    written = _last_status(world.writer, "team/orders")
+    assert written["phase"] == "Ready"
+
+    # The watch delivers the object with our status, then with someone else's edit.
+    seen = worker_obj("orders", ref=cluster_ref("prod"), status=dict(written))
+    world.native.replace(World.snapshot([seen], [cluster_conn_obj("prod", finalizers=[FINALIZER])]))
+    writes = len(world.writer.status)
+    world.step()
+    assert len(world.writer.status) == writes
+    edited = worker_obj("orders", ref=cluster_ref("prod"), status={**written, "phase": "Pending"})
+    world.native.replace(
+        World.snapshot([edited], [cluster_conn_obj("prod", finalizers=[FINALIZER])])
+    )
+    world.step()
+
+    assert world.writer.status[-1] == ("team/orders", {"phase": "Ready"})
+
+
+def test_a_lasting_apply_failure_is_one_event_until_it_changes() -> None:
+    world = World([worker_obj("orders", ref=cluster_ref("prod"))], [cluster_conn_obj("prod")])
+    world.engine.failures.extend([RuntimeError("no"), RuntimeError("no")])
+    world.step()
+    world.clock.now += 60  # past the backoff
+    world.step()
+
+    assert len(world.engine.ups) == 2  # both attempts failed
+    assert world.writer.events.count(("team/orders", "ApplyFailed")) == 1

@@ -258,6 +258,7 @@ class Daemon:
         self._reported_native: dict[str, tuple[str, str]] = {}
         self._pending_events: list[tuple[NativeObject, str, str]] = []
         self._written: dict[str, dict[str, Any]] = {}
+        self._apply_failed: dict[str, str] = {}
         self.metrics.leader.labels(stack).set(0)
 
     # --------------------------------------------------------------- control
@@ -315,6 +316,10 @@ class Daemon:
             "appliedHash": state.applied.fleet if state and state.applied else None,
             "blockedHash": state.blocked if state is not None else None,
             "invalidQueueObjects": dict(self._reported_invalid),
+            "rejectedObjects": {
+                key: {"reason": reason, "message": _shorten(message, 500)}
+                for key, (reason, message) in sorted(self._reported_native.items())
+            },
             "workers": {
                 key: {"desired": desired, "current": self._observed.get(key)}
                 for key, desired in sorted(self._desired.items())
@@ -681,6 +686,8 @@ class Daemon:
         if outcome.ok and applied is not None and applied.fleet == plan.desired.fleet:
             self._applied_refs = frozenset(native.references.values())
         self._report_native(native)
+        if outcome.ok:
+            self._apply_failed.clear()
         if not outcome.ok and decision is not None and decision.action is not ReconcileAction.SKIP:
             changed = decision.workers if decision.action is ReconcileAction.TARGETED else None
             for key, obj in native.workers.accepted.items():
@@ -719,10 +726,11 @@ class Daemon:
         )
 
     def _event_once(self, obj: NativeObject, reason: str, message: str) -> None:
-        key = f"{obj.kind} {obj.key} {reason}"
-        if self._reported_native.get(key) == (reason, message):
+        # Once per object and message while the failure lasts (cleared on success).
+        key = f"{obj.kind} {obj.key}"
+        if self._apply_failed.get(key) == message:
             return
-        self._reported_native[key] = (reason, message)
+        self._apply_failed[key] = message
         self._pending_events.append((obj, reason, message))
 
     def _flush_events(self) -> None:
@@ -765,6 +773,11 @@ class Daemon:
             if obj.deleting:
                 continue
             seen.add(obj.uid)
+            written = self._written.get(obj.uid)
+            if written is not None and all(obj.status.get(k) == v for k, v in written.items()):
+                # The watch caught up with our writes: read the object itself again, so
+                # a status someone else changed is noticed (and corrected).
+                del self._written[obj.uid]
             previous = {**obj.status, **self._written.get(obj.uid, {})}
             key = obj.key
             if key in rejected:

@@ -315,7 +315,7 @@ class ObjectWatcher:
             )
             self._replace({})
             return ""
-        items = {object_key(o): o for o in result.get("items", [])}
+        items = {_watch_key(o): o for o in result.get("items", [])}
         self._replace(items)
         return str((result.get("metadata") or {}).get("resourceVersion", ""))
 
@@ -327,7 +327,7 @@ class ObjectWatcher:
             self._wakeup.set()
 
     def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
-        key = object_key(obj)
+        key = _watch_key(obj)
         with self._lock:
             current = dict(self._objects or {})
             before = current.get(key)
@@ -424,6 +424,14 @@ class QueueWatcher(ObjectWatcher):
             retry_delay=retry_delay,
             clock=clock,
         )
+
+
+def _watch_key(obj: Mapping[str, Any]) -> str:
+    # Cluster-scoped objects have no namespace: their name alone is the key.
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    if isinstance(meta, Mapping) and not meta.get("namespace") and meta.get("name"):
+        return str(meta["name"])
+    return object_key(obj)
 
 
 def _labels_and_spec(obj: Mapping[str, Any]) -> object:

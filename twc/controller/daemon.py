@@ -259,6 +259,7 @@ class Daemon:
         self._pending_events: list[tuple[NativeObject, str, str]] = []
         self._written: dict[str, dict[str, Any]] = {}
         self._apply_failed: dict[str, str] = {}
+        self._metric_kinds: set[str] = set()
         self.metrics.leader.labels(stack).set(0)
 
     # --------------------------------------------------------------- control
@@ -717,8 +718,9 @@ class Daemon:
         for key in set(self._reported_native) - set(now):
             logger.info("[%s] %s no longer rejected (or gone)", self.stack, key)
         self._reported_native = {k: (r.reason, r.message) for k, r in now.items()}
-        kinds = {WORKER_KIND, *(o.kind for o in native.objects)}
-        for kind in kinds:
+        # Kinds seen before stay labelled, so a gauge falls back to 0 when they go.
+        self._metric_kinds |= {WORKER_KIND, *(o.kind for o in native.objects)}
+        for kind in self._metric_kinds:
             count = sum(1 for r in native.rejected if r.obj.kind == kind)
             self.metrics.invalid_objects.labels(self.stack, kind).set(count)
         self.metrics.native_objects.labels(self.stack, WORKER_KIND).set(

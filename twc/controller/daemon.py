@@ -353,7 +353,8 @@ class Daemon:
                     ok = state.last_outcome is not None and state.last_outcome.ok
                     return self.exit_code or (0 if ok else 1)
                 delay = state.next_delay(now=self._clock(), settings=self.settings)
-                self._sleep(delay, self.wakeup)
+                if self._sleep(delay, self.wakeup):
+                    self._settle()
         except BaseException as exc:
             self._crashed = exc
             raise
@@ -366,6 +367,18 @@ class Daemon:
                 self._loop = None
         logger.info("[%s] stopped", self.stack)
         return self.exit_code
+
+    def _settle(self, quiet: float = 0.3, limit: float = 2.0) -> None:
+        # A `kubectl apply` of several objects arrives as a burst of watch events; wait
+        # until the burst is over (a quiet moment, at most `limit` seconds) so that one
+        # up covers all of it rather than one up per object.
+        deadline = self._clock() + limit
+        while not self._stop.is_set() and self._clock() < deadline:
+            self.wakeup.clear()
+            if not self._sleep(quiet, self.wakeup):
+                return
+        if self._stop.is_set():
+            self.wakeup.set()
 
     def _await_first_list(self, timeout: float = 10.0) -> None:
         # The watch lists in its own thread; give it a moment so the first iteration

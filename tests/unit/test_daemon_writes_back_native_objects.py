@@ -215,3 +215,33 @@ def test_a_lasting_apply_failure_is_one_event_until_it_changes() -> None:
 
     assert len(world.engine.ups) == 2  # both attempts failed
     assert world.writer.events.count(("team/orders", "ApplyFailed")) == 1
+
+
+def test_a_write_that_fails_for_one_object_does_not_hold_up_the_others() -> None:
+    world = World(
+        [worker_obj("a", ref=cluster_ref("one")), worker_obj("b", ref=cluster_ref("two"))],
+        [cluster_conn_obj("one"), cluster_conn_obj("two")],
+    )
+    calls: list[str] = []
+    record_finalizers = world.writer.set_finalizers
+    record_status = world.writer.patch_status
+
+    def conflict_on_one(obj: NativeObject, finalizers: list[str]) -> None:
+        calls.append(obj.key)
+        if obj.key == "one":
+            raise RuntimeError("409 Conflict")
+        record_finalizers(obj, finalizers)
+
+    def gone_a(obj: NativeObject, patch: Mapping[str, Any]) -> None:
+        if obj.key == "team/a":
+            raise RuntimeError("404 Not Found")
+        record_status(obj, patch)
+
+    world.writer.set_finalizers = conflict_on_one  # type: ignore[method-assign]
+    world.writer.patch_status = gone_a  # type: ignore[method-assign]
+    state = world.step()
+
+    assert state.last_outcome is not None and state.last_outcome.ok
+    assert calls == ["one", "two"]
+    assert world.writer.finalizers == [("two", [FINALIZER])]
+    assert [k for k, _ in world.writer.status] == ["team/b"]

@@ -767,7 +767,13 @@ class Daemon:
             updates = [(obj, fins) for obj, fins in updates if FINALIZER in fins]
         for obj, finalizers in updates:
             added = FINALIZER in finalizers
-            self._writer.set_finalizers(obj, finalizers)
+            try:
+                self._writer.set_finalizers(obj, finalizers)
+            except Exception as exc:
+                # A 409 (changed since read) or 404 (gone): the next iteration decides
+                # again from fresh objects. One object never holds up the others.
+                logger.warning("[%s] finalizers of %s not updated: %s", self.stack, obj, exc)
+                continue
             logger.info(
                 "[%s] %s %s: %s",
                 self.stack,
@@ -823,7 +829,11 @@ class Daemon:
             patch = status_patch(previous, desired)
             if patch is None:
                 continue
-            self._writer.patch_status(obj, patch)
+            try:
+                self._writer.patch_status(obj, patch)
+            except Exception as exc:
+                logger.warning("[%s] status of %s not written: %s", self.stack, obj, exc)
+                continue
             self._written[obj.uid] = {**self._written.get(obj.uid, {}), **patch["status"]}
             if "phase" in patch["status"]:
                 logger.info("[%s] TemporalWorker %s: %s", self.stack, key, desired["phase"])

@@ -1,0 +1,76 @@
+"""The native watch covers TemporalWorkers and every kind the registry knows."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any
+
+import pytest
+
+from tests.unit._native_objects import cluster_conn_obj, worker_obj
+from twc.connections import Registry
+from twc.controller.native_cluster import NativeWatch
+
+
+class Api:
+    """Lists per plural; a status code makes that list fail like the API server."""
+
+    def __init__(self, items: dict[str, list[dict[str, Any]]], fail: dict[str, int]) -> None:
+        self.items = items
+        self.fail = fail
+        self.listed: list[tuple[str, str]] = []
+
+    def list_cluster_custom_object(self, group: str, version: str, plural: str, **_: Any) -> Any:
+        self.listed.append((group, plural))
+        if plural in self.fail:
+            exc = RuntimeError(f"{self.fail[plural]}")
+            exc.status = self.fail[plural]  # type: ignore[attr-defined]
+            raise exc
+        return {"items": self.items.get(plural, []), "metadata": {"resourceVersion": "1"}}
+
+
+def _list_all(watch: NativeWatch) -> None:
+    for watcher in watch._all():
+        watcher._wakeup = threading.Event()
+        with contextlib.suppress(RuntimeError):
+            watcher.list_now()
+
+
+def test_every_kind_is_listed_and_cluster_scoped_objects_are_keyed_by_name() -> None:
+    api = Api(
+        {
+            "temporalworkers": [worker_obj("orders")],
+            "clusterconnections": [cluster_conn_obj("prod")],
+        },
+        {},
+    )
+    watch = NativeWatch(api, Registry.with_builtins().watched_kinds(), resync_interval=300)
+    assert watch.snapshot() is None
+
+    _list_all(watch)
+
+    snapshot = watch.snapshot()
+    assert snapshot is not None
+    assert [w["metadata"]["name"] for w in snapshot.workers] == ["orders"]
+    by_plural = {k.plural: v for k, v in snapshot.connections.items()}
+    assert [c["metadata"]["name"] for c in by_plural["clusterconnections"]] == ["prod"]
+    assert by_plural["connections"] == ()
+    assert sorted(api.listed) == [
+        ("temporal.io", "clusterconnections"),
+        ("temporal.io", "connections"),
+        ("temporal.kmsvc.io", "temporalworkers"),
+    ]
+
+
+@pytest.mark.parametrize(("status", "listed"), [(404, True), (403, False)])
+def test_a_missing_crd_is_no_objects_but_a_forbidden_list_is_not_knowing(
+    status: int, listed: bool
+) -> None:
+    api = Api({}, {"temporalworkers": status})
+    watch = NativeWatch(api, Registry.with_builtins().watched_kinds(), resync_interval=300)
+
+    _list_all(watch)
+
+    # Without knowing the TemporalWorkers the loop must not apply (it would delete them).
+    assert (watch.snapshot() is not None) is listed

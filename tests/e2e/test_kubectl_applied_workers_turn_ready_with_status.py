@@ -60,6 +60,10 @@ def test_a_kubectl_applied_worker_turns_ready_once_a_real_worker_polls(
         temporal_worker(namespace, "orders", task_queue, object_ref("ClusterConnection", conn)),
         # An unregistered kind: rejected alone, nothing created for it.
         temporal_worker(namespace, "stray", f"{task_queue}-x", object_ref("NoSuchKind", "x")),
+        # Admitted by the CRD, refused by the model (a Deployment name must be a label).
+        temporal_worker(
+            namespace, "bad.name", f"{task_queue}-y", object_ref("ClusterConnection", conn)
+        ),
     )
 
     eventually(
@@ -122,7 +126,19 @@ def test_a_kubectl_applied_worker_turns_ready_once_a_real_worker_polls(
     assert any(
         e.involved_object.name == "stray" and e.reason == "UnknownConnectionKind" for e in events
     ), [(e.involved_object.name, e.reason) for e in events]
-    assert daemon.value("twc_invalid_native_objects", kind="TemporalWorker") == 1
+    invalid = eventually(
+        lambda: (
+            (s := kubectl.get_json("temporalworker", "bad.name", "-n", namespace))
+            and (s.get("status") or {}).get("phase") == "Failed"
+            and s
+        ),
+        timeout=30,
+        message="the invalid worker never got a Failed status",
+    )
+    assert {c["reason"] for c in conditions(invalid).values()} == {"InvalidSpec"}
+    assert "DNS-1123 label" in conditions(invalid)["WorkerDeploymentReady"]["message"]
+    assert kube.get_deployment(namespace, "bad.name") is None
+    assert daemon.value("twc_invalid_native_objects", kind="TemporalWorker") == 2
     cc = kubectl.get_json("clusterconnection", conn)
     assert cc is not None and "temporal.io/delete-protection" in cc["metadata"]["finalizers"]
     print(f"deployment after {deployed:.1f} s, Ready after {became_ready:.1f} s")

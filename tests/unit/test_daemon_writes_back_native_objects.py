@@ -245,3 +245,21 @@ def test_a_write_that_fails_for_one_object_does_not_hold_up_the_others() -> None
     assert calls == ["one", "two"]
     assert world.writer.finalizers == [("two", [FINALIZER])]
     assert [k for k, _ in world.writer.status] == ["team/b"]
+
+
+def test_a_rejected_worker_hears_why_before_the_up_of_the_others_runs() -> None:
+    world = World(
+        [worker_obj("orders", ref=cluster_ref("prod")), worker_obj("stray", ref=UNKNOWN)],
+        [cluster_conn_obj("prod")],
+    )
+    during_up: list[tuple[list[str], list[tuple[str, str]]]] = []
+    world.engine.during_up = lambda: during_up.append(
+        ([k for k, _ in world.writer.status], list(world.writer.events))
+    )
+
+    world.step()
+
+    [(status_keys, events)] = during_up
+    assert status_keys == ["team/stray"]
+    assert events == [("team/stray", "UnknownConnectionKind")]
+    assert world.writer.events.count(("team/stray", "UnknownConnectionKind")) == 1

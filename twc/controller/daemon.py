@@ -429,6 +429,9 @@ class Daemon:
         try:
             plan = self.plan(state, now=started)
             state = state.with_scaling(plan.scaling)
+            if plan.native is not None and plan.native.rejected:
+                # Rejections need no engine: say so now, not after a long up.
+                self._write_rejected(plan.native)
             decision = decide_reconcile(
                 state.applied,
                 plan.desired,
@@ -782,16 +785,33 @@ class Daemon:
                 "referenced by a worker" if added else "no worker uses it any more",
             )
 
-    def _update_status(self, plan: Plan, native: NativePlan, applied: DesiredState | None) -> None:
+    def _write_rejected(self, native: NativePlan) -> None:
+        self._report_native(native)
+        if self._writer is None:
+            return
+        self._flush_events()
+        try:
+            self._update_status(None, native, None, only_rejected=True)
+        except Exception as exc:
+            logger.warning("[%s] status write-back failed (retrying): %s", self.stack, exc)
+
+    def _update_status(
+        self,
+        plan: Plan | None,
+        native: NativePlan,
+        applied: DesiredState | None,
+        *,
+        only_rejected: bool = False,
+    ) -> None:
         assert self._writer is not None
         now = rfc3339(self._wall())
-        accepted = native.workers.accepted
+        accepted = {} if only_rejected else native.workers.accepted
         rejected = {r.obj.key: r for r in native.workers.rejected}
         deployments = self._read_deployments() if accepted else {}
-        pollers = self._check_pollers(plan, sorted(accepted))
+        pollers = self._check_pollers(plan, sorted(accepted)) if plan is not None else {}
         seen: set[str] = set()
         for obj in native.worker_objects:
-            if obj.deleting:
+            if obj.deleting or (only_rejected and obj.key not in rejected):
                 continue
             seen.add(obj.uid)
             written = self._written.get(obj.uid)
@@ -809,7 +829,7 @@ class Daemon:
                     message=_shorten(rejected[key].message, 900),
                     now=now,
                 )
-            elif key in accepted:
+            elif key in accepted and plan is not None:
                 in_stack = applied is not None and applied.workers.get(
                     key
                 ) == plan.desired.workers.get(key)
@@ -837,8 +857,9 @@ class Daemon:
             self._written[obj.uid] = {**self._written.get(obj.uid, {}), **patch["status"]}
             if "phase" in patch["status"]:
                 logger.info("[%s] TemporalWorker %s: %s", self.stack, key, desired["phase"])
-        for uid in set(self._written) - seen:
-            del self._written[uid]
+        if not only_rejected:
+            for uid in set(self._written) - seen:
+                del self._written[uid]
 
     def _read_deployments(self) -> Mapping[str, tuple[int, int]] | None:
         if self._deployments is None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import (
@@ -91,7 +92,20 @@ def test_a_shared_cluster_connection_is_deleted_only_after_its_last_worker_moves
             timeout=180,
             message=f"no Deployment in {ns}",
         )
-        copied = kube.core.read_namespaced_secret("temporal-mtls", ns)
+
+    def copies() -> list[Any] | None:
+        # The Deployments may come first (the daemon applies new workers early); the
+        # copies come with the up.
+        try:
+            return [kube.core.read_namespaced_secret("temporal-mtls", ns) for ns in namespaces]
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    for ns, copied in zip(
+        namespaces, eventually(copies, timeout=120, message="no secret copies"), strict=True
+    ):
         assert copied.metadata.labels["app.kubernetes.io/managed-by"] == "twc", ns
     print(f"five workers deployed in {time.monotonic() - started:.1f} s")
     eventually(

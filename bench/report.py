@@ -294,7 +294,7 @@ def findings(results: Mapping[str, Any]) -> list[str]:
             "runs the whole program and walks every registered resource before it reaches "
             "the new worker's, a few round trips deep (Queue component → worker component → "
             "ServiceAccount → Deployment). Targeting the new worker's resources did not help "
-            "when tried (URN globs: 9.0–9.7 s over 4 trials, outside this harness): untargeted "
+            "when tried (URN globs: 9.0 to 9.7 s over 4 trials, outside this harness): untargeted "
             "resources skip their provider calls, but the program still builds and registers "
             "all of them, and each round trip waits behind those registrations. The daemon "
             "now applies the new worker's ServiceAccount and Deployment itself, built by the "

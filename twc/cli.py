@@ -65,10 +65,28 @@ def _cmd_crds(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cluster_objects_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--cluster-objects",
+        dest="cluster_objects",
+        action="store_true",
+        default=None,
+        help="merge the cluster's Queue, TemporalWorker and connection objects as the "
+        "daemon does (default: when the daemon manages the stack)",
+    )
+    group.add_argument(
+        "--file-only",
+        dest="cluster_objects",
+        action="store_false",
+        help="the fleet file alone, even on a stack the daemon manages",
+    )
+
+
 def _cmd_up(args: argparse.Namespace) -> int:
     from twc.controller import commands
 
-    return commands.run_up(args.stack, args.fleet_file)
+    return commands.run_up(args.stack, args.fleet_file, cluster_objects=args.cluster_objects)
 
 
 def _cmd_preview(args: argparse.Namespace) -> int:
@@ -79,6 +97,7 @@ def _cmd_preview(args: argparse.Namespace) -> int:
         fmt=args.format,
         detailed=args.detailed_exitcode,
         fleet_file=args.fleet_file,
+        cluster_objects=args.cluster_objects,
     )
 
 
@@ -129,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="validate the fleet, then apply it (pulumi up) with progress")
     up.add_argument("--stack", required=True, help="stack (environment), e.g. local, dev, prod")
     up.add_argument("--fleet-file", default=None, help="fleet file (default stacks/<stack>.yaml)")
+    _cluster_objects_flags(up)
     up.set_defaults(func=_cmd_up)
 
     preview = sub.add_parser(
@@ -150,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     preview.add_argument(
         "--fleet-file", default=None, help="fleet file (default stacks/<stack>.yaml)"
     )
+    _cluster_objects_flags(preview)
     preview.set_defaults(func=_cmd_preview)
 
     status = sub.add_parser("status", help="per-worker phase, replicas, pollers, backlog")

@@ -282,4 +282,7 @@ def main() -> None:
     except TwcConnectionError as exc:
         raise pulumi.RunError(f"{exc.reason}: {exc}; nothing was changed") from None
     pulumi.export("fleetFile", file)
+    # Whether this run merged the cluster's objects (the daemon's runs always do):
+    # `twc up`/`preview` then merge them too, instead of deleting their workers.
+    pulumi.export("clusterObjects", bool(os.environ.get(OVERLAY_ENV)))
     pulumi.export("workers", statuses)

@@ -7,8 +7,12 @@ milliseconds with every problem listed, and nothing is applied.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import sys
-from collections.abc import Callable, Mapping
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -50,8 +54,23 @@ def stack_ref(stack: str, fleet_file: str | None = None) -> engine.StackRef:
     return engine.StackRef(name=stack, config=config, env=engine.local_stack_env(stack))
 
 
-def run_up(stack: str, fleet_file: str | None = None, out: TextIO = sys.stdout) -> int:
-    """``twc up``: validate, then ``pulumi up`` with the engine's progress shown."""
+def run_up(
+    stack: str,
+    fleet_file: str | None = None,
+    out: TextIO = sys.stdout,
+    *,
+    cluster_objects: bool | None = None,
+) -> int:
+    """``twc up``: validate, then ``pulumi up`` with the engine's progress shown.
+
+    Args:
+        stack: The stack (environment).
+        fleet_file: ``--fleet-file``; default ``stacks/<stack>.yaml``.
+        out: Where the engine's progress and the status table go.
+        cluster_objects: Merge the cluster's Queue, TemporalWorker and connection objects
+            as the daemon does: ``None`` when the daemon manages the stack (see
+            :func:`with_cluster_objects`).
+    """
     file = fleet_file_for(stack, fleet_file)
     if not validate_or_report(file):
         return 1
@@ -60,15 +79,82 @@ def run_up(stack: str, fleet_file: str | None = None, out: TextIO = sys.stdout) 
     from pulumi.automation import CommandError
 
     try:
-        result = engine.up(
-            stack_ref(stack, fleet_file), on_output=lambda line: print(line, file=out, flush=True)
-        )
+        with with_cluster_objects(stack_ref(stack, fleet_file), file, cluster_objects) as ref:
+            if ref is None:
+                return 1
+            result = engine.up(ref, on_output=lambda line: print(line, file=out, flush=True))
     except CommandError as exc:
         print(_engine_error(exc), file=sys.stderr)
         return 1
     workers = result.outputs["workers"].value if "workers" in result.outputs else {}
     print(format_status_table(workers), file=out)
     return 0
+
+
+MANAGED_OUTPUT = "clusterObjects"
+"""Stack output the program sets when its last run merged the cluster's objects."""
+
+
+@contextmanager
+def with_cluster_objects(
+    ref: engine.StackRef, file: str, wanted: bool | None, err: TextIO | None = None
+) -> Iterator[engine.StackRef | None]:
+    """``ref`` with the cluster's objects in a ``TWC_OVERLAY_FILE``, when wanted.
+
+    ``wanted=None`` decides from the stack: a stack whose last run merged them (the
+    daemon's runs always do; output :data:`MANAGED_OUTPUT`) gets them again, so a manual
+    ``up`` or a pull request's preview does not delete every worker that comes from the
+    cluster, nor reset autoscaled replicas. Yields ``None`` (after saying why) when they
+    are wanted but cannot be read: applying without them would delete those workers.
+    """
+    err = err if err is not None else sys.stderr
+    if wanted is None:
+        try:
+            wanted = bool(engine.outputs(ref).get(MANAGED_OUTPUT))
+        except Exception:  # a new stack, an unreachable backend: the engine will say
+            wanted = False
+    if not wanted:
+        yield ref
+        return
+    from twc.controller.cluster_objects import read_overlay
+    from twc.spec import load_fleet_file
+
+    path = file if Path(file).is_absolute() else str(engine.ROOT / file)
+    try:
+        client = _api_client(ref)
+        found = read_overlay(load_fleet_file(path), file=file, api_client=client)
+        client.close()
+    except Exception as exc:
+        print(
+            f"cannot read the cluster's Queue, TemporalWorker and connection objects: {exc}; "
+            "nothing was applied (--file-only ignores them)",
+            file=err,
+        )
+        yield None
+        return
+    print(found.summary(), file=err)
+    for line in found.rejected:
+        print(f"  left out: {line}", file=err)
+    with tempfile.TemporaryDirectory(prefix="twc-overlay-") as tmp:
+        overlay = Path(tmp) / "overlay.json"
+        overlay.write_text(json.dumps(found.overlay.to_json(), sort_keys=True))
+        env = {**(ref.env or {}), "TWC_OVERLAY_FILE": str(overlay)}
+        yield dataclasses.replace(ref, env=env)
+
+
+def _api_client(ref: engine.StackRef) -> Any:
+    """A Kubernetes client for the stack's cluster (the engine's ``KUBECONFIG``)."""
+    kubeconfig = (ref.env or {}).get("KUBECONFIG")
+    if kubeconfig:
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=kubeconfig)
+    from twc.controller.cluster import api_client_from_environment
+
+    client = api_client_from_environment()
+    if client is None:
+        raise LookupError("no kubeconfig and not in a cluster")
+    return client
 
 
 def _ensure_local_namespaces(file: str) -> None:

@@ -29,10 +29,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from twc.connections import Registry, default_registry, resolve_fleet_connections
+from twc.connections import Registry, default_registry
 from twc.controller.automation import Overlay, StackEngine
 from twc.controller.autoscale import ScaleDecision, ScalingState, WorkerScaleInput, scale_fleet
 from twc.controller.backlog import BacklogSource, SecretReader, worker_key
+from twc.controller.cluster_objects import merge_cluster_objects
 from twc.controller.desired import (
     DesiredState,
     ReconcileAction,
@@ -61,8 +62,6 @@ from twc.controller.native import (
     RejectedObject,
     finalizer_updates,
     identity_key,
-    merge_connection_objects,
-    merge_worker_objects,
 )
 from twc.controller.native_cluster import NativeSource, NativeWriter, rfc3339
 from twc.controller.native_status import (
@@ -79,7 +78,7 @@ from twc.controller.outcome import (
     TemporaryError,
     outcome_of,
 )
-from twc.controller.queues import MergedFleet, QueueSource, merge_queue_objects
+from twc.controller.queues import MergedFleet, QueueSource
 from twc.controller.sampling import RateLimiter, TaskQueueRef, TokenBucket, sample_backlogs
 from twc.controller.settings import DaemonSettings
 from twc.spec import Fleet, ResolvedWorker
@@ -488,14 +487,15 @@ class Daemon:
                 raise TemporaryError("TemporalWorker and connection objects not listed yet")
             snapshot = found
         registry = self._registry or default_registry()
-        conns = merge_connection_objects(fleet, snapshot.connections, file=self._file)
-        merged = merge_queue_objects(conns.fleet, objects, file=self._file)
-        self._report_invalid(merged)
-        resolve_fleet_connections(merged.fleet, file=self._file, registry=registry)
-        natives = merge_worker_objects(
-            merged.fleet, snapshot.workers, registry=registry, file=self._file
+        cluster_merge = merge_cluster_objects(
+            fleet, objects, snapshot, registry=registry, file=self._file
         )
-        merged = replace(merged, fleet=natives.fleet)
+        conns, merged, natives = (
+            cluster_merge.connections,
+            cluster_merge.merged,
+            cluster_merge.workers,
+        )
+        self._report_invalid(merged)
         workers = {worker_key(w): w for w in merged.fleet.resolved_workers()}
         native_plan: NativePlan | None = None
         if self._native is not None:
@@ -574,11 +574,7 @@ class Daemon:
             merged=merged,
             workers=workers,
             desired=desired,
-            overlay=Overlay(
-                queues=merged.accepted,
-                replicas=scaled,
-                objects={**conns.entries, **natives.entries},
-            ),
+            overlay=cluster_merge.overlay(scaled),
             replicas=replicas,
             current={k: v for k, v in observed.items() if k in workers},
             decisions=decisions,

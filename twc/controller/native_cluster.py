@@ -153,6 +153,14 @@ class NativeWatch:
         for watcher in self._all():
             watcher.stop()
 
+    def list_now(self) -> NativeSnapshot:
+        """List every kind once (no watch): the snapshot of a one-shot command."""
+        for watcher in self._all():
+            watcher.list_now()
+        found = self.snapshot()
+        assert found is not None  # every watcher was just listed
+        return found
+
     def snapshot(self) -> NativeSnapshot | None:
         """The objects of every kind, or ``None`` until each was listed once."""
         workers = self._workers.snapshot()

@@ -41,6 +41,7 @@ def run_preview(
     fleet_file: str | None = None,
     out: TextIO | None = None,
     err: TextIO | None = None,
+    cluster_objects: bool | None = None,
 ) -> int:
     """``twc preview``: validate, preview, print the report; returns the exit code.
 
@@ -51,6 +52,8 @@ def run_preview(
         fleet_file: ``--fleet-file``; default ``stacks/<stack>.yaml``.
         out: Where the report goes (default standard output).
         err: Where validation errors go (default standard error).
+        cluster_objects: Merge the cluster's Queue, TemporalWorker and connection objects
+            as the daemon does; ``None``: when the daemon manages the stack.
 
     Returns:
         0 no changes (or changes without ``detailed``), 2 changes with ``detailed``,
@@ -63,7 +66,12 @@ def run_preview(
         return EXIT_ERROR
     if not commands.validate_or_report(commands.fleet_file_for(stack, fleet_file), err):
         return EXIT_ERROR
-    report = preview_report(commands.stack_ref(stack, fleet_file))
+    file = commands.fleet_file_for(stack, fleet_file)
+    ref = commands.stack_ref(stack, fleet_file)
+    with commands.with_cluster_objects(ref, file, cluster_objects, err) as merged:
+        if merged is None:
+            return EXIT_ERROR
+        report = preview_report(merged)
     print(render(report, fmt), end="", file=out, flush=True)
     return exit_code(report, detailed)
 

@@ -10,6 +10,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,11 +78,21 @@ def pulumi_env(local_env: LocalEnvironment) -> dict[str, str]:
 
 
 @pytest.fixture
-def namespace(kube: object) -> str:
-    """A fresh namespace for one test."""
+def namespace(kube: Any) -> Iterator[str]:
+    """A fresh namespace for one test.
+
+    At teardown its Queue and TemporalWorker objects are deleted: daemons list them
+    cluster-wide, so one test's objects must not turn up in the next test's daemon.
+    """
     name = f"t-{uuid.uuid4().hex[:8]}"
-    kube.ensure_namespace(name)  # type: ignore[attr-defined]
-    return name
+    kube.ensure_namespace(name)
+    yield name
+    for group, plural in (("kmsvc.io", "queues"), ("temporal.kmsvc.io", "temporalworkers")):
+        try:
+            kube.custom.delete_collection_namespaced_custom_object(group, "v1", name, plural)
+        except Exception as exc:  # a CRD this environment does not serve
+            if getattr(exc, "status", None) != 404:
+                raise
 
 
 @pytest.fixture

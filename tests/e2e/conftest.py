@@ -124,6 +124,49 @@ def fleet_doc(
     return doc
 
 
+def queue_object(namespace: str, name: str, partitions: int = 1) -> dict[str, Any]:
+    """A kmsvc Queue object labelled for a worker."""
+    return {
+        "apiVersion": "kmsvc.io/v1",
+        "kind": "Queue",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"temporal.io/worker-enabled": "true"},
+        },
+        "spec": {"partitions": partitions},
+    }
+
+
+def create_queue(kube: Any, namespace: str, name: str, partitions: int = 1) -> None:
+    """Create a labelled Queue object in the cluster."""
+    body = queue_object(namespace, name, partitions)
+    kube.custom.create_namespaced_custom_object("kmsvc.io", "v1", namespace, "queues", body)
+
+
+def create_tls_secret(
+    kube: Any, namespace: str, *, crt: str = "crt", key: str = "key", name: str = "temporal-mtls"
+) -> None:
+    """Create a ``kubernetes.io/tls`` Secret (the mTLS credentials of a connection)."""
+    kube.core.create_namespaced_secret(
+        namespace,
+        {
+            "metadata": {"name": name},
+            "type": "kubernetes.io/tls",
+            "stringData": {"tls.crt": crt, "tls.key": key},
+        },
+    )
+
+
+@pytest.fixture
+def daemons(tmp_path: Path, pulumi_env: dict[str, str]) -> Iterator[Any]:
+    """Runs ``twc run`` processes (``tests.e2e.daemon_process.Daemons``); stops them and
+    removes their stacks at teardown."""
+    from tests.e2e.daemon_process import run_daemons
+
+    yield from run_daemons(tmp_path, pulumi_env)
+
+
 def credentialed_fleet(namespace: str, address: str, source: str) -> dict[str, Any]:
     """Two workers in ``namespace``: ``mtls`` on the ClusterConnection ``local`` (mTLS,
     secret ``temporal-mtls`` copied from ``source``) and ``keyed`` on the Connection

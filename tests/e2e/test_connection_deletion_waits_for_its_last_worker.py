@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.conftest import fleet_doc
+from tests.e2e.conftest import create_tls_secret, fleet_doc
 from tests.e2e.daemon_process import (
     Daemons,
     eventually,
-    run_daemons,
     settle,
     wait_for_success,
 )
@@ -32,11 +29,6 @@ from twc.local import LocalEnvironment
 pytestmark = pytest.mark.e2e
 
 FINALIZER = "temporal.io/delete-protection"
-
-
-@pytest.fixture
-def daemons(tmp_path: Path, pulumi_env: dict[str, str]) -> Iterator[Daemons]:
-    yield from run_daemons(tmp_path, pulumi_env)
 
 
 @pytest.fixture
@@ -63,14 +55,7 @@ def test_a_shared_cluster_connection_is_deleted_only_after_its_last_worker_moves
     elsewhere = f"moved-{run}"
     for ns in (source, elsewhere, *namespaces):
         kube.ensure_namespace(ns)
-    kube.core.create_namespaced_secret(
-        source,
-        {
-            "metadata": {"name": "temporal-mtls"},
-            "type": "kubernetes.io/tls",
-            "stringData": {"tls.crt": "crt", "tls.key": "key"},
-        },
-    )
+    create_tls_secret(kube, source)
     fs = daemons.stack(fleet_doc(namespaces[0], host_port=address))
     daemon = daemons.start(fs)
     wait_for_success(daemon)

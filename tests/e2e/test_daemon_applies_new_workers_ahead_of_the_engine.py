@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import credentialed_fleet
-from tests.e2e.daemon_process import Daemons, eventually, run_daemons, wait_for_success
+from tests.e2e.conftest import create_queue, create_tls_secret, credentialed_fleet
+from tests.e2e.daemon_process import Daemons, eventually, wait_for_success
 from twc.controller.early import EARLY_FIELD_MANAGER
 from twc.local import LocalEnvironment
 
@@ -20,11 +19,6 @@ pytestmark = pytest.mark.e2e
 
 TLS_CRT = "-----BEGIN CERTIFICATE-----\nMIIBearly\n-----END CERTIFICATE-----\n"
 TLS_KEY = "-----BEGIN PRIVATE KEY-----\nMIIEearly\n-----END PRIVATE KEY-----\n"
-
-
-@pytest.fixture
-def daemons(tmp_path: Path, pulumi_env: dict[str, str]) -> Iterator[Daemons]:
-    yield from run_daemons(tmp_path, pulumi_env)
 
 
 def _managers(obj: dict[str, Any]) -> set[str]:
@@ -39,14 +33,7 @@ def test_new_workers_are_applied_ahead_and_the_engine_adopts_them_without_a_roll
 ) -> None:
     source = f"{namespace}-src"
     kube.ensure_namespace(source)
-    kube.core.create_namespaced_secret(
-        source,
-        {
-            "metadata": {"name": "temporal-mtls"},
-            "type": "kubernetes.io/tls",
-            "stringData": {"tls.crt": TLS_CRT, "tls.key": TLS_KEY},
-        },
-    )
+    create_tls_secret(kube, source, crt=TLS_CRT, key=TLS_KEY)
     kube.core.create_namespaced_secret(
         namespace, {"metadata": {"name": "temporal-api-key"}, "stringData": {"api-key": "k1"}}
     )
@@ -88,22 +75,7 @@ def test_new_workers_are_applied_ahead_and_the_engine_adopts_them_without_a_roll
 
     add_and_wait(
         "worker-orders",
-        lambda: kube.custom.create_namespaced_custom_object(
-            "kmsvc.io",
-            "v1",
-            namespace,
-            "queues",
-            {
-                "apiVersion": "kmsvc.io/v1",
-                "kind": "Queue",
-                "metadata": {
-                    "name": "orders",
-                    "namespace": namespace,
-                    "labels": {"temporal.io/worker-enabled": "true"},
-                },
-                "spec": {"partitions": 2},
-            },
-        ),
+        lambda: create_queue(kube, namespace, "orders", partitions=2),
         released=2,
     )
     add_and_wait("keyed-2", lambda: fs.write(grown) and None, released=4)

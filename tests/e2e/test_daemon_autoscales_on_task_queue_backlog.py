@@ -7,16 +7,14 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.client import Client
 
 from tests.e2e.conftest import fleet_doc
-from tests.e2e.daemon_process import FAST, Daemons, eventually, run_daemons, wait_for_success
+from tests.e2e.daemon_process import FAST, Daemons, eventually, wait_for_success
 from twc.local import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
@@ -26,11 +24,6 @@ WORKFLOWS = 200
 WINDOW = 15  # the (shortened) scale-down stabilization window, in seconds
 # One `up` of a single worker on this test bed, with room for a loaded machine.
 ONE_UP = 60.0
-
-
-@pytest.fixture
-def daemons(tmp_path: Path, pulumi_env: dict[str, str]) -> Iterator[Daemons]:
-    yield from run_daemons(tmp_path, pulumi_env)
 
 
 async def _start(address: str, task_queue: str, ids: list[str]) -> None:

@@ -2,35 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import fleet_doc
-from tests.e2e.daemon_process import Daemons, eventually, run_daemons, settle, wait_for_success
+from tests.e2e.conftest import fleet_doc, queue_object
+from tests.e2e.daemon_process import Daemons, eventually, settle, wait_for_success
 from twc.local import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def daemons(tmp_path: Path, pulumi_env: dict[str, str]) -> Iterator[Daemons]:
-    yield from run_daemons(tmp_path, pulumi_env)
-
-
-def _queue(namespace: str, name: str, partitions: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "kmsvc.io/v1",
-        "kind": "Queue",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {"temporal.io/worker-enabled": "true"},
-        },
-        "spec": {"partitions": partitions},
-    }
 
 
 def test_a_labelled_queue_object_yields_a_worker_and_deleting_it_removes_the_worker(
@@ -54,9 +34,9 @@ def test_a_labelled_queue_object_yields_a_worker_and_deleting_it_removes_the_wor
     ups_before = daemon.ups()
 
     create = kube.custom.create_namespaced_custom_object
-    create("kmsvc.io", "v1", namespace, "queues", _queue(namespace, "orders", 2))
+    create("kmsvc.io", "v1", namespace, "queues", queue_object(namespace, "orders", 2))
     # A Kubernetes-valid name that is not a DNS label: twc must skip it, not stall.
-    create("kmsvc.io", "v1", namespace, "queues", _queue(namespace, "bad.name", 1))
+    create("kmsvc.io", "v1", namespace, "queues", queue_object(namespace, "bad.name", 1))
 
     derived = eventually(
         lambda: kube.get_deployment(namespace, "worker-orders"),

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.e2e.conftest import fleet_doc
-from tests.e2e.daemon_process import Daemons, eventually, run_daemons, wait_for_success
+from tests.e2e.daemon_process import Daemons, eventually, wait_for_success
 from twc.local import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def daemons(tmp_path: Path, pulumi_env: dict[str, str]) -> Iterator[Daemons]:
-    yield from run_daemons(tmp_path, pulumi_env)
 
 
 def test_a_daemon_killed_during_an_up_is_restarted_and_the_stack_converges(

@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import fleet_doc
-from tests.e2e.daemon_process import FAST, Daemons, eventually, run_daemons, wait_for_success
+from tests.e2e.conftest import create_queue, fleet_doc
+from tests.e2e.daemon_process import FAST, Daemons, eventually, wait_for_success
 from twc.local import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
 
 LEASE = {"lease_duration": 6.0, "renew_deadline": 4.0, "retry_period": 0.5}
-
-
-@pytest.fixture
-def daemons(tmp_path: Path, pulumi_env: dict[str, str]) -> Iterator[Daemons]:
-    yield from run_daemons(tmp_path, pulumi_env)
 
 
 def test_a_second_daemon_never_applies_while_the_first_holds_the_lease_and_takes_over(
@@ -47,13 +40,7 @@ def test_a_second_daemon_never_applies_while_the_first_holds_the_lease_and_takes
     eventually(lambda: "standby" in second.text(), timeout=30, message="never a standby")
 
     # A change while both run: only the leader applies it.
-    queue = {
-        "apiVersion": "kmsvc.io/v1",
-        "kind": "Queue",
-        "metadata": {"name": "orders", "labels": {"temporal.io/worker-enabled": "true"}},
-        "spec": {"partitions": 1},
-    }
-    kube.custom.create_namespaced_custom_object("kmsvc.io", "v1", namespace, "queues", queue)
+    create_queue(kube, namespace, "orders")
     eventually(
         lambda: kube.get_deployment(namespace, "worker-orders"),
         timeout=90,

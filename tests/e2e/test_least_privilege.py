@@ -20,7 +20,7 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.conftest import fleet_doc
+from tests.e2e.conftest import create_queue, create_tls_secret, fleet_doc
 from twc.controller.engine import ROOT
 from twc.local import LocalEnvironment
 from twc.local.environment import free_port
@@ -101,14 +101,7 @@ def test_the_daemon_reconciles_a_fleet_with_exactly_the_deployed_cluster_role(
     address = local_env.temporal_address()
     source = f"{namespace}-src"
     kube.ensure_namespace(source)
-    kube.core.create_namespaced_secret(
-        source,
-        {
-            "metadata": {"name": "temporal-mtls"},
-            "type": "kubernetes.io/tls",
-            "stringData": {"tls.crt": "crt", "tls.key": "key"},
-        },
-    )
+    create_tls_secret(kube, source)
     kube.core.create_namespaced_secret(
         namespace, {"metadata": {"name": "api-key"}, "stringData": {"api-key": "k"}}
     )
@@ -143,17 +136,7 @@ def test_the_daemon_reconciles_a_fleet_with_exactly_the_deployed_cluster_role(
             "apiKeySecretRef": {"name": "api-key", "key": "api-key"},
         }
     ]
-    queue = {
-        "apiVersion": "kmsvc.io/v1",
-        "kind": "Queue",
-        "metadata": {
-            "name": "events",
-            "namespace": namespace,
-            "labels": {"temporal.io/worker-enabled": "true"},
-        },
-        "spec": {"partitions": 2},
-    }
-    kube.custom.create_namespaced_custom_object("kmsvc.io", "v1", namespace, "queues", queue)
+    create_queue(kube, namespace, "events", partitions=2)
     fs = fleet_stack(fleet)
     restricted = _restricted_kubeconfig(local_env, kube, tmp_path, namespace)
     as_daemon = Kube(restricted)

@@ -6,24 +6,18 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import fleet_doc
-from tests.e2e.daemon_process import Daemons, eventually, run_daemons, settle, wait_for_success
+from tests.e2e.conftest import create_queue, fleet_doc
+from tests.e2e.daemon_process import Daemons, eventually, settle, wait_for_success
 from tests.e2e.native import object_ref, temporal_worker
 from twc.controller import commands, preview_cmd
 from twc.local import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def daemons(tmp_path: Path, pulumi_env: dict[str, str]) -> Iterator[Daemons]:
-    yield from run_daemons(tmp_path, pulumi_env)
 
 
 @pytest.fixture(autouse=True)
@@ -61,22 +55,7 @@ def test_preview_and_up_of_a_daemon_managed_stack_keep_queue_and_temporalworker_
     fs = daemons.stack(fleet)
     daemon = daemons.start(fs)
     wait_for_success(daemon)
-    kube.custom.create_namespaced_custom_object(
-        "kmsvc.io",
-        "v1",
-        namespace,
-        "queues",
-        {
-            "apiVersion": "kmsvc.io/v1",
-            "kind": "Queue",
-            "metadata": {
-                "name": "orders",
-                "namespace": namespace,
-                "labels": {"temporal.io/worker-enabled": "true"},
-            },
-            "spec": {"partitions": 1},
-        },
-    )
+    create_queue(kube, namespace, "orders")
     conn = fleet["clusterConnections"][0]["name"]
     kube.custom.create_namespaced_custom_object(
         "temporal.kmsvc.io",

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import credentialed_fleet
+from tests.e2e.conftest import create_tls_secret, credentialed_fleet
 from twc.controller import commands
 from twc.local import LocalEnvironment
 
@@ -67,14 +67,7 @@ def test_no_output_log_error_or_state_file_shows_the_api_key_or_the_tls_key(
     address = local_env.temporal_address()
     source = f"{namespace}-src"
     kube.ensure_namespace(source)
-    kube.core.create_namespaced_secret(
-        source,
-        {
-            "metadata": {"name": "temporal-mtls"},
-            "type": "kubernetes.io/tls",
-            "stringData": {"tls.crt": TLS_CRT, "tls.key": TLS_KEY},
-        },
-    )
+    create_tls_secret(kube, source, crt=TLS_CRT, key=TLS_KEY)
     kube.core.create_namespaced_secret(
         namespace,
         {"metadata": {"name": "temporal-api-key"}, "stringData": {"api-key": API_KEY}},

@@ -90,3 +90,29 @@ def test_the_decision_for_an_unchanged_fleet_is_skip() -> None:
     assert plan.desired == state.applied
     decision = decide_reconcile(state.applied, plan.desired, target_threshold=3)
     assert decision.action is ReconcileAction.SKIP
+
+
+def test_removing_the_last_worker_of_a_namespace_runs_a_full_up_for_its_connection() -> None:
+    # The connection's per-namespace resources (secret copy, fingerprint) go too: a
+    # targeted up of the worker alone would leave them behind.
+    fleet = fleet_data(
+        workers=[
+            {"name": "a", "namespace": NS, "taskQueueName": "a"},
+            {"name": "c", "namespace": "other", "taskQueueName": "c"},
+            {"name": "b", "namespace": NS, "taskQueueName": "b"},
+        ]
+    )
+    h = make_daemon(fleet, settings=DaemonSettings(target_threshold=3))
+    h.engine.urns = {f"{NS}/a": ["urn:a"], f"{NS}/b": ["urn:b"], "other/c": ["urn:c"]}
+    h.step()
+
+    fleet["workers"].pop()  # b: `team` keeps worker a, so only b's resources change
+    h.clock.now += 30
+    h.step()
+    assert h.engine.ups[-1][1] == ["urn:b"]
+
+    fleet["workers"].pop()  # c, the last worker in `other`
+    h.clock.now += 30
+    h.step()
+    assert h.engine.ups[-1][1] is None
+    assert h.metrics.value("twc_engine_runs_total", mode="full") == 2

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from twc.builders import connection_name
 from twc.connections import Registry, default_registry
 from twc.controller.automation import Overlay, StackEngine
 from twc.controller.autoscale import ScaleDecision, ScalingState, WorkerScaleInput, scale_fleet
@@ -81,6 +82,7 @@ from twc.controller.outcome import (
 from twc.controller.queues import MergedFleet, QueueSource
 from twc.controller.sampling import RateLimiter, TaskQueueRef, TokenBucket, sample_backlogs
 from twc.controller.settings import DaemonSettings
+from twc.errors import TwcConnectionError
 from twc.spec import Fleet, ResolvedWorker
 from twc.spec.crds import CRD_VERSION, WORKER_GROUP, WORKER_KIND
 
@@ -592,7 +594,25 @@ class Daemon:
             "fleet": dump,
             "program": self._shared,
             "credentials": self._credential_digests(fleet, workers),
+            "placement": self._placement(fleet, workers),
         }
+
+    def _placement(
+        self, fleet: Fleet, workers: Mapping[str, ResolvedWorker]
+    ) -> dict[str, list[str]]:
+        # The namespaces each connection serves: the program copies its secret (and
+        # fingerprints it) per namespace, so a worker leaving the last one of them, or
+        # arriving in a new one, changes the connection's resources too. A targeted up
+        # of that worker alone would leave them behind: this makes it a full one.
+        registry = self._registry or default_registry()
+        placement: dict[str, set[str]] = {}
+        for worker in workers.values():
+            try:
+                name = connection_name(registry.resolve_worker(worker, fleet))
+            except TwcConnectionError:
+                continue  # reported where the worker is merged
+            placement.setdefault(name, set()).add(worker.namespace)
+        return {name: sorted(namespaces) for name, namespaces in sorted(placement.items())}
 
     def _credential_digests(
         self, fleet: Fleet, workers: Mapping[str, ResolvedWorker]

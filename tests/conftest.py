@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import delete_twc_objects
 from twc.local import LocalEnvironment, ToolMissingError, find_tool, project_root
 
 ROOT = project_root()
@@ -81,18 +82,14 @@ def pulumi_env(local_env: LocalEnvironment) -> dict[str, str]:
 def namespace(kube: Any) -> Iterator[str]:
     """A fresh namespace for one test.
 
-    At teardown its Queue and TemporalWorker objects are deleted: daemons list them
-    cluster-wide, so one test's objects must not turn up in the next test's daemon.
+    At teardown its Queue, TemporalWorker and Connection objects are deleted: daemons
+    list them cluster-wide, so one test's objects must not turn up in the next test's
+    daemon.
     """
     name = f"t-{uuid.uuid4().hex[:8]}"
     kube.ensure_namespace(name)
     yield name
-    for group, plural in (("kmsvc.io", "queues"), ("temporal.kmsvc.io", "temporalworkers")):
-        try:
-            kube.custom.delete_collection_namespaced_custom_object(group, "v1", name, plural)
-        except Exception as exc:  # a CRD this environment does not serve
-            if getattr(exc, "status", None) != 404:
-                raise
+    delete_twc_objects(kube, name)
 
 
 @pytest.fixture

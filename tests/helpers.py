@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -37,3 +37,30 @@ def assert_eventually(
         if time.monotonic() >= deadline:
             raise AssertionError(f"{message} within {timeout:.0f} s (last: {last!r})")
         time.sleep(interval)
+
+
+def delete_twc_objects(kube: Any, namespace: str) -> None:
+    """Delete the namespace's Queue, TemporalWorker and Connection objects (dropping the
+    delete-protection finalizer a daemon may have left on a Connection)."""
+    for group, plural in (
+        ("kmsvc.io", "queues"),
+        ("temporal.kmsvc.io", "temporalworkers"),
+        ("temporal.io", "connections"),
+    ):
+        try:
+            if plural == "connections":
+                found = kube.custom.list_namespaced_custom_object(group, "v1", namespace, plural)
+                for obj in found.get("items") or []:
+                    if obj["metadata"].get("finalizers"):
+                        kube.custom.patch_namespaced_custom_object(
+                            group,
+                            "v1",
+                            namespace,
+                            plural,
+                            obj["metadata"]["name"],
+                            {"metadata": {"finalizers": None}},
+                        )
+            kube.custom.delete_collection_namespaced_custom_object(group, "v1", namespace, plural)
+        except Exception as exc:  # a CRD this environment does not serve
+            if getattr(exc, "status", None) != 404:
+                raise

@@ -24,6 +24,7 @@ from tests.e2e.daemon_process import (
     wait_for_success,
 )
 from tests.e2e.native import Kubectl, cluster_connection, connection, object_ref, temporal_worker
+from tests.helpers import delete_twc_objects
 from twc.local import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
@@ -46,6 +47,7 @@ def test_a_shared_cluster_connection_is_deleted_only_after_its_last_worker_moves
     kubectl: Kubectl,
     task_queue: str,
     daemons: Daemons,
+    request: pytest.FixtureRequest,
 ) -> None:
     address = local_env.temporal_address()
     run = uuid.uuid4().hex[:6]
@@ -55,6 +57,8 @@ def test_a_shared_cluster_connection_is_deleted_only_after_its_last_worker_moves
     elsewhere = f"moved-{run}"
     for ns in (source, elsewhere, *namespaces):
         kube.ensure_namespace(ns)
+        # Daemons in later tests list these kinds cluster-wide.
+        request.addfinalizer(lambda ns=ns: delete_twc_objects(kube, ns))
     create_tls_secret(kube, source)
     fs = daemons.stack(fleet_doc(namespaces[0], host_port=address))
     daemon = daemons.start(fs)

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from tests.helpers import delete_twc_objects
 from twc.spec import API_GROUP, TemporalWorker
 from twc.spec.crds import CRD_VERSION, WORKER_GROUP, all_crds
 
@@ -31,10 +32,12 @@ def _name(prefix: str) -> str:
 
 
 @pytest.fixture
-def crd_namespace(kube: Any) -> str:
+def crd_namespace(kube: Any) -> Iterator[str]:
     name = _name("crds")
     kube.ensure_namespace(name)
-    return name
+    yield name
+    # Daemons in later tests list these kinds cluster-wide.
+    delete_twc_objects(kube, name)
 
 
 @pytest.fixture

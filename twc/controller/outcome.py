@@ -76,6 +76,8 @@ class FailureReason(StrEnum):
     """A :class:`PermanentError` was raised."""
     CONCURRENT_UPDATE = "ConcurrentUpdate"
     """Another update holds the stack's lock."""
+    STATE_BACKEND = "StateBackendUnwritable"
+    """The engine could not write the stack's state (permission denied, read-only)."""
     CONNECTION = "ConnectionFailed"
     """A connection was refused, reset or could not be opened."""
     TIMEOUT = "Timeout"
@@ -138,6 +140,8 @@ _CONNECTION_TEXT = (
     "broken pipe",
     "server is currently unable to handle the request",
 )
+# The backend's own files (lock, checkpoint, history) could not be written.
+_UNWRITABLE_TEXT = ("permission denied", "read-only file system")
 _TIMEOUT_TEXT = ("i/o timeout", "deadline exceeded", "timed out", "handshake timeout")
 # How far down `raise ... from` chains to look for a more telling cause.
 _MAX_CAUSE_DEPTH = 8
@@ -150,7 +154,8 @@ def classify(exc: BaseException) -> Classification:
     what they say; a class named ``ConcurrentUpdateError`` (Pulumi's stack lock) is
     temporary; an exception with an ``issues`` attribute or a class named ``SpecError``
     is permanent; an exception whose ``retryable`` attribute is a bool follows it
-    (``TwcConnectionError``); connection errors and timeouts are temporary. Otherwise the
+    (``TwcConnectionError``); connection errors, timeouts and a state backend that
+    cannot write its files (``StateBackendUnwritable``) are temporary. Otherwise the
     exception's ``__cause__`` chain is tried, and failing that it is temporary
     (``UNEXPECTED``).
 
@@ -192,6 +197,8 @@ def _classify_one(exc: BaseException) -> Classification | None:
     if isinstance(exc, ConnectionError):
         return Classification(temporary, FailureReason.CONNECTION)
     text = str(exc).lower()
+    if any(part in text for part in _UNWRITABLE_TEXT):
+        return Classification(temporary, FailureReason.STATE_BACKEND)
     if any(part in text for part in _CONNECTION_TEXT):
         return Classification(temporary, FailureReason.CONNECTION)
     if any(part in text for part in _TIMEOUT_TEXT):

@@ -273,6 +273,7 @@ class ObjectWatcher:
         self._wakeup = threading.Event()
         self._thread: threading.Thread | None = None
         self._watch: Any = None
+        self._failure: str | None = None
 
     def start(self, wakeup: threading.Event) -> None:
         """Start the background thread; ``wakeup`` is set on every change."""
@@ -297,6 +298,13 @@ class ObjectWatcher:
             if self._objects is None:
                 return None
             return tuple(self._objects[k] for k in sorted(self._objects))
+
+    def failure(self) -> str | None:
+        """Why the last list or watch failed, until a list succeeds again; else ``None``.
+
+        The snapshot keeps the last objects listed meanwhile (it may be stale).
+        """
+        return self._failure
 
     def list_now(self) -> str:
         """List the objects, replace the snapshot and return the list's resourceVersion.
@@ -354,6 +362,9 @@ class ObjectWatcher:
                 if listed_at is None or self._clock() - listed_at >= self._resync or not version:
                     version = self.list_now()
                     listed_at = self._clock()
+                    if self._failure is not None:
+                        logger.info("%s.%s: listed again after a failure", self.plural, self.group)
+                    self._failure = None
                     if not version:
                         # No CRD: nothing to watch; look again at the next resync.
                         self._stop.wait(min(self._resync, 30.0))
@@ -390,6 +401,7 @@ class ObjectWatcher:
                 if self._stop.is_set():
                     break
                 logger.warning("%s.%s watch failed (retrying): %s", self.plural, self.group, exc)
+                self._failure = str(exc) or type(exc).__name__
                 self._stop.wait(self._retry_delay)
                 version = ""
             finally:

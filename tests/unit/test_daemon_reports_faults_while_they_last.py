@@ -1,0 +1,200 @@
+"""Faults outside the daemon are named, reported while they last and cleared (issue 8)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import IntEnum
+from typing import Any
+
+import pytest
+
+from tests.unit._daemon_fakes import NS, FakeEngine, autoscaled, fleet_data, make_daemon
+from twc.controller.faults import Fault, FaultBook, engine_fault, engine_reason, sample_fault
+from twc.controller.outcome import FailureReason, OutcomeKind, classify
+from twc.controller.queues import StaticQueues
+
+KEY = f"{NS}/orders"
+
+
+class _Status(IntEnum):
+    UNAVAILABLE = 14
+    NOT_FOUND = 5
+
+
+class _RPCError(Exception):
+    """Shaped like temporalio's RPCError: a message and a status enum."""
+
+    def __init__(self, message: str, status: _Status) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _BrokenWatch(StaticQueues):
+    """A Queue source whose list/watch fails, keeping its last objects."""
+
+    def __init__(self) -> None:
+        super().__init__(())
+        self.error: str | None = None
+
+    def failure(self) -> str | None:
+        return self.error
+
+
+def test_a_fault_is_raised_once_merges_sources_and_clears_with_the_last_one() -> None:
+    now = [10.0]
+    book = FaultBook(lambda: now[0], lambda: 1_700_000_000.0 + now[0])
+
+    raised = book.report(Fault.KUBERNETES_UNAVAILABLE, "queue-watch", "refused")
+    again = book.report(Fault.KUBERNETES_UNAVAILABLE, "replicas", "refused again")
+    now[0] = 25.0
+    first_clear = book.clear(Fault.KUBERNETES_UNAVAILABLE, "queue-watch")
+    active = book.active()[Fault.KUBERNETES_UNAVAILABLE]
+    last_clear = book.clear(Fault.KUBERNETES_UNAVAILABLE, "replicas")
+
+    assert raised is not None and raised.raised and raised.message == "refused"
+    assert again is None and first_clear is None
+    assert active.sources == frozenset({"replicas"}) and active.message == "refused again"
+    assert last_clear is not None and not last_clear.raised and last_clear.duration == 15.0
+    assert not book.active()
+    assert book.clear(Fault.KUBERNETES_UNAVAILABLE, "replicas") is None
+
+
+@pytest.mark.parametrize(
+    ("reason", "message", "fault"),
+    [
+        (
+            FailureReason.STATE_BACKEND,
+            "error: failed to lock stack: open /state/.pulumi/locks/x.json: permission denied",
+            Fault.STATE_BACKEND_UNWRITABLE,
+        ),
+        (
+            FailureReason.UNEXPECTED,
+            "mkdir /state/.pulumi/history: read-only file system",
+            Fault.STATE_BACKEND_UNWRITABLE,
+        ),
+        (
+            FailureReason.CONNECTION,
+            "configured Kubernetes cluster is unreachable: dial tcp: connection refused",
+            Fault.KUBERNETES_UNAVAILABLE,
+        ),
+        (FailureReason.CONNECTION, "Temporal frontend: connection refused", None),
+        (FailureReason.UNEXPECTED, "the program crashed", None),
+    ],
+)
+def test_engine_failures_name_the_backend_or_the_cluster(
+    reason: FailureReason, message: str, fault: Fault | None
+) -> None:
+    assert engine_fault(reason, message) is fault
+
+
+def test_the_engine_reason_is_its_stderr_not_its_progress_output() -> None:
+    text = (
+        "\n code: 1\n stdout: Updating (s):\n + created\n\n"
+        " stderr: error: remove l.json: permission denied\n"
+    )
+    assert engine_reason(text) == "error: remove l.json: permission denied"
+    assert engine_reason("  plain failure \n") == "plain failure"
+
+
+def test_an_unwritable_backend_is_a_temporary_failure_with_its_own_reason() -> None:
+    found = classify(RuntimeError("open /s/.pulumi/stacks/twc/x.json: permission denied"))
+    assert (found.kind, found.reason) == (OutcomeKind.TEMPORARY, FailureReason.STATE_BACKEND)
+
+
+@pytest.mark.parametrize(
+    ("error", "fault"),
+    [
+        (_RPCError("tcp connect error", _Status.UNAVAILABLE), Fault.TEMPORAL_UNAVAILABLE),
+        (ConnectionRefusedError("refused"), Fault.TEMPORAL_UNAVAILABLE),
+        (TimeoutError("deadline"), Fault.TEMPORAL_UNAVAILABLE),
+        (_RPCError("namespace not found", _Status.NOT_FOUND), Fault.BACKLOG_SAMPLING_FAILED),
+        (LookupError("secret missing"), Fault.BACKLOG_SAMPLING_FAILED),
+    ],
+)
+def test_a_failed_sample_says_whether_temporal_is_unreachable(
+    error: Exception, fault: Fault
+) -> None:
+    assert sample_fault(error) is fault
+
+
+def test_temporal_down_holds_replicas_reports_the_fault_and_clears_when_it_answers() -> None:
+    h = make_daemon(fleet_data(workers=[autoscaled("orders", target=10)]), backlogs={"orders": 50})
+    h.step()
+    h.clock.now += 30
+    h.step()
+    assert h.live[KEY] == 5
+    ups = len(h.engine.ups)
+
+    h.backlogs.counts["orders"] = _RPCError("tcp connect error", _Status.UNAVAILABLE)
+    for _ in range(3):
+        h.clock.now += 10
+        h.step()
+    status = h.daemon.status()
+
+    assert h.live[KEY] == 5 and len(h.engine.ups) == ups  # held: no up, not min, not max
+    fault = status["faults"]["TemporalUnavailable"]
+    assert fault["sources"] == ["backlog"] and KEY in fault["message"]
+    assert fault["seconds"] == 20.0
+    assert h.metrics.value("twc_fault_active", fault="TemporalUnavailable") == 1
+    assert h.metrics.value("twc_faults_total", fault="TemporalUnavailable") == 1
+    assert h.daemon.ready() == (True, "ok: 5 iterations")  # it can still apply
+
+    h.backlogs.counts["orders"] = 50
+    h.clock.now += 10
+    h.step()
+
+    assert h.daemon.status()["faults"] == {}
+    assert h.metrics.value("twc_fault_active", fault="TemporalUnavailable") == 0
+    assert h.live[KEY] == 5
+
+
+def test_an_unwritable_backend_fails_the_up_blocks_readiness_and_clears_on_success() -> None:
+    engine = FakeEngine(failures=[RuntimeError("open /s/.pulumi/locks/l.json: permission denied")])
+    h = make_daemon(engine=engine)
+    h.step()
+    status = h.daemon.status()
+
+    assert status["lastOutcome"]["reason"] == "StateBackendUnwritable"
+    assert status["faults"]["StateBackendUnwritable"]["sources"] == ["engine"]
+    assert h.metrics.value("twc_reconcile_errors_total", reason="StateBackendUnwritable") == 1
+    ok, why = h.daemon.ready()
+    assert not ok and "StateBackendUnwritable" in why
+
+    h.clock.now += 5
+    h.step()  # the up is retried and succeeds
+
+    assert len(engine.ups) == 2
+    assert h.daemon.status()["faults"] == {}
+    assert h.daemon.ready()[0]
+
+
+def test_an_unreachable_api_server_is_reported_from_the_watch_and_the_replica_read() -> None:
+    watch = _BrokenWatch()
+    down = {"yes": False}
+
+    def read(live: dict[str, int]) -> Mapping[str, int]:
+        if down["yes"]:
+            raise ConnectionRefusedError("connect to 127.0.0.1:6443: connection refused")
+        return dict(live)
+
+    h = make_daemon(source=watch, read_replicas=read)
+    h.step()
+    watch.error = "HTTPSConnectionPool: Max retries exceeded (connection refused)"
+    down["yes"] = True
+    h.clock.now += 1
+    h.step()
+    fault: dict[str, Any] = h.daemon.status()["faults"]["KubernetesUnavailable"]
+
+    assert fault["sources"] == ["queue-watch", "replicas"]
+    assert not h.daemon.ready()[0]
+    assert h.metrics.value("twc_fault_active", fault="KubernetesUnavailable") == 1
+
+    down["yes"] = False
+    h.clock.now += 1
+    h.step()
+    assert "KubernetesUnavailable" in h.daemon.status()["faults"]  # the watch still fails
+    watch.error = None
+    h.clock.now += 1
+    h.step()
+    assert h.daemon.status()["faults"] == {}
+    assert h.daemon.ready()[0]

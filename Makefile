@@ -9,7 +9,7 @@ export PULUMI_DIY_BACKEND_NO_LEGACY_WARNING := true
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup run test lint unit e2e bench local-up local-down clean
+.PHONY: setup run test test-faults lint unit e2e bench local-up local-down clean
 
 setup:
 	bash tools/setup.sh
@@ -33,9 +33,15 @@ unit:
 e2e:
 	$(PY) -m pytest tests -m e2e $(PYTEST_ARGS)
 
-# Everything CI runs: lint, then every test (unit and end-to-end on the real tools).
+# Everything CI runs: lint, then every test (unit, end-to-end and fault injection on the
+# real tools; the fault tests are under tests/faults, so they are part of it).
 test: setup lint
 	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+# Only the fault-injection tests (issue 8): each starts an embedded environment of its
+# own, then stops Temporal or kube-apiserver or makes the state backend read-only.
+test-faults: setup
+	$(PY) -m pytest tests/faults -m faults $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) -m bench $(BENCH_ARGS)

@@ -73,6 +73,11 @@ class DaemonProcess:
         """Successful iterations so far."""
         return self.value("twc_reconcile_total", result="success")
 
+    def status(self) -> dict[str, Any]:
+        """The loop's state from ``/status``."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/status", timeout=5) as r:
+            return dict(json.loads(r.read()))
+
     def probe(self, path: str) -> int:
         """HTTP status of ``path``."""
         try:
@@ -128,14 +133,20 @@ class Daemons:
         settings: dict[str, Any] | None = None,
         args: list[str] | None = None,
         name: str | None = None,
+        wrapper: list[str] | None = None,
     ) -> DaemonProcess:
-        """Run ``twc run`` on the stack and wait until it serves ``/healthz``."""
+        """Run ``twc run`` on the stack and wait until it serves ``/healthz``.
+
+        ``wrapper`` is put in front of the command (e.g. ``setpriv`` dropping
+        capabilities), so a fault test can change what the daemon may do.
+        """
         name = name or f"daemon-{len(self.started) + 1}"
         port = free_port()
         settings_file = self.tmp_path / f"{name}-settings.json"
         settings_file.write_text(json.dumps(settings if settings is not None else FAST))
         log = self.tmp_path / f"{name}.log"
         command = [
+            *(wrapper or []),
             sys.executable,
             "-m",
             "twc",

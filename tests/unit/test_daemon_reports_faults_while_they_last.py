@@ -94,6 +94,14 @@ def test_the_engine_reason_is_its_stderr_not_its_progress_output() -> None:
     )
     assert engine_reason(text) == "error: remove l.json: permission denied"
     assert engine_reason("  plain failure \n") == "plain failure"
+    diagnostics = (
+        "\n code: 1\n stdout: Updating (s):\n\nDiagnostics:\n  kubernetes:apps/v1:Deployment"
+        " (d):\n    error: configured Kubernetes cluster is unreachable: connection refused\n"
+        "\n stderr: \n"
+    )
+    assert engine_reason(diagnostics) == (
+        "error: configured Kubernetes cluster is unreachable: connection refused"
+    )
 
 
 def test_an_unwritable_backend_is_a_temporary_failure_with_its_own_reason() -> None:

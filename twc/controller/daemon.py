@@ -685,7 +685,8 @@ class Daemon:
             found = self._current_replicas()
         except Exception as exc:
             # Without live counts the autoscaler starts from its own last decisions.
-            logger.warning("[%s] could not read worker replicas: %s", self.stack, exc)
+            # Logged once as a fault while it lasts, not every iteration.
+            logger.debug("[%s] could not read worker replicas: %s", self.stack, exc)
             self._fault(Fault.KUBERNETES_UNAVAILABLE, "replicas", str(exc))
             return None
         self._fault_cleared(Fault.KUBERNETES_UNAVAILABLE, "replicas")
@@ -1157,7 +1158,8 @@ class Daemon:
             return
         reason = outcome.reason.value if outcome.reason is not None else "Unknown"
         self.metrics.reconcile_errors.labels(self.stack, reason).inc()
-        message = _shorten(outcome.message)
+        # The engine's reason, not its whole progress output.
+        message = _shorten(engine_reason(outcome.message))
         if outcome.kind is OutcomeKind.TEMPORARY:
             # A traceback helps only for errors nobody anticipated, not engine failures.
             unexpected = outcome.reason is FailureReason.UNEXPECTED and not type(

@@ -175,17 +175,23 @@ def engine_fault(reason: FailureReason | None, message: str) -> Fault | None:
 def engine_reason(message: str) -> str:
     """The engine's own error lines out of a ``CommandError``'s text.
 
-    The Automation API's error text is ``code: 1`` then the whole ``stdout`` (progress,
-    outputs) then ``stderr``; the reason is in ``stderr``.
+    The Automation API's error text is ``code: N``, then the whole ``stdout`` (progress,
+    outputs, diagnostics), then ``stderr``. The reason is in ``stderr`` or, when that is
+    empty, on the ``error:`` lines of the diagnostics.
 
     Args:
         message: The error text.
 
     Returns:
-        What follows the last ``stderr:``, or the whole text (stripped) without one.
+        The reason; any other text (not an engine failure) stripped but unchanged.
     """
-    _, found, tail = message.rpartition(" stderr: ")
-    return (tail if found else message).strip() or message.strip()
+    if " code: " not in message or " stdout: " not in message:
+        return message.strip()
+    _, _, tail = message.rpartition(" stderr: ")
+    if tail.strip():
+        return tail.strip()
+    errors = [line.strip() for line in message.splitlines() if "error:" in line.lower()]
+    return "\n".join(dict.fromkeys(errors)) or message.strip()
 
 
 def sample_fault(error: BaseException) -> Fault:

@@ -103,6 +103,9 @@ def _configure_logging() -> None:
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             stream=sys.stderr,
         )
+    # The Kubernetes client's pool logs every connection retry; an unreachable API server
+    # is reported once, as the KubernetesUnavailable fault, instead.
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
 
 
 def run_daemon(options: RunOptions) -> int:

@@ -1,0 +1,53 @@
+"""What every fault test checks once the fault cleared: nothing duplicated or orphaned."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.conftest import FleetStack
+from tests.e2e.daemon_process import DaemonProcess
+from twc.local.kube import Kube
+
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+
+
+def fault_state(daemon: DaemonProcess, fault: str) -> dict[str, Any] | None:
+    """The fault's entry in ``/status`` while it is active, else ``None``."""
+    found = daemon.status().get("faults", {}).get(fault)
+    return dict(found) if found is not None else None
+
+
+def assert_cluster_has_exactly(kube: Kube, namespace: str, deployments: set[str]) -> None:
+    """The namespace holds exactly these Deployments, one ReplicaSet each (owned by it),
+    and no StatefulSet: nothing was created twice or left behind."""
+    found = {d.metadata.name for d in kube.apps.list_namespaced_deployment(namespace).items}
+    assert found == deployments, f"Deployments in {namespace}: {sorted(found)}"
+    owners: Counter[str] = Counter()
+    for rs in kube.apps.list_namespaced_replica_set(namespace).items:
+        refs = rs.metadata.owner_references or []
+        assert len(refs) == 1 and refs[0].kind == "Deployment", rs.metadata.name
+        owners[refs[0].name] += 1
+    assert dict(owners) == dict.fromkeys(deployments, 1), f"ReplicaSets by owner: {owners}"
+    sets = kube.apps.list_namespaced_stateful_set(namespace).items
+    assert not sets, [s.metadata.name for s in sets]
+
+
+def assert_state_clean(fs: FleetStack, namespace: str, deployments: set[str]) -> None:
+    """The stack's state: no pending operation, no lock left, each URN once, and exactly
+    one Deployment resource per expected Deployment."""
+    state = fs.stack().export_stack().deployment or {}
+    assert not state.get("pending_operations"), state.get("pending_operations")
+    urns = Counter(r["urn"] for r in state.get("resources", []))
+    assert all(n == 1 for n in urns.values()), [u for u, n in urns.items() if n > 1]
+    recorded = Counter(
+        (r.get("outputs") or {}).get("metadata", {}).get("name")
+        for r in state.get("resources", [])
+        if r.get("type") == DEPLOYMENT
+        and (r.get("outputs") or {}).get("metadata", {}).get("namespace") == namespace
+    )
+    assert dict(recorded) == dict.fromkeys(deployments, 1), recorded
+    backend = Path(fs.env["PULUMI_BACKEND_URL"].removeprefix("file://"))
+    locks = list((backend / ".pulumi" / "locks").rglob(f"{fs.name}/*.json"))
+    assert not locks, locks

@@ -1,0 +1,184 @@
+"""kube-apiserver stops under a running daemon and comes back on the same port (issue 8).
+
+Twice: while the daemon is idle, and right after a change started an ``up``. Either way
+the process, its loop and its Queue watch survive, ``KubernetesUnavailable`` is
+reported (``/status``, ``/metrics``, the log, ``/readyz`` 503), and after the restart
+the watch lists again by itself: a Queue created then still gets its worker, the stack
+converges, and nothing is duplicated, orphaned, pending or locked.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import fleet_doc
+from tests.e2e.daemon_process import DaemonProcess, Daemons, eventually, wait_for_success
+from tests.faults._checks import assert_cluster_has_exactly, assert_state_clean, fault_state
+from twc.local import LocalEnvironment
+
+pytestmark = [pytest.mark.e2e, pytest.mark.faults]
+
+FAULT = "KubernetesUnavailable"
+
+
+def _queue(namespace: str, name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "kmsvc.io/v1",
+        "kind": "Queue",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"temporal.io/worker-enabled": "true"},
+        },
+        "spec": {"partitions": 1},
+    }
+
+
+def _outage(local_env: LocalEnvironment, daemon: DaemonProcess) -> tuple[float, float, float]:
+    """Stop kube-apiserver, check the report, restart it.
+
+    Returns:
+        Seconds the API server took to stop (SIGTERM, SIGKILL after 15 s), from then
+        until the fault was on ``/status``, and to restart it.
+    """
+    asked = time.monotonic()
+    local_env.stop_component("kube-apiserver")
+    stopped = time.monotonic()
+    found = eventually(
+        lambda: fault_state(daemon, FAULT),
+        timeout=90,
+        message="the unreachable API server was never reported on /status",
+    )
+    reported = time.monotonic() - stopped
+    assert found["message"], found
+    assert daemon.value("twc_fault_active", fault=FAULT) == 1
+    assert f"fault {FAULT}:" in daemon.text()
+    assert "Queue watch failed (retrying)" in daemon.text()
+    eventually(
+        lambda: daemon.probe("/readyz") == 503,
+        timeout=30,
+        message="/readyz stayed ready without an API server",
+    )
+    # A few more iterations without the API server: the loop lives.
+    time.sleep(5)
+    assert daemon.alive(), daemon.text()[-3000:]
+    assert daemon.probe("/healthz") == 200
+    started = time.monotonic()
+    local_env.up(progress=lambda m: print(f"[local] {m}"))
+    return stopped - asked, reported, time.monotonic() - started
+
+
+def _recovers(daemon: DaemonProcess) -> float:
+    back = time.monotonic()
+    eventually(
+        lambda: fault_state(daemon, FAULT) is None,
+        timeout=120,
+        message="the fault never cleared after the API server came back",
+    )
+    assert daemon.value("twc_fault_active", fault=FAULT) == 0
+    assert f"fault {FAULT} cleared after" in daemon.text()
+    eventually(
+        lambda: daemon.probe("/readyz") == 200, timeout=60, message="/readyz never ready again"
+    )
+    return time.monotonic() - back
+
+
+def _converged(daemon: DaemonProcess) -> None:
+    """The daemon settles: the next iterations start no engine run."""
+    eventually(
+        lambda: daemon.value("twc_engine_in_progress") == 0,
+        timeout=120,
+        message="an up never finished",
+    )
+    wait_for_success(daemon, after=daemon.successes(), timeout=120)
+    ups = daemon.ups()
+    wait_for_success(daemon, after=daemon.successes() + 2, timeout=60)
+    assert daemon.ups() == ups, daemon.text()[-3000:]
+
+
+def test_an_idle_daemon_survives_an_api_server_restart_and_its_watch_resumes(
+    local_env: LocalEnvironment,
+    kube: Any,
+    namespace: str,
+    task_queue: str,
+    daemons: Daemons,
+) -> None:
+    worker = {"name": "static", "namespace": namespace, "taskQueueName": task_queue}
+    fs = daemons.stack(
+        fleet_doc(namespace, host_port=local_env.temporal_address(), workers=[worker])
+    )
+    daemon = daemons.start(fs)
+    wait_for_success(daemon, timeout=120)
+    _converged(daemon)
+
+    stopping, reported, restart = _outage(local_env, daemon)
+    cleared = _recovers(daemon)
+
+    # The watch re-established without a daemon restart: a new Queue gets its worker.
+    created = time.monotonic()
+    kube.custom.create_namespaced_custom_object(
+        "kmsvc.io", "v1", namespace, "queues", _queue(namespace, "after")
+    )
+    eventually(
+        lambda: kube.get_deployment(namespace, "worker-after"),
+        timeout=120,
+        message="a Queue created after the restart never got its worker",
+    )
+    provisioned = time.monotonic() - created
+    _converged(daemon)
+    assert daemon.alive()
+    assert_cluster_has_exactly(kube, namespace, {"static", "worker-after"})
+    assert_state_clean(fs, namespace, {"static", "worker-after"})
+    print(
+        f"kube-apiserver down (idle): stopped in {stopping:.1f} s, reported "
+        f"{reported:.1f} s later; restarted in "
+        f"{restart:.1f} s; cleared {cleared:.1f} s later; a new Queue's worker "
+        f"{provisioned:.1f} s after its creation"
+    )
+
+
+def test_an_api_server_stopped_during_an_up_fails_the_up_and_the_next_one_converges(
+    local_env: LocalEnvironment,
+    kube: Any,
+    namespace: str,
+    task_queue: str,
+    daemons: Daemons,
+) -> None:
+    first = {"name": "alpha", "namespace": namespace, "taskQueueName": task_queue}
+    doc = fleet_doc(namespace, host_port=local_env.temporal_address(), workers=[first])
+    fs = daemons.stack(doc)
+    daemon = daemons.start(fs)
+    wait_for_success(daemon, timeout=120)
+    _converged(daemon)
+    ups = daemon.ups()
+
+    # A change: the next iteration starts an up; the API server goes while it runs.
+    second = {"name": "beta", "namespace": namespace, "taskQueueName": f"{task_queue}-b"}
+    fs.write(fleet_doc(namespace, host_port=local_env.temporal_address(), workers=[first, second]))
+    eventually(
+        lambda: daemon.ups() > ups and daemon.value("twc_engine_in_progress") == 1,
+        timeout=60,
+        interval=0.05,
+        message="the change never started an up",
+    )
+    stopping, reported, restart = _outage(local_env, daemon)
+    failed = daemon.value("twc_reconcile_errors_total")
+    cleared = _recovers(daemon)
+    eventually(
+        lambda: kube.get_deployment(namespace, "beta"),
+        timeout=120,
+        message="the new worker was never deployed after the restart",
+    )
+    _converged(daemon)
+    assert daemon.alive()
+    assert_cluster_has_exactly(kube, namespace, {"alpha", "beta"})
+    assert_state_clean(fs, namespace, {"alpha", "beta"})
+    print(
+        f"kube-apiserver down (during an up): stopped in {stopping:.1f} s, reported "
+        f"{reported:.1f} s later; "
+        f"restarted in {restart:.1f} s; cleared {cleared:.1f} s later; "
+        f"{failed:.0f} failed iteration(s)"
+    )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -21,7 +21,7 @@ from twc.connections import ResolvedConnection, default_registry
 from twc.controller.sampling import Backlog, TaskQueueRef
 from twc.spec import Fleet, ResolvedWorker
 
-__all__ = ["BacklogSource", "SecretReader", "TemporalBacklogs", "worker_key"]
+__all__ = ["BacklogSource", "SecretReader", "TemporalBacklogs", "backlog_from_stats", "worker_key"]
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ class TemporalBacklogs:
         from temporalio.service import RPCError
 
         client = await self._client(ref)
-        parts: list[Backlog] = []
+        stats: list[Any] = []
         types = (
             TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
             TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
@@ -176,13 +176,33 @@ class TemporalBacklogs:
                     continue
                 raise
             if response.HasField("stats"):
-                stats = response.stats
-                parts.append(
-                    Backlog(
-                        count=int(stats.approximate_backlog_count),
-                        age_seconds=stats.approximate_backlog_age.ToTimedelta().total_seconds(),
-                        add_rate=float(stats.tasks_add_rate),
-                        dispatch_rate=float(stats.tasks_dispatch_rate),
-                    )
-                )
-        return Backlog.combine(parts)
+                stats.append(response.stats)
+        return backlog_from_stats(stats, ref)
+
+
+def backlog_from_stats(stats: Sequence[Any], ref: TaskQueueRef) -> Backlog:
+    """Sum DescribeTaskQueue ``stats`` of the task-queue types into one backlog.
+
+    Args:
+        stats: The ``TaskQueueStats`` messages the server returned, one per type.
+        ref: The queue, for the error message.
+
+    Returns:
+        Counts and rates summed, the oldest age kept.
+
+    Raises:
+        LookupError: No type reported statistics (servers before 1.25 never do). An
+            empty answer is unknown data, not a backlog of zero: reading it as zero
+            would scale the worker down to its minimum while the queue may be full.
+    """
+    if not stats:
+        raise LookupError(f"Temporal reported no backlog statistics for {ref}")
+    return Backlog.combine(
+        Backlog(
+            count=int(s.approximate_backlog_count),
+            age_seconds=s.approximate_backlog_age.ToTimedelta().total_seconds(),
+            add_rate=float(s.tasks_add_rate),
+            dispatch_rate=float(s.tasks_dispatch_rate),
+        )
+        for s in stats
+    )

@@ -1,0 +1,48 @@
+"""A DescribeTaskQueue answer without statistics is missing data, never a zero backlog."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from types import SimpleNamespace
+
+import pytest
+
+from tests.unit._daemon_fakes import NS, autoscaled, fleet_data, make_daemon
+from twc.controller import TaskQueueRef
+from twc.controller.backlog import backlog_from_stats
+
+REF = TaskQueueRef("default", "orders")
+
+
+def _stats(count: int, age: float, add: float = 0.0) -> SimpleNamespace:
+    return SimpleNamespace(
+        approximate_backlog_count=count,
+        approximate_backlog_age=SimpleNamespace(ToTimedelta=lambda: timedelta(seconds=age)),
+        tasks_add_rate=add,
+        tasks_dispatch_rate=0.0,
+    )
+
+
+def test_statistics_of_every_task_queue_type_are_summed() -> None:
+    backlog = backlog_from_stats([_stats(40, 3.0, 1.5), _stats(2, 9.0, 0.5)], REF)
+    assert (backlog.count, backlog.age_seconds, backlog.add_rate) == (42, 9.0, 2.0)
+
+
+def test_no_statistics_at_all_is_an_error_not_a_zero_backlog() -> None:
+    with pytest.raises(LookupError, match="no backlog statistics for default/orders"):
+        backlog_from_stats([], REF)
+
+
+def test_the_daemon_holds_replicas_when_temporal_reports_no_statistics() -> None:
+    h = make_daemon(fleet_data(workers=[autoscaled("orders", target=10)]), backlogs={"orders": 50})
+    h.step()
+    h.clock.now += 30
+    h.step()
+    assert h.live[f"{NS}/orders"] == 5
+
+    h.backlogs.counts["orders"] = LookupError("Temporal reported no backlog statistics")
+    h.clock.now += 600  # far past any stabilization window: a zero would scale down
+    h.step()
+
+    assert h.live[f"{NS}/orders"] == 5
+    assert "BacklogSamplingFailed" in h.daemon.status()["faults"]

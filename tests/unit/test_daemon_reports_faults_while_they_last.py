@@ -206,3 +206,32 @@ def test_an_unreachable_api_server_is_reported_from_the_watch_and_the_replica_re
     h.step()
     assert h.daemon.status()["faults"] == {}
     assert h.daemon.ready()[0]
+
+
+def test_a_restarted_daemon_that_cannot_read_replicas_does_not_scale_blind() -> None:
+    down = {"yes": True}
+
+    def read(live: dict[str, int]) -> Mapping[str, int]:
+        if down["yes"]:
+            raise ConnectionRefusedError("connection refused")
+        return dict(live)
+
+    h = make_daemon(
+        fleet_data(workers=[autoscaled("orders", target=10)]),
+        backlogs={"orders": _RPCError("tcp connect error", _Status.UNAVAILABLE)},
+        read_replicas=read,
+    )
+    h.live[KEY] = 7  # what a previous daemon left running
+    h.step()
+
+    assert h.engine.ups == []  # not an up to minReplicas
+    outcome = h.daemon.status()["lastOutcome"]
+    assert outcome["kind"] == "temporary" and "unknown" in outcome["message"]
+    assert set(h.daemon.status()["faults"]) == {"KubernetesUnavailable", "TemporalUnavailable"}
+
+    down["yes"] = False
+    h.clock.now += 5
+    h.step()
+
+    assert h.engine.last_overlay.replicas == {KEY: 7}  # held at the live count
+    assert h.live[KEY] == 7

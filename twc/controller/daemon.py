@@ -563,6 +563,14 @@ class Daemon:
             assert bounds is not None  # filtered above
             current = live.get(key) if live is not None else None
             if current is None:
+                unknown = live is None and self._current_replicas is not None
+                if unknown and key not in self._last_replicas:
+                    # Unknown is not zero: from 0 the autoscaler would go to minReplicas
+                    # and an up would shrink a running fleet blind.
+                    raise TemporaryError(
+                        f"the replicas of {key} are unknown (the cluster could not be "
+                        "read); not scaling it blind"
+                    )
                 current = self._last_replicas.get(key, 0)
             inputs[key] = WorkerScaleInput(
                 backlog=backlogs.get(key),

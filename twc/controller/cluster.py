@@ -28,6 +28,9 @@ logger = logging.getLogger(__name__)
 
 WORKER_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_COMPONENT}={COMPONENT_WORKER}"
 _API_VERSION = {"Deployment": "apps/v1", "ServiceAccount": "v1"}
+# (connect, read) seconds for each of the loop's own calls: without a timeout a hung API server
+# (accepting connections, never answering) would block the reconcile loop for good.
+REQUEST_TIMEOUT = (5.0, 30.0)
 
 
 def api_client_from_environment() -> Any | None:
@@ -51,11 +54,19 @@ def api_client_from_environment() -> Any | None:
 class Cluster:
     """Typed-enough API groups over one ``ApiClient``."""
 
-    def __init__(self, api_client: Any) -> None:
-        """Wrap ``api_client`` (a ``kubernetes.client.ApiClient``)."""
+    def __init__(
+        self, api_client: Any, *, request_timeout: tuple[float, float] = REQUEST_TIMEOUT
+    ) -> None:
+        """Wrap ``api_client`` (a ``kubernetes.client.ApiClient``).
+
+        Args:
+            api_client: The client.
+            request_timeout: ``(connect, read)`` seconds for each call the loop makes.
+        """
         from kubernetes import client
 
         self.api_client = api_client
+        self.request_timeout = request_timeout
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
@@ -66,7 +77,9 @@ class Cluster:
         # Read the raw JSON: turning every Deployment into the client's models was half
         # of a no-op iteration at 100 workers, for one integer each (bench/results.md).
         response = self.apps.list_deployment_for_all_namespaces(
-            label_selector=WORKER_SELECTOR, _preload_content=False
+            label_selector=WORKER_SELECTOR,
+            _preload_content=False,
+            _request_timeout=self.request_timeout,
         )
         found = json.loads(response.data)
         out: dict[str, int] = {}
@@ -81,7 +94,9 @@ class Cluster:
     def worker_deployments(self) -> dict[str, tuple[int, int]]:
         """``(spec.replicas, status.readyReplicas)`` of every twc worker Deployment."""
         response = self.apps.list_deployment_for_all_namespaces(
-            label_selector=WORKER_SELECTOR, _preload_content=False
+            label_selector=WORKER_SELECTOR,
+            _preload_content=False,
+            _request_timeout=self.request_timeout,
         )
         found = json.loads(response.data)
         out: dict[str, tuple[int, int]] = {}
@@ -102,7 +117,9 @@ class Cluster:
             LookupError: The Secret does not exist.
         """
         try:
-            secret = self.core.read_namespaced_secret(name, namespace)
+            secret = self.core.read_namespaced_secret(
+                name, namespace, _request_timeout=self.request_timeout
+            )
         except Exception as exc:
             if getattr(exc, "status", None) == 404:
                 raise LookupError(f"secret {namespace}/{name} not found") from exc
@@ -116,7 +133,11 @@ class Cluster:
         """Server-side apply a worker's ``Deployment`` or ``ServiceAccount`` (no force: a
         field another manager set to another value is a conflict, not taken over)."""
         meta = obj["metadata"]
-        kwargs = {"field_manager": field_manager, "_content_type": self._APPLY}
+        kwargs = {
+            "field_manager": field_manager,
+            "_content_type": self._APPLY,
+            "_request_timeout": self.request_timeout,
+        }
         if obj["kind"] == "Deployment":
             self.apps.patch_namespaced_deployment(
                 meta["name"], meta["namespace"], dict(obj), **kwargs
@@ -159,9 +180,13 @@ class Cluster:
         """Delete the object; already gone is fine."""
         try:
             if ref.kind == "Deployment":
-                self.apps.delete_namespaced_deployment(ref.name, ref.namespace)
+                self.apps.delete_namespaced_deployment(
+                    ref.name, ref.namespace, _request_timeout=self.request_timeout
+                )
             else:
-                self.core.delete_namespaced_service_account(ref.name, ref.namespace)
+                self.core.delete_namespaced_service_account(
+                    ref.name, ref.namespace, _request_timeout=self.request_timeout
+                )
         except Exception as exc:
             if getattr(exc, "status", None) != 404:
                 raise
@@ -170,7 +195,9 @@ class Cluster:
         """twc worker Deployments (and their ServiceAccounts) ``field_manager`` still
         owns fields of: what a daemon killed between an early apply and its ``up`` left."""
         response = self.apps.list_deployment_for_all_namespaces(
-            label_selector=WORKER_SELECTOR, _preload_content=False
+            label_selector=WORKER_SELECTOR,
+            _preload_content=False,
+            _request_timeout=self.request_timeout,
         )
         found: list[ObjectRef] = []
         for dep in json.loads(response.data).get("items") or []:
@@ -185,11 +212,17 @@ class Cluster:
         try:
             if ref.kind == "Deployment":
                 response = self.apps.read_namespaced_deployment(
-                    ref.name, ref.namespace, _preload_content=False
+                    ref.name,
+                    ref.namespace,
+                    _preload_content=False,
+                    _request_timeout=self.request_timeout,
                 )
             else:
                 response = self.core.read_namespaced_service_account(
-                    ref.name, ref.namespace, _preload_content=False
+                    ref.name,
+                    ref.namespace,
+                    _preload_content=False,
+                    _request_timeout=self.request_timeout,
                 )
         except Exception as exc:
             if getattr(exc, "status", None) == 404:

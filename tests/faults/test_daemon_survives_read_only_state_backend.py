@@ -10,12 +10,14 @@ restore the backend at any time. (``chattr +i`` would also work on this ext4 dis
 not on tmpfs or overlayfs; a read-only bind mount needs a mount namespace per daemon.)
 
 Twice: read-only while idle, then a change arrives (the ``up`` cannot even lock the
-stack); and read-only in the middle of an ``up`` that has created a Deployment in the
-cluster but not yet recorded it (the engine's checkpoint write then fails, and the lock
-cannot be removed). Each time the loop survives, reports ``StateBackendUnwritable``
-(status, metric, log with the engine's reason and no secret), backs off instead of
-spinning, and once the directory is writable converges: the stale lock is broken, the
-pending operation dropped and the Deployment adopted, never created twice.
+stack, while the new worker's objects, applied ahead of the engine, are already in the
+cluster and listed under ``earlyApplied`` on ``/status``); and read-only in the middle
+of an ``up`` that has created a Deployment in the cluster but not yet recorded it (the
+engine's checkpoint write then fails, and the lock cannot be removed). Each time the
+loop survives, reports ``StateBackendUnwritable`` (status, metric, log with the
+engine's reason and no secret), backs off instead of spinning, and once the directory
+is writable converges: the stale lock is broken, the pending operation dropped and the
+Deployment adopted, never created twice.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from tests.conftest import require_tools
 from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import DaemonProcess, Daemons, eventually, wait_for_success
 from tests.faults._checks import assert_cluster_has_exactly, assert_state_clean, fault_state
+from twc.controller.early import EARLY_FIELD_MANAGER
 from twc.local import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
@@ -68,6 +71,14 @@ def _converged(daemon: DaemonProcess) -> None:
     ups = daemon.ups()
     wait_for_success(daemon, after=daemon.successes() + 2, timeout=60)
     assert daemon.ups() == ups, daemon.text()[-3000:]
+
+
+def _adopted(kube: Any, daemon: DaemonProcess, namespace: str, name: str) -> None:
+    """The engine owns the Deployment now: the daemon's early-apply manager let go."""
+    assert daemon.status()["earlyApplied"] == []
+    deployment = kube.apps.read_namespaced_deployment(name, namespace)
+    managers = {f.manager for f in deployment.metadata.managed_fields or []}
+    assert EARLY_FIELD_MANAGER not in managers, managers
 
 
 def _fails_and_backs_off(daemon: DaemonProcess, since: int, secret: str) -> float:
@@ -122,7 +133,13 @@ def test_a_read_only_state_backend_is_reported_backed_off_and_converges_without_
     workers.append({"name": "beta", "namespace": namespace, "taskQueueName": f"{task_queue}-b"})
     fs.write(fleet_doc(namespace, host_port=address, workers=workers))
     reported_idle = _fails_and_backs_off(daemon, since, secret)
-    assert kube.get_deployment(namespace, "beta") is None  # nothing applied unrecorded
+    # The daemon applied beta's objects ahead of the engine (early apply): they are in
+    # the cluster but in no state, and /status says so until an up adopts them.
+    assert kube.get_deployment(namespace, "beta") is not None
+    assert daemon.status()["earlyApplied"] == [
+        f"Deployment {namespace}/beta",
+        f"ServiceAccount {namespace}/beta",
+    ]
 
     restored = time.monotonic()
     _writable(backend, True)
@@ -134,6 +151,7 @@ def test_a_read_only_state_backend_is_reported_backed_off_and_converges_without_
     cleared_idle = time.monotonic() - restored
     assert f"fault {FAULT} cleared after" in daemon.text()
     _converged(daemon)
+    _adopted(kube, daemon, namespace, "beta")
     assert_cluster_has_exactly(kube, namespace, {"alpha", "beta"})
     assert_state_clean(fs, namespace, {"alpha", "beta"})
 
@@ -182,6 +200,7 @@ def test_a_read_only_state_backend_is_reported_backed_off_and_converges_without_
     assert "breaking a stale lock" in log
     assert f"dropped the pending creating of {namespace}/gamma-deployment" in log
     assert daemon.alive()
+    _adopted(kube, daemon, namespace, "gamma")
     assert_cluster_has_exactly(kube, namespace, {"alpha", "beta", "gamma"})
     assert_state_clean(fs, namespace, {"alpha", "beta", "gamma"})
     print(

@@ -8,7 +8,14 @@ from typing import Any
 
 import pytest
 
-from tests.unit._daemon_fakes import NS, FakeEngine, autoscaled, fleet_data, make_daemon
+from tests.unit._daemon_fakes import (
+    NS,
+    FakeEngine,
+    autoscaled,
+    fleet_data,
+    make_daemon,
+    queue_object,
+)
 from twc.controller.faults import Fault, FaultBook, engine_fault, engine_reason, sample_fault
 from twc.controller.outcome import FailureReason, OutcomeKind, classify
 from twc.controller.queues import StaticQueues
@@ -235,3 +242,41 @@ def test_a_restarted_daemon_that_cannot_read_replicas_does_not_scale_blind() -> 
 
     assert h.engine.last_overlay.replicas == {KEY: 7}  # held at the live count
     assert h.live[KEY] == 7
+
+
+class _Applier:
+    """Early apply that always works (the cluster is fine, the state backend is not)."""
+
+    def apply(self, obj: Mapping[str, Any], field_manager: str) -> None:
+        return None
+
+    def release(self, ref: Any, field_manager: str) -> bool:
+        return True
+
+    def delete(self, ref: Any) -> None:
+        return None
+
+    def managed_by(self, field_manager: str) -> list[Any]:
+        return []
+
+
+def test_objects_applied_ahead_of_an_up_that_cannot_write_its_state_are_reported() -> None:
+    engine = FakeEngine()
+    h = make_daemon(engine=engine, early=_Applier())
+    h.step()
+    engine.failures.append(RuntimeError("open /s/.pulumi/locks/l.json: permission denied"))
+    h.queues.replace([queue_object("orders")])
+    h.step()
+    status = h.daemon.status()
+
+    assert status["earlyApplied"] == [
+        f"Deployment {NS}/worker-orders",
+        f"ServiceAccount {NS}/worker-orders",
+    ]
+    assert "StateBackendUnwritable" in status["faults"]
+
+    h.clock.now += 5
+    h.step()  # the up succeeds and adopts them
+
+    assert h.daemon.status()["earlyApplied"] == []
+    assert h.daemon.status()["faults"] == {}

@@ -335,6 +335,9 @@ class Daemon:
                 key: {"reason": reason, "message": _shorten(message, 500)}
                 for key, (reason, message) in sorted(self._reported_native.items())
             },
+            # Applied ahead of the engine and not yet adopted by a successful up: in the
+            # cluster, not (yet) in the stack's state.
+            "earlyApplied": sorted(str(ref) for ref in self._early_pending or ()),
             "faults": {
                 fault.value: {
                     "since": active.since_wall,

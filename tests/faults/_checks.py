@@ -8,6 +8,7 @@ from typing import Any
 
 from tests.e2e.conftest import FleetStack
 from tests.e2e.daemon_process import DaemonProcess
+from twc.controller.early import EARLY_FIELD_MANAGER
 from twc.local.kube import Kube
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
@@ -17,6 +18,15 @@ def fault_state(daemon: DaemonProcess, fault: str) -> dict[str, Any] | None:
     """The fault's entry in ``/status`` while it is active, else ``None``."""
     found = daemon.status().get("faults", {}).get(fault)
     return dict(found) if found is not None else None
+
+
+def adopted(kube: Kube, daemon: DaemonProcess, namespace: str, name: str) -> None:
+    """The engine owns the worker's Deployment: the daemon's early-apply field manager
+    (objects applied ahead of the engine) let go of it, and ``/status`` lists none."""
+    assert daemon.status()["earlyApplied"] == []
+    deployment = kube.apps.read_namespaced_deployment(name, namespace)
+    managers = {f.manager for f in deployment.metadata.managed_fields or []}
+    assert EARLY_FIELD_MANAGER not in managers, managers
 
 
 def assert_cluster_has_exactly(kube: Kube, namespace: str, deployments: set[str]) -> None:

@@ -16,7 +16,12 @@ import pytest
 
 from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import DaemonProcess, Daemons, eventually, wait_for_success
-from tests.faults._checks import assert_cluster_has_exactly, assert_state_clean, fault_state
+from tests.faults._checks import (
+    adopted,
+    assert_cluster_has_exactly,
+    assert_state_clean,
+    fault_state,
+)
 from twc.local import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
@@ -56,7 +61,12 @@ def _outage(local_env: LocalEnvironment, daemon: DaemonProcess) -> tuple[float, 
     assert found["message"], found
     assert daemon.value("twc_fault_active", fault=FAULT) == 1
     assert f"fault {FAULT}:" in daemon.text()
-    assert "Queue watch failed (retrying)" in daemon.text()
+    # The watch stream ends when the process does, a moment after the stop returned.
+    eventually(
+        lambda: "Queue watch failed (retrying)" in daemon.text(),
+        timeout=30,
+        message="the Queue watch never noticed the API server was gone",
+    )
     eventually(
         lambda: daemon.probe("/readyz") == 503,
         timeout=30,
@@ -130,6 +140,7 @@ def test_an_idle_daemon_survives_an_api_server_restart_and_its_watch_resumes(
     provisioned = time.monotonic() - created
     _converged(daemon)
     assert daemon.alive()
+    adopted(kube, daemon, namespace, "worker-after")
     assert_cluster_has_exactly(kube, namespace, {"static", "worker-after"})
     assert_state_clean(fs, namespace, {"static", "worker-after"})
     print(
@@ -174,6 +185,7 @@ def test_an_api_server_stopped_during_an_up_fails_the_up_and_the_next_one_conver
     )
     _converged(daemon)
     assert daemon.alive()
+    adopted(kube, daemon, namespace, "beta")
     assert_cluster_has_exactly(kube, namespace, {"alpha", "beta"})
     assert_state_clean(fs, namespace, {"alpha", "beta"})
     print(

@@ -32,8 +32,12 @@ import pytest
 from tests.conftest import require_tools
 from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import DaemonProcess, Daemons, eventually, wait_for_success
-from tests.faults._checks import assert_cluster_has_exactly, assert_state_clean, fault_state
-from twc.controller.early import EARLY_FIELD_MANAGER
+from tests.faults._checks import (
+    adopted,
+    assert_cluster_has_exactly,
+    assert_state_clean,
+    fault_state,
+)
 from twc.local import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
@@ -71,14 +75,6 @@ def _converged(daemon: DaemonProcess) -> None:
     ups = daemon.ups()
     wait_for_success(daemon, after=daemon.successes() + 2, timeout=60)
     assert daemon.ups() == ups, daemon.text()[-3000:]
-
-
-def _adopted(kube: Any, daemon: DaemonProcess, namespace: str, name: str) -> None:
-    """The engine owns the Deployment now: the daemon's early-apply manager let go."""
-    assert daemon.status()["earlyApplied"] == []
-    deployment = kube.apps.read_namespaced_deployment(name, namespace)
-    managers = {f.manager for f in deployment.metadata.managed_fields or []}
-    assert EARLY_FIELD_MANAGER not in managers, managers
 
 
 def _fails_and_backs_off(daemon: DaemonProcess, since: int, secret: str) -> float:
@@ -151,7 +147,7 @@ def test_a_read_only_state_backend_is_reported_backed_off_and_converges_without_
     cleared_idle = time.monotonic() - restored
     assert f"fault {FAULT} cleared after" in daemon.text()
     _converged(daemon)
-    _adopted(kube, daemon, namespace, "beta")
+    adopted(kube, daemon, namespace, "beta")
     assert_cluster_has_exactly(kube, namespace, {"alpha", "beta"})
     assert_state_clean(fs, namespace, {"alpha", "beta"})
 
@@ -200,7 +196,7 @@ def test_a_read_only_state_backend_is_reported_backed_off_and_converges_without_
     assert "breaking a stale lock" in log
     assert f"dropped the pending creating of {namespace}/gamma-deployment" in log
     assert daemon.alive()
-    _adopted(kube, daemon, namespace, "gamma")
+    adopted(kube, daemon, namespace, "gamma")
     assert_cluster_has_exactly(kube, namespace, {"alpha", "beta", "gamma"})
     assert_state_clean(fs, namespace, {"alpha", "beta", "gamma"})
     print(

@@ -63,7 +63,7 @@ def _outage(local_env: LocalEnvironment, daemon: DaemonProcess) -> tuple[float, 
     assert f"fault {FAULT}:" in daemon.text()
     # The watch stream ends when the process does, a moment after the stop returned.
     eventually(
-        lambda: "Queue watch failed (retrying)" in daemon.text(),
+        lambda: "queues.kmsvc.io watch failed (retrying)" in daemon.text(),
         timeout=30,
         message="the Queue watch never noticed the API server was gone",
     )

@@ -247,6 +247,9 @@ def test_a_restarted_daemon_that_cannot_read_replicas_does_not_scale_blind() -> 
 class _Applier:
     """Early apply that always works (the cluster is fine, the state backend is not)."""
 
+    def exists(self, ref: Any) -> bool:
+        return False
+
     def apply(self, obj: Mapping[str, Any], field_manager: str) -> None:
         return None
 

@@ -80,6 +80,11 @@ def test_a_fault_is_raised_once_merges_sources_and_clears_with_the_last_one() ->
             Fault.STATE_BACKEND_UNWRITABLE,
         ),
         (
+            FailureReason.UNEXPECTED,
+            "write /state/.pulumi/stacks/twc/prod.json: no space left on device",
+            Fault.STATE_BACKEND_UNWRITABLE,
+        ),
+        (
             FailureReason.CONNECTION,
             "configured Kubernetes cluster is unreachable: dial tcp: connection refused",
             Fault.KUBERNETES_UNAVAILABLE,
@@ -111,8 +116,16 @@ def test_the_engine_reason_is_its_stderr_not_its_progress_output() -> None:
     )
 
 
-def test_an_unwritable_backend_is_a_temporary_failure_with_its_own_reason() -> None:
-    found = classify(RuntimeError("open /s/.pulumi/stacks/twc/x.json: permission denied"))
+@pytest.mark.parametrize(
+    "text",
+    [
+        "open /s/.pulumi/stacks/twc/x.json: permission denied",
+        "write /s/.pulumi/stacks/twc/x.json: no space left on device",
+        "write /s/.pulumi/history/x.json: disk quota exceeded",
+    ],
+)
+def test_an_unwritable_backend_is_a_temporary_failure_with_its_own_reason(text: str) -> None:
+    found = classify(RuntimeError(text))
     assert (found.kind, found.reason) == (OutcomeKind.TEMPORARY, FailureReason.STATE_BACKEND)
 
 

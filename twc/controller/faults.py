@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from types import MappingProxyType
 
-from twc.controller.outcome import FailureReason, classify
+from twc.controller.outcome import UNWRITABLE_TEXT, FailureReason, classify
 
 __all__ = [
     "BLOCKING",
@@ -142,9 +142,6 @@ class FaultBook:
             return MappingProxyType(dict(self._active))
 
 
-# Error text of a backend that cannot write its files (the `file://` backend on a
-# read-only or permission-denied directory).
-_UNWRITABLE_TEXT = ("permission denied", "read-only file system")
 _KUBERNETES_TEXT = ("kubernetes", "kube-apiserver", "k8s")
 # temporalio's RPCError carries a status code enum; these mean "no server there".
 _UNREACHABLE_STATUS = ("UNAVAILABLE", "DEADLINE_EXCEEDED")
@@ -163,7 +160,7 @@ def engine_fault(reason: FailureReason | None, message: str) -> Fault | None:
         any other failure.
     """
     text = message.lower()
-    if reason is FailureReason.STATE_BACKEND or any(t in text for t in _UNWRITABLE_TEXT):
+    if reason is FailureReason.STATE_BACKEND or any(t in text for t in UNWRITABLE_TEXT):
         return Fault.STATE_BACKEND_UNWRITABLE
     if reason in (FailureReason.CONNECTION, FailureReason.TIMEOUT) and any(
         t in text for t in _KUBERNETES_TEXT

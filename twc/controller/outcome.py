@@ -77,7 +77,8 @@ class FailureReason(StrEnum):
     CONCURRENT_UPDATE = "ConcurrentUpdate"
     """Another update holds the stack's lock."""
     STATE_BACKEND = "StateBackendUnwritable"
-    """The engine could not write the stack's state (permission denied, read-only)."""
+    """The engine could not write the stack's state (permission denied, read-only, a
+    full disk)."""
     CONNECTION = "ConnectionFailed"
     """A connection was refused, reset or could not be opened."""
     TIMEOUT = "Timeout"
@@ -140,8 +141,14 @@ _CONNECTION_TEXT = (
     "broken pipe",
     "server is currently unable to handle the request",
 )
-# The backend's own files (lock, checkpoint, history) could not be written.
-_UNWRITABLE_TEXT = ("permission denied", "read-only file system")
+# The backend's own files (lock, checkpoint, history) could not be written: a
+# permission-denied or read-only directory, or a full disk.
+UNWRITABLE_TEXT = (
+    "permission denied",
+    "read-only file system",
+    "no space left on device",
+    "disk quota exceeded",
+)
 _TIMEOUT_TEXT = ("i/o timeout", "deadline exceeded", "timed out", "handshake timeout")
 # How far down `raise ... from` chains to look for a more telling cause.
 _MAX_CAUSE_DEPTH = 8
@@ -197,7 +204,7 @@ def _classify_one(exc: BaseException) -> Classification | None:
     if isinstance(exc, ConnectionError):
         return Classification(temporary, FailureReason.CONNECTION)
     text = str(exc).lower()
-    if any(part in text for part in _UNWRITABLE_TEXT):
+    if any(part in text for part in UNWRITABLE_TEXT):
         return Classification(temporary, FailureReason.STATE_BACKEND)
     if any(part in text for part in _CONNECTION_TEXT):
         return Classification(temporary, FailureReason.CONNECTION)

@@ -232,3 +232,17 @@ def wait_for_success(daemon: DaemonProcess, *, after: float = 0, timeout: float 
 def settle(seconds: float) -> None:
     """Let the daemons iterate for a while (their interval is one second)."""
     time.sleep(seconds)
+
+
+def wait_until_settled(daemon: DaemonProcess) -> None:
+    """Until the daemon settles: its up (if any) finished, and the next two iterations
+    start no engine run."""
+    eventually(
+        lambda: daemon.value("twc_engine_in_progress") == 0,
+        timeout=120,
+        message="an up never finished",
+    )
+    wait_for_success(daemon, after=daemon.successes(), timeout=120)
+    ups = daemon.ups()
+    wait_for_success(daemon, after=daemon.successes() + 2, timeout=60)
+    assert daemon.ups() == ups, daemon.text()[-3000:]

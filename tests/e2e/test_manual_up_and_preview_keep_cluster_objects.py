@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import create_queue, fleet_doc
-from tests.e2e.daemon_process import Daemons, eventually, settle, wait_for_success
+from tests.e2e.daemon_process import Daemons, eventually, wait_for_success, wait_until_settled
 from tests.e2e.native import object_ref, temporal_worker
 from twc.controller import commands, preview_cmd
 from twc.local import LocalEnvironment
@@ -72,13 +72,7 @@ def test_preview_and_up_of_a_daemon_managed_stack_keep_queue_and_temporalworker_
             timeout=90,
             message=f"the daemon never created {name}",
         )
-    ups = daemon.ups()
-    settle(3)
-    eventually(
-        lambda: daemon.value("twc_engine_in_progress") == 0 and daemon.ups() == ups,
-        timeout=120,
-        message="the daemon never went idle",
-    )
+    wait_until_settled(daemon)
     assert daemon.terminate() == 0
 
     # The daemon's stack: the preview merges the cluster's objects and shows no change.

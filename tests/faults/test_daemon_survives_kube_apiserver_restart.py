@@ -15,7 +15,13 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import fleet_doc
-from tests.e2e.daemon_process import DaemonProcess, Daemons, eventually, wait_for_success
+from tests.e2e.daemon_process import (
+    DaemonProcess,
+    Daemons,
+    eventually,
+    wait_for_success,
+    wait_until_settled,
+)
 from tests.faults._checks import (
     adopted,
     assert_cluster_has_exactly,
@@ -96,19 +102,6 @@ def _recovers(daemon: DaemonProcess) -> float:
     return time.monotonic() - back
 
 
-def _converged(daemon: DaemonProcess) -> None:
-    """The daemon settles: the next iterations start no engine run."""
-    eventually(
-        lambda: daemon.value("twc_engine_in_progress") == 0,
-        timeout=120,
-        message="an up never finished",
-    )
-    wait_for_success(daemon, after=daemon.successes(), timeout=120)
-    ups = daemon.ups()
-    wait_for_success(daemon, after=daemon.successes() + 2, timeout=60)
-    assert daemon.ups() == ups, daemon.text()[-3000:]
-
-
 def test_an_idle_daemon_survives_an_api_server_restart_and_its_watch_resumes(
     local_env: LocalEnvironment,
     kube: Any,
@@ -122,7 +115,7 @@ def test_an_idle_daemon_survives_an_api_server_restart_and_its_watch_resumes(
     )
     daemon = daemons.start(fs)
     wait_for_success(daemon, timeout=120)
-    _converged(daemon)
+    wait_until_settled(daemon)
 
     stopping, reported, restart = _outage(local_env, daemon)
     cleared = _recovers(daemon)
@@ -138,7 +131,7 @@ def test_an_idle_daemon_survives_an_api_server_restart_and_its_watch_resumes(
         message="a Queue created after the restart never got its worker",
     )
     provisioned = time.monotonic() - created
-    _converged(daemon)
+    wait_until_settled(daemon)
     assert daemon.alive()
     adopted(kube, daemon, namespace, "worker-after")
     assert_cluster_has_exactly(kube, namespace, {"static", "worker-after"})
@@ -163,7 +156,7 @@ def test_an_api_server_stopped_during_an_up_fails_the_up_and_the_next_one_conver
     fs = daemons.stack(doc)
     daemon = daemons.start(fs)
     wait_for_success(daemon, timeout=120)
-    _converged(daemon)
+    wait_until_settled(daemon)
     ups = daemon.ups()
 
     # A change: the next iteration starts an up; the API server goes while it runs.
@@ -183,7 +176,7 @@ def test_an_api_server_stopped_during_an_up_fails_the_up_and_the_next_one_conver
         timeout=120,
         message="the new worker was never deployed after the restart",
     )
-    _converged(daemon)
+    wait_until_settled(daemon)
     assert daemon.alive()
     adopted(kube, daemon, namespace, "beta")
     assert_cluster_has_exactly(kube, namespace, {"alpha", "beta"})

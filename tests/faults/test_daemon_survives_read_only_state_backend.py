@@ -31,7 +31,13 @@ import pytest
 
 from tests.conftest import require_tools
 from tests.e2e.conftest import fleet_doc
-from tests.e2e.daemon_process import DaemonProcess, Daemons, eventually, wait_for_success
+from tests.e2e.daemon_process import (
+    DaemonProcess,
+    Daemons,
+    eventually,
+    wait_for_success,
+    wait_until_settled,
+)
 from tests.faults._checks import (
     adopted,
     assert_cluster_has_exactly,
@@ -63,18 +69,6 @@ def _writable(backend: Path, writable: bool) -> None:
 def _retries(daemon: DaemonProcess, since: int) -> list[tuple[int, float]]:
     """(attempt, delay) of each logged StateBackendUnwritable failure after ``since``."""
     return [(int(a), float(d)) for a, d in _RETRY.findall(daemon.text()[since:])]
-
-
-def _converged(daemon: DaemonProcess) -> None:
-    eventually(
-        lambda: daemon.value("twc_engine_in_progress") == 0,
-        timeout=120,
-        message="an up never finished",
-    )
-    wait_for_success(daemon, after=daemon.successes(), timeout=120)
-    ups = daemon.ups()
-    wait_for_success(daemon, after=daemon.successes() + 2, timeout=60)
-    assert daemon.ups() == ups, daemon.text()[-3000:]
 
 
 def _fails_and_backs_off(daemon: DaemonProcess, since: int, secret: str) -> float:
@@ -121,7 +115,7 @@ def test_a_read_only_state_backend_is_reported_backed_off_and_converges_without_
     fs = daemons.stack(fleet_doc(namespace, host_port=address, workers=workers))
     daemon = daemons.start(fs, settings=SETTINGS, wrapper=WRAPPER)
     wait_for_success(daemon, timeout=120)
-    _converged(daemon)
+    wait_until_settled(daemon)
 
     # 1. Read-only while idle; then a change arrives: the up cannot lock the stack.
     _writable(backend, False)
@@ -146,7 +140,7 @@ def test_a_read_only_state_backend_is_reported_backed_off_and_converges_without_
     )
     cleared_idle = time.monotonic() - restored
     assert f"fault {FAULT} cleared after" in daemon.text()
-    _converged(daemon)
+    wait_until_settled(daemon)
     adopted(kube, daemon, namespace, "beta")
     assert_cluster_has_exactly(kube, namespace, {"alpha", "beta"})
     assert_state_clean(fs, namespace, {"alpha", "beta"})
@@ -189,7 +183,7 @@ def test_a_read_only_state_backend_is_reported_backed_off_and_converges_without_
         message="the fault never cleared once the backend was writable",
     )
     cleared_mid = time.monotonic() - restored
-    _converged(daemon)
+    wait_until_settled(daemon)
     # Adopted, not duplicated: the lock the engine could not remove was broken, its
     # pending create dropped, and the next up took the existing Deployment over.
     log = daemon.text()[since:]

@@ -130,7 +130,7 @@ def test_printer_columns_show_phase_replicas_ready_task_queue_age(kube: Any) -> 
         "Phase": ".status.phase",
         "Replicas": ".status.replicas",
         "Ready": ".status.readyReplicas",
-        "TaskQueue": ".spec.taskQueueName",
+        "TaskQueue": ".status.taskQueue",
         "Age": ".metadata.creationTimestamp",
     }
 

@@ -230,7 +230,7 @@ def test_worker_printer_columns_and_status_subresource() -> None:
         ("Phase", ".status.phase"),
         ("Replicas", ".status.replicas"),
         ("Ready", ".status.readyReplicas"),
-        ("TaskQueue", ".spec.taskQueueName"),
+        ("TaskQueue", ".status.taskQueue"),
         ("Age", ".metadata.creationTimestamp"),
     ]
     assert version["subresources"] == {"status": {}}
@@ -241,6 +241,7 @@ def test_worker_printer_columns_and_status_subresource() -> None:
         "readyReplicas",
         "observedGeneration",
         "observedConnectionRef",
+        "taskQueue",
         "conditions",
     }
     assert status["properties"]["phase"]["enum"] == ["Pending", "Ready", "Failed"]

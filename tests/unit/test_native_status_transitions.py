@@ -113,3 +113,9 @@ def test_a_rejected_worker_says_why_on_both_conditions() -> None:
     assert {c["status"] for c in _conds(status).values()} == {"False"}
     assert status["observedGeneration"] == 4
     assert pending["phase"] == "Pending"
+
+
+def test_the_status_names_the_task_queue_the_worker_polls() -> None:
+    # The printer column: a worker with only a queueRef has no spec.taskQueueName.
+    assert _status({}, task_queue="orders")["taskQueue"] == "orders"
+    assert "taskQueue" not in _status({})

@@ -946,6 +946,7 @@ class Daemon:
                     pollers=pollers.get(key),
                     connection_ref=_ref_dict(native.references.get(key)),
                     now=now,
+                    task_queue=plan.workers[key].task_queue_name if key in plan.workers else None,
                 )
             else:
                 continue

@@ -109,6 +109,7 @@ def accepted_status(
     pollers: PollerFacts | None,
     connection_ref: Mapping[str, Any] | None,
     now: str,
+    task_queue: str | None = None,
 ) -> dict[str, Any]:
     """The status of a TemporalWorker that is part of the desired state.
 
@@ -122,6 +123,7 @@ def accepted_status(
         pollers: The task-queue check, or ``None`` when it was not made.
         connection_ref: The resolved connection (apiGroup, kind, name, namespace).
         now: Current time, RFC 3339.
+        task_queue: The task queue the worker polls (the printer column).
 
     Returns:
         The full status (phase, replicas, readyReplicas, observed fields, conditions).
@@ -170,6 +172,8 @@ def accepted_status(
         "readyReplicas": ready,
         "conditions": merge_conditions(previous.get("conditions"), [dep, queue], now=now),
     }
+    if task_queue:
+        status["taskQueue"] = task_queue
     if applied:
         if generation is not None:
             status["observedGeneration"] = generation

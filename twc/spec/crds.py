@@ -155,6 +155,8 @@ class TemporalWorkerStatus(_StatusModel):
     """Replicas ready to serve."""
     observed_generation: int | None = Field(default=None, ge=0)
     """The ``metadata.generation`` this status was computed from."""
+    task_queue: str | None = None
+    """The task queue the worker polls (``taskQueueName``, or its queue's name)."""
     observed_connection_ref: ObservedConnectionRef | None = None
     """The connection the worker was last reconciled against."""
     conditions: list[WorkerCondition] = Field(default_factory=list)
@@ -397,7 +399,8 @@ def temporal_worker_crd() -> dict[str, Any]:
             {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
             {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas"},
             {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
-            {"name": "TaskQueue", "type": "string", "jsonPath": ".spec.taskQueueName"},
+            # The resolved queue: a worker with only a queueRef has no spec.taskQueueName.
+            {"name": "TaskQueue", "type": "string", "jsonPath": ".status.taskQueue"},
         ],
         root_rules=[
             {

@@ -116,3 +116,17 @@ def test_removing_the_last_worker_of_a_namespace_runs_a_full_up_for_its_connecti
     h.step()
     assert h.engine.ups[-1][1] is None
     assert h.metrics.value("twc_engine_runs_total", mode="full") == 2
+
+
+def test_removing_a_worker_from_the_middle_of_the_file_targets_only_that_worker() -> None:
+    # The others move up in the list; where a worker sits is not what it is.
+    fleet = fleet_data(workers=[{"name": n, "namespace": NS, "taskQueueName": n} for n in "abcde"])
+    h = make_daemon(fleet, settings=DaemonSettings(target_threshold=3))
+    h.engine.urns = {f"{NS}/{n}": [f"urn:{n}"] for n in "abcde"}
+    h.step()
+
+    del fleet["workers"][1]
+    h.clock.now += 30
+    h.step()
+
+    assert h.engine.ups[-1][1] == ["urn:b"]

@@ -97,6 +97,9 @@ from twc.spec.crds import CRD_VERSION, WORKER_GROUP, WORKER_KIND
 
 __all__ = ["Daemon", "LeaderGate", "Plan"]
 
+_POSITIONAL = {"source", "connection_source"}
+"""ResolvedWorker fields that say where in the file a worker is, not what it is."""
+
 logger = logging.getLogger(__name__)
 
 Sleep = Callable[[float, threading.Event], bool]
@@ -598,7 +601,9 @@ class Daemon:
                 )
         scaled = {k: d.replicas for k, d in decisions.items()}
         desired = desired_state(
-            {k: w.model_dump(mode="json") for k, w in workers.items()},
+            # Where a worker sits in the file (`source`, `connection_source`) is for
+            # messages only: removing one worker must not change the hash of the rest.
+            {k: w.model_dump(mode="json", exclude=_POSITIONAL) for k, w in workers.items()},
             replicas=scaled,
             shared=self._shared_state(merged.fleet, workers),
         )

@@ -42,3 +42,70 @@ def test_the_secret_read_of_a_hung_api_server_times_out(hung_server: str) -> Non
     with pytest.raises(Exception, match=r"(?i)timed out"):
         cluster.read_secret("team", "temporal-api-key")
     cluster.close()
+
+
+@pytest.fixture
+def lists_then_hangs() -> Iterator[str]:
+    """An API server that answers a list, then never answers the watch that follows."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    release = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if "watch=" in self.path:
+                release.wait(30)  # a hung server: the connection stays open, silent
+                return
+            body = b'{"items": [], "metadata": {"resourceVersion": "5"}}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    release.set()
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("server", ["hung_server", "lists_then_hangs"])
+def test_a_watch_on_a_hung_api_server_fails_and_is_reported(
+    server: str, request: pytest.FixtureRequest
+) -> None:
+    import threading
+    import time
+
+    from twc.controller.queues import ObjectWatcher
+
+    host = request.getfixturevalue(server)
+    config = client.Configuration()
+    config.host = host
+    config.retries = 0
+    api = client.ApiClient(config)
+    watcher = ObjectWatcher(
+        client.CustomObjectsApi(api),
+        group="kmsvc.io",
+        version="v1",
+        plural="queues",
+        resync_interval=3600,
+        watch_timeout=1,
+        retry_delay=0.1,
+        request_timeout=1.0,
+    )
+    watcher.start(threading.Event())
+    deadline = time.monotonic() + 20
+    while watcher.failure() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    failure = watcher.failure()
+    watcher.stop()
+    api.close()
+    assert failure is not None, "the watch thread never noticed the hung server"
+    assert "timed out" in failure.lower() or "timeout" in failure.lower(), failure

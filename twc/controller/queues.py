@@ -240,6 +240,7 @@ class ObjectWatcher:
         retry_delay: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
         content: Callable[[Mapping[str, Any]], object] | None = None,
+        request_timeout: float = 30.0,
     ) -> None:
         """Prepare the watcher.
 
@@ -256,6 +257,10 @@ class ObjectWatcher:
             clock: Monotonic time.
             content: What of an object matters to the loop; a change of anything else
                 (its status, bookkeeping) does not wake it. Labels and spec by default.
+            request_timeout: Client-side read timeout of a list, in seconds; a watch
+                waits this much longer than its server-side timeout. A hung API server
+                (connections accepted, no answer) then fails the list or watch, which
+                is reported and retried, instead of stalling the thread for good.
         """
         self._api = custom_api
         self.group = group
@@ -267,6 +272,7 @@ class ObjectWatcher:
         self._retry_delay = retry_delay
         self._clock = clock
         self._content_of = content or _labels_and_spec
+        self._request_timeout = request_timeout
         self._lock = threading.Lock()
         self._objects: dict[str, Mapping[str, Any]] | None = None
         self._stop = threading.Event()
@@ -313,7 +319,11 @@ class ObjectWatcher:
         """
         try:
             result = self._api.list_cluster_custom_object(
-                self.group, self.version, self.plural, label_selector=self._selector
+                self.group,
+                self.version,
+                self.plural,
+                label_selector=self._selector,
+                _request_timeout=(_CONNECT_TIMEOUT, self._request_timeout),
             )
         except Exception as exc:
             if not _not_found(exc):
@@ -370,6 +380,7 @@ class ObjectWatcher:
                         self._stop.wait(min(self._resync, 30.0))
                         continue
                 self._watch = watch.Watch()
+                server_timeout = int(min(self._watch_timeout, max(1.0, self._resync)))
                 stream = self._watch.stream(
                     self._api.list_cluster_custom_object,
                     self.group,
@@ -377,8 +388,11 @@ class ObjectWatcher:
                     self.plural,
                     label_selector=self._selector,
                     resource_version=version,
-                    timeout_seconds=int(min(self._watch_timeout, max(1.0, self._resync))),
+                    timeout_seconds=server_timeout,
                     allow_watch_bookmarks=True,
+                    # Bookmarks and events keep a healthy stream talking; silence longer
+                    # than the server's own timeout means the server hangs.
+                    _request_timeout=(_CONNECT_TIMEOUT, server_timeout + self._request_timeout),
                 )
                 for event in stream:
                     if self._stop.is_set():
@@ -436,6 +450,10 @@ class QueueWatcher(ObjectWatcher):
             retry_delay=retry_delay,
             clock=clock,
         )
+
+
+_CONNECT_TIMEOUT = 5.0
+"""Seconds to establish a connection to the API server."""
 
 
 def _watch_key(obj: Mapping[str, Any]) -> str:

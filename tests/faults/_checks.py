@@ -61,3 +61,21 @@ def assert_state_clean(fs: FleetStack, namespace: str, deployments: set[str]) ->
     backend = Path(fs.env["PULUMI_BACKEND_URL"].removeprefix("file://"))
     locks = list((backend / ".pulumi" / "locks").rglob(f"{fs.name}/*.json"))
     assert not locks, locks
+
+
+def assert_converged(
+    kube: Kube,
+    daemon: DaemonProcess,
+    fs: FleetStack,
+    namespace: str,
+    deployments: set[str],
+    *,
+    adopted_worker: str | None = None,
+) -> None:
+    """After a fault cleared: the daemon lives, ``adopted_worker`` (applied early) is the
+    engine's, and cluster and state hold exactly ``deployments``, once each."""
+    assert daemon.alive()
+    if adopted_worker is not None:
+        adopted(kube, daemon, namespace, adopted_worker)
+    assert_cluster_has_exactly(kube, namespace, deployments)
+    assert_state_clean(fs, namespace, deployments)

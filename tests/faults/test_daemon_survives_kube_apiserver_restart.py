@@ -22,12 +22,7 @@ from tests.e2e.daemon_process import (
     wait_for_success,
     wait_until_settled,
 )
-from tests.faults._checks import (
-    adopted,
-    assert_cluster_has_exactly,
-    assert_state_clean,
-    fault_state,
-)
+from tests.faults._checks import assert_converged, fault_state
 from twc.local import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
@@ -132,10 +127,9 @@ def test_an_idle_daemon_survives_an_api_server_restart_and_its_watch_resumes(
     )
     provisioned = time.monotonic() - created
     wait_until_settled(daemon)
-    assert daemon.alive()
-    adopted(kube, daemon, namespace, "worker-after")
-    assert_cluster_has_exactly(kube, namespace, {"static", "worker-after"})
-    assert_state_clean(fs, namespace, {"static", "worker-after"})
+    assert_converged(
+        kube, daemon, fs, namespace, {"static", "worker-after"}, adopted_worker="worker-after"
+    )
     print(
         f"kube-apiserver down (idle): stopped in {stopping:.1f} s, reported "
         f"{reported:.1f} s later; restarted in "
@@ -177,10 +171,7 @@ def test_an_api_server_stopped_during_an_up_fails_the_up_and_the_next_one_conver
         message="the new worker was never deployed after the restart",
     )
     wait_until_settled(daemon)
-    assert daemon.alive()
-    adopted(kube, daemon, namespace, "beta")
-    assert_cluster_has_exactly(kube, namespace, {"alpha", "beta"})
-    assert_state_clean(fs, namespace, {"alpha", "beta"})
+    assert_converged(kube, daemon, fs, namespace, {"alpha", "beta"}, adopted_worker="beta")
     print(
         f"kube-apiserver down (during an up): stopped in {stopping:.1f} s, reported "
         f"{reported:.1f} s later; "

@@ -38,12 +38,7 @@ from tests.e2e.daemon_process import (
     wait_for_success,
     wait_until_settled,
 )
-from tests.faults._checks import (
-    adopted,
-    assert_cluster_has_exactly,
-    assert_state_clean,
-    fault_state,
-)
+from tests.faults._checks import assert_converged, fault_state
 from twc.local import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
@@ -141,9 +136,7 @@ def test_a_read_only_state_backend_is_reported_backed_off_and_converges_without_
     cleared_idle = time.monotonic() - restored
     assert f"fault {FAULT} cleared after" in daemon.text()
     wait_until_settled(daemon)
-    adopted(kube, daemon, namespace, "beta")
-    assert_cluster_has_exactly(kube, namespace, {"alpha", "beta"})
-    assert_state_clean(fs, namespace, {"alpha", "beta"})
+    assert_converged(kube, daemon, fs, namespace, {"alpha", "beta"}, adopted_worker="beta")
 
     # 2. Read-only in the middle of an up, between a Deployment's creation in the
     # cluster and its checkpoint. With the simulated deployment controller stopped the
@@ -189,10 +182,9 @@ def test_a_read_only_state_backend_is_reported_backed_off_and_converges_without_
     log = daemon.text()[since:]
     assert "breaking a stale lock" in log
     assert f"dropped the pending creating of {namespace}/gamma-deployment" in log
-    assert daemon.alive()
-    adopted(kube, daemon, namespace, "gamma")
-    assert_cluster_has_exactly(kube, namespace, {"alpha", "beta", "gamma"})
-    assert_state_clean(fs, namespace, {"alpha", "beta", "gamma"})
+    assert_converged(
+        kube, daemon, fs, namespace, {"alpha", "beta", "gamma"}, adopted_worker="gamma"
+    )
     print(
         f"read-only backend: idle — reported after {reported_idle:.1f} s, cleared "
         f"{cleared_idle:.1f} s after restoring; mid-up — reported after "

@@ -18,7 +18,7 @@ from temporalio.client import Client
 
 from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import FAST, Daemons, eventually, wait_for_success
-from tests.faults._checks import assert_cluster_has_exactly, assert_state_clean, fault_state
+from tests.faults._checks import assert_converged, fault_state
 from twc.local import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
@@ -141,10 +141,8 @@ def test_temporal_down_while_sampling_holds_replicas_reports_and_resumes(
     assert daemon.ups() == settled
     assert daemon.value("twc_worker_desired_replicas", worker=key) == wanted
     assert daemon.value("twc_reconcile_errors_total") == 0
-    assert daemon.alive()
 
-    assert_cluster_has_exactly(kube, namespace, {"orders"})
-    assert_state_clean(fs, namespace, {"orders"})
+    assert_converged(kube, daemon, fs, namespace, {"orders"})
     print(
         f"Temporal down: reported after {reported:.1f} s; restarted in "
         f"{back - restarted:.1f} s; cleared {cleared:.1f} s after the restart; "

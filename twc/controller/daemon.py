@@ -25,12 +25,12 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from twc.builders import connection_name
-from twc.connections import Registry, default_registry
+from twc.connections import Registry, ResolvedConnection, default_registry
 from twc.controller.automation import Overlay, StackEngine
 from twc.controller.autoscale import ScaleDecision, ScalingState, WorkerScaleInput, scale_fleet
 from twc.controller.backlog import BacklogSource, SecretReader, worker_key
@@ -629,41 +629,29 @@ class Daemon:
             mode="json",
             include={"cluster_connections", "connections", "custom_connections", "queues"},
         )
+        registry = self._registry or default_registry()
+        resolved: list[tuple[ResolvedWorker, ResolvedConnection]] = []
+        for worker in workers.values():
+            try:
+                resolved.append((worker, registry.resolve_worker(worker, fleet)))
+            except TwcConnectionError:
+                continue  # reported where the worker is merged
         return {
             "fleet": dump,
             "program": self._shared,
-            "credentials": self._credential_digests(fleet, workers),
-            "placement": self._placement(fleet, workers),
+            "credentials": self._credential_digests(resolved),
+            "placement": _placement(resolved),
         }
 
-    def _placement(
-        self, fleet: Fleet, workers: Mapping[str, ResolvedWorker]
-    ) -> dict[str, list[str]]:
-        # The namespaces each connection serves: the program copies its secret (and
-        # fingerprints it) per namespace, so a worker leaving the last one of them, or
-        # arriving in a new one, changes the connection's resources too. A targeted up
-        # of that worker alone would leave them behind: this makes it a full one.
-        registry = self._registry or default_registry()
-        placement: dict[str, set[str]] = {}
-        for worker in workers.values():
-            try:
-                name = connection_name(registry.resolve_worker(worker, fleet))
-            except TwcConnectionError:
-                continue  # reported where the worker is merged
-            placement.setdefault(name, set()).add(worker.namespace)
-        return {name: sorted(namespaces) for name, namespaces in sorted(placement.items())}
-
     def _credential_digests(
-        self, fleet: Fleet, workers: Mapping[str, ResolvedWorker]
+        self, resolved: Sequence[tuple[ResolvedWorker, ResolvedConnection]]
     ) -> dict[str, str]:
         # The program fingerprints each credential secret where it reads it (the
         # secretSource namespace, else each worker's namespace); so does this.
         if self._read_secret is None:
             return {}
-        registry = default_registry()
         digests: dict[str, str] = {}
-        for worker in workers.values():
-            conn = registry.resolve_worker(worker, fleet)
+        for worker, conn in resolved:
             if conn.secret_name is None:
                 continue
             namespace = conn.secret_source_namespace or worker.namespace
@@ -1229,6 +1217,19 @@ def _poller_failure(exc: BaseException) -> PollerFacts:
         }.get(exc.status, "TemporalUnavailable")
         return PollerFacts(None, reason, f"{exc.status.name}: {exc.message}")
     return PollerFacts(None, "TemporalUnavailable", f"{type(exc).__name__}: {exc}")
+
+
+def _placement(
+    resolved: Sequence[tuple[ResolvedWorker, ResolvedConnection]],
+) -> dict[str, list[str]]:
+    """The namespaces each connection serves. The program copies its secret (and
+    fingerprints it) per namespace, so a worker leaving the last one of them, or arriving
+    in a new one, changes the connection's resources too: a targeted up of that worker
+    alone would leave them behind, so this is part of the shared state (a full up)."""
+    placement: dict[str, set[str]] = {}
+    for worker, conn in resolved:
+        placement.setdefault(connection_name(conn), set()).add(worker.namespace)
+    return {name: sorted(namespaces) for name, namespaces in sorted(placement.items())}
 
 
 def _shorten(text: str, limit: int = 2000) -> str:

@@ -1086,7 +1086,7 @@ class Daemon:
         """After a successful ``up``: the engine owns the early objects now."""
         if self._early is None or not self._early_pending:
             return
-        release, delete = plan_release(sorted(self._early_pending), set(plan.workers))
+        release, delete = plan_release(self._early_pending, plan.workers.keys())
         for ref in release + delete:
             try:
                 if ref in release:

@@ -27,7 +27,7 @@ something the daemon cannot see), the ``up`` corrects the object in the same ite
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -144,7 +144,7 @@ def early_objects(
 
 
 def plan_release(
-    pending: Sequence[ObjectRef], desired_workers: Sequence[str] | set[str] | frozenset[str]
+    pending: Collection[ObjectRef], desired_workers: Collection[str]
 ) -> tuple[list[ObjectRef], list[ObjectRef]]:
     """After a successful ``up``: which early objects to release, which to delete.
 

@@ -38,7 +38,7 @@ e2e:
 test: setup lint
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
-# Only the fault-injection tests (issue 8): each starts an embedded environment of its
+# Only the fault-injection tests: each starts an embedded environment of its
 # own, then stops Temporal or kube-apiserver or makes the state backend read-only.
 test-faults: setup
 	$(PY) -m pytest tests/faults -m faults $(PYTEST_ARGS)

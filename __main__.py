@@ -1,5 +1,5 @@
 """The twc Pulumi program: read config → load the fleet → build components → export."""
 
-from twc.components import program
+from twc import program
 
 program.main()

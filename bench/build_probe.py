@@ -1,7 +1,7 @@
 """One program build under Pulumi mocks, measured in a fresh process.
 
 ``python -m bench.build_probe FLEET_FILE`` loads the fleet, runs
-:func:`twc.components.program.build` under mocks until every registration settled, and
+:func:`twc.program.build` under mocks until every registration settled, and
 prints one JSON line: import, load and build wall times and the peak RSS (``ru_maxrss``)
 before and after the build. A fresh process per measurement keeps the peak honest.
 """
@@ -22,7 +22,9 @@ from pulumi.runtime.mocks import run_pulumi_func  # noqa: E402
 from pulumi.runtime.settings import SETTINGS  # noqa: E402
 from pulumi.runtime.sync_await import _sync_await  # noqa: E402
 
-from twc.components.program import Overlay, ProgramOptions, build  # noqa: E402
+from twc.connections import default_registry  # noqa: E402
+from twc.desired import DesiredInputs, desired_fleet  # noqa: E402
+from twc.program import ProgramOptions, build  # noqa: E402
 from twc.spec import load_fleet_file  # noqa: E402
 
 T_IMPORTED = time.perf_counter()
@@ -63,11 +65,13 @@ def main(argv: list[str]) -> int:
     SETTINGS.outputs.clear()
 
     def program() -> None:
+        desired = desired_fleet(
+            fleet, DesiredInputs(), registry=default_registry(), file=fleet_file
+        )
         statuses = build(
-            fleet,
+            desired,
             file=fleet_file,
             options=ProgramOptions(),
-            overlay=Overlay(),
             read_secret=lambda _ns, _name: None,
         )
         _sync_await(pulumi.Output.all(*statuses.values()).future())

@@ -202,7 +202,7 @@ class StandinLoop:
     def _run(self) -> None:
         from dataclasses import replace
 
-        from twc.controller import engine
+        from twc.stackrun import engine
 
         while not self._stop.wait(self.interval):
             objects = self._objects()

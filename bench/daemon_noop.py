@@ -1,6 +1,6 @@
 """Item 2: the daemon's no-op iteration (nothing changed: no engine run at all).
 
-With the daemon in the tree (``twc.controller.daemon``) its own ``plan`` runs with the
+With the daemon in the tree (``twc.loop.daemon``) its own ``plan`` runs with the
 real collaborators ``twc run`` wires (fleet file, Queue watch cache, Deployment replica
 read, hashing) followed by ``decide_reconcile``, which must say SKIP. The stand-in is what
 such an iteration must do at least, built from the daemon's pure core: load the fleet
@@ -27,9 +27,9 @@ QUEUE_SELECTOR = "temporal.io/worker-enabled=true"
 
 
 def daemon_available() -> bool:
-    """Whether the daemon loop (``twc.controller.daemon``) is importable."""
+    """Whether the daemon loop (``twc.loop.daemon``) is importable."""
     try:
-        return importlib.util.find_spec("twc.controller.daemon") is not None
+        return importlib.util.find_spec("twc.loop.daemon") is not None
     except ImportError:
         return False
 
@@ -47,7 +47,7 @@ def _repeat_bounded(fn: Callable[[], object], trials: int, budget_s: float) -> l
 
 def standin_iteration(fleet_file: Path, kube: Any) -> Callable[[], str]:
     """The least a no-op iteration does: load, LIST Queue objects, hash, decide."""
-    from twc.controller.desired import ReconcileAction, decide_reconcile, desired_state
+    from twc.loop.decide import ReconcileAction, decide_reconcile, desired_state
     from twc.spec import load_fleet_file, load_queue_object
 
     def render() -> Any:
@@ -87,32 +87,39 @@ def daemon_iteration(
     Returns:
         The iteration, and a function that stops the Queue watch.
     """
-    from twc.controller.automation import AutomationEngine
-    from twc.controller.backlog import TemporalBacklogs
-    from twc.controller.cluster import Cluster
-    from twc.controller.daemon import Daemon
-    from twc.controller.desired import ReconcileAction, decide_reconcile
-    from twc.controller.interruptible import LoopState
-    from twc.controller.queues import QueueWatcher
-    from twc.controller.settings import DaemonSettings
+    from twc.kube.client import KubeClient
+    from twc.kube.watch import QueueWatcher
+    from twc.kube.workloads import Workloads
+    from twc.loop.act import Effects
+    from twc.loop.backlog import TemporalBacklogs
+    from twc.loop.daemon import Daemon
+    from twc.loop.decide import ReconcileAction, decide_reconcile
+    from twc.loop.observe import Sources
+    from twc.loop.settings import DaemonSettings
+    from twc.loop.state import LoopState
     from twc.spec import load_fleet_file
+    from twc.stackrun.automation import AutomationEngine
 
     settings = DaemonSettings()
-    cluster = Cluster(api_client)
-    queues = QueueWatcher(cluster.custom, resync_interval=settings.resync_interval)
+    kube = KubeClient(api_client)
+    workloads = Workloads(kube)
+    queues = QueueWatcher(kube.custom, resync_interval=settings.resync_interval)
     config = dict(ref.config or {})
     daemon = Daemon(
-        stack=ref.name,
-        load_fleet=lambda: load_fleet_file(fleet_file),
-        engine=AutomationEngine(ref),
-        settings=settings,
-        queues=queues,
-        backlogs=TemporalBacklogs(
-            read_secret=cluster.read_secret, temporal_address=config.get("temporalAddress")
+        ref.name,
+        settings,
+        Sources(
+            fleet=lambda: load_fleet_file(fleet_file),
+            queues=queues,
+            backlogs=TemporalBacklogs(
+                read_secret=workloads.read_secret,
+                temporal_address=config.get("temporalAddress"),
+            ),
+            replicas=workloads.worker_replicas,
+            file=str(fleet_file),
         ),
-        current_replicas=cluster.worker_replicas,
-        file=str(fleet_file),
-        shared={"config": config},
+        Effects(engine=AutomationEngine(ref)),
+        program={"config": config},
     )
     queues.start(threading.Event())
     deadline = time.monotonic() + 30
@@ -121,12 +128,12 @@ def daemon_iteration(
             raise RuntimeError("the Queue watch never listed")
         time.sleep(0.05)
     state = LoopState(started_at=time.monotonic())
-    state = replace(state, applied=daemon.plan(state, now=time.monotonic()).desired)
+    state = replace(state, applied=daemon.plan(state, now=time.monotonic()).hashes)
 
     def iteration() -> str:
         plan = daemon.plan(state, now=time.monotonic())
         decision = decide_reconcile(
-            state.applied, plan.desired, target_threshold=settings.target_threshold
+            state.applied, plan.hashes, target_threshold=settings.target_threshold
         )
         if decision.action is not ReconcileAction.SKIP:
             raise RuntimeError(f"no-op iteration decided {decision.action}: {decision.reason}")
@@ -155,7 +162,7 @@ def measure_noop(
             out["daemon"] = summarize(_repeat_bounded(iteration, trials, budget_s))
         finally:
             stop()
-    out["source"] = "twc.controller.daemon" if out["daemon"] else "stand-in"
+    out["source"] = "twc.loop.daemon" if out["daemon"] else "stand-in"
     out["parts"] = _parts(fleet_file, kube, trials=min(trials, 10))
     out["noop_s"] = out["daemon"] or out["standin"]
     return out
@@ -175,10 +182,11 @@ def _parts(fleet_file: Path, kube: Any, *, trials: int) -> dict[str, Any]:
         "list_queues": summarize([timed(list_queues)[0] for _ in range(trials)]),
     }
     if daemon_available():
-        from twc.controller.cluster import Cluster
+        from twc.kube.client import KubeClient
+        from twc.kube.workloads import Workloads
 
-        cluster = Cluster(kube.api_client)
+        workloads = Workloads(KubeClient(kube.api_client))
         out["worker_replicas"] = summarize(
-            [timed(cluster.worker_replicas)[0] for _ in range(trials)]
+            [timed(workloads.worker_replicas)[0] for _ in range(trials)]
         )
     return out

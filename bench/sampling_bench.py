@@ -1,10 +1,10 @@
 """Item 4: backlog sampling of many task queues against the dev server.
 
-Every run goes through :func:`twc.controller.sampling.sample_backlogs`; ``describe`` asks
+Every run goes through :func:`twc.loop.sampling.sample_backlogs`; ``describe`` asks
 DescribeTaskQueue with stats for the workflow, activity and Nexus task queues of one
 queue, as the daemon's ``TemporalBacklogs.describe`` does (three RPCs per queue). Runs:
 
-* ``budget``: the daemon's defaults from :class:`~twc.controller.settings.SamplingSettings`
+* ``budget``: the daemon's defaults from :class:`~twc.loop.settings.SamplingSettings`
   (concurrency and rate budget), one shared client: what the daemon does;
 * ``shared``: the same concurrency without a rate budget, one shared client;
 * ``per_call``: the same, but a new client per queue, as the ``TaskQueueCheck`` provider
@@ -33,7 +33,7 @@ async def _describe_with(client: Any, namespace: str, name: str) -> Any:
     from temporalio.api.taskqueue.v1 import TaskQueue
     from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 
-    from twc.controller.sampling import Backlog
+    from twc.loop.sampling import Backlog
 
     parts = []
     for tq_type in (
@@ -63,7 +63,7 @@ async def _run(
     rate_per_s: float | None,
     burst: int,
 ) -> dict[str, Any]:
-    from twc.controller.sampling import sample_backlogs
+    from twc.loop.sampling import sample_backlogs
 
     start = time.perf_counter()
     results = await sample_backlogs(
@@ -85,7 +85,7 @@ async def _run(
 
 def queue_refs(count: int, namespace: str = "default") -> list[Any]:
     """The task queues sampled: the generated workers' (``bench-tq-0000`` ...)."""
-    from twc.controller.sampling import TaskQueueRef
+    from twc.loop.sampling import TaskQueueRef
 
     return [TaskQueueRef(namespace, f"bench-tq-{i:04d}") for i in range(count)]
 
@@ -93,7 +93,7 @@ def queue_refs(count: int, namespace: str = "default") -> list[Any]:
 def warm_queues(address: str, count: int, namespace: str = "default") -> None:
     """Describe every queue once, so the dev server has loaded its partitions."""
     from twc.connections import ConnectOptions, connect
-    from twc.controller.settings import SamplingSettings
+    from twc.loop.settings import SamplingSettings
     from twc.spec import AuthMode
 
     options = ConnectOptions(target_host=address, namespace=namespace, tls=False)
@@ -138,7 +138,7 @@ def measure_sampling(
         One entry per run, the settings used and the per-call/shared ratio.
     """
     from twc.connections import ConnectOptions, connect
-    from twc.controller.settings import SamplingSettings
+    from twc.loop.settings import SamplingSettings
     from twc.spec import AuthMode
 
     settings = SamplingSettings()

@@ -91,7 +91,7 @@ class FleetStack:
 
     @property
     def ref(self) -> Any:
-        from twc.controller import engine
+        from twc.stackrun import engine
 
         return engine.StackRef(
             self.name,
@@ -101,7 +101,7 @@ class FleetStack:
 
     def worker_urns(self, key: str) -> list[str]:
         """URNs of one worker's component and its children, from the stack's state."""
-        from twc.controller import engine
+        from twc.stackrun import engine
 
         deployment = engine.select_stack(self.ref).export_stack().deployment or {}
         resources = deployment.get("resources") or []
@@ -117,7 +117,7 @@ def setup_stack(
     n: int, *, workdir: Path, host_port: str, env: dict[str, str], kube: Any, parallel: int
 ) -> FleetStack:
     """Create the N-worker stack and its first ``up`` (not a measured figure)."""
-    from twc.controller import engine
+    from twc.stackrun import engine
 
     namespaces = namespaces_for(n)
     for ns in namespaces:
@@ -210,7 +210,7 @@ def phases(records: list[EventRecord], changed: str, total_s: float) -> dict[str
 
 def measure_engine(stack: FleetStack, trials: Trials) -> dict[str, Any]:
     """Preview with no change, and ``up`` of a one-worker change with and without target."""
-    from twc.controller import engine
+    from twc.stackrun import engine
 
     out: dict[str, Any] = {"initial_up_s": stack.initial_up_s}
     select_s = repeat(lambda: engine.select_stack(stack.ref), max(1, trials.preview))

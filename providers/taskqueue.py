@@ -17,6 +17,7 @@ is pickled into the state and must not capture a client.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -35,6 +36,18 @@ from pulumi.dynamic import (
 
 CONDITION_TYPE = "TemporalTaskQueueRegistered"
 # Inputs whose change means "check again", nothing more: a check never needs replacing.
+# The provider process serves Create/Read calls on several gRPC threads at once; two of
+# them importing temporalio's generated modules for the first time concurrently can
+# deadlock on its circular imports. The first import happens under this lock.
+_IMPORT_LOCK = threading.Lock()
+
+
+def _import_temporalio() -> None:
+    with _IMPORT_LOCK:
+        import temporalio.api.workflowservice.v1
+        import temporalio.service  # noqa: F401
+
+
 _INPUT_KEYS = (
     "address",
     "namespace",
@@ -135,34 +148,16 @@ def check_task_queue(
 
     Waits up to ``waitForPollersSeconds`` for a poller to appear.
     """
-    from temporalio.service import RPCError, RPCStatusCode
+    from twc.connections import poller_failure
 
-    from twc.errors import TwcConnectionError
-
+    _import_temporalio()
     deadline = time.monotonic() + float(props.get("waitForPollersSeconds") or 0)
     while True:
         try:
             pollers, backlog = asyncio.run(_describe(props))
-        except LookupError as exc:
-            return _outputs(0, 0, condition(False, "AuthSecretInvalid", str(exc), previous))
-        except TwcConnectionError as exc:
-            reason = (
-                "AuthSecretInvalid"
-                if str(exc.reason) == "AuthSecretInvalid"
-                else "TemporalUnavailable"
-            )
-            return _outputs(0, 0, condition(False, reason, str(exc), previous))
-        except RPCError as exc:
-            reason = {
-                RPCStatusCode.NOT_FOUND: "NamespaceNotFound",
-                RPCStatusCode.UNAUTHENTICATED: "AuthSecretInvalid",
-                RPCStatusCode.PERMISSION_DENIED: "AuthSecretInvalid",
-            }.get(exc.status, "TemporalUnavailable")
-            return _outputs(
-                0, 0, condition(False, reason, f"{exc.status.name}: {exc.message}", previous)
-            )
         except Exception as exc:
-            return _outputs(0, 0, condition(False, "TemporalUnavailable", str(exc), previous))
+            reason, message = poller_failure(exc)
+            return _outputs(0, 0, condition(False, reason, message, previous))
         if pollers > 0:
             message = f"{pollers} poller(s) on task queue {props['taskQueue']!r}"
             return _outputs(

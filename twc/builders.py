@@ -1,4 +1,4 @@
-"""Pure builders of the Kubernetes objects behind a worker (DESIGN §3).
+"""Pure builders of the Kubernetes objects behind a worker.
 
 Everything returns plain camelCase dicts, exactly as the Kubernetes API spells them, so
 the Pulumi components pass them through unchanged and unit tests compare dicts. No

@@ -1,4 +1,4 @@
-"""The ``twc`` command line (DESIGN §4).
+"""The ``twc`` command line.
 
 Each verb lives in the layer that owns it; this module only parses arguments and
 dispatches, importing heavy layers lazily so ``twc validate`` stays fast.
@@ -72,8 +72,8 @@ def _cluster_objects_flags(parser: argparse.ArgumentParser) -> None:
         dest="cluster_objects",
         action="store_true",
         default=None,
-        help="merge the cluster's Queue, TemporalWorker and connection objects as the "
-        "daemon does (default: when the daemon manages the stack)",
+        help="include the cluster's Queue, TemporalWorker and connection objects as the "
+        "daemon does (default: the fleet's clusterObjects, true unless set false)",
     )
     group.add_argument(
         "--file-only",
@@ -84,15 +84,15 @@ def _cluster_objects_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    from twc.controller import commands
+    from twc.commands.up import run_up
 
-    return commands.run_up(args.stack, args.fleet_file, cluster_objects=args.cluster_objects)
+    return run_up(args.stack, args.fleet_file, cluster_objects=args.cluster_objects)
 
 
 def _cmd_preview(args: argparse.Namespace) -> int:
-    from twc.controller import preview_cmd
+    from twc.commands.preview import run_preview
 
-    return preview_cmd.run_preview(
+    return run_preview(
         args.stack,
         fmt=args.format,
         detailed=args.detailed_exitcode,
@@ -102,13 +102,13 @@ def _cmd_preview(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from twc.controller import commands
+    from twc.commands.status import run_status
 
-    return commands.run_status(args.stack, args.output)
+    return run_status(args.stack, args.output)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from twc.controller.runner import RunOptions, run_daemon
+    from twc.commands.run import RunOptions, run_daemon
 
     return run_daemon(
         RunOptions(

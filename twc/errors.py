@@ -10,6 +10,10 @@ message text. Two families exist:
 * :class:`TwcConnectionError`: a Temporal connection could not be resolved or opened.
   It carries a stable :class:`Reason` that becomes a condition reason in worker status,
   and says whether retrying may help.
+
+Code inside a daemon step says how to retry by what it raises, as in kopf:
+:class:`TemporaryError` (try again, optionally after a given delay) or
+:class:`PermanentError` (retrying the same desired state cannot succeed).
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 __all__ = [
+    "PermanentError",
     "Reason",
     "SpecError",
     "SpecIssue",
+    "TemporaryError",
     "TwcConnectionError",
     "TwcError",
 ]
@@ -137,3 +143,26 @@ class TwcConnectionError(TwcError):
     def retryable(self) -> bool:
         """Only transport failures are worth retrying unchanged."""
         return self.reason not in _PERMANENT_REASONS
+
+
+class TemporaryError(Exception):
+    """A failure worth retrying unchanged, optionally after a specific delay."""
+
+    def __init__(self, message: str = "", *, delay: float | None = None) -> None:
+        """Create the error.
+
+        Args:
+            message: What went wrong.
+            delay: Seconds to wait before retrying; ``None`` uses the backoff schedule.
+
+        Raises:
+            ValueError: If ``delay`` is negative.
+        """
+        if delay is not None and delay < 0:
+            raise ValueError(f"delay must not be negative, got {delay}")
+        super().__init__(message)
+        self.delay: float | None = delay
+
+
+class PermanentError(Exception):
+    """A failure that retrying the same desired state cannot fix; the input must change."""

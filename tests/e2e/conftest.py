@@ -12,8 +12,8 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
-from twc.controller import engine
 from twc.local import LocalEnvironment
+from twc.stackrun import engine
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Bad input changes nothing (issue 8, item 1).
+"""Bad input changes nothing.
 
 A deployed fleet's file is replaced by each of a corpus of malformed files (every
 mutation of the unit corpus, plus hostile YAML) and ``twc up`` is run: it must exit
@@ -33,11 +33,12 @@ from tests.e2e.conftest import FleetStack, fleet_doc
 from tests.helpers import assert_eventually
 from tests.unit.fleet_data import valid_fleet
 from tests.unit.test_fleet_validation_rejects import CASES
-from twc.controller import commands, engine
+from twc.commands import common, up
 from twc.errors import SpecError
 from twc.local import LocalEnvironment
 from twc.local.environment import free_port
 from twc.spec import load_queue_object
+from twc.stackrun import engine
 
 pytestmark = pytest.mark.e2e
 
@@ -229,11 +230,11 @@ def test_twc_up_refuses_every_malformed_file_naming_file_path_and_reason_and_cha
         fs.fleet_file.write_bytes(content)
         err, out = io.StringIO(), io.StringIO()
         monkeypatch.setattr(
-            commands,
+            common,
             "validate_or_report",
             functools.partial(_VALIDATE, err=err),
         )
-        code = commands.run_up(fs.name, str(fs.fleet_file), out=out)
+        code = up.run_up(fs.name, str(fs.fleet_file), out=out)
         text = err.getvalue()
         if code == 0:
             failures.append(f"{case_id}: exit 0")
@@ -248,7 +249,7 @@ def test_twc_up_refuses_every_malformed_file_naming_file_path_and_reason_and_cha
     assert state_files(local_env, fs.name) == state_before
 
 
-_VALIDATE = commands.validate_or_report
+_VALIDATE = common.validate_or_report
 TWC_UP = [sys.executable, "-m", "twc", "up", "--stack"]
 
 
@@ -410,7 +411,7 @@ def test_the_daemon_skips_invalid_queue_objects_in_the_cluster_without_blocking_
     deployed: tuple[FleetStack, dict[str, Any]],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from twc.controller.runner import RunOptions, run_daemon
+    from twc.commands.run import RunOptions, run_daemon
 
     fs, fleet = deployed
     ns = fleet["workers"][0]["namespace"]

@@ -1,4 +1,4 @@
-"""Delete protection (issue 9, item 4) with five namespaces sharing one ClusterConnection.
+"""Delete protection with five namespaces sharing one ClusterConnection.
 
 The ClusterConnection copies its mTLS secret from a source namespace into every
 namespace whose workers use it. Deleting it while workers use it leaves it in place

@@ -1,4 +1,4 @@
-"""The generated CRDs on a real kube-apiserver (issue 9, item 1).
+"""The generated CRDs on a real kube-apiserver.
 
 The session's local environment installs every CRD of ``twc.local.crds.all_crds()``, so
 the API server has already accepted the generated schemas as structural (it refuses

@@ -1,5 +1,5 @@
 """A new worker's Deployment is in the API server before the engine runs, and the engine
-adopts it unchanged (issue 7: Queue → Deployment convergence)."""
+adopts it unchanged."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 
 from tests.e2e.conftest import create_queue, create_tls_secret, credentialed_fleet
 from tests.e2e.daemon_process import Daemons, eventually, wait_for_success
-from twc.controller.early import EARLY_FIELD_MANAGER
 from twc.local import LocalEnvironment
+from twc.loop.early import EARLY_FIELD_MANAGER
 
 pytestmark = pytest.mark.e2e
 

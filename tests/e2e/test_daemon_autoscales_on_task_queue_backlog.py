@@ -1,4 +1,4 @@
-"""The daemon scales a worker from its real task-queue backlog on Temporal (issue 5)."""
+"""The daemon scales a worker from its real task-queue backlog on Temporal."""
 
 from __future__ import annotations
 

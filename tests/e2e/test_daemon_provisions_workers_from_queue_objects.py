@@ -1,4 +1,4 @@
-"""The daemon on the real engine: Queue objects in the cluster drive workers (issue 5)."""
+"""The daemon on the real engine: Queue objects in the cluster drive workers."""
 
 from __future__ import annotations
 

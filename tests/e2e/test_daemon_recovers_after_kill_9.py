@@ -1,4 +1,4 @@
-"""``kill -9`` of the daemon during an ``up``, then a restart: the stack converges (issue 5)."""
+"""``kill -9`` of the daemon during an ``up``, then a restart: the stack converges."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Two daemons on one stack: only the Lease holder applies; SIGTERM hands over (issue 5)."""
+"""Two daemons on one stack: only the Lease holder applies; SIGTERM hands over."""
 
 from __future__ import annotations
 

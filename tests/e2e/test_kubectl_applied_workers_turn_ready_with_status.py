@@ -1,4 +1,4 @@
-"""Kubernetes-native mode (issue 9): `kubectl apply` a TemporalWorker, get a worker.
+"""Kubernetes-native mode: `kubectl apply` a TemporalWorker, get a worker.
 
 The daemon runs as a real process; kubectl is the real one. A worker process started
 from the Deployment's own env (the ``worker_pods`` fixture) makes the task queue's

@@ -1,4 +1,4 @@
-"""Least privilege (issue 8, item 4).
+"""Least privilege.
 
 Worker ServiceAccounts mount no API token unless the fleet asks; the daemon reconciles
 a normal fleet with exactly the ClusterRole of ``deploy/daemon`` and nothing more. The
@@ -21,9 +21,9 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from tests.e2e.conftest import create_queue, create_tls_secret, fleet_doc
-from twc.controller.engine import ROOT
 from twc.local import LocalEnvironment
 from twc.local.environment import free_port
+from twc.stackrun.engine import ROOT
 
 pytestmark = pytest.mark.e2e
 
@@ -95,7 +95,7 @@ def test_the_daemon_reconciles_a_fleet_with_exactly_the_deployed_cluster_role(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from twc.controller.runner import RunOptions, run_daemon
+    from twc.commands.run import RunOptions, run_daemon
     from twc.local.kube import Kube
 
     address = local_env.temporal_address()

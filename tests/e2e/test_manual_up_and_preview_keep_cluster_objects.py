@@ -14,7 +14,8 @@ import pytest
 from tests.e2e.conftest import create_queue, fleet_doc
 from tests.e2e.daemon_process import Daemons, eventually, wait_for_success, wait_until_settled
 from tests.e2e.native import object_ref, temporal_worker
-from twc.controller import commands, preview_cmd
+from twc.commands import preview as preview_cmd
+from twc.commands import up
 from twc.local import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
@@ -91,6 +92,6 @@ def test_preview_and_up_of_a_daemon_managed_stack_keep_queue_and_temporalworker_
     assert {f"{namespace}/worker-orders", f"{namespace}/native"} <= deleted, report
 
     out = io.StringIO()
-    assert commands.run_up(fs.name, str(fs.fleet_file), out=out) == 0
+    assert up.run_up(fs.name, str(fs.fleet_file), out=out) == 0
     for name in ("worker-orders", "native", "static"):
         assert kube.get_deployment(namespace, name) is not None, name

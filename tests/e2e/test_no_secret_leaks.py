@@ -1,4 +1,4 @@
-"""No credential ever leaks (issue 8, item 3), in every output but the preview renderer's.
+"""No credential ever leaks, in every output but the preview renderer's.
 
 An API key and a TLS key are planted in the cluster; a fleet uses both (the TLS secret
 copied into the workers' namespace through ``secretSource``). Every output of ``up``,
@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import create_tls_secret, credentialed_fleet
-from twc.controller import commands
+from twc.commands import status as status_cmd
+from twc.commands import up as up_cmd
 from twc.local import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
@@ -89,7 +90,7 @@ def test_no_output_log_error_or_state_file_shows_the_api_key_or_the_tls_key(
     outputs += [refresh.stdout, refresh.stderr]
     for fmt in ("table", "json"):
         out = io.StringIO()
-        assert commands.run_status(fs.name, fmt, out=out) == 0
+        assert status_cmd.run_status(fs.name, fmt, out=out) == 0
         outputs.append(out.getvalue())
     assert "mtls" in outputs[-1] and "keyed" in outputs[-1]
 
@@ -105,7 +106,7 @@ def test_no_output_log_error_or_state_file_shows_the_api_key_or_the_tls_key(
     )
     fs.write(broken)
     out = io.StringIO()
-    assert commands.run_up(fs.name, str(fs.fleet_file), out=out) == 1
+    assert up_cmd.run_up(fs.name, str(fs.fleet_file), out=out) == 1
     captured = capsys.readouterr()
     outputs += [out.getvalue(), captured.out, captured.err]
     assert "AuthSecretInvalid" in captured.err, captured.err

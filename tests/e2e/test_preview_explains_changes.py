@@ -1,4 +1,4 @@
-"""``twc preview`` on the real engine, API server and Temporal dev server (issue 6).
+"""``twc preview`` on the real engine, API server and Temporal dev server.
 
 One fleet is applied once for the module; each test writes its own variant of the fleet
 file and previews it (a preview changes nothing, so the tests do not disturb each
@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import FleetStack, credentialed_fleet, fleet_doc
-from twc.controller import preview_cmd
-from twc.controller.engine import ROOT
+from twc.commands import preview as preview_cmd
 from twc.local import LocalEnvironment
 from twc.preview import PreviewReport, render_markdown
+from twc.stackrun.engine import ROOT
 
 pytestmark = pytest.mark.e2e
 

@@ -1,4 +1,4 @@
-"""The twc program on the real engine, API server and Temporal dev server (issue 4)."""
+"""The twc program on the real engine, API server and Temporal dev server."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""kube-apiserver stops under a running daemon and comes back on the same port (issue 8).
+"""kube-apiserver stops under a running daemon and comes back on the same port.
 
 Twice: while the daemon is idle, and right after a change started an ``up``. Either way
 the process, its loop and its Queue watch survive, ``KubernetesUnavailable`` is

@@ -1,4 +1,4 @@
-"""The state backend's directory turns read-only under a running daemon (issue 8).
+"""The state backend's directory turns read-only under a running daemon.
 
 How it is injected: the tests run as root, and root ignores permission bits through
 ``CAP_DAC_OVERRIDE``. The daemon is started under ``setpriv`` with that capability (and

@@ -1,4 +1,4 @@
-"""Temporal stops while the daemon samples backlogs for an autoscaled worker (issue 8).
+"""Temporal stops while the daemon samples backlogs for an autoscaled worker.
 
 The daemon must keep running, hold the worker's replicas (neither min nor max on
 missing data), report ``TemporalUnavailable`` on ``/status``, ``/metrics`` and in its

@@ -11,13 +11,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from twc.controller import Backlog, DaemonSettings, LoopState, TaskQueueRef
-from twc.controller.automation import Overlay, UpReport
-from twc.controller.backlog import worker_key
-from twc.controller.daemon import Daemon
-from twc.controller.health import DaemonMetrics
-from twc.controller.queues import StaticQueues
+from twc.connections import default_registry
+from twc.desired import QUEUE_KIND_KEY, DesiredFleet, DesiredInputs, desired_fleet
+from twc.kube.watch import StaticQueues
+from twc.loop import Backlog, DaemonSettings, LoopState, TaskQueueRef
+from twc.loop.act import Effects
+from twc.loop.daemon import Clocks, Daemon
+from twc.loop.health import DaemonMetrics
+from twc.loop.observe import Sources
 from twc.spec import Fleet, ResolvedWorker, load_fleet
+from twc.stackrun.automation import UpReport
 
 STACK = "unit"
 NS = "team"
@@ -110,7 +113,7 @@ class FakeClock:
 class FakeEngine:
     """Records ``up``/``refresh`` calls; failures and drift are scripted."""
 
-    ups: list[tuple[Overlay, Sequence[str] | None]] = field(default_factory=list)
+    ups: list[tuple[DesiredInputs, Sequence[str] | None]] = field(default_factory=list)
     refreshes: int = 0
     recoveries: int = 0
     failures: list[BaseException] = field(default_factory=list)
@@ -119,21 +122,21 @@ class FakeEngine:
     recover_actions: list[str] = field(default_factory=list)
     during_up: Callable[[], None] | None = None
     live: dict[str, int] | None = None
-    """When set, a successful ``up`` writes the overlay's replicas here, as the cluster
+    """When set, a successful ``up`` writes the inputs' replicas here, as the cluster
     would show them."""
 
     def recover(self) -> Sequence[str]:
         self.recoveries += 1
         return list(self.recover_actions)
 
-    def up(self, overlay: Overlay, targets: Sequence[str] | None) -> UpReport:
-        self.ups.append((overlay, targets))
+    def up(self, inputs: DesiredInputs, targets: Sequence[str] | None) -> UpReport:
+        self.ups.append((inputs, targets))
         if self.during_up is not None:
             self.during_up()
         if self.failures:
             raise self.failures.pop(0)
         if self.live is not None:
-            self.live.update(overlay.replicas)
+            self.live.update(inputs.replicas)
         return UpReport(changes={"update": 1})
 
     def refresh(self) -> Sequence[str]:
@@ -145,8 +148,25 @@ class FakeEngine:
         return self.urns
 
     @property
-    def last_overlay(self) -> Overlay:
+    def last_inputs(self) -> DesiredInputs:
         return self.ups[-1][0]
+
+    def last_program(self) -> DesiredFleet:
+        """The desired state the program computes from the last ``up``'s inputs."""
+        return program_desired(self.last_inputs)
+
+
+def program_desired(inputs: DesiredInputs) -> DesiredFleet:
+    """What the program makes of ``inputs``: the same desired-state function."""
+    assert inputs.fleet is not None, "the daemon hands the program its fleet document"
+    fleet = load_fleet(inputs.fleet, "fleet.yaml")
+    return desired_fleet(fleet, inputs, registry=default_registry(), file="fleet.yaml")
+
+
+def program_queues(inputs: DesiredInputs) -> list[str]:
+    """Names of the Queue objects the program merges from ``inputs``, sorted."""
+    merge = program_desired(inputs).kinds.get(QUEUE_KIND_KEY)
+    return sorted(obj.name for obj in (merge.accepted.values() if merge else ()))
 
 
 class FakeBacklogs:
@@ -157,9 +177,7 @@ class FakeBacklogs:
         self.described: list[str] = []
 
     def refs(self, fleet: Fleet, workers: Iterable[ResolvedWorker]) -> dict[str, TaskQueueRef]:
-        return {
-            worker_key(w): TaskQueueRef(w.temporal_namespace, w.task_queue_name) for w in workers
-        }
+        return {w.stack_key: TaskQueueRef(w.temporal_namespace, w.task_queue_name) for w in workers}
 
     async def describe(self, ref: TaskQueueRef) -> Backlog:
         self.described.append(ref.name)
@@ -235,23 +253,26 @@ def make_daemon(
         return load_fleet(doc, "fleet.yaml")
 
     daemon = Daemon(
-        stack=STACK,
-        load_fleet=load,
-        engine=fake_engine,
-        settings=settings or DaemonSettings(),
-        queues=source,
-        backlogs=fake_backlogs,
-        current_replicas=(lambda: read_replicas(live)) if read_replicas else lambda: dict(live),
-        read_secret=read_secret,
-        metrics=metrics,
+        STACK,
+        settings or DaemonSettings(),
+        Sources(
+            fleet=load,
+            queues=source,
+            backlogs=fake_backlogs,
+            replicas=(lambda: read_replicas(live)) if read_replicas else lambda: dict(live),
+            secrets=read_secret,
+            file="fleet.yaml",
+        ),
+        Effects(engine=fake_engine, early=early),
         leader=leader,
-        file="fleet.yaml",
-        clock=clock,
-        wall=lambda: 1_700_000_000.0 + clock.now,
-        sleep=clock.sleep,
-        jitter=None,
+        metrics=metrics,
+        clocks=Clocks(
+            monotonic=clock,
+            wall=lambda: 1_700_000_000.0 + clock.now,
+            sleep=clock.sleep,
+            jitter=None,
+        ),
         limiter=NoLimit(),
-        early=early,
     )
     source.start(daemon.wakeup)
     return Harness(daemon, fake_engine, clock, source, fake_backlogs, metrics, doc, live)

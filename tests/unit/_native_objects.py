@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from twc.connections import Registry, WatchedKind
+from twc.desired import KindMerge, ObjectList, Rejection
+from twc.desired._merge import merge_connections, merge_queues, merge_workers
+from twc.native.objects import NativeObject
+from twc.spec import Fleet
 
 CONNECTION = WatchedKind("temporal.io", "Connection", "v1", "connections", True)
 CLUSTER_CONNECTION = WatchedKind(
@@ -85,3 +91,44 @@ def conn_obj(
 
 def cluster_ref(name: str) -> dict[str, Any]:
     return {"objectRef": {"apiGroup": "temporal.io", "kind": "ClusterConnection", "name": name}}
+
+
+@dataclass(frozen=True)
+class ConnectionsMerge:
+    """Every connection kind's merge as one, as the tests of the merge read it."""
+
+    fleet: Fleet
+    accepted: dict[str, NativeObject]
+    """Accepted objects by identity text (``ClusterConnection.temporal.io foo``)."""
+    rejected: tuple[Rejection, ...]
+    entries: dict[str, list[Mapping[str, Any]]]
+
+
+def merge_connection_objects(
+    fleet: Fleet, objects: Mapping[WatchedKind, list[dict[str, Any]]], *, file: str
+) -> ConnectionsMerge:
+    """The connection kinds' objects merged in order, through the desired state's merge."""
+    accepted: dict[str, NativeObject] = {}
+    rejected: list[Rejection] = []
+    entries: dict[str, list[Mapping[str, Any]]] = {}
+    for kind in sorted(objects, key=lambda k: (k.api_group, k.kind)):
+        merge = merge_connections(fleet, kind, ObjectList.known(objects[kind]), {}, file=file)
+        fleet = merge.fleet
+        for obj in merge.accepted.values():
+            accepted[f"{obj.kind}.{obj.group} {obj.key}"] = obj
+        rejected.extend(merge.rejected)
+        for section, items in merge.entries.items():
+            entries.setdefault(section, []).extend(items)
+    return ConnectionsMerge(fleet, accepted, tuple(rejected), entries)
+
+
+def merge_worker_objects(
+    fleet: Fleet, objects: list[dict[str, Any]], *, registry: Registry, file: str
+) -> KindMerge:
+    """TemporalWorker objects merged through the desired state's merge."""
+    return merge_workers(fleet, ObjectList.known(objects), {}, registry=registry, file=file)
+
+
+def merge_queue_objects(fleet: Fleet, objects: list[dict[str, Any]], *, file: str) -> KindMerge:
+    """Queue objects merged through the desired state's merge."""
+    return merge_queues(fleet, ObjectList.known(objects), {}, file=file)

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from twc.controller import (
+from twc.loop import (
     Backlog,
     SampleResult,
     TaskQueueRef,

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from tests.unit._daemon_fakes import NS, autoscaled, fleet_data, make_daemon
-from twc.controller import TaskQueueRef
-from twc.controller.backlog import backlog_from_stats
+from twc.loop import TaskQueueRef
+from twc.loop.backlog import backlog_from_stats
 
 REF = TaskQueueRef("default", "orders")
 

@@ -147,7 +147,7 @@ def _results() -> dict[str, Any]:
                 "daemon_noop": {
                     "daemon": _summary(noop),
                     "standin": _summary(noop / 2),
-                    "source": "twc.controller.daemon",
+                    "source": "twc.loop.daemon",
                     "noop_s": _summary(noop),
                 },
                 "noop_vs_preview": preview / noop,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.unit._native_objects import cluster_conn_obj, conn_obj
-from twc.controller.native import FINALIZER, NativeObject, finalizer_updates
+from twc.native.objects import FINALIZER, NativeObject, finalizer_updates
 
 
 def _cc(name: str, **kw: object) -> NativeObject:

@@ -1,4 +1,4 @@
-"""The CRDs are generated from the fleet-file models and fit the API server (issue 9, item 1).
+"""The CRDs are generated from the fleet-file models and fit the API server.
 
 Walking the models' fields against the CRD schemas catches a field added to a model but
 missing from a CRD; the structural checks mirror what kube-apiserver refuses (the e2e

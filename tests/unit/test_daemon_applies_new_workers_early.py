@@ -11,8 +11,8 @@ import pytest
 
 from tests.unit._daemon_fakes import NS, FakeEngine, fleet_data, make_daemon, queue_object
 from tests.unit.pulumi_mocks import RecordingMocks
-from twc.controller.early import EARLY_FIELD_MANAGER, ObjectRef, early_objects, plan_release
-from twc.controller.settings import DaemonSettings
+from twc.loop.early import EARLY_FIELD_MANAGER, ObjectRef, early_objects, plan_release
+from twc.loop.settings import DaemonSettings
 from twc.spec import load_fleet
 
 ORDERS_SA = ObjectRef("ServiceAccount", NS, "worker-orders")
@@ -224,7 +224,9 @@ def _read(namespace: str, name: str) -> dict[str, bytes]:
 @pytest.mark.parametrize("address", [None, "127.0.0.1:7233"])
 @pulumi.runtime.test
 def test_early_objects_equal_what_the_program_registers(address: str | None) -> Any:
-    from twc.components.program import Overlay, ProgramOptions, build
+    from twc.connections import default_registry
+    from twc.desired import DesiredInputs, desired_fleet
+    from twc.program import ProgramOptions, build
 
     fleet = load_fleet(_fleet_doc(), "fleet.yaml")
     replicas = {f"{NS}/keyed": 4}
@@ -232,11 +234,13 @@ def test_early_objects_equal_what_the_program_registers(address: str | None) -> 
         fake_dynamic={"TaskQueueCheck": {"pollers": 0, "approximateBacklog": 0, "condition": {}}}
     )
     pulumi.runtime.set_mocks(mocks, preview=False)
+    desired = desired_fleet(
+        fleet, DesiredInputs(replicas=replicas), registry=default_registry(), file="fleet.yaml"
+    )
     statuses = build(
-        fleet,
+        desired,
         file="fleet.yaml",
         options=ProgramOptions(temporal_address=address),
-        overlay=Overlay(replicas=replicas),
         read_secret=lambda ns, name: SECRETS.get((ns, name)),
     )
 

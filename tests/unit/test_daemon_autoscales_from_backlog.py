@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.unit._daemon_fakes import NS, autoscaled, fleet_data, make_daemon
-from twc.controller import AutoscaleBehavior, DaemonSettings, ScalingRules
+from twc.loop import AutoscaleBehavior, DaemonSettings, ScalingRules
 
 KEY = f"{NS}/orders"
 UNLIMITED_UP = DaemonSettings(
@@ -74,4 +74,4 @@ def test_the_live_replica_count_is_where_the_autoscaler_starts() -> None:
     h.step()
 
     # Within tolerance of 60 / (10 * 6) = 1: the count stays, no scale event.
-    assert h.engine.last_overlay.replicas == {KEY: 6}
+    assert h.engine.last_inputs.replicas == {KEY: 6}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from twc.controller import (
+from twc.loop import (
     DaemonSettings,
     LoopState,
     Outcome,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.unit._daemon_fakes import make_daemon, queue_object
-from twc.controller import DaemonSettings
+from tests.unit._daemon_fakes import make_daemon, program_queues, queue_object
+from twc.loop import DaemonSettings
 
 
 def test_a_burst_of_watch_events_is_applied_by_one_up() -> None:
@@ -25,5 +25,5 @@ def test_a_burst_of_watch_events_is_applied_by_one_up() -> None:
     assert h.daemon.run() == 0
 
     assert len(h.engine.ups) == 2  # the initial one, then one for the whole burst
-    assert [q["metadata"]["name"] for q in h.engine.last_overlay.queues] == ["a", "b", "c"]
+    assert program_queues(h.engine.last_inputs) == ["a", "b", "c"]
     assert h.clock.slept[:1] == [30] and h.clock.slept[1:4] == [0.3, 0.3, 0.3]

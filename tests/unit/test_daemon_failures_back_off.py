@@ -5,7 +5,7 @@ from __future__ import annotations
 from pulumi.automation import CommandError, ConcurrentUpdateError
 
 from tests.unit._daemon_fakes import FakeEngine, fleet_data, make_daemon
-from twc.controller import BackoffSettings, DaemonSettings, OutcomeKind, PermanentError
+from twc.loop import BackoffSettings, DaemonSettings, OutcomeKind, PermanentError
 
 SETTINGS = DaemonSettings(
     reconcile_interval=30,
@@ -96,5 +96,5 @@ def test_a_failed_backlog_sample_holds_that_workers_replicas_and_the_up_still_ru
     state = h.step()
 
     assert state.last_outcome is not None and state.last_outcome.ok
-    assert h.engine.last_overlay.replicas == {f"{NS}/good": 5, f"{NS}/flaky": 3}
+    assert h.engine.last_inputs.replicas == {f"{NS}/good": 5, f"{NS}/flaky": 3}
     assert h.metrics.value("twc_backlog_sample_errors_total") == 1

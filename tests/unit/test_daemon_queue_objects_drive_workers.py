@@ -5,14 +5,14 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from tests.unit._daemon_fakes import NS, fleet_data, make_daemon, queue_object
-from twc.controller.queues import QueueWatcher, merge_queue_objects
+from tests.unit._daemon_fakes import NS, fleet_data, make_daemon, program_queues, queue_object
+from tests.unit._native_objects import merge_queue_objects
+from twc.kube.watch import QueueWatcher
 from twc.spec import load_fleet
 
 
 def _derived(h: Any) -> set[str]:
-    overlay = h.engine.last_overlay
-    return {q["metadata"]["name"] for q in overlay.queues}
+    return set(program_queues(h.engine.last_inputs))
 
 
 def test_a_new_queue_object_wakes_the_loop_and_the_next_iteration_runs_an_up() -> None:
@@ -79,7 +79,7 @@ def test_a_queue_declared_in_the_file_wins_over_the_cluster_object() -> None:
 
     merged = merge_queue_objects(fleet, [queue_object("orders", partitions=5)], file="f.yaml")
 
-    assert merged.accepted == ()
+    assert merged.accepted == {}
     assert merged.rejected == ()
     assert [q.partitions for q in merged.fleet.queues] == [None]
 

@@ -7,11 +7,11 @@ from typing import Any, ClassVar
 import pytest
 from pulumi.automation import ConcurrentUpdateError, Deployment
 
-from twc.controller import engine as engine_module
-from twc.controller.automation import (
+from twc.desired import DesiredInputs
+from twc.stackrun import engine as engine_module
+from twc.stackrun.automation import (
     AutomationEngine,
     LockHolder,
-    Overlay,
     lock_holders,
     stale_lock,
     worker_urns_from_state,
@@ -139,15 +139,15 @@ def test_an_up_hitting_a_stale_lock_repairs_the_stack_and_retries_once(
     monkeypatch.setattr(engine_module, "up", fake_up)
     eng = _engine(tmp_path, alive=False)
 
-    report = eng.up(Overlay(replicas={"team/a": 3}), None)
+    report = eng.up(DesiredInputs(replicas={"team/a": 3}), None)
 
     assert len(calls) == 2
     assert stack.cancelled == 1
     assert report.changes == {"same": 3, "create": 1}
-    assert calls[1]["env"]["TWC_OVERLAY_FILE"] == str(eng.overlay_file)
+    assert calls[1]["env"]["TWC_DESIRED_INPUTS"] == str(eng.inputs_file)
     # Objects the killed run created belong to a field manager that died with it.
     assert calls[1]["env"]["PULUMI_K8S_ENABLE_PATCH_FORCE"] == "true"
-    assert '"team/a": 3' in eng.overlay_file.read_text()
+    assert DesiredInputs.from_file(eng.inputs_file).replicas == {"team/a": 3}
 
 
 def test_worker_urns_include_every_descendant_of_the_worker_component() -> None:

@@ -1,4 +1,4 @@
-"""Faults outside the daemon are named, reported while they last and cleared (issue 8)."""
+"""Faults outside the daemon are named, reported while they last and cleared."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ from tests.unit._daemon_fakes import (
     make_daemon,
     queue_object,
 )
-from twc.controller.faults import Fault, FaultBook, engine_fault, engine_reason, sample_fault
-from twc.controller.outcome import FailureReason, OutcomeKind, classify
-from twc.controller.queues import StaticQueues
+from twc.kube.watch import StaticQueues
+from twc.loop.faults import Fault, FaultBook, engine_fault, sample_fault
+from twc.loop.outcome import FailureReason, OutcomeKind, classify
+from twc.stackrun.errors import engine_failure
 
 KEY = f"{NS}/orders"
 
@@ -104,14 +105,14 @@ def test_the_engine_reason_is_its_stderr_not_its_progress_output() -> None:
         "\n code: 1\n stdout: Updating (s):\n + created\n\n"
         " stderr: error: remove l.json: permission denied\n"
     )
-    assert engine_reason(text) == "error: remove l.json: permission denied"
-    assert engine_reason("  plain failure \n") == "plain failure"
+    assert engine_failure(text).reason == "error: remove l.json: permission denied"
+    assert engine_failure("  plain failure \n").reason == "plain failure"
     diagnostics = (
         "\n code: 1\n stdout: Updating (s):\n\nDiagnostics:\n  kubernetes:apps/v1:Deployment"
         " (d):\n    error: configured Kubernetes cluster is unreachable: connection refused\n"
         "\n stderr: \n"
     )
-    assert engine_reason(diagnostics) == (
+    assert engine_failure(diagnostics).reason == (
         "error: configured Kubernetes cluster is unreachable: connection refused"
     )
 
@@ -253,7 +254,7 @@ def test_a_restarted_daemon_that_cannot_read_replicas_does_not_scale_blind() -> 
     h.clock.now += 5
     h.step()
 
-    assert h.engine.last_overlay.replicas == {KEY: 7}  # held at the live count
+    assert h.engine.last_inputs.replicas == {KEY: 7}  # held at the live count
     assert h.live[KEY] == 7
 
 

@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 
 from tests.unit._daemon_fakes import make_daemon, queue_object
-from twc.controller.health import DaemonMetrics, HealthServer
+from twc.loop.health import DaemonMetrics, HealthServer
 
 
 def _get(port: int, path: str) -> tuple[int, str]:

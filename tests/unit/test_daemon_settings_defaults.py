@@ -6,7 +6,7 @@ import pydantic
 import pytest
 from pydantic import BaseModel
 
-from twc.controller import (
+from twc.loop import (
     AutoscaleBehavior,
     BackoffSettings,
     DaemonSettings,

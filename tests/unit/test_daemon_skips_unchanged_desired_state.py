@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.unit._daemon_fakes import NS, autoscaled, fleet_data, make_daemon
-from twc.controller import DaemonSettings, ReconcileAction, decide_reconcile
+from twc.loop import DaemonSettings, ReconcileAction, decide_reconcile
 
 
 def test_the_first_iteration_applies_everything_then_unchanged_iterations_skip_the_engine() -> None:
@@ -87,8 +87,8 @@ def test_the_decision_for_an_unchanged_fleet_is_skip() -> None:
 
     plan = h.daemon.plan(state, now=h.clock.now)
 
-    assert plan.desired == state.applied
-    decision = decide_reconcile(state.applied, plan.desired, target_threshold=3)
+    assert plan.hashes == state.applied
+    decision = decide_reconcile(state.applied, plan.hashes, target_threshold=3)
     assert decision.action is ReconcileAction.SKIP
 
 

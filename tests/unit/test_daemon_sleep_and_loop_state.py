@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from twc.controller import (
+from twc.loop import (
     BackoffSettings,
     DaemonSettings,
     LoopState,

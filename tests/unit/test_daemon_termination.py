@@ -11,9 +11,11 @@ import time
 from pathlib import Path
 
 from tests.unit._daemon_fakes import FakeEngine, NoLimit, fleet_data
-from twc.controller import DaemonSettings
-from twc.controller.daemon import Daemon
-from twc.controller.queues import StaticQueues
+from twc.kube.watch import StaticQueues
+from twc.loop import DaemonSettings
+from twc.loop.act import Effects
+from twc.loop.daemon import Daemon
+from twc.loop.observe import Sources
 from twc.spec import load_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,11 +24,10 @@ ROOT = Path(__file__).resolve().parents[2]
 def _daemon(engine: FakeEngine, settings: DaemonSettings) -> Daemon:
     doc = fleet_data()
     return Daemon(
-        stack="unit",
-        load_fleet=lambda: load_fleet(doc, "fleet.yaml"),
-        engine=engine,
-        settings=settings,
-        queues=StaticQueues(()),
+        "unit",
+        settings,
+        Sources(fleet=lambda: load_fleet(doc, "fleet.yaml"), queues=StaticQueues(())),
+        Effects(engine=engine),
         limiter=NoLimit(),
     )
 
@@ -85,7 +86,7 @@ def test_a_stop_requested_before_an_up_starts_prevents_that_up() -> None:
     daemon = _daemon(engine, DaemonSettings())
     daemon.request_stop()
 
-    from twc.controller import LoopState
+    from twc.loop import LoopState
 
     state = daemon.iterate(LoopState(started_at=0))
 

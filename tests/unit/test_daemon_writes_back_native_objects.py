@@ -1,4 +1,5 @@
-"""The loop with TemporalWorker and connection objects: overlay, status, finalizers, Events.
+"""The loop with TemporalWorker and connection objects: the program's inputs, status,
+finalizers, Events.
 
 Everything outside is faked: the objects come from a fixed snapshot, writes are recorded.
 """
@@ -17,13 +18,17 @@ from tests.unit._native_objects import (
     worker_obj,
 )
 from twc.connections import Registry
-from twc.controller import DaemonSettings, LoopState, TaskQueueRef
-from twc.controller.daemon import Daemon
-from twc.controller.health import DaemonMetrics
-from twc.controller.native import FINALIZER, NativeObject, NativeSnapshot
-from twc.controller.native_cluster import StaticNative
-from twc.controller.queues import StaticQueues
+from twc.desired import WORKER_KIND_KEY
+from twc.kube.watch import NativeSnapshot, StaticNative, StaticQueues
+from twc.loop import DaemonSettings, LoopState, TaskQueueRef
+from twc.loop.act import Effects
+from twc.loop.daemon import Clocks, Daemon
+from twc.loop.health import DaemonMetrics
+from twc.loop.observe import Sources
+from twc.native.objects import FINALIZER, NativeObject
 from twc.spec import Fleet, load_fleet
+
+CLUSTER_CONNECTION_KEY = "ClusterConnection.temporal.io"
 
 UNKNOWN = {"objectRef": {"apiGroup": "temporal.io", "kind": "NoSuchKind", "name": "x"}}
 
@@ -71,23 +76,26 @@ class World:
             return load_fleet(doc, "fleet.yaml")
 
         self.daemon = Daemon(
-            stack="unit",
-            load_fleet=load,
-            engine=self.engine,
-            settings=DaemonSettings(),
-            queues=StaticQueues(()),
-            backlogs=self.backlogs,
+            "unit",
+            DaemonSettings(),
+            Sources(
+                fleet=load,
+                queues=StaticQueues(()),
+                native=self.native,
+                backlogs=self.backlogs,
+                deployments=lambda: dict(self.deployments),
+                registry=Registry.with_builtins(),
+                file="fleet.yaml",
+            ),
+            Effects(engine=self.engine, writer=self.writer),
             metrics=DaemonMetrics("unit"),
-            file="fleet.yaml",
-            clock=self.clock,
-            wall=lambda: 1_700_000_000.0 + self.clock.now,
-            sleep=self.clock.sleep,
-            jitter=None,
+            clocks=Clocks(
+                monotonic=self.clock,
+                wall=lambda: 1_700_000_000.0 + self.clock.now,
+                sleep=self.clock.sleep,
+                jitter=None,
+            ),
             limiter=NoLimit(),
-            native=self.native,
-            writer=self.writer,  # type: ignore[arg-type]
-            deployments=lambda: dict(self.deployments),
-            registry=Registry.with_builtins(),
         )
         self.state = LoopState(started_at=self.clock.now)
 
@@ -117,9 +125,9 @@ def test_native_objects_reach_the_program_and_their_status_turns_ready() -> None
     )
     world.step()
 
-    overlay = world.engine.last_overlay
-    assert [w["name"] for w in overlay.objects["workers"]] == ["orders"]
-    assert [c["name"] for c in overlay.objects["clusterConnections"]] == ["prod"]
+    program = world.engine.last_program()
+    assert sorted(program.accepted_objects(WORKER_KIND_KEY)) == ["team/orders"]
+    assert sorted(program.accepted_objects(CLUSTER_CONNECTION_KEY)) == ["prod"]
     assert world.writer.finalizers == [("prod", [FINALIZER])]
     assert ("team/stray", "UnknownConnectionKind") in world.writer.events
     stray = _last_status(world.writer, "team/stray")

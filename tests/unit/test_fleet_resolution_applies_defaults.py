@@ -209,7 +209,7 @@ def test_prod_stack_uses_mtls_across_namespaces_with_autoscaling_and_a_dlq() -> 
     assert any(w.dlq for w in workers)
 
 
-# DESIGN §1's sample fleet, verbatim.
+# The design's sample fleet (docs/design.md), verbatim.
 DESIGN_SAMPLE = """\
 apiVersion: twc.temporal.io/v1
 kind: Fleet
@@ -249,7 +249,7 @@ workers:
 
 def test_the_design_sample_is_rejected_for_its_cross_namespace_connection(tmp_path: Path) -> None:
     # The sample's worker (namespace temporal) names Connection orders, which lives in
-    # namespace sqs; DESIGN's own rule ("a Connection in the worker's namespace") makes
+    # namespace sqs; the design's own rule ("a Connection in the worker's namespace") makes
     # that the one error in the file.
     path = tmp_path / "design.yaml"
     path.write_text(DESIGN_SAMPLE)

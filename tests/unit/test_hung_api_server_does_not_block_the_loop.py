@@ -8,8 +8,9 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from twc.controller.cluster import Cluster
-from twc.controller.outcome import FailureReason, classify
+from twc.kube.client import KubeClient, TimeoutApiClient
+from twc.kube.workloads import Workloads
+from twc.loop.outcome import FailureReason, classify
 
 
 @pytest.fixture
@@ -21,11 +22,12 @@ def hung_server() -> Iterator[str]:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
-def _cluster(host: str) -> Cluster:
+def _cluster(host: str) -> Workloads:
+    # The one client wrapper every call goes through: its default timeout applies.
     config = client.Configuration()
     config.host = host
     config.retries = 0
-    return Cluster(client.ApiClient(config), request_timeout=(1.0, 1.0))
+    return Workloads(KubeClient(TimeoutApiClient(config, (1.0, 1.0))))
 
 
 def test_the_replica_read_of_a_hung_api_server_times_out(hung_server: str) -> None:
@@ -34,14 +36,14 @@ def test_the_replica_read_of_a_hung_api_server_times_out(hung_server: str) -> No
         cluster.worker_replicas()
     assert "timed out" in str(raised.value).lower()
     assert classify(raised.value).reason is FailureReason.TIMEOUT
-    cluster.close()
+    cluster.kube.close()
 
 
 def test_the_secret_read_of_a_hung_api_server_times_out(hung_server: str) -> None:
     cluster = _cluster(hung_server)
     with pytest.raises(Exception, match=r"(?i)timed out"):
         cluster.read_secret("team", "temporal-api-key")
-    cluster.close()
+    cluster.kube.close()
 
 
 @pytest.fixture
@@ -83,7 +85,7 @@ def test_a_watch_on_a_hung_api_server_fails_and_is_reported(
     import threading
     import time
 
-    from twc.controller.queues import ObjectWatcher
+    from twc.kube.watch import ObjectWatcher
 
     host = request.getfixturevalue(server)
     config = client.Configuration()

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from tests.unit._daemon_fakes import make_daemon
-from twc.controller import LeaderElectionSettings
-from twc.controller.leader import LeaseAction, LeaseElector, LeaseRecord, lease_action
+from twc.kube.lease import LeaseAction, LeaseElector, LeaseRecord, lease_action
+from twc.loop import LeaderElectionSettings
 
 SETTINGS = LeaderElectionSettings(
     enabled=True, lease_duration=15, renew_deadline=10, retry_period=2

@@ -1,49 +1,70 @@
-"""`twc up` / `twc preview` decide whether to merge the cluster's objects, and refuse to
-apply without them when they are wanted but unreadable."""
+"""`twc up` / `twc preview` include the cluster's objects as the fleet says (or as asked),
+and refuse to apply without them when they are wanted but unreadable."""
 
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from twc.controller import commands, engine
+from tests.unit._daemon_fakes import fleet_data
+from twc.commands import common
+from twc.desired import INPUTS_ENV, DesiredInputs
+from twc.stackrun import engine
 
-REF = engine.StackRef(name="prod", config={"fleetFile": "stacks/prod.yaml"})
+
+def _ref(tmp_path: Path, **fleet: Any) -> tuple[engine.StackRef, str]:
+    path = tmp_path / "prod.yaml"
+    path.write_text(yaml.safe_dump({**fleet_data(), **fleet}))
+    return engine.StackRef(name="prod", config={"fleetFile": str(path)}), str(path)
 
 
-def test_the_file_alone_when_not_asked_and_the_stack_is_not_daemon_managed(
-    monkeypatch: pytest.MonkeyPatch,
+def _inputs(ref: engine.StackRef | None) -> DesiredInputs:
+    assert ref is not None and ref.env is not None
+    return DesiredInputs.from_file(ref.env[INPUTS_ENV])
+
+
+def test_the_file_alone_when_asked_or_when_the_fleet_opts_out(tmp_path: Path) -> None:
+    ref, file = _ref(tmp_path)
+    with common.desired_inputs(ref, file, False) as run:
+        inputs = _inputs(run)
+        assert inputs.cluster is None
+        assert inputs.fleet is not None and inputs.fleet["workers"][0]["name"] == "payments"
+    ref, file = _ref(tmp_path, clusterObjects=False)
+    with common.desired_inputs(ref, file, None) as run:
+        assert _inputs(run).cluster is None
+
+
+def test_the_fleet_includes_the_cluster_objects_unless_it_says_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(engine, "outputs", lambda ref: {"clusterObjects": False})
-    with commands.with_cluster_objects(REF, "stacks/prod.yaml", None) as ref:
-        assert ref == REF
-    with commands.with_cluster_objects(REF, "stacks/prod.yaml", False) as ref:
-        assert ref == REF
+    asked: list[engine.StackRef] = []
 
+    def no_cluster(ref: engine.StackRef) -> Any:
+        asked.append(ref)
+        raise LookupError("no kubeconfig (KUBECONFIG, ~/.kube/config) and not in a pod")
 
-def test_a_stack_without_outputs_is_treated_as_file_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    def boom(ref: Any) -> dict[str, Any]:
-        raise RuntimeError("no such stack")
-
-    monkeypatch.setattr(engine, "outputs", boom)
-    with commands.with_cluster_objects(REF, "stacks/prod.yaml", None) as ref:
-        assert ref == REF
+    monkeypatch.setattr(common, "stack_kube", no_cluster)
+    ref, file = _ref(tmp_path)
+    with common.desired_inputs(ref, file, None, io.StringIO()) as run:
+        assert run is None
+    assert asked == [ref]
 
 
 def test_unreadable_cluster_objects_stop_the_command_with_the_reason(
-    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(engine, "outputs", lambda ref: {"clusterObjects": True})
-
     def no_cluster(ref: Any) -> Any:
         raise LookupError("no kubeconfig and not in a cluster")
 
-    monkeypatch.setattr(commands, "_api_client", no_cluster)
+    monkeypatch.setattr(common, "stack_kube", no_cluster)
     err = io.StringIO()
-    with commands.with_cluster_objects(REF, "stacks/prod.yaml", None, err) as ref:
-        assert ref is None
+    ref, file = _ref(tmp_path)
+    with common.desired_inputs(ref, file, True, err) as run:
+        assert run is None
     assert "no kubeconfig and not in a cluster" in err.getvalue()
     assert "nothing was applied (--file-only ignores them)" in err.getvalue()
 

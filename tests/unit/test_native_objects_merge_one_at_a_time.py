@@ -11,10 +11,11 @@ from tests.unit._native_objects import (
     cluster_conn_obj,
     cluster_ref,
     conn_obj,
+    merge_connection_objects,
+    merge_worker_objects,
     worker_obj,
 )
 from twc.connections import ConnectionIdentity, Registry, ResolvedConnection, TLSSettings
-from twc.controller.native import merge_connection_objects, merge_worker_objects
 from twc.errors import Reason, TwcConnectionError
 from twc.spec import ConnectionTarget, Fleet, load_fleet
 

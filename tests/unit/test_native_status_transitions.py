@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from twc.controller.native_status import (
+from twc.native.status import (
     DeploymentFacts,
     PollerFacts,
     accepted_status,

@@ -10,7 +10,7 @@ import pytest
 
 from tests.unit._native_objects import cluster_conn_obj, worker_obj
 from twc.connections import Registry
-from twc.controller.native_cluster import NativeWatch
+from twc.kube.watch import NativeWatch
 
 
 class Api:

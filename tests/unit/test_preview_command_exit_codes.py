@@ -19,11 +19,14 @@ from pulumi.automation._cmd import CommandResult
 
 from tests.unit._preview import events, golden_path
 from twc import cli
-from twc.controller import engine, preview_cmd
+from twc.commands import preview as preview_cmd
+from twc.stackrun import engine
 
 VALID_FLEET = {
     "apiVersion": "twc.temporal.io/v1",
     "kind": "Fleet",
+    # The file alone: these replay recorded engine events, there is no cluster to read.
+    "clusterObjects": False,
     "defaults": {"image": "registry.example/worker:1.4.2"},
     "clusterConnections": [{"name": "prod", "hostPort": "temporal.example:7233"}],
     "workers": [

@@ -9,7 +9,8 @@ import pulumi
 import pytest
 
 from tests.unit.pulumi_mocks import SECRET_SIG, RecordingMocks
-from twc.connections import CONNECTION_SPEC_HASH_ANNOTATION
+from twc.connections import CONNECTION_SPEC_HASH_ANNOTATION, default_registry
+from twc.desired import DesiredFleet, DesiredInputs, desired_fleet
 from twc.spec import load_fleet
 
 SECRET_VALUE_SIG = "1b47061264138c4ac30d75fd1eb44270"
@@ -71,15 +72,24 @@ SECRETS = {("temporal", "temporal-mtls"): {"tls.crt": CA, "tls.key": KEY, "ca.cr
 def _build(
     mocks: RecordingMocks, fleet: dict[str, Any] = FLEET, replicas: dict[str, int] | None = None
 ):
-    from twc.components.program import Overlay, ProgramOptions, build
+    from twc.program import ProgramOptions, build
 
     pulumi.runtime.set_mocks(mocks, preview=False)
     return build(
-        load_fleet(fleet, "stacks/test.yaml"),
+        _desired(fleet, replicas),
         file="stacks/test.yaml",
         options=ProgramOptions(),
-        overlay=Overlay(replicas=replicas or {}),
         read_secret=lambda ns, name: SECRETS.get((ns, name)),
+    )
+
+
+def _desired(fleet: dict[str, Any], replicas: dict[str, int] | None = None) -> DesiredFleet:
+    """The desired state the program builds from (the fleet file alone, no cluster)."""
+    return desired_fleet(
+        load_fleet(fleet, "stacks/test.yaml"),
+        DesiredInputs(replicas=replicas or {}),
+        registry=default_registry(),
+        file="stacks/test.yaml",
     )
 
 
@@ -231,16 +241,15 @@ def test_autoscaler_replicas_override_only_autoscaled_workers() -> Any:
 
 
 def test_missing_credential_secret_is_a_clear_error_naming_the_source() -> None:
-    from twc.components.program import Overlay, ProgramOptions, build
     from twc.errors import TwcConnectionError
+    from twc.program import ProgramOptions, build
 
     pulumi.runtime.set_mocks(RecordingMocks(), preview=True)
     with pytest.raises(TwcConnectionError) as err:
         build(
-            load_fleet(FLEET, "stacks/test.yaml"),
+            _desired(FLEET),
             file="stacks/test.yaml",
             options=ProgramOptions(),
-            overlay=Overlay(),
             read_secret=lambda ns, name: None,
         )
     assert err.value.reason == "AuthSecretInvalid"

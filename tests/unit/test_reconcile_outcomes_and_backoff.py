@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from twc.controller import (
+from twc.errors import Reason, SpecError, SpecIssue, TwcConnectionError
+from twc.loop import (
     BackoffSettings,
     Classification,
     FailureReason,
@@ -20,7 +21,6 @@ from twc.controller import (
     classify,
     outcome_of,
 )
-from twc.errors import Reason, SpecError, SpecIssue, TwcConnectionError
 
 EXACT = BackoffSettings(base=1.0, factor=2.0, max_delay=60.0, jitter=0.0)
 TEMP, PERM = OutcomeKind.TEMPORARY, OutcomeKind.PERMANENT

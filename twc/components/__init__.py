@@ -1,4 +1,4 @@
-"""Pulumi components (DESIGN §3): connections, queues and workers.
+"""Pulumi components: connections, queues and workers.
 
 Imports pulumi and pulumi-kubernetes; the layers below (spec, connections, builders) do
 not.

@@ -4,7 +4,7 @@ Children (named from the component): ``<name>-sa`` ServiceAccount, ``<name>-depl
 Deployment, ``<name>-pdb`` PodDisruptionBudget when more than one replica is possible,
 ``<name>-dlq`` StatefulSet (with its headless Service ``<name>-dlq-svc``) when the DLQ
 processor is enabled, and ``<name>-check``, a ``TaskQueueCheck`` that runs after the
-Deployment is applied. Its outputs are the worker status of DESIGN §3.
+Deployment is applied. Its outputs are the worker status (phase, replicas, conditions).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import pulumi_kubernetes as k8s
 from providers.taskqueue import TaskQueueCheck
 from twc import builders
 from twc.components.connection import WorkerConnection
-from twc.components.status import worker_status
 from twc.spec import AuthMode, ResolvedWorker
+from twc.status import worker_status
 
 TEMPORAL_WORKER_TYPE = "twc:temporal:TemporalWorker"
 REPLICAS_SOURCE_ANNOTATION = builders.REPLICAS_SOURCE_ANNOTATION

@@ -1,4 +1,4 @@
-"""The connection seam (DESIGN §2): how workers reach Temporal.
+"""The connection seam: how workers reach Temporal.
 
 A :class:`Registry` of :class:`ConnectionProvider`\\ s keyed by (apiGroup, kind)
 resolves a worker's ``connectionRef`` to a :class:`ResolvedConnection`, which renders
@@ -10,7 +10,12 @@ itself (:meth:`~ResolvedConnection.fingerprint`) and opens cached temporalio cli
 Imports only :mod:`twc.spec` and :mod:`twc.errors` (temporalio lazily, inside calls).
 """
 
-from twc.connections._client import clear_client_cache, connect, map_connect_error
+from twc.connections._client import (
+    clear_client_cache,
+    connect,
+    map_connect_error,
+    poller_failure,
+)
 from twc.connections._providers import (
     ClusterConnectionProvider,
     ConnectionProvider,
@@ -73,6 +78,7 @@ __all__ = [
     "fingerprint_of",
     "load_entry_point_providers",
     "map_connect_error",
+    "poller_failure",
     "resolve_fleet_connections",
     "resolved_from_spec",
     "secret_data_digest",

@@ -144,3 +144,34 @@ async def cached_client(
 def clear_client_cache() -> None:
     """Forget every cached client (for tests and after credential rotation)."""
     _CACHE.clear()
+
+
+def poller_failure(error: BaseException) -> tuple[str, str]:
+    """The condition reason and message of a failed task-queue check.
+
+    One mapping for every place that describes a task queue (the TaskQueueCheck
+    provider, the daemon's TemporalWorker status, ``twc status``): a missing credential
+    secret or refused credentials are ``AuthSecretInvalid``, an unknown Temporal
+    namespace ``NamespaceNotFound``, anything else ``TemporalUnavailable``.
+
+    Args:
+        error: What the describe (or the client behind it) raised.
+
+    Returns:
+        ``(reason, message)``; the message never holds secret material.
+    """
+    from temporalio.service import RPCError, RPCStatusCode
+
+    if isinstance(error, LookupError):
+        return "AuthSecretInvalid", str(error)
+    if isinstance(error, TwcConnectionError):
+        auth = error.reason == Reason.AUTH_SECRET_INVALID
+        return ("AuthSecretInvalid" if auth else "TemporalUnavailable"), str(error)
+    if isinstance(error, RPCError):
+        reason = {
+            RPCStatusCode.NOT_FOUND: "NamespaceNotFound",
+            RPCStatusCode.UNAUTHENTICATED: "AuthSecretInvalid",
+            RPCStatusCode.PERMISSION_DENIED: "AuthSecretInvalid",
+        }.get(error.status, "TemporalUnavailable")
+        return reason, f"{error.status.name}: {error.message}"
+    return "TemporalUnavailable", f"{type(error).__name__}: {error}"

@@ -28,8 +28,7 @@ import logging
 import threading
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
+from twc.kube.client import status_of
 from twc.local.kube import Kube
 
 log = logging.getLogger(__name__)
@@ -146,8 +145,8 @@ class SimulatedControllers:
             }
             try:
                 self.kube.apps.create_namespaced_replica_set(ns, body)
-            except ApiException as exc:
-                if exc.status != 409:
+            except Exception as exc:
+                if status_of(exc) != 409:
                     raise
             revisions[rs_name] = revision
             changed += 1

@@ -1,4 +1,4 @@
-"""The embedded local environment (DESIGN §6): etcd + kube-apiserver + Temporal dev server.
+"""The embedded local environment: etcd + kube-apiserver + Temporal dev server.
 
 Everything binds to loopback on free ports and lives under one state directory
 (``.twc/`` in the project by default; tests use a temporary one):
@@ -7,6 +7,7 @@ Everything binds to loopback on free ports and lives under one state directory
     kubeconfig       token auth against the API server, its own serving CA
     state/           the Pulumi ``file://`` backend
     passphrase       the Pulumi secrets passphrase (0600; exported as a *_FILE variable)
+    env.json         the variables of ``twc local env``, for ``twc up --stack local``
     etcd/ apiserver/ temporal.db logs/
 
 No kubelet or controllers run, so pods never start: tests play those controllers (see
@@ -152,6 +153,7 @@ class LocalEnvironment:
         self.backend_dir = self.dir / "state"
         self.passphrase_file = self.dir / "passphrase"
         self.logs = self.dir / "logs"
+        self.env_file = self.dir / "env.json"
 
     # ----------------------------------------------------------------- state
     def load_state(self) -> State | None:
@@ -206,6 +208,14 @@ class LocalEnvironment:
             "TEMPORAL_ADDRESS": self.temporal_address(state),
             "TEMPORAL_NAMESPACE": "default",
         }
+
+    def _write_env_file(self) -> None:
+        # What `twc up|preview|status --stack local` read to find this environment
+        # without the shell's `eval`: plain data, so product code never imports the test
+        # bed. No secret in it (the passphrase stays in its 0600 file).
+        tmp = self.env_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.env(), indent=2, sort_keys=True))
+        tmp.replace(self.env_file)
 
     def status(self) -> list[ComponentStatus]:
         """Per component: running or not (a crash shows as not running)."""
@@ -275,6 +285,7 @@ class LocalEnvironment:
                 if name == "kube-apiserver":
                     self._write_kubeconfig(state)
                     self._install_crds(progress)
+            self._write_env_file()
             return crashes
 
     def down(self, progress: Progress = log.info) -> list[str]:
@@ -298,6 +309,7 @@ class LocalEnvironment:
                 else:
                     progress(f"{name}: was not running (pid {rec.pid})")
             self._save(state)
+            self.env_file.unlink(missing_ok=True)
             return stopped
 
     def stop_component(self, name: str) -> None:

@@ -1,9 +1,9 @@
-"""A small Kubernetes client for the local environment, tests and the daemon.
+"""A small Kubernetes client for the embedded environment and the tests.
 
-Built on the official ``kubernetes`` client, with the few operations twc needs spelled
-out: apply a CRD and wait until it is served, read and patch objects, list custom
-objects. Each ``Kube`` owns its own ``ApiClient`` so several environments can coexist in
-one process.
+Built on twc's own client (:mod:`twc.kube.client`: the same factory and default
+timeouts as the product), with the few operations the test bed needs spelled out: apply
+a CRD and wait until it is served, read and patch objects, list custom objects. Each
+``Kube`` owns its own ``ApiClient`` so several environments can coexist in one process.
 """
 
 from __future__ import annotations
@@ -12,27 +12,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
+from twc.kube.client import KubeClient, api_client, status_of
 
 
-class Kube:
+class Kube(KubeClient):
     """Typed-enough access to one API server through a kubeconfig."""
 
     def __init__(self, kubeconfig: Path | str) -> None:
         self.kubeconfig = str(kubeconfig)
-        self.api_client = k8s_config.new_client_from_config(config_file=self.kubeconfig)
-        self.core = k8s.CoreV1Api(self.api_client)
-        self.apps = k8s.AppsV1Api(self.api_client)
-        self.policy = k8s.PolicyV1Api(self.api_client)
-        self.ext = k8s.ApiextensionsV1Api(self.api_client)
-        self.custom = k8s.CustomObjectsApi(self.api_client)
-        self.coordination = k8s.CoordinationV1Api(self.api_client)
-        self.rbac = k8s.RbacAuthorizationV1Api(self.api_client)
-
-    def close(self) -> None:
-        self.api_client.close()
+        super().__init__(api_client(self.kubeconfig))
+        self.ext = self.extensions
 
     # ------------------------------------------------------------------ CRDs
     def apply_crd(self, crd: dict[str, Any], timeout: float = 30.0) -> None:
@@ -45,8 +34,8 @@ class Kube:
                 crd["metadata"], resourceVersion=current.metadata.resource_version
             )
             self.ext.replace_custom_resource_definition(name, body)
-        except ApiException as exc:
-            if exc.status != 404:
+        except Exception as exc:
+            if status_of(exc) != 404:
                 raise
             self.ext.create_custom_resource_definition(crd)
         deadline = time.monotonic() + timeout
@@ -63,8 +52,8 @@ class Kube:
         """Create a namespace if it does not exist."""
         try:
             self.core.create_namespace({"metadata": {"name": name}})
-        except ApiException as exc:
-            if exc.status != 409:
+        except Exception as exc:
+            if status_of(exc) != 409:
                 raise
 
     # --------------------------------------------------------------- objects
@@ -72,8 +61,8 @@ class Kube:
         """The Deployment as a plain camelCase dict, or None."""
         try:
             obj = self.apps.read_namespaced_deployment(name, namespace)
-        except ApiException as exc:
-            if exc.status == 404:
+        except Exception as exc:
+            if status_of(exc) == 404:
                 return None
             raise
         return dict(self.api_client.sanitize_for_serialization(obj))

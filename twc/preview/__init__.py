@@ -1,4 +1,4 @@
-"""Preview rendering: engine events → a per-worker, per-connection report (issue 6).
+"""Preview rendering: engine events → a per-worker, per-connection report.
 
 Pure: nothing here talks to the engine. The ``twc preview`` command runs the preview and
 hands over what ``on_event`` received::

@@ -10,7 +10,7 @@ Pure: reads the events it is given, never the engine. The steps:
 3. *Explain*: derive field changes from the detailed diff and reasons in words from the
    old and new state, following the conventions below.
 
-Conventions the components follow (DESIGN §2-3), which the reasons rely on:
+Conventions the components follow, which the reasons rely on:
 
 * worker pods carry the connection fingerprint in the pod-template annotation
   :data:`CONNECTION_SPEC_HASH_ANNOTATION`, equal to the ``fingerprint`` output of the

@@ -1,4 +1,4 @@
-"""The fleet file: models, loading, validation and resolution (DESIGN §1).
+"""The fleet file: models, loading, validation and resolution.
 
 Pure: imports neither pulumi nor temporalio, so it loads in milliseconds and every rule
 is unit-testable. Typical use::

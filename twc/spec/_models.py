@@ -1,4 +1,4 @@
-"""Pydantic models of the fleet file (DESIGN §1).
+"""Pydantic models of the fleet file.
 
 These models check what a single object can check on its own (types, names, ranges,
 mutually exclusive fields). Rules that need the whole fleet (references, duplicates,
@@ -40,7 +40,6 @@ from twc.spec._names import (
     check_task_queue_name,
     check_temporal_namespace,
     parse_quantity,
-    split_host_port,
 )
 
 if TYPE_CHECKING:
@@ -295,11 +294,6 @@ class _ConnectionSpec(SpecModel):
     def tls_enabled(self) -> bool:
         """Whether the client must use TLS (API keys are only ever sent over TLS)."""
         return self.tls is not None or self.auth_mode is not AuthMode.NONE
-
-    @property
-    def host_and_port(self) -> tuple[str, int]:
-        """``hostPort`` split into host and port."""
-        return split_host_port(self.host_port)
 
 
 class ClusterConnection(_ConnectionSpec):
@@ -588,6 +582,12 @@ class Fleet(SpecModel):
     """Schema version; ``twc.temporal.io/v1``."""
     kind: Literal["Fleet"]
     """Always ``Fleet``."""
+    cluster_objects: bool = True
+    """Whether the stack's desired state includes the cluster's objects: labelled kmsvc
+    Queues, TemporalWorker, Connection and ClusterConnection objects. Every entry point
+    honours it alike (the daemon, ``twc up``/``preview`` and plain ``pulumi up``), so
+    none of them deletes the workers another one created from the cluster. ``false``:
+    the fleet file alone."""
     defaults: Defaults = Field(default_factory=Defaults)
     """Values for derived workers and workers that omit a field."""
     cluster_connections: tuple[ClusterConnection, ...] = ()

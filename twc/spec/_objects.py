@@ -1,4 +1,4 @@
-"""Kubernetes-native objects (issue 9) converted to fleet-file models.
+"""Kubernetes-native objects converted to fleet-file models.
 
 ``TemporalWorker`` (``temporal.kmsvc.io/v1``), ``Connection`` and ``ClusterConnection``
 (``temporal.io/v1``) objects carry the same spec as their fleet-file entries; their name

@@ -117,6 +117,12 @@ class ResolvedWorker(BaseModel):
         """``(namespace, name)``, unique within a fleet."""
         return (self.namespace, self.name)
 
+    @property
+    def stack_key(self) -> str:
+        """``<namespace>/<name>``: the worker's name in the stack (its component's
+        resource name), in metrics and in the daemon's decisions."""
+        return f"{self.namespace}/{self.name}"
+
 
 @dataclass
 class _Checker:

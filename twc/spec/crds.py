@@ -1,4 +1,4 @@
-"""CustomResourceDefinitions generated from the fleet-file models (issue 9, item 1).
+"""CustomResourceDefinitions generated from the fleet-file models.
 
 ``TemporalWorker`` (``temporal.kmsvc.io/v1``), ``Connection`` and ``ClusterConnection``
 (``temporal.io/v1``) carry the same spec as their entries in the fleet file, so their

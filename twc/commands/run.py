@@ -1,0 +1,247 @@
+"""``twc run``: wire the daemon to the real engine, cluster, Temporal and HTTP server.
+
+The loop itself (:mod:`twc.loop.daemon`) only sees injected collaborators; this
+module builds the real ones from the command line, installs the SIGTERM/SIGINT handler
+(finish the current step, then exit 0) and serves ``/healthz``, ``/readyz`` and
+``/metrics``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from twc.commands.common import fleet_file_for, stack_ref
+from twc.connections import default_registry
+from twc.kube.client import KubeClient, NoClusterError, kube_client
+from twc.kube.lease import LeaseElector, lease_name_for
+from twc.kube.watch import NativeWatch, QueueSource, QueueWatcher, StaticQueues
+from twc.kube.workloads import Workloads
+from twc.kube.writer import NativeWriter
+from twc.loop.act import Effects
+from twc.loop.backlog import TemporalBacklogs
+from twc.loop.daemon import Daemon
+from twc.loop.health import DaemonMetrics, HealthServer
+from twc.loop.observe import CachedFleetFile, Sources
+from twc.loop.settings import DaemonSettings
+from twc.stackrun import engine
+from twc.stackrun.automation import AutomationEngine
+
+__all__ = ["RunOptions", "load_settings", "run_daemon"]
+
+logger = logging.getLogger(__name__)
+
+PROJECT = "twc"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What ``twc run`` was asked for on the command line."""
+
+    stack: str
+    """The stack to reconcile."""
+    fleet_file: str | None = None
+    """The fleet file; ``stacks/<stack>.yaml`` by default."""
+    settings_file: str | None = None
+    """A JSON or YAML file with :class:`DaemonSettings` fields."""
+    port: int | None = None
+    """Overrides ``metrics_port``."""
+    interval: float | None = None
+    """Overrides ``reconcile_interval``."""
+    leader_elect: bool = False
+    """Take part in leader election on a Lease."""
+    lease_namespace: str | None = None
+    """Overrides the Lease's namespace (default: ``POD_NAMESPACE`` or ``default``)."""
+    lease_name: str | None = None
+    """Overrides the Lease's name."""
+    once: bool = False
+    """Run one iteration and exit (0 on success)."""
+
+
+def load_settings(options: RunOptions) -> DaemonSettings:
+    """Build the settings: the file's fields, then the command-line overrides.
+
+    Raises:
+        ValueError: The file is not a mapping, or a value is invalid (pydantic's
+            ``ValidationError`` is a ``ValueError``).
+    """
+    data: dict[str, Any] = {}
+    if options.settings_file:
+        import yaml
+
+        loaded = yaml.safe_load(Path(options.settings_file).read_text())
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ValueError(f"{options.settings_file}: expected a mapping of settings")
+        data = dict(loaded or {})
+    if options.port is not None:
+        data["metrics_port"] = options.port
+    if options.interval is not None:
+        data["reconcile_interval"] = options.interval
+    election = dict(data.get("leader_election") or {})
+    if options.leader_elect:
+        election["enabled"] = True
+    if options.lease_namespace:
+        election["lease_namespace"] = options.lease_namespace
+    elif "lease_namespace" not in election and os.environ.get("POD_NAMESPACE"):
+        election["lease_namespace"] = os.environ["POD_NAMESPACE"]
+    if options.lease_name:
+        election["lease_name"] = options.lease_name
+    data["leader_election"] = election
+    return DaemonSettings.model_validate(data)
+
+
+def _configure_logging() -> None:
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(
+            level=os.environ.get("TWC_LOG_LEVEL", "INFO").upper(),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            stream=sys.stderr,
+        )
+    # The Kubernetes client's pool logs every connection retry; an unreachable API server
+    # is reported once, as the KubernetesUnavailable fault, instead.
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+
+
+def run_daemon(options: RunOptions) -> int:
+    """Run the daemon until SIGTERM (or one iteration with ``--once``).
+
+    Returns:
+        The exit code: 0 after SIGTERM or a successful ``--once``; 1 after losing the
+        Lease, a failed ``--once`` or invalid settings.
+    """
+    _configure_logging()
+    try:
+        settings = load_settings(options)
+    except (OSError, ValueError) as exc:
+        print(f"twc run: invalid settings: {exc}", file=sys.stderr)
+        return 1
+    file = fleet_file_for(options.stack, options.fleet_file)
+    path = file if Path(file).is_absolute() else str(engine.ROOT / file)
+    ref = stack_ref(options.stack, path)
+
+    kube: KubeClient | None
+    try:
+        kube = kube_client((ref.env or {}).get("KUBECONFIG"))
+    except NoClusterError:
+        kube = None
+        logger.warning("[%s] no Kubernetes API configured: no Queue objects", options.stack)
+    if settings.leader_election.enabled and kube is None:
+        print("twc run: --leader-elect needs a Kubernetes API", file=sys.stderr)
+        return 1
+
+    metrics = DaemonMetrics(options.stack)
+    elector: LeaseElector | None = None
+    daemon: Daemon | None = None
+    if settings.leader_election.enabled and kube is not None:
+        election = settings.leader_election
+        elector = LeaseElector(
+            kube.coordination,
+            name=election.lease_name or lease_name_for(PROJECT, options.stack),
+            namespace=election.lease_namespace,
+            identity=f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
+            settings=election,
+            on_lost=lambda: daemon.request_stop(exit_code=1) if daemon else None,
+        )
+
+    queues: QueueSource
+    native: NativeWatch | None = None
+    writer: NativeWriter | None = None
+    workloads: Workloads | None = None
+    registry = default_registry()
+    if kube is not None:
+        queues = QueueWatcher(kube.custom, resync_interval=settings.resync_interval)
+        # TemporalWorkers and every connection kind the registry knows (plugins too).
+        native = NativeWatch(
+            kube.custom, registry.watched_kinds(), resync_interval=settings.resync_interval
+        )
+        writer = NativeWriter(kube.custom, kube.core)
+        workloads = Workloads(kube)
+    else:
+        queues = StaticQueues(())
+
+    temporal_address = (ref.config or {}).get("temporalAddress")
+    daemon = Daemon(
+        options.stack,
+        settings,
+        Sources(
+            fleet=CachedFleetFile(path),
+            queues=queues,
+            native=native,
+            backlogs=TemporalBacklogs(
+                read_secret=workloads.read_secret if workloads is not None else None,
+                temporal_address=temporal_address,
+            ),
+            replicas=workloads.worker_replicas if workloads is not None else None,
+            deployments=workloads.worker_deployments if workloads is not None else None,
+            secrets=workloads.read_secret if workloads is not None else None,
+            registry=registry,
+            file=file,
+        ),
+        Effects(
+            engine=AutomationEngine(
+                ref, is_leader=elector.is_leader if elector is not None else lambda: False
+            ),
+            early=workloads,
+            writer=writer,
+            temporal_address=temporal_address,
+        ),
+        leader=elector,
+        metrics=metrics,
+        program={"config": dict(ref.config or {})},
+    )
+    try:
+        server = HealthServer(
+            metrics,
+            port=settings.metrics_port,
+            live=daemon.live,
+            ready=daemon.ready,
+            status=daemon.status,
+        ).start()
+    except OSError as exc:
+        print(f"twc run: cannot serve on port {settings.metrics_port}: {exc}", file=sys.stderr)
+        return 1
+    stop_daemon = daemon
+
+    def on_signal(signum: int, _frame: object) -> None:
+        logger.info(
+            "[%s] %s: finishing the current step, then exiting",
+            options.stack,
+            signal.Signals(signum).name,
+        )
+        stop_daemon.request_stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    logger.info(
+        "[%s] twc daemon: fleet %s, /healthz /readyz /metrics /status on port %d, settings %s",
+        options.stack,
+        file,
+        server.port,
+        json.dumps(settings.model_dump(mode="json"), sort_keys=True),
+    )
+    if elector is not None:
+        logger.info(
+            "[%s] leader election on lease %s/%s as %s",
+            options.stack,
+            elector.namespace,
+            elector.name,
+            elector.identity,
+        )
+        elector.start()
+    try:
+        return daemon.run(once=options.once)
+    finally:
+        if elector is not None:
+            elector.stop(release=True)
+        server.stop()
+        if kube is not None:
+            kube.close()

@@ -1,0 +1,60 @@
+"""The desired state: one pure function over the fleet file and the cluster's objects.
+
+Every entry point computes what should run the same way — the daemon each iteration,
+``twc up`` and ``twc preview``, and the program itself under plain ``pulumi up``::
+
+    inputs = DesiredInputs(cluster={...}, replicas={...}, accepted={...})
+    desired = desired_fleet(fleet, inputs, registry=default_registry(), file=path)
+    desired.workers          # every worker to run, keyed <namespace>/<name>
+    desired.rejected         # objects whose current spec is not used, and why
+    desired.accepted         # the last accepted spec of each object (next inputs)
+
+Safety is part of the function, not of its callers: an object that turns invalid keeps
+its last accepted spec (its workers run on unchanged), a kind whose list failed keeps
+all of its accepted objects, and only an observation that succeeded removes an object.
+
+Pure: no client, no engine, no clock. :class:`DesiredInputs` is the one schema that
+carries the inputs into the program's process.
+"""
+
+from twc.desired._inputs import (
+    INPUTS_ENV,
+    QUEUE_KIND_KEY,
+    WORKER_KIND_KEY,
+    DesiredInputs,
+    ObjectList,
+    kind_key,
+    object_key,
+    trimmed,
+)
+from twc.desired._merge import (
+    QUEUE_PLURAL,
+    KindMerge,
+    Rejection,
+    connection_native,
+    queue_native,
+    with_entries,
+    worker_native,
+)
+from twc.desired._state import DesiredFleet, ObjectsUnknown, desired_fleet
+
+__all__ = [
+    "INPUTS_ENV",
+    "QUEUE_KIND_KEY",
+    "QUEUE_PLURAL",
+    "WORKER_KIND_KEY",
+    "DesiredFleet",
+    "DesiredInputs",
+    "KindMerge",
+    "ObjectList",
+    "ObjectsUnknown",
+    "Rejection",
+    "connection_native",
+    "desired_fleet",
+    "kind_key",
+    "object_key",
+    "queue_native",
+    "trimmed",
+    "with_entries",
+    "worker_native",
+]

@@ -1,0 +1,420 @@
+"""Merging the cluster's objects into the fleet, one kind at a time, one object at a time.
+
+Order: connection objects, then labelled Queue objects, then TemporalWorker objects, so
+each kind can use what the earlier ones added (a TemporalWorker may reference a
+Connection object). For every object of a kind:
+
+* its current spec is used when it validates on its own, fits the fleet (no clash of
+  names, its connection resolves) and so keeps the whole fleet valid;
+* otherwise its *last accepted* spec is used, when there is one and it still fits: the
+  object's running workers stay exactly as they are, and the object is reported
+  (``InvalidSpec`` or the connection's reason) with ``kept`` set;
+* otherwise it is left out and reported.
+
+A kind whose list failed is *unknown*: every object of it keeps its last accepted spec,
+nothing of that kind is created, changed or deleted. An object leaves the desired state
+only when an observation that succeeded no longer holds it.
+
+The common case (everything valid) costs one validation of the merged fleet; only when
+that fails are objects tried one by one to find the culprits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from twc.connections import Registry, WatchedKind
+from twc.desired._inputs import ObjectList, object_key, trimmed
+from twc.errors import Reason, SpecError, TwcConnectionError
+from twc.native.objects import IdentityKey, NativeObject
+from twc.spec import (
+    API_GROUP,
+    CLUSTER_CONNECTION_KIND,
+    CONNECTION_KIND,
+    Fleet,
+    load_cluster_connection_object,
+    load_connection_object,
+    load_custom_connection_object,
+    load_fleet,
+    load_queue_object,
+    load_worker_object,
+)
+from twc.spec.crds import CRD_VERSION, WORKER_GROUP, WORKER_KIND
+
+__all__ = [
+    "QUEUE_PLURAL",
+    "KindMerge",
+    "Rejection",
+    "merge_connections",
+    "merge_queues",
+    "merge_workers",
+    "with_entries",
+]
+
+QUEUE_GROUP = "kmsvc.io"
+QUEUE_VERSION = "v1"
+QUEUE_PLURAL = "queues"
+WORKER_PLURAL = "temporalworkers"
+# Fleet-file sections of connection objects, in the order they are merged.
+CONNECTION_SECTIONS = ("clusterConnections", "connections", "customConnections")
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """An object whose current spec is not in the desired state, and why."""
+
+    obj: NativeObject
+    """The object (for its status and Events)."""
+    reason: str
+    """Stable CamelCase reason (``InvalidSpec``, ``UnknownConnectionKind``...)."""
+    message: str
+    """What is wrong, in words."""
+    kept: bool = False
+    """Whether its last accepted spec stays in the desired state (its workers run on
+    unchanged) rather than the object being left out."""
+
+    @property
+    def key(self) -> str:
+        """``<namespace>/<name>`` (or ``<name>``) of the object."""
+        return self.obj.key
+
+
+@dataclass(frozen=True, slots=True)
+class KindMerge:
+    """What one kind's objects added to the fleet."""
+
+    fleet: Fleet
+    """The fleet with this kind's accepted objects."""
+    entries: Mapping[str, tuple[Mapping[str, Any], ...]]
+    """Fleet-file entries added, per section."""
+    accepted: Mapping[str, NativeObject]
+    """Objects in the desired state (current or last accepted spec), by object key."""
+    store: Mapping[str, Mapping[str, Any]]
+    """The last accepted spec of each object, by object key, after this merge."""
+    rejected: tuple[Rejection, ...] = ()
+    """Objects whose current spec was not used."""
+    known: bool = True
+    """False when the kind's list failed and its last accepted objects were used."""
+    identities: Mapping[str, IdentityKey] = field(default_factory=dict)
+    """Connection kinds: the connection identity each accepted object provides."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    section: str
+    entry: Mapping[str, Any]
+    obj: NativeObject
+    raw: Mapping[str, Any]
+    identity: IdentityKey | None = None
+
+
+_Convert = Callable[[Mapping[str, Any]], "_Candidate | None"]
+"""Object → candidate entry; ``None`` means "not ours to merge" (skipped silently);
+raises SpecError / TwcConnectionError when the object is invalid on its own."""
+
+
+def with_entries(
+    fleet: Fleet, entries: Mapping[str, Sequence[Mapping[str, Any]]], file: str
+) -> Fleet:
+    """``fleet`` with extra entries appended to its sections, validated whole.
+
+    Raises:
+        SpecError: The result is not a valid fleet.
+    """
+    if not any(entries.values()):
+        return fleet
+    data = fleet.model_dump(mode="json", by_alias=True, exclude_none=True)
+    for section, items in entries.items():
+        if items:
+            data[section] = [*data.get(section, []), *(dict(i) for i in items)]
+    return load_fleet(data, file)
+
+
+def _sections(candidates: Iterable[_Candidate]) -> dict[str, list[Mapping[str, Any]]]:
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for c in candidates:
+        out.setdefault(c.section, []).append(c.entry)
+    return out
+
+
+def _failure(exc: Exception) -> tuple[str, str]:
+    if isinstance(exc, TwcConnectionError):
+        return str(exc.reason), exc.message
+    if isinstance(exc, SpecError):
+        return Reason.INVALID_SPEC.value, "; ".join(exc.lines())
+    return Reason.INVALID_SPEC.value, str(exc)
+
+
+def _merge_kind(
+    fleet: Fleet,
+    observed: ObjectList,
+    accepted: Mapping[str, Mapping[str, Any]],
+    *,
+    convert: _Convert,
+    native: Callable[[Mapping[str, Any]], NativeObject],
+    fits: Callable[[Fleet, Sequence[_Candidate]], tuple[Fleet, dict[str, Exception]]],
+) -> KindMerge:
+    """The merge every kind shares (see the module docstring)."""
+    known = observed.objects is not None
+    current = list(observed.objects) if observed.objects is not None else list(accepted.values())
+    rows: list[tuple[str, _Candidate | Exception | None, _Candidate | None, NativeObject]] = []
+    for obj in sorted(current, key=object_key):
+        key = object_key(obj)
+        nat = native(obj)
+        primary: _Candidate | Exception | None
+        try:
+            primary = convert(obj)
+        except (SpecError, TwcConnectionError) as exc:
+            primary = exc
+        fallback: _Candidate | None = None
+        last = accepted.get(key)
+        if last is not None and trimmed(last) != trimmed(obj):
+            try:
+                fallback = convert(last)
+            except (SpecError, TwcConnectionError):
+                fallback = None
+        rows.append((key, primary, fallback, nat))
+
+    chosen: list[_Candidate] = []
+    rejected: list[Rejection] = []
+    merged = fleet
+    candidates = [p for _, p, _, _ in rows if isinstance(p, _Candidate)]
+    if rows and len(candidates) == len(rows):
+        # The common case: every object valid, all of them fit at once.
+        try:
+            trial, failing = fits(fleet, candidates)
+            fits_all = not failing
+        except SpecError:
+            fits_all = False
+        if fits_all:
+            merged, chosen, rows = trial, candidates, []
+    for _key, primary, fallback, nat in rows:
+        if primary is None:
+            continue  # not ours to merge (e.g. a Queue without the label)
+        if isinstance(primary, _Candidate):
+            trial, error = _try(fits, fleet, chosen, primary)
+            if error is None:
+                chosen.append(primary)
+                merged = trial
+                continue
+        else:
+            error = primary
+        reason, message = _failure(error)
+        if fallback is not None:
+            kept = replace(fallback, obj=nat)
+            trial, fallback_error = _try(fits, fleet, chosen, kept)
+            if fallback_error is None:
+                chosen.append(kept)
+                merged = trial
+                rejected.append(Rejection(nat, reason, message, kept=True))
+                continue
+        rejected.append(Rejection(nat, reason, message, kept=False))
+
+    # The store: every object whose spec is in use now, as it is used; objects whose
+    # current spec failed keep their last accepted one.
+    store: dict[str, Mapping[str, Any]] = {c.obj.key: trimmed(c.raw) for c in chosen}
+    entries: dict[str, tuple[Mapping[str, Any], ...]] = {
+        s: tuple(v) for s, v in _sections(chosen).items()
+    }
+    return KindMerge(
+        fleet=merged,
+        entries=entries,
+        accepted={c.obj.key: c.obj for c in chosen},
+        store=store,
+        rejected=tuple(sorted(rejected, key=lambda r: r.key)),
+        known=known,
+        identities={c.obj.key: c.identity for c in chosen if c.identity is not None},
+    )
+
+
+def _try(
+    fits: Callable[[Fleet, Sequence[_Candidate]], tuple[Fleet, dict[str, Exception]]],
+    fleet: Fleet,
+    chosen: Sequence[_Candidate],
+    candidate: _Candidate,
+) -> tuple[Fleet, Exception | None]:
+    """Whether ``candidate`` fits beside the objects ``chosen`` so far."""
+    try:
+        trial, failing = fits(fleet, [*chosen, candidate])
+    except SpecError as exc:
+        return fleet, exc
+    if failing:
+        return fleet, failing.get(candidate.obj.key) or next(iter(failing.values()))
+    return trial, None
+
+
+def _validates(fleet: Fleet, file: str) -> Callable[..., tuple[Fleet, dict[str, Exception]]]:
+    def fits(_base: Fleet, candidates: Sequence[_Candidate]) -> tuple[Fleet, dict[str, Exception]]:
+        return with_entries(fleet, _sections(candidates), file), {}
+
+    return fits
+
+
+# ----------------------------------------------------------------- connections
+def _declared(fleet: Fleet) -> set[IdentityKey]:
+    out: set[IdentityKey] = set()
+    out.update(
+        (API_GROUP, CLUSTER_CONNECTION_KIND, c.name, None) for c in fleet.cluster_connections
+    )
+    out.update((API_GROUP, CONNECTION_KIND, c.name, c.namespace) for c in fleet.connections)
+    out.update((c.api_group, c.kind, c.name, c.namespace) for c in fleet.custom_connections)
+    return out
+
+
+def _dump(model: Any) -> dict[str, Any]:
+    return dict(model.model_dump(mode="json", by_alias=True, exclude_none=True))
+
+
+def connection_native(watched: WatchedKind, obj: Mapping[str, Any]) -> NativeObject:
+    """The bookkeeping of a connection object of ``watched``."""
+    return NativeObject.of(
+        obj,
+        group=watched.api_group,
+        version=watched.version,
+        plural=watched.plural,
+        kind=watched.kind,
+    )
+
+
+def merge_connections(
+    fleet: Fleet,
+    watched: WatchedKind,
+    observed: ObjectList,
+    accepted: Mapping[str, Mapping[str, Any]],
+    *,
+    file: str,
+) -> KindMerge:
+    """Add one connection kind's objects to ``fleet``.
+
+    A connection the fleet file declares under the same identity wins (the object is
+    left out, not rejected).
+    """
+    declared = _declared(fleet)
+    builtin = watched.api_group == API_GROUP and watched.kind in (
+        CONNECTION_KIND,
+        CLUSTER_CONNECTION_KIND,
+    )
+
+    def convert(obj: Mapping[str, Any]) -> _Candidate | None:
+        nat = connection_native(watched, obj)
+        section: str
+        ident: IdentityKey
+        model: Any
+        if builtin and watched.kind == CONNECTION_KIND:
+            conn = load_connection_object(obj)
+            section, model = "connections", conn
+            ident = (API_GROUP, CONNECTION_KIND, conn.name, conn.namespace)
+        elif builtin:
+            cc = load_cluster_connection_object(obj)
+            section, model = "clusterConnections", cc
+            ident = (API_GROUP, CLUSTER_CONNECTION_KIND, cc.name, None)
+        else:
+            custom = load_custom_connection_object(
+                obj,
+                api_group=watched.api_group,
+                kind=watched.kind,
+                namespaced=watched.namespaced,
+                version=watched.version,
+            )
+            section, model = "customConnections", custom
+            ident = (custom.api_group, custom.kind, custom.name, custom.namespace)
+        if ident in declared:
+            return None
+        return _Candidate(section, _dump(model), nat, obj, ident)
+
+    return _merge_kind(
+        fleet,
+        observed,
+        accepted,
+        convert=convert,
+        native=lambda obj: connection_native(watched, obj),
+        fits=_validates(fleet, file),
+    )
+
+
+# ---------------------------------------------------------------------- queues
+def queue_native(obj: Mapping[str, Any]) -> NativeObject:
+    """The bookkeeping of a kmsvc Queue object."""
+    return NativeObject.of(
+        obj, group=QUEUE_GROUP, version=QUEUE_VERSION, plural=QUEUE_PLURAL, kind="Queue"
+    )
+
+
+def merge_queues(
+    fleet: Fleet,
+    observed: ObjectList,
+    accepted: Mapping[str, Mapping[str, Any]],
+    *,
+    file: str,
+) -> KindMerge:
+    """Add the labelled Queue objects to ``fleet``; each derives a worker.
+
+    Objects whose queue the fleet file declares are left out (the file wins), and so
+    are objects without the ``temporal.io/worker-enabled`` label.
+    """
+    declared = {(q.namespace, q.name) for q in fleet.queues}
+
+    def convert(obj: Mapping[str, Any]) -> _Candidate | None:
+        queue = load_queue_object(obj)
+        if not queue.worker_enabled or (queue.namespace, queue.name) in declared:
+            return None
+        return _Candidate("queues", _dump(queue), queue_native(obj), obj)
+
+    return _merge_kind(
+        fleet,
+        observed,
+        accepted,
+        convert=convert,
+        native=queue_native,
+        fits=_validates(fleet, file),
+    )
+
+
+# --------------------------------------------------------------------- workers
+def worker_native(obj: Mapping[str, Any]) -> NativeObject:
+    """The bookkeeping of a TemporalWorker object."""
+    return NativeObject.of(
+        obj, group=WORKER_GROUP, version=CRD_VERSION, plural=WORKER_PLURAL, kind=WORKER_KIND
+    )
+
+
+def merge_workers(
+    fleet: Fleet,
+    observed: ObjectList,
+    accepted: Mapping[str, Mapping[str, Any]],
+    *,
+    registry: Registry,
+    file: str,
+) -> KindMerge:
+    """Add TemporalWorker objects to ``fleet`` (already holding connections and queues).
+
+    Each object must validate, not clash with a worker of the fleet file or a Queue,
+    and have a connectionRef that resolves through ``registry`` (its reason, e.g.
+    ``UnknownConnectionKind``, ``ConnectionNotFound``).
+    """
+
+    def convert(obj: Mapping[str, Any]) -> _Candidate | None:
+        worker = load_worker_object(obj)
+        ref = worker.connection_ref or fleet.defaults.connection_ref
+        if ref is not None:
+            # Resolved first, so a missing or unknown connection is named as such rather
+            # than as the fleet validation error it would also cause.
+            registry.resolve(ref.target(worker.namespace), fleet)
+        return _Candidate("workers", _dump(worker), worker_native(obj), obj)
+
+    def fits(_base: Fleet, candidates: Sequence[_Candidate]) -> tuple[Fleet, dict[str, Exception]]:
+        trial = with_entries(fleet, _sections(candidates), file)
+        wanted = {c.obj.key for c in candidates}
+        failing: dict[str, Exception] = {}
+        for worker in trial.resolved_workers():
+            if worker.stack_key not in wanted:
+                continue
+            try:
+                registry.resolve_worker(worker, trial)
+            except TwcConnectionError as exc:
+                failing[worker.stack_key] = exc
+        return trial, failing
+
+    return _merge_kind(fleet, observed, accepted, convert=convert, native=worker_native, fits=fits)

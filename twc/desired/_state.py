@@ -1,0 +1,185 @@
+"""The desired state: one pure function over the fleet file and the cluster's objects."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from twc.connections import Registry, WatchedKind, resolve_fleet_connections
+from twc.desired._inputs import (
+    QUEUE_KIND_KEY,
+    WORKER_KIND_KEY,
+    DesiredInputs,
+    ObjectList,
+    kind_key,
+)
+from twc.desired._merge import (
+    KindMerge,
+    Rejection,
+    merge_connections,
+    merge_queues,
+    merge_workers,
+)
+from twc.errors import TwcConnectionError, TwcError
+from twc.native.objects import IdentityKey, NativeObject, identity_key
+from twc.spec import Fleet, ResolvedWorker
+
+__all__ = ["DesiredFleet", "ObjectsUnknown", "desired_fleet"]
+
+
+class ObjectsUnknown(TwcError):
+    """A kind's objects are unknown (its list failed) and no accepted spec of it exists
+    yet: the desired state cannot be computed without deleting what came from them."""
+
+    def __init__(self, kinds: Mapping[str, str]) -> None:
+        """Name the unknown kinds and why each is unknown."""
+        self.kinds = dict(kinds)
+        text = "; ".join(f"{kind}: {why}" for kind, why in sorted(self.kinds.items()))
+        super().__init__(f"cluster objects unknown, nothing of them is known yet ({text})")
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredFleet:
+    """What should run: the fleet with every accepted cluster object, and how it came
+    to be."""
+
+    fleet: Fleet
+    """The merged, validated fleet."""
+    workers: Mapping[str, ResolvedWorker]
+    """Every worker, keyed ``<namespace>/<name>``."""
+    replicas: Mapping[str, int]
+    """Replicas of autoscaled workers given in the inputs (only workers that exist and
+    are autoscaled)."""
+    origins: Mapping[str, str]
+    """Per worker, where it comes from: ``file``, ``Queue <ns>/<name>`` or
+    ``TemporalWorker <ns>/<name>``."""
+    kinds: Mapping[str, KindMerge] = field(default_factory=dict)
+    """Per kind key, what its objects contributed (empty for the file alone)."""
+    references: Mapping[str, IdentityKey] = field(default_factory=dict)
+    """Per worker, the identity of the connection it uses."""
+    inputs: DesiredInputs = field(default_factory=DesiredInputs)
+    """The inputs this was computed from (what the program is handed)."""
+
+    @property
+    def rejected(self) -> tuple[Rejection, ...]:
+        """Every object whose current spec is not in use (kept or left out)."""
+        return tuple(r for merge in self.kinds.values() for r in merge.rejected)
+
+    @property
+    def unknown(self) -> tuple[str, ...]:
+        """Kinds whose list failed this time (their last accepted objects are in use)."""
+        return tuple(sorted(k for k, m in self.kinds.items() if not m.known))
+
+    @property
+    def accepted(self) -> dict[str, dict[str, Mapping[str, Any]]]:
+        """The last accepted spec of every object, per kind: the next inputs' store."""
+        return {kind: dict(merge.store) for kind, merge in self.kinds.items()}
+
+    def accepted_objects(self, kind: str) -> Mapping[str, NativeObject]:
+        """Objects of ``kind`` in the desired state, by object key."""
+        merge = self.kinds.get(kind)
+        return merge.accepted if merge is not None else {}
+
+    @property
+    def cluster_managed(self) -> bool:
+        """Whether the cluster's objects are part of this desired state."""
+        return self.inputs.cluster is not None
+
+
+def desired_fleet(
+    fleet: Fleet,
+    inputs: DesiredInputs,
+    *,
+    registry: Registry,
+    file: str,
+) -> DesiredFleet:
+    """Compute the desired state.
+
+    Args:
+        fleet: The fleet file, validated.
+        inputs: The cluster's objects (or ``None`` for the file alone), the replicas of
+            autoscaled workers and the last accepted spec of each object.
+        registry: The connection-provider registry: which connection kinds exist and
+            how a reference resolves.
+        file: The fleet file's name, for messages.
+
+    Returns:
+        The desired fleet.
+
+    Raises:
+        SpecError: The fleet file's own connections do not resolve.
+        ObjectsUnknown: A kind is unknown and none of its objects was ever accepted.
+    """
+    kinds: dict[str, KindMerge] = {}
+    if inputs.cluster is not None:
+        cluster = inputs.cluster
+        watched = sorted(registry.watched_kinds(), key=_watched_key)
+        order = [kind_key(w.kind, w.api_group) for w in watched]
+        missing = {
+            key: (cluster[key].failure if key in cluster else "not observed") or "unknown"
+            for key in [*order, QUEUE_KIND_KEY, WORKER_KIND_KEY]
+            if (key not in cluster or not cluster[key].is_known) and key not in inputs.accepted
+        }
+        if missing:
+            raise ObjectsUnknown(missing)
+
+        def observed(key: str) -> ObjectList:
+            return cluster.get(key) or ObjectList.unknown("not observed")
+
+        for watch, key in zip(watched, order, strict=True):
+            merge = merge_connections(
+                fleet, watch, observed(key), inputs.accepted.get(key, {}), file=file
+            )
+            kinds[key] = merge
+            fleet = merge.fleet
+        merge = merge_queues(
+            fleet, observed(QUEUE_KIND_KEY), inputs.accepted.get(QUEUE_KIND_KEY, {}), file=file
+        )
+        kinds[QUEUE_KIND_KEY] = merge
+        fleet = merge.fleet
+        resolve_fleet_connections(fleet, file=file, registry=registry)
+        merge = merge_workers(
+            fleet,
+            observed(WORKER_KIND_KEY),
+            inputs.accepted.get(WORKER_KIND_KEY, {}),
+            registry=registry,
+            file=file,
+        )
+        kinds[WORKER_KIND_KEY] = merge
+        fleet = merge.fleet
+    else:
+        resolve_fleet_connections(fleet, file=file, registry=registry)
+
+    workers = {w.stack_key: w for w in fleet.resolved_workers()}
+    object_workers = set(kinds[WORKER_KIND_KEY].accepted) if WORKER_KIND_KEY in kinds else set()
+    origins: dict[str, str] = {}
+    for key, worker in workers.items():
+        if key in object_workers:
+            origins[key] = f"TemporalWorker {key}"
+        elif worker.derived and worker.queue is not None and QUEUE_KIND_KEY in kinds:
+            queue_key = f"{worker.queue.namespace}/{worker.queue.name}"
+            from_object = queue_key in kinds[QUEUE_KIND_KEY].accepted
+            origins[key] = f"Queue {queue_key}" if from_object else "file"
+        else:
+            origins[key] = "file"
+    references: dict[str, IdentityKey] = {}
+    for key, worker in workers.items():
+        try:
+            references[key] = identity_key(registry.resolve_worker(worker, fleet).identity)
+        except TwcConnectionError:
+            continue  # the program reports it (and the merge kept such objects out)
+    replicas = {k: n for k, n in inputs.replicas.items() if k in workers and workers[k].autoscaling}
+    return DesiredFleet(
+        fleet=fleet,
+        workers=workers,
+        replicas=replicas,
+        origins=origins,
+        kinds=kinds,
+        references=references,
+        inputs=inputs,
+    )
+
+
+def _watched_key(kind: WatchedKind) -> tuple[str, str]:
+    return (kind.api_group, kind.kind)

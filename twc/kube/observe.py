@@ -1,0 +1,85 @@
+"""The desired state's inputs, read from the cluster once.
+
+The daemon keeps the cluster's objects in watch caches; ``twc up``, ``twc preview`` and
+the program under plain ``pulumi up`` read them once, here, into the same
+:class:`~twc.desired.DesiredInputs` the daemon builds. All of them then compute the
+desired state through :func:`twc.desired.desired_fleet`, so a pull request's preview,
+a manual ``up`` and the daemon agree on what should run (and none of them deletes the
+workers that come from the cluster).
+
+Autoscaled workers keep the replicas they run with: what the cluster runs now is the
+autoscaler's last decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from twc.connections import WatchedKind
+from twc.desired import QUEUE_KIND_KEY, DesiredInputs, ObjectList
+from twc.kube.client import KubeClient
+from twc.kube.watch import NativeWatch, QueueWatcher
+from twc.kube.workloads import Workloads
+
+__all__ = ["observe_cluster", "observe_inputs"]
+
+
+def observe_cluster(kube: KubeClient, kinds: Iterable[WatchedKind]) -> dict[str, ObjectList]:
+    """List the Queue, TemporalWorker and connection objects once.
+
+    A kind whose list fails is *unknown* (its failure named); a missing CRD means no
+    objects of that kind.
+    """
+    out: dict[str, ObjectList] = {}
+    queues = QueueWatcher(kube.custom, resync_interval=0.1)
+    try:
+        queues.list_now()
+        out[QUEUE_KIND_KEY] = queues.observed()
+    except Exception as exc:
+        out[QUEUE_KIND_KEY] = ObjectList.unknown(_failure(exc))
+    native = NativeWatch(kube.custom, kinds, resync_interval=0.1)
+    for key, watcher in native.watchers().items():
+        try:
+            watcher.list_now()
+            out[key] = watcher.observed()
+        except Exception as exc:
+            out[key] = ObjectList.unknown(_failure(exc))
+    return out
+
+
+def observe_inputs(
+    kube: KubeClient,
+    kinds: Iterable[WatchedKind],
+    *,
+    fleet: Mapping[str, Any] | None = None,
+    accepted: Mapping[str, Any] | None = None,
+) -> DesiredInputs:
+    """The inputs of the desired state as the cluster shows them now.
+
+    Args:
+        kube: The cluster.
+        kinds: The connection kinds to read (the registry's).
+        fleet: The fleet document, passed on to the program as the caller validated it.
+        accepted: The last accepted spec of each object, when known.
+
+    Raises:
+        Exception: The live replicas cannot be read (without them autoscaled workers
+            would be reset to their minimum).
+    """
+    cluster = observe_cluster(kube, kinds)
+    replicas = Workloads(kube).worker_replicas()
+    return DesiredInputs(
+        fleet=dict(fleet) if fleet is not None else None,
+        cluster={k: v.trimmed() for k, v in cluster.items()},
+        replicas=replicas,
+        accepted=dict(accepted or {}),
+    )
+
+
+def _failure(exc: BaseException) -> str:
+    status = getattr(exc, "status", None)
+    reason = getattr(exc, "reason", None)
+    if status is not None:
+        return f"{status} {reason or ''}".strip()
+    return str(exc) or type(exc).__name__

@@ -1,0 +1,538 @@
+"""Watches: the cluster's objects kept in memory, one list + watch per kind.
+
+:class:`ObjectWatcher` keeps one custom resource's objects from a list + watch in a
+background thread and sets the loop's wake-up event on every change that matters (spec,
+labels; not status), so a new object is reconciled at once; a periodic re-list is the
+safety net under the watch. Every list and watch request carries a client-side timeout,
+so a hung API server fails the watch (reported, retried) instead of stalling its thread.
+
+:class:`QueueWatcher` tracks the labelled kmsvc Queue objects; :class:`NativeWatch`
+tracks TemporalWorker objects and the objects of every connection kind the provider
+registry knows (plugin kinds included). :meth:`NativeWatch.observed` and
+:meth:`QueueWatcher.observed` give them as the desired state's
+:class:`~twc.desired.ObjectList`. ``Static*`` sources hold fixed objects, for a daemon
+without a cluster and for tests.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from twc.connections import WatchedKind
+from twc.desired import QUEUE_PLURAL, ObjectList, kind_key, object_key
+from twc.spec import WORKER_ENABLED_LABEL
+from twc.spec.crds import CRD_VERSION, WORKER_GROUP
+
+__all__ = [
+    "LABEL_SELECTOR",
+    "QUEUE_GROUP",
+    "QUEUE_VERSION",
+    "NativeSnapshot",
+    "NativeSource",
+    "NativeWatch",
+    "ObjectWatcher",
+    "QueueSource",
+    "QueueWatcher",
+    "StaticNative",
+    "StaticQueues",
+]
+
+logger = logging.getLogger(__name__)
+
+QUEUE_GROUP = "kmsvc.io"
+QUEUE_VERSION = "v1"
+LABEL_SELECTOR = f"{WORKER_ENABLED_LABEL}=true"
+WORKER_PLURAL = "temporalworkers"
+
+
+@dataclass(frozen=True, slots=True)
+class NativeSnapshot:
+    """The TemporalWorker and connection objects read from the cluster."""
+
+    workers: tuple[Mapping[str, Any], ...] = ()
+    """TemporalWorker objects."""
+    connections: Mapping[WatchedKind, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
+    """Objects of each watched connection kind."""
+
+    def observed(self) -> dict[str, ObjectList]:
+        """Per kind key, the objects as the desired state's input."""
+        out = {kind_key("TemporalWorker", WORKER_GROUP): ObjectList.known(self.workers, trim=False)}
+        for kind, objects in self.connections.items():
+            out[kind_key(kind.kind, kind.api_group)] = ObjectList.known(objects, trim=False)
+        return out
+
+
+class QueueSource(Protocol):
+    """Where the loop gets Queue objects from."""
+
+    def start(self, wakeup: threading.Event) -> None:
+        """Begin tracking; set ``wakeup`` whenever the set of objects changes."""
+        ...
+
+    def stop(self) -> None:
+        """Stop tracking."""
+        ...
+
+    def snapshot(self) -> tuple[Mapping[str, Any], ...] | None:
+        """The current objects, or ``None`` until the first list succeeded."""
+        ...
+
+    def observed(self) -> ObjectList:
+        """The current objects as the desired state's input (unknown until listed)."""
+        ...
+
+
+class StaticQueues:
+    """A fixed set of Queue objects (no cluster, or tests)."""
+
+    def __init__(self, objects: Iterable[Mapping[str, Any]] = ()) -> None:
+        """Hold ``objects``; :meth:`replace` changes them and wakes the loop."""
+        self._objects = tuple(objects)
+        self._wakeup: threading.Event | None = None
+
+    def start(self, wakeup: threading.Event) -> None:
+        """Remember the event to set on :meth:`replace`."""
+        self._wakeup = wakeup
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+    def snapshot(self) -> tuple[Mapping[str, Any], ...]:
+        """The objects."""
+        return self._objects
+
+    def observed(self) -> ObjectList:
+        """The objects, known."""
+        return ObjectList.known(self._objects, trim=False)
+
+    def replace(self, objects: Iterable[Mapping[str, Any]]) -> None:
+        """Swap the objects, as a watch event would, and wake the loop."""
+        self._objects = tuple(objects)
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+
+def _gone(exc: BaseException) -> bool:
+    return getattr(exc, "status", None) == 410
+
+
+def _not_found(exc: BaseException) -> bool:
+    return getattr(exc, "status", None) == 404
+
+
+class ObjectWatcher:
+    """List + watch the objects of one custom resource in a background thread.
+
+    Namespaced resources are listed across all namespaces; cluster-scoped ones the same
+    way (``list_cluster_custom_object`` serves both).
+    """
+
+    def __init__(
+        self,
+        custom_api: Any,
+        *,
+        group: str,
+        version: str,
+        plural: str,
+        resync_interval: float,
+        label_selector: str = "",
+        watch_timeout: int = 60,
+        retry_delay: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+        content: Callable[[Mapping[str, Any]], object] | None = None,
+        request_timeout: float = 30.0,
+    ) -> None:
+        """Prepare the watcher.
+
+        Args:
+            custom_api: A ``kubernetes.client.CustomObjectsApi``.
+            group: API group of the resource.
+            version: Served version to read.
+            plural: The resource's plural name.
+            resync_interval: Seconds between full re-lists.
+            label_selector: Which objects to track (all when empty).
+            watch_timeout: Server-side timeout of one watch request, in seconds; it
+                also bounds how long :meth:`stop` may take to be noticed.
+            retry_delay: Seconds to wait after a failed list or watch.
+            clock: Monotonic time.
+            content: What of an object matters to the loop; a change of anything else
+                (its status, bookkeeping) does not wake it. Labels and spec by default.
+            request_timeout: Client-side read timeout of a list, in seconds; a watch
+                waits this much longer than its server-side timeout. A hung API server
+                (connections accepted, no answer) then fails the list or watch, which
+                is reported and retried, instead of stalling the thread for good.
+        """
+        self._api = custom_api
+        self.group = group
+        self.version = version
+        self.plural = plural
+        self._resync = resync_interval
+        self._selector = label_selector
+        self._watch_timeout = watch_timeout
+        self._retry_delay = retry_delay
+        self._clock = clock
+        self._content_of = content or _labels_and_spec
+        self._request_timeout = request_timeout
+        self._lock = threading.Lock()
+        self._objects: dict[str, Mapping[str, Any]] | None = None
+        self._stop = threading.Event()
+        self._wakeup = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._watch: Any = None
+        self._failure: str | None = None
+
+    def start(self, wakeup: threading.Event) -> None:
+        """Start the background thread; ``wakeup`` is set on every change."""
+        self._wakeup = wakeup
+        self._thread = threading.Thread(
+            target=self._run, name=f"twc-watch-{self.plural}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ask the thread to end; it is a daemon thread, so this never blocks exit."""
+        self._stop.set()
+        watch = self._watch
+        if watch is not None:
+            watch.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+
+    def snapshot(self) -> tuple[Mapping[str, Any], ...] | None:
+        """The current objects sorted by key, or ``None`` before the first list."""
+        with self._lock:
+            if self._objects is None:
+                return None
+            return tuple(self._objects[k] for k in sorted(self._objects))
+
+    def observed(self) -> ObjectList:
+        """The objects as the desired state's input: unknown until the first list."""
+        found = self.snapshot()
+        if found is None:
+            return ObjectList.unknown(self._failure or f"{self.plural}.{self.group} not listed yet")
+        return ObjectList.known(found, trim=False)
+
+    def failure(self) -> str | None:
+        """Why the last list or watch failed, until a list succeeds again; else ``None``.
+
+        The snapshot keeps the last objects listed meanwhile (it may be stale).
+        """
+        return self._failure
+
+    def list_now(self) -> str:
+        """List the objects, replace the snapshot and return the list's resourceVersion.
+
+        A missing CRD means there are no objects at all.
+        """
+        try:
+            result = self._api.list_cluster_custom_object(
+                self.group,
+                self.version,
+                self.plural,
+                label_selector=self._selector,
+                _request_timeout=(_CONNECT_TIMEOUT, self._request_timeout),
+            )
+        except Exception as exc:
+            if not _not_found(exc):
+                raise
+            logger.warning(
+                "the %s.%s CRD is not installed: no such objects", self.plural, self.group
+            )
+            self._replace({})
+            return ""
+        items = {_watch_key(o): o for o in result.get("items", [])}
+        self._replace(items)
+        return str((result.get("metadata") or {}).get("resourceVersion", ""))
+
+    def _replace(self, items: dict[str, Mapping[str, Any]]) -> None:
+        with self._lock:
+            changed = self._objects is None or self._content(self._objects) != self._content(items)
+            self._objects = items
+        if changed:
+            self._wakeup.set()
+
+    def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+        key = _watch_key(obj)
+        with self._lock:
+            current = dict(self._objects or {})
+            before = current.get(key)
+            if kind == "DELETED":
+                current.pop(key, None)
+            else:
+                current[key] = obj
+            self._objects = current
+        if (
+            kind == "DELETED"
+            or before is None
+            or self._content({key: before}) != self._content({key: obj})
+        ):
+            logger.info("%s.%s %s %s", self.plural, self.group, key, kind.lower())
+            self._wakeup.set()
+
+    def _run(self) -> None:
+        from kubernetes import watch
+
+        version = ""
+        listed_at: float | None = None
+        while not self._stop.is_set():
+            try:
+                if listed_at is None or self._clock() - listed_at >= self._resync or not version:
+                    version = self.list_now()
+                    listed_at = self._clock()
+                    if self._failure is not None:
+                        logger.info("%s.%s: listed again after a failure", self.plural, self.group)
+                    self._failure = None
+                    if not version:
+                        # No CRD: nothing to watch; look again at the next resync.
+                        self._stop.wait(min(self._resync, 30.0))
+                        continue
+                self._watch = watch.Watch()
+                server_timeout = int(min(self._watch_timeout, max(1.0, self._resync)))
+                stream = self._watch.stream(
+                    self._api.list_cluster_custom_object,
+                    self.group,
+                    self.version,
+                    self.plural,
+                    label_selector=self._selector,
+                    resource_version=version,
+                    timeout_seconds=server_timeout,
+                    allow_watch_bookmarks=True,
+                    # Bookmarks and events keep a healthy stream talking; silence longer
+                    # than the server's own timeout means the server hangs.
+                    _request_timeout=(_CONNECT_TIMEOUT, server_timeout + self._request_timeout),
+                )
+                for event in stream:
+                    if self._stop.is_set():
+                        break
+                    kind = event.get("type", "")
+                    obj = event.get("object") or {}
+                    if kind == "ERROR":
+                        if obj.get("code") == 410:
+                            version = ""  # expired: list again
+                            break
+                        raise RuntimeError(f"watch error: {obj.get('message', obj)}")
+                    meta = obj.get("metadata") or {}
+                    version = str(meta.get("resourceVersion") or version)
+                    if kind in ("ADDED", "MODIFIED", "DELETED"):
+                        self._apply(kind, obj)
+            except Exception as exc:
+                if _gone(exc):
+                    version = ""
+                    continue
+                if self._stop.is_set():
+                    break
+                logger.warning("%s.%s watch failed (retrying): %s", self.plural, self.group, exc)
+                self._failure = str(exc) or type(exc).__name__
+                self._stop.wait(self._retry_delay)
+                version = ""
+            finally:
+                self._watch = None
+
+    def _content(self, items: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        return {key: repr(self._content_of(obj)) for key, obj in items.items()}
+
+
+class QueueWatcher(ObjectWatcher):
+    """List + watch labelled kmsvc Queue objects across namespaces."""
+
+    def __init__(
+        self,
+        custom_api: Any,
+        *,
+        resync_interval: float,
+        label_selector: str = LABEL_SELECTOR,
+        watch_timeout: int = 60,
+        retry_delay: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Prepare the watcher (see :class:`ObjectWatcher`)."""
+        super().__init__(
+            custom_api,
+            group=QUEUE_GROUP,
+            version=QUEUE_VERSION,
+            plural=QUEUE_PLURAL,
+            resync_interval=resync_interval,
+            label_selector=label_selector,
+            watch_timeout=watch_timeout,
+            retry_delay=retry_delay,
+            clock=clock,
+        )
+
+
+_CONNECT_TIMEOUT = 5.0
+"""Seconds to establish a connection to the API server."""
+
+
+def _watch_key(obj: Mapping[str, Any]) -> str:
+    # Cluster-scoped objects have no namespace: their name alone is the key.
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    if isinstance(meta, Mapping) and not meta.get("namespace") and meta.get("name"):
+        return str(meta["name"])
+    return object_key(obj)
+
+
+def _labels_and_spec(obj: Mapping[str, Any]) -> object:
+    # What the daemon reads of a Queue; status and bookkeeping changes are ignored.
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    meta = meta if isinstance(meta, Mapping) else {}
+    return (meta.get("labels"), obj.get("spec") if isinstance(obj, Mapping) else None)
+
+
+def _connection_content(obj: Mapping[str, Any]) -> object:
+    # Spec, deletion and finalizers matter (a deletion must be answered); status not.
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    meta = meta if isinstance(meta, Mapping) else {}
+    return (obj.get("spec"), meta.get("deletionTimestamp"), meta.get("finalizers"))
+
+
+def _worker_content(obj: Mapping[str, Any]) -> object:
+    # The daemon's own status writes must not wake the loop: spec and generation only.
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    meta = meta if isinstance(meta, Mapping) else {}
+    return (obj.get("spec"), meta.get("generation"), meta.get("uid"))
+
+
+class NativeSource(Protocol):
+    """Where the loop gets TemporalWorker and connection objects from."""
+
+    def start(self, wakeup: threading.Event) -> None:
+        """Begin tracking; set ``wakeup`` whenever an object changes."""
+        ...
+
+    def stop(self) -> None:
+        """Stop tracking."""
+        ...
+
+    def snapshot(self) -> NativeSnapshot | None:
+        """The current objects, or ``None`` until every kind was listed once."""
+        ...
+
+    def observed(self) -> dict[str, ObjectList]:
+        """Per kind key, the objects as the desired state's input."""
+        ...
+
+
+class StaticNative:
+    """A fixed set of objects (no cluster, or tests)."""
+
+    def __init__(self, snapshot: NativeSnapshot | None = None) -> None:
+        """Hold ``snapshot``; :meth:`replace` changes it and wakes the loop."""
+        self._snapshot = snapshot or NativeSnapshot()
+        self._wakeup: threading.Event | None = None
+
+    def start(self, wakeup: threading.Event) -> None:
+        """Remember the event to set on :meth:`replace`."""
+        self._wakeup = wakeup
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+    def snapshot(self) -> NativeSnapshot:
+        """The objects."""
+        return self._snapshot
+
+    def observed(self) -> dict[str, ObjectList]:
+        """The objects per kind key, known."""
+        return self._snapshot.observed()
+
+    def replace(self, snapshot: NativeSnapshot) -> None:
+        """Swap the objects and wake the loop."""
+        self._snapshot = snapshot
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+
+class NativeWatch:
+    """One :class:`ObjectWatcher` per kind: TemporalWorkers and every connection kind."""
+
+    def __init__(
+        self,
+        custom_api: Any,
+        kinds: Iterable[WatchedKind],
+        *,
+        resync_interval: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Prepare watchers for TemporalWorkers and each connection kind in ``kinds``."""
+        self._workers = ObjectWatcher(
+            custom_api,
+            group=WORKER_GROUP,
+            version=CRD_VERSION,
+            plural=WORKER_PLURAL,
+            resync_interval=resync_interval,
+            clock=clock,
+            content=_worker_content,
+        )
+        self._kinds = {
+            kind: ObjectWatcher(
+                custom_api,
+                group=kind.api_group,
+                version=kind.version,
+                plural=kind.plural,
+                resync_interval=resync_interval,
+                clock=clock,
+                content=_connection_content,
+            )
+            for kind in kinds
+        }
+
+    def _all(self) -> list[ObjectWatcher]:
+        return [self._workers, *self._kinds.values()]
+
+    def watchers(self) -> dict[str, ObjectWatcher]:
+        """Per kind key, its watcher."""
+        out = {kind_key("TemporalWorker", WORKER_GROUP): self._workers}
+        for kind, watcher in self._kinds.items():
+            out[kind_key(kind.kind, kind.api_group)] = watcher
+        return out
+
+    def start(self, wakeup: threading.Event) -> None:
+        """Start every watcher."""
+        for watcher in self._all():
+            watcher.start(wakeup)
+
+    def stop(self) -> None:
+        """Stop every watcher."""
+        for watcher in self._all():
+            watcher.stop()
+
+    def list_now(self) -> NativeSnapshot:
+        """List every kind once (no watch): the snapshot of a one-shot command."""
+        for watcher in self._all():
+            watcher.list_now()
+        found = self.snapshot()
+        assert found is not None  # every watcher was just listed
+        return found
+
+    def failure(self) -> str | None:
+        """Why a kind's last list or watch failed, until it lists again; else ``None``."""
+        for watcher in self._all():
+            found = watcher.failure()
+            if found:
+                return f"{watcher.plural}.{watcher.group}: {found}"
+        return None
+
+    def observed(self) -> dict[str, ObjectList]:
+        """Per kind key, the objects as the desired state's input."""
+        out = {kind_key("TemporalWorker", WORKER_GROUP): self._workers.observed()}
+        for kind, watcher in self._kinds.items():
+            out[kind_key(kind.kind, kind.api_group)] = watcher.observed()
+        return out
+
+    def snapshot(self) -> NativeSnapshot | None:
+        """The objects of every kind, or ``None`` until each was listed once."""
+        workers = self._workers.snapshot()
+        if workers is None:
+            return None
+        connections: dict[WatchedKind, tuple[Mapping[str, Any], ...]] = {}
+        for kind, watcher in self._kinds.items():
+            found = watcher.snapshot()
+            if found is None:
+                return None
+            connections[kind] = found
+        return NativeSnapshot(workers=workers, connections=connections)

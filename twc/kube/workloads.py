@@ -1,0 +1,226 @@
+"""Worker Deployments, their ServiceAccounts and credential Secrets, as the daemon reads
+and writes them outside the engine.
+
+The daemon's own calls are exactly those the daemon's ClusterRole grants: list
+Deployments (replicas, readiness), get Secrets (credential digests), and for a new
+worker's early apply get/patch/delete of Deployments and ServiceAccounts, which the
+engine needs anyway. Each call goes through :mod:`twc.kube.client`, so each has a
+timeout.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from twc.builders import COMPONENT_WORKER, LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGED_BY
+from twc.kube.client import KubeClient, status_of
+
+__all__ = [
+    "WORKER_SELECTOR",
+    "ObjectRef",
+    "Workloads",
+    "ensure_namespace",
+    "read_deployment",
+    "read_secret_data",
+    "ref_of",
+]
+
+WORKER_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_COMPONENT}={COMPONENT_WORKER}"
+"""Labels of every worker Deployment twc creates."""
+_API_VERSION = {"Deployment": "apps/v1", "ServiceAccount": "v1"}
+_APPLY = "application/apply-patch+yaml"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ObjectRef:
+    """A worker's Deployment or ServiceAccount (both are named like the worker)."""
+
+    kind: str
+    """``Deployment`` or ``ServiceAccount``."""
+    namespace: str
+    """Namespace of the object (the worker's)."""
+    name: str
+    """Name of the object (the worker's)."""
+
+    @property
+    def worker(self) -> str:
+        """The worker it belongs to, ``<namespace>/<name>``."""
+        return f"{self.namespace}/{self.name}"
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}"
+
+
+def ref_of(obj: Mapping[str, Any]) -> ObjectRef:
+    """The reference of a manifest."""
+    meta = obj["metadata"]
+    return ObjectRef(str(obj["kind"]), str(meta["namespace"]), str(meta["name"]))
+
+
+def read_secret_data(kube: KubeClient, namespace: str, name: str) -> dict[str, bytes]:
+    """A Secret's decoded data.
+
+    Raises:
+        LookupError: The Secret does not exist.
+    """
+    try:
+        secret = kube.core.read_namespaced_secret(name, namespace)
+    except Exception as exc:
+        if status_of(exc) == 404:
+            raise LookupError(f"secret {namespace}/{name} not found") from exc
+        raise
+    return {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+
+
+def ensure_namespace(kube: KubeClient, name: str) -> None:
+    """Create a namespace unless it exists."""
+    try:
+        kube.core.create_namespace({"metadata": {"name": name}})
+    except Exception as exc:
+        if status_of(exc) != 409:
+            raise
+
+
+def read_deployment(kube: KubeClient, namespace: str, name: str) -> dict[str, Any] | None:
+    """A Deployment as the API returns it (camelCase JSON), or ``None`` when absent."""
+    try:
+        response = kube.apps.read_namespaced_deployment(name, namespace, _preload_content=False)
+    except Exception as exc:
+        if status_of(exc) == 404:
+            return None
+        raise
+    data: dict[str, Any] = json.loads(response.data)
+    return data
+
+
+class Workloads:
+    """Worker Deployments and ServiceAccounts of one cluster."""
+
+    def __init__(self, kube: KubeClient) -> None:
+        """Work through ``kube``."""
+        self.kube = kube
+
+    def _worker_deployments(self) -> list[dict[str, Any]]:
+        # Read the raw JSON: turning every Deployment into the client's models was half
+        # of a no-op iteration at 100 workers, for one integer each (bench/results.md).
+        response = self.kube.apps.list_deployment_for_all_namespaces(
+            label_selector=WORKER_SELECTOR, _preload_content=False
+        )
+        items = json.loads(response.data).get("items") or []
+        return [dep for dep in items if isinstance(dep, dict)]
+
+    def worker_replicas(self) -> dict[str, int]:
+        """``spec.replicas`` of every twc worker Deployment, keyed ``<namespace>/<name>``."""
+        out: dict[str, int] = {}
+        for dep in self._worker_deployments():
+            meta = dep.get("metadata") or {}
+            replicas = (dep.get("spec") or {}).get("replicas")
+            out[f"{meta.get('namespace')}/{meta.get('name')}"] = int(
+                1 if replicas is None else replicas
+            )
+        return out
+
+    def worker_deployments(self) -> dict[str, tuple[int, int]]:
+        """``(spec.replicas, status.readyReplicas)`` of every twc worker Deployment."""
+        out: dict[str, tuple[int, int]] = {}
+        for dep in self._worker_deployments():
+            meta = dep.get("metadata") or {}
+            replicas = (dep.get("spec") or {}).get("replicas")
+            ready = (dep.get("status") or {}).get("readyReplicas")
+            out[f"{meta.get('namespace')}/{meta.get('name')}"] = (
+                int(1 if replicas is None else replicas),
+                int(ready or 0),
+            )
+        return out
+
+    def read_secret(self, namespace: str, name: str) -> dict[str, bytes]:
+        """A Secret's decoded data (see :func:`read_secret_data`)."""
+        return read_secret_data(self.kube, namespace, name)
+
+    # ------------------------------------------------------------ early apply
+    def apply(self, obj: Mapping[str, Any], field_manager: str) -> None:
+        """Server-side apply a worker's ``Deployment`` or ``ServiceAccount`` (no force: a
+        field another manager set to another value is a conflict, not taken over)."""
+        meta = obj["metadata"]
+        kwargs = {"field_manager": field_manager, "_content_type": _APPLY}
+        if obj["kind"] == "Deployment":
+            self.kube.apps.patch_namespaced_deployment(
+                meta["name"], meta["namespace"], dict(obj), **kwargs
+            )
+        elif obj["kind"] == "ServiceAccount":
+            self.kube.core.patch_namespaced_service_account(
+                meta["name"], meta["namespace"], dict(obj), **kwargs
+            )
+        else:  # pragma: no cover - early apply builds only these two kinds
+            raise ValueError(f"cannot apply a {obj['kind']} early")
+
+    def exists(self, ref: ObjectRef) -> bool:
+        """Whether the object is in the API server."""
+        return self._read(ref) is not None
+
+    def release(self, ref: ObjectRef, field_manager: str) -> bool:
+        """Drop ``field_manager``'s fields of the object: apply an empty body under it.
+
+        Fields another manager (the engine's) also owns stay; the object is read first
+        so that an object deleted meanwhile is not created again by the apply.
+
+        Returns:
+            False when the object is gone.
+        """
+        current = self._read(ref)
+        if current is None:
+            return False
+        managers = {m.get("manager") for m in current["metadata"].get("managedFields") or []}
+        if field_manager not in managers:
+            return True
+        body = {
+            "apiVersion": current.get("apiVersion") or _API_VERSION[ref.kind],
+            "kind": ref.kind,
+            "metadata": {"name": ref.name, "namespace": ref.namespace},
+        }
+        self.apply(body, field_manager)
+        return True
+
+    def delete(self, ref: ObjectRef) -> None:
+        """Delete the object; already gone is fine."""
+        try:
+            if ref.kind == "Deployment":
+                self.kube.apps.delete_namespaced_deployment(ref.name, ref.namespace)
+            else:
+                self.kube.core.delete_namespaced_service_account(ref.name, ref.namespace)
+        except Exception as exc:
+            if status_of(exc) != 404:
+                raise
+
+    def managed_by(self, field_manager: str) -> list[ObjectRef]:
+        """twc worker Deployments (and their ServiceAccounts) ``field_manager`` still
+        owns fields of: what a daemon killed between an early apply and its ``up`` left."""
+        found: list[ObjectRef] = []
+        for dep in self._worker_deployments():
+            meta = dep.get("metadata") or {}
+            managers = {m.get("manager") for m in meta.get("managedFields") or []}
+            if field_manager in managers:
+                ns, name = str(meta.get("namespace")), str(meta.get("name"))
+                found += [ObjectRef("ServiceAccount", ns, name), ObjectRef("Deployment", ns, name)]
+        return found
+
+    def _read(self, ref: ObjectRef) -> dict[str, Any] | None:
+        try:
+            if ref.kind == "Deployment":
+                response = self.kube.apps.read_namespaced_deployment(
+                    ref.name, ref.namespace, _preload_content=False
+                )
+            else:
+                response = self.kube.core.read_namespaced_service_account(
+                    ref.name, ref.namespace, _preload_content=False
+                )
+        except Exception as exc:
+            if status_of(exc) == 404:
+                return None
+            raise
+        data: dict[str, Any] = json.loads(response.data)
+        return data

@@ -1,0 +1,241 @@
+"""Act: carry out a plan — early apply, the engine's ``up``, ``refresh``, recovery.
+
+The engine is the truth about the stack; everything here either runs it or prepares
+for it:
+
+* before the first engine run of each term as leader, what a killed predecessor left
+  (a lock, pending operations) is repaired;
+* a new worker's ServiceAccount and Deployment are applied ahead of the ``up``
+  (:mod:`twc.loop.early`) and released to the engine once the ``up`` succeeded;
+* ``up`` is targeted at the changed workers' resources when only a few changed;
+* ``refresh`` runs on schedule and reports the resources that drifted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from twc.errors import TemporaryError
+from twc.kube.workloads import ObjectRef, ref_of
+from twc.kube.writer import ObjectWriter
+from twc.loop.backlog import SecretReader
+from twc.loop.decide import ReconcileAction, ReconcileDecision
+from twc.loop.early import EARLY_FIELD_MANAGER, EarlyApplier, early_objects, plan_release
+from twc.loop.health import DaemonMetrics
+from twc.loop.plan import Plan
+from twc.stackrun.automation import StackEngine
+
+__all__ = ["Actor", "Effects"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Effects:
+    """Everything the loop changes: the stack (through the engine) and the cluster."""
+
+    engine: StackEngine
+    """Runs ``up``/``refresh`` and repairs a killed run's leftovers."""
+    early: EarlyApplier | None = None
+    """Applies a new worker's ServiceAccount and Deployment before the engine runs;
+    ``None`` leaves it to the ``up``."""
+    writer: ObjectWriter | None = None
+    """Writes status, finalizers and Events back; ``None`` writes nothing."""
+    temporal_address: str | None = None
+    """The stack's Temporal address override (the program's ``twc:temporalAddress``),
+    for early-applied pod templates."""
+
+
+class Actor:
+    """Runs the engine for the loop."""
+
+    def __init__(
+        self,
+        effects: Effects,
+        *,
+        stack: str,
+        metrics: DaemonMetrics,
+        clock: Callable[[], float],
+        may_apply: Callable[[], bool],
+        read_secret: SecretReader | None,
+        early_apply: bool = True,
+    ) -> None:
+        """Act through ``effects``.
+
+        Args:
+            effects: The engine and the cluster writers.
+            stack: The stack's name (logs, metrics).
+            metrics: Where to count engine runs.
+            clock: Monotonic time, for the durations logged.
+            may_apply: Whether this daemon may apply now (it leads).
+            read_secret: Reads credential secrets for early-applied pod templates.
+            early_apply: Whether new workers are applied ahead of the engine.
+        """
+        self.engine = effects.engine
+        self._early = effects.early if early_apply else None
+        self._temporal_address = effects.temporal_address
+        self._stack = stack
+        self._metrics = metrics
+        self._clock = clock
+        self._may_apply = may_apply
+        self._read_secret = read_secret
+        self._recovered = False
+        self._early_pending: set[ObjectRef] | None = None
+
+    @property
+    def early_pending(self) -> list[str]:
+        """Objects applied ahead of the engine and not yet adopted by a successful up."""
+        return sorted(str(ref) for ref in self._early_pending or ())
+
+    def new_term(self) -> None:
+        """A new term as leader may follow someone else's killed run: check again."""
+        self._recovered = False
+
+    # ------------------------------------------------------------------ up
+    def apply(self, decision: ReconcileDecision, plan: Plan) -> None:
+        """Run the ``up`` the plan decided (early apply first, release after).
+
+        Raises:
+            TemporaryError: This daemon does not lead any more.
+            Exception: Whatever the engine raised.
+        """
+        if not self._may_apply():
+            raise TemporaryError("not leading any more; not applying")
+        if not self._recovered:
+            # Before this daemon's first engine run (of each term as leader): a killed
+            # predecessor may have left a lock and pending operations.
+            self.recover()
+        targets = self._targets(decision) if decision.action is ReconcileAction.TARGETED else None
+        mode = "targeted" if targets else "full"
+        workers = ", ".join(sorted(decision.workers)) or "-"
+        logger.info("[%s] up (%s): %s [%s]", self._stack, mode, decision.reason, workers)
+        self._metrics.engine_runs.labels(self._stack, "up", mode).inc()
+        gauge = self._metrics.engine_in_progress.labels(self._stack)
+        gauge.set(1)
+        started = self._clock()
+        self._apply_early(decision, plan)
+        try:
+            report = self.engine.up(plan.inputs, targets)
+        finally:
+            gauge.set(0)
+        self._release_early(plan)
+        changes = {op: n for op, n in report.changes.items() if op != "same" and n}
+        logger.info(
+            "[%s] up (%s) done in %.1f s: %s",
+            self._stack,
+            mode,
+            self._clock() - started,
+            changes or "no changes",
+        )
+
+    def _targets(self, decision: ReconcileDecision) -> list[str] | None:
+        if decision.added:
+            # New workers have no URNs yet; only a full up creates them.
+            return None
+        urns = self.engine.worker_urns()
+        targets: list[str] = []
+        for worker in sorted(decision.workers):
+            found = urns.get(worker)
+            if not found:
+                return None
+            targets.extend(found)
+        return targets
+
+    # ------------------------------------------------------------- refresh
+    def refresh(self) -> list[str]:
+        """Refresh the stack; returns the resources that drifted.
+
+        Raises:
+            Exception: Whatever the engine raised.
+        """
+        self._metrics.engine_runs.labels(self._stack, "refresh", "full").inc()
+        gauge = self._metrics.engine_in_progress.labels(self._stack)
+        gauge.set(1)
+        try:
+            if not self._recovered:
+                self.recover()
+            return list(self.engine.refresh())
+        finally:
+            gauge.set(0)
+
+    def recover(self) -> None:
+        """Repair what a killed run left (a lock, pending operations)."""
+        actions = self.engine.recover()
+        for action in actions:
+            logger.warning("[%s] recovered the stack: %s", self._stack, action)
+            self._metrics.recoveries.labels(self._stack, action.split(":", 1)[0]).inc()
+        self._recovered = True
+
+    # --------------------------------------------------------- early apply
+    def _apply_early(self, decision: ReconcileDecision, plan: Plan) -> None:
+        """Apply new workers' ServiceAccount and Deployment ahead of the ``up``."""
+        if self._early is None:
+            return
+        pending = self._pending_early()
+        started = self._clock()
+        applied: list[str] = []
+        for key in sorted(decision.added):
+            worker = plan.workers.get(key)
+            if worker is None:
+                continue
+            try:
+                objects = early_objects(
+                    worker,
+                    plan.desired.fleet,
+                    read_secret=self._read_secret,
+                    temporal_address=self._temporal_address,
+                    replicas=plan.inputs.replicas.get(key),
+                )
+                refs = [ref_of(obj) for obj in objects]
+                if any(self._early.exists(ref) for ref in refs):
+                    # The engine created it already (it read a newer file than the hash).
+                    continue
+                for obj, ref in zip(objects, refs, strict=True):
+                    pending.add(ref)
+                    self._early.apply(obj, EARLY_FIELD_MANAGER)
+            except Exception as exc:
+                # Never a failure: the up creates the worker anyway, a moment later.
+                logger.info("[%s/%s] not applied early (the up will): %s", self._stack, key, exc)
+                self._metrics.early_applies.labels(self._stack, "skipped").inc()
+                continue
+            applied.append(key)
+            self._metrics.early_applies.labels(self._stack, "applied").inc()
+        if applied:
+            logger.info(
+                "[%s] applied early in %.0f ms: %s",
+                self._stack,
+                (self._clock() - started) * 1000,
+                ", ".join(applied),
+            )
+
+    def _pending_early(self) -> set[ObjectRef]:
+        if self._early_pending is None:
+            # Left by a daemon killed between its early apply and its up, if any.
+            assert self._early is not None
+            try:
+                self._early_pending = set(self._early.managed_by(EARLY_FIELD_MANAGER))
+            except Exception as exc:
+                logger.warning("[%s] could not list early-applied objects: %s", self._stack, exc)
+                return set()
+        return self._early_pending
+
+    def _release_early(self, plan: Plan) -> None:
+        """After a successful ``up``: the engine owns the early objects now."""
+        if self._early is None or not self._early_pending:
+            return
+        release, delete = plan_release(self._early_pending, plan.workers.keys())
+        for ref in release + delete:
+            try:
+                if ref in release:
+                    self._early.release(ref, EARLY_FIELD_MANAGER)
+                else:
+                    logger.info("[%s] deleting %s: its worker is gone", self._stack, ref)
+                    self._early.delete(ref)
+            except Exception as exc:
+                logger.warning("[%s] %s: will retry after the next up: %s", self._stack, ref, exc)
+                continue
+            self._early_pending.discard(ref)
+            result = "released" if ref in release else "deleted"
+            self._metrics.early_applies.labels(self._stack, result).inc()

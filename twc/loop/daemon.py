@@ -1,0 +1,418 @@
+"""The reconcile loop of ``twc run``: one loop per stack.
+
+Each iteration is a pipeline, as the official worker controller's reconcile is:
+
+1. **observe** (:mod:`twc.loop.observe`): the fleet file, the cluster's objects from the
+   watches, the live replicas; then, for the desired workers, backlogs and credential
+   digests;
+2. **plan** (:mod:`twc.loop.plan`, pure): the desired fleet through the one
+   desired-state function, the autoscaler's replicas, the hashes, skip / targeted /
+   full ``up``;
+3. **act** (:mod:`twc.loop.act`): early apply, the engine's ``up``, ``refresh`` on
+   schedule;
+4. **report** (:mod:`twc.loop.report`): metrics, faults, status, finalizers, Events.
+
+A failing step becomes an :class:`~twc.loop.outcome.Outcome` and the loop sleeps its
+backoff; nothing escapes an iteration. The sleep between iterations is woken by the
+watches (reconcile at once) and by :meth:`Daemon.request_stop` (SIGTERM: the step in
+progress finishes, then the loop returns).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from twc.desired import DesiredFleet
+from twc.kube.watch import QueueSource
+from twc.loop.act import Actor, Effects
+from twc.loop.decide import ReconcileAction, ReconcileDecision
+from twc.loop.faults import BLOCKING, FaultBook
+from twc.loop.health import DaemonMetrics
+from twc.loop.observe import Observer, Sources
+from twc.loop.outcome import Outcome, outcome_of
+from twc.loop.plan import Plan, desired_from, make_plan
+from twc.loop.report import FaultReporter, Reporter, shorten
+from twc.loop.sampling import RateLimiter, TokenBucket
+from twc.loop.settings import DaemonSettings
+from twc.loop.state import LoopState
+from twc.loop.state import sleep as interruptible_sleep
+
+__all__ = ["Clocks", "Daemon", "LeaderGate"]
+
+logger = logging.getLogger(__name__)
+
+Sleep = Callable[[float, threading.Event], bool]
+
+
+class LeaderGate(Protocol):
+    """Whether this daemon may apply the stack now (the Lease elector)."""
+
+    def is_leader(self) -> bool:
+        """True while this daemon holds the Lease."""
+        ...
+
+
+@dataclass(frozen=True)
+class Clocks:
+    """The loop's sense of time, injected so tests run on virtual time."""
+
+    monotonic: Callable[[], float] = time.monotonic
+    """Seconds on a monotonic clock: the only clock decisions read."""
+    wall: Callable[[], float] = time.time
+    """Unix time, for timestamps people read."""
+    sleep: Sleep = interruptible_sleep
+    """The interruptible sleep (a fake advances a fake clock)."""
+    jitter: Callable[[], float] | None = field(default=random.random)
+    """Source of backoff jitter in ``[0, 1]``; ``None`` for none."""
+
+
+class Daemon:
+    """One stack's reconcile loop."""
+
+    def __init__(
+        self,
+        stack: str,
+        settings: DaemonSettings,
+        sources: Sources,
+        effects: Effects,
+        *,
+        leader: LeaderGate | None = None,
+        metrics: DaemonMetrics | None = None,
+        clocks: Clocks | None = None,
+        program: Mapping[str, Any] | None = None,
+        limiter: RateLimiter | None = None,
+    ) -> None:
+        """Wire the loop.
+
+        Args:
+            stack: The stack's name (logs and metrics).
+            settings: Intervals, backoff, autoscaling behaviour, sampling limits.
+            sources: What the loop reads (fleet file, cluster, Temporal).
+            effects: What the loop changes (the engine, the cluster's objects).
+            leader: The Lease elector with ``--leader-elect``; ``None`` means this
+                daemon always may apply (the backend's lock still serialises ``up``\\ s).
+            metrics: Where to publish; a private set by default.
+            clocks: Time and sleep; the real ones by default.
+            program: Inputs of the program outside the fleet (config such as the
+                Temporal address); a change forces a full ``up``.
+            limiter: The backlog request-rate budget; a token bucket from the
+                sampling settings by default.
+        """
+        self.stack = stack
+        self.settings = settings
+        self.clocks = clocks or Clocks()
+        self.metrics = metrics or DaemonMetrics(stack)
+        self.state: LoopState | None = None
+        self.wakeup = threading.Event()
+        self.exit_code = 0
+        self._leader = leader
+        self._program = dict(program or {})
+        self._stop = threading.Event()
+        self._crashed: BaseException | None = None
+        self._was_leader: bool | None = None
+        self._last_replicas: dict[str, int] = {}
+        self._accepted: dict[str, Any] = {}
+        self.faults = FaultBook(self.clocks.monotonic, self.clocks.wall)
+        fault_reporter = FaultReporter(stack=stack, metrics=self.metrics, book=self.faults)
+        self.observer = Observer(
+            sources,
+            settings=settings,
+            faults=fault_reporter,
+            limiter=limiter
+            or TokenBucket(settings.sampling.rate_per_s, burst=settings.sampling.burst),
+            metrics=self.metrics,
+            stack=stack,
+        )
+        self.reporter = Reporter(
+            stack=stack,
+            metrics=self.metrics,
+            faults=fault_reporter,
+            writer=effects.writer,
+            wall=self.clocks.wall,
+            deployments=self.observer.deployments,
+            pollers=self.observer.pollers,
+        )
+        self.actor = Actor(
+            effects,
+            stack=stack,
+            metrics=self.metrics,
+            clock=self.clocks.monotonic,
+            may_apply=lambda: self._leader is None or self._leader.is_leader(),
+            read_secret=sources.secrets,
+            early_apply=settings.early_apply,
+        )
+        self._desired: dict[str, int] = {}
+        self._observed: dict[str, int] = {}
+        self.metrics.leader.labels(stack).set(0)
+
+    @property
+    def queues(self) -> QueueSource:
+        """The labelled Queue objects' source."""
+        return self.observer.sources.queues
+
+    @queues.setter
+    def queues(self, source: QueueSource) -> None:
+        self.observer.sources = replace(self.observer.sources, queues=source)
+
+    # --------------------------------------------------------------- control
+    def request_stop(self, exit_code: int | None = None) -> None:
+        """End the loop after the step in progress (SIGTERM); wakes any sleep at once.
+
+        Args:
+            exit_code: The code :meth:`run` returns; unchanged when ``None``.
+        """
+        if exit_code is not None:
+            self.exit_code = exit_code
+        self._stop.set()
+        self.wakeup.set()
+
+    def live(self) -> tuple[bool, str]:
+        """The liveness probe: the loop has not crashed."""
+        if self._crashed is not None:
+            return False, f"reconcile loop crashed: {self._crashed!r}"
+        return True, "ok"
+
+    def ready(self) -> tuple[bool, str]:
+        """The readiness probe: a standby is ready; a leader once it reconciled once.
+
+        A standby must count as ready, or a rolling update of the daemon's Deployment
+        (new pods start as standbys) would never progress.
+        """
+        if not self._may_apply():
+            return True, "standby: another daemon holds the lease"
+        blocking = sorted(f.value for f in self.faults.active() if f in BLOCKING)
+        if blocking:
+            return False, f"cannot apply the stack: {', '.join(blocking)}"
+        state = self.state
+        if state is None or state.last_success_at is None:
+            return False, "no successful reconcile yet"
+        return True, f"ok: {state.iteration} iterations"
+
+    def status(self) -> dict[str, Any]:
+        """The loop's state in words, for ``/status`` (and people reading it)."""
+        state = self.state
+        outcome = state.last_outcome if state is not None else None
+        now = self.clocks.monotonic()
+        return {
+            "stack": self.stack,
+            "leading": self._was_leader is True,
+            "iterations": state.iteration if state is not None else 0,
+            "consecutiveFailures": state.consecutive_failures if state is not None else 0,
+            "lastOutcome": None
+            if outcome is None
+            else {
+                "kind": outcome.kind.value,
+                "reason": outcome.reason.value if outcome.reason is not None else None,
+                "message": shorten(outcome.message, 500),
+            },
+            "appliedHash": state.applied.fleet if state and state.applied else None,
+            "blockedHash": state.blocked if state is not None else None,
+            "invalidQueueObjects": dict(self.reporter.reported_invalid),
+            "rejectedObjects": {
+                key: {"reason": reason, "message": shorten(message, 500)}
+                for key, (reason, message) in sorted(self.reporter.reported_native.items())
+            },
+            # Applied ahead of the engine and not yet adopted by a successful up: in the
+            # cluster, not (yet) in the stack's state.
+            "earlyApplied": self.actor.early_pending,
+            "faults": {
+                fault.value: {
+                    "since": active.since_wall,
+                    "seconds": round(now - active.since, 1),
+                    "sources": sorted(active.sources),
+                    "message": shorten(active.message, 500),
+                }
+                for fault, active in sorted(self.faults.active().items())
+            },
+            "workers": {
+                key: {"desired": desired, "current": self._observed.get(key)}
+                for key, desired in sorted(self._desired.items())
+            },
+        }
+
+    # ------------------------------------------------------------------ loop
+    def run(self, *, once: bool = False) -> int:
+        """Reconcile until stopped (or one iteration with ``once``).
+
+        Returns:
+            The process exit code: 0 after a requested stop; with ``once``, 0 if the
+            iteration succeeded; 1 after losing the Lease.
+        """
+        sources = self.observer.sources
+        sources.queues.start(self.wakeup)
+        if sources.native is not None:
+            sources.native.start(self.wakeup)
+        state = LoopState(started_at=self.clocks.monotonic())
+        self.state = state
+        try:
+            self._await_first_list()
+            while not self._stop.is_set():
+                if not self._may_apply():
+                    self._standby()
+                    continue
+                self.wakeup.clear()
+                state = self.iterate(state)
+                self.state = state
+                if once:
+                    ok = state.last_outcome is not None and state.last_outcome.ok
+                    return self.exit_code or (0 if ok else 1)
+                delay = state.next_delay(now=self.clocks.monotonic(), settings=self.settings)
+                if self.clocks.sleep(delay, self.wakeup):
+                    self._settle()
+        except BaseException as exc:
+            self._crashed = exc
+            raise
+        finally:
+            sources.queues.stop()
+            if sources.native is not None:
+                sources.native.stop()
+            self.observer.close()
+        logger.info("[%s] stopped", self.stack)
+        return self.exit_code
+
+    def iterate(self, state: LoopState) -> LoopState:
+        """Run one iteration from ``state``: observe, plan, act, report. Never raises for
+        a failed step.
+
+        Returns:
+            The state after the iteration.
+        """
+        clock = self.clocks.monotonic
+        started = clock()
+        attempted = None
+        plan: Plan | None = None
+        decision: ReconcileDecision | None = None
+        try:
+            plan = self.plan(state, now=started)
+            state = state.with_scaling(plan.scaling)
+            self.reporter.planned(plan)
+            decision = plan.decision
+            if decision.action is ReconcileAction.SKIP:
+                logger.debug("[%s] %s: nothing to do", self.stack, decision.reason)
+            elif self._stop.is_set():
+                # Stopping: do not start an engine run that could outlive the grace period.
+                logger.info("[%s] stopping: not starting an up (%s)", self.stack, decision.reason)
+            else:
+                attempted = plan.hashes
+                self.actor.apply(decision, plan)
+                self._last_replicas.update(plan.inputs.replicas)
+            self._accepted = plan.desired.accepted
+            outcome = Outcome.success()
+        except Exception as exc:
+            outcome = outcome_of(
+                exc,
+                attempt=state.next_attempt,
+                settings=self.settings.backoff,
+                jitter=self.clocks.jitter,
+            )
+        state = state.finished(outcome, now=clock(), attempted=attempted)
+        self.reporter.finished(plan, decision, outcome, state, started=started, now=clock())
+        if (
+            outcome.ok
+            and not self._stop.is_set()
+            and state.refresh_due(now=clock(), settings=self.settings)
+        ):
+            state = self._refresh(state)
+        return state
+
+    def plan(self, state: LoopState, *, now: float) -> Plan:
+        """Observe and plan, touching no engine.
+
+        Raises:
+            SpecError: The fleet file is invalid (or a connection does not resolve).
+            TemporaryError: The cluster's objects have not been listed yet.
+        """
+        seen = self.observer.observe()
+        desired: DesiredFleet = desired_from(
+            seen,
+            accepted=self._accepted,
+            registry=self.observer.registry,
+            file=self.observer.sources.file,
+        )
+        facts = self.observer.facts(desired)
+        plan = make_plan(
+            seen,
+            desired,
+            facts,
+            state,
+            settings=self.settings,
+            now=now,
+            last_replicas=self._last_replicas,
+            watched=self.observer.watched_kinds(),
+            program=self._program,
+            native=self.observer.sources.native is not None,
+        )
+        self._desired = dict(plan.replicas)
+        self._observed = dict(seen.live or {})
+        return plan
+
+    def _refresh(self, state: LoopState) -> LoopState:
+        try:
+            drifted = self.actor.refresh()
+        except Exception as exc:
+            self.reporter.refreshed(None, exc)
+            self.reporter.faults.engine_faults(
+                outcome_of(exc, attempt=1, settings=self.settings.backoff)
+            )
+            return state.refreshed(now=self.clocks.monotonic())
+        state = state.refreshed(now=self.clocks.monotonic())
+        self.reporter.refreshed(drifted, None)
+        if not drifted:
+            return state
+        self.wakeup.set()
+        return replace(state, applied=None)
+
+    # ------------------------------------------------------------ leadership
+    def _settle(self, quiet: float = 0.3, limit: float = 2.0) -> None:
+        # A `kubectl apply` of several objects arrives as a burst of watch events; wait
+        # until the burst is over (a quiet moment, at most `limit` seconds) so that one
+        # up covers all of it rather than one up per object.
+        deadline = self.clocks.monotonic() + limit
+        while not self._stop.is_set() and self.clocks.monotonic() < deadline:
+            self.wakeup.clear()
+            if not self.clocks.sleep(quiet, self.wakeup):
+                return
+        if self._stop.is_set():
+            self.wakeup.set()
+
+    def _await_first_list(self, timeout: float = 10.0) -> None:
+        # The watch lists in its own thread; give it a moment so the first iteration
+        # does not fail (and log) just for starting first. Iterations check it anyway.
+        sources = self.observer.sources
+        deadline = self.clocks.monotonic() + timeout
+        while (
+            (
+                sources.queues.snapshot() is None
+                or (sources.native is not None and sources.native.snapshot() is None)
+            )
+            and not self._stop.is_set()
+            and self.clocks.monotonic() < deadline
+        ):
+            self.clocks.sleep(0.1, self.wakeup)
+        if not self._stop.is_set():
+            self.wakeup.clear()
+
+    def _may_apply(self) -> bool:
+        leading = self._leader is None or self._leader.is_leader()
+        if leading != self._was_leader:
+            self.metrics.leader.labels(self.stack).set(1 if leading else 0)
+            if self._leader is not None:
+                word = "leading: applying the stack" if leading else "standby: not leading"
+                logger.info("[%s] %s", self.stack, word)
+            if not leading:
+                self.actor.new_term()
+            self._was_leader = leading
+        return leading
+
+    def _standby(self) -> None:
+        retry = self.settings.leader_election.retry_period
+        self.clocks.sleep(retry, self.wakeup)
+        if not self._stop.is_set():
+            # Watch events are for the leader; a standby only waits for the Lease.
+            self.wakeup.clear()

@@ -1,0 +1,424 @@
+"""Observe: what the iteration reads from the outside, before it decides anything.
+
+Two steps, because the second needs the desired state:
+
+1. :meth:`Observer.observe`: the fleet file (parsed again only when its bytes change),
+   the cluster's objects from the watches (as the desired state's
+   :class:`~twc.desired.ObjectList` per kind) and the replicas the worker Deployments run
+   with;
+2. :meth:`Observer.facts`: for the desired workers, their task-queue backlogs (bounded
+   concurrency, a request-rate budget), the digests of their connections' credential
+   secrets and the namespaces each connection serves.
+
+Faults seen here (a failing watch, an unreadable cluster, Temporal not answering) are
+reported to a :class:`FaultSink` while they last; the iteration goes on with what it
+has, holding what it cannot know (replicas of an unsampled worker stay).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from twc.builders import connection_name
+from twc.connections import (
+    Registry,
+    ResolvedConnection,
+    WatchedKind,
+    default_registry,
+    poller_failure,
+)
+from twc.desired import (
+    QUEUE_KIND_KEY,
+    WORKER_KIND_KEY,
+    DesiredFleet,
+    ObjectList,
+    kind_key,
+)
+from twc.errors import TemporaryError, TwcConnectionError
+from twc.kube.watch import NativeSource, QueueSource
+from twc.loop.backlog import BacklogSource, SecretReader
+from twc.loop.faults import Fault, sample_fault
+from twc.loop.health import DaemonMetrics
+from twc.loop.sampling import RateLimiter, TaskQueueRef, sample_backlogs
+from twc.loop.settings import DaemonSettings
+from twc.native.status import PollerFacts
+from twc.spec import Fleet, ResolvedWorker, load_fleet_file
+
+__all__ = [
+    "CachedFleetFile",
+    "FaultSink",
+    "Observation",
+    "Observer",
+    "Sources",
+    "WorkerFacts",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class FaultSink(Protocol):
+    """Where observed faults go (the loop's report step)."""
+
+    def fault(self, fault: Fault, source: str, message: str) -> None:
+        """``source`` sees ``fault`` now."""
+        ...
+
+    def fault_cleared(self, fault: Fault, source: str) -> None:
+        """``source`` no longer sees ``fault``."""
+        ...
+
+
+class CachedFleetFile:
+    """The fleet file, parsed again only when its bytes change.
+
+    Reading a file is cheap; parsing and validating a large fleet is not (half a
+    second at 1000 workers), and it changes rarely.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        """Read ``path`` on each call."""
+        self.path = Path(path)
+        self._bytes: bytes | None = None
+        self._fleet: Fleet | None = None
+        self.parses = 0
+        """How often the file was parsed (for tests and benchmarks)."""
+
+    def __call__(self) -> Fleet:
+        """The fleet.
+
+        Raises:
+            SpecError: The file is invalid (or unreadable).
+        """
+        try:
+            data = self.path.read_bytes()
+        except OSError:
+            data = None
+        if data is not None and data == self._bytes and self._fleet is not None:
+            return self._fleet
+        fleet = load_fleet_file(self.path)
+        self.parses += 1
+        self._bytes, self._fleet = data, fleet
+        return fleet
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Everything the loop reads from: the fleet file, the cluster, Temporal."""
+
+    fleet: Callable[[], Fleet]
+    """Reads and validates the fleet file; raises ``SpecError``."""
+    queues: QueueSource
+    """The labelled Queue objects (a watch, or a fixed set)."""
+    native: NativeSource | None = None
+    """TemporalWorker and connection objects; ``None`` without a cluster."""
+    backlogs: BacklogSource | None = None
+    """Task-queue backlogs; ``None`` holds autoscaled workers' replicas (no metric)."""
+    replicas: Callable[[], Mapping[str, int]] | None = None
+    """Replicas of the worker Deployments in the cluster, keyed ``<ns>/<worker>``."""
+    deployments: Callable[[], Mapping[str, tuple[int, int]]] | None = None
+    """``(replicas, readyReplicas)`` of the worker Deployments, for object status."""
+    secrets: SecretReader | None = None
+    """Reads credential secrets, so a rotated secret changes the desired state;
+    ``None`` leaves secrets out of the hash."""
+    registry: Registry | None = None
+    """The connection-provider registry (the process-wide one by default)."""
+    file: str = "<fleet>"
+    """The fleet file's name, for messages."""
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What the first step read."""
+
+    fleet: Fleet
+    """The fleet file."""
+    cluster: Mapping[str, ObjectList] | None
+    """The cluster's objects per kind key; ``None`` when the fleet is the file alone."""
+    live: Mapping[str, int] | None
+    """Replicas of the worker Deployments; ``None`` when unknown (or no cluster)."""
+    live_known: bool = True
+    """False when the replicas could not be read (as opposed to: no cluster at all)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerFacts:
+    """What the second step read for the desired workers."""
+
+    backlogs: Mapping[str, int | None] = field(default_factory=dict)
+    """Per autoscaled worker, its backlog; ``None`` when the sample failed."""
+    credentials: Mapping[str, str] = field(default_factory=dict)
+    """Per credential secret (``<ns>/<name>``), the digest of its data."""
+    placement: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    """Per connection, the namespaces its workers run in."""
+
+
+class Observer:
+    """The iteration's reads."""
+
+    def __init__(
+        self,
+        sources: Sources,
+        *,
+        settings: DaemonSettings,
+        faults: FaultSink,
+        limiter: RateLimiter,
+        metrics: DaemonMetrics,
+        stack: str = "",
+    ) -> None:
+        """Read from ``sources``.
+
+        Args:
+            sources: The fleet file, cluster and Temporal readers.
+            settings: Sampling limits.
+            faults: Where faults seen while reading go.
+            limiter: The backlog request-rate budget.
+            metrics: Where the backlogs sampled (and the failed samples) are published.
+            stack: The stack's name, for logs.
+        """
+        self.sources = sources
+        self._settings = settings
+        self._faults = faults
+        self._limiter = limiter
+        self._metrics = metrics
+        self._stack = stack
+        self._digests: dict[str, str] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def registry(self) -> Registry:
+        """The connection-provider registry."""
+        return self.sources.registry or default_registry()
+
+    def close(self) -> None:
+        """Close the event loop the samples run on."""
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+
+    def event_loop(self) -> asyncio.AbstractEventLoop:
+        """One loop for the daemon's life: temporalio clients are cached per loop."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop
+
+    # ------------------------------------------------------------ step one
+    def observe(self) -> Observation:
+        """Read the fleet file, the cluster's objects and the live replicas.
+
+        Raises:
+            SpecError: The fleet file is invalid.
+            TemporaryError: The cluster's objects have not been listed yet.
+        """
+        fleet = self.sources.fleet()
+        self._check_watches()
+        cluster: dict[str, ObjectList] | None = None
+        if fleet.cluster_objects:
+            cluster = self._cluster()
+        live, known = self._read_live()
+        return Observation(fleet=fleet, cluster=cluster, live=live, live_known=known)
+
+    def _cluster(self) -> dict[str, ObjectList]:
+        queues = self.sources.queues.snapshot()
+        if queues is None:
+            # Reconciling without the Queue objects would delete every derived worker.
+            raise TemporaryError("Queue objects not listed yet", delay=1.0)
+        out: dict[str, ObjectList] = {QUEUE_KIND_KEY: ObjectList.known(queues, trim=False)}
+        native = self.sources.native
+        if native is None:
+            # No cluster: no such objects at all.
+            out[WORKER_KIND_KEY] = ObjectList.known(())
+            for kind in self.registry.watched_kinds():
+                out[kind_key(kind.kind, kind.api_group)] = ObjectList.known(())
+            return out
+        if native.snapshot() is None:
+            # Without them every TemporalWorker's Deployment would be deleted.
+            raise TemporaryError("TemporalWorker and connection objects not listed yet")
+        out.update(native.observed())
+        return out
+
+    def watched_kinds(self) -> dict[str, WatchedKind]:
+        """Per kind key, the connection kinds the registry knows."""
+        return {kind_key(k.kind, k.api_group): k for k in self.registry.watched_kinds()}
+
+    def _check_watches(self) -> None:
+        # The watches retry in their own threads; the loop reports what they last saw.
+        for source, watch in (
+            ("queue-watch", self.sources.queues),
+            ("native-watch", self.sources.native),
+        ):
+            failure = getattr(watch, "failure", None)
+            error = failure() if callable(failure) else None
+            if error:
+                self._faults.fault(Fault.KUBERNETES_UNAVAILABLE, source, str(error))
+            else:
+                self._faults.fault_cleared(Fault.KUBERNETES_UNAVAILABLE, source)
+
+    def _read_live(self) -> tuple[Mapping[str, int] | None, bool]:
+        read = self.sources.replicas
+        if read is None:
+            return None, True
+        try:
+            found = read()
+        except Exception as exc:
+            # Without live counts the autoscaler starts from its own last decisions.
+            # Logged once as a fault while it lasts, not every iteration.
+            logger.debug("[%s] could not read worker replicas: %s", self._stack, exc)
+            self._faults.fault(Fault.KUBERNETES_UNAVAILABLE, "replicas", str(exc))
+            return None, False
+        self._faults.fault_cleared(Fault.KUBERNETES_UNAVAILABLE, "replicas")
+        return found, True
+
+    # ------------------------------------------------------------ step two
+    def facts(self, desired: DesiredFleet) -> WorkerFacts:
+        """Backlogs of the autoscaled workers, credential digests, connection placement."""
+        autoscaled = {k: w for k, w in desired.workers.items() if w.autoscaling is not None}
+        backlogs = self._sample(desired.fleet, autoscaled)
+        resolved: list[tuple[ResolvedWorker, ResolvedConnection]] = []
+        for worker in desired.workers.values():
+            try:
+                resolved.append((worker, self.registry.resolve_worker(worker, desired.fleet)))
+            except TwcConnectionError:
+                continue  # reported where the worker was merged
+        return WorkerFacts(
+            backlogs=backlogs,
+            credentials=self._credential_digests(resolved),
+            placement=_placement(resolved),
+        )
+
+    def _credential_digests(
+        self, resolved: Sequence[tuple[ResolvedWorker, ResolvedConnection]]
+    ) -> dict[str, str]:
+        # The program fingerprints each credential secret where it reads it (the
+        # secretSource namespace, else each worker's namespace); so does this.
+        read = self.sources.secrets
+        if read is None:
+            return {}
+        digests: dict[str, str] = {}
+        for worker, conn in resolved:
+            if conn.secret_name is None:
+                continue
+            namespace = conn.secret_source_namespace or worker.namespace
+            key = f"{namespace}/{conn.secret_name}"
+            if key in digests:
+                continue
+            try:
+                digests[key] = conn.secret_digest(read(namespace, conn.secret_name))
+            except LookupError:
+                digests[key] = "missing"
+            except Exception as exc:
+                # Unreadable for now: keep the last digest rather than trigger an up.
+                logger.warning("[%s] could not read secret %s: %s", self._stack, key, exc)
+                digests[key] = self._digests.get(key, "unknown")
+        self._digests = digests
+        return digests
+
+    def _sample(
+        self, fleet: Fleet, autoscaled: Mapping[str, ResolvedWorker]
+    ) -> dict[str, int | None]:
+        source = self.sources.backlogs
+        if not autoscaled or source is None:
+            self._metrics.set_backlogs(())
+            self._sampling_faults({})
+            return {}
+        refs = source.refs(fleet, autoscaled.values())
+        results = self.event_loop().run_until_complete(
+            sample_backlogs(
+                refs.values(),
+                source.describe,
+                concurrency=self._settings.sampling.concurrency,
+                limiter=self._limiter,
+            )
+        )
+        out: dict[str, int | None] = {}
+        published: list[tuple[str, str, int]] = []
+        errors: dict[str, BaseException] = {}
+        for key, ref in refs.items():
+            result = results.get(ref)
+            if result is not None and result.ok and result.backlog is not None:
+                out[key] = result.backlog.count
+                published.append((ref.namespace, ref.name, result.backlog.count))
+            else:
+                out[key] = None
+                errors[key] = (
+                    result.error
+                    if result is not None and result.error is not None
+                    else LookupError("not sampled")
+                )
+                self._metrics.backlog_errors.labels(self._stack).inc()
+                logger.warning(
+                    "[%s/%s] backlog unknown, holding replicas: %s",
+                    self._stack,
+                    key,
+                    result.error if result is not None else "not sampled",
+                )
+        self._metrics.set_backlogs(dict.fromkeys(published))
+        self._sampling_faults(errors)
+        return out
+
+    def _sampling_faults(self, errors: Mapping[str, BaseException]) -> None:
+        found: dict[Fault, list[str]] = {}
+        for key, error in sorted(errors.items()):
+            found.setdefault(sample_fault(error), []).append(f"{key}: {error}")
+        for fault in (Fault.TEMPORAL_UNAVAILABLE, Fault.BACKLOG_SAMPLING_FAILED):
+            lines = found.get(fault)
+            if lines:
+                text = f"{len(lines)} worker(s), replicas held; {'; '.join(lines)}"
+                self._faults.fault(fault, "backlog", text)
+            else:
+                self._faults.fault_cleared(fault, "backlog")
+
+    # ---------------------------------------------------- for object status
+    def deployments(self) -> Mapping[str, tuple[int, int]] | None:
+        """``(replicas, readyReplicas)`` of the worker Deployments; ``None`` unknown."""
+        read = self.sources.deployments
+        if read is None:
+            return None
+        try:
+            return read()
+        except Exception as exc:
+            logger.warning("[%s] could not read worker Deployments: %s", self._stack, exc)
+            return None
+
+    def pollers(self, desired: DesiredFleet, keys: Sequence[str]) -> dict[str, PollerFacts]:
+        """The pollers of the named workers' task queues (what ``twc status`` checks)."""
+        source = self.sources.backlogs
+        if not keys or source is None or not hasattr(source, "pollers"):
+            return {}
+        workers = [desired.workers[k] for k in keys if k in desired.workers]
+        refs = source.refs(desired.fleet, workers)
+        concurrency = asyncio.Semaphore(max(1, self._settings.sampling.concurrency))
+
+        async def one(ref: TaskQueueRef) -> PollerFacts:
+            async with concurrency:
+                try:
+                    return PollerFacts(await source.pollers(ref))
+                except Exception as exc:
+                    reason, message = poller_failure(exc)
+                    return PollerFacts(None, reason, message)
+
+        async def every() -> dict[TaskQueueRef, PollerFacts]:
+            unique = sorted(set(refs.values()), key=str)
+            results = await asyncio.gather(*(one(r) for r in unique))
+            return dict(zip(unique, results, strict=True))
+
+        found = self.event_loop().run_until_complete(every())
+        return {key: found[ref] for key, ref in refs.items()}
+
+
+def _placement(
+    resolved: Sequence[tuple[ResolvedWorker, ResolvedConnection]],
+) -> dict[str, list[str]]:
+    """The namespaces each connection serves. The program copies its secret (and
+    fingerprints it) per namespace, so a worker leaving the last one of them, or arriving
+    in a new one, changes the connection's resources too: a targeted up of that worker
+    alone would leave them behind, so this is part of the shared state (a full up)."""
+    placement: dict[str, set[str]] = {}
+    for worker, conn in resolved:
+        placement.setdefault(connection_name(conn), set()).add(worker.namespace)
+    return {name: sorted(namespaces) for name, namespaces in sorted(placement.items())}

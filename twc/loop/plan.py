@@ -1,0 +1,237 @@
+"""Plan: what the iteration will do, decided from what it observed. Pure.
+
+From the observation and the loop's state this computes the desired fleet (through the
+one desired-state function), the autoscaler's decisions, the hashes of the desired
+state and whether (and how widely) to run ``up``. The result is one plain value,
+:class:`Plan`, that the act and report steps carry out and that a test can assert on.
+Time is an argument.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from twc.connections import Registry, WatchedKind
+from twc.desired import (
+    WORKER_KIND_KEY,
+    DesiredFleet,
+    DesiredInputs,
+    KindMerge,
+    Rejection,
+    connection_native,
+    desired_fleet,
+    kind_key,
+    worker_native,
+)
+from twc.errors import TemporaryError
+from twc.loop.autoscale import ScaleDecision, ScalingState, WorkerScaleInput, scale_fleet
+from twc.loop.decide import DesiredState, ReconcileDecision, decide_reconcile, desired_state
+from twc.loop.observe import Observation, WorkerFacts
+from twc.loop.settings import DaemonSettings
+from twc.loop.state import LoopState
+from twc.native.objects import IdentityKey, NativeObject
+from twc.spec import ResolvedWorker
+
+__all__ = ["NativePlan", "Plan", "desired_from", "make_plan"]
+
+_POSITIONAL = {"source", "connection_source"}
+"""ResolvedWorker fields that say where in the file a worker is, not what it is."""
+
+
+@dataclass(frozen=True, slots=True)
+class NativePlan:
+    """TemporalWorker and connection objects: what is in the desired state, who uses what."""
+
+    workers: KindMerge
+    """TemporalWorker objects merged into the fleet."""
+    objects: tuple[NativeObject, ...]
+    """Every connection object in the cluster (finalizer candidates)."""
+    worker_objects: tuple[NativeObject, ...]
+    """Every TemporalWorker object in the cluster."""
+    references: Mapping[str, IdentityKey]
+    """Per worker key (file, Queue and native workers), the connection it uses."""
+    rejected: tuple[Rejection, ...] = ()
+    """TemporalWorker and connection objects whose current spec is not in use."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Everything one iteration decided before touching the engine."""
+
+    desired: DesiredFleet
+    """The desired fleet, with what each kind of cluster object contributed."""
+    hashes: DesiredState
+    """The hashes of the desired state (per worker, shared, whole)."""
+    inputs: DesiredInputs
+    """The program's input for this desired state."""
+    decision: ReconcileDecision
+    """Skip, targeted or full ``up``, and why."""
+    replicas: Mapping[str, int]
+    """Desired replicas of every worker."""
+    current: Mapping[str, int]
+    """Replicas of the workers' Deployments in the cluster, where known."""
+    decisions: Mapping[str, ScaleDecision] = field(default_factory=dict)
+    """The autoscaler's decisions, for autoscaled workers."""
+    scaling: Mapping[str, ScalingState] = field(default_factory=dict)
+    """The autoscaler's state to keep."""
+    native: NativePlan | None = None
+    """The Kubernetes-native objects of this iteration."""
+
+    @property
+    def workers(self) -> Mapping[str, ResolvedWorker]:
+        """Every worker, keyed ``<namespace>/<name>``."""
+        return self.desired.workers
+
+
+def desired_from(
+    seen: Observation,
+    *,
+    accepted: Mapping[str, Any],
+    registry: Registry,
+    file: str,
+) -> DesiredFleet:
+    """The desired fleet of this iteration (replicas are decided later, by the plan).
+
+    Raises:
+        SpecError: The fleet file's own connections do not resolve.
+        ObjectsUnknown: A kind's objects are unknown and none was ever accepted.
+    """
+    document = seen.fleet.model_dump(mode="json", by_alias=True, exclude_none=True)
+    inputs = DesiredInputs(
+        fleet=document,
+        cluster=dict(seen.cluster) if seen.cluster is not None else None,
+        accepted=dict(accepted),
+    )
+    return desired_fleet(seen.fleet, inputs, registry=registry, file=file)
+
+
+def make_plan(
+    seen: Observation,
+    desired: DesiredFleet,
+    facts: WorkerFacts,
+    state: LoopState,
+    *,
+    settings: DaemonSettings,
+    now: float,
+    last_replicas: Mapping[str, int],
+    watched: Mapping[str, WatchedKind],
+    program: Mapping[str, Any],
+    native: bool,
+) -> Plan:
+    """Decide the replicas, hash the desired state and decide the ``up``.
+
+    Args:
+        seen: What step one observed.
+        desired: The desired fleet.
+        facts: Backlogs, credential digests and placement of its workers.
+        state: The loop's state (applied hashes, autoscaler state, blocks).
+        settings: Thresholds, autoscaling behaviour.
+        now: The loop's monotonic time.
+        last_replicas: The replicas of the last successful ``up`` (autoscaled workers
+            whose live count is unknown start from these).
+        watched: Per kind key, the connection kinds the registry knows.
+        program: Inputs of the program outside the fleet (config); a change forces a
+            full ``up``.
+        native: Whether TemporalWorker and connection objects are written back.
+
+    Raises:
+        TemporaryError: An autoscaled worker's replicas are unknown (the cluster could
+            not be read) and it was never scaled: scaling it blind could shrink it.
+    """
+    workers = desired.workers
+    live = seen.live
+    autoscaled = {k: w for k, w in workers.items() if w.autoscaling is not None}
+    inputs: dict[str, WorkerScaleInput] = {}
+    for key, worker in autoscaled.items():
+        bounds = worker.autoscaling
+        assert bounds is not None  # filtered above
+        current = live.get(key) if live is not None else None
+        if current is None:
+            if not seen.live_known and key not in last_replicas:
+                # Unknown is not zero: from 0 the autoscaler would go to minReplicas
+                # and an up would shrink a running fleet blind.
+                raise TemporaryError(
+                    f"the replicas of {key} are unknown (the cluster could not be "
+                    "read); not scaling it blind"
+                )
+            current = last_replicas.get(key, 0)
+        inputs[key] = WorkerScaleInput(
+            backlog=facts.backlogs.get(key),
+            current=current,
+            bounds=bounds,
+            behavior=settings.autoscale.with_scale_down_window(
+                bounds.scale_down_stabilization_seconds
+            ),
+        )
+    decisions, scaling = scale_fleet(inputs, state.scaling, now=now)
+    scaled = {k: d.replicas for k, d in decisions.items()}
+    shared_fleet = desired.fleet.model_dump(
+        mode="json",
+        include={"cluster_connections", "connections", "custom_connections", "queues"},
+    )
+    hashes = desired_state(
+        # Where a worker sits in the file (`source`, `connection_source`) is for
+        # messages only: removing one worker must not change the hash of the rest.
+        {k: w.model_dump(mode="json", exclude=_POSITIONAL) for k, w in workers.items()},
+        replicas=scaled,
+        shared={
+            "fleet": shared_fleet,
+            "program": dict(program),
+            "credentials": dict(facts.credentials),
+            "placement": {k: list(v) for k, v in facts.placement.items()},
+        },
+    )
+    decision = decide_reconcile(
+        state.applied,
+        hashes,
+        target_threshold=settings.target_threshold,
+        blocked=state.blocked_hash(now=now, settings=settings),
+    )
+    replicas = {k: scaled.get(k, w.replicas) for k, w in workers.items()}
+    observed = dict(live or {})
+    return Plan(
+        desired=desired,
+        hashes=hashes,
+        inputs=desired.inputs.model_copy(update={"replicas": scaled}),
+        decision=decision,
+        replicas=replicas,
+        current={k: v for k, v in observed.items() if k in workers},
+        decisions=decisions,
+        scaling=scaling,
+        native=_native_plan(seen, desired, watched) if native else None,
+    )
+
+
+def _native_plan(
+    seen: Observation, desired: DesiredFleet, watched: Mapping[str, WatchedKind]
+) -> NativePlan:
+    cluster = seen.cluster or {}
+    objects: list[NativeObject] = []
+    for key, kind in sorted(watched.items()):
+        found = cluster.get(key)
+        for obj in (found.objects if found is not None else None) or ():
+            objects.append(connection_native(kind, obj))
+    workers_found = cluster.get(WORKER_KIND_KEY)
+    worker_objects = tuple(
+        worker_native(obj)
+        for obj in (workers_found.objects if workers_found is not None else None) or ()
+    )
+    merge = desired.kinds.get(WORKER_KIND_KEY) or KindMerge(
+        fleet=desired.fleet, entries={}, accepted={}, store={}
+    )
+    connection_keys = {kind_key(k.kind, k.api_group) for k in watched.values()}
+    rejected = tuple(
+        r
+        for key, m in sorted(desired.kinds.items())
+        if key in connection_keys or key == WORKER_KIND_KEY
+        for r in m.rejected
+    )
+    return NativePlan(
+        workers=merge,
+        objects=tuple(objects),
+        worker_objects=worker_objects,
+        references=desired.references,
+        rejected=rejected,
+    )

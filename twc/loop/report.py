@@ -1,0 +1,433 @@
+"""Report: tell people and tools what the iteration saw and did.
+
+* metrics (``twc_*``), one per fact, labelled by stack;
+* faults while they last (:class:`~twc.loop.faults.FaultBook`): raised once, cleared
+  once, with how long they lasted;
+* the cluster objects that were not used as they are (``InvalidSpec``,
+  ``ConnectionNotFound``...), in the log once per change;
+* for TemporalWorker and connection objects: status (written only when it changed),
+  the ``temporal.io/delete-protection`` finalizer on every connection in use, and
+  Events on failures. Events and status carry the reason — the first error line of a
+  failed engine run, never its progress output, which names other namespaces' objects.
+
+Nothing here fails the loop: whatever is not written now is written by a later
+iteration.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from twc.desired import QUEUE_KIND_KEY, DesiredFleet
+from twc.kube.writer import ObjectWriter
+from twc.loop.decide import DesiredState, ReconcileAction, ReconcileDecision
+from twc.loop.faults import Fault, FaultBook, FaultChange, engine_fault
+from twc.loop.health import DaemonMetrics
+from twc.loop.outcome import FailureReason, Outcome, OutcomeKind
+from twc.loop.plan import NativePlan, Plan
+from twc.loop.state import LoopState
+from twc.native.objects import FINALIZER, IdentityKey, NativeObject, finalizer_updates
+from twc.native.status import (
+    DeploymentFacts,
+    PollerFacts,
+    accepted_status,
+    rejected_status,
+    status_patch,
+)
+from twc.spec.crds import WORKER_KIND
+from twc.stackrun.errors import engine_failure
+from twc.timestamps import rfc3339
+
+__all__ = ["FaultReporter", "Reporter", "shorten"]
+
+logger = logging.getLogger(__name__)
+
+
+def shorten(text: str, limit: int = 2000) -> str:
+    """``text`` cut in the middle to at most about ``limit`` characters."""
+    return text if len(text) <= limit else f"{text[: limit // 2]} [...] {text[-limit // 2 :]}"
+
+
+class FaultReporter:
+    """Faults while they last: raised once and cleared once, in the log and as
+    ``twc_fault_active``; the active ones are on ``/status`` and ``/readyz``."""
+
+    def __init__(self, *, stack: str, metrics: DaemonMetrics, book: FaultBook) -> None:
+        """Record faults in ``book`` and publish them through ``metrics``."""
+        self.stack = stack
+        self.metrics = metrics
+        self.book = book
+
+    def fault(self, fault: Fault, source: str, message: str) -> None:
+        """``source`` sees ``fault`` now."""
+        change = self.book.report(fault, source, message)
+        if change is not None:
+            self._fault_changed(change)
+
+    def fault_cleared(self, fault: Fault, source: str) -> None:
+        """``source`` no longer sees ``fault``."""
+        change = self.book.clear(fault, source)
+        if change is not None:
+            self._fault_changed(change)
+
+    def _fault_changed(self, change: FaultChange) -> None:
+        name = change.fault.value
+        self.metrics.fault_active.labels(self.stack, name).set(1 if change.raised else 0)
+        if change.raised:
+            self.metrics.faults.labels(self.stack, name).inc()
+            logger.warning("[%s] fault %s: %s", self.stack, name, shorten(change.message, 500))
+        else:
+            logger.info("[%s] fault %s cleared after %.1f s", self.stack, name, change.duration)
+
+    def engine_faults(self, outcome: Outcome) -> None:
+        """Raise or clear the faults a (failed) engine run shows."""
+        # A failed engine run that names the backend or the cluster raises that fault;
+        # any successful iteration clears them (a failed up is retried before a skip).
+        fault = None if outcome.ok else engine_fault(outcome.reason, outcome.message)
+        for each in (Fault.STATE_BACKEND_UNWRITABLE, Fault.KUBERNETES_UNAVAILABLE):
+            if each is fault:
+                self.fault(each, "engine", engine_failure(outcome.message).reason)
+            elif outcome.ok:
+                self.fault_cleared(each, "engine")
+
+
+class Reporter:
+    """The loop's report step, and the record of what it reported."""
+
+    def __init__(
+        self,
+        *,
+        stack: str,
+        metrics: DaemonMetrics,
+        faults: FaultReporter,
+        writer: ObjectWriter | None,
+        wall: Callable[[], float],
+        deployments: Callable[[], Mapping[str, tuple[int, int]] | None],
+        pollers: Callable[[DesiredFleet, Sequence[str]], Mapping[str, PollerFacts]],
+    ) -> None:
+        """Report through ``metrics``, ``faults`` and ``writer``.
+
+        Args:
+            stack: The stack's name (logs, metrics).
+            metrics: The daemon's metrics.
+            faults: Where faults go.
+            writer: Writes status, finalizers and Events; ``None`` writes nothing.
+            wall: Unix time, for status timestamps and the last-success metric.
+            deployments: Reads ``(replicas, readyReplicas)`` of the worker Deployments.
+            pollers: Describes the named workers' task queues.
+        """
+        self.stack = stack
+        self.metrics = metrics
+        self.faults = faults
+        self._writer = writer
+        self._wall = wall
+        self._deployments = deployments
+        self._pollers = pollers
+        self.reported_invalid: dict[str, str] = {}
+        """Queue objects left out, by key: their reason (for ``/status``)."""
+        self.reported_native: dict[str, tuple[str, str]] = {}
+        """TemporalWorker and connection objects not used as they are (``/status``)."""
+        # Connections used by the stack as last applied; None until an up (or a skip
+        # that confirms the state) succeeded: then no finalizer is released.
+        self._applied_refs: frozenset[IdentityKey] | None = None
+        self._pending_events: list[tuple[NativeObject, str, str]] = []
+        self._written: dict[str, dict[str, Any]] = {}
+        self._apply_failed: dict[str, str] = {}
+        self._metric_kinds: set[str] = set()
+
+    # --------------------------------------------------------------- planned
+    def planned(self, plan: Plan) -> None:
+        """Report what planning found: replica decisions, objects left out or kept."""
+        for key, decision in plan.decisions.items():
+            if decision.changed:
+                logger.info(
+                    "[%s/%s] replicas %d -> %d (%s; recommendation %d)",
+                    self.stack,
+                    key,
+                    decision.current,
+                    decision.replicas,
+                    decision.reason,
+                    decision.recommendation,
+                )
+        self.metrics.set_workers(
+            dict(plan.replicas), {k: plan.current.get(k) for k in plan.workers}
+        )
+        self._report_queues(plan.desired)
+        if plan.native is not None and plan.native.rejected:
+            # Rejections need no engine: say so now, not after a long up.
+            self._report_native(plan.native)
+            if self._writer is not None:
+                self._flush_events()
+                try:
+                    self._update_status(None, plan.native, None, only_rejected=True)
+                except Exception as exc:
+                    logger.warning("[%s] status write-back failed (retrying): %s", self.stack, exc)
+
+    def _report_queues(self, desired: DesiredFleet) -> None:
+        merge = desired.kinds.get(QUEUE_KIND_KEY)
+        now = {r.key: r.message for r in merge.rejected} if merge is not None else {}
+        for key, reason in now.items():
+            if self.reported_invalid.get(key) != reason:
+                logger.warning(
+                    "[%s/queue %s] skipping invalid Queue object: %s", self.stack, key, reason
+                )
+        for key in set(self.reported_invalid) - set(now):
+            logger.info("[%s/queue %s] Queue object no longer invalid (or gone)", self.stack, key)
+        self.reported_invalid = now
+        self.metrics.invalid_queues.labels(self.stack).set(len(now))
+        accepted = len(merge.accepted) if merge is not None else 0
+        self.metrics.cluster_queues.labels(self.stack).set(accepted)
+
+    # -------------------------------------------------------------- finished
+    def finished(
+        self,
+        plan: Plan | None,
+        decision: ReconcileDecision | None,
+        outcome: Outcome,
+        state: LoopState,
+        *,
+        started: float,
+        now: float,
+    ) -> None:
+        """Report how an iteration ended (metrics, faults, log, write-back)."""
+        self.faults.engine_faults(outcome)
+        self.metrics.reconciles.labels(self.stack, outcome.kind.value).inc()
+        self.metrics.reconcile_duration.labels(self.stack).observe(now - started)
+        if outcome.ok:
+            self.metrics.last_success.labels(self.stack).set(self._wall())
+        else:
+            self._log_failure(outcome)
+        if plan is not None and plan.native is not None:
+            self._write_back(plan, decision, outcome, state)
+
+    def _log_failure(self, outcome: Outcome) -> None:
+        reason = outcome.reason.value if outcome.reason is not None else "Unknown"
+        self.metrics.reconcile_errors.labels(self.stack, reason).inc()
+        # The engine's reason, not its whole progress output.
+        message = shorten(engine_failure(outcome.message).reason)
+        if outcome.kind is OutcomeKind.TEMPORARY:
+            # A traceback helps only for errors nobody anticipated, not engine failures.
+            unexpected = outcome.reason is FailureReason.UNEXPECTED and not type(
+                outcome.exception
+            ).__name__.endswith("CommandError")
+            logger.warning(
+                "[%s] reconcile failed (%s, attempt %d), retrying in %.1f s: %s",
+                self.stack,
+                reason,
+                outcome.attempt,
+                outcome.delay or 0.0,
+                message,
+                exc_info=outcome.exception if unexpected else None,
+            )
+        else:
+            logger.error(
+                "[%s] reconcile failed permanently (%s); waiting for the input to change: %s",
+                self.stack,
+                reason,
+                message,
+            )
+
+    def refreshed(self, drifted: Sequence[str] | None, error: BaseException | None) -> None:
+        """Report a ``refresh``: the drift it found, or why it failed."""
+        if error is not None:
+            logger.warning("[%s] refresh failed (retrying next interval): %s", self.stack, error)
+            self.metrics.reconcile_errors.labels(self.stack, "RefreshFailed").inc()
+            return
+        found = list(drifted or ())
+        self.metrics.drifted.labels(self.stack).set(len(found))
+        if not found:
+            logger.info("[%s] refresh: no drift", self.stack)
+            return
+        logger.warning(
+            "[%s] drift found in %d resource(s): %s; a full up follows",
+            self.stack,
+            len(found),
+            ", ".join(sorted(found)),
+        )
+        self.metrics.drift_detected.labels(self.stack).inc()
+
+    # ------------------------------------------------------------ write-back
+    def _write_back(
+        self,
+        plan: Plan,
+        decision: ReconcileDecision | None,
+        outcome: Outcome,
+        state: LoopState,
+    ) -> None:
+        # Status, finalizers and Events for the native objects.
+        native = plan.native
+        assert native is not None
+        applied = state.applied
+        if outcome.ok and applied is not None and applied.fleet == plan.hashes.fleet:
+            self._applied_refs = frozenset(native.references.values())
+        self._report_native(native)
+        if outcome.ok:
+            self._apply_failed.clear()
+        if not outcome.ok and decision is not None and decision.action is not ReconcileAction.SKIP:
+            changed = decision.workers if decision.action is ReconcileAction.TARGETED else None
+            # What tenants read: the first error line, not the engine's whole output.
+            reason = engine_failure(outcome.message).summary
+            for key, obj in native.workers.accepted.items():
+                if changed is None or key in changed:
+                    self._event_once(obj, "ApplyFailed", reason)
+        if self._writer is None:
+            return
+        self._flush_events()
+        try:
+            self._update_finalizers(native)
+        except Exception as exc:
+            logger.warning("[%s] finalizer update failed (retrying): %s", self.stack, exc)
+        try:
+            self._update_status(plan, native, applied)
+        except Exception as exc:
+            logger.warning("[%s] status write-back failed (retrying): %s", self.stack, exc)
+
+    def _report_native(self, native: NativePlan) -> None:
+        now = {f"{r.obj.kind} {r.obj.key}": r for r in native.rejected}
+        for key, rejected in now.items():
+            before = self.reported_native.get(key)
+            if before != (rejected.reason, rejected.message):
+                kept = "; its last accepted spec stays" if rejected.kept else ""
+                logger.warning(
+                    "[%s] skipping %s: %s: %s%s",
+                    self.stack,
+                    key,
+                    rejected.reason,
+                    rejected.message,
+                    kept,
+                )
+                self._pending_events.append((rejected.obj, rejected.reason, rejected.message))
+        for key in set(self.reported_native) - set(now):
+            logger.info("[%s] %s no longer rejected (or gone)", self.stack, key)
+        self.reported_native = {k: (r.reason, r.message) for k, r in now.items()}
+        # Kinds seen before stay labelled, so a gauge falls back to 0 when they go.
+        self._metric_kinds |= {WORKER_KIND, *(o.kind for o in native.objects)}
+        for kind in self._metric_kinds:
+            count = sum(1 for r in native.rejected if r.obj.kind == kind)
+            self.metrics.invalid_objects.labels(self.stack, kind).set(count)
+        self.metrics.native_objects.labels(self.stack, WORKER_KIND).set(
+            len(native.workers.accepted)
+        )
+
+    def _event_once(self, obj: NativeObject, reason: str, message: str) -> None:
+        # Once per object and message while the failure lasts (cleared on success).
+        key = f"{obj.kind} {obj.key}"
+        if self._apply_failed.get(key) == message:
+            return
+        self._apply_failed[key] = message
+        self._pending_events.append((obj, reason, message))
+
+    def _flush_events(self) -> None:
+        assert self._writer is not None
+        pending, self._pending_events = self._pending_events, []
+        for obj, reason, message in pending:
+            try:
+                self._writer.event(obj, reason, message)
+            except Exception as exc:
+                logger.warning("[%s] could not record an Event on %s: %s", self.stack, obj, exc)
+
+    def _update_finalizers(self, native: NativePlan) -> None:
+        assert self._writer is not None
+        current = frozenset(native.references.values())
+        keep = current | (self._applied_refs or frozenset())
+        updates = finalizer_updates(native.objects, keep)
+        if self._applied_refs is None:
+            # What the stack holds is not known yet: protect, never release.
+            updates = [(obj, fins) for obj, fins in updates if FINALIZER in fins]
+        for obj, finalizers in updates:
+            added = FINALIZER in finalizers
+            try:
+                self._writer.set_finalizers(obj, finalizers)
+            except Exception as exc:
+                # A 409 (changed since read) or 404 (gone): the next iteration decides
+                # again from fresh objects. One object never holds up the others.
+                logger.warning("[%s] finalizers of %s not updated: %s", self.stack, obj, exc)
+                continue
+            logger.info(
+                "[%s] %s %s: %s",
+                self.stack,
+                "protecting" if added else "releasing",
+                obj,
+                "referenced by a worker" if added else "no worker uses it any more",
+            )
+
+    def _update_status(
+        self,
+        plan: Plan | None,
+        native: NativePlan,
+        applied: DesiredState | None,
+        *,
+        only_rejected: bool = False,
+    ) -> None:
+        assert self._writer is not None
+        now = rfc3339(self._wall())
+        accepted = {} if only_rejected else native.workers.accepted
+        # Objects left out get a rejected status; objects that keep their last accepted
+        # spec are reported with the reason too (their workers run on unchanged).
+        rejected = {r.obj.key: r for r in native.workers.rejected}
+        deployments = self._deployments() if accepted else {}
+        pollers = self._pollers(plan.desired, sorted(accepted)) if plan is not None else {}
+        seen: set[str] = set()
+        for obj in native.worker_objects:
+            if obj.deleting or (only_rejected and obj.key not in rejected):
+                continue
+            seen.add(obj.uid)
+            written = self._written.get(obj.uid)
+            if written is not None and all(obj.status.get(k) == v for k, v in written.items()):
+                # The watch caught up with our writes: read the object itself again, so
+                # a status someone else changed is noticed (and corrected).
+                del self._written[obj.uid]
+            previous = {**obj.status, **self._written.get(obj.uid, {})}
+            key = obj.key
+            if key in rejected:
+                desired = rejected_status(
+                    previous,
+                    generation=obj.generation,
+                    reason=rejected[key].reason,
+                    message=shorten(rejected[key].message, 900),
+                    now=now,
+                )
+            elif key in accepted and plan is not None:
+                in_stack = applied is not None and applied.workers.get(
+                    key
+                ) == plan.hashes.workers.get(key)
+                dep = deployments.get(key) if deployments is not None else None
+                desired = accepted_status(
+                    previous,
+                    generation=obj.generation,
+                    applied=in_stack,
+                    desired_replicas=plan.replicas.get(key, 0),
+                    deployment=DeploymentFacts(*dep) if dep is not None else None,
+                    pollers=pollers.get(key),
+                    connection_ref=_ref_dict(native.references.get(key)),
+                    now=now,
+                    task_queue=plan.workers[key].task_queue_name if key in plan.workers else None,
+                )
+            else:
+                continue
+            patch = status_patch(previous, desired)
+            if patch is None:
+                continue
+            try:
+                self._writer.patch_status(obj, patch)
+            except Exception as exc:
+                logger.warning("[%s] status of %s not written: %s", self.stack, obj, exc)
+                continue
+            self._written[obj.uid] = {**self._written.get(obj.uid, {}), **patch["status"]}
+            if "phase" in patch["status"]:
+                logger.info("[%s] TemporalWorker %s: %s", self.stack, key, desired["phase"])
+        if not only_rejected:
+            for uid in set(self._written) - seen:
+                del self._written[uid]
+
+
+def _ref_dict(ident: IdentityKey | None) -> dict[str, str] | None:
+    if ident is None:
+        return None
+    group, kind, name, namespace = ident
+    out = {"apiGroup": group, "kind": kind, "name": name}
+    if namespace:
+        out["namespace"] = namespace
+    return out

@@ -1,0 +1,217 @@
+"""The Pulumi program: the desired state → components → stack outputs.
+
+``main()`` is what ``__main__.py`` runs, under plain ``pulumi up`` and under the
+Automation API (the daemon, ``twc up``, ``twc preview``) alike. Either way the program
+computes what should run with the one desired-state function,
+:func:`twc.desired.desired_fleet`, from one kind of input:
+
+* the daemon and ``twc up``/``preview`` hand it the inputs they observed (and hashed)
+  in a :class:`~twc.desired.DesiredInputs` file named by ``TWC_DESIRED_INPUTS``;
+* under plain ``pulumi up`` nobody does, so the program reads the fleet file and, when
+  the fleet includes the cluster's objects (``clusterObjects``, the default), reads them
+  itself through :func:`twc.kube.observe.observe_inputs`, as ``twc up`` would.
+
+So a stack the daemon manages keeps its Queue- and TemporalWorker-derived workers
+whichever way it is applied. ``build()`` does the Pulumi part from a computed desired
+state, so unit tests drive it under Pulumi mocks with an injected secret reader.
+
+Pulumi config: ``twc:fleetFile`` (default ``stacks/<stack>.yaml``),
+``twc:temporalAddress`` (replaces every connection's hostPort; the embedded local
+environment), ``twc:waitForPollersSeconds``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from twc import builders
+from twc.components.connection import ConnectionArgs, ConnectionComponent, SecretReader
+from twc.components.queue import QueueComponent
+from twc.components.worker import TemporalWorkerComponent, WorkerArgs
+from twc.connections import ResolvedConnection, default_registry
+from twc.desired import DesiredFleet, DesiredInputs, ObjectsUnknown, desired_fleet
+from twc.errors import SpecError, TwcConnectionError
+from twc.spec import Fleet, load_fleet, load_fleet_file
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ProgramOptions", "build", "default_secret_reader", "main", "program_inputs"]
+
+
+@dataclass(frozen=True)
+class ProgramOptions:
+    """Knobs from Pulumi config."""
+
+    temporal_address: str | None = None
+    """Replace every connection's hostPort (local environment)."""
+    wait_for_pollers_seconds: float = 0
+    """How long each TaskQueueCheck waits for a poller."""
+
+
+def default_secret_reader(namespace: str, name: str) -> Mapping[str, bytes] | None:
+    """Read a Secret's data from the cluster the kubernetes provider targets."""
+    from providers._kube import read_secret_data
+
+    try:
+        return read_secret_data(namespace, name)
+    except LookupError:
+        return None
+
+
+def build(
+    desired: DesiredFleet,
+    *,
+    file: str,
+    options: ProgramOptions,
+    read_secret: SecretReader,
+) -> dict[str, pulumi.Output[Any]]:
+    """Build every component of the desired fleet; returns the per-worker status outputs.
+
+    Raises:
+        TwcConnectionError: A connection cannot be resolved or its secret is unusable.
+    """
+    fleet = desired.fleet
+    workers = list(desired.workers.values())
+    registry = default_registry()
+
+    # Resolve each worker's connection; group by connection identity.
+    resolved: dict[str, ResolvedConnection] = {}
+    namespaces: dict[str, list[str]] = {}
+    sources: dict[str, str] = {}
+    worker_conn: dict[str, str] = {}
+    for worker in workers:
+        try:
+            conn = registry.resolve_worker(worker, fleet)
+        except TwcConnectionError as exc:
+            raise TwcConnectionError(
+                exc.reason, f"{file}: {worker.connection_source}: {exc}"
+            ) from exc
+        if options.temporal_address:
+            conn = dataclasses.replace(conn, host_port=options.temporal_address)
+        key = builders.connection_name(conn)
+        resolved.setdefault(key, conn)
+        ns_list = namespaces.setdefault(key, [])
+        if worker.namespace not in ns_list:
+            ns_list.append(worker.namespace)
+        sources.setdefault(key, worker.connection_source)
+        worker_conn[worker.stack_key] = key
+
+    # One explicit provider for the fleet: Secrets are updated in place (not deleted and
+    # re-created) when a credential rotates, so pods never see the copy missing.
+    provider = k8s.Provider("kubernetes", enable_secret_mutable=True)
+    top = pulumi.ResourceOptions(providers=[provider])
+
+    components: dict[str, ConnectionComponent] = {}
+    for key, conn in sorted(resolved.items()):
+        components[key] = ConnectionComponent(
+            key,
+            ConnectionArgs(
+                resolved=conn,
+                namespaces=tuple(namespaces[key]),
+                source=f"{file}: {sources[key]}",
+                secret_source_namespace=_secret_source_namespace(fleet, conn),
+            ),
+            read_secret,
+            opts=top,
+        )
+
+    queues = {
+        f"{q.namespace}/{q.name}": QueueComponent(f"{q.namespace}/{q.name}", q)
+        for q in fleet.queues
+    }
+
+    statuses: dict[str, pulumi.Output[Any]] = {}
+    for worker in workers:
+        wkey = worker.stack_key
+        conn_component = components[worker_conn[wkey]]
+        parent = None
+        if worker.derived and worker.queue is not None:
+            parent = queues.get(f"{worker.queue.namespace}/{worker.queue.name}")
+        component = TemporalWorkerComponent(
+            wkey,
+            WorkerArgs(
+                worker=worker,
+                connection=conn_component.for_namespace(worker.namespace),
+                connection_name=worker_conn[wkey],
+                replicas=desired.replicas.get(wkey) if worker.autoscaling else None,
+                wait_for_pollers_seconds=options.wait_for_pollers_seconds,
+            ),
+            opts=pulumi.ResourceOptions(parent=parent) if parent else top,
+        )
+        statuses[wkey] = component.status
+    return statuses
+
+
+def _secret_source_namespace(fleet: Fleet, conn: ResolvedConnection) -> str | None:
+    if conn.identity.namespace:
+        return None
+    spec = fleet.find_cluster_connection(conn.identity.name)
+    if spec is None or spec.secret_source is None:
+        return None
+    return spec.secret_source.namespace
+
+
+def program_inputs(file: str) -> tuple[Fleet, DesiredInputs]:
+    """The fleet and the desired state's inputs of this run.
+
+    Handed over by the caller (the daemon, ``twc up``) when it set ``TWC_DESIRED_INPUTS``;
+    otherwise (plain ``pulumi up``) the fleet file, and the cluster's objects read now
+    when the fleet includes them.
+
+    Raises:
+        SpecError: The fleet file is invalid.
+        LookupError: The cluster's objects are wanted but no cluster is configured.
+        Exception: The cluster could not be read.
+    """
+    given = DesiredInputs.from_env()
+    if given is not None:
+        fleet = load_fleet(given.fleet, file) if given.fleet is not None else load_fleet_file(file)
+        return fleet, given
+    fleet = load_fleet_file(file)
+    if not fleet.cluster_objects:
+        return fleet, DesiredInputs()
+    from twc.kube.client import kube_client
+    from twc.kube.observe import observe_inputs
+
+    with kube_client() as kube:
+        return fleet, observe_inputs(kube, default_registry().watched_kinds())
+
+
+def main() -> None:
+    """Entry point of ``__main__.py``."""
+    cfg = pulumi.Config("twc")
+    stack = pulumi.get_stack()
+    file = cfg.get("fleetFile") or f"stacks/{stack}.yaml"
+    wait = cfg.get_float("waitForPollersSeconds") or 0.0
+    options = ProgramOptions(
+        temporal_address=cfg.get("temporalAddress"), wait_for_pollers_seconds=wait
+    )
+    try:
+        fleet, inputs = program_inputs(file)
+        desired = desired_fleet(fleet, inputs, registry=default_registry(), file=file)
+        for rejected in desired.rejected:
+            kept = "its last accepted spec stays" if rejected.kept else "left out"
+            pulumi.log.warn(f"{rejected.obj}: {rejected.reason}: {rejected.message} ({kept})")
+        statuses = build(desired, file=file, options=options, read_secret=default_secret_reader)
+    except SpecError as exc:
+        raise pulumi.RunError(f"invalid fleet; nothing was changed:\n{exc}") from None
+    except TwcConnectionError as exc:
+        raise pulumi.RunError(f"{exc.reason}: {exc}; nothing was changed") from None
+    except ObjectsUnknown as exc:
+        raise pulumi.RunError(f"{exc}; nothing was changed") from None
+    except LookupError as exc:
+        raise pulumi.RunError(
+            f"cannot read the cluster's objects ({exc}); nothing was changed "
+            "(set clusterObjects: false in the fleet file for the file alone)"
+        ) from None
+    pulumi.export("fleetFile", file)
+    # Whether this run's desired state included the cluster's objects.
+    pulumi.export("clusterObjects", desired.cluster_managed)
+    pulumi.export("workers", statuses)

@@ -1,0 +1,354 @@
+"""The daemon's engine: ``up``/``refresh`` of one stack, plus repair after a killed run.
+
+:class:`AutomationEngine` wraps :mod:`twc.stackrun.engine` for the loop. Before each
+``up`` it writes the desired state's inputs (:class:`~twc.desired.DesiredInputs`: the
+fleet document, the cluster's objects, the replicas, the last accepted specs) to a file
+the program reads through ``TWC_DESIRED_INPUTS``, so the program computes exactly the
+desired state the daemon decided on. It turns a program that refuses its input into a
+:class:`~twc.errors.PermanentError`, reports drift from ``refresh`` events, and lists
+each worker's resource URNs (from the stack's state) for targeted ``up``\\ s.
+
+A daemon killed during an ``up`` leaves the stack locked and its state with pending
+operations. The lock is broken only when it is provably stale: the lock's process ran on
+this host and is gone, or this daemon holds the leader Lease (whose protocol guarantees
+the previous leader stopped). Pending operations are then dropped from the state: the
+next full ``up`` re-applies every resource; the Kubernetes provider's server-side apply
+(forced, see :class:`AutomationEngine`) adopts objects a killed run created but never
+recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from twc.desired import INPUTS_ENV, DesiredInputs
+from twc.errors import PermanentError
+from twc.stackrun import engine
+from twc.stackrun.errors import engine_failure
+
+__all__ = [
+    "PATCH_FORCE_ENV",
+    "AutomationEngine",
+    "LockHolder",
+    "StackEngine",
+    "UpReport",
+    "lock_holders",
+    "pid_alive",
+    "stale_lock",
+    "worker_urns_from_state",
+]
+
+logger = logging.getLogger(__name__)
+
+# The Kubernetes provider's switch for server-side apply with force, for every resource.
+PATCH_FORCE_ENV = "PULUMI_K8S_ENABLE_PATCH_FORCE"
+WORKER_TYPE = "twc:temporal:TemporalWorker"
+
+
+@dataclass(frozen=True, slots=True)
+class UpReport:
+    """What an ``up`` changed."""
+
+    changes: Mapping[str, int] = field(default_factory=dict)
+    """Operation (``create``, ``update``, ``same``...) to resource count."""
+
+
+class StackEngine(Protocol):
+    """The engine operations the loop uses; :class:`AutomationEngine` is the real one."""
+
+    def recover(self) -> Sequence[str]:
+        """Repair what a killed run left behind; returns the actions taken."""
+        ...
+
+    def up(self, inputs: DesiredInputs, targets: Sequence[str] | None) -> UpReport:
+        """Apply the program with ``inputs``; only ``targets`` (URNs) when given."""
+        ...
+
+    def refresh(self) -> Sequence[str]:
+        """Refresh the state from the cluster; returns the resources that drifted."""
+        ...
+
+    def worker_urns(self) -> Mapping[str, Sequence[str]]:
+        """Per worker key, the URNs of its component and everything under it."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class LockHolder:
+    """One lock on a stack, as the backend's ``ConcurrentUpdateError`` describes it."""
+
+    user: str
+    """Who took it."""
+    host: str
+    """Host name of the process."""
+    pid: int
+    """Process id of the ``pulumi`` CLI that took it."""
+
+
+_LOCK_LINE = re.compile(r"created by (?P<user>[^@\s]+)@(?P<host>\S+) \(pid (?P<pid>\d+)\)")
+
+
+def lock_holders(message: str) -> list[LockHolder]:
+    """Parse the holders out of a "the stack is currently locked by" error.
+
+    Args:
+        message: The error text (the engine's stderr).
+
+    Returns:
+        One entry per lock line; empty when the text names none (e.g. a service
+        backend's 409, which names no process).
+    """
+    return [LockHolder(m["user"], m["host"], int(m["pid"])) for m in _LOCK_LINE.finditer(message)]
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists on this host (a zombie counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    # The state letter follows the parenthesised command name.
+    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
+
+
+def stale_lock(
+    holders: Sequence[LockHolder],
+    *,
+    hostname: str,
+    alive: Callable[[int], bool],
+    leader: bool,
+) -> bool:
+    """Whether every lock is provably left behind by a dead process.
+
+    Args:
+        holders: The locks, from :func:`lock_holders`.
+        hostname: This host's name.
+        alive: Whether a pid is alive on this host.
+        leader: Whether this daemon holds the leader Lease: then any lock is stale,
+            because a leader that loses the Lease exits (taking its engine with it)
+            before another candidate can acquire it.
+
+    Returns:
+        True only if there is at least one lock and none may belong to a live process.
+    """
+    if not holders:
+        return False
+    if leader:
+        return True
+    return all(h.host == hostname and not alive(h.pid) for h in holders)
+
+
+def worker_urns_from_state(resources: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Per worker key, the URN of its component followed by every descendant's.
+
+    Args:
+        resources: ``deployment["resources"]`` of an exported stack.
+
+    Returns:
+        ``{"<ns>/<worker>": [component URN, child URNs...]}``.
+    """
+    items = list(resources)
+    children: dict[str, list[str]] = {}
+    for res in items:
+        parent = res.get("parent")
+        if parent:
+            children.setdefault(str(parent), []).append(str(res["urn"]))
+    out: dict[str, list[str]] = {}
+    for res in items:
+        if res.get("type") != WORKER_TYPE:
+            continue
+        urn = str(res["urn"])
+        found = [urn]
+        todo = list(children.get(urn, []))
+        while todo:
+            child = todo.pop(0)
+            found.append(child)
+            todo.extend(children.get(child, []))
+        out[urn.rsplit("::", 1)[-1]] = found
+    return out
+
+
+class AutomationEngine:
+    """The Automation API on the project, for one stack."""
+
+    def __init__(
+        self,
+        ref: engine.StackRef,
+        *,
+        state_dir: Path | None = None,
+        hostname: str | None = None,
+        alive: Callable[[int], bool] = pid_alive,
+        is_leader: Callable[[], bool] = lambda: False,
+        log_prefix: str | None = None,
+        force_conflicts: bool = True,
+    ) -> None:
+        """Prepare the engine.
+
+        Args:
+            ref: The stack, its ``twc:`` config and extra environment.
+            state_dir: Where to write the inputs file; a private temporary directory
+                by default.
+            hostname: This host's name as the backend records it in locks.
+            alive: Whether a pid is alive on this host.
+            is_leader: Whether this daemon currently holds the leader Lease.
+            log_prefix: Prefix of the engine output lines logged.
+            force_conflicts: Let the Kubernetes provider take over fields another
+                field manager owns (server-side apply with force). The daemon is the
+                single writer of its objects: without this, an object created by a
+                killed run (whose field manager name died with it) or edited by hand
+                (``kubectl scale``) fails every later ``up`` with a conflict, and
+                neither recovery nor drift repair could ever succeed.
+        """
+        self.ref = ref
+        if state_dir is None:
+            state_dir = Path(tempfile.mkdtemp(prefix="twc-daemon-"))
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.inputs_file = state_dir / f"inputs-{ref.name}.json"
+        self._hostname = hostname or socket.gethostname()
+        self._alive = alive
+        self._is_leader = is_leader
+        self._prefix = log_prefix or f"[{ref.name}]"
+        self._force_conflicts = force_conflicts
+
+    # ------------------------------------------------------------------ engine
+    def up(self, inputs: DesiredInputs, targets: Sequence[str] | None) -> UpReport:
+        """Run ``up`` on ``inputs``; a stale lock is broken and the ``up`` retried once.
+
+        Raises:
+            PermanentError: The program refused its input.
+            ConcurrentUpdateError: A live process holds the stack's lock.
+            CommandError: The engine failed otherwise.
+        """
+        from pulumi.automation import CommandError, ConcurrentUpdateError
+
+        inputs.to_file(self.inputs_file)
+        ref = self._ref_with_inputs()
+        for attempt in (1, 2):
+            try:
+                result = engine.up(ref, on_output=self._output, target=list(targets or []) or None)
+            except ConcurrentUpdateError as exc:
+                if attempt == 2 or not self._break_stale_lock(str(exc)):
+                    raise
+                self._drop_pending_operations()
+                continue
+            except CommandError as exc:
+                failure = engine_failure(exc)
+                if failure.refused:
+                    raise PermanentError(failure.text) from exc
+                raise
+            changes = result.summary.resource_changes or {}
+            return UpReport(changes={str(getattr(k, "value", k)): n for k, n in changes.items()})
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def refresh(self) -> list[str]:
+        """Refresh the state; returns names of resources whose live state differed."""
+        from pulumi.automation import ConcurrentUpdateError
+
+        drifted: list[str] = []
+
+        def on_event(event: Any) -> None:
+            out = getattr(event, "res_outputs_event", None)
+            if out is None:
+                return
+            meta = out.metadata
+            op = str(getattr(meta.op, "value", meta.op))
+            if op in ("same", "read", "refresh") or meta.type.startswith("pulumi:"):
+                return
+            drifted.append(meta.urn.rsplit("::", 1)[-1])
+
+        stack = engine.select_stack(self._ref_with_inputs())
+        try:
+            stack.refresh(on_event=on_event, on_output=self._output, color="never")
+        except ConcurrentUpdateError as exc:
+            if not self._break_stale_lock(str(exc)):
+                raise
+            self._drop_pending_operations()
+            drifted.clear()
+            stack.refresh(on_event=on_event, on_output=self._output, color="never")
+        return drifted
+
+    def worker_urns(self) -> dict[str, list[str]]:
+        """Per worker key, the URNs of its component and descendants, from the state."""
+        state = engine.select_stack(self.ref).export_stack().deployment or {}
+        return worker_urns_from_state(state.get("resources") or [])
+
+    # ---------------------------------------------------------------- recovery
+    def recover(self) -> list[str]:
+        """Drop pending operations a killed run left, breaking its lock if stale.
+
+        Returns:
+            The actions taken, e.g. ``["cancel", "drop-pending-operations:2"]``.
+
+        Raises:
+            ConcurrentUpdateError: A live process holds the lock (nothing is touched).
+        """
+        from pulumi.automation import ConcurrentUpdateError
+
+        actions: list[str] = []
+        try:
+            actions += self._drop_pending_operations()
+        except ConcurrentUpdateError as exc:
+            if not self._break_stale_lock(str(exc)):
+                raise
+            actions.append("cancel")
+            actions += self._drop_pending_operations()
+        return actions
+
+    def _break_stale_lock(self, message: str) -> bool:
+        holders = lock_holders(message)
+        leader = self._is_leader()
+        if not stale_lock(holders, hostname=self._hostname, alive=self._alive, leader=leader):
+            logger.info("%s the stack is locked by a live update; waiting", self._prefix)
+            return False
+        who = ", ".join(f"{h.user}@{h.host} pid {h.pid}" for h in holders)
+        logger.warning("%s breaking a stale lock (%s)", self._prefix, who)
+        engine.select_stack(self.ref).cancel()
+        return True
+
+    def _drop_pending_operations(self) -> list[str]:
+        from pulumi.automation import Deployment
+
+        stack = engine.select_stack(self.ref)
+        exported = stack.export_stack()
+        state = dict(exported.deployment or {})
+        pending = state.get("pending_operations") or []
+        if not pending:
+            return []
+        state.pop("pending_operations", None)
+        stack.import_stack(Deployment(version=exported.version, deployment=state))
+        for op in pending:
+            resource = op.get("resource") or {}
+            logger.warning(
+                "%s dropped the pending %s of %s left by an interrupted run",
+                self._prefix,
+                op.get("type", "operation"),
+                str(resource.get("urn", "?")).rsplit("::", 1)[-1],
+            )
+        return [f"drop-pending-operations:{len(pending)}"]
+
+    # ----------------------------------------------------------------- helpers
+    def _ref_with_inputs(self) -> engine.StackRef:
+        env = {**(self.ref.env or {}), INPUTS_ENV: str(self.inputs_file)}
+        if self._force_conflicts:
+            env[PATCH_FORCE_ENV] = "true"
+        return replace(self.ref, env=env)
+
+    def _output(self, line: str) -> None:
+        text = line.rstrip()
+        if text:
+            # The engine's progress is verbose; the loop logs a summary at INFO.
+            logger.debug("%s %s", self._prefix, text)

@@ -1,0 +1,143 @@
+"""The Pulumi engine through the Automation API, run on the project itself.
+
+The program is a *local* program: ``work_dir`` is the project root, so the engine runs
+``__main__.py`` through the language host exactly as ``pulumi up`` does, and the dynamic
+providers (pickled by reference to ``providers.*``) stay importable by the provider
+process (Pulumi issues #7453, #7960 are why an inline program would not do).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pulumi import automation as auto
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG_PREFIX = "twc:"
+
+
+def engine_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for the engine: the project's tools first on PATH."""
+    path = os.pathsep.join(
+        [str(ROOT / ".twc" / "bin"), str(ROOT / ".venv" / "bin"), os.environ.get("PATH", "")]
+    )
+    env = {
+        "PATH": path,
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        "PULUMI_DIY_BACKEND_NO_LEGACY_WARNING": "true",
+    }
+    env.update(extra or {})
+    return env
+
+
+@dataclass(frozen=True)
+class StackRef:
+    """Which stack, where, with what config."""
+
+    name: str
+    """Stack name (an environment: local, dev, prod...)."""
+    config: Mapping[str, str] | None = None
+    """``twc:`` config to set before running (keys without the prefix)."""
+    env: Mapping[str, str] | None = None
+    """Extra environment variables for the engine and the program."""
+    work_dir: Path = ROOT
+    """The project directory."""
+
+
+def pulumi_command() -> auto.PulumiCommand | None:
+    """The project's pinned CLI (``.twc/bin/pulumi``) when installed, else PATH's."""
+    if (ROOT / ".twc" / "bin" / "pulumi").exists():
+        return auto.PulumiCommand(root=str(ROOT / ".twc"))
+    return None
+
+
+def select_stack(ref: StackRef) -> auto.Stack:
+    """Create or select the stack and apply ``ref.config``."""
+    stack = auto.create_or_select_stack(
+        ref.name,
+        work_dir=str(ref.work_dir),
+        opts=auto.LocalWorkspaceOptions(
+            env_vars=engine_env(ref.env), pulumi_command=pulumi_command()
+        ),
+    )
+    if ref.config:
+        stack.set_all_config(
+            {f"{CONFIG_PREFIX}{k}": auto.ConfigValue(str(v)) for k, v in ref.config.items()}
+        )
+    return stack
+
+
+LOCAL_ENV_FILE = ROOT / ".twc" / "env.json"
+"""Written by ``twc local up``: the embedded environment's variables (``twc local env``)."""
+
+
+def local_stack_env(stack: str) -> dict[str, str]:
+    """For the ``local`` stack, the embedded environment's variables when the shell has
+    not exported them (so ``twc up --stack local`` works without ``eval``).
+
+    Read from the file ``twc local up`` writes, so the product never imports the test
+    bed; no file (or an unreadable one) means no embedded environment.
+    """
+    if stack != "local" or os.environ.get("PULUMI_BACKEND_URL"):
+        return {}
+    try:
+        data = json.loads(LOCAL_ENV_FILE.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def local_stack_config(stack: str) -> dict[str, str]:
+    """Config the embedded environment needs: its Temporal address for the local stack."""
+    address = local_stack_env(stack).get("TEMPORAL_ADDRESS") or os.environ.get("TEMPORAL_ADDRESS")
+    if stack == "local" and address:
+        # Locally, workers (twc local up --run-workers) poll within seconds of a rollout.
+        return {"temporalAddress": address, "waitForPollersSeconds": "15"}
+    return {}
+
+
+def up(
+    ref: StackRef,
+    *,
+    on_output: Callable[[str], Any] | None = None,
+    on_event: Callable[[Any], Any] | None = None,
+    target: list[str] | None = None,
+) -> auto.UpResult:
+    """Run ``pulumi up`` on the stack."""
+    stack = select_stack(ref)
+    return stack.up(on_output=on_output, on_event=on_event, target=target, color="never")
+
+
+def preview(
+    ref: StackRef,
+    *,
+    on_event: Callable[[Any], Any] | None = None,
+    on_output: Callable[[str], Any] | None = None,
+) -> auto.PreviewResult:
+    """Run ``pulumi preview --diff`` on the stack."""
+    stack = select_stack(ref)
+    return stack.preview(diff=True, on_event=on_event, on_output=on_output, color="never")
+
+
+def refresh(ref: StackRef, *, on_output: Callable[[str], Any] | None = None) -> auto.RefreshResult:
+    """Run ``pulumi refresh`` on the stack."""
+    return select_stack(ref).refresh(on_output=on_output, color="never")
+
+
+def destroy(ref: StackRef, *, on_output: Callable[[str], Any] | None = None) -> auto.DestroyResult:
+    """Run ``pulumi destroy`` on the stack."""
+    return select_stack(ref).destroy(on_output=on_output, color="never")
+
+
+def outputs(ref: StackRef) -> dict[str, Any]:
+    """The stack outputs as plain values (secrets stay masked)."""
+    stack = select_stack(ref)
+    return {k: ("[secret]" if v.secret else v.value) for k, v in stack.outputs().items()}

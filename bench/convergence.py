@@ -216,7 +216,7 @@ class StandinLoop:
                 )
                 engine.up(ref)
                 self._seen = self._keys(objects)
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - a trial's failure is recorded, not fatal to the benchmark
                 self.error = exc
                 return
             finally:

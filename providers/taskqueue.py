@@ -155,7 +155,7 @@ def check_task_queue(
     while True:
         try:
             pollers, backlog = asyncio.run(_describe(props))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - every Temporal failure becomes a condition reason
             reason, message = poller_failure(exc)
             return _outputs(0, 0, condition(False, reason, message, previous))
         if pollers > 0:

@@ -43,7 +43,7 @@ class Reason(StrEnum):
     """No connection provider is registered for the reference's (apiGroup, kind)."""
     CONNECTION_NOT_FOUND = "ConnectionNotFound"
     """The referenced connection object does not exist (where the reference looks)."""
-    AUTH_SECRET_INVALID = "AuthSecretInvalid"
+    AUTH_SECRET_INVALID = "AuthSecretInvalid"  # noqa: S105 - a reason's name, not a secret
     """The credential secret is missing keys or holds unusable certificates/keys."""
     TEMPORAL_CLIENT_CREATION_FAILED = "TemporalClientCreationFailed"
     """The Temporal frontend could not be reached or refused the connection."""

@@ -126,7 +126,8 @@ def test_a_shared_cluster_connection_is_deleted_only_after_its_last_worker_moves
     )
     wait_for_success(daemon, after=daemon.successes() + 2, timeout=60)
     still = kubectl.get_json("clusterconnection", shared)
-    assert still is not None and FINALIZER in _finalizers(still), "released too early"
+    assert still is not None, "released too early"
+    assert FINALIZER in _finalizers(still), "released too early"
 
     # The fifth moves to another namespace (there, on a Connection).
     last = namespaces[4]

@@ -51,7 +51,8 @@ def test_a_second_daemon_never_applies_while_the_first_holds_the_lease_and_takes
     assert second.value("twc_leader") == 0
     assert second.probe("/readyz") == 200  # a standby is ready: rollouts must progress
     holder = kube.coordination.read_namespaced_lease("twc-e2e", namespace).spec.holder_identity
-    assert holder and holder in first.text()
+    assert holder
+    assert holder in first.text()
 
     # SIGTERM: the leader finishes its step, releases the Lease and exits 0 ...
     assert first.terminate(timeout=120) == 0

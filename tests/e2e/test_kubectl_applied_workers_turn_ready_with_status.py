@@ -80,7 +80,8 @@ def test_a_kubectl_applied_worker_turns_ready_once_a_real_worker_polls(
     assert conds["TemporalTaskQueueRegistered"]["status"] == "True", conds
     assert conds["TemporalTaskQueueRegistered"]["reason"] == "PollersRegistered"
     status = obj["status"]
-    assert status["replicas"] == 1 and status["readyReplicas"] == 1
+    assert status["replicas"] == 1
+    assert status["readyReplicas"] == 1
     assert status["observedGeneration"] == obj["metadata"]["generation"]
     assert status["observedConnectionRef"] == {
         "apiGroup": "temporal.io",
@@ -113,7 +114,8 @@ def test_a_kubectl_applied_worker_turns_ready_once_a_real_worker_polls(
         message="the stray worker never got a Failed status",
     )
     for cond in conditions(stray).values():
-        assert cond["status"] == "False" and cond["reason"] == "UnknownConnectionKind", cond
+        assert cond["status"] == "False", cond
+        assert cond["reason"] == "UnknownConnectionKind", cond
     assert kube.get_deployment(namespace, "stray") is None
     events = kube.core.list_namespaced_event(namespace).items
     assert any(
@@ -133,7 +135,8 @@ def test_a_kubectl_applied_worker_turns_ready_once_a_real_worker_polls(
     assert kube.get_deployment(namespace, "bad.name") is None
     assert daemon.value("twc_invalid_native_objects", kind="TemporalWorker") == 2
     cc = kubectl.get_json("clusterconnection", conn)
-    assert cc is not None and "temporal.io/delete-protection" in cc["metadata"]["finalizers"]
+    assert cc is not None
+    assert "temporal.io/delete-protection" in cc["metadata"]["finalizers"]
     print(f"deployment after {deployed:.1f} s, Ready after {became_ready:.1f} s")
 
     # Deleting the TemporalWorker removes its Deployment and releases the connection.

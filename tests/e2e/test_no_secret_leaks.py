@@ -92,7 +92,8 @@ def test_no_output_log_error_or_state_file_shows_the_api_key_or_the_tls_key(
         out = io.StringIO()
         assert status_cmd.run_status(fs.name, fmt, out=out) == 0
         outputs.append(out.getvalue())
-    assert "mtls" in outputs[-1] and "keyed" in outputs[-1]
+    assert "mtls" in outputs[-1]
+    assert "keyed" in outputs[-1]
 
     # A failing run: the secret source is missing the secret for a new namespace's copy.
     other = f"{namespace}-b"
@@ -134,4 +135,5 @@ def test_no_output_log_error_or_state_file_shows_the_api_key_or_the_tls_key(
     for section in ("inputs", "outputs"):
         data = copies[0][section]["data"]
         assert data.get(SECRET_SIG) == "1b47061264138c4ac30d75fd1eb44270", data
-        assert "ciphertext" in data and "plaintext" not in data
+        assert "ciphertext" in data
+        assert "plaintext" not in data

@@ -118,5 +118,6 @@ def test_local_up_is_idempotent_and_reports_a_crashed_component(
     local_env.stop_component("controllers")
     assert not next(s for s in local_env.status() if s.name == "controllers").running
     crashes = local_env.up(progress=lambda m: None)
-    assert len(crashes) == 1 and crashes[0].startswith("controllers (pid")
+    assert len(crashes) == 1
+    assert crashes[0].startswith("controllers (pid")
     assert_eventually(lambda: all(s.running for s in local_env.status()), timeout=10)

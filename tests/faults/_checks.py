@@ -37,7 +37,8 @@ def assert_cluster_has_exactly(kube: Kube, namespace: str, deployments: set[str]
     owners: Counter[str] = Counter()
     for rs in kube.apps.list_namespaced_replica_set(namespace).items:
         refs = rs.metadata.owner_references or []
-        assert len(refs) == 1 and refs[0].kind == "Deployment", rs.metadata.name
+        assert len(refs) == 1, rs.metadata.name
+        assert refs[0].kind == "Deployment", rs.metadata.name
         owners[refs[0].name] += 1
     assert dict(owners) == dict.fromkeys(deployments, 1), f"ReplicaSets by owner: {owners}"
     sets = kube.apps.list_namespaced_stateful_set(namespace).items

@@ -345,7 +345,7 @@ def test_fleet_states_are_kept_per_worker_and_dropped_for_removed_workers() -> N
     ids=["min above max", "zero target", "negative current", "negative backlog"],
 )
 def test_invalid_inputs_are_rejected(bounds: ReplicaBounds, current: int, backlog: int) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"must not be negative|minReplicas|must be positive"):
         desired_replicas(
             backlog=backlog,
             current=current,

@@ -268,13 +268,13 @@ def test_invalid_arguments_are_rejected(kwargs: dict[str, Any]) -> None:
     async def describe(queue: TaskQueueRef) -> Backlog:
         raise AssertionError("must not be called")
 
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"concurrency must be at least 1|not both"):
         asyncio.run(sample_backlogs(queues(1), describe, **kwargs))
 
 
 @pytest.mark.parametrize(("rate", "burst"), [(0.0, 1), (1.0, 0)])
 def test_token_bucket_rejects_bad_settings(rate: float, burst: int) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"rate_per_s must be positive|burst must be at least 1"):
         TokenBucket(rate, burst=burst)
 
 

@@ -56,9 +56,9 @@ def test_worker_keys_name_the_component_of_each_worker() -> None:
 
 def test_an_empty_fleet_and_bad_arguments() -> None:
     assert load_fleet(fleets.generate_fleet(0), "bench.yaml").resolved_workers() == []
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must not be negative"):
         fleets.generate_fleet(-1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least one namespace"):
         fleets.generate_fleet(1, namespaces=())
 
 
@@ -89,9 +89,9 @@ def test_percentiles_interpolate_between_closest_ranks(
 
 
 def test_percentile_refuses_nothing_and_out_of_range() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="of no samples"):
         percentile([], 50)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"within \[0, 100\]"):
         percentile([1.0], 101)
 
 

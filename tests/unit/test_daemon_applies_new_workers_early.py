@@ -88,8 +88,10 @@ def test_a_failed_up_keeps_the_early_objects_until_an_up_succeeds() -> None:
 
     h.queues.replace([queue_object("orders")])
     failed = h.step()
-    assert failed.last_outcome is not None and not failed.last_outcome.ok
-    assert applier.released == [] and applier.deleted == []
+    assert failed.last_outcome is not None
+    assert not failed.last_outcome.ok
+    assert applier.released == []
+    assert applier.deleted == []
 
     h.clock.now += 600  # past the backoff
     h.step()
@@ -136,7 +138,8 @@ def test_an_early_apply_that_fails_leaves_the_worker_to_the_up() -> None:
     h.queues.replace([queue_object("orders")])
     state = h.step()
 
-    assert state.last_outcome is not None and state.last_outcome.ok
+    assert state.last_outcome is not None
+    assert state.last_outcome.ok
     assert len(h.engine.ups) == 2
     assert h.metrics.value("twc_early_applies_total", result="skipped") == 1
 
@@ -151,7 +154,8 @@ def test_a_worker_whose_objects_exist_already_is_left_to_the_engine() -> None:
     h.step()
 
     assert applier.applied == []
-    assert applier.released == [] and applier.deleted == []
+    assert applier.released == []
+    assert applier.deleted == []
     assert len(h.engine.ups) == 2
 
 
@@ -161,7 +165,8 @@ def test_early_apply_can_be_turned_off() -> None:
     h.step()
     h.queues.replace([queue_object("orders")])
     h.step()
-    assert applier.applied == [] and applier.released == []
+    assert applier.applied == []
+    assert applier.released == []
 
 
 def test_release_plan_splits_desired_from_gone_workers() -> None:

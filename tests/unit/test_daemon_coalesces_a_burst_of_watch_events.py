@@ -26,4 +26,5 @@ def test_a_burst_of_watch_events_is_applied_by_one_up() -> None:
 
     assert len(h.engine.ups) == 2  # the initial one, then one for the whole burst
     assert program_queues(h.engine.last_inputs) == ["a", "b", "c"]
-    assert h.clock.slept[:1] == [30] and h.clock.slept[1:4] == [0.3, 0.3, 0.3]
+    assert h.clock.slept[:1] == [30]
+    assert h.clock.slept[1:4] == [0.3, 0.3, 0.3]

@@ -54,7 +54,8 @@ def test_a_program_refusal_is_not_retried_until_the_desired_state_changes() -> N
     h = make_daemon(fleet, settings=SETTINGS, engine=engine)
 
     state = h.step()
-    assert state.last_outcome is not None and state.last_outcome.kind is OutcomeKind.PERMANENT
+    assert state.last_outcome is not None
+    assert state.last_outcome.kind is OutcomeKind.PERMANENT
     for _ in range(3):
         h.clock.now += 30
         h.step()
@@ -65,7 +66,8 @@ def test_a_program_refusal_is_not_retried_until_the_desired_state_changes() -> N
     state = h.step()
 
     assert len(engine.ups) == 2
-    assert state.last_outcome is not None and state.last_outcome.ok
+    assert state.last_outcome is not None
+    assert state.last_outcome.ok
 
 
 def test_an_invalid_fleet_file_is_reported_without_an_engine_call_and_the_loop_goes_on() -> None:
@@ -77,12 +79,14 @@ def test_an_invalid_fleet_file_is_reported_without_an_engine_call_and_the_loop_g
     state = h.step()
 
     assert len(h.engine.ups) == 1
-    assert state.last_outcome is not None and state.last_outcome.kind is OutcomeKind.PERMANENT
+    assert state.last_outcome is not None
+    assert state.last_outcome.kind is OutcomeKind.PERMANENT
     assert h.metrics.value("twc_reconcile_errors_total", reason="InvalidSpec") == 1
 
     fleet["workers"][0]["name"] = "fixed"
     state = h.step()
-    assert state.last_outcome is not None and state.last_outcome.ok
+    assert state.last_outcome is not None
+    assert state.last_outcome.ok
     assert len(h.engine.ups) == 2
 
 
@@ -95,6 +99,7 @@ def test_a_failed_backlog_sample_holds_that_workers_replicas_and_the_up_still_ru
 
     state = h.step()
 
-    assert state.last_outcome is not None and state.last_outcome.ok
+    assert state.last_outcome is not None
+    assert state.last_outcome.ok
     assert h.engine.last_inputs.replicas == {f"{NS}/good": 5, f"{NS}/flaky": 3}
     assert h.metrics.value("twc_backlog_sample_errors_total") == 1

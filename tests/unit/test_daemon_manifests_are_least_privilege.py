@@ -35,7 +35,8 @@ def test_the_cluster_role_has_no_wildcards_and_only_the_resources_twc_uses() -> 
     grants = _grants(role)
 
     for rule in role["rules"]:
-        assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+        assert "*" not in rule["verbs"]
+        assert "*" not in rule["resources"]
         assert "*" not in rule["apiGroups"]
         assert "nonResourceURLs" not in rule
     assert grants == {

@@ -53,7 +53,8 @@ def test_an_invalid_queue_object_is_skipped_and_counted_while_valid_ones_apply()
 
     state = h.step()
 
-    assert state.last_outcome is not None and state.last_outcome.ok
+    assert state.last_outcome is not None
+    assert state.last_outcome.ok
     assert _derived(h) == {"orders", "refunds"}
     assert h.metrics.value("twc_invalid_queue_objects") == 2
     assert h.metrics.value("twc_cluster_queue_objects") == 2
@@ -98,7 +99,8 @@ def test_no_up_runs_before_the_queue_objects_were_listed() -> None:
     state = h.step()
 
     assert h.engine.ups == []  # an up now would delete every Queue-derived worker
-    assert state.last_outcome is not None and not state.last_outcome.ok
+    assert state.last_outcome is not None
+    assert not state.last_outcome.ok
     assert state.last_outcome.delay == 1.0
 
 
@@ -126,7 +128,8 @@ def test_the_watcher_lists_once_sets_the_snapshot_and_wakes_the_loop() -> None:
     watcher.list_now()
 
     snapshot = watcher.snapshot()
-    assert snapshot is not None and [o["metadata"]["name"] for o in snapshot] == ["orders"]
+    assert snapshot is not None
+    assert [o["metadata"]["name"] for o in snapshot] == ["orders"]
     assert wakeup.is_set()
 
 

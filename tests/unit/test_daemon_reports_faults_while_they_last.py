@@ -59,10 +59,16 @@ def test_a_fault_is_raised_once_merges_sources_and_clears_with_the_last_one() ->
     active = book.active()[Fault.KUBERNETES_UNAVAILABLE]
     last_clear = book.clear(Fault.KUBERNETES_UNAVAILABLE, "replicas")
 
-    assert raised is not None and raised.raised and raised.message == "refused"
-    assert again is None and first_clear is None
-    assert active.sources == frozenset({"replicas"}) and active.message == "refused again"
-    assert last_clear is not None and not last_clear.raised and last_clear.duration == 15.0
+    assert raised is not None
+    assert raised.raised
+    assert raised.message == "refused"
+    assert again is None
+    assert first_clear is None
+    assert active.sources == frozenset({"replicas"})
+    assert active.message == "refused again"
+    assert last_clear is not None
+    assert not last_clear.raised
+    assert last_clear.duration == 15.0
     assert not book.active()
     assert book.clear(Fault.KUBERNETES_UNAVAILABLE, "replicas") is None
 
@@ -160,9 +166,11 @@ def test_temporal_down_holds_replicas_reports_the_fault_and_clears_when_it_answe
         h.step()
     status = h.daemon.status()
 
-    assert h.live[KEY] == 5 and len(h.engine.ups) == ups  # held: no up, not min, not max
+    assert h.live[KEY] == 5
+    assert len(h.engine.ups) == ups
     fault = status["faults"]["TemporalUnavailable"]
-    assert fault["sources"] == ["backlog"] and KEY in fault["message"]
+    assert fault["sources"] == ["backlog"]
+    assert KEY in fault["message"]
     assert fault["seconds"] == 20.0
     assert h.metrics.value("twc_fault_active", fault="TemporalUnavailable") == 1
     assert h.metrics.value("twc_faults_total", fault="TemporalUnavailable") == 1
@@ -187,7 +195,8 @@ def test_an_unwritable_backend_fails_the_up_blocks_readiness_and_clears_on_succe
     assert status["faults"]["StateBackendUnwritable"]["sources"] == ["engine"]
     assert h.metrics.value("twc_reconcile_errors_total", reason="StateBackendUnwritable") == 1
     ok, why = h.daemon.ready()
-    assert not ok and "StateBackendUnwritable" in why
+    assert not ok
+    assert "StateBackendUnwritable" in why
 
     h.clock.now += 5
     h.step()  # the up is retried and succeeds
@@ -247,7 +256,8 @@ def test_a_restarted_daemon_that_cannot_read_replicas_does_not_scale_blind() -> 
 
     assert h.engine.ups == []  # not an up to minReplicas
     outcome = h.daemon.status()["lastOutcome"]
-    assert outcome["kind"] == "temporary" and "unknown" in outcome["message"]
+    assert outcome["kind"] == "temporary"
+    assert "unknown" in outcome["message"]
     assert set(h.daemon.status()["faults"]) == {"KubernetesUnavailable", "TemporalUnavailable"}
 
     down["yes"] = False

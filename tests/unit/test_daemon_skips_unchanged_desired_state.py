@@ -17,7 +17,8 @@ def test_the_first_iteration_applies_everything_then_unchanged_iterations_skip_t
     for _ in range(5):
         h.clock.now += 30
         state = h.step()
-        assert state.last_outcome is not None and state.last_outcome.ok
+        assert state.last_outcome is not None
+        assert state.last_outcome.ok
 
     assert len(h.engine.ups) == 1
     assert h.engine.refreshes == 0

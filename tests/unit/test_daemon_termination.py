@@ -75,7 +75,8 @@ def test_a_stop_during_an_up_lets_the_up_finish_then_the_loop_exits() -> None:
     runner.join(timeout=5)
 
     assert result == [0]
-    assert daemon.state is not None and daemon.state.last_outcome is not None
+    assert daemon.state is not None
+    assert daemon.state.last_outcome is not None
     assert daemon.state.last_outcome.ok
     assert daemon.state.applied is not None
     assert len(engine.ups) == 1

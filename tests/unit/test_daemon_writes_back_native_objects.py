@@ -249,7 +249,8 @@ def test_a_write_that_fails_for_one_object_does_not_hold_up_the_others() -> None
     world.writer.patch_status = gone_a  # type: ignore[method-assign]
     state = world.step()
 
-    assert state.last_outcome is not None and state.last_outcome.ok
+    assert state.last_outcome is not None
+    assert state.last_outcome.ok
     assert calls == ["one", "two"]
     assert world.writer.finalizers == [("two", [FINALIZER])]
     assert [k for k, _ in world.writer.status] == ["team/b"]

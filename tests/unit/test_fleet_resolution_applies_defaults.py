@@ -40,7 +40,8 @@ def test_a_worker_enabled_queue_derives_a_worker_in_its_namespace() -> None:
 
     assert derived.namespace == "sqs"
     assert derived.task_queue_name == "orders-fifo"
-    assert derived.queue is not None and derived.queue.fifo is True
+    assert derived.queue is not None
+    assert derived.queue.fifo is True
     assert derived.image == "registry.example/worker:1.4.2"
     assert derived.connection == ConnectionTarget(
         api_group="temporal.io", kind="ClusterConnection", name="prod", namespace="sqs"

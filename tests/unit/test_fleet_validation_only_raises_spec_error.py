@@ -115,9 +115,10 @@ def _load(data: object) -> Fleet | None:
     try:
         return load_fleet(data, "fuzz.yaml")
     except SpecError as err:
-        # The error must render, one line per issue, each naming the file.
-        assert all(line.startswith("fuzz.yaml: ") for line in err.lines())
-        return None
+        error = err
+    # The error must render, one line per issue, each naming the file.
+    assert all(line.startswith("fuzz.yaml: ") for line in error.lines())
+    return None
 
 
 @SETTINGS

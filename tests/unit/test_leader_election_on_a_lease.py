@@ -118,7 +118,8 @@ def test_only_one_candidate_leads_and_the_other_waits_while_it_renews() -> None:
         assert _round(first)
         assert not _round(second)
 
-    assert first.is_leader() and not second.is_leader()
+    assert first.is_leader()
+    assert not second.is_leader()
     assert api.holder == "a"
 
 
@@ -134,7 +135,8 @@ def test_a_standby_takes_over_once_the_leader_stops_renewing_for_the_lease_durat
     assert _round(second)
 
     assert api.holder == "b"
-    assert api.lease is not None and api.lease["spec"]["leaseTransitions"] == 2
+    assert api.lease is not None
+    assert api.lease["spec"]["leaseTransitions"] == 2
 
 
 def test_a_released_lease_is_taken_at_the_next_round() -> None:
@@ -167,7 +169,8 @@ def test_a_leader_that_cannot_renew_past_the_deadline_stops_leading() -> None:
 
     clock.now += 9
     leader._update(False)
-    assert leader.is_leader() and not lost
+    assert leader.is_leader()
+    assert not lost
     clock.now += 1
     leader._update(False)
 

@@ -23,7 +23,8 @@ def _ref(tmp_path: Path, **fleet: Any) -> tuple[engine.StackRef, str]:
 
 
 def _inputs(ref: engine.StackRef | None) -> DesiredInputs:
-    assert ref is not None and ref.env is not None
+    assert ref is not None
+    assert ref.env is not None
     return DesiredInputs.from_file(ref.env[INPUTS_ENV])
 
 
@@ -32,7 +33,8 @@ def test_the_file_alone_when_asked_or_when_the_fleet_opts_out(tmp_path: Path) ->
     with common.desired_inputs(ref, file, False) as run:
         inputs = _inputs(run)
         assert inputs.cluster is None
-        assert inputs.fleet is not None and inputs.fleet["workers"][0]["name"] == "payments"
+        assert inputs.fleet is not None
+        assert inputs.fleet["workers"][0]["name"] == "payments"
     ref, file = _ref(tmp_path, clusterObjects=False)
     with common.desired_inputs(ref, file, None) as run:
         assert _inputs(run).cluster is None

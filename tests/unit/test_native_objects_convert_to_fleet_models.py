@@ -47,7 +47,8 @@ def test_connection_objects_convert_with_their_scope() -> None:
     cc = load_cluster_connection_object(cluster_conn_obj("prod"))
     conn = load_connection_object(conn_obj("prod", "sales"))
 
-    assert cc.name == "prod" and cc.host_port == "temporal.example:7233"
+    assert cc.name == "prod"
+    assert cc.host_port == "temporal.example:7233"
     assert (conn.namespace, conn.name) == ("sales", "prod")
 
 

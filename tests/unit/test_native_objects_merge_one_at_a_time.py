@@ -44,7 +44,8 @@ def test_an_unknown_kind_rejects_only_that_worker() -> None:
     assert rejected.obj.key == "team/stray"
     assert rejected.reason == "UnknownConnectionKind"
     names = {(w.namespace, w.name) for w in workers.fleet.resolved_workers()}
-    assert ("team", "good") in names and ("team", "stray") not in names
+    assert ("team", "good") in names
+    assert ("team", "stray") not in names
     assert [e["name"] for e in workers.entries["workers"]] == ["good"]
 
 

@@ -41,7 +41,8 @@ def test_ready_needs_the_replicas_ready_and_a_poller() -> None:
 
     assert ready["phase"] == "Ready"
     assert {c["status"] for c in _conds(ready).values()} == {"True"}
-    assert ready["observedGeneration"] == 2 and ready["observedConnectionRef"] == REF
+    assert ready["observedGeneration"] == 2
+    assert ready["observedConnectionRef"] == REF
     assert waiting["phase"] == "Pending"
     assert _conds(waiting)["TemporalTaskQueueRegistered"]["reason"] == "WaitingForPollers"
     assert rolling["phase"] == "Pending"
@@ -63,10 +64,12 @@ def test_observed_fields_move_only_once_the_stack_holds_the_generation() -> None
 
     pending = _status(before, applied=False)
 
-    assert "observedGeneration" not in pending and "observedConnectionRef" not in pending
+    assert "observedGeneration" not in pending
+    assert "observedConnectionRef" not in pending
     assert status_patch(before, pending) is not None
     patch = status_patch(before, pending)
-    assert patch is not None and "observedGeneration" not in patch["status"]
+    assert patch is not None
+    assert "observedGeneration" not in patch["status"]
 
 
 def test_transition_time_moves_only_when_the_status_changes() -> None:
@@ -75,7 +78,8 @@ def test_transition_time_moves_only_when_the_status_changes() -> None:
     flipped = merge_conditions(same, [{"type": "A", "status": "True", "reason": "Z"}], now=T1)
 
     assert first[0]["lastTransitionTime"] == T0
-    assert same[0]["lastTransitionTime"] == T0 and same[0]["reason"] == "Y"
+    assert same[0]["lastTransitionTime"] == T0
+    assert same[0]["reason"] == "Y"
     assert flipped[0]["lastTransitionTime"] == T1
 
 
@@ -97,7 +101,8 @@ def test_no_patch_when_nothing_changed_and_only_changed_fields_otherwise() -> No
     assert patch is not None
     assert set(patch["status"]) == {"phase", "replicas", "conditions"}
     ready = _conds(scaled)["WorkerDeploymentReady"]
-    assert ready["status"] == "False" and ready["lastTransitionTime"] == T1
+    assert ready["status"] == "False"
+    assert ready["lastTransitionTime"] == T1
 
 
 def test_a_rejected_worker_says_why_on_both_conditions() -> None:
@@ -108,7 +113,8 @@ def test_a_rejected_worker_says_why_on_both_conditions() -> None:
         {}, generation=4, reason="ConnectionNotFound", message="not yet", now=T0
     )
 
-    assert status["phase"] == "Failed" and status["replicas"] == 0
+    assert status["phase"] == "Failed"
+    assert status["replicas"] == 0
     assert {c["reason"] for c in _conds(status).values()} == {"UnknownConnectionKind"}
     assert {c["status"] for c in _conds(status).values()} == {"False"}
     assert status["observedGeneration"] == 4

@@ -39,7 +39,8 @@ def _messages(group: Group) -> list[str]:
 def test_a_connection_host_change_rolls_every_worker_using_it() -> None:
     r = report("connection_hostport")
     prod = _group(r, "prod")
-    assert prod.kind is GroupKind.CONNECTION and prod.operation is Operation.UPDATE
+    assert prod.kind is GroupKind.CONNECTION
+    assert prod.operation is Operation.UPDATE
     assert _messages(prod)[0] == (
         "connection fingerprint changed: every worker using `prod` will roll "
         "(`temporal/worker-billing`, `temporal/worker-orders`)"
@@ -47,11 +48,13 @@ def test_a_connection_host_change_rolls_every_worker_using_it() -> None:
     assert any(m.startswith("hostPort temporal-frontend.temporal.svc") for m in _messages(prod))
     for name in ("temporal/worker-billing", "temporal/worker-orders"):
         worker = _group(r, name)
-        assert worker.restarts and worker.connection == "prod"
+        assert worker.restarts
+        assert worker.connection == "prod"
         assert worker.reasons[0].code is ReasonCode.CONNECTION_FINGERPRINT_CHANGED
     # A worker on another connection is untouched and does not roll.
     reports = _group(r, "temporal/worker-reports")
-    assert reports.operation is Operation.SAME and reports.connection == "staging"
+    assert reports.operation is Operation.SAME
+    assert reports.connection == "staging"
     assert r.summary.restarting_workers == ["temporal/worker-billing", "temporal/worker-orders"]
     assert _group(r, "staging").operation is Operation.SAME
 
@@ -79,9 +82,11 @@ def test_a_new_queue_and_its_derived_worker_are_two_groups() -> None:
     r = report("create_queue_worker")
     queue = _group(r, "sqs/orders-fifo")
     worker = _group(r, "temporal/worker-orders-fifo")
-    assert queue.kind is GroupKind.QUEUE and queue.operation is Operation.CREATE
+    assert queue.kind is GroupKind.QUEUE
+    assert queue.operation is Operation.CREATE
     assert _messages(queue) == ["new queue: FIFO, 6 partitions"]
-    assert worker.kind is GroupKind.WORKER and worker.operation is Operation.CREATE
+    assert worker.kind is GroupKind.WORKER
+    assert worker.operation is Operation.CREATE
     assert _messages(worker) == [
         "new worker: image `registry.example/worker:1.4.2`, 1 replica (autoscaling), "
         "task queue `orders-fifo`, connection `prod`"
@@ -110,7 +115,8 @@ def test_a_deleted_worker_is_one_group_removing_all_its_resources() -> None:
 def test_replacement_steps_collapse_into_one_replace() -> None:
     r = report("replace_and_error")
     orders = _group(r, "temporal/worker-orders")
-    assert orders.operation is Operation.REPLACE and orders.restarts
+    assert orders.operation is Operation.REPLACE
+    assert orders.restarts
     deployment = next(res for res in orders.resources if res.name.endswith("-deployment"))
     assert deployment.operation is Operation.REPLACE
     assert [fc.path for fc in deployment.fields if fc.replace] == [
@@ -138,7 +144,8 @@ def test_exit_codes(scenario: str, detailed: bool, expected: int) -> None:
 def test_errors_and_warnings_come_from_diagnostics_without_color_codes() -> None:
     r = report("replace_and_error")
     assert r.errors[0].message.startswith("preview failed: resource")
-    assert r.errors[0].urn and r.errors[0].urn.endswith("temporal/worker-billing-deployment")
+    assert r.errors[0].urn
+    assert r.errors[0].urn.endswith("temporal/worker-billing-deployment")
     warnings = report("secrets").warnings
     assert [w.message for w in warnings] == [
         "secret temporal-system/temporal-api-key was rotated 2 minutes ago"

@@ -193,12 +193,12 @@ def test_jitter_source_is_ignored_when_jitter_is_zero() -> None:
 )
 def test_bad_backoff_inputs_are_rejected(attempt: int, jitter: object) -> None:
     settings = EXACT.model_copy(update={"jitter": 0.1})
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"attempt counts from 1|jitter source"):
         backoff_delay(attempt, settings, jitter)  # type: ignore[arg-type]
 
 
 def test_negative_temporary_delay_is_rejected() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must not be negative"):
         TemporaryError("x", delay=-1)
 
 

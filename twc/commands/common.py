@@ -109,7 +109,7 @@ def desired_inputs(
         try:
             with stack_kube(ref) as kube:
                 inputs = observe_inputs(kube, default_registry().watched_kinds(), fleet=document)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any read failure stops the command with its reason
             print(
                 f"cannot read the cluster's Queue, TemporalWorker and connection objects: "
                 f"{exc}; nothing was applied (--file-only ignores them)",

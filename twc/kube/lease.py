@@ -200,7 +200,7 @@ class LeaseElector:
             try:
                 self._write_release()
                 logger.info("released lease %s/%s", self.namespace, self.name)
-            except Exception as exc:  # the lease then simply expires
+            except Exception as exc:  # the lease then simply expires  # noqa: BLE001 - a failed round is retried; losing the lease is decided by time
                 logger.warning("could not release lease %s/%s: %s", self.namespace, self.name, exc)
         with self._lock:
             self._leading = False
@@ -230,7 +230,7 @@ class LeaseElector:
         while not self._stop.is_set():
             try:
                 leading = self.try_once()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a failed round is retried; losing the lease is decided by time
                 logger.warning("lease %s/%s: %s", self.namespace, self.name, exc)
                 leading = False
             self._update(leading)

@@ -36,14 +36,14 @@ def observe_cluster(kube: KubeClient, kinds: Iterable[WatchedKind]) -> dict[str,
     try:
         queues.list_now()
         out[QUEUE_KIND_KEY] = queues.observed()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - a failed list makes the kind unknown, never no objects
         out[QUEUE_KIND_KEY] = ObjectList.unknown(_failure(exc))
     native = NativeWatch(kube.custom, kinds, resync_interval=0.1)
     for key, watcher in native.watchers().items():
         try:
             watcher.list_now()
             out[key] = watcher.observed()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a failed list makes the kind unknown, never no objects
             out[key] = ObjectList.unknown(_failure(exc))
     return out
 

@@ -320,7 +320,7 @@ class ObjectWatcher:
                     version = str(meta.get("resourceVersion") or version)
                     if kind in ("ADDED", "MODIFIED", "DELETED"):
                         self._apply(kind, obj)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the watch thread reports and retries every failure
                 if _gone(exc):
                     version = ""
                     continue

@@ -75,7 +75,7 @@ class SimulatedControllers:
         while not self._stop.is_set():
             try:
                 self.reconcile_once()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the test bed reports and retries
                 log.debug("simulated controllers: %s", exc)
             self._stop.wait(self.interval)
 
@@ -226,7 +226,7 @@ class SimulatedControllers:
                 try:
                     self._pods[key] = (tmpl, WorkerPod(self.kube, ns, name, index).start())
                     changed += 1
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - the test bed reports and retries
                     log.warning("cannot start a worker for %s/%s: %s", ns, name, exc)
         return changed
 

@@ -123,7 +123,8 @@ class State:
     def from_json(cls, data: dict[str, object]) -> State:
         ports = data["ports"]
         procs = data.get("processes", {})
-        assert isinstance(ports, dict) and isinstance(procs, dict)
+        assert isinstance(ports, dict)
+        assert isinstance(procs, dict)
         return cls(
             ports=Ports(**{k: int(v) for k, v in ports.items()}),
             processes={k: ProcessRecord.from_json(v) for k, v in procs.items()},
@@ -601,7 +602,7 @@ def _temporal_ready(address: str) -> bool:
         try:
             client = await asyncio.wait_for(Client.connect(address), 5)
             return bool(await client.service_client.check_health(timeout=None))
-        except Exception:
+        except Exception:  # noqa: BLE001 - the test bed reports and retries
             return False
 
     return asyncio.run(check())

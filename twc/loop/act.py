@@ -195,7 +195,7 @@ class Actor:
                 for obj, ref in zip(objects, refs, strict=True):
                     pending.add(ref)
                     self._early.apply(obj, EARLY_FIELD_MANAGER)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - early apply never fails the up; the up does it anyway
                 # Never a failure: the up creates the worker anyway, a moment later.
                 logger.info("[%s/%s] not applied early (the up will): %s", self._stack, key, exc)
                 self._metrics.early_applies.labels(self._stack, "skipped").inc()
@@ -216,7 +216,7 @@ class Actor:
             assert self._early is not None
             try:
                 self._early_pending = set(self._early.managed_by(EARLY_FIELD_MANAGER))
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - early apply never fails the up; the up does it anyway
                 logger.warning("[%s] could not list early-applied objects: %s", self._stack, exc)
                 return set()
         return self._early_pending
@@ -233,7 +233,7 @@ class Actor:
                 else:
                     logger.info("[%s] deleting %s: its worker is gone", self._stack, ref)
                     self._early.delete(ref)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - early apply never fails the up; the up does it anyway
                 logger.warning("[%s] %s: will retry after the next up: %s", self._stack, ref, exc)
                 continue
             self._early_pending.discard(ref)

@@ -304,7 +304,7 @@ class Daemon:
                 self._last_replicas.update(plan.inputs.replicas)
             self._accepted = plan.desired.accepted
             outcome = Outcome.success()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - nothing escapes an iteration: it becomes an outcome
             outcome = outcome_of(
                 exc,
                 attempt=state.next_attempt,
@@ -355,7 +355,7 @@ class Daemon:
     def _refresh(self, state: LoopState) -> LoopState:
         try:
             drifted = self.actor.refresh()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - nothing escapes an iteration: it becomes an outcome
             self.reporter.refreshed(None, exc)
             self.reporter.faults.engine_faults(
                 outcome_of(exc, attempt=1, settings=self.settings.backoff)

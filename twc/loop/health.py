@@ -224,7 +224,7 @@ class HealthServer:
         live: Probe,
         ready: Probe,
         status: Callable[[], Mapping[str, Any]] | None = None,
-        host: str = "0.0.0.0",
+        host: str = "0.0.0.0",  # noqa: S104 - probes and Prometheus reach it from outside the pod
     ) -> None:
         """Bind the server (not yet serving).
 
@@ -256,7 +256,7 @@ class HealthServer:
             def _probe(self, probe: Probe) -> None:
                 try:
                     ok, text = probe()
-                except Exception as exc:  # a broken probe is an unhealthy daemon
+                except Exception as exc:  # a broken probe is an unhealthy daemon  # noqa: BLE001 - a probe that raises answers 500 with the reason
                     ok, text = False, f"probe failed: {exc}"
                 self._send(200 if ok else 503, f"{text}\n".encode(), "text/plain")
 
@@ -268,7 +268,7 @@ class HealthServer:
                 self.wfile.write(body)
 
             def log_message(self, format: str, *args: object) -> None:
-                logger.debug("http: " + format, *args)
+                logger.debug("http: %s", format % args)
 
         self.metrics = metrics
         self.live = live

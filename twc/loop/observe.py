@@ -265,7 +265,7 @@ class Observer:
             return None, True
         try:
             found = read()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - what cannot be read is held and reported as a fault
             # Without live counts the autoscaler starts from its own last decisions.
             # Logged once as a fault while it lasts, not every iteration.
             logger.debug("[%s] could not read worker replicas: %s", self._stack, exc)
@@ -311,7 +311,7 @@ class Observer:
                 digests[key] = conn.secret_digest(read(namespace, conn.secret_name))
             except LookupError:
                 digests[key] = "missing"
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - what cannot be read is held and reported as a fault
                 # Unreadable for now: keep the last digest rather than trigger an up.
                 logger.warning("[%s] could not read secret %s: %s", self._stack, key, exc)
                 digests[key] = self._digests.get(key, "unknown")
@@ -381,7 +381,7 @@ class Observer:
             return None
         try:
             return read()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - what cannot be read is held and reported as a fault
             logger.warning("[%s] could not read worker Deployments: %s", self._stack, exc)
             return None
 
@@ -398,7 +398,7 @@ class Observer:
             async with concurrency:
                 try:
                     return PollerFacts(await source.pollers(ref))
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - what cannot be read is held and reported as a fault
                     reason, message = poller_failure(exc)
                     return PollerFacts(None, reason, message)
 

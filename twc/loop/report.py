@@ -162,7 +162,7 @@ class Reporter:
                 self._flush_events()
                 try:
                     self._update_status(None, plan.native, None, only_rejected=True)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - write-back never fails the loop; the next iteration retries
                     logger.warning("[%s] status write-back failed (retrying): %s", self.stack, exc)
 
     def _report_queues(self, desired: DesiredFleet) -> None:
@@ -277,11 +277,11 @@ class Reporter:
         self._flush_events()
         try:
             self._update_finalizers(native)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - write-back never fails the loop; the next iteration retries
             logger.warning("[%s] finalizer update failed (retrying): %s", self.stack, exc)
         try:
             self._update_status(plan, native, applied)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - write-back never fails the loop; the next iteration retries
             logger.warning("[%s] status write-back failed (retrying): %s", self.stack, exc)
 
     def _report_native(self, native: NativePlan) -> None:
@@ -325,7 +325,7 @@ class Reporter:
         for obj, reason, message in pending:
             try:
                 self._writer.event(obj, reason, message)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - write-back never fails the loop; the next iteration retries
                 logger.warning("[%s] could not record an Event on %s: %s", self.stack, obj, exc)
 
     def _update_finalizers(self, native: NativePlan) -> None:
@@ -340,7 +340,7 @@ class Reporter:
             added = FINALIZER in finalizers
             try:
                 self._writer.set_finalizers(obj, finalizers)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - write-back never fails the loop; the next iteration retries
                 # A 409 (changed since read) or 404 (gone): the next iteration decides
                 # again from fresh objects. One object never holds up the others.
                 logger.warning("[%s] finalizers of %s not updated: %s", self.stack, obj, exc)
@@ -412,7 +412,7 @@ class Reporter:
                 continue
             try:
                 self._writer.patch_status(obj, patch)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - write-back never fails the loop; the next iteration retries
                 logger.warning("[%s] status of %s not written: %s", self.stack, obj, exc)
                 continue
             self._written[obj.uid] = {**self._written.get(obj.uid, {}), **patch["status"]}

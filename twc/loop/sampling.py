@@ -218,7 +218,7 @@ async def sample_backlogs(
                 await limiter.acquire()
             try:
                 backlog = await describe(queue)
-            except Exception as err:  # one queue failing must not hide the others
+            except Exception as err:  # one queue failing must not hide the others  # noqa: BLE001 - a failed sample holds that worker's replicas
                 logger.warning("[%s] backlog sample failed: %s", queue, err)
                 return SampleResult(queue, error=err)
         return SampleResult(queue, backlog=backlog)

@@ -28,14 +28,14 @@ from twc.preview._paths import Path
 
 __all__ = ["SECRET", "UNKNOWN", "is_sensitive_env_name", "lookup", "scrub"]
 
-SECRET = "[secret]"
+SECRET = "[secret]"  # noqa: S105 - the mask shown instead of a secret
 """What a secret value becomes in every output."""
 
 UNKNOWN = "[unknown]"
 """What a value the engine only knows after apply becomes."""
 
 SIG_KEY = "4dabf18193072939515e22adb298388d"
-_SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+_SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"  # noqa: S105 - Pulumi's secret marker
 _ASSET_SIG = "c44067f5952c0a294b673a41bacd8c17"
 _ARCHIVE_SIG = "0def7320c3a5731c473e5ecbe6d01bc7"
 _RESOURCE_REF_SIG = "5cf8f73096256a8f31e491e813e4eb8e"

@@ -28,7 +28,7 @@ lint:
 	$(VENV)/bin/lint-imports
 
 unit:
-	$(PY) -m pytest tests -m "not e2e" $(PYTEST_ARGS)
+	$(PY) -m pytest tests -m unit $(PYTEST_ARGS)
 
 e2e:
 	$(PY) -m pytest tests -m e2e $(PYTEST_ARGS)

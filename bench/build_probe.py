@@ -18,7 +18,7 @@ T_START = time.perf_counter()
 
 import pulumi  # noqa: E402
 import pulumi.runtime  # noqa: E402
-from pulumi.runtime.mocks import run_pulumi_func  # noqa: E402
+from pulumi.runtime.mocks import run_pulumi_func  # type: ignore[attr-defined]  # noqa: E402
 from pulumi.runtime.settings import SETTINGS  # noqa: E402
 from pulumi.runtime.sync_await import _sync_await  # noqa: E402
 

@@ -51,6 +51,18 @@ def require_tools(*names: str) -> None:
         pytest.skip(message)  # only outside CI: under CI=true the line above fails
 
 
+@pytest.fixture
+def real_tool() -> Callable[[str], str]:
+    """The path of a real tool binary (``make setup`` builds them); skips or fails as
+    :func:`require_tools` does when it is missing."""
+
+    def find(name: str) -> str:
+        require_tools(name)
+        return find_tool(name)
+
+    return find
+
+
 @pytest.fixture(scope="session")
 def local_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEnvironment]:
     """A private embedded environment for the whole test session."""
@@ -122,3 +134,38 @@ def stack_name(prefix: str) -> str:
 @pytest.fixture
 def tmp_project(tmp_path: Path) -> Path:
     return tmp_path
+
+
+# Fixtures that start or use a real part of the test bed. A test under tests/e2e or
+# tests/faults that uses none of them is a pure test in the wrong place: it would only
+# run with the slow suites and hide from `make unit`.
+REAL_FIXTURES = frozenset(
+    {
+        "local_env",
+        "kube",
+        "pulumi_env",
+        "namespace",
+        "worker_pods",
+        "fleet_stack",
+        "daemons",
+        "deployed",
+        "real_tool",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test under tests/unit ``unit``; refuse pure tests under e2e/faults."""
+    misplaced = []
+    for item in items:
+        parts = Path(str(item.fspath)).parts
+        if "unit" in parts:
+            item.add_marker(pytest.mark.unit)
+            continue
+        if "e2e" in parts or "faults" in parts:
+            if not any(m.name in ("e2e", "faults") for m in item.iter_markers()):
+                misplaced.append(f"{item.nodeid}: under e2e/faults without the marker")
+            elif not REAL_FIXTURES & set(getattr(item, "fixturenames", ())):
+                misplaced.append(f"{item.nodeid}: uses no real part; move it to tests/unit")
+    if misplaced:
+        raise pytest.UsageError("misplaced tests:\n" + "\n".join(misplaced))

@@ -85,6 +85,10 @@ def write(name: str, events: list[dict[str, Any]]) -> Path:
 
 
 def main() -> int:
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        # Recorded events are the goldens' input: CI checks them, never records them.
+        print("refusing to record preview events when CI=true", file=sys.stderr)
+        return 1
     with tempfile.TemporaryDirectory(prefix="twc-record-") as tmp:
         local = LocalEnvironment(Path(tmp) / "env")
         local.up(progress=lambda m: print(f"[local] {m}", file=sys.stderr))

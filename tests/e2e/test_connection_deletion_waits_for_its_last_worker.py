@@ -9,6 +9,7 @@ namespace (deleted here, re-created there on a Connection).
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from typing import Any
@@ -58,7 +59,7 @@ def test_a_shared_cluster_connection_is_deleted_only_after_its_last_worker_moves
     for ns in (source, elsewhere, *namespaces):
         kube.ensure_namespace(ns)
         # Daemons in later tests list these kinds cluster-wide.
-        request.addfinalizer(lambda ns=ns: delete_twc_objects(kube, ns))
+        request.addfinalizer(functools.partial(delete_twc_objects, kube, ns))
     create_tls_secret(kube, source)
     fs = daemons.stack(fleet_doc(namespaces[0], host_port=address))
     daemon = daemons.start(fs)

@@ -78,7 +78,11 @@ def test_new_workers_are_applied_ahead_and_the_engine_adopts_them_without_a_roll
         lambda: create_queue(kube, namespace, "orders", partitions=2),
         released=2,
     )
-    add_and_wait("keyed-2", lambda: fs.write(grown) and None, released=4)
+
+    def grow() -> None:
+        fs.write(grown)
+
+    add_and_wait("keyed-2", grow, released=4)
 
     log = daemon.text()
     assert "applied early" in log

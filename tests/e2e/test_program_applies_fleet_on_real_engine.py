@@ -24,7 +24,7 @@ def _env(dep: dict[str, Any]) -> dict[str, Any]:
 
 
 def _annotation(dep: dict[str, Any]) -> str:
-    return dep["spec"]["template"]["metadata"]["annotations"][CONNECTION_SPEC_HASH_ANNOTATION]
+    return str(dep["spec"]["template"]["metadata"]["annotations"][CONNECTION_SPEC_HASH_ANNOTATION])
 
 
 def test_up_deploys_workers_and_the_check_turns_true_once_a_real_worker_polls(
@@ -75,7 +75,7 @@ def test_up_deploys_workers_and_the_check_turns_true_once_a_real_worker_polls(
     def check_true() -> bool:
         fs.refresh()
         cond = fs.resource_outputs("payments-check")["condition"]
-        return cond["status"] == "True"
+        return bool(cond["status"] == "True")
 
     assert_eventually(
         check_true, timeout=60, interval=1, message="TaskQueueCheck never turned True"

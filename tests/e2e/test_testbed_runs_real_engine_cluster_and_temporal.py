@@ -49,7 +49,8 @@ def test_up_preview_destroy_and_a_workflow_on_a_fixture_worker(
         )
         up = stack.up(on_output=print)
         assert up.summary.result == "succeeded"
-        assert up.summary.resource_changes.get("create", 0) >= 4  # stack + 3 resources
+        changes: dict[str, int] = dict(up.summary.resource_changes or {})  # type: ignore[arg-type]
+        assert changes.get("create", 0) >= 4  # stack + 3 resources
 
         # The objects really exist in the API server, with the program's values.
         cm = kube.core.read_namespaced_config_map("greeting", namespace)  # type: ignore[attr-defined]
@@ -71,7 +72,8 @@ def test_up_preview_destroy_and_a_workflow_on_a_fixture_worker(
         # A change shows in a real preview, and nothing is applied by it.
         stack.set_config("greeting", auto.ConfigValue("bonjour"))
         preview = stack.preview()
-        assert preview.change_summary.get("update", 0) >= 2  # ConfigMap, probe, Deployment
+        summary: dict[str, int] = dict(preview.change_summary)  # type: ignore[arg-type]
+        assert summary.get("update", 0) >= 2  # ConfigMap, probe, Deployment
         cm = kube.core.read_namespaced_config_map("greeting", namespace)  # type: ignore[attr-defined]
         assert cm.data == {"greeting": "hello"}
 

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from tests.conftest import require_tools
-from twc.local import find_tool
 
 pytestmark = pytest.mark.e2e
 
@@ -29,16 +27,10 @@ VERSIONS = dict(
         ("kubectl", ["version", "--client"], "Client Version: v" + VERSIONS["KUBERNETES_VERSION"]),
     ],
 )
-def test_tool_prints_pinned_version(tool: str, args: list[str], expected: str) -> None:
-    require_tools(tool)
+def test_tool_prints_pinned_version(
+    real_tool: Callable[[str], str], tool: str, args: list[str], expected: str
+) -> None:
     out = subprocess.run(
-        [find_tool(tool), *args], capture_output=True, text=True, check=True
+        [real_tool(tool), *args], capture_output=True, text=True, check=True
     ).stdout
     assert expected in out, out
-
-
-def test_kubernetes_provider_matches_the_python_package() -> None:
-    from importlib.metadata import version
-
-    assert version("pulumi-kubernetes") == VERSIONS["PULUMI_KUBERNETES_VERSION"]
-    assert version("pulumi") == VERSIONS["PULUMI_VERSION"]

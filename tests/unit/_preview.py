@@ -7,7 +7,7 @@ parses, with the Kubernetes provider's detailed-diff paths and the Python dynami
 provider's missing detailed diff. Its renderings are ``<name>.txt|md|json``.
 
 Set ``TWC_UPDATE_GOLDEN=1`` to rewrite the renderings from the current code; review the
-diff before committing it.
+diff before committing it. CI refuses it: there a golden file is compared, never written.
 """
 
 from __future__ import annotations
@@ -25,6 +25,9 @@ from twc.preview import PreviewReport, build_report, render_json, render_markdow
 GOLDEN = Path(__file__).parent / "golden" / "preview"
 PROJECT, STACK = "twc", "prod"
 UPDATE = os.environ.get("TWC_UPDATE_GOLDEN", "") == "1"
+if UPDATE and os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+    # A run that rewrote its goldens would pass whatever the renderer does.
+    raise RuntimeError("TWC_UPDATE_GOLDEN is refused when CI=true: goldens are checked in CI")
 
 RENDERERS: dict[str, Callable[[PreviewReport], str]] = {
     "txt": render_text,

@@ -9,8 +9,9 @@ they do under the engine. Everything created is recorded for assertions.
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import dill
 import pulumi
@@ -68,3 +69,11 @@ def _unwrap(value: Any) -> Any:
     if isinstance(value, dict) and value.get(SECRET_SIG):
         value = value["value"]
     return dill.loads(base64.b64decode(value))  # noqa: S301 - the program's own provider
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def pulumi_test(fn: _F) -> _F:
+    """``pulumi.runtime.test``, typed: the test waits for every output of the program."""
+    return cast(_F, pulumi.runtime.test(fn))  # type: ignore[no-untyped-call]

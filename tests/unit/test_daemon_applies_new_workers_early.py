@@ -10,7 +10,7 @@ import pulumi
 import pytest
 
 from tests.unit._daemon_fakes import NS, FakeEngine, fleet_data, make_daemon, queue_object
-from tests.unit.pulumi_mocks import RecordingMocks
+from tests.unit.pulumi_mocks import RecordingMocks, pulumi_test
 from twc.loop.early import EARLY_FIELD_MANAGER, ObjectRef, early_objects, plan_release
 from twc.loop.settings import DaemonSettings
 from twc.spec import load_fleet
@@ -227,7 +227,7 @@ def _read(namespace: str, name: str) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("address", [None, "127.0.0.1:7233"])
-@pulumi.runtime.test
+@pulumi_test
 def test_early_objects_equal_what_the_program_registers(address: str | None) -> Any:
     from twc.connections import default_registry
     from twc.desired import DesiredInputs, desired_fleet

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pulumi.automation import CommandError, ConcurrentUpdateError
+from pulumi.automation._cmd import CommandResult
 
 from tests.unit._daemon_fakes import FakeEngine, fleet_data, make_daemon
 from twc.loop import BackoffSettings, DaemonSettings, OutcomeKind, PermanentError
@@ -14,7 +15,12 @@ SETTINGS = DaemonSettings(
 
 
 def test_failed_ups_back_off_exponentially_then_the_interval_resumes() -> None:
-    engine = FakeEngine(failures=[CommandError("boom"), CommandError("boom again")])
+    engine = FakeEngine(
+        failures=[
+            CommandError(CommandResult("", "boom", 1)),
+            CommandError(CommandResult("", "boom again", 1)),
+        ]
+    )
     h = make_daemon(settings=SETTINGS, engine=engine)
     sleeps_before_stop = 3
 
@@ -36,7 +42,11 @@ def test_failed_ups_back_off_exponentially_then_the_interval_resumes() -> None:
 
 def test_a_locked_stack_waits_the_fixed_concurrent_update_delay() -> None:
     engine = FakeEngine(
-        failures=[ConcurrentUpdateError("the stack is currently locked by 1 lock(s)")]
+        failures=[
+            ConcurrentUpdateError(
+                CommandResult("", "the stack is currently locked by 1 lock(s)", 255)
+            )
+        ]
     )
     h = make_daemon(settings=SETTINGS, engine=engine)
 

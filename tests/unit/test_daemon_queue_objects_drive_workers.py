@@ -7,6 +7,7 @@ from typing import Any
 
 from tests.unit._daemon_fakes import NS, fleet_data, make_daemon, program_queues, queue_object
 from tests.unit._native_objects import merge_queue_objects
+from twc.desired import ObjectList
 from twc.kube.watch import QueueWatcher
 from twc.spec import load_fleet
 
@@ -93,6 +94,9 @@ def test_no_up_runs_before_the_queue_objects_were_listed() -> None:
         def stop(self) -> None: ...
         def snapshot(self) -> None:
             return None
+
+        def observed(self) -> ObjectList:
+            return ObjectList.unknown("not listed yet")
 
     h.daemon.queues = NotListed()
 

@@ -6,6 +6,7 @@ from typing import Any, ClassVar
 
 import pytest
 from pulumi.automation import ConcurrentUpdateError, Deployment
+from pulumi.automation._cmd import CommandResult
 
 from twc.desired import DesiredInputs
 from twc.stackrun import engine as engine_module
@@ -64,7 +65,7 @@ class FakeStack:
 
     def import_stack(self, state: Deployment) -> None:
         if self.locked:
-            raise ConcurrentUpdateError(LOCKED)
+            raise ConcurrentUpdateError(CommandResult("", LOCKED, 255))
         assert state.deployment is not None
         self.state = dict(state.deployment)
         self.imported.append(self.state)
@@ -133,7 +134,7 @@ def test_an_up_hitting_a_stale_lock_repairs_the_stack_and_retries_once(
     def fake_up(ref: Any, **kwargs: Any) -> Any:
         calls.append({"env": dict(ref.env), **kwargs})
         if stack.locked:
-            raise ConcurrentUpdateError(LOCKED)
+            raise ConcurrentUpdateError(CommandResult("", LOCKED, 255))
         return Result()
 
     monkeypatch.setattr(engine_module, "up", fake_up)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 
 import pytest
 
-from tests.unit._daemon_fakes import make_daemon, queue_object
+from tests.unit._daemon_fakes import Harness, make_daemon, queue_object
 from twc.loop.health import DaemonMetrics, HealthServer
 
 
@@ -21,7 +22,7 @@ def _get(port: int, path: str) -> tuple[int, str]:
 
 
 @pytest.fixture
-def served() -> object:
+def served() -> Iterator[tuple[Harness, int]]:
     h = make_daemon()
     server = HealthServer(
         h.metrics,
@@ -35,8 +36,10 @@ def served() -> object:
     server.stop()
 
 
-def test_readyz_turns_ready_after_the_first_successful_reconcile(served: object) -> None:
-    h, port = served  # type: ignore[misc]
+def test_readyz_turns_ready_after_the_first_successful_reconcile(
+    served: tuple[Harness, int],
+) -> None:
+    h, port = served
     assert _get(port, "/healthz")[0] == 200
     code, text = _get(port, "/readyz")
     assert (code, text.strip()) == (503, "no successful reconcile yet")
@@ -47,8 +50,8 @@ def test_readyz_turns_ready_after_the_first_successful_reconcile(served: object)
     assert _get(port, "/readyz")[0] == 200
 
 
-def test_metrics_expose_reconciles_engine_runs_and_replicas(served: object) -> None:
-    h, port = served  # type: ignore[misc]
+def test_metrics_expose_reconciles_engine_runs_and_replicas(served: tuple[Harness, int]) -> None:
+    h, port = served
     h.step()
     h.step()
 
@@ -92,8 +95,10 @@ def test_gauges_of_removed_workers_and_queues_disappear() -> None:
     assert metrics.value("twc_task_queue_backlog", task_queue="qa") == 1
 
 
-def test_status_names_invalid_queue_objects_and_each_workers_replicas(served: object) -> None:
-    h, port = served  # type: ignore[misc]
+def test_status_names_invalid_queue_objects_and_each_workers_replicas(
+    served: tuple[Harness, int],
+) -> None:
+    h, port = served
     h.queues.replace([queue_object("bad.name"), queue_object("orders", partitions=2)])
     h.step()
     h.daemon.state = h.state
@@ -106,4 +111,6 @@ def test_status_names_invalid_queue_objects_and_each_workers_replicas(served: ob
     assert "DNS-1123" in status["invalidQueueObjects"]["team/bad.name"]
     assert status["workers"]["team/worker-orders"] == {"desired": 2, "current": None}
     assert status["lastOutcome"]["kind"] == "success"
+    assert h.state is not None
+    assert h.state.applied is not None
     assert status["appliedHash"] == h.state.applied.fleet

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 import dill
+from pulumi.dynamic import CreateResult, ReadResult
 
 from providers.fingerprint import ConnectionFingerprintProvider
 from providers.taskqueue import TaskQueueCheckProvider, check_task_queue, condition
@@ -29,8 +31,8 @@ def test_providers_survive_a_dill_round_trip_with_no_captured_client() -> None:
 
 def test_fingerprint_output_is_the_shared_fingerprint_function() -> None:
     result = ConnectionFingerprintProvider().create({"spec": SPEC, "secretDigest": DIGEST})
-    assert result.outs["fingerprint"] == fingerprint_of(SPEC, DIGEST)
-    assert len(result.outs["fingerprint"]) == 64
+    assert _outs(result)["fingerprint"] == fingerprint_of(SPEC, DIGEST)
+    assert len(_outs(result)["fingerprint"]) == 64
 
 
 def test_fingerprint_diff_reports_a_change_only_when_spec_or_digest_changes() -> None:
@@ -54,7 +56,7 @@ def test_fingerprint_check_rejects_what_looks_like_secret_material() -> None:
 def test_fingerprint_read_recomputes_and_returns_inputs_so_refresh_finds_no_drift() -> None:
     props = {"spec": SPEC, "secretDigest": DIGEST, "fingerprint": fingerprint_of(SPEC, DIGEST)}
     read = ConnectionFingerprintProvider().read("id", props)
-    assert read.outs["fingerprint"] == props["fingerprint"]
+    assert _outs(read)["fingerprint"] == props["fingerprint"]
     assert read.inputs == {"spec": SPEC, "secretDigest": DIGEST}
 
 
@@ -77,13 +79,13 @@ def test_unreachable_temporal_gives_a_false_condition_not_an_error() -> None:
         "authMode": "none",
     }
     created = TaskQueueCheckProvider().create(props)
-    cond = created.outs["condition"]
+    cond = _outs(created)["condition"]
     assert (cond["type"], cond["status"], cond["reason"]) == (
         "TemporalTaskQueueRegistered",
         "False",
         "TemporalUnavailable",
     )
-    assert created.outs["pollers"] == 0
+    assert _outs(created)["pollers"] == 0
 
 
 def test_missing_credential_secret_is_reported_as_auth_secret_invalid(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -119,6 +121,7 @@ def test_outputs_carry_no_credentials_only_the_secret_reference() -> None:
         TaskQueueCheckProvider()
         .update("id", {}, {k: v for k, v in props.items() if k != "secretRef"})
         .outs
+        or {}
     )
     assert "credentials" not in outs
     assert "PLANTED-KEY" not in repr(outs)
@@ -139,3 +142,8 @@ def test_task_queue_check_diff_never_replaces() -> None:
     assert diff.changes is True
     assert not diff.replaces
     assert TaskQueueCheckProvider().diff("id", olds, dict(olds)).changes is False
+
+
+def _outs(result: CreateResult | ReadResult) -> dict[str, Any]:
+    assert result.outs is not None, "the provider returned no outputs"
+    return dict(result.outs)

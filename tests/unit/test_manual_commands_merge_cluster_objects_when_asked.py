@@ -34,7 +34,9 @@ def test_the_file_alone_when_asked_or_when_the_fleet_opts_out(tmp_path: Path) ->
         inputs = _inputs(run)
         assert inputs.cluster is None
         assert inputs.fleet is not None
-        assert inputs.fleet["workers"][0]["name"] == "payments"
+        workers = inputs.fleet["workers"]
+        assert isinstance(workers, list)
+        assert workers[0] == {"name": "payments", "namespace": "team", "taskQueueName": "payments"}
     ref, file = _ref(tmp_path, clusterObjects=False)
     with common.desired_inputs(ref, file, None) as run:
         assert _inputs(run).cluster is None

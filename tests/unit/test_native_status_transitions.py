@@ -31,7 +31,7 @@ def _status(previous: dict[str, object], **kw: object) -> dict[str, object]:
 
 
 def _conds(status: dict[str, object]) -> dict[str, dict[str, str]]:
-    return {c["type"]: c for c in status["conditions"]}  # type: ignore[attr-defined,index]
+    return {c["type"]: c for c in status["conditions"]}  # type: ignore[attr-defined]
 
 
 def test_ready_needs_the_replicas_ready_and_a_poller() -> None:

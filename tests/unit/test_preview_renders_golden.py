@@ -86,3 +86,23 @@ def test_json_is_versioned_sorted_and_round_trips(scenario: str) -> None:
     assert data["schemaVersion"] == SCHEMA_VERSION
     assert text == json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
     assert PreviewReport.model_validate(data) == original
+
+
+def test_goldens_cannot_be_rewritten_in_ci() -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "CI": "true", "TWC_UPDATE_GOLDEN": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", "import tests.unit._preview"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "TWC_UPDATE_GOLDEN is refused when CI=true" in done.stderr

@@ -8,7 +8,7 @@ from typing import Any
 import pulumi
 import pytest
 
-from tests.unit.pulumi_mocks import SECRET_SIG, RecordingMocks
+from tests.unit.pulumi_mocks import SECRET_SIG, RecordingMocks, pulumi_test
 from twc.connections import CONNECTION_SPEC_HASH_ANNOTATION, default_registry
 from twc.desired import DesiredFleet, DesiredInputs, desired_fleet
 from twc.spec import load_fleet
@@ -71,7 +71,7 @@ SECRETS = {("temporal", "temporal-mtls"): {"tls.crt": CA, "tls.key": KEY, "ca.cr
 
 def _build(
     mocks: RecordingMocks, fleet: dict[str, Any] = FLEET, replicas: dict[str, int] | None = None
-):
+) -> dict[str, pulumi.Output[Any]]:
     from twc.program import ProgramOptions, build
 
     pulumi.runtime.set_mocks(mocks, preview=False)
@@ -98,7 +98,7 @@ def _env(deployment_inputs: dict[str, Any]) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
 
 
-@pulumi.runtime.test
+@pulumi_test
 def test_every_worker_gets_sa_deployment_and_task_queue_check() -> Any:
     mocks = RecordingMocks(
         fake_dynamic={
@@ -143,7 +143,7 @@ def test_every_worker_gets_sa_deployment_and_task_queue_check() -> Any:
     return pulumi.Output.all(*statuses.values()).apply(check)
 
 
-@pulumi.runtime.test
+@pulumi_test
 def test_deployment_env_labels_and_fingerprint_annotation() -> Any:
     mocks = RecordingMocks(
         fake_dynamic={
@@ -195,7 +195,7 @@ def test_deployment_env_labels_and_fingerprint_annotation() -> Any:
     return pulumi.Output.all(*statuses.values()).apply(check)
 
 
-@pulumi.runtime.test
+@pulumi_test
 def test_status_is_ready_when_replicas_ready_and_pollers_present() -> Any:
     mocks = RecordingMocks(
         fake_dynamic={
@@ -224,7 +224,7 @@ def test_status_is_ready_when_replicas_ready_and_pollers_present() -> Any:
     return pulumi.Output.all(*statuses.values()).apply(check)
 
 
-@pulumi.runtime.test
+@pulumi_test
 def test_autoscaler_replicas_override_only_autoscaled_workers() -> Any:
     mocks = RecordingMocks(
         fake_dynamic={"TaskQueueCheck": {"pollers": 0, "approximateBacklog": 0, "condition": {}}}

@@ -42,7 +42,7 @@ class NoClusterError(LookupError):
 def _timeout_client_class() -> type:
     from kubernetes import client
 
-    class _TimeoutApiClient(client.ApiClient):
+    class _TimeoutApiClient(client.ApiClient):  # type: ignore[misc]  # kubernetes ships no types
         default_timeout: tuple[float, float] = DEFAULT_TIMEOUT
 
         def call_api(self, *args: Any, **kwargs: Any) -> Any:

@@ -282,7 +282,7 @@ def _status_differs(old: dict[str, Any], new: dict[str, Any]) -> bool:
 
 def _has_ready_conditions(status: dict[str, Any]) -> bool:
     conds = {c.get("type"): c for c in status.get("conditions") or []}
-    return (
+    return bool(
         conds.get("Available", {}).get("status") == "True"
         and conds.get("Progressing", {}).get("reason") == "NewReplicaSetAvailable"
     )

@@ -1,11 +1,14 @@
-"""`twc up` and `twc preview` on a stack the daemon manages merge the cluster's objects
-as the daemon does: a pull request's preview shows no deletion of the workers that come
-from Queue and TemporalWorker objects, and a manual up keeps them."""
+"""`twc up`, `twc preview` and plain `pulumi up` on a stack the daemon manages include
+the cluster's objects as the daemon does: a pull request's preview shows no deletion of
+the workers that come from Queue and TemporalWorker objects, and a manual up — twc's or
+Pulumi's own — keeps them."""
 
 from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,7 @@ from tests.e2e.native import object_ref, temporal_worker
 from twc.commands import preview as preview_cmd
 from twc.commands import up
 from twc.local import LocalEnvironment
+from twc.stackrun.engine import ROOT
 
 pytestmark = pytest.mark.e2e
 
@@ -95,3 +99,28 @@ def test_preview_and_up_of_a_daemon_managed_stack_keep_queue_and_temporalworker_
     assert up.run_up(fs.name, str(fs.fleet_file), out=out) == 0
     for name in ("worker-orders", "native", "static"):
         assert kube.get_deployment(namespace, name) is not None, name
+
+    # Plain `pulumi up`, Pulumi's own CLI on the project: the program reads the cluster's
+    # objects itself, through the same desired-state function, and changes nothing.
+    before = {n: _version(kube, namespace, n) for n in ("worker-orders", "native", "static")}
+    for command in (
+        ["preview", "--expect-no-changes"],
+        ["up", "--yes", "--skip-preview", "--expect-no-changes"],
+    ):
+        done = subprocess.run(
+            ["pulumi", *command, "--stack", fs.name, "--non-interactive"],
+            cwd=ROOT,
+            env={**os.environ, **fs.env},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, (command, done.stdout[-3000:], done.stderr[-3000:])
+    after = {n: _version(kube, namespace, n) for n in before}
+    assert after == before
+
+
+def _version(kube: Any, namespace: str, name: str) -> str:
+    dep = kube.get_deployment(namespace, name)
+    assert dep is not None, f"Deployment {namespace}/{name} is gone"
+    return str(dep["metadata"]["resourceVersion"])

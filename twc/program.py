@@ -197,8 +197,13 @@ def main() -> None:
         fleet, inputs = program_inputs(file)
         desired = desired_fleet(fleet, inputs, registry=default_registry(), file=file)
         for rejected in desired.rejected:
-            kept = "its last accepted spec stays" if rejected.kept else "left out"
-            pulumi.log.warn(f"{rejected.obj}: {rejected.reason}: {rejected.message} ({kept})")
+            what = (
+                f"{rejected.obj.kind} object {rejected.key}: {rejected.reason}: {rejected.message}"
+            )
+            if rejected.kept:
+                pulumi.log.warn(f"keeping the last accepted spec of invalid {what}")
+            else:
+                pulumi.log.warn(f"skipping invalid {what}")
         statuses = build(desired, file=file, options=options, read_secret=default_secret_reader)
     except SpecError as exc:
         raise pulumi.RunError(f"invalid fleet; nothing was changed:\n{exc}") from None

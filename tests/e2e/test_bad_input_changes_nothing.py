@@ -34,6 +34,7 @@ from tests.helpers import assert_eventually
 from tests.unit.fleet_data import valid_fleet
 from tests.unit.test_fleet_validation_rejects import CASES
 from twc.commands import common, up
+from twc.desired import INPUTS_ENV, QUEUE_KIND_KEY, WORKER_KIND_KEY, DesiredInputs, ObjectList
 from twc.errors import SpecError
 from twc.local import LocalEnvironment
 from twc.local.environment import free_port
@@ -251,6 +252,12 @@ def test_twc_up_refuses_every_malformed_file_naming_file_path_and_reason_and_cha
 
 _VALIDATE = common.validate_or_report
 TWC_UP = [sys.executable, "-m", "twc", "up", "--stack"]
+CLUSTER_KINDS = (
+    QUEUE_KIND_KEY,
+    WORKER_KIND_KEY,
+    "ClusterConnection.temporal.io",
+    "Connection.temporal.io",
+)
 
 
 def test_the_twc_command_refuses_a_malformed_file_with_exit_1_and_changes_nothing(
@@ -388,13 +395,15 @@ def test_the_program_skips_malformed_queue_objects_in_its_overlay_and_applies_th
     # Valid alone, but its derived worker's name would exceed 63 characters.
     objects.append(_queue(ns, "q" * 57))
     objects.append(_queue(ns, "fine", partitions=3))
-    overlay = tmp_path / "overlay.json"
-    overlay.write_text(json.dumps({"queues": objects, "replicas": {}}))
-    fs.env["TWC_OVERLAY_FILE"] = str(overlay)
+    # The Queue objects as the daemon hands them to the program (no other objects).
+    cluster = {kind: ObjectList.known([]) for kind in CLUSTER_KINDS}
+    cluster[QUEUE_KIND_KEY] = ObjectList.known(objects)
+    inputs = DesiredInputs(cluster=cluster).to_file(tmp_path / "inputs.json")
+    fs.env[INPUTS_ENV] = str(inputs)
     try:
         result = fs.up()
     finally:
-        del fs.env["TWC_OVERLAY_FILE"]
+        del fs.env[INPUTS_ENV]
 
     assert result.summary.result == "succeeded"
     assert kube.get_deployment(ns, "worker-fine")["spec"]["replicas"] == 3

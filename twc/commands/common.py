@@ -117,7 +117,8 @@ def desired_inputs(
             )
             yield None
             return
-        print(_summary(inputs), file=err)
+        if any(found.objects or not found.is_known for found in (inputs.cluster or {}).values()):
+            print(_summary(inputs), file=err)
     with tempfile.TemporaryDirectory(prefix="twc-inputs-") as tmp:
         inputs.to_file(Path(tmp) / "inputs.json")
         env = {**(ref.env or {}), INPUTS_ENV: str(Path(tmp) / "inputs.json")}

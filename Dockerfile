@@ -2,7 +2,7 @@
 # run time — the Pulumi CLI with its Python language host, and the Kubernetes provider
 # plugin. The daemon's chart (deploy/chart) runs it. Build it from the repository root:
 #
-#   docker build -t registry.example/twc:0.1.0 .
+#   docker build --platform linux/amd64 -t registry.example/twc:0.1.0 .
 #
 # The tools come from tools/setup.sh, pinned in tools/versions.env: it takes the official
 # release archives where they can be downloaded and otherwise builds them from their Go

@@ -16,7 +16,6 @@ import logging
 import os
 import subprocess
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,9 +80,12 @@ def _kubectl(local_env: LocalEnvironment, *args: str, stdin: str) -> str:
 
 
 @pytest.fixture
-def chart_rbac(local_env: LocalEnvironment) -> Iterator[Any]:
-    """Apply the chart's RBAC for a release of its own; its cluster objects go at teardown."""
-    applied: list[str] = []
+def chart_rbac(local_env: LocalEnvironment) -> Any:
+    """Apply the chart's RBAC for a release of its own (unique names).
+
+    It stays until the session's environment goes: the stacks made with the restricted
+    kubeconfig are destroyed at teardown through providers that still hold its token.
+    """
 
     def apply(namespace: str, *sets: str) -> str:
         release = f"twc-{uuid.uuid4().hex[:6]}"
@@ -91,12 +93,9 @@ def chart_rbac(local_env: LocalEnvironment) -> Iterator[Any]:
         stream = yaml.safe_dump_all([d for d in docs if d and d["kind"] in RBAC_KINDS])
         out = _kubectl(local_env, "apply", "-f", "-", stdin=stream)
         assert f"clusterrole.rbac.authorization.k8s.io/{release} created" in out, out
-        applied.append(stream)
         return release
 
-    yield apply
-    for stream in applied:
-        _kubectl(local_env, "delete", "--ignore-not-found", "-f", "-", stdin=stream)
+    return apply
 
 
 def _kubeconfig_as(
@@ -169,6 +168,7 @@ def _run_daemon_once(
 ) -> None:
     from twc.commands.run import RunOptions, run_daemon
 
+    admin = fs.env.get("KUBECONFIG")
     monkeypatch.setenv("KUBECONFIG", str(restricted))
     fs.env["KUBECONFIG"] = str(restricted)
     try:
@@ -184,6 +184,11 @@ def _run_daemon_once(
             )
     finally:
         kube.custom.delete_namespaced_custom_object("kmsvc.io", "v1", namespace, "queues", "events")
+        # The stack is destroyed at teardown as admin: the chart's RBAC is gone by then.
+        if admin is None:
+            fs.env.pop("KUBECONFIG", None)
+        else:
+            fs.env["KUBECONFIG"] = admin
 
     assert code == 0, caplog.text
     assert "forbidden" not in caplog.text.lower(), caplog.text
@@ -249,8 +254,8 @@ def test_the_namespaced_scope_reconciles_with_roles_in_the_given_namespaces_only
         for call in (
             lambda: as_daemon.core.read_namespaced_secret("not-yours", other),
             lambda: as_daemon.core.list_secret_for_all_namespaces(),
-            lambda: as_daemon.apps.create_namespaced_deployment(
-                other, {"metadata": {"name": "x"}, "spec": {}}
+            lambda: as_daemon.core.create_namespaced_service_account(
+                other, {"metadata": {"name": "x"}}
             ),
         ):
             with pytest.raises(ApiException) as denied:

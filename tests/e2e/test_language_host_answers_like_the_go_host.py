@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,8 +30,7 @@ from pulumi.runtime.proto import (
     resource_pb2_grpc,
 )
 
-from tests.conftest import ROOT, require_tools
-from twc.local import find_tool
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.e2e
 
@@ -115,15 +114,17 @@ def program(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def host(tmp_path_factory: pytest.TempPathFactory, program: Path) -> Iterator[Host]:
+def host(
+    tmp_path_factory: pytest.TempPathFactory, program: Path, real_tool: Callable[[str], str]
+) -> Iterator[Host]:
     """The host from this checkout, installed beside the SDK's exec script as setup does."""
-    require_tools("pulumi-language-python-exec")
+    exec_script = real_tool("pulumi-language-python-exec")
     if not (VENV / "bin" / "python").exists():
         pytest.fail("the project's .venv is missing: run `make setup`", pytrace=False)
     bin_dir = tmp_path_factory.mktemp("langhost")
     for name in ("pulumi-language-python", "pulumi_language_python.py"):
         shutil.copy(ROOT / "tools" / "langhost" / name, bin_dir / name)
-    shutil.copy(find_tool("pulumi-language-python-exec"), bin_dir / "pulumi-language-python-exec")
+    shutil.copy(exec_script, bin_dir / "pulumi-language-python-exec")
     engine = FakeEngine()
     engine_server, engine_address = _serve_engine(engine)
     # No engine argument: the Handshake test gives the address, as a debugging CLI does.
@@ -217,7 +218,8 @@ def test_program_dependencies_are_what_pip_lists(host: Host, program: Path) -> N
     # Without transitive dependencies, only what nothing else requires: the project
     # itself (installed editable), not the packages it requires.
     assert "twc" in direct
-    assert "pulumi-kubernetes" not in direct and "grpcio" not in direct
+    assert "pulumi-kubernetes" not in direct
+    assert "grpcio" not in direct
 
 
 def test_about_names_the_virtualenvs_interpreter(host: Host, program: Path) -> None:
@@ -229,7 +231,8 @@ def test_about_names_the_virtualenvs_interpreter(host: Host, program: Path) -> N
         check=True,
     ).stdout.strip()
     assert about.executable == expected
-    assert about.version.count(".") == 2 and about.version.startswith("3.")
+    assert about.version.count(".") == 2
+    assert about.version.startswith("3.")
     assert about.metadata["toolchain"] == "Pip"
 
 
@@ -238,7 +241,8 @@ def test_run_runs_the_program_with_config_through_the_handshake_engine(
 ) -> None:
     answer = _run(host, program, greeting="hi")
 
-    assert answer.error == "" and not answer.bail
+    assert answer.error == ""
+    assert not answer.bail
     assert host.engine.outputs["greeting"] == "hi"
     # The program ran inside the virtualenv, activated as the Go host activates it.
     assert host.engine.outputs["virtualEnv"] == str(VENV)
@@ -287,7 +291,7 @@ def test_calls_it_does_not_serve_say_so(host: Host, program: Path) -> None:
 def test_a_missing_virtualenv_is_an_error_not_another_python(host: Host, program: Path) -> None:
     missing = program / "no-such-venv"
     info = _info(program, virtualenv="no-such-venv")
-    calls = {
+    calls: dict[str, Callable[[], object]] = {
         "Run": lambda: host.stub.Run(
             language_pb2.RunRequest(
                 project="smoke",

@@ -16,6 +16,7 @@ import logging
 import os
 import subprocess
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -251,13 +252,14 @@ def test_the_namespaced_scope_reconciles_with_roles_in_the_given_namespaces_only
     as_daemon = Kube(restricted)
     try:
         # Secrets are readable only in the given namespaces, and never listed cluster-wide.
-        for call in (
+        denied_calls: list[Callable[[], object]] = [
             lambda: as_daemon.core.read_namespaced_secret("not-yours", other),
             lambda: as_daemon.core.list_secret_for_all_namespaces(),
             lambda: as_daemon.core.create_namespaced_service_account(
                 other, {"metadata": {"name": "x"}}
             ),
-        ):
+        ]
+        for call in denied_calls:
             with pytest.raises(ApiException) as denied:
                 call()
             assert denied.value.status == 403

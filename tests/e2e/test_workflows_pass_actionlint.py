@@ -8,22 +8,21 @@ reject shows the check is really running.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, require_tools
-from twc.local import find_tool
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.e2e
 
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.y*ml"))
 
 
-def _actionlint(*args: str) -> subprocess.CompletedProcess[str]:
-    require_tools("actionlint")
+def _actionlint(actionlint: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [find_tool("actionlint"), "-no-color", *args],
+        [actionlint, "-no-color", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -31,13 +30,15 @@ def _actionlint(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_every_workflow_passes_actionlint() -> None:
+def test_every_workflow_passes_actionlint(real_tool: Callable[[str], str]) -> None:
     assert WORKFLOWS, "no workflows found"
-    done = _actionlint(*(str(w.relative_to(ROOT)) for w in WORKFLOWS))
+    done = _actionlint(real_tool("actionlint"), *(str(w.relative_to(ROOT)) for w in WORKFLOWS))
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_actionlint_rejects_a_broken_workflow(tmp_path: Path) -> None:
+def test_actionlint_rejects_a_broken_workflow(
+    real_tool: Callable[[str], str], tmp_path: Path
+) -> None:
     broken = tmp_path / "broken.yml"
     broken.write_text(
         "on: pull_request\n"
@@ -49,6 +50,6 @@ def test_actionlint_rejects_a_broken_workflow(tmp_path: Path) -> None:
         "      - uses: actions/checkout@v4\n"
         "        with: {no-such-input: true}\n"
     )
-    done = _actionlint(str(broken))
+    done = _actionlint(real_tool("actionlint"), str(broken))
     assert done.returncode == 1, done.stdout + done.stderr
     assert "no-such-input" in done.stdout

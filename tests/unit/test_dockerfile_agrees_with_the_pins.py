@@ -111,4 +111,5 @@ def test_the_image_user_is_the_one_the_chart_runs_as() -> None:
     # The project's virtualenv, where Pulumi.yaml's `virtualenv` option points from /app.
     pulumi_yaml = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
     assert pulumi_yaml["runtime"]["options"]["virtualenv"] == ".venv"
-    assert "WORKDIR /app" in DOCKERFILE and "python -m venv /app/.venv" in DOCKERFILE
+    assert "WORKDIR /app" in DOCKERFILE
+    assert "python -m venv /app/.venv" in DOCKERFILE

@@ -5,6 +5,7 @@ daemon as ``twc run --leader-elect`` with its probes and the fleet file from a C
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,15 @@ import pytest
 import yaml
 
 from tests.chart import CHART, READ, WRITE, grants, helm, render, render_text, template_args
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(autouse=True)
+def _helm(real_tool: Callable[[str], str]) -> None:
+    """Every test here renders the chart with the pinned helm."""
+    real_tool("helm")
+
 
 NAMESPACED = {
     ("apps", "deployments"): WRITE,
@@ -121,7 +131,8 @@ def test_bindings_tie_the_roles_to_the_daemons_service_account() -> None:
 
 
 def _container(docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    return docs["Deployment/twc"]["spec"]["template"]["spec"]["containers"][0]
+    container: dict[str, Any] = docs["Deployment/twc"]["spec"]["template"]["spec"]["containers"][0]
+    return container
 
 
 def test_the_deployment_runs_the_daemon_with_leader_election_and_probes() -> None:

@@ -105,6 +105,27 @@ def test_the_native_kinds_the_daemon_watches_are_granted_in_both_scopes() -> Non
         assert "patch" not in everything[("temporal.kmsvc.io", "temporalworkers")]
 
 
+def test_a_rule_changes_in_one_place_for_every_scope() -> None:
+    sets = (
+        "rbac.rules.namespaced.secrets.verbs={get}",
+        "rbac.rules.namespaced.secrets.resourceNames={temporal-mtls}",
+        "rbac.rules.namespaced.disruptionBudgets=null",
+    )
+    for scope in ((), ("rbac.scope=namespaced", "rbac.namespaces={apps}")):
+        docs = render(*scope, *sets)
+        role = docs["Role/apps/twc"] if scope else docs["ClusterRole/twc"]
+        secrets = [r for r in role["rules"] if r["resources"] == ["secrets"]]
+        assert secrets == [
+            {
+                "apiGroups": [""],
+                "resources": ["secrets"],
+                "verbs": ["get"],
+                "resourceNames": ["temporal-mtls"],
+            }
+        ], scope
+        assert ("policy", "poddisruptionbudgets") not in grants(role), scope
+
+
 def test_leases_are_granted_only_in_the_daemons_namespace() -> None:
     docs = render()
     role = docs["Role/twc-system/twc-leader-election"]

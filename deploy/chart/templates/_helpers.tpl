@@ -38,7 +38,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{/* RBAC rules from a map of named rules (values rbac.rules.*), in name order; a rule
-     set to null is left out. */}}
+     set to null is left out, and one may name its objects (resourceNames). */}}
 {{- define "twc.rules" -}}
 {{- range $name, $rule := . }}
 {{- if $rule }}
@@ -46,6 +46,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   - apiGroups: {{ toJson $rule.apiGroups }}
     resources: {{ toJson $rule.resources }}
     verbs: {{ toJson $rule.verbs }}
+    {{- with $rule.resourceNames }}
+    resourceNames: {{ toJson . }}
+    {{- end }}
 {{- end }}
 {{- end }}
 {{- end -}}

@@ -12,7 +12,9 @@ calls it serves as that host does, with the pip toolchain.
 
 Served ``LanguageRuntime`` calls:
 
-* ``Handshake``: records the engine's address (and watches the engine's health, as below).
+* ``Handshake``: records the engine's address; from then on (as from the start when the
+  address is the first argument) the host checks the engine's gRPC health every five
+  minutes and exits when the engine is gone, as the Go host does.
 * ``GetPluginInfo``: the host's version, ``v`` + the ``pulumi`` SDK's version (the same
   release as the CLI, pinned together).
 * ``GetRequiredPlugins``: UNIMPLEMENTED, exactly as the Go host answers; the CLI then asks

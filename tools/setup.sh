@@ -9,7 +9,7 @@
 # otherwise the tool is built from its Go module (one tool per step, CGO_ENABLED=0,
 # progress lines while it builds). A warm run finishes in seconds.
 #
-# Usage: tools/setup.sh [venv|pulumi|kubernetes|temporal|etcd|kube-apiserver|kube-controller-manager|kubectl ...]
+# Usage: tools/setup.sh [venv|pulumi|kubernetes|temporal|etcd|kube-apiserver|kube-controller-manager|kubectl|helm|actionlint ...]
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -239,9 +239,27 @@ setup_kubectl() {
 }
 
 # ---------------------------------------------------------------------------
+# helm, for the daemon's chart (deploy/chart): `helm lint` and `helm template` in the
+# tests, `helm install` for users. Built through its wrapper module (committed go.sum);
+# the version ldflag is what `helm version` prints.
+setup_helm() {
+  build_wrapped helm "$HELM_VERSION" helm.sh/helm/v4/cmd/helm helm \
+    "-X helm.sh/helm/v4/internal/version.version=v$HELM_VERSION -X helm.sh/helm/v4/internal/version.gitTreeState=clean"
+}
+
+# actionlint, which checks the GitHub workflows in .github/workflows (a test runs it).
+# Built inside a wrapper module, so the module version it would read from its build info
+# is the wrapper's: the ldflag sets the real one.
+setup_actionlint() {
+  build_wrapped actionlint "$ACTIONLINT_VERSION" github.com/rhysd/actionlint/cmd/actionlint \
+    actionlint "-X github.com/rhysd/actionlint.version=v$ACTIONLINT_VERSION"
+}
+
+# ---------------------------------------------------------------------------
 main() {
   local steps=("$@") t0
   [ ${#steps[@]} -gt 0 ] || steps=(venv pulumi kubernetes temporal etcd kube-apiserver kube-controller-manager kubectl)
+  [ $# -gt 0 ] || steps+=(helm actionlint)
   command -v go >/dev/null || die "go is required to build the tools (see README)"
   t0=$(date +%s)
   for step in "${steps[@]}"; do
@@ -254,6 +272,8 @@ main() {
       kube-apiserver) setup_kube_apiserver ;;
       kube-controller-manager) setup_kube_controller_manager ;;
       kubectl) setup_kubectl ;;
+      helm) setup_helm ;;
+      actionlint) setup_actionlint ;;
       *) die "unknown step '$step'" ;;
     esac
   done

@@ -1,18 +1,22 @@
 """Least privilege.
 
 Worker ServiceAccounts mount no API token unless the fleet asks; the daemon reconciles
-a normal fleet with exactly the ClusterRole of ``deploy/daemon`` and nothing more. The
-daemon runs as a ServiceAccount bound to that role: its kubeconfig carries a token the
-API server issued for the ServiceAccount (TokenRequest), so both the daemon's own Python
-client and the engine's Kubernetes provider act as
-``system:serviceaccount:<ns>:twc-daemon``. (A kubeconfig ``as:`` impersonation would do
-the same for the provider, but the Python client ignores ``as:``.)
+a normal fleet with exactly the RBAC of its chart (deploy/chart, rendered by the real
+``helm template`` and applied with the real ``kubectl``) and nothing more, in both RBAC
+scopes. The daemon runs as the chart's ServiceAccount: its kubeconfig carries a token
+the API server issued for it (TokenRequest), so both the daemon's own Python client and
+the engine's Kubernetes provider act as ``system:serviceaccount:<ns>:<release>``. (A
+kubeconfig ``as:`` impersonation would do the same for the provider, but the Python
+client ignores ``as:``.)
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +24,15 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
+from tests.chart import render_text
+from tests.conftest import require_tools
 from tests.e2e.conftest import create_queue, create_tls_secret, fleet_doc
-from twc.local import LocalEnvironment
+from twc.local import LocalEnvironment, find_tool
 from twc.local.environment import free_port
-from twc.stackrun.engine import ROOT
 
 pytestmark = pytest.mark.e2e
 
-DEPLOY = ROOT / "deploy" / "daemon"
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 
 
 @pytest.fixture(autouse=True)
@@ -61,43 +66,56 @@ def test_worker_service_accounts_mount_a_token_only_when_the_fleet_asks(
         assert pod.get("automountServiceAccountToken", expected) is expected, name
 
 
-def _restricted_kubeconfig(
-    local_env: LocalEnvironment, kube: Any, tmp_path: Path, sa_namespace: str
+def _kubectl(local_env: LocalEnvironment, *args: str, stdin: str) -> str:
+    require_tools("kubectl")
+    done = subprocess.run(
+        [find_tool("kubectl"), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KUBECONFIG": str(local_env.kubeconfig)},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture
+def chart_rbac(local_env: LocalEnvironment) -> Any:
+    """Apply the chart's RBAC for a release of its own (unique names).
+
+    It stays until the session's environment goes: the stacks made with the restricted
+    kubeconfig are destroyed at teardown through providers that still hold its token.
+    """
+
+    def apply(namespace: str, *sets: str) -> str:
+        release = f"twc-{uuid.uuid4().hex[:6]}"
+        docs = yaml.safe_load_all(render_text(*sets, release=release, namespace=namespace))
+        stream = yaml.safe_dump_all([d for d in docs if d and d["kind"] in RBAC_KINDS])
+        out = _kubectl(local_env, "apply", "-f", "-", stdin=stream)
+        assert f"clusterrole.rbac.authorization.k8s.io/{release} created" in out, out
+        return release
+
+    return apply
+
+
+def _kubeconfig_as(
+    local_env: LocalEnvironment, kube: Any, tmp_path: Path, namespace: str, account: str
 ) -> Path:
-    """A kubeconfig acting as a ServiceAccount bound to deploy/daemon's ClusterRole."""
-    suffix = uuid.uuid4().hex[:6]
-    role = yaml.safe_load((DEPLOY / "clusterrole.yaml").read_text())
-    role["metadata"]["name"] = f"twc-daemon-{suffix}"
-    kube.rbac.create_cluster_role(role)
-    kube.core.create_namespaced_service_account(sa_namespace, {"metadata": {"name": "twc-daemon"}})
-    binding = yaml.safe_load((DEPLOY / "clusterrolebinding.yaml").read_text())
-    binding["metadata"]["name"] = f"twc-daemon-{suffix}"
-    binding["roleRef"]["name"] = role["metadata"]["name"]
-    binding["subjects"][0]["namespace"] = sa_namespace
-    kube.rbac.create_cluster_role_binding(binding)
+    """A kubeconfig acting as the ServiceAccount ``namespace/account``."""
     token = kube.core.create_namespaced_service_account_token(
-        "twc-daemon", sa_namespace, {"spec": {"expirationSeconds": 3600}}
+        account, namespace, {"spec": {"expirationSeconds": 3600}}
     ).status.token
     config = yaml.safe_load(Path(local_env.kubeconfig).read_text())
-    config["users"] = [{"name": "twc-daemon", "user": {"token": token}}]
-    config["contexts"][0]["context"]["user"] = "twc-daemon"
-    path = tmp_path / "kubeconfig-daemon"
+    config["users"] = [{"name": account, "user": {"token": token}}]
+    config["contexts"][0]["context"]["user"] = account
+    path = tmp_path / f"kubeconfig-{account}"
     path.write_text(yaml.safe_dump(config))
     return path
 
 
-def test_the_daemon_reconciles_a_fleet_with_exactly_the_deployed_cluster_role(
-    local_env: LocalEnvironment,
-    kube: Any,
-    namespace: str,
-    fleet_stack: Any,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    from twc.commands.run import RunOptions, run_daemon
-    from twc.local.kube import Kube
-
+def _fleet_with_every_grant(local_env: LocalEnvironment, kube: Any, namespace: str) -> Any:
+    """A fleet that uses every grant: secretSource copy, API key, autoscaling, DLQ, Queue."""
     address = local_env.temporal_address()
     source = f"{namespace}-src"
     kube.ensure_namespace(source)
@@ -137,26 +155,41 @@ def test_the_daemon_reconciles_a_fleet_with_exactly_the_deployed_cluster_role(
         }
     ]
     create_queue(kube, namespace, "events", partitions=2)
-    fs = fleet_stack(fleet)
-    restricted = _restricted_kubeconfig(local_env, kube, tmp_path, namespace)
-    as_daemon = Kube(restricted)
-    # The role really is narrower than admin: it cannot read ConfigMaps or write RBAC.
-    with pytest.raises(ApiException) as denied:
-        as_daemon.core.list_namespaced_config_map(namespace)
-    assert denied.value.status == 403
+    return fleet
 
+
+def _run_daemon_once(
+    kube: Any,
+    namespace: str,
+    fs: Any,
+    restricted: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    **options: Any,
+) -> None:
+    from twc.commands.run import RunOptions, run_daemon
+
+    admin = fs.env.get("KUBECONFIG")
     monkeypatch.setenv("KUBECONFIG", str(restricted))
     fs.env["KUBECONFIG"] = str(restricted)
     try:
         with caplog.at_level(logging.INFO):
             code = run_daemon(
                 RunOptions(
-                    stack=fs.name, fleet_file=str(fs.fleet_file), port=free_port(), once=True
+                    stack=fs.name,
+                    fleet_file=str(fs.fleet_file),
+                    port=free_port(),
+                    once=True,
+                    **options,
                 )
             )
     finally:
         kube.custom.delete_namespaced_custom_object("kmsvc.io", "v1", namespace, "queues", "events")
-        as_daemon.close()
+        # The stack is destroyed at teardown as admin: the chart's RBAC is gone by then.
+        if admin is None:
+            fs.env.pop("KUBECONFIG", None)
+        else:
+            fs.env["KUBECONFIG"] = admin
 
     assert code == 0, caplog.text
     assert "forbidden" not in caplog.text.lower(), caplog.text
@@ -165,3 +198,83 @@ def test_the_daemon_reconciles_a_fleet_with_exactly_the_deployed_cluster_role(
     assert kube.apps.read_namespaced_stateful_set("alpha-dlq", namespace) is not None
     copied = kube.core.read_namespaced_secret("temporal-mtls", namespace)
     assert copied.metadata.labels["app.kubernetes.io/managed-by"] == "twc"
+
+
+def test_the_daemon_reconciles_a_fleet_with_exactly_the_charts_cluster_role(
+    local_env: LocalEnvironment,
+    kube: Any,
+    namespace: str,
+    fleet_stack: Any,
+    chart_rbac: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from twc.local.kube import Kube
+
+    fs = fleet_stack(_fleet_with_every_grant(local_env, kube, namespace))
+    account = chart_rbac(namespace)
+    restricted = _kubeconfig_as(local_env, kube, tmp_path, namespace, account)
+    as_daemon = Kube(restricted)
+    try:
+        # The role really is narrower than admin: it cannot read ConfigMaps.
+        with pytest.raises(ApiException) as denied:
+            as_daemon.core.list_namespaced_config_map(namespace)
+        assert denied.value.status == 403
+    finally:
+        as_daemon.close()
+
+    _run_daemon_once(kube, namespace, fs, restricted, monkeypatch, caplog)
+
+
+def test_the_namespaced_scope_reconciles_with_roles_in_the_given_namespaces_only(
+    local_env: LocalEnvironment,
+    kube: Any,
+    namespace: str,
+    fleet_stack: Any,
+    chart_rbac: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from twc.local.kube import Kube
+
+    fs = fleet_stack(_fleet_with_every_grant(local_env, kube, namespace))
+    other = f"{namespace}-other"
+    kube.ensure_namespace(other)
+    kube.core.create_namespaced_secret(
+        other, {"metadata": {"name": "not-yours"}, "stringData": {"k": "v"}}
+    )
+    account = chart_rbac(
+        namespace, "rbac.scope=namespaced", f"rbac.namespaces={{{namespace},{namespace}-src}}"
+    )
+    restricted = _kubeconfig_as(local_env, kube, tmp_path, namespace, account)
+    as_daemon = Kube(restricted)
+    try:
+        # Secrets are readable only in the given namespaces, and never listed cluster-wide.
+        denied_calls: list[Callable[[], object]] = [
+            lambda: as_daemon.core.read_namespaced_secret("not-yours", other),
+            lambda: as_daemon.core.list_secret_for_all_namespaces(),
+            lambda: as_daemon.core.create_namespaced_service_account(
+                other, {"metadata": {"name": "x"}}
+            ),
+        ]
+        for call in denied_calls:
+            with pytest.raises(ApiException) as denied:
+                call()
+            assert denied.value.status == 403
+    finally:
+        as_daemon.close()
+
+    # With leader election, as the chart runs it: the Lease Role in the daemon's namespace.
+    _run_daemon_once(
+        kube,
+        namespace,
+        fs,
+        restricted,
+        monkeypatch,
+        caplog,
+        leader_elect=True,
+        lease_namespace=namespace,
+    )
+    assert "leader election on lease" in caplog.text

@@ -25,6 +25,8 @@ VERSIONS = dict(
         ("kube-apiserver", ["--version"], "Kubernetes v" + VERSIONS["KUBERNETES_VERSION"]),
         ("etcd", ["--version"], "etcd Version: " + VERSIONS["ETCD_VERSION"]),
         ("kubectl", ["version", "--client"], "Client Version: v" + VERSIONS["KUBERNETES_VERSION"]),
+        ("helm", ["version", "--template", "{{.Version}}"], "v" + VERSIONS["HELM_VERSION"]),
+        ("actionlint", ["--version"], "v" + VERSIONS["ACTIONLINT_VERSION"] + "\n"),
     ],
 )
 def test_tool_prints_pinned_version(

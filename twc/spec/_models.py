@@ -572,11 +572,11 @@ class RolloutStep(SpecModel):
     """One step of a Progressive rollout."""
 
     ramp_percentage: int = Field(ge=1, le=99)
-    """Share of new workflow executions routed to the new version during this step,
-    1 to 99 (percent); strictly increasing from step to step."""
+    """Drives versioned rollouts: the share of new workflow executions routed to the new
+    version during this step, 1 to 99 (percent); strictly increasing from step to step."""
     pause_duration: Duration
-    """How long this step lasts before the next one, at least ``30s`` (a Go duration:
-    ``30s``, ``5m``, ``1h``)."""
+    """Drives versioned rollouts: how long this step lasts before the next one, at least
+    ``30s`` (a Go duration: ``30s``, ``5m``, ``1h``)."""
 
     @model_validator(mode="after")
     def _long_enough(self) -> RolloutStep:
@@ -618,12 +618,14 @@ class GateWorkflow(SpecModel):
     """A workflow that must complete on a new version before it gets any traffic."""
 
     workflow_type: str = Field(min_length=1, max_length=1000)
-    """Workflow type to start on the new version's task queue."""
+    """Drives versioned rollouts: the workflow type started on the new version's task
+    queue."""
     input: JsonValue = None
-    """Inline JSON passed as the workflow's first argument; exclusive with ``inputFrom``."""
+    """Drives versioned rollouts: inline JSON passed as the gate workflow's first
+    argument; exclusive with ``inputFrom``."""
     input_from: GateInputSource | None = None
-    """A ConfigMap or Secret key whose JSON document is the first argument; exclusive
-    with ``input``."""
+    """Drives versioned rollouts: a ConfigMap or Secret key whose JSON document is the
+    gate workflow's first argument; exclusive with ``input``."""
 
     @model_validator(mode="after")
     def _one_input(self) -> GateWorkflow:
@@ -638,12 +640,14 @@ class Rollout(SpecModel):
     controller's ``rollout``). Without it a worker rolls its pods in place."""
 
     strategy: RolloutStrategy
-    """``AllAtOnce``, ``Progressive`` or ``Manual``; drives versioned rollouts."""
+    """Drives versioned rollouts: ``AllAtOnce``, ``Progressive`` or ``Manual``."""
     steps: tuple[RolloutStep, ...] = Field(default=(), max_length=MAX_ROLLOUT_STEPS)
-    """Ramp steps of a Progressive rollout (required there, at most 20, ramp
-    percentages strictly increasing); other strategies ignore them."""
+    """Drives versioned rollouts: the ramp steps of a Progressive rollout (required
+    there, at most 20, ramp percentages strictly increasing); other strategies ignore
+    them."""
     gate: GateWorkflow | None = None
-    """A workflow that must complete on the new version before it gets traffic."""
+    """Drives versioned rollouts: a workflow that must complete on the new version
+    before it gets traffic."""
 
     @model_validator(mode="after")
     def _steps(self) -> Rollout:
@@ -666,9 +670,11 @@ class Sunset(SpecModel):
     running): scaled to zero, then deleted. Drives versioned rollouts."""
 
     scaledown_delay: Duration = "1h"
-    """How long after draining a version's Deployment is scaled to zero (default 1h)."""
+    """Drives versioned rollouts: how long after draining a version's Deployment is
+    scaled to zero (default 1h)."""
     delete_delay: Duration = "24h"
-    """How long after draining a version's Deployment is deleted (default 24h)."""
+    """Drives versioned rollouts: how long after draining a version's Deployment is
+    deleted (default 24h)."""
 
 
 def _checked_template(template: dict[str, JsonValue]) -> dict[str, JsonValue]:
@@ -724,10 +730,10 @@ class WorkerSettings(SpecModel):
     fields fill what it leaves unset; the same thing set both ways differently at one
     level is an error."""
     rollout: Rollout | None = None
-    """Versioned rollouts (Worker Versioning): one Deployment per build, traffic moved
-    by strategy. Unset: pods roll in place."""
+    """Drives versioned rollouts (Worker Versioning): one Deployment per build, traffic
+    moved by strategy. Unset: pods roll in place."""
     sunset: Sunset | None = None
-    """When drained versions are scaled down and deleted (versioned rollouts only)."""
+    """Drives versioned rollouts: when drained versions are scaled down and deleted."""
 
     @model_validator(mode="after")
     def _env_not_reserved(self) -> WorkerSettings:

@@ -269,7 +269,10 @@ def _pod_template(
     ]
     # twc's variables first, so the user's may refer to them as $(TEMPORAL_ADDRESS).
     container["env"] = [*own_env, *(container.get("env") or [])]
-    container["securityContext"] = {**_RESTRICTED_CONTAINER, **(container.get("securityContext") or {})}
+    container["securityContext"] = {
+        **_RESTRICTED_CONTAINER,
+        **(container.get("securityContext") or {}),
+    }
     k8s_resources = resources.to_kubernetes() if resources is not None else {}
     if k8s_resources:
         container["resources"] = k8s_resources

@@ -125,7 +125,7 @@ def test_each_cause_becomes_an_issue_at_the_users_field() -> None:
     first, second = issues_from_status(body, _target(SIDECAR_FIRST), "stacks/prod.yaml")
     assert str(first) == (
         "stacks/prod.yaml: workers[1].template.spec.containers[1].resources.requests: worker "
-        "apps/w: the API server refuses its Deployment: Invalid value: \"2\": must be less than "
+        'apps/w: the API server refuses its Deployment: Invalid value: "2": must be less than '
         "or equal to cpu limit of 1"
     )
     # Not the user's field: named at the worker, with the Deployment's own path.
@@ -147,7 +147,9 @@ def test_an_unknown_field_is_named_from_the_strict_decoding_message() -> None:
 
 
 def test_a_refusal_without_fields_is_one_issue_at_the_worker() -> None:
-    (issue,) = issues_from_status(_status(None, "admission webhook said no"), _target({"image": "reg/w:1"}), "f.yaml")
+    (issue,) = issues_from_status(
+        _status(None, "admission webhook said no"), _target({"image": "reg/w:1"}), "f.yaml"
+    )
     assert (issue.path, issue.reason) == (
         "workers[1]",
         "worker apps/w: the API server refuses its Deployment: admission webhook said no",

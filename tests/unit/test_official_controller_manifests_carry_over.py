@@ -153,7 +153,9 @@ def test_convert_notes_what_has_no_counterpart_and_drops_what_twc_sets() -> None
             },
         },
     }
-    result = convert_manifests([doc, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}])
+    result = convert_manifests(
+        [doc, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}]
+    )
     (worker,) = result.fleet["workers"]
     fields = {n.field for n in result.notes}
     assert {
@@ -170,14 +172,20 @@ def test_convert_notes_what_has_no_counterpart_and_drops_what_twc_sets() -> None
     assert worker["connectionRef"] == {"name": "prod"}
     assert worker["template"]["spec"] == {
         "containers": [
-            {"name": "worker", "image": "reg/orders:1", "env": [{"name": "LOG_LEVEL", "value": "info"}]}
+            {
+                "name": "worker",
+                "image": "reg/orders:1",
+                "env": [{"name": "LOG_LEVEL", "value": "info"}],
+            }
         ]
     }
     assert worker["template"]["metadata"] == {"labels": {"team": "t"}}
     assert result.converted == 1
 
 
-def test_convert_of_nothing_convertible_fails(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_convert_of_nothing_convertible_fails(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     empty = tmp_path / "svc.yaml"
     empty.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: s}\n")
     assert cli.main(["convert", str(empty)]) == 1

@@ -97,7 +97,12 @@ PRECEDENCE = [
             "template": _tmpl(env=[{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}]),
         },
         {"env": {"C": "defaults"}},
-        {"env": [{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}, {"name": "B", "value": "worker"}]},
+        {
+            "env": [
+                {"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "x"}}},
+                {"name": "B", "value": "worker"},
+            ]
+        },
         id="env merges by name; the worker's env replaces the defaults' env whole",
     ),
     pytest.param(
@@ -108,7 +113,10 @@ PRECEDENCE = [
     ),
     pytest.param(
         {"env": {"A": "worker"}},
-        {"image": "reg/a:1", "template": _tmpl(env=[{"name": "A", "value": "t"}, {"name": "Z", "value": "z"}])},
+        {
+            "image": "reg/a:1",
+            "template": _tmpl(env=[{"name": "A", "value": "t"}, {"name": "Z", "value": "z"}]),
+        },
         {"env": [{"name": "A", "value": "worker"}, {"name": "Z", "value": "z"}]},
         id="the worker's env replaces a name of the defaults' template in place",
     ),
@@ -163,16 +171,27 @@ def test_pod_level_fields_follow_the_same_precedence(
 REFUSED = [
     pytest.param(
         {"image": "reg/a:1", "template": _tmpl(image="reg/a:2")},
-        "workers[0]: template.spec.containers[0].image ('reg/a:2') conflicts with image ('reg/a:1')",
+        "workers[0]: template.spec.containers[0].image ('reg/a:2') conflicts with image "
+        "('reg/a:1')",
         id="image set twice at one level",
     ),
     pytest.param(
-        {"image": "reg/a:1", "env": {"A": "1"}, "template": _tmpl(env=[{"name": "A", "value": "2"}])},
+        {
+            "image": "reg/a:1",
+            "env": {"A": "1"},
+            "template": _tmpl(env=[{"name": "A", "value": "2"}]),
+        },
         "template.spec.containers[0].env[0] sets A and so does env.A",
         id="an env name set twice at one level",
     ),
     pytest.param(
-        {"image": "reg/a:1", "env": {"A": "1"}, "template": _tmpl(env=[{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}])},
+        {
+            "image": "reg/a:1",
+            "env": {"A": "1"},
+            "template": _tmpl(
+                env=[{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]
+            ),
+        },
         "sets A and so does env.A",
         id="an env name from a Secret and from env",
     ),
@@ -187,32 +206,72 @@ REFUSED = [
         id="a reserved env name in the template",
     ),
     pytest.param(
-        {"template": {"spec": {"containers": [{"name": "a", "image": "reg/a:1"}, {"name": "b", "image": "reg/b:1"}]}}},
+        {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "a", "image": "reg/a:1"},
+                        {"name": "b", "image": "reg/b:1"},
+                    ]
+                }
+            }
+        },
         "spec.containers: name the worker container 'worker'",
         id="several containers and none named worker",
     ),
     pytest.param(
-        {"template": {"metadata": {"labels": {"twc.temporal.io/worker": "other"}}, **_tmpl(image="reg/a:1")}},
+        {
+            "template": {
+                "metadata": {"labels": {"twc.temporal.io/worker": "other"}},
+                **_tmpl(image="reg/a:1"),
+            }
+        },
         'metadata.labels["twc.temporal.io/worker"]: twc sets this label itself',
         id="one of twc's pod labels",
     ),
     pytest.param(
-        {"template": {"metadata": {"annotations": {"temporal.io/connection-spec-hash": "x"}}, **_tmpl(image="reg/a:1")}},
+        {
+            "template": {
+                "metadata": {"annotations": {"temporal.io/connection-spec-hash": "x"}},
+                **_tmpl(image="reg/a:1"),
+            }
+        },
         "twc sets this annotation itself",
         id="the connection fingerprint annotation",
     ),
     pytest.param(
-        {"template": {"spec": {"serviceAccountName": "mine", "containers": [{"name": "worker", "image": "reg/a:1"}]}}},
+        {
+            "template": {
+                "spec": {
+                    "serviceAccountName": "mine",
+                    "containers": [{"name": "worker", "image": "reg/a:1"}],
+                }
+            }
+        },
         "spec.serviceAccountName: twc creates a ServiceAccount per worker",
         id="a service account of the template's own",
     ),
     pytest.param(
-        {"template": {"spec": {"volumes": [{"name": "temporal-tls", "emptyDir": {}}], "containers": [{"name": "worker", "image": "reg/a:1"}]}}},
+        {
+            "template": {
+                "spec": {
+                    "volumes": [{"name": "temporal-tls", "emptyDir": {}}],
+                    "containers": [{"name": "worker", "image": "reg/a:1"}],
+                }
+            }
+        },
         "spec.volumes[0].name: 'temporal-tls' is twc's own",
         id="twc's mTLS volume name",
     ),
     pytest.param(
-        {"template": {"spec": {"initContainers": [{"name": "wait-for-temporal", "image": "x"}], "containers": [{"name": "worker", "image": "reg/a:1"}]}}},
+        {
+            "template": {
+                "spec": {
+                    "initContainers": [{"name": "wait-for-temporal", "image": "x"}],
+                    "containers": [{"name": "worker", "image": "reg/a:1"}],
+                }
+            }
+        },
         "spec.initContainers[0].name: 'wait-for-temporal' is twc's own",
         id="twc's init container name",
     ),
@@ -228,7 +287,8 @@ REFUSED = [
     ),
     pytest.param(
         {"template": _tmpl(command=["app"])},
-        "workers[0].image: no image: set it here or in defaults.image (or in the template's worker container)",
+        "workers[0].image: no image: set it here or in defaults.image (or in the template's "
+        "worker container)",
         id="no image anywhere",
     ),
 ]
@@ -243,7 +303,9 @@ def test_refused_templates_name_the_field(worker: dict[str, Any], fragment: str)
 
 def test_a_conflict_inside_defaults_names_defaults() -> None:
     lines = _issues({}, {"image": "reg/a:1", "template": _tmpl(image="reg/a:2")})
-    assert any(line.startswith("f.yaml: defaults: template.spec.containers[0].image") for line in lines)
+    assert any(
+        line.startswith("f.yaml: defaults: template.spec.containers[0].image") for line in lines
+    )
 
 
 def test_reserved_env_names_are_free_in_a_sidecar() -> None:
@@ -252,12 +314,18 @@ def test_reserved_env_names_are_free_in_a_sidecar() -> None:
         "spec": {
             "containers": [
                 {"name": "worker", "image": "reg/a:1"},
-                {"name": "proxy", "image": "envoy", "env": [{"name": "TEMPORAL_ADDRESS", "value": "x"}]},
+                {
+                    "name": "proxy",
+                    "image": "envoy",
+                    "env": [{"name": "TEMPORAL_ADDRESS", "value": "x"}],
+                },
             ]
         }
     }
     worker = _resolve({"template": template})
-    assert _container(worker.pod_template, "proxy")["env"] == [{"name": "TEMPORAL_ADDRESS", "value": "x"}]
+    assert _container(worker.pod_template, "proxy")["env"] == [
+        {"name": "TEMPORAL_ADDRESS", "value": "x"}
+    ]
 
 
 @pytest.mark.parametrize(
@@ -308,8 +376,14 @@ FULL_TEMPLATE: dict[str, Any] = {
                 "command": ["python", "-m", "app"],
                 "args": ["--log=info"],
                 "env": [
-                    {"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}},
-                    {"name": "REGION", "valueFrom": {"configMapKeyRef": {"name": "app-config", "key": "region"}}},
+                    {
+                        "name": "DB_PASSWORD",
+                        "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}},
+                    },
+                    {
+                        "name": "REGION",
+                        "valueFrom": {"configMapKeyRef": {"name": "app-config", "key": "region"}},
+                    },
                 ],
                 "envFrom": [{"configMapRef": {"name": "app-config"}, "prefix": "APP_"}],
                 "volumeMounts": [{"name": "config", "mountPath": "/etc/app"}],
@@ -333,7 +407,16 @@ def test_every_field_of_the_template_reaches_the_deployment() -> None:
     spec = pod["spec"]
     worker = _container(pod)
     user_worker = FULL_TEMPLATE["spec"]["containers"][1]
-    for key in ("image", "command", "args", "envFrom", "ports", "readinessProbe", "livenessProbe", "startupProbe"):
+    for key in (
+        "image",
+        "command",
+        "args",
+        "envFrom",
+        "ports",
+        "readinessProbe",
+        "livenessProbe",
+        "startupProbe",
+    ):
         assert worker[key] == user_worker[key], key
     assert user_worker["env"][0] in worker["env"] and user_worker["env"][1] in worker["env"]
     assert user_worker["volumeMounts"][0] in worker["volumeMounts"]
@@ -351,7 +434,12 @@ def test_twc_adds_its_parts_to_the_worker_container_only() -> None:
     names = [e["name"] for e in _container(pod)["env"]]
     # twc's variables come first, so the user's may refer to them as $(TEMPORAL_ADDRESS).
     assert names[:2] == ["TEMPORAL_ADDRESS", "TEMPORAL_FRONTEND_ADDRESS"]
-    assert {"TEMPORAL_NAMESPACE", "TEMPORAL_TASK_QUEUE", "POD_NAME", "TEMPORAL_TLS_CLIENT_CERT_PATH"} <= set(names)
+    assert {
+        "TEMPORAL_NAMESPACE",
+        "TEMPORAL_TASK_QUEUE",
+        "POD_NAME",
+        "TEMPORAL_TLS_CLIENT_CERT_PATH",
+    } <= set(names)
     assert names[-2:] == ["DB_PASSWORD", "REGION"]
     assert any(m["name"] == "temporal-tls" for m in _container(pod)["volumeMounts"])
     assert {"name": "temporal-tls", "secret": {"secretName": "temporal-mtls"}} in spec["volumes"]
@@ -409,5 +497,8 @@ def test_a_template_does_not_leak_into_the_resolved_copy_or_back() -> None:
     fleet = load_fleet(data, "f.yaml")
     (worker,) = fleet.resolved_workers()
     _deployment(worker)
-    assert worker.pod_template["spec"]["containers"][1]["env"] == FULL_TEMPLATE["spec"]["containers"][1]["env"]
+    assert (
+        worker.pod_template["spec"]["containers"][1]["env"]
+        == FULL_TEMPLATE["spec"]["containers"][1]["env"]
+    )
     assert fleet.workers[0].template == FULL_TEMPLATE

@@ -68,7 +68,10 @@ VALID = [
         id="a gate with input from a Secret",
     ),
     pytest.param(
-        {"strategy": "Progressive", "steps": [{"rampPercentage": p, "pauseDuration": "1m"} for p in range(1, 21)]},
+        {
+            "strategy": "Progressive",
+            "steps": [{"rampPercentage": p, "pauseDuration": "1m"} for p in range(1, 21)],
+        },
         id="twenty steps",
     ),
 ]
@@ -84,10 +87,22 @@ def test_valid_rollouts_are_accepted(rollout: dict[str, Any]) -> None:
 
 INVALID = [
     pytest.param({}, "workers[0].rollout.strategy: required field is missing", id="no strategy"),
-    pytest.param({"strategy": "BlueGreen"}, "workers[0].rollout.strategy", id="an unknown strategy"),
-    pytest.param({"strategy": "Progressive"}, "steps are required for Progressive rollout", id="Progressive without steps"),
     pytest.param(
-        {"strategy": "Progressive", "steps": [{"rampPercentage": 50, "pauseDuration": "1m"}, {"rampPercentage": 50, "pauseDuration": "1m"}]},
+        {"strategy": "BlueGreen"}, "workers[0].rollout.strategy", id="an unknown strategy"
+    ),
+    pytest.param(
+        {"strategy": "Progressive"},
+        "steps are required for Progressive rollout",
+        id="Progressive without steps",
+    ),
+    pytest.param(
+        {
+            "strategy": "Progressive",
+            "steps": [
+                {"rampPercentage": 50, "pauseDuration": "1m"},
+                {"rampPercentage": 50, "pauseDuration": "1m"},
+            ],
+        },
         "steps[1].rampPercentage (50) must be greater than the step before (50)",
         id="a ramp that does not increase",
     ),
@@ -112,12 +127,22 @@ INVALID = [
         id="a pause that is not a duration",
     ),
     pytest.param(
-        {"strategy": "Progressive", "steps": [{"rampPercentage": p, "pauseDuration": "1m"} for p in range(1, 22)]},
+        {
+            "strategy": "Progressive",
+            "steps": [{"rampPercentage": p, "pauseDuration": "1m"} for p in range(1, 22)],
+        },
         "workers[0].rollout.steps",
         id="more than twenty steps",
     ),
     pytest.param(
-        {"strategy": "AllAtOnce", "gate": {"workflowType": "T", "input": {}, "inputFrom": {"configMapKeyRef": {"name": "g", "key": "k"}}}},
+        {
+            "strategy": "AllAtOnce",
+            "gate": {
+                "workflowType": "T",
+                "input": {},
+                "inputFrom": {"configMapKeyRef": {"name": "g", "key": "k"}},
+            },
+        },
         "workers[0].rollout.gate: only one of input or inputFrom may be set",
         id="gate input and inputFrom",
     ),
@@ -135,14 +160,18 @@ INVALID = [
 
 
 @pytest.mark.parametrize(("rollout", "fragment"), INVALID)
-def test_invalid_rollouts_are_refused_naming_the_field(rollout: dict[str, Any], fragment: str) -> None:
+def test_invalid_rollouts_are_refused_naming_the_field(
+    rollout: dict[str, Any], fragment: str
+) -> None:
     lines = _issues({"rollout": rollout})
     assert any(fragment in line for line in lines), lines
 
 
 def test_sunset_defaults_are_the_official_ones() -> None:
     assert Sunset.model_validate({}) == Sunset(scaledownDelay="1h", deleteDelay="24h")
-    (worker,) = load_fleet(_fleet({"rollout": {"strategy": "AllAtOnce"}}), "f.yaml").resolved_workers()
+    (worker,) = load_fleet(
+        _fleet({"rollout": {"strategy": "AllAtOnce"}}), "f.yaml"
+    ).resolved_workers()
     assert worker.sunset == Sunset(scaledownDelay="1h", deleteDelay="24h")
 
 
@@ -164,12 +193,23 @@ def test_without_rollout_a_worker_keeps_in_place_rolls() -> None:
 
 def test_a_worker_sunset_without_any_rollout_is_refused() -> None:
     lines = _issues({"sunset": {"deleteDelay": "1h"}})
-    assert lines == ["f.yaml: workers[0].sunset: sunset applies only to versioned rollouts: set rollout here or in defaults"]
+    assert lines == [
+        "f.yaml: workers[0].sunset: sunset applies only to versioned rollouts: set rollout "
+        "here or in defaults"
+    ]
 
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("0", 0), ("30s", 30), ("5m", 300), ("1h30m", 5400), ("1.5h", 5400), ("500ms", Decimal("0.5")), ("24h", 86400)],
+    [
+        ("0", 0),
+        ("30s", 30),
+        ("5m", 300),
+        ("1h30m", 5400),
+        ("1.5h", 5400),
+        ("500ms", Decimal("0.5")),
+        ("24h", 86400),
+    ],
 )
 def test_durations_read_as_go_and_kubernetes_read_them(text: str, seconds: Decimal) -> None:
     assert parse_duration(text) == seconds
@@ -200,7 +240,10 @@ def test_the_temporalworker_crd_carries_rollout_and_sunset_with_cel_rules() -> N
     steps = rollout["properties"]["steps"]
     assert steps["maxItems"] == 20
     step = steps["items"]
-    assert (step["properties"]["rampPercentage"]["minimum"], step["properties"]["rampPercentage"]["maximum"]) == (1, 99)
+    assert (
+        step["properties"]["rampPercentage"]["minimum"],
+        step["properties"]["rampPercentage"]["maximum"],
+    ) == (1, 99)
     assert _rules(step) == {
         "pause duration must be at least 30s": "duration(self.pauseDuration) >= duration('30s')"
     }

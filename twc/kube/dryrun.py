@@ -318,7 +318,10 @@ def issues_from_status(body: str, target: DryRunTarget, file: str) -> list[SpecI
         if isinstance(cause, Mapping) and cause.get("field"):
             found.append((str(cause["field"]), str(cause.get("message") or message)))
     if not found:
-        for pattern, text in ((_UNKNOWN_FIELD, "unknown field"), (_DUPLICATE_FIELD, "duplicate field")):
+        for pattern, text in (
+            (_UNKNOWN_FIELD, "unknown field"),
+            (_DUPLICATE_FIELD, "duplicate field"),
+        ):
             for name in pattern.findall(message):
                 found.append((name, text))
     subject = f"worker {target.key}: the API server refuses its Deployment"
@@ -362,7 +365,9 @@ def template_field_path(api_field: str, target: DryRunTarget) -> str | None:
             name = item.get("name") if isinstance(item, Mapping) else None
             if name is not None:
                 matches = [
-                    i for i, u in enumerate(user) if isinstance(u, Mapping) and u.get("name") == name
+                    i
+                    for i, u in enumerate(user)
+                    if isinstance(u, Mapping) and u.get("name") == name
                 ]
                 if not matches:
                     return None

@@ -566,7 +566,8 @@ class LocalEnvironment:
             outcomes = install_crds(api.api_client, spec_crds.all_crds())
         finally:
             api.close()
-        progress(f"CRDs installed: {crds.queue_crd()['metadata']['name']}, {', '.join(map(str, outcomes))}")
+        queue = crds.queue_crd()["metadata"]["name"]
+        progress(f"CRDs installed: {queue}, {', '.join(map(str, outcomes))}")
 
 
 def _https_ok(url: str, token: str | None = None) -> bool:

@@ -148,7 +148,9 @@ Quantity = Annotated[
 Duration = Annotated[
     str,
     AfterValidator(check_duration),
-    WithJsonSchema({"type": "string", "pattern": r"^(0|([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$"}),
+    WithJsonSchema(
+        {"type": "string", "pattern": r"^(0|([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$"}
+    ),
 ]
 """A Go/Kubernetes duration string (``30s``, ``5m``, ``1h30m``), as the official worker
 controller's ``metav1.Duration`` fields take it."""

@@ -2,10 +2,11 @@
 
 ``TemporalWorker`` (``temporal.kmsvc.io/v1``), ``Connection`` and ``ClusterConnection``
 (``temporal.io/v1alpha1``, the official worker controller's version) objects carry the
-same spec as their fleet-file entries; their name and namespace come from ``metadata``. The CRD schema already rejects most mistakes, but
-not everything the models check (names that are DNS subdomains but not labels, reserved
-env names, request > limit...), so every object goes through its model here and an
-invalid one raises :class:`~twc.errors.SpecError` naming the object.
+same spec as their fleet-file entries; their name and namespace come from ``metadata``.
+The CRD schema already rejects most mistakes, but not everything the models check
+(names that are DNS subdomains but not labels, reserved env names, request > limit...),
+so every object goes through its model here and an invalid one raises
+:class:`~twc.errors.SpecError` naming the object.
 
 Objects of connection kinds added by a provider plugin become
 :class:`~twc.spec.CustomConnection` entries: twc checks the envelope, the provider its

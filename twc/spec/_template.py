@@ -245,13 +245,13 @@ def check_pod_template(template: Mapping[str, Any], reserved_env: frozenset[str]
                     f"{at}.env[{j}].name: {item.get('name')} is set by twc (from the "
                     "connection and the worker); it may not be set here"
                 )
-    inits = _named_items(
-        spec.get("initContainers"), "spec.initContainers", "containers", problems
-    )
+    inits = _named_items(spec.get("initContainers"), "spec.initContainers", "containers", problems)
     for j, item in enumerate(inits):
         if item.get("name") in RESERVED_INIT_CONTAINERS:
             problems.append(f"spec.initContainers[{j}].name: {item.get('name')!r} is twc's own")
-    for j, item in enumerate(_named_items(spec.get("volumes"), "spec.volumes", "volumes", problems)):
+    for j, item in enumerate(
+        _named_items(spec.get("volumes"), "spec.volumes", "volumes", problems)
+    ):
         if item.get("name") in RESERVED_VOLUMES:
             problems.append(
                 f"spec.volumes[{j}].name: {item.get('name')!r} is twc's own (the mTLS secret)"

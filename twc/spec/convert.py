@@ -106,14 +106,22 @@ def convert_manifests(documents: Iterable[object]) -> Conversion:
         group = str(doc.get("apiVersion", "")).partition("/")[0]
         if group != API_GROUP or kind not in WORKER_KINDS | CONNECTION_KINDS:
             notes.append(
-                Note(source, "", "not one of the official controller's Connection or "
-                     "WorkerDeployment objects: skipped")
+                Note(
+                    source,
+                    "",
+                    "not one of the official controller's Connection or "
+                    "WorkerDeployment objects: skipped",
+                )
             )
             continue
         if namespace is None:
             notes.append(
-                Note(source, "metadata.namespace", "not set: namespace `default` assumed "
-                     "(kubectl would use its current namespace)")
+                Note(
+                    source,
+                    "metadata.namespace",
+                    "not set: namespace `default` assumed "
+                    "(kubectl would use its current namespace)",
+                )
             )
             namespace = "default"
         spec = doc.get("spec")

@@ -32,6 +32,7 @@ from twc.errors import SpecIssue, TwcConnectionError
 from twc.spec import WORKER_API_VERSION, Fleet, ResolvedWorker
 
 __all__ = [
+    "DryRunFailed",
     "DryRunResult",
     "DryRunTarget",
     "describe",
@@ -204,42 +205,27 @@ def dry_run_fleet(
             skipped.append(f"{target.key}: namespace {target.worker.namespace!r} does not exist")
             continue
         current = live.get(target.key)
-        if current is not None and _covers(current, _comparable(target.manifest)):
-            unchanged.append(target.key)
-            continue
-        body = _with_live_fingerprint(target.manifest, current)
-        try:
-            if current is None:
-                apps.create_namespaced_deployment(
-                    target.worker.namespace,
-                    body,
-                    dry_run="All",
-                    field_validation="Strict",
-                    field_manager=FIELD_MANAGER,
-                )
-            else:
-                body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-                apps.replace_namespaced_deployment(
-                    target.worker.name,
-                    target.worker.namespace,
-                    body,
-                    dry_run="All",
-                    field_validation="Strict",
-                    field_manager=FIELD_MANAGER,
-                )
-        except Exception as exc:
-            status = getattr(exc, "status", None)
-            if status == 404:
-                skipped.append(
-                    f"{target.key}: namespace {target.worker.namespace!r} does not exist"
-                )
+        if current is not None:
+            differs = _difference(current, _comparable(target.manifest), "")
+            if differs is None:
+                unchanged.append(target.key)
                 continue
-            if status not in (400, 409, 422):
-                raise
-            issues.extend(issues_from_status(getattr(exc, "body", "") or "", target, file))
-            checked.append(target.key)
+            logger.debug("dry run of %s: the live Deployment differs at %s", target.key, differs)
+        body = _with_live_fingerprint(target.manifest, current)
+        path = f"/apis/apps/v1/namespaces/{target.worker.namespace}/deployments"
+        if current is None:
+            status, text = _send(api_client, "POST", path, body)
+        else:
+            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            status, text = _send(api_client, "PUT", f"{path}/{target.worker.name}", body)
+        if status == 404:
+            skipped.append(f"{target.key}: namespace {target.worker.namespace!r} does not exist")
             continue
         checked.append(target.key)
+        if status in (400, 409, 422):
+            issues.extend(issues_from_status(text, target, file))
+        elif not 200 <= status < 300:
+            raise DryRunFailed(f"the dry run of {target.key} failed with HTTP {status}: {text}")
     return DryRunResult(
         issues=tuple(issues),
         checked=tuple(checked),
@@ -248,10 +234,43 @@ def dry_run_fleet(
     )
 
 
+class DryRunFailed(RuntimeError):
+    """The API server answered a dry run with something other than a verdict."""
+
+
+def _send(api_client: Any, method: str, path: str, body: Mapping[str, Any]) -> tuple[int, str]:
+    """One dry-run request with the manifest as JSON, exactly as written.
+
+    Sent through the client's transport rather than its typed API: the typed API checks
+    the body against its own models first and would refuse an unknown field itself,
+    hiding what the API server says (and which version of Kubernetes it is).
+    """
+    method, url, headers, payload, post = api_client.param_serialize(
+        method=method,
+        resource_path=path,
+        query_params=[
+            ("dryRun", "All"),
+            ("fieldValidation", "Strict"),
+            ("fieldManager", FIELD_MANAGER),
+        ],
+        header_params={"Content-Type": "application/json", "Accept": "application/json"},
+        body=dict(body),
+        auth_settings=["BearerToken"],
+    )
+    response = api_client.call_api(method, url, headers, payload, post)
+    data = response.read() if hasattr(response, "read") else response.data
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data or "")
+    return int(response.status), text
+
+
 def _comparable(manifest: Mapping[str, Any]) -> dict[str, Any]:
     """What of the manifest must already be live for the worker to count as unchanged:
-    everything but the replicas (the autoscaler's) and the fingerprint (a placeholder)."""
+    everything but the type, the replicas (the autoscaler's) and the fingerprint (a
+    placeholder)."""
     out = json.loads(json.dumps(manifest))
+    # Items of a list carry no apiVersion/kind; the list was of Deployments already.
+    out.pop("apiVersion", None)
+    out.pop("kind", None)
     out["spec"].pop("replicas", None)
     annotations = out["spec"]["template"].get("metadata", {}).get("annotations", {})
     annotations.pop(CONNECTION_SPEC_HASH_ANNOTATION, None)
@@ -277,21 +296,34 @@ def _with_live_fingerprint(
 
 def _covers(live: object, desired: object) -> bool:
     """Whether ``live`` holds every value of ``desired`` (the server only adds defaults)."""
+    return _difference(live, desired, "") is None
+
+
+def _difference(live: object, desired: object, path: str) -> str | None:
+    """The first path where ``live`` lacks a value of ``desired``, or None."""
     if isinstance(desired, Mapping):
-        return isinstance(live, Mapping) and all(
-            key in live and _covers(live[key], value) for key, value in desired.items()
-        )
+        if not isinstance(live, Mapping):
+            return path or "."
+        for key, value in desired.items():
+            if key not in live:
+                return f"{path}.{key}"
+            found = _difference(live[key], value, f"{path}.{key}")
+            if found is not None:
+                return found
+        return None
     if isinstance(desired, list):
-        return (
-            isinstance(live, list)
-            and len(live) == len(desired)
-            and all(_covers(a, b) for a, b in zip(live, desired, strict=True))
-        )
+        if not isinstance(live, list) or len(live) != len(desired):
+            return path
+        for index, (a, b) in enumerate(zip(live, desired, strict=True)):
+            found = _difference(a, b, f"{path}[{index}]")
+            if found is not None:
+                return found
+        return None
     if isinstance(desired, bool) or isinstance(live, bool):
-        return live is desired
+        return None if live is desired else path
     if isinstance(desired, int | float) and isinstance(live, str | int | float):
-        return str(live) == str(desired)
-    return bool(live == desired)
+        return None if str(live) == str(desired) else path
+    return None if live == desired else path
 
 
 def issues_from_status(body: str, target: DryRunTarget, file: str) -> list[SpecIssue]:

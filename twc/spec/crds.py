@@ -41,7 +41,6 @@ from twc.spec._models import (
     Connection,
     ConnectionRef,
     GateInputSource,
-    GateWorkflow,
     ObjectRef,
     Rollout,
     RolloutStep,
@@ -131,12 +130,9 @@ ROLLOUT_STEP_RULES: list[Rule] = [
         "message": "pause duration must be at least 30s",
     }
 ]
-GATE_RULES: list[Rule] = [
-    {
-        "rule": f"!({_set('input')} && {_set('inputFrom')})",
-        "message": "only one of input or inputFrom may be set",
-    }
-]
+# No CEL rule for "input or inputFrom": ``input`` is free-form JSON, which CEL cannot see
+# (the API server refuses the rule: "undefined field 'input'"). The model checks it when
+# the daemon loads the object, as the official controller's webhook does.
 GATE_INPUT_RULES: list[Rule] = [
     {
         "rule": f"{_set('configMapKeyRef')} != {_set('secretKeyRef')}",
@@ -150,7 +146,6 @@ _DEF_RULES: dict[str, list[Rule]] = {
     ObjectRef.__name__: OBJECT_REF_RULES,
     Rollout.__name__: ROLLOUT_RULES,
     RolloutStep.__name__: ROLLOUT_STEP_RULES,
-    GateWorkflow.__name__: GATE_RULES,
     GateInputSource.__name__: GATE_INPUT_RULES,
 }
 

@@ -64,17 +64,18 @@ def _cmd_crds(args: argparse.Namespace) -> int:
     if not args.install:
         print(yaml.safe_dump_all(all_crds(), sort_keys=False), end="")
         return 0
-    from twc.controller.cluster import api_client_from_environment
+    from twc.kube.client import NoClusterError, api_client
     from twc.kube.crds import install_crds
 
-    client = api_client_from_environment()
-    if client is None:
-        print("no cluster: set KUBECONFIG (or run in a pod)", file=sys.stderr)
+    try:
+        client = api_client()
+    except NoClusterError as exc:
+        print(f"no cluster: {exc}", file=sys.stderr)
         return 1
     try:
         for outcome in install_crds(client, all_crds()):
             print(outcome)
-    except Exception as exc:  # an API error or a timeout: say which, exit 1
+    except Exception as exc:  # noqa: BLE001 - any API error or timeout: say which, exit 1
         print(f"installing the CRDs failed: {exc}", file=sys.stderr)
         return 1
     finally:

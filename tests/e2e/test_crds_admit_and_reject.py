@@ -362,7 +362,8 @@ def test_template_rollout_and_sunset_are_admitted_and_kept_whole(
     assert obj["spec"]["rollout"]["gate"]["input"] == {"thresholds": {"errorRate": 0.01}}
     assert obj["spec"]["sunset"] == {"scaledownDelay": "30m", "deleteDelay": "24h"}
     model = _worker_model(obj)
-    assert model.rollout is not None and len(model.rollout.steps) == 2
+    assert model.rollout is not None
+    assert len(model.rollout.steps) == 2
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ from tests.e2e.conftest import FleetStack, create_tls_secret, fleet_doc
 from tests.e2e.native import Kubectl, temporal_worker
 from tests.helpers import delete_twc_objects
 from twc import cli
-from twc.controller import commands
+from twc.commands import up as up_cmd
 from twc.kube.crds import install_crds
 from twc.local import LocalEnvironment
 from twc.spec import CONNECTION_VERSION, load_connection_object
@@ -134,7 +134,8 @@ def _apply_the_docs(kube: Any, kubectl: Kubectl, namespace: str, other: str) -> 
             "temporal.io", CONNECTION_VERSION, namespace, "connections", "production-temporal"
         )
     )
-    assert mtls.tls is not None and mtls.tls.server_name == "production.abc123.tmprl.cloud"
+    assert mtls.tls is not None
+    assert mtls.tls.server_name == "production.abc123.tmprl.cloud"
     assert mtls.mutual_tls_secret_ref is not None
     assert mtls.mutual_tls_secret_ref.name == "temporal-cloud-mtls"
     keyed = load_connection_object(
@@ -188,9 +189,9 @@ def test_with_the_official_crd_installed_twc_keeps_it_and_its_workers_use_the_do
     fs = fleet_stack(fleet_doc(namespace, host_port=local_env.temporal_address()))
     err = io.StringIO()
     monkeypatch.setattr("sys.stderr", err)
-    code = commands.run_up(fs.name, str(fs.fleet_file), out=io.StringIO(), cluster_objects=True)
+    code = up_cmd.run_up(fs.name, str(fs.fleet_file), out=io.StringIO(), cluster_objects=True)
     assert code == 0, err.getvalue()
-    assert "1 TemporalWorker(s)" in err.getvalue()
+    assert "1 TemporalWorker" in err.getvalue()
     dep = kube.get_deployment(namespace, "payments")
     assert dep is not None, err.getvalue()
     pod = dep["spec"]["template"]["spec"]
@@ -211,25 +212,23 @@ def test_with_the_official_crd_installed_twc_keeps_it_and_its_workers_use_the_do
 def test_the_official_schema_keeps_every_twc_connection_field(
     kube: Any, namespace: str, official_crd: Any
 ) -> None:
+    expected: dict[str, Any] = {
+        "hostPort": "temporal.example:7233",
+        "tls": {"serverName": "temporal.example"},
+        "apiKeySecretRef": {"name": "key", "key": "token", "optional": False},
+    }
     body = {
         "apiVersion": f"temporal.io/{CONNECTION_VERSION}",
         "kind": "Connection",
         "metadata": {"name": "full", "namespace": namespace},
-        "spec": {
-            "hostPort": "temporal.example:7233",
-            "tls": {"serverName": "temporal.example"},
-            "apiKeySecretRef": {"name": "key", "key": "token", "optional": False},
-            # Not a Connection field anywhere: the official schema prunes it, which is
-            # why twc keeps no settings of its own in a Connection's spec.
-            "secretSource": {"namespace": "temporal"},
-        },
+        # `secretSource` is no Connection field anywhere: the official schema prunes it,
+        # which is why twc keeps no settings of its own in a Connection's spec.
+        "spec": {**expected, "secretSource": {"namespace": "temporal"}},
     }
     stored = kube.custom.create_namespaced_custom_object(
         "temporal.io", CONNECTION_VERSION, namespace, "connections", body
     )
     assert "secretSource" not in stored["spec"]
-    expected = dict(body["spec"])
-    del expected["secretSource"]
     assert stored["spec"] == expected
     conn = load_connection_object(stored)
     assert (conn.host_port, conn.api_key_secret_ref.key if conn.api_key_secret_ref else None) == (

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import FleetStack, fleet_doc
-from twc.controller import commands, preview_cmd
+from twc.commands import preview as preview_cmd
+from twc.commands import up as up_cmd
 from twc.kube.dryrun import dry_run_fleet
 from twc.local import LocalEnvironment
 from twc.spec import load_fleet_file
@@ -101,9 +102,7 @@ def test_preview_and_up_refuse_what_the_api_server_refuses_and_apply_nothing(
     assert "nothing was applied" in err
     assert out == ""  # the engine never ran
 
-    assert (
-        commands.run_up(fs.name, str(fs.fleet_file), out=io.StringIO(), cluster_objects=False) == 1
-    )
+    assert up_cmd.run_up(fs.name, str(fs.fleet_file), out=io.StringIO(), cluster_objects=False) == 1
     assert kube.get_deployment(namespace, "bad") is None
     assert not (fs.stack().export_stack().deployment or {}).get("resources")
 
@@ -139,9 +138,7 @@ def test_only_changed_workers_are_sent_again(
     )
     fleet = fleet_doc(namespace, host_port=local_env.temporal_address(), workers=[good])
     fs = fleet_stack(fleet)
-    assert (
-        commands.run_up(fs.name, str(fs.fleet_file), out=io.StringIO(), cluster_objects=False) == 0
-    )
+    assert up_cmd.run_up(fs.name, str(fs.fleet_file), out=io.StringIO(), cluster_objects=False) == 0
     fleet_model = load_fleet_file(str(fs.fleet_file))
     key = f"{namespace}/bad"
 
@@ -150,14 +147,16 @@ def test_only_changed_workers_are_sent_again(
 
     result = run()
     # Applied as desired: the live Deployment holds every field, nothing is sent.
-    assert key in result.unchanged and key not in result.checked, result
+    assert key in result.unchanged, result
+    assert key not in result.checked, result
     assert not result.issues
 
     good["template"]["spec"]["containers"][1]["args"] = ["--once"]
     fs.write(fleet)
     fleet_model = load_fleet_file(str(fs.fleet_file))
     result = run()
-    assert key in result.checked and not result.issues, result
+    assert key in result.checked, result
+    assert not result.issues, result
     # The replace was a dry run: the live Deployment still has no args.
     dep = kube.get_deployment(namespace, "bad")
     assert dep is not None

@@ -21,7 +21,8 @@ import pytest
 
 from tests.e2e.conftest import FleetStack, fleet_doc
 from tests.helpers import assert_eventually
-from twc.controller import commands, preview_cmd
+from twc.commands import preview as preview_cmd
+from twc.commands import up as up_cmd
 from twc.local import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
@@ -129,9 +130,7 @@ def test_a_templated_worker_gets_every_field_beside_twcs_env_and_polls(
     assert code == 0, err.getvalue()
     assert "payments" in out.getvalue()
 
-    assert (
-        commands.run_up(fs.name, str(fs.fleet_file), out=io.StringIO(), cluster_objects=False) == 0
-    )
+    assert up_cmd.run_up(fs.name, str(fs.fleet_file), out=io.StringIO(), cluster_objects=False) == 0
     dep = kube.get_deployment(namespace, "payments")
     assert dep is not None
     pod = dep["spec"]["template"]

@@ -109,7 +109,8 @@ def test_convert_of_the_migration_guide_validates(
     ]
     assert worker.sunset is not None
     assert (worker.sunset.scaledown_delay, worker.sunset.delete_delay) == ("30m", "2h")
-    assert worker.replicas == 3 and worker.temporal_namespace == "production"
+    assert worker.replicas == 3
+    assert worker.temporal_namespace == "production"
     assert worker.image == "payment-processor:v1.5.2"
     assert worker.pod_template["spec"]["containers"][0]["resources"] == {
         "requests": {"memory": "512Mi", "cpu": "250m"}

@@ -418,7 +418,8 @@ def test_every_field_of_the_template_reaches_the_deployment() -> None:
         "startupProbe",
     ):
         assert worker[key] == user_worker[key], key
-    assert user_worker["env"][0] in worker["env"] and user_worker["env"][1] in worker["env"]
+    assert user_worker["env"][0] in worker["env"]
+    assert user_worker["env"][1] in worker["env"]
     assert user_worker["volumeMounts"][0] in worker["volumeMounts"]
     assert spec["priorityClassName"] == "high"
     assert spec["topologySpreadConstraints"] == FULL_TEMPLATE["spec"]["topologySpreadConstraints"]
@@ -447,7 +448,8 @@ def test_twc_adds_its_parts_to_the_worker_container_only() -> None:
     assert "env" not in _container(pod, "metrics")
     inits = spec["initContainers"]
     assert [c["name"] for c in inits] == ["migrate", "mesh", "wait-for-temporal"]
-    assert "env" not in inits[0] and "env" not in inits[1]
+    assert "env" not in inits[0]
+    assert "env" not in inits[1]
     assert {e["name"] for e in inits[2]["env"]} == {"TEMPORAL_ADDRESS", "TEMPORAL_FRONTEND_ADDRESS"}
     assert spec["serviceAccountName"] == "w"
     assert pod["metadata"]["labels"]["twc.temporal.io/worker"] == "w"

@@ -180,7 +180,8 @@ def test_worker_rollout_and_sunset_beat_the_defaults_and_inherit_them_otherwise(
     data = _fleet({"rollout": {"strategy": "Manual"}}, defaults)
     data["workers"].append({"name": "v", "namespace": "apps", "taskQueueName": "q2"})
     own, inherited = load_fleet(data, "f.yaml").resolved_workers()
-    assert own.rollout is not None and own.rollout.strategy is RolloutStrategy.MANUAL
+    assert own.rollout is not None
+    assert own.rollout.strategy is RolloutStrategy.MANUAL
     assert inherited.rollout == Rollout.model_validate(PROGRESSIVE)
     # Whole values, as for every other field: the defaults' sunset with its own defaults.
     assert own.sunset == inherited.sunset == Sunset(scaledownDelay="30m", deleteDelay="24h")
@@ -188,7 +189,8 @@ def test_worker_rollout_and_sunset_beat_the_defaults_and_inherit_them_otherwise(
 
 def test_without_rollout_a_worker_keeps_in_place_rolls() -> None:
     (worker,) = load_fleet(_fleet({}), "f.yaml").resolved_workers()
-    assert worker.rollout is None and worker.sunset is None
+    assert worker.rollout is None
+    assert worker.sunset is None
 
 
 def test_a_worker_sunset_without_any_rollout_is_refused() -> None:
@@ -217,7 +219,7 @@ def test_durations_read_as_go_and_kubernetes_read_them(text: str, seconds: Decim
 
 @pytest.mark.parametrize("text", ["", "30", "1d", "-5m", "5 m", "m5"])
 def test_what_is_not_a_duration(text: str) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="duration"):
         parse_duration(text)
 
 

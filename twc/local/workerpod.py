@@ -22,8 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
+from twc.kube.client import status_of
 from twc.local.environment import project_root
 from twc.local.kube import Kube
 
@@ -94,8 +93,8 @@ class WorkerPod:
                 return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
             config_map = self.kube.core.read_namespaced_config_map(name, self.namespace)
             return dict(config_map.data or {})
-        except ApiException as exc:
-            if exc.status == 404:
+        except Exception as exc:
+            if status_of(exc) == 404:
                 return {}
             raise
 

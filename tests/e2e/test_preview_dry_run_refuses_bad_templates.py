@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import FleetStack, fleet_doc
+from tests.e2e.native import temporal_worker
 from twc.commands import preview as preview_cmd
 from twc.commands import up as up_cmd
 from twc.kube.dryrun import dry_run_fleet
@@ -163,3 +164,45 @@ def test_only_changed_workers_are_sent_again(
     assert "args" not in next(
         c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "worker"
     )
+
+
+def test_a_temporalworker_objects_bad_template_fails_preview_named_in_the_object(
+    local_env: LocalEnvironment,
+    kube: Any,
+    namespace: str,
+    task_queue: str,
+    fleet_stack: Callable[..., FleetStack],
+) -> None:
+    # The CRD keeps a template as written; the API server's dry run is what judges it.
+    body = temporal_worker(namespace, "native-bad", task_queue, {"name": "unused"})
+    body["spec"] = {
+        "taskQueueName": task_queue,
+        "template": {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "worker",
+                        "image": "registry.example/worker:1.4.2",
+                        "resources": {"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}},
+                    }
+                ]
+            }
+        },
+    }
+    kube.custom.create_namespaced_custom_object(
+        "temporal.kmsvc.io", "v1", namespace, "temporalworkers", body
+    )
+    fs = fleet_stack(fleet_doc(namespace, host_port=local_env.temporal_address()))
+    out, err = io.StringIO(), io.StringIO()
+    code = preview_cmd.run_preview(
+        fs.name, fleet_file=str(fs.fleet_file), out=out, err=err, cluster_objects=True
+    )
+    assert code == 1, err.getvalue()
+    expected = (
+        f"temporal.kmsvc.io/v1 TemporalWorker {namespace}/native-bad: "
+        "spec.template.spec.containers[0].resources.requests: "
+        f"worker {namespace}/native-bad: the API server refuses its Deployment: "
+    )
+    assert expected in err.getvalue()
+    assert "must be less than or equal to memory limit" in err.getvalue()
+    assert kube.get_deployment(namespace, "native-bad") is None

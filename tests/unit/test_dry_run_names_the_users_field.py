@@ -172,3 +172,56 @@ def test_a_live_deployment_is_unchanged_when_it_holds_every_desired_value(
     live: Any, desired: Any, covered: bool
 ) -> None:
     assert _covers(live, desired) is covered
+
+
+def test_a_temporalworker_objects_refusal_is_named_in_the_object() -> None:
+    from twc.kube.dryrun import _naming
+
+    base = _target(SIDECAR_FIRST)
+    file, source, template = _naming(base.worker, "TemporalWorker apps/w")
+    target = DryRunTarget(base.worker, base.manifest, file, source, template)
+    body = _status(
+        [
+            {
+                "message": "Invalid value",
+                "field": "spec.template.spec.containers[0].resources.requests",
+            },
+            {"message": "Required value", "field": "spec.template.spec.initContainers[0].image"},
+        ]
+    )
+    first, second = issues_from_status(body, target, "stacks/prod.yaml")
+    assert (first.file, first.path) == (
+        "temporal.kmsvc.io/v1 TemporalWorker apps/w",
+        "spec.template.spec.containers[1].resources.requests",
+    )
+    assert (second.file, second.path) == ("temporal.kmsvc.io/v1 TemporalWorker apps/w", "spec")
+
+
+def test_a_template_from_defaults_is_named_in_the_fleet_file_whatever_the_origin() -> None:
+    from twc.kube.dryrun import _naming
+
+    data = {
+        "apiVersion": "twc.temporal.io/v1",
+        "kind": "Fleet",
+        "defaults": {"connectionRef": {"name": "c"}, **SIDECAR_FIRST},
+        "connections": [{"name": "c", "namespace": "apps", "hostPort": "t:7233"}],
+        "workers": [{"name": "w", "namespace": "apps", "taskQueueName": "q"}],
+    }
+    (worker,) = load_fleet(data, "f.yaml").resolved_workers()
+    assert worker.template_source == "defaults.template"
+    target = DryRunTarget(
+        worker, _plain_deployment(worker), *_naming(worker, "TemporalWorker apps/w")
+    )
+    body = _status(
+        [{"message": "Invalid value", "field": "spec.template.spec.containers[1].image"}]
+    )
+    (issue,) = issues_from_status(body, target, "stacks/prod.yaml")
+    assert (issue.file, issue.path) == (
+        "stacks/prod.yaml",
+        "defaults.template.spec.containers[0].image",
+    )
+    assert _naming(worker, "file") == (None, None, None)
+
+
+def _plain_deployment(worker: Any) -> dict[str, Any]:
+    return builders.worker_deployment(worker, PLAIN, "0" * 64)

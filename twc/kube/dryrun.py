@@ -357,16 +357,19 @@ def issues_from_status(body: str, target: DryRunTarget, file: str) -> list[SpecI
             for name in pattern.findall(message):
                 found.append((name, text))
     subject = f"worker {target.key}: the API server refuses its Deployment"
-    file = target.file or file
+    # A cluster object's worker is named in its object, except for what it inherits
+    # from the fleet file's defaults.
+    own = target.file or file
     if not found:
-        return [SpecIssue(file, target.where, f"{subject}: {message}")]
+        return [SpecIssue(own, target.where, f"{subject}: {message}")]
     issues = []
     for api_field, reason in found:
         path = template_field_path(api_field, target)
         if path is None:
-            issues.append(SpecIssue(file, target.where, f"{subject}: {api_field}: {reason}"))
+            issues.append(SpecIssue(own, target.where, f"{subject}: {api_field}: {reason}"))
         else:
-            issues.append(SpecIssue(file, path, f"{subject}: {reason}"))
+            where = file if path.startswith("defaults.") else own
+            issues.append(SpecIssue(where, path, f"{subject}: {reason}"))
     return issues
 
 

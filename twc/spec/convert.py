@@ -19,7 +19,7 @@ Pure: documents in, a fleet document and notes out.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -215,7 +215,7 @@ def _worker(
     return worker
 
 
-def _template(template: Mapping[str, Any], note: Any) -> dict[str, Any]:
+def _template(template: Mapping[str, Any], note: Callable[[str, str], None]) -> dict[str, Any]:
     """The pod template without what twc sets itself."""
     out = copy.deepcopy(dict(template))
     metadata = out.get("metadata")

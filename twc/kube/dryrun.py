@@ -177,33 +177,26 @@ def dry_run_fleet(
         kubernetes.client.ApiException: The API server failed otherwise (unreachable,
             forbidden to list Deployments...): the caller decides whether to go on.
     """
-    from kubernetes import client
-
-    apps = client.AppsV1Api(api_client)
     targets = dry_run_targets(fleet, registry, origins)
     live: dict[str, dict[str, Any]] = {}
-    missing_namespaces: set[str] = set()
+    selector = f"{builders.LABEL_MANAGED_BY}={builders.MANAGED_BY}"
     for namespace in sorted({t.worker.namespace for t in targets}):
-        try:
-            found = apps.list_namespaced_deployment(
-                namespace, label_selector=f"{builders.LABEL_MANAGED_BY}={builders.MANAGED_BY}"
-            )
-        except Exception as exc:
-            if getattr(exc, "status", None) == 404:
-                missing_namespaces.add(namespace)
-                continue
-            raise
-        for item in found.items:
-            obj = api_client.sanitize_for_serialization(item)
+        # The list as JSON: the typed client's models cost ~10 ms per Deployment.
+        status, text = _request(
+            api_client,
+            "GET",
+            f"/apis/apps/v1/namespaces/{namespace}/deployments",
+            [("labelSelector", selector)],
+        )
+        if not 200 <= status < 300:
+            raise DryRunFailed(f"listing the Deployments of {namespace!r}: HTTP {status}: {text}")
+        for obj in json.loads(text).get("items") or []:
             live[f"{namespace}/{obj['metadata']['name']}"] = obj
     issues: list[SpecIssue] = []
     checked: list[str] = []
     unchanged: list[str] = []
     skipped: list[str] = []
     for target in targets:
-        if target.worker.namespace in missing_namespaces:
-            skipped.append(f"{target.key}: namespace {target.worker.namespace!r} does not exist")
-            continue
         current = live.get(target.key)
         if current is not None:
             differs = _difference(current, _comparable(target.manifest), "")
@@ -214,10 +207,12 @@ def dry_run_fleet(
         body = _with_live_fingerprint(target.manifest, current)
         path = f"/apis/apps/v1/namespaces/{target.worker.namespace}/deployments"
         if current is None:
-            status, text = _send(api_client, "POST", path, body)
+            status, text = _request(api_client, "POST", path, _DRY_RUN, body)
         else:
             body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-            status, text = _send(api_client, "PUT", f"{path}/{target.worker.name}", body)
+            status, text = _request(
+                api_client, "PUT", f"{path}/{target.worker.name}", _DRY_RUN, body
+            )
         if status == 404:
             skipped.append(f"{target.key}: namespace {target.worker.namespace!r} does not exist")
             continue
@@ -238,23 +233,29 @@ class DryRunFailed(RuntimeError):
     """The API server answered a dry run with something other than a verdict."""
 
 
-def _send(api_client: Any, method: str, path: str, body: Mapping[str, Any]) -> tuple[int, str]:
-    """One dry-run request with the manifest as JSON, exactly as written.
+_DRY_RUN = [("dryRun", "All"), ("fieldValidation", "Strict"), ("fieldManager", FIELD_MANAGER)]
+
+
+def _request(
+    api_client: Any,
+    method: str,
+    path: str,
+    query: list[tuple[str, str]],
+    body: Mapping[str, Any] | None = None,
+) -> tuple[int, str]:
+    """One request with JSON in and out, exactly as written.
 
     Sent through the client's transport rather than its typed API: the typed API checks
-    the body against its own models first and would refuse an unknown field itself,
-    hiding what the API server says (and which version of Kubernetes it is).
+    a body against its own models first and would refuse an unknown field itself, hiding
+    what the API server says (and which version of Kubernetes it is), and its models
+    make reading a list slow.
     """
     method, url, headers, payload, post = api_client.param_serialize(
         method=method,
         resource_path=path,
-        query_params=[
-            ("dryRun", "All"),
-            ("fieldValidation", "Strict"),
-            ("fieldManager", FIELD_MANAGER),
-        ],
+        query_params=query,
         header_params={"Content-Type": "application/json", "Accept": "application/json"},
-        body=dict(body),
+        body=dict(body) if body is not None else None,
         auth_settings=["BearerToken"],
     )
     response = api_client.call_api(method, url, headers, payload, post)

@@ -42,25 +42,27 @@ def assert_eventually(
 def delete_twc_objects(kube: Any, namespace: str) -> None:
     """Delete the namespace's Queue, TemporalWorker and Connection objects (dropping the
     delete-protection finalizer a daemon may have left on a Connection)."""
-    for group, plural in (
-        ("kmsvc.io", "queues"),
-        ("temporal.kmsvc.io", "temporalworkers"),
-        ("temporal.io", "connections"),
+    for group, version, plural in (
+        ("kmsvc.io", "v1", "queues"),
+        ("temporal.kmsvc.io", "v1", "temporalworkers"),
+        ("temporal.io", "v1alpha1", "connections"),
     ):
         try:
             if plural == "connections":
-                found = kube.custom.list_namespaced_custom_object(group, "v1", namespace, plural)
+                found = kube.custom.list_namespaced_custom_object(group, version, namespace, plural)
                 for obj in found.get("items") or []:
                     if obj["metadata"].get("finalizers"):
                         kube.custom.patch_namespaced_custom_object(
                             group,
-                            "v1",
+                            version,
                             namespace,
                             plural,
                             obj["metadata"]["name"],
                             {"metadata": {"finalizers": None}},
                         )
-            kube.custom.delete_collection_namespaced_custom_object(group, "v1", namespace, plural)
+            kube.custom.delete_collection_namespaced_custom_object(
+                group, version, namespace, plural
+            )
         except Exception as exc:  # a CRD this environment does not serve
             if getattr(exc, "status", None) != 404:
                 raise

@@ -11,13 +11,14 @@ local test bed) read the first container's env.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from twc.connections import DEFAULT_TLS_MOUNT_PATH, PodSpecOptions, ResolvedConnection
-from twc.spec import Lifecycle, ResolvedWorker, Resources, label_value
+from twc.spec import ResolvedWorker, Resources, label_value, worker_container_index
 
 __all__ = [
     "COMPONENT_DLQ",
@@ -179,10 +180,10 @@ def worker_pod_template(
         fingerprint,
         options or PodTemplateOptions(),
         component=COMPONENT_WORKER,
-        container_name=WORKER_CONTAINER,
+        container_name=None,
         image=worker.image,
         task_queue=worker.task_queue_name,
-        resources=worker.resources,
+        resources=None,
     )
 
 
@@ -212,6 +213,18 @@ def dlq_pod_template(
     )
 
 
+# Container fields that belong to the worker program, not to the DLQ processor that
+# shares the worker's pod template.
+_WORKER_PROGRAM_FIELDS: Final = (
+    "command",
+    "args",
+    "ports",
+    "readinessProbe",
+    "livenessProbe",
+    "startupProbe",
+)
+
+
 def _pod_template(
     worker: ResolvedWorker,
     connection: ResolvedConnection,
@@ -219,32 +232,50 @@ def _pod_template(
     options: PodTemplateOptions,
     *,
     component: str,
-    container_name: str,
+    container_name: str | None,
     image: str,
     task_queue: str,
-    resources: Resources,
+    resources: Resources | None,
 ) -> dict[str, Any]:
-    env: list[dict[str, Any]] = [
+    """The user's pod (``worker.pod_template``) with twc's parts merged in.
+
+    twc adds, and owns: its env at the head of the worker container's env, its labels,
+    the ServiceAccount, the wait-for-frontend init container (last, so the user's own
+    init containers and native sidecars start first) and, through the connection, the
+    address/TLS env, the mTLS volume and the fingerprint annotation. twc's defaults
+    (restricted security contexts, no service links, the grace period) fill only what
+    the template leaves unset. Everything else is the user's, kept as written.
+    """
+    user = copy.deepcopy(worker.pod_template)
+    spec: dict[str, Any] = dict(user.get("spec") or {})
+    containers = list(spec.get("containers") or [])
+    index = worker_container_index(containers)
+    container: dict[str, Any] = dict(containers.pop(index)) if index is not None else {}
+    if container_name is not None:
+        # The DLQ processor: the worker's pod, another program in the worker container.
+        container["name"] = container_name
+        container["image"] = image
+        for key in _WORKER_PROGRAM_FIELDS:
+            container.pop(key, None)
+    container.setdefault("name", WORKER_CONTAINER)
+    container.setdefault("image", image)
+    container.setdefault("imagePullPolicy", worker.image_pull_policy)
+    own_env: list[dict[str, Any]] = [
         {"name": ENV_NAMESPACE, "value": worker.temporal_namespace},
         {"name": ENV_TASK_QUEUE, "value": task_queue},
         _field_env("POD_NAME", "metadata.name"),
         _field_env("POD_NAMESPACE", "metadata.namespace"),
         _field_env("NODE_NAME", "spec.nodeName"),
     ]
-    env.extend({"name": k, "value": v} for k, v in sorted(worker.env.items()))
-    container: dict[str, Any] = {
-        "name": container_name,
-        "image": image,
-        "imagePullPolicy": worker.image_pull_policy,
-        "env": env,
-        "securityContext": dict(_RESTRICTED_CONTAINER),
+    # twc's variables first, so the user's may refer to them as $(TEMPORAL_ADDRESS).
+    container["env"] = [*own_env, *(container.get("env") or [])]
+    container["securityContext"] = {
+        **_RESTRICTED_CONTAINER,
+        **(container.get("securityContext") or {}),
     }
-    k8s_resources = resources.to_kubernetes()
+    k8s_resources = resources.to_kubernetes() if resources is not None else {}
     if k8s_resources:
         container["resources"] = k8s_resources
-    lifecycle = _lifecycle(worker.lifecycle)
-    if lifecycle:
-        container["lifecycle"] = lifecycle
 
     wait: dict[str, Any] = {
         "name": WAIT_CONTAINER,
@@ -258,50 +289,39 @@ def _pod_template(
             "runAsUser": 65534,
         },
     }
-    spec: dict[str, Any] = {
-        "serviceAccountName": worker.name,
-        "automountServiceAccountToken": worker.service_account.automount_token,
-        "terminationGracePeriodSeconds": worker.termination_grace_period_seconds,
-        # Service links inject one env var per Service in the namespace; workers
-        # never use them and they can shadow TEMPORAL_* names.
-        "enableServiceLinks": False,
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
-        "initContainers": [wait],
-        "containers": [container],
+    spec["serviceAccountName"] = worker.name
+    spec.setdefault("automountServiceAccountToken", worker.service_account.automount_token)
+    spec.setdefault("terminationGracePeriodSeconds", worker.termination_grace_period_seconds)
+    # Service links inject one env var per Service in the namespace; workers never use
+    # them and they can shadow TEMPORAL_* names.
+    spec.setdefault("enableServiceLinks", False)
+    spec["securityContext"] = {
+        "seccompProfile": {"type": "RuntimeDefault"},
+        **(spec.get("securityContext") or {}),
     }
-    if worker.node_selector:
-        spec["nodeSelector"] = dict(worker.node_selector)
-    if worker.affinity is not None:
-        affinity = worker.affinity.to_kubernetes()
-        if affinity:
-            spec["affinity"] = affinity
-    if worker.tolerations:
-        spec["tolerations"] = [t.to_kubernetes() for t in worker.tolerations]
+    spec["initContainers"] = [*(spec.get("initContainers") or []), wait]
+    # The worker container first: the preview and the test bed's kubelet read it there.
+    spec["containers"] = [container, *containers]
 
-    template = {"metadata": {"labels": worker_labels(worker, component)}, "spec": spec}
+    metadata: dict[str, Any] = dict(user.get("metadata") or {})
+    metadata["labels"] = {**(metadata.get("labels") or {}), **worker_labels(worker, component)}
+    template = {"metadata": metadata, "spec": spec}
     # The connection writes address, TLS and API-key settings and the fingerprint
-    # annotation in one step, so they cannot disagree.
+    # annotation in one step, so they cannot disagree; only into twc's containers.
     return connection.apply_pod_spec(
         template,
         PodSpecOptions(
             fingerprint=fingerprint,
             secret_keys=options.secret_keys,
             tls_mount_path=options.tls_mount_path,
+            containers=frozenset({container["name"]}),
+            init_containers=frozenset({WAIT_CONTAINER}),
         ),
     )
 
 
 def _field_env(name: str, field_path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
-
-
-def _lifecycle(lifecycle: Lifecycle) -> dict[str, Any]:
-    hooks: dict[str, Any] = {}
-    if lifecycle.post_start_command:
-        hooks["postStart"] = {"exec": {"command": list(lifecycle.post_start_command)}}
-    if lifecycle.pre_stop_command:
-        hooks["preStop"] = {"exec": {"command": list(lifecycle.pre_stop_command)}}
-    return hooks
 
 
 def _check_selector(template: Mapping[str, Any], selector: Mapping[str, str]) -> None:

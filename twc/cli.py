@@ -61,7 +61,59 @@ def _cmd_crds(args: argparse.Namespace) -> int:
 
     from twc.spec.crds import all_crds
 
-    print(yaml.safe_dump_all(all_crds(), sort_keys=False), end="")
+    if not args.install:
+        print(yaml.safe_dump_all(all_crds(), sort_keys=False), end="")
+        return 0
+    from twc.kube.client import NoClusterError, api_client
+    from twc.kube.crds import install_crds
+
+    try:
+        client = api_client()
+    except NoClusterError as exc:
+        print(f"no cluster: {exc}", file=sys.stderr)
+        return 1
+    try:
+        for outcome in install_crds(client, all_crds()):
+            print(outcome)
+    except Exception as exc:  # noqa: BLE001 - any API error or timeout: say which, exit 1
+        print(f"installing the CRDs failed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        client.close()
+    return 0
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    import yaml
+
+    from twc.connections import resolve_fleet_connections
+    from twc.errors import SpecError
+    from twc.spec import load_fleet
+    from twc.spec.convert import convert_manifests
+
+    documents: list[object] = []
+    for file in args.files:
+        try:
+            with open(file, encoding="utf-8") as fh:
+                documents.extend(yaml.safe_load_all(fh))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            print(f"{file}: cannot read: {exc}", file=sys.stderr)
+            return 1
+    result = convert_manifests(documents)
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if not result.converted:
+        print("nothing to convert: no WorkerDeployment or Connection", file=sys.stderr)
+        return 1
+    print(yaml.safe_dump(result.fleet, sort_keys=False), end="")
+    try:
+        fleet = load_fleet(result.fleet, "<converted>")
+        resolve_fleet_connections(fleet, file="<converted>")
+    except SpecError as err:
+        print("the converted fleet does not validate on its own yet:", file=sys.stderr)
+        for line in err.lines():
+            print(f"  {line}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -143,7 +195,27 @@ def build_parser() -> argparse.ArgumentParser:
         "crds",
         help="print the TemporalWorker, Connection and ClusterConnection CRDs (YAML stream)",
     )
+    crds.add_argument(
+        "--install",
+        action="store_true",
+        help="install them into the cluster of KUBECONFIG instead, leaving CRDs that are "
+        "not twc's (the official worker controller's Connection) as they are",
+    )
     crds.set_defaults(func=_cmd_crds)
+
+    convert = sub.add_parser(
+        "convert",
+        help="the official worker controller's WorkerDeployment and Connection manifests "
+        "as a fleet file (stdout), with a note per field that has no counterpart (stderr)",
+    )
+    convert.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="YAML files of manifests (give the Connections the workers use too, so the "
+        "result validates on its own)",
+    )
+    convert.set_defaults(func=_cmd_convert)
 
     up = sub.add_parser("up", help="validate the fleet, then apply it (pulumi up) with progress")
     up.add_argument("--stack", required=True, help="stack (environment), e.g. local, dev, prod")

@@ -46,7 +46,7 @@ class Kubectl:
 def cluster_connection(name: str, host_port: str, **spec: Any) -> dict[str, Any]:
     """A ClusterConnection object."""
     return {
-        "apiVersion": "temporal.io/v1",
+        "apiVersion": "temporal.io/v1alpha1",
         "kind": "ClusterConnection",
         "metadata": {"name": name},
         "spec": {"hostPort": host_port, **spec},
@@ -56,7 +56,7 @@ def cluster_connection(name: str, host_port: str, **spec: Any) -> dict[str, Any]
 def connection(namespace: str, name: str, host_port: str, **spec: Any) -> dict[str, Any]:
     """A namespaced Connection object."""
     return {
-        "apiVersion": "temporal.io/v1",
+        "apiVersion": "temporal.io/v1alpha1",
         "kind": "Connection",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"hostPort": host_port, **spec},

@@ -17,8 +17,9 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from tests.helpers import delete_twc_objects
-from twc.spec import API_GROUP, TemporalWorker
-from twc.spec.crds import CRD_VERSION, WORKER_GROUP, all_crds
+from twc.errors import SpecError
+from twc.spec import API_GROUP, TemporalWorker, load_worker_object
+from twc.spec.crds import CONNECTION_VERSION, CRD_VERSION, WORKER_GROUP, all_crds
 
 pytestmark = pytest.mark.e2e
 
@@ -48,7 +49,7 @@ def cluster_objects(kube: Any) -> Iterator[list[str]]:
     for name in created:
         try:
             kube.custom.delete_cluster_custom_object(
-                API_GROUP, CRD_VERSION, "clusterconnections", name
+                API_GROUP, CONNECTION_VERSION, "clusterconnections", name
             )
         except ApiException as exc:
             if exc.status != 404:
@@ -66,7 +67,7 @@ def _worker(name: str, **spec: Any) -> dict[str, Any]:
 
 def _connection(kind: str, name: str, **spec: Any) -> dict[str, Any]:
     return {
-        "apiVersion": f"{API_GROUP}/{CRD_VERSION}",
+        "apiVersion": f"{API_GROUP}/{CONNECTION_VERSION}",
         "kind": kind,
         "metadata": {"name": name},
         "spec": spec,
@@ -84,7 +85,7 @@ def _create_worker(kube: Any, namespace: str, body: dict[str, Any]) -> dict[str,
 def _create_connection(kube: Any, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
     return dict(
         kube.custom.create_namespaced_custom_object(
-            API_GROUP, CRD_VERSION, namespace, "connections", body
+            API_GROUP, CONNECTION_VERSION, namespace, "connections", body
         )
     )
 
@@ -93,7 +94,7 @@ def _create_cluster_connection(
     kube: Any, created: list[str], body: dict[str, Any]
 ) -> dict[str, Any]:
     obj = kube.custom.create_cluster_custom_object(
-        API_GROUP, CRD_VERSION, "clusterconnections", body
+        API_GROUP, CONNECTION_VERSION, "clusterconnections", body
     )
     created.append(body["metadata"]["name"])
     return dict(obj)
@@ -310,3 +311,141 @@ def test_worker_name_longer_than_a_dns_label_is_rejected(kube: Any, crd_namespac
         lambda: _create_worker(kube, crd_namespace, body),
         "metadata.name must be at most 63 characters",
     )
+
+
+TEMPLATE = {
+    "metadata": {"labels": {"team": "payments"}},
+    "spec": {
+        "containers": [
+            {
+                "name": "worker",
+                "image": "registry.example/worker:1.4.2",
+                "command": ["python", "-m", "app"],
+                "env": [
+                    {"name": "DB", "valueFrom": {"secretKeyRef": {"name": "db", "key": "url"}}}
+                ],
+                "readinessProbe": {"exec": {"command": ["true"]}},
+                "futureField": {"kept": True},
+            },
+            {"name": "proxy", "image": "envoy"},
+        ],
+        "initContainers": [{"name": "mesh", "image": "mesh", "restartPolicy": "Always"}],
+    },
+}
+PROGRESSIVE = {
+    "strategy": "Progressive",
+    "steps": [
+        {"rampPercentage": 10, "pauseDuration": "5m"},
+        {"rampPercentage": 50, "pauseDuration": "1h"},
+    ],
+    "gate": {"workflowType": "SmokeTest", "input": {"thresholds": {"errorRate": 0.01}}},
+}
+
+
+def test_template_rollout_and_sunset_are_admitted_and_kept_whole(
+    kube: Any, crd_namespace: str
+) -> None:
+    obj = _create_worker(
+        kube,
+        crd_namespace,
+        _worker(
+            "templated",
+            taskQueueName="q",
+            connectionRef={"name": "orders"},
+            template=TEMPLATE,
+            rollout=PROGRESSIVE,
+            sunset={"scaledownDelay": "30m"},
+        ),
+    )
+    # The pod template is the API server's to validate at the Deployment: kept as written.
+    assert obj["spec"]["template"] == TEMPLATE
+    assert obj["spec"]["rollout"]["gate"]["input"] == {"thresholds": {"errorRate": 0.01}}
+    assert obj["spec"]["sunset"] == {"scaledownDelay": "30m", "deleteDelay": "24h"}
+    model = _worker_model(obj)
+    assert model.rollout is not None
+    assert len(model.rollout.steps) == 2
+
+
+@pytest.mark.parametrize(
+    ("rollout", "message"),
+    [
+        pytest.param(
+            {"strategy": "Progressive"}, "steps are required for Progressive rollout", id="no steps"
+        ),
+        pytest.param(
+            {
+                "strategy": "Progressive",
+                "steps": [
+                    {"rampPercentage": 50, "pauseDuration": "1m"},
+                    {"rampPercentage": 10, "pauseDuration": "1m"},
+                ],
+            },
+            "rampPercentage must increase between each step",
+            id="decreasing",
+        ),
+        pytest.param(
+            {
+                "strategy": "Progressive",
+                "steps": [
+                    {"rampPercentage": 10, "pauseDuration": "1m"},
+                    {"rampPercentage": 10, "pauseDuration": "1m"},
+                ],
+            },
+            "rampPercentage must increase between each step",
+            id="repeated",
+        ),
+        pytest.param(
+            {"strategy": "Progressive", "steps": [{"rampPercentage": 10, "pauseDuration": "10s"}]},
+            "pause duration must be at least 30s",
+            id="short pause",
+        ),
+        pytest.param(
+            {"strategy": "Progressive", "steps": [{"rampPercentage": 100, "pauseDuration": "1m"}]},
+            "should be less than or equal to 99",
+            id="ramp 100",
+        ),
+        pytest.param({"strategy": "Sometimes"}, "Unsupported value", id="unknown strategy"),
+        pytest.param(
+            {
+                "strategy": "AllAtOnce",
+                "gate": {
+                    "workflowType": "T",
+                    "inputFrom": {
+                        "configMapKeyRef": {"name": "g", "key": "k"},
+                        "secretKeyRef": {"name": "g", "key": "k"},
+                    },
+                },
+            },
+            "exactly one of configMapKeyRef or secretKeyRef must be set",
+            id="gate input from two places",
+        ),
+    ],
+)
+def test_rollout_rules_are_enforced_by_the_api_server(
+    kube: Any, crd_namespace: str, rollout: dict[str, Any], message: str
+) -> None:
+    body = _worker(_name("r"), taskQueueName="q", connectionRef={"name": "x"}, rollout=rollout)
+    _rejected(lambda: _create_worker(kube, crd_namespace, body), message)
+
+
+def test_a_gate_with_both_inputs_passes_the_crd_but_not_the_model(
+    kube: Any, crd_namespace: str
+) -> None:
+    # Free-form `input` is invisible to CEL (as in the official CRD, whose webhook checks
+    # it); the model, which every object goes through, refuses it.
+    rollout = {
+        "strategy": "AllAtOnce",
+        "gate": {
+            "workflowType": "T",
+            "input": {"a": 1},
+            "inputFrom": {"configMapKeyRef": {"name": "g", "key": "k"}},
+        },
+    }
+    obj = _create_worker(
+        kube,
+        crd_namespace,
+        _worker(_name("g"), taskQueueName="q", connectionRef={"name": "x"}, rollout=rollout),
+    )
+    with pytest.raises(SpecError) as info:
+        load_worker_object(obj)
+    assert "rollout.gate: only one of input or inputFrom may be set" in str(info.value)

@@ -62,7 +62,7 @@ def cluster_conn_obj(
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     return {
-        "apiVersion": "temporal.io/v1",
+        "apiVersion": "temporal.io/v1alpha1",
         "kind": "ClusterConnection",
         "metadata": meta,
         "spec": {"hostPort": "temporal.example:7233", **spec},
@@ -82,7 +82,7 @@ def conn_obj(
     if finalizers is not None:
         meta["finalizers"] = finalizers
     return {
-        "apiVersion": "temporal.io/v1",
+        "apiVersion": "temporal.io/v1alpha1",
         "kind": "Connection",
         "metadata": meta,
         "spec": {"hostPort": "other.example:7233", **spec},

@@ -218,9 +218,12 @@ def test_names_scopes_and_groups() -> None:
     assert (worker["spec"]["group"], worker["spec"]["scope"]) == ("temporal.kmsvc.io", "Namespaced")
     assert (conn["spec"]["group"], conn["spec"]["scope"]) == ("temporal.io", "Namespaced")
     assert (cluster["spec"]["group"], cluster["spec"]["scope"]) == ("temporal.io", "Cluster")
+    # The connection kinds at the official worker controller's version, the worker at twc's.
+    expected = {"TemporalWorker": "v1", "Connection": "v1alpha1", "ClusterConnection": "v1alpha1"}
     for crd in all_crds():
         (version,) = crd["spec"]["versions"]
-        assert (version["name"], version["served"], version["storage"]) == ("v1", True, True)
+        want = expected[crd["spec"]["names"]["kind"]]
+        assert (version["name"], version["served"], version["storage"]) == (want, True, True)
 
 
 def test_worker_printer_columns_and_status_subresource() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from twc.desired import INPUTS_ENV, DesiredInputs
-from twc.errors import SpecError
+from twc.errors import SpecError, TwcError
 from twc.stackrun import engine
 
 if TYPE_CHECKING:
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "desired_inputs",
+    "dry_run_or_report",
     "ensure_local_namespaces",
     "fleet_file_for",
     "fleet_path",
@@ -123,6 +124,58 @@ def desired_inputs(
         inputs.to_file(Path(tmp) / "inputs.json")
         env = {**(ref.env or {}), INPUTS_ENV: str(Path(tmp) / "inputs.json")}
         yield dataclasses.replace(ref, env=env)
+
+
+def dry_run_or_report(ref: engine.StackRef, file: str, err: TextIO | None = None) -> bool:
+    """Have the API server dry-run each changed worker's Deployment (:mod:`twc.kube.dryrun`).
+
+    ``ref`` is what :func:`desired_inputs` yielded: the workers checked are the desired
+    state's, the cluster's TemporalWorker and Queue objects included. Prints every
+    refusal (file or object, worker, field) to ``err`` and returns False, so nothing is
+    applied; True when the server accepts them all, or when there is no cluster to ask
+    (the engine then says what it finds).
+    """
+    err = err if err is not None else sys.stderr
+    from twc.connections import default_registry
+    from twc.desired import desired_fleet
+    from twc.kube.client import NoClusterError
+    from twc.kube.dryrun import describe, dry_run_fleet
+    from twc.spec import load_fleet_file
+
+    inputs_file = (ref.env or {}).get(INPUTS_ENV)
+    inputs = DesiredInputs.from_file(inputs_file) if inputs_file else DesiredInputs()
+    try:
+        registry = default_registry()
+        desired = desired_fleet(
+            load_fleet_file(fleet_path(file)), inputs, registry=registry, file=file
+        )
+    except TwcError as exc:  # the engine's run reports these with their context
+        print(f"the API server's dry run of the Deployments did not run: {exc}", file=err)
+        return True
+    try:
+        kube = stack_kube(ref)
+    except NoClusterError:
+        return True
+    try:
+        with kube:
+            result = dry_run_fleet(
+                desired.fleet,
+                file=file,
+                api_client=kube.api_client,
+                registry=registry,
+                origins=desired.origins,
+            )
+    except Exception as exc:  # noqa: BLE001 - unreachable or forbidden: the engine will say it better
+        print(f"the API server's dry run of the Deployments did not run: {exc}", file=err)
+        return True
+    for line in describe(result):
+        print(line, file=err)
+    if not result.issues:
+        return True
+    for issue in result.issues:
+        print(issue, file=err)
+    print("nothing was applied", file=err)
+    return False
 
 
 def _summary(inputs: DesiredInputs) -> str:

@@ -71,7 +71,7 @@ def run_preview(
     file = common.fleet_file_for(stack, fleet_file)
     ref = common.stack_ref(stack, fleet_file)
     with common.desired_inputs(ref, file, cluster_objects, err) as merged:
-        if merged is None:
+        if merged is None or not common.dry_run_or_report(merged, file, err):
             return EXIT_ERROR
         report = preview_report(merged)
     print(render(report, fmt), end="", file=out, flush=True)

@@ -43,7 +43,7 @@ def run_up(
 
     try:
         with common.desired_inputs(ref, file, cluster_objects) as run:
-            if run is None:
+            if run is None or not common.dry_run_or_report(run, file):
                 return 1
             result = engine.up(run, on_output=lambda line: print(line, file=out, flush=True))
     except CommandError as exc:

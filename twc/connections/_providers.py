@@ -15,6 +15,7 @@ from twc.spec import (
     API_GROUP,
     CLUSTER_CONNECTION_KIND,
     CONNECTION_KIND,
+    CONNECTION_VERSION,
     ClusterConnection,
     Connection,
     ConnectionTarget,
@@ -100,6 +101,7 @@ class NamespacedConnectionProvider:
     kind = CONNECTION_KIND
     plural = "connections"
     namespaced = True
+    version = CONNECTION_VERSION
 
     def resolve(self, target: ConnectionTarget, fleet: Fleet) -> ResolvedConnection:
         """Resolve a Connection in ``target.namespace``.
@@ -124,6 +126,7 @@ class ClusterConnectionProvider:
     kind = CLUSTER_CONNECTION_KIND
     plural = "clusterconnections"
     namespaced = False
+    version = CONNECTION_VERSION
 
     def resolve(self, target: ConnectionTarget, fleet: Fleet) -> ResolvedConnection:
         """Resolve a ClusterConnection by name.

@@ -140,6 +140,13 @@ class PodSpecOptions:
     pod trust that CA. None means unknown (system roots are used)."""
     tls_mount_path: str = DEFAULT_TLS_MOUNT_PATH
     """Mount path of the mTLS secret."""
+    containers: frozenset[str] | None = None
+    """Names of the containers that talk to Temporal (the worker container): they get
+    the full connection env and the mTLS mount. None: every container. A user's sidecar
+    is left as written."""
+    init_containers: frozenset[str] | None = None
+    """Names of the init containers that get the frontend address (twc's wait
+    container). None: every init container."""
 
 
 @dataclass(frozen=True)
@@ -370,8 +377,10 @@ class ResolvedConnection:
     ) -> dict[str, Any]:
         """Render this connection into a pod template (a PodTemplateSpec dict).
 
-        Sets, on every container, the frontend address and TLS/API-key environment;
-        on init containers only the address (they just wait for the frontend); adds
+        Sets, on every container (or those ``opts.containers`` names), the frontend
+        address and TLS/API-key environment; on init containers (or those
+        ``opts.init_containers`` names) only the address (they just wait for the
+        frontend); adds
         the mTLS secret volume and mounts; and writes the fingerprint annotation, so
         settings and annotation always come from the same call. Settings a previous
         call wrote are replaced, so re-applying (even another connection) is safe.
@@ -394,10 +403,13 @@ class ResolvedConnection:
             {"name": ENV_FRONTEND_ADDRESS, "value": self.host_port},
         ]
         for container in spec.get("initContainers") or []:
-            _set_env(container, address_env)
+            if opts.init_containers is None or container.get("name") in opts.init_containers:
+                _set_env(container, address_env)
         full_env = address_env + self._credential_env(opts)
         mount = {"name": TLS_VOLUME_NAME, "mountPath": opts.tls_mount_path, "readOnly": True}
         for container in spec.get("containers") or []:
+            if opts.containers is not None and container.get("name") not in opts.containers:
+                continue
             _set_env(container, full_env)
             mounts = [
                 m for m in container.get("volumeMounts") or [] if m.get("name") != TLS_VOLUME_NAME

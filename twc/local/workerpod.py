@@ -1,9 +1,11 @@
 """A worker "pod": a real temporalio worker configured only from the Deployment's env.
 
 ``WorkerPod`` reads a Deployment from the API server and does what a kubelet would for
-its first container: resolves the env (plain values, secretKeyRef, the downward API),
-mounts secret volumes (written to a private temporary directory, with the env paths that
-point into the mount rewritten to it), and starts this module as a process. The process
+its worker container (the one named ``worker``, else the first): resolves the env
+(``envFrom`` ConfigMaps and Secrets first, then plain values, ``secretKeyRef``,
+``configMapKeyRef`` and the downward API, which win, as in Kubernetes), mounts Secret
+and ConfigMap volumes (written to a private temporary directory, with the env paths that
+point into a mount rewritten to it), and starts this module as a process. The process
 loads its client settings with ``temporalio.envconfig`` from that env alone, exactly as
 a worker image would, and serves ``EchoWorkflow`` on ``TEMPORAL_TASK_QUEUE``.
 """
@@ -20,6 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from twc.kube.client import status_of
 from twc.local.environment import project_root
 from twc.local.kube import Kube
 
@@ -39,14 +42,17 @@ class WorkerPod:
         self.env: dict[str, str] = {}
 
     def build_env(self) -> dict[str, str]:
-        """The first container's environment as the kubelet would resolve it."""
+        """The worker container's environment as the kubelet would resolve it."""
         dep = self.kube.get_deployment(self.namespace, self.deployment)
         if dep is None:
             raise LookupError(f"deployment {self.namespace}/{self.deployment} not found")
         pod_spec = dep["spec"]["template"]["spec"]
-        container = pod_spec["containers"][0]
+        containers = pod_spec["containers"]
+        container = next((c for c in containers if c.get("name") == "worker"), containers[0])
         mounts = self._mount_volumes(pod_spec, container)
         env: dict[str, str] = {}
+        for source in container.get("envFrom") or []:
+            env.update(self._env_from(source))
         for item in container.get("env") or []:
             value = self._resolve(item)
             if value is None:
@@ -72,12 +78,35 @@ class WorkerPod:
             }.get(field, "")
         if "secretKeyRef" in source:
             ref = source["secretKeyRef"]
-            secret = self.kube.core.read_namespaced_secret(ref["name"], self.namespace)
-            data = secret.data or {}
-            if ref["key"] not in data:
-                return None
-            return base64.b64decode(data[ref["key"]]).decode()
+            data = self._data("secret", ref["name"])
+            return data.get(ref["key"])
+        if "configMapKeyRef" in source:
+            ref = source["configMapKeyRef"]
+            return self._data("configMap", ref["name"]).get(ref["key"])
         return None
+
+    def _data(self, kind: str, name: str) -> dict[str, str]:
+        """A Secret's (decoded) or ConfigMap's data; empty when it does not exist."""
+        try:
+            if kind == "secret":
+                secret = self.kube.core.read_namespaced_secret(name, self.namespace)
+                return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+            config_map = self.kube.core.read_namespaced_config_map(name, self.namespace)
+            return dict(config_map.data or {})
+        except Exception as exc:
+            if status_of(exc) == 404:
+                return {}
+            raise
+
+    def _env_from(self, source: dict[str, Any]) -> dict[str, str]:
+        prefix = source.get("prefix") or ""
+        if "secretRef" in source:
+            data = self._data("secret", source["secretRef"]["name"])
+        elif "configMapRef" in source:
+            data = self._data("configMap", source["configMapRef"]["name"])
+        else:
+            return {}
+        return {f"{prefix}{k}": v for k, v in data.items()}
 
     def _mount_volumes(
         self, pod_spec: dict[str, Any], container: dict[str, Any]
@@ -86,16 +115,17 @@ class WorkerPod:
         mounted: dict[str, Path] = {}
         for mount in container.get("volumeMounts") or []:
             volume = volumes.get(mount["name"]) or {}
-            if "secret" not in volume:
+            if "secret" in volume:
+                data = self._data("secret", volume["secret"]["secretName"])
+            elif "configMap" in volume:
+                data = self._data("configMap", volume["configMap"]["name"])
+            else:
                 continue
             local = Path(self._dir.name) / mount["name"]
             local.mkdir(mode=0o700, exist_ok=True)
-            secret = self.kube.core.read_namespaced_secret(
-                volume["secret"]["secretName"], self.namespace
-            )
-            for key, b64 in (secret.data or {}).items():
+            for key, value in data.items():
                 path = local / key
-                path.write_bytes(base64.b64decode(b64))
+                path.write_text(value)
                 path.chmod(0o600)
             mounted[mount["mountPath"]] = local
         return mounted

@@ -29,6 +29,7 @@ from pydantic.alias_generators import to_camel
 from twc.spec._names import (
     check_dns_label,
     check_dns_subdomain,
+    check_duration,
     check_env_name,
     check_host_port,
     check_image,
@@ -39,8 +40,10 @@ from twc.spec._names import (
     check_secret_key,
     check_task_queue_name,
     check_temporal_namespace,
+    parse_duration,
     parse_quantity,
 )
+from twc.spec._template import check_pod_template, same_level_conflicts
 
 if TYPE_CHECKING:
     from twc.spec._resolve import ResolvedWorker
@@ -50,7 +53,9 @@ __all__ = [
     "API_VERSION",
     "CLUSTER_CONNECTION_KIND",
     "CONNECTION_KIND",
+    "CONNECTION_VERSION",
     "DLQ",
+    "MIN_PAUSE_SECONDS",
     "RESERVED_ENV_NAMES",
     "TLS",
     "Affinity",
@@ -63,15 +68,22 @@ __all__ = [
     "CustomConnection",
     "Defaults",
     "Fleet",
+    "GateInputSource",
+    "GateWorkflow",
+    "KeySelector",
     "Lifecycle",
     "ObjectRef",
     "Queue",
     "QueueRef",
     "Resources",
+    "Rollout",
+    "RolloutStep",
+    "RolloutStrategy",
     "SecretKeyRef",
     "SecretRef",
     "SecretSource",
     "ServiceAccount",
+    "Sunset",
     "TemporalWorker",
     "Toleration",
     "WorkerSettings",
@@ -83,6 +95,9 @@ API_GROUP = "temporal.io"
 """The only API group a connection reference may name."""
 CONNECTION_KIND = "Connection"
 """Kind of the namespaced connection object."""
+CONNECTION_VERSION = "v1alpha1"
+"""Version of the ``Connection`` and ``ClusterConnection`` objects: the official worker
+controller's ``temporal.io/v1alpha1``, so its manifests apply unchanged."""
 CLUSTER_CONNECTION_KIND = "ClusterConnection"
 """Kind of the cluster-scoped connection object."""
 
@@ -130,6 +145,15 @@ Quantity = Annotated[
     AfterValidator(check_quantity),
     WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "number"}]}),
 ]
+Duration = Annotated[
+    str,
+    AfterValidator(check_duration),
+    WithJsonSchema(
+        {"type": "string", "pattern": r"^(0|([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$"}
+    ),
+]
+"""A Go/Kubernetes duration string (``30s``, ``5m``, ``1h30m``), as the official worker
+controller's ``metav1.Duration`` fields take it."""
 Kind = Annotated[str, Field(pattern=r"^[A-Z][A-Za-z0-9]{0,62}$")]
 ServerName = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\s/]+$")]
 ImagePullPolicy = Literal["Always", "IfNotPresent", "Never"]
@@ -245,6 +269,16 @@ class SecretKeyRef(SpecModel):
     """Name of the Secret, looked up in the namespace of each worker using it."""
     key: SecretKey = "api-key"
     """Key inside the Secret's data that holds the value."""
+    optional: bool | None = None
+    """Accepted for the official controller's ``apiKeySecretRef`` (a Kubernetes
+    SecretKeySelector); a connection's secret is never optional to twc, so only
+    ``false`` (or leaving it out) is valid."""
+
+    @model_validator(mode="after")
+    def _not_optional(self) -> SecretKeyRef:
+        if self.optional:
+            raise ValueError("optional: a connection cannot work without its API key secret")
+        return self
 
 
 class TLS(SpecModel):
@@ -440,6 +474,15 @@ class Lifecycle(SpecModel):
     pre_stop_command: tuple[str, ...] = ()
     """Command run before the container is stopped; empty for none."""
 
+    def to_kubernetes(self) -> dict[str, Any]:
+        """The container's ``lifecycle`` hooks (empty when neither command is set)."""
+        hooks: dict[str, Any] = {}
+        if self.post_start_command:
+            hooks["postStart"] = {"exec": {"command": list(self.post_start_command)}}
+        if self.pre_stop_command:
+            hooks["preStop"] = {"exec": {"command": list(self.pre_stop_command)}}
+        return hooks
+
 
 class Toleration(SpecModel):
     """A Kubernetes toleration."""
@@ -509,6 +552,144 @@ class DLQ(SpecModel):
     """Processor resources; default to the worker's."""
 
 
+MIN_PAUSE_SECONDS = 30
+"""Shortest ``pauseDuration`` of a rollout step (the official controller's limit)."""
+MAX_ROLLOUT_STEPS = 20
+"""Most steps a rollout may have (the official controller's limit)."""
+
+
+class RolloutStrategy(StrEnum):
+    """How a new worker version takes over new workflow executions."""
+
+    MANUAL = "Manual"
+    """Deploy the new version and scale it, but never route to it: operators move
+    traffic themselves (the Temporal CLI)."""
+    ALL_AT_ONCE = "AllAtOnce"
+    """The new version becomes Current as soon as it is healthy (after the gate)."""
+    PROGRESSIVE = "Progressive"
+    """The new version ramps through ``steps``, then becomes Current."""
+
+
+class RolloutStep(SpecModel):
+    """One step of a Progressive rollout."""
+
+    ramp_percentage: int = Field(ge=1, le=99)
+    """Drives versioned rollouts: the share of new workflow executions routed to the new
+    version during this step, 1 to 99 (percent); strictly increasing from step to step."""
+    pause_duration: Duration
+    """Drives versioned rollouts: how long this step lasts before the next one, at least
+    ``30s`` (a Go duration: ``30s``, ``5m``, ``1h``)."""
+
+    @model_validator(mode="after")
+    def _long_enough(self) -> RolloutStep:
+        if parse_duration(self.pause_duration) < MIN_PAUSE_SECONDS:
+            raise ValueError(
+                f"pauseDuration {self.pause_duration!r} must be at least {MIN_PAUSE_SECONDS}s"
+            )
+        return self
+
+
+class KeySelector(SpecModel):
+    """One key of a ConfigMap or Secret in the worker's namespace (a Kubernetes
+    ConfigMapKeySelector / SecretKeySelector)."""
+
+    name: DnsSubdomain
+    """Name of the ConfigMap or Secret."""
+    key: SecretKey
+    """Key inside its data."""
+    optional: bool | None = None
+    """Whether a missing object or key is tolerated (Kubernetes' own flag)."""
+
+
+class GateInputSource(SpecModel):
+    """Where a gate workflow's input comes from: exactly one of the two."""
+
+    config_map_key_ref: KeySelector | None = None
+    """A ConfigMap key holding a JSON document."""
+    secret_key_ref: KeySelector | None = None
+    """A Secret key holding a JSON document (kept out of logs and previews)."""
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> GateInputSource:
+        if (self.config_map_key_ref is None) == (self.secret_key_ref is None):
+            raise ValueError("exactly one of configMapKeyRef or secretKeyRef must be set")
+        return self
+
+
+class GateWorkflow(SpecModel):
+    """A workflow that must complete on a new version before it gets any traffic."""
+
+    workflow_type: str = Field(min_length=1, max_length=1000)
+    """Drives versioned rollouts: the workflow type started on the new version's task
+    queue."""
+    input: JsonValue = None
+    """Drives versioned rollouts: inline JSON passed as the gate workflow's first
+    argument; exclusive with ``inputFrom``."""
+    input_from: GateInputSource | None = None
+    """Drives versioned rollouts: a ConfigMap or Secret key whose JSON document is the
+    gate workflow's first argument; exclusive with ``input``."""
+
+    @model_validator(mode="after")
+    def _one_input(self) -> GateWorkflow:
+        if self.input is not None and self.input_from is not None:
+            raise ValueError("only one of input or inputFrom may be set")
+        return self
+
+
+class Rollout(SpecModel):
+    """Versioned rollouts: each build runs as its own Deployment and Temporal's Worker
+    Versioning routes new workflows to it by ``strategy`` (the official worker
+    controller's ``rollout``). Without it a worker rolls its pods in place."""
+
+    strategy: RolloutStrategy
+    """Drives versioned rollouts: ``AllAtOnce``, ``Progressive`` or ``Manual``."""
+    steps: tuple[RolloutStep, ...] = Field(default=(), max_length=MAX_ROLLOUT_STEPS)
+    """Drives versioned rollouts: the ramp steps of a Progressive rollout (required
+    there, at most 20, ramp percentages strictly increasing); other strategies ignore
+    them."""
+    gate: GateWorkflow | None = None
+    """Drives versioned rollouts: a workflow that must complete on the new version
+    before it gets traffic."""
+
+    @model_validator(mode="after")
+    def _steps(self) -> Rollout:
+        if self.strategy is RolloutStrategy.PROGRESSIVE:
+            if not self.steps:
+                raise ValueError("steps are required for Progressive rollout")
+            last = 0
+            for index, step in enumerate(self.steps):
+                if step.ramp_percentage <= last:
+                    raise ValueError(
+                        f"steps[{index}].rampPercentage ({step.ramp_percentage}) must be "
+                        f"greater than the step before ({last}): percentages increase"
+                    )
+                last = step.ramp_percentage
+        return self
+
+
+class Sunset(SpecModel):
+    """What happens to a version once it is drained (no traffic, no pinned workflows
+    running): scaled to zero, then deleted. Drives versioned rollouts."""
+
+    scaledown_delay: Duration = "1h"
+    """Drives versioned rollouts: how long after draining a version's Deployment is
+    scaled to zero (default 1h)."""
+    delete_delay: Duration = "24h"
+    """Drives versioned rollouts: how long after draining a version's Deployment is
+    deleted (default 24h)."""
+
+
+def _checked_template(template: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    problems = check_pod_template(template, RESERVED_ENV_NAMES)
+    if problems:
+        raise ValueError("; ".join(problems))
+    return template
+
+
+PodTemplate = Annotated[dict[str, JsonValue], AfterValidator(_checked_template)]
+"""A Kubernetes PodTemplateSpec, kept as written (twc checks only its own rules)."""
+
+
 class WorkerSettings(SpecModel):
     """Settings shared by ``defaults:`` and each worker; unset means "inherit"."""
 
@@ -543,6 +724,18 @@ class WorkerSettings(SpecModel):
     """Extra environment variables for the worker container (twc's own are reserved)."""
     termination_grace_period_seconds: int | None = Field(default=None, ge=0, le=86_400)
     """Time a stopping worker gets to finish in-flight tasks (default 60)."""
+    template: PodTemplate | None = None
+    """The worker's pods as a Kubernetes PodTemplateSpec (the official worker
+    controller's ``template``): command, args, ``valueFrom``/``envFrom``, volumes,
+    probes, ports, security contexts, sidecars... twc merges its env, volumes and init
+    container into the worker container (named ``worker``, or the only one). Shorthand
+    fields fill what it leaves unset; the same thing set both ways differently at one
+    level is an error."""
+    rollout: Rollout | None = None
+    """Drives versioned rollouts (Worker Versioning): one Deployment per build, traffic
+    moved by strategy. Unset: pods roll in place."""
+    sunset: Sunset | None = None
+    """Drives versioned rollouts: when drained versions are scaled down and deleted."""
 
     @model_validator(mode="after")
     def _env_not_reserved(self) -> WorkerSettings:
@@ -550,6 +743,34 @@ class WorkerSettings(SpecModel):
         if clashes:
             raise ValueError(f"env may not set {', '.join(clashes)}: twc sets these itself")
         return self
+
+    @model_validator(mode="after")
+    def _template_agrees(self) -> WorkerSettings:
+        if self.template is not None:
+            problems = same_level_conflicts(self.template, self.shorthand())
+            if problems:
+                raise ValueError("; ".join(problems))
+        return self
+
+    def shorthand(self) -> dict[str, Any]:
+        """The shorthand pod fields in Kubernetes form, keyed by fleet-file name.
+
+        An unset field, or one that renders to nothing (``resources: {}``, a lifecycle
+        without commands, empty ``nodeSelector``), is None: it sets nothing.
+        """
+        return {
+            "image": self.image,
+            "imagePullPolicy": self.image_pull_policy,
+            "resources": (self.resources.to_kubernetes() or None) if self.resources else None,
+            "lifecycle": (self.lifecycle.to_kubernetes() or None) if self.lifecycle else None,
+            "env": dict(self.env) if self.env else None,
+            "nodeSelector": dict(self.node_selector) if self.node_selector else None,
+            "affinity": (self.affinity.to_kubernetes() or None) if self.affinity else None,
+            "tolerations": (
+                [t.to_kubernetes() for t in self.tolerations] if self.tolerations else None
+            ),
+            "terminationGracePeriodSeconds": self.termination_grace_period_seconds,
+        }
 
 
 class Defaults(WorkerSettings):

@@ -15,6 +15,7 @@ from decimal import Decimal, InvalidOperation
 __all__ = [
     "check_dns_label",
     "check_dns_subdomain",
+    "check_duration",
     "check_env_name",
     "check_host_port",
     "check_image",
@@ -26,6 +27,7 @@ __all__ = [
     "check_task_queue_name",
     "check_temporal_namespace",
     "label_value",
+    "parse_duration",
     "parse_quantity",
     "split_host_port",
 ]
@@ -65,6 +67,20 @@ _SUFFIX: dict[str, Decimal] = {
     "Ti": Decimal(2) ** 40,
     "Pi": Decimal(2) ** 50,
     "Ei": Decimal(2) ** 60,
+}
+
+# A Go duration as time.ParseDuration (and Kubernetes' metav1.Duration) reads it:
+# "1h30m", "90s", "1.5h", "500ms"; the bare "0" too. No sign: twc's durations are delays.
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+_DURATION_UNIT: dict[str, Decimal] = {
+    "ns": Decimal("1e-9"),
+    "us": Decimal("1e-6"),
+    "\u00b5s": Decimal("1e-6"),
+    "\u03bcs": Decimal("1e-6"),
+    "ms": Decimal("1e-3"),
+    "s": Decimal(1),
+    "m": Decimal(60),
+    "h": Decimal(3600),
 }
 
 _DNS_LABEL_RULE = (
@@ -266,3 +282,39 @@ def check_resource_name(value: str) -> str:
         return check_label_key(value)
     except ValueError:
         raise ValueError(f"{value!r} is not a valid resource name") from None
+
+
+def parse_duration(value: str) -> Decimal:
+    """Parse a Go/Kubernetes duration string (``30s``, ``1h30m``, ``1.5h``) to seconds.
+
+    The same syntax the official worker controller's ``metav1.Duration`` fields take,
+    so its manifests carry over unchanged.
+
+    Raises:
+        ValueError: If ``value`` is not a non-negative duration.
+    """
+    text = value.strip()
+    if not text:
+        raise ValueError("a duration must not be empty, e.g. 30s, 5m or 1h")
+    if text == "0":
+        return Decimal(0)
+    if text[:1] in ("-", "+"):
+        raise ValueError(f"{value!r} must be a duration without a sign, e.g. 30s, 5m or 1h")
+    total = Decimal(0)
+    position = 0
+    while position < len(text):
+        match = _DURATION_PART.match(text, position)
+        if match is None:
+            raise ValueError(
+                f"{value!r} is not a duration: use a number and a unit (h, m, s, ms), "
+                "e.g. 30s, 5m, 1h30m"
+            )
+        total += Decimal(match[1]) * _DURATION_UNIT[match[2]]
+        position = match.end()
+    return total
+
+
+def check_duration(value: str) -> str:
+    """Check a Go/Kubernetes duration string (see :func:`parse_duration`)."""
+    parse_duration(value)
+    return value

@@ -1,11 +1,12 @@
 """Kubernetes-native objects converted to fleet-file models.
 
 ``TemporalWorker`` (``temporal.kmsvc.io/v1``), ``Connection`` and ``ClusterConnection``
-(``temporal.io/v1``) objects carry the same spec as their fleet-file entries; their name
-and namespace come from ``metadata``. The CRD schema already rejects most mistakes, but
-not everything the models check (names that are DNS subdomains but not labels, reserved
-env names, request > limit...), so every object goes through its model here and an
-invalid one raises :class:`~twc.errors.SpecError` naming the object.
+(``temporal.io/v1alpha1``, the official worker controller's version) objects carry the
+same spec as their fleet-file entries; their name and namespace come from ``metadata``.
+The CRD schema already rejects most mistakes, but not everything the models check
+(names that are DNS subdomains but not labels, reserved env names, request > limit...),
+so every object goes through its model here and an invalid one raises
+:class:`~twc.errors.SpecError` naming the object.
 
 Objects of connection kinds added by a provider plugin become
 :class:`~twc.spec.CustomConnection` entries: twc checks the envelope, the provider its
@@ -27,6 +28,7 @@ from twc.spec._models import (
     API_GROUP,
     CLUSTER_CONNECTION_KIND,
     CONNECTION_KIND,
+    CONNECTION_VERSION,
     ClusterConnection,
     Connection,
     CustomConnection,
@@ -45,7 +47,7 @@ __all__ = [
 
 WORKER_API_VERSION = "temporal.kmsvc.io/v1"
 """``apiVersion`` of TemporalWorker objects."""
-CONNECTION_API_VERSION = f"{API_GROUP}/v1"
+CONNECTION_API_VERSION = f"{API_GROUP}/{CONNECTION_VERSION}"
 """``apiVersion`` of Connection and ClusterConnection objects."""
 
 _M = TypeVar("_M", bound=BaseModel)

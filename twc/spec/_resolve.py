@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -27,11 +28,14 @@ from twc.spec._models import (
     Lifecycle,
     Queue,
     Resources,
+    Rollout,
     ServiceAccount,
+    Sunset,
     TemporalWorker,
     Toleration,
     WorkerSettings,
 )
+from twc.spec._template import Level, merge_pod_template, worker_container_index
 
 __all__ = ["ResolvedDLQ", "ResolvedWorker", "check_fleet", "resolve_or_raise"]
 
@@ -111,6 +115,22 @@ class ResolvedWorker(BaseModel):
     """Extra environment variables."""
     termination_grace_period_seconds: int
     """Termination grace period."""
+    pod_template: dict[str, Any]
+    """The user's side of the worker's pods: ``template`` (the worker's, else the
+    defaults') with the shorthand fields merged in by the rules of
+    :mod:`twc.spec._template`; its ``spec.containers`` always holds the worker
+    container. The fields above are the shorthand values as resolved; the pods are
+    built from this. twc's own env, labels, volumes and init container are added by
+    the builders."""
+    template_source: str | None
+    """Field path of the ``template`` in effect (``workers[2].template`` or
+    ``defaults.template``), None without one; errors about pod fields point here."""
+    rollout: Rollout | None
+    """Versioned rollout settings (drive versioned Deployments and Worker Versioning
+    routing); None keeps in-place rolls."""
+    sunset: Sunset | None
+    """When drained versions are scaled down and deleted, with the defaults applied
+    (``1h``, ``24h``); set exactly when ``rollout`` is."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -260,8 +280,13 @@ def _resolve(
 
     # Where to fix a missing setting: the worker itself, or defaults for a derived one.
     fix = "set it here or in defaults" if explicit else "set it in defaults"
-    if s.image is None:
-        c.add(f"{path}.image" if explicit else path, f"{subject}no image: {fix}.image")
+    pod_template, template_source = _pod_template(worker, c.fleet.defaults, path)
+    image = _worker_image(pod_template)
+    if image is None:
+        c.add(
+            f"{path}.image" if explicit else path,
+            f"{subject}no image: {fix}.image (or in the template's worker container)",
+        )
 
     own_ref = worker is not None and worker.connection_ref is not None
     ref_source = f"{path}.connectionRef" if own_ref else "defaults.connectionRef"
@@ -305,15 +330,24 @@ def _resolve(
                 f"{subject}with dlq enabled the worker name must be at most "
                 f"{MAX_DLQ_WORKER_NAME} characters (its StatefulSet is '<name>-dlq')",
             )
-        elif s.image is not None and task_queue is not None:
+        elif image is not None and task_queue is not None:
             dlq = ResolvedDLQ(
-                image=s.dlq.image or s.image,
+                image=s.dlq.image or image,
                 replicas=s.dlq.replicas,
                 task_queue_name=s.dlq.task_queue_name or f"{task_queue}-dlq",
                 resources=s.dlq.resources or resources,
             )
 
-    if len(c.issues) > before or s.image is None or target is None or task_queue is None:
+    sunset: Sunset | None = None
+    if s.rollout is not None:
+        sunset = s.sunset or Sunset.model_validate({})
+    elif worker is not None and worker.sunset is not None:
+        c.add(
+            f"{path}.sunset",
+            "sunset applies only to versioned rollouts: set rollout here or in defaults",
+        )
+
+    if len(c.issues) > before or image is None or target is None or task_queue is None:
         return None
     return ResolvedWorker(
         name=name,
@@ -325,7 +359,7 @@ def _resolve(
         temporal_namespace=s.temporal_namespace or DEFAULT_TEMPORAL_NAMESPACE,
         connection=target,
         connection_source=ref_source,
-        image=s.image,
+        image=image,
         image_pull_policy=s.image_pull_policy or DEFAULT_IMAGE_PULL_POLICY,
         replicas=replicas,
         autoscaling=s.autoscaling,
@@ -342,7 +376,45 @@ def _resolve(
             if s.termination_grace_period_seconds is not None
             else DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS
         ),
+        pod_template=pod_template,
+        template_source=template_source,
+        rollout=s.rollout,
+        sunset=sunset,
     )
+
+
+def _pod_template(
+    worker: TemporalWorker | None, defaults: Defaults, path: str
+) -> tuple[dict[str, Any], str | None]:
+    """The user's pod template with the shorthand merged in, and where it comes from.
+
+    The template and every shorthand field are taken from the most specific level that
+    sets them (the worker, else ``defaults``); :func:`merge_pod_template` then lets the
+    more specific of the two win where both speak, and fills gaps either way.
+    """
+    own = worker.template if worker is not None else None
+    if own is not None:
+        template, level, source = own, Level.WORKER, f"{path}.template"
+    elif defaults.template is not None:
+        template, level, source = defaults.template, Level.DEFAULTS, "defaults.template"
+    else:
+        template, level, source = None, Level.NONE, None
+    mine = worker.shorthand() if worker is not None else {}
+    inherited = defaults.shorthand()
+    shorthand: dict[str, tuple[Level, Any]] = {}
+    for name, value in inherited.items():
+        if mine.get(name) is not None:
+            shorthand[name] = (Level.WORKER, mine[name])
+        elif value is not None:
+            shorthand[name] = (Level.DEFAULTS, value)
+    return merge_pod_template(template, level, shorthand), source
+
+
+def _worker_image(pod_template: dict[str, Any]) -> str | None:
+    containers = pod_template["spec"]["containers"]
+    index = worker_container_index(containers)
+    image = containers[index].get("image") if index is not None else None
+    return image if isinstance(image, str) and image else None
 
 
 def _merged(worker: TemporalWorker | None, defaults: Defaults) -> WorkerSettings:

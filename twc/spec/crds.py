@@ -1,9 +1,17 @@
 """CustomResourceDefinitions generated from the fleet-file models.
 
 ``TemporalWorker`` (``temporal.kmsvc.io/v1``), ``Connection`` and ``ClusterConnection``
-(``temporal.io/v1``) carry the same spec as their entries in the fleet file, so their
-OpenAPI schemas are derived from the pydantic models rather than written by hand: a
-field added to a model appears in the CRD with its docstring, and the two never disagree.
+(``temporal.io/v1alpha1``) carry the same spec as their entries in the fleet file, so
+their OpenAPI schemas are derived from the pydantic models rather than written by hand:
+a field added to a model appears in the CRD with its docstring, and the two never
+disagree.
+
+``Connection`` is also the official worker controller's kind (same group, version and
+name): its spec has exactly the official fields (``hostPort``, ``tls.serverName``,
+``mutualTLSSecretRef``, ``apiKeySecretRef``), so either CRD keeps every field the other
+writes, and where the official CRD is installed twc uses it as it is (see
+:mod:`twc.kube.crds`). ``ClusterConnection`` is twc's own (the official controller has no
+cluster-scoped connection): the same spec plus twc's ``secretSource``.
 
 The API server only accepts *structural* schemas, so the models' JSON Schema is rewritten:
 ``$ref`` is inlined, ``anyOf [X, null]`` becomes ``X`` with ``nullable: true``, free-form
@@ -28,18 +36,25 @@ from twc.spec._models import (
     API_GROUP,
     CLUSTER_CONNECTION_KIND,
     CONNECTION_KIND,
+    CONNECTION_VERSION,
     ClusterConnection,
     Connection,
     ConnectionRef,
+    GateInputSource,
     ObjectRef,
+    Rollout,
+    RolloutStep,
     TemporalWorker,
 )
 
 __all__ = [
     "CONNECTION_SPEC_RULES",
+    "CONNECTION_VERSION",
     "CRD_VERSION",
+    "MANAGED_BY_LABEL",
     "WORKER_GROUP",
     "WORKER_KIND",
+    "WORKER_VERSION",
     "ObservedConnectionRef",
     "TemporalWorkerStatus",
     "WorkerCondition",
@@ -55,8 +70,13 @@ WORKER_GROUP = "temporal.kmsvc.io"
 """API group of the ``TemporalWorker`` kind."""
 WORKER_KIND = "TemporalWorker"
 """Kind of the Kubernetes-native worker object."""
-CRD_VERSION = "v1"
-"""The only served (and stored) version of every twc CRD."""
+WORKER_VERSION = "v1"
+"""The served (and stored) version of the ``TemporalWorker`` CRD."""
+CRD_VERSION = WORKER_VERSION
+"""The ``TemporalWorker`` CRD's version (the name the daemon's watches use)."""
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+"""Label on every CRD twc generates (value ``twc``): what tells twc's CRDs from the
+official controller's when installing."""
 
 # Fields that come from the object's metadata, not its spec.
 _METADATA_FIELDS = frozenset({"name", "namespace"})
@@ -90,10 +110,43 @@ CONNECTION_SPEC_RULES: list[Rule] = [
 ]
 """CEL rules on a Connection's or ClusterConnection's ``spec``."""
 
+ROLLOUT_RULES: list[Rule] = [
+    {
+        "rule": f"self.strategy != 'Progressive' || ({_set('steps')} && size(self.steps) > 0)",
+        "message": "steps are required for Progressive rollout",
+    },
+    {
+        # Strictly increasing: sorted, and no percentage twice (CEL has no index loop).
+        "rule": f"self.strategy != 'Progressive' || !{_set('steps')} || "
+        "(self.steps.map(s, s.rampPercentage).isSorted() && "
+        "self.steps.all(s, self.steps.exists_one(t, t.rampPercentage == s.rampPercentage)))",
+        "message": "rampPercentage must increase between each step",
+    },
+]
+"""CEL rules of a rollout (the official controller's, with its messages)."""
+ROLLOUT_STEP_RULES: list[Rule] = [
+    {
+        "rule": "duration(self.pauseDuration) >= duration('30s')",
+        "message": "pause duration must be at least 30s",
+    }
+]
+# No CEL rule for "input or inputFrom": ``input`` is free-form JSON, which CEL cannot see
+# (the API server refuses the rule: "undefined field 'input'"). The model checks it when
+# the daemon loads the object, as the official controller's webhook does.
+GATE_INPUT_RULES: list[Rule] = [
+    {
+        "rule": f"{_set('configMapKeyRef')} != {_set('secretKeyRef')}",
+        "message": "exactly one of configMapKeyRef or secretKeyRef must be set",
+    }
+]
+
 # Model validators restated in CEL, keyed by the model's name in the JSON Schema's $defs.
 _DEF_RULES: dict[str, list[Rule]] = {
     ConnectionRef.__name__: CONNECTION_REF_RULES,
     ObjectRef.__name__: OBJECT_REF_RULES,
+    Rollout.__name__: ROLLOUT_RULES,
+    RolloutStep.__name__: ROLLOUT_STEP_RULES,
+    GateInputSource.__name__: GATE_INPUT_RULES,
 }
 
 
@@ -318,6 +371,7 @@ def _crd(
     status: dict[str, Any] | None,
     columns: list[dict[str, Any]],
     root_rules: list[Rule] | None = None,
+    version_name: str = WORKER_VERSION,
 ) -> dict[str, Any]:
     properties: dict[str, Any] = {"spec": spec}
     if status is not None:
@@ -331,7 +385,7 @@ def _crd(
     if root_rules:
         root["x-kubernetes-validations"] = root_rules
     version: dict[str, Any] = {
-        "name": CRD_VERSION,
+        "name": version_name,
         "served": True,
         "storage": True,
         "schema": {"openAPIV3Schema": root},
@@ -344,7 +398,7 @@ def _crd(
         "kind": "CustomResourceDefinition",
         "metadata": {
             "name": f"{plural}.{group}",
-            "labels": {"app.kubernetes.io/managed-by": "twc"},
+            "labels": {MANAGED_BY_LABEL: "twc"},
         },
         "spec": {
             "group": group,
@@ -413,13 +467,24 @@ def temporal_worker_crd() -> dict[str, Any]:
 
 
 def _connection_columns() -> list[dict[str, Any]]:
+    # The official controller's column, so `kubectl get connections` reads the same.
     return [
-        {"name": "HostPort", "type": "string", "jsonPath": ".spec.hostPort"},
+        {
+            "name": "Host",
+            "type": "string",
+            "jsonPath": ".spec.hostPort",
+            "description": "Temporal server endpoint",
+        },
     ]
 
 
+# The official Connection has a status subresource with no fields yet; the same shape
+# here, so either CRD treats a status write alike.
+_CONNECTION_STATUS: dict[str, Any] = {"type": "object"}
+
+
 def connection_crd() -> dict[str, Any]:
-    """The namespaced ``Connection`` CRD (``temporal.io/v1``)."""
+    """The namespaced ``Connection`` CRD (``temporal.io/v1alpha1``, the official kind)."""
     return _crd(
         group=API_GROUP,
         kind=CONNECTION_KIND,
@@ -428,13 +493,14 @@ def connection_crd() -> dict[str, Any]:
         short_names=["tconn"],
         description=_doc(Connection),
         spec=openapi_schema(Connection, drop=_METADATA_FIELDS, rules=CONNECTION_SPEC_RULES),
-        status=None,
+        status=dict(_CONNECTION_STATUS),
         columns=_connection_columns(),
+        version_name=CONNECTION_VERSION,
     )
 
 
 def cluster_connection_crd() -> dict[str, Any]:
-    """The cluster-scoped ``ClusterConnection`` CRD (``temporal.io/v1``)."""
+    """The cluster-scoped ``ClusterConnection`` CRD (``temporal.io/v1alpha1``, twc's own)."""
     return _crd(
         group=API_GROUP,
         kind=CLUSTER_CONNECTION_KIND,
@@ -455,8 +521,9 @@ def cluster_connection_crd() -> dict[str, Any]:
                 },
             ],
         ),
-        status=None,
+        status=dict(_CONNECTION_STATUS),
         columns=_connection_columns(),
+        version_name=CONNECTION_VERSION,
     )
 
 

@@ -1,0 +1,257 @@
+"""``twc convert``: the official worker controller's manifests as fleet-file entries.
+
+Reads ``WorkerDeployment`` and ``Connection`` objects (``temporal.io/v1alpha1``, and
+their deprecated names ``TemporalWorkerDeployment`` and ``TemporalConnection``) and
+writes the fleet-file workers and connections they describe: ``template``, ``rollout``,
+``sunset``, ``replicas`` and the connection are kept under the same names. Whatever has
+no counterpart in a fleet file is left out with a :class:`Note` saying so, and so is
+anything twc sets itself (the TEMPORAL_* variables the official controller also
+injects, a ServiceAccount name).
+
+One thing the official kind does not have and a fleet worker needs is a task queue: the
+official controller leaves it to the worker's code, while twc checks that the queue has
+pollers. The converted worker polls ``taskQueueName: <worker name>`` and a note asks the
+user to put in the real one.
+
+Pure: documents in, a fleet document and notes out.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from twc.spec._models import API_GROUP, API_VERSION, RESERVED_ENV_NAMES
+from twc.spec._template import (
+    RESERVED_POD_LABELS,
+    RESERVED_POD_SPEC_FIELDS,
+    worker_container_index,
+)
+
+__all__ = ["CONNECTION_KINDS", "WORKER_KINDS", "Conversion", "Note", "convert_manifests"]
+
+WORKER_KINDS = frozenset({"WorkerDeployment", "TemporalWorkerDeployment"})
+"""The official controller's worker kinds (the second is its deprecated name)."""
+CONNECTION_KINDS = frozenset({"Connection", "TemporalConnection"})
+"""The official controller's connection kinds (the second is its deprecated name)."""
+OFFICIAL_VERSION = "v1alpha1"
+"""The official controller's API version."""
+_DEFAULT_PROGRESS_DEADLINE = 600  # what twc's Deployments use, as the official default
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """Something of the input that the fleet file does not carry (or carries changed)."""
+
+    source: str
+    """The object, e.g. ``WorkerDeployment default/payment-processor``."""
+    field: str
+    """Its field, e.g. ``spec.minReadySeconds``; empty for the object as a whole."""
+    message: str
+    """What happened to it and what to do."""
+
+    def __str__(self) -> str:
+        where = f"{self.source}: {self.field}" if self.field else self.source
+        return f"{where}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class Conversion:
+    """The outcome of converting a set of manifests."""
+
+    fleet: dict[str, Any]
+    """A fleet document (``apiVersion``, ``kind``, ``connections``, ``workers``)."""
+    notes: tuple[Note, ...]
+    """One per field left out or changed."""
+    converted: int
+    """How many objects became fleet entries."""
+
+
+def _meta(obj: Mapping[str, Any]) -> tuple[str, str | None]:
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    name = meta.get("name")
+    namespace = meta.get("namespace")
+    return (
+        str(name) if name else "",
+        str(namespace) if isinstance(namespace, str) and namespace else None,
+    )
+
+
+def convert_manifests(documents: Iterable[object]) -> Conversion:
+    """Convert the official controller's objects to fleet-file entries.
+
+    Args:
+        documents: Parsed YAML documents (``None`` for empty ones is fine).
+
+    Returns:
+        The fleet document and the notes. Objects of other kinds are skipped with a
+        note; nothing raises on odd input (the fleet validation that follows names
+        what is still missing).
+    """
+    notes: list[Note] = []
+    connections: list[dict[str, Any]] = []
+    workers: list[dict[str, Any]] = []
+    for index, doc in enumerate(documents):
+        if doc is None:
+            continue
+        if not isinstance(doc, Mapping):
+            notes.append(Note(f"document {index + 1}", "", "not a mapping: skipped"))
+            continue
+        kind = str(doc.get("kind", ""))
+        name, namespace = _meta(doc)
+        source = f"{kind or 'object'} {namespace + '/' if namespace else ''}{name or '?'}"
+        group = str(doc.get("apiVersion", "")).partition("/")[0]
+        if group != API_GROUP or kind not in WORKER_KINDS | CONNECTION_KINDS:
+            notes.append(
+                Note(
+                    source,
+                    "",
+                    "not one of the official controller's Connection or "
+                    "WorkerDeployment objects: skipped",
+                )
+            )
+            continue
+        if namespace is None:
+            notes.append(
+                Note(
+                    source,
+                    "metadata.namespace",
+                    "not set: namespace `default` assumed "
+                    "(kubectl would use its current namespace)",
+                )
+            )
+            namespace = "default"
+        spec = doc.get("spec")
+        spec = spec if isinstance(spec, Mapping) else {}
+        if kind in CONNECTION_KINDS:
+            connections.append(_connection(name, namespace, spec))
+        else:
+            workers.append(_worker(name, namespace, doc, spec, source, notes))
+    fleet: dict[str, Any] = {"apiVersion": API_VERSION, "kind": "Fleet"}
+    if connections:
+        fleet["connections"] = connections
+    if workers:
+        fleet["workers"] = workers
+    return Conversion(fleet=fleet, notes=tuple(notes), converted=len(connections) + len(workers))
+
+
+def _connection(name: str, namespace: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    # The official ConnectionSpec is the fleet file's Connection, field for field.
+    return {"name": name, "namespace": namespace, **copy.deepcopy(dict(spec))}
+
+
+def _worker(
+    name: str,
+    namespace: str,
+    doc: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    source: str,
+    notes: list[Note],
+) -> dict[str, Any]:
+    def note(field: str, message: str) -> None:
+        notes.append(Note(source, field, message))
+
+    meta = doc.get("metadata") if isinstance(doc.get("metadata"), Mapping) else {}
+    for key in ("labels", "annotations"):
+        if isinstance(meta, Mapping) and meta.get(key):
+            note(
+                f"metadata.{key}",
+                "a fleet worker has no object labels or annotations of its own: left out "
+                "(pod labels and annotations belong in template.metadata)",
+            )
+    worker: dict[str, Any] = {"name": name, "namespace": namespace}
+    options = spec.get("workerOptions")
+    options = options if isinstance(options, Mapping) else {}
+    ref = options.get("connectionRef")
+    if isinstance(ref, Mapping) and ref.get("name"):
+        worker["connectionRef"] = {"name": str(ref["name"])}
+    elif isinstance(options.get("connection"), str):
+        # Older manifests (and some of the official docs) name it directly.
+        worker["connectionRef"] = {"name": options["connection"]}
+        note("spec.workerOptions.connection", "written as connectionRef.name")
+    else:
+        note("spec.workerOptions.connectionRef", "missing: set connectionRef (or defaults)")
+    if options.get("temporalNamespace"):
+        worker["temporalNamespace"] = str(options["temporalNamespace"])
+    if options.get("unsafeCustomBuildID"):
+        note(
+            "spec.workerOptions.unsafeCustomBuildID",
+            "no counterpart yet (twc derives a version's build ID): left out",
+        )
+    worker["taskQueueName"] = name
+    note(
+        "",
+        f"the official WorkerDeployment names no task queue (the worker's code picks it) "
+        f"and twc checks that a worker's queue has pollers: taskQueueName is set to {name!r}; "
+        "change it to the queue the worker polls",
+    )
+    if spec.get("replicas") is not None:
+        worker["replicas"] = spec["replicas"]
+    else:
+        note(
+            "spec.replicas",
+            "not set (the official controller leaves replicas to an external autoscaler): "
+            "twc runs 1 replica; set replicas, or autoscaling for backlog-driven scaling",
+        )
+    if spec.get("minReadySeconds"):
+        note("spec.minReadySeconds", "no counterpart: left out (twc's Deployments use 0)")
+    deadline = spec.get("progressDeadlineSeconds")
+    if deadline is not None and deadline != _DEFAULT_PROGRESS_DEADLINE:
+        note(
+            "spec.progressDeadlineSeconds",
+            f"no counterpart: left out (twc's Deployments use {_DEFAULT_PROGRESS_DEADLINE})",
+        )
+    for key in ("rollout", "sunset"):
+        if isinstance(spec.get(key), Mapping):
+            worker[key] = copy.deepcopy(dict(spec[key]))
+    template = spec.get("template")
+    if isinstance(template, Mapping):
+        worker["template"] = _template(template, note)
+    else:
+        note("spec.template", "missing: the worker needs an image (set image or template)")
+    return worker
+
+
+def _template(template: Mapping[str, Any], note: Callable[[str, str], None]) -> dict[str, Any]:
+    """The pod template without what twc sets itself."""
+    out = copy.deepcopy(dict(template))
+    metadata = out.get("metadata")
+    if isinstance(metadata, dict):
+        for key in [k for k in metadata if k not in ("labels", "annotations")]:
+            note(f"spec.template.metadata.{key}", "twc names the pods: left out")
+            del metadata[key]
+        labels = metadata.get("labels")
+        if isinstance(labels, dict):
+            for key in sorted(set(labels) & RESERVED_POD_LABELS):
+                note(f'spec.template.metadata.labels["{key}"]', "twc sets this label: left out")
+                del labels[key]
+        if not metadata:
+            del out["metadata"]
+    spec = out.get("spec")
+    if not isinstance(spec, dict):
+        return out
+    for key, why in RESERVED_POD_SPEC_FIELDS.items():
+        if key in spec:
+            note(f"spec.template.spec.{key}", f"left out: {why}")
+            del spec[key]
+    containers = spec.get("containers")
+    if isinstance(containers, list):
+        index = worker_container_index(containers)
+        container = containers[index] if index is not None else None
+        if isinstance(container, dict) and isinstance(container.get("env"), list):
+            kept = []
+            for entry in container["env"]:
+                if isinstance(entry, Mapping) and entry.get("name") in RESERVED_ENV_NAMES:
+                    note(
+                        f"spec.template.spec.containers[{index}].env.{entry['name']}",
+                        "twc sets it from the connection: left out",
+                    )
+                    continue
+                kept.append(entry)
+            container["env"] = kept
+            if not kept:
+                del container["env"]
+    return out

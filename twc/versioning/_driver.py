@@ -161,7 +161,9 @@ async def observe_rollout(
         for tq in queues
     ]
     has_gates = policy.gate is not None or any(s.gate is not None for s in policy.steps)
-    gates = await versioning.gate_runs(wanted) if has_gates and routing is not None else {}
+    # Once the target is Current its gates have nothing more to decide.
+    pending = routing is not None and routing.current != seen.target
+    gates = await versioning.gate_runs(wanted) if has_gates and pending else {}
     return dataclasses.replace(seen, gates=gates)
 
 

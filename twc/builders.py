@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from twc import rollout
 from twc.connections import DEFAULT_TLS_MOUNT_PATH, PodSpecOptions, ResolvedConnection
 from twc.spec import ResolvedWorker, Resources, label_value, worker_container_index
 
@@ -43,6 +44,7 @@ __all__ = [
     "pod_disruption_budget_spec",
     "selector_labels",
     "service_account_metadata",
+    "versioned_deployment",
     "worker_labels",
     "worker_pod_template",
 ]
@@ -66,9 +68,18 @@ DEFAULT_WAIT_IMAGE: Final = "busybox:1.37"
 ENV_NAMESPACE: Final = "TEMPORAL_NAMESPACE"
 ENV_TASK_QUEUE: Final = "TEMPORAL_TASK_QUEUE"
 WORKER_ENV_NAMES: Final = frozenset(
-    {ENV_NAMESPACE, ENV_TASK_QUEUE, "POD_NAME", "POD_NAMESPACE", "NODE_NAME"}
+    {
+        ENV_NAMESPACE,
+        ENV_TASK_QUEUE,
+        "POD_NAME",
+        "POD_NAMESPACE",
+        "NODE_NAME",
+        rollout.ENV_DEPLOYMENT_NAME,
+        rollout.ENV_BUILD_ID,
+    }
 )
-"""Environment variables the builders set (the connection sets the rest)."""
+"""Environment variables the builders set (the connection sets the rest); the last two
+only on a versioned worker's pods."""
 
 # Waits until the frontend accepts TCP connections, so workers do not crash-loop while
 # Temporal starts. Reads TEMPORAL_FRONTEND_ADDRESS (host:port or [v6]:port), which the
@@ -430,6 +441,86 @@ def worker_deployment(
     if connection_name:
         metadata["annotations"][CONNECTION_ANNOTATION] = connection_name
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata, "spec": spec}
+
+
+def versioned_deployment(
+    worker: ResolvedWorker,
+    connection: ResolvedConnection,
+    fingerprint: str,
+    *,
+    build_id: str,
+    version_spec: str,
+    policy: str,
+    target: bool,
+    replicas: int | None = None,
+    options: PodTemplateOptions | None = None,
+    connection_name: str | None = None,
+) -> dict[str, Any]:
+    """One version's Deployment of a worker with versioned rollouts:
+    ``<worker>-<buildID>``, selecting only its own pods, whose worker container learns
+    its Temporal worker deployment and build ID from ``TEMPORAL_DEPLOYMENT_NAME`` and
+    ``TEMPORAL_WORKER_BUILD_ID`` (a worker builds its ``WorkerDeploymentConfig`` from
+    them).
+
+    Args:
+        worker: The worker as it is at this version (for an older version: its
+            recorded version spec over the current worker).
+        connection: Its resolved connection (the current one, for every version).
+        fingerprint: The connection fingerprint.
+        build_id: The version's build ID.
+        version_spec: The version spec as JSON, recorded on the Deployment.
+        policy: The rollout policy as JSON, recorded for previews.
+        target: Whether this is the version the spec asks for now.
+        replicas: Exactly this many (0 in sunset), else the worker's own count; other
+            counts are kept within the autoscaling bounds.
+        options: Extra pod template knobs.
+        connection_name: The connection's name in the stack.
+
+    Returns:
+        The whole object (``apiVersion``, ``kind``, ``metadata``, ``spec``).
+    """
+    manifest = worker_deployment(
+        worker,
+        connection,
+        fingerprint,
+        replicas=replicas,
+        options=options,
+        connection_name=connection_name,
+    )
+    spec, metadata = manifest["spec"], manifest["metadata"]
+    if replicas == 0:
+        # Sunset: zero even below minReplicas.
+        spec["replicas"] = 0
+    version_labels = {
+        rollout.BUILD_ID_LABEL: build_id,
+        rollout.DEPLOYMENT_NAME_LABEL: worker.name,
+    }
+    metadata["name"] = rollout.version_deployment_name(worker.name, build_id)
+    metadata["labels"] = {**metadata["labels"], **version_labels}
+    metadata["annotations"] = {
+        **metadata["annotations"],
+        rollout.VERSION_ANNOTATION: version_spec,
+        rollout.POLICY_ANNOTATION: policy,
+        **({rollout.TARGET_ANNOTATION: "true"} if target else {}),
+    }
+    spec["selector"]["matchLabels"] = {
+        **spec["selector"]["matchLabels"],
+        rollout.BUILD_ID_LABEL: build_id,
+    }
+    template = spec["template"]
+    template["metadata"]["labels"] = {**template["metadata"]["labels"], **version_labels}
+    container = template["spec"]["containers"][0]
+    names = {rollout.ENV_DEPLOYMENT_NAME, rollout.ENV_BUILD_ID}
+    container["env"] = [
+        {
+            "name": rollout.ENV_DEPLOYMENT_NAME,
+            "value": rollout.temporal_deployment_name(worker.namespace, worker.name),
+        },
+        {"name": rollout.ENV_BUILD_ID, "value": build_id},
+        *(e for e in container.get("env") or [] if e.get("name") not in names),
+    ]
+    _check_selector(template, spec["selector"]["matchLabels"])
+    return manifest
 
 
 def dlq_statefulset_spec(

@@ -137,8 +137,15 @@ def _cluster_objects_flags(parser: argparse.ArgumentParser) -> None:
 
 def _cmd_up(args: argparse.Namespace) -> int:
     from twc.commands.up import run_up
+    from twc.rollout import RolloutSettings
 
-    return run_up(args.stack, args.fleet_file, cluster_objects=args.cluster_objects)
+    return run_up(
+        args.stack,
+        args.fleet_file,
+        cluster_objects=args.cluster_objects,
+        rollouts=RolloutSettings(time_scale=args.rollout_time_scale),
+        rollout_wait=args.rollout_wait,
+    )
 
 
 def _cmd_preview(args: argparse.Namespace) -> int:
@@ -221,6 +228,19 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--stack", required=True, help="stack (environment), e.g. local, dev, prod")
     up.add_argument("--fleet-file", default=None, help="fleet file (default stacks/<stack>.yaml)")
     _cluster_objects_flags(up)
+    up.add_argument(
+        "--rollout-wait",
+        type=float,
+        default=60.0,
+        help="after applying, drive versioned rollouts (gates, routing) for up to this many "
+        "seconds (default 60; 0: only what is due now)",
+    )
+    up.add_argument(
+        "--rollout-time-scale",
+        type=float,
+        default=1.0,
+        help="multiply every rollout pause and sunset delay (test beds and demos)",
+    )
     up.set_defaults(func=_cmd_up)
 
     preview = sub.add_parser(

@@ -142,6 +142,7 @@ def build(
                 connection_name=worker_conn[wkey],
                 replicas=desired.replicas.get(wkey) if worker.autoscaling else None,
                 wait_for_pollers_seconds=options.wait_for_pollers_seconds,
+                versions=desired.inputs.versions.get(wkey),
             ),
             opts=pulumi.ResourceOptions(parent=parent) if parent else top,
         )
@@ -175,11 +176,16 @@ def program_inputs(file: str) -> tuple[Fleet, DesiredInputs]:
         fleet = load_fleet(given.fleet, file) if given.fleet is not None else load_fleet_file(file)
         return fleet, given
     fleet = load_fleet_file(file)
-    if not fleet.cluster_objects:
-        return fleet, DesiredInputs()
     from twc.kube.client import kube_client
-    from twc.kube.observe import observe_inputs
+    from twc.kube.observe import observe_inputs, running_versions
 
+    if not fleet.cluster_objects:
+        if not any(w.rollout is not None for w in fleet.resolved_workers()):
+            return fleet, DesiredInputs()
+        # The file alone, but a versioned worker's older versions are in the cluster
+        # only: without them they would be deleted while workflows are pinned to them.
+        with kube_client() as kube:
+            return fleet, DesiredInputs(versions=running_versions(kube))
     with kube_client() as kube:
         return fleet, observe_inputs(kube, default_registry().watched_kinds())
 

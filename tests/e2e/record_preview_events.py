@@ -84,7 +84,9 @@ def write(name: str, events: list[dict[str, Any]]) -> Path:
     return path
 
 
-def main() -> int:
+def main(only: list[str] | None = None) -> int:
+    """Record every scenario, or ``only`` the named groups (``fleet``, ``credentials``,
+    ``versioned``)."""
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         # Recorded events are the goldens' input: CI checks them, never records them.
         print("refusing to record preview events when CI=true", file=sys.stderr)
@@ -94,13 +96,13 @@ def main() -> int:
         local.up(progress=lambda m: print(f"[local] {m}", file=sys.stderr))
         try:
             os.environ.update(local.env())
-            _record_all(local, Path(tmp))
+            _record_all(local, Path(tmp), set(only or ("fleet", "credentials", "versioned")))
         finally:
             local.down(progress=lambda m: None)
     return 0
 
 
-def _record_all(local: LocalEnvironment, tmp: Path) -> None:
+def _record_all(local: LocalEnvironment, tmp: Path, groups: set[str]) -> None:
     kube = Kube(local.kubeconfig)
     ns = f"r-{uuid.uuid4().hex[:8]}"
     kube.ensure_namespace(ns)
@@ -147,7 +149,38 @@ def _record_all(local: LocalEnvironment, tmp: Path) -> None:
         ],
     )
     base["connections"] = [{"name": "other", "namespace": ns, "hostPort": f"localhost:{port}"}]
-    _with(stack(base), lambda fs: _fleet_scenarios(fs, base, scenario, ns, port))
+    if "fleet" in groups:
+        _with(stack(base), lambda fs: _fleet_scenarios(fs, base, scenario, ns, port))
+
+    # A versioned worker (Progressive, the default sunset) whose image changes: a new
+    # version's Deployment next to the running one, and the plan in words.
+    versioned = fleet_doc(
+        ns,
+        host_port=address,
+        workers=[
+            {
+                "name": "orders",
+                "namespace": ns,
+                "taskQueueName": "orders",
+                "rollout": {
+                    "strategy": "Progressive",
+                    "steps": [
+                        {"rampPercentage": 1, "pauseDuration": "10m"},
+                        {"rampPercentage": 5, "pauseDuration": "15m"},
+                    ],
+                },
+            }
+        ],
+    )
+    new_image = copy.deepcopy(versioned)
+    new_image["workers"][0]["image"] = NEW_IMAGE
+    if "versioned" in groups:
+        _with(
+            stack(versioned),
+            lambda fs: scenario(fs, "versioned_image_change", new_image),
+        )
+    if "credentials" not in groups:
+        return
 
     # Credentials: an mTLS ClusterConnection copying its secret from another namespace,
     # and an API-key Connection; both rotated.
@@ -244,4 +277,4 @@ def _b64(text: str) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:] or None))

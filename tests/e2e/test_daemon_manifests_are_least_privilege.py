@@ -37,6 +37,7 @@ NAMESPACED = {
     ("temporal.kmsvc.io", "temporalworkers/status"): {"patch"},
     ("temporal.io", "connections"): {"patch"},
     ("", "events"): {"create"},
+    ("", "configmaps"): {"get"},
 }
 CLUSTER_WIDE = {
     ("apps", "deployments"): {"list"},

@@ -234,6 +234,9 @@ def test_worker_printer_columns_and_status_subresource() -> None:
         ("Replicas", ".status.replicas"),
         ("Ready", ".status.readyReplicas"),
         ("TaskQueue", ".status.taskQueue"),
+        ("Current", ".status.currentVersion.buildID"),
+        ("Target", ".status.targetVersion.buildID"),
+        ("Ramp %", ".status.targetVersion.rampPercentage"),
         ("Age", ".metadata.creationTimestamp"),
     ]
     assert version["subresources"] == {"status": {}}
@@ -246,7 +249,22 @@ def test_worker_printer_columns_and_status_subresource() -> None:
         "observedConnectionRef",
         "taskQueue",
         "conditions",
+        # Versioned workers: the official controller's version records.
+        "deploymentName",
+        "targetVersion",
+        "currentVersion",
+        "rampingVersion",
+        "deprecatedVersions",
+        "rollout",
     }
+    assert status["properties"]["targetVersion"]["properties"]["status"]["enum"] == [
+        "NotRegistered",
+        "Inactive",
+        "Ramping",
+        "Current",
+        "Draining",
+        "Drained",
+    ]
     assert status["properties"]["phase"]["enum"] == ["Pending", "Ready", "Failed"]
     conditions = status["properties"]["conditions"]
     assert conditions["x-kubernetes-list-type"] == "map"

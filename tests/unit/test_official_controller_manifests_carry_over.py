@@ -171,6 +171,7 @@ def test_convert_notes_what_has_no_counterpart_and_drops_what_twc_sets() -> None
     } <= fields
     assert any(n.source == "Service s" and "skipped" in n.message for n in result.notes)
     assert worker["connectionRef"] == {"name": "prod"}
+    assert worker["rollout"] == {"strategy": "AllAtOnce", "buildID": "v1"}
     assert worker["template"]["spec"] == {
         "containers": [
             {

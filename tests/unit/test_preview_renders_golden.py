@@ -32,6 +32,7 @@ REQUIRED_SCENARIOS = {
     "no_changes",
     "secrets",
     "replace_and_error",
+    "real_versioned_image_change",
 }
 
 

@@ -13,10 +13,12 @@ from typing import TYPE_CHECKING, TextIO
 
 from twc.desired import INPUTS_ENV, DesiredInputs
 from twc.errors import SpecError, TwcError
+from twc.rollout import RolloutSettings
 from twc.stackrun import engine
 
 if TYPE_CHECKING:
     from twc.kube.client import KubeClient
+    from twc.spec import Fleet
 
 __all__ = [
     "desired_inputs",
@@ -80,7 +82,11 @@ def stack_kube(ref: engine.StackRef) -> KubeClient:
 
 @contextmanager
 def desired_inputs(
-    ref: engine.StackRef, file: str, wanted: bool | None, err: TextIO | None = None
+    ref: engine.StackRef,
+    file: str,
+    wanted: bool | None,
+    err: TextIO | None = None,
+    rollouts: RolloutSettings | None = None,
 ) -> Iterator[engine.StackRef | None]:
     """``ref`` with the desired state's inputs in a ``TWC_DESIRED_INPUTS`` file.
 
@@ -120,6 +126,11 @@ def desired_inputs(
             return
         if any(found.objects or not found.is_known for found in (inputs.cluster or {}).values()):
             print(_summary(inputs), file=err)
+    planned = _with_versions(ref, file, fleet, inputs, rollouts or RolloutSettings(), err)
+    if planned is None:
+        yield None
+        return
+    inputs = planned
     with tempfile.TemporaryDirectory(prefix="twc-inputs-") as tmp:
         inputs.to_file(Path(tmp) / "inputs.json")
         env = {**(ref.env or {}), INPUTS_ENV: str(Path(tmp) / "inputs.json")}
@@ -176,6 +187,46 @@ def dry_run_or_report(ref: engine.StackRef, file: str, err: TextIO | None = None
         print(issue, file=err)
     print("nothing was applied", file=err)
     return False
+
+
+def _with_versions(
+    ref: engine.StackRef,
+    file: str,
+    fleet: Fleet,
+    inputs: DesiredInputs,
+    settings: RolloutSettings,
+    err: TextIO,
+) -> DesiredInputs | None:
+    """``inputs`` with the versioned workers' planned versions (see
+    :mod:`twc.commands.rollouts`); ``None`` (after saying why) when they cannot be read:
+    applying without them would delete versions workflows are pinned to."""
+    if inputs.cluster is None and not any(w.rollout is not None for w in fleet.resolved_workers()):
+        return inputs
+    from twc.commands.rollouts import plan_versions
+    from twc.kube.client import NoClusterError
+
+    try:
+        with stack_kube(ref) as kube:
+            return plan_versions(
+                kube,
+                fleet,
+                inputs,
+                file=file,
+                temporal_address=(ref.config or {}).get("temporalAddress"),
+                settings=settings,
+                err=err,
+            )
+    except NoClusterError:
+        if any(w.rollout is not None for w in fleet.resolved_workers()):
+            print("versioned workers need the cluster: no cluster is configured", file=err)
+            return None
+        return inputs
+    except Exception as exc:  # noqa: BLE001 - any read failure stops the command with its reason
+        print(
+            f"cannot read the versions of versioned workers: {exc}; nothing was applied",
+            file=err,
+        )
+        return None
 
 
 def _summary(inputs: DesiredInputs) -> str:

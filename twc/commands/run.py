@@ -31,6 +31,7 @@ from twc.loop.backlog import TemporalBacklogs
 from twc.loop.daemon import Daemon
 from twc.loop.health import DaemonMetrics, HealthServer
 from twc.loop.observe import CachedFleetFile, Sources
+from twc.loop.rollouts import RolloutSource
 from twc.loop.settings import DaemonSettings
 from twc.stackrun import engine
 from twc.stackrun.automation import AutomationEngine
@@ -111,6 +112,30 @@ def _configure_logging() -> None:
     logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
 
 
+def _rollout_source(
+    kube: KubeClient | None,
+    workloads: Workloads | None,
+    temporal_address: str | None,
+    settings: DaemonSettings,
+) -> RolloutSource | None:
+    """Versioned workers' versions (from the cluster) and routing (through Temporal)."""
+    if kube is None or workloads is None:
+        return None
+    from twc.kube.versions import read_gate_input, versions
+    from twc.versioning import WorkerClients
+
+    cluster = kube
+    return RolloutSource(
+        versions=lambda: versions(cluster),
+        clients=WorkerClients(
+            read_secret=workloads.read_secret,
+            temporal_address=temporal_address,
+            identity=settings.rollout.identity,
+        ),
+        read_input=lambda namespace, source: read_gate_input(cluster, namespace, source),
+    )
+
+
 def run_daemon(options: RunOptions) -> int:
     """Run the daemon until SIGTERM (or one iteration with ``--once``).
 
@@ -185,6 +210,7 @@ def run_daemon(options: RunOptions) -> int:
             secrets=workloads.read_secret if workloads is not None else None,
             registry=registry,
             file=file,
+            rollouts=_rollout_source(kube, workloads, temporal_address, settings),
         ),
         Effects(
             engine=AutomationEngine(

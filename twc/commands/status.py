@@ -53,10 +53,29 @@ def format_status_table(
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    return "\n".join(
-        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])) + "  " + row[-1]
-        for row in rows
-    )
+    lines = []
+    for row in rows:
+        lines.append(
+            "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])) + "  " + row[-1]
+        )
+        rollout = (workers or {}).get(row[0], {}).get("rollout") if row[0] != "WORKER" else None
+        if isinstance(rollout, dict):
+            lines.extend(_version_lines(rollout))
+    return "\n".join(lines)
+
+
+def _version_lines(rollout: dict[str, Any]) -> list[str]:
+    """Under a versioned worker: each version with its official status, and the
+    rollout's state."""
+    from twc.rollout import version_rows
+
+    lines = [f"  {role:<10}  {build}  {text}" for role, build, text in version_rows(rollout)]
+    state = rollout.get("rollout")
+    if isinstance(state, dict) and state.get("message"):
+        lines.append(f"  {'rollout':<10}  {state.get('reason')}: {state.get('message')}")
+    if rollout.get("error"):
+        lines.append(f"  {'rollout':<10}  unknown: {rollout['error']}")
+    return lines
 
 
 def live_status(stack: str, *, check_temporal: bool = True) -> dict[str, dict[str, Any]]:
@@ -122,9 +141,50 @@ def live_status(stack: str, *, check_temporal: bool = True) -> dict[str, dict[st
             backlog=check.get("approximateBacklog"),
             task_queue=str(props.get("taskQueue", "")),
         )
+    _with_rollouts(result, kube, checks, recorded)
     if kube is not None:
         kube.close()
     return result
+
+
+def _with_rollouts(
+    result: dict[str, dict[str, Any]],
+    kube: Any,
+    checks: dict[str, Any],
+    recorded: dict[str, Any],
+) -> None:
+    """Versioned workers: the live versions, and replicas counted on the target's
+    Deployment (see :func:`twc.commands.rollouts.live_rollouts`)."""
+    from twc.commands.rollouts import live_rollouts
+
+    try:
+        found = live_rollouts(kube, checks, recorded, now=time.time())
+    except Exception as exc:  # noqa: BLE001 - status reports what it cannot read
+        for key, rec in recorded.items():
+            if key in result and rec.get("targetBuildID"):
+                result[key]["rollout"] = {"error": f"{type(exc).__name__}: {exc}"}
+        return
+    for key, rollout in found.items():
+        if key not in result:
+            continue
+        target = rollout.get("targetVersion") or {}
+        if target.get("deployment"):
+            ready = int(target.get("readyReplicas", 0))
+            wanted = int(target.get("replicas", 0))
+            result[key]["replicas"], result[key]["readyReplicas"] = wanted, ready
+            for cond in result[key].get("conditions", []):
+                if cond.get("type") == "WorkerDeploymentReady":
+                    ok = ready >= wanted
+                    cond.update(
+                        status="True" if ok else "False",
+                        reason="ReplicasReady" if ok else "ReplicasNotReady",
+                        message=f"{ready}/{wanted} replicas ready",
+                    )
+            if result[key].get("phase") == "Pending" and ready >= wanted:
+                queue = [c for c in result[key].get("conditions", []) if c.get("status") != "True"]
+                if not queue:
+                    result[key]["phase"] = "Ready"
+        result[key]["rollout"] = rollout
 
 
 def run_status(stack: str, output: str = "table", out: TextIO = sys.stdout) -> int:

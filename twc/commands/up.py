@@ -8,6 +8,8 @@ from typing import TextIO
 
 from twc.commands import common
 from twc.commands.status import format_status_table
+from twc.desired import INPUTS_ENV, DesiredInputs
+from twc.rollout import RolloutSettings
 from twc.stackrun import engine
 from twc.stackrun.errors import engine_failure
 
@@ -20,6 +22,8 @@ def run_up(
     out: TextIO = sys.stdout,
     *,
     cluster_objects: bool | None = None,
+    rollouts: RolloutSettings | None = None,
+    rollout_wait: float = 60.0,
 ) -> int:
     """``twc up``: validate, then ``pulumi up`` with the engine's progress shown.
 
@@ -29,6 +33,9 @@ def run_up(
         out: Where the engine's progress and the status table go.
         cluster_objects: Include the cluster's Queue, TemporalWorker and connection
             objects as the daemon does; ``None`` follows the fleet's ``clusterObjects``.
+        rollouts: Versioned rollouts' time scale and identity.
+        rollout_wait: After the ``up``, drive versioned rollouts this many seconds at
+            most (gates, routing) while they can move without another ``up``.
 
     Returns:
         0 when applied, 1 otherwise.
@@ -41,14 +48,54 @@ def run_up(
         common.ensure_local_namespaces(file, ref)
     from pulumi.automation import CommandError
 
+    settings = rollouts or RolloutSettings()
     try:
-        with common.desired_inputs(ref, file, cluster_objects) as run:
+        with common.desired_inputs(ref, file, cluster_objects, rollouts=settings) as run:
             if run is None or not common.dry_run_or_report(run, file):
                 return 1
+            inputs = DesiredInputs.from_file((run.env or {})[INPUTS_ENV])
             result = engine.up(run, on_output=lambda line: print(line, file=out, flush=True))
     except CommandError as exc:
         print(engine_failure(exc).text, file=sys.stderr)
         return 1
+    _drive(ref, file, inputs, settings, rollout_wait, out)
     workers = result.outputs["workers"].value if "workers" in result.outputs else {}
     print(format_status_table(workers), file=out)
     return 0
+
+
+def _drive(
+    ref: engine.StackRef,
+    file: str,
+    inputs: DesiredInputs,
+    settings: RolloutSettings,
+    wait: float,
+    out: TextIO,
+) -> None:
+    """Drive the versioned workers' rollouts after the ``up`` (see
+    :mod:`twc.commands.rollouts`); a failure here is reported, the ``up`` stands."""
+    from twc.commands.rollouts import drive_rollouts
+    from twc.connections import default_registry
+    from twc.desired import desired_fleet
+    from twc.kube.versions import read_gate_input
+    from twc.spec import load_fleet, load_fleet_file
+
+    try:
+        path = common.fleet_path(file)
+        fleet = load_fleet(inputs.fleet, file) if inputs.fleet else load_fleet_file(path)
+        desired = desired_fleet(fleet, inputs, registry=default_registry(), file=file)
+        if not any(w.rollout is not None for w in desired.workers.values()):
+            return
+        with common.stack_kube(ref) as kube:
+            drive_rollouts(
+                kube,
+                desired.fleet,
+                list(desired.workers.values()),
+                temporal_address=(ref.config or {}).get("temporalAddress"),
+                settings=settings,
+                wait=wait,
+                out=out,
+                read_input=lambda ns, source: read_gate_input(kube, ns, source),
+            )
+    except Exception as exc:  # noqa: BLE001 - the up stands; the rollout goes on next time
+        print(f"rollouts not driven: {exc}", file=sys.stderr)

@@ -20,6 +20,8 @@ import pulumi_kubernetes as k8s
 from providers.taskqueue import TaskQueueCheck
 from twc import builders
 from twc.components.connection import WorkerConnection
+from twc.components.versions import version_deployments
+from twc.rollout import WorkerVersions
 from twc.spec import AuthMode, ResolvedWorker
 from twc.status import worker_status
 
@@ -42,6 +44,9 @@ class WorkerArgs:
     """How long the TaskQueueCheck waits for a poller."""
     connection_name: str | None = None
     """The connection component's name, recorded on the Deployment for previews."""
+    versions: WorkerVersions | None = None
+    """For a worker with ``rollout``: its versions besides the target (from the
+    desired state's inputs)."""
 
 
 class TemporalWorkerComponent(pulumi.ComponentResource):
@@ -64,21 +69,32 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
             automount_service_account_token=sa_object["automountServiceAccountToken"],
             opts=child,
         )
-        manifest = builders.worker_deployment(
-            worker,
-            conn.resolved,
-            conn.fingerprint,
-            replicas=args.replicas,
-            options=options,
-            connection_name=args.connection_name,
-        )
-        spec, metadata = manifest["spec"], manifest["metadata"]
-        deployment = k8s.apps.v1.Deployment(
-            f"{name}-deployment",
-            metadata=metadata,
-            spec=spec,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[sa, *conn.depends_on]),
-        )
+        versioned = None
+        if worker.rollout is not None:
+            # One Deployment per version; the target's is the one the status reads.
+            versioned = version_deployments(
+                name,
+                args,
+                options,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[sa, *conn.depends_on]),
+            )
+            deployment, spec = versioned.target, versioned.target_spec
+        else:
+            manifest = builders.worker_deployment(
+                worker,
+                conn.resolved,
+                conn.fingerprint,
+                replicas=args.replicas,
+                options=options,
+                connection_name=args.connection_name,
+            )
+            spec, metadata = manifest["spec"], manifest["metadata"]
+            deployment = k8s.apps.v1.Deployment(
+                f"{name}-deployment",
+                metadata=metadata,
+                spec=spec,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[sa, *conn.depends_on]),
+            )
         pdb_spec = builders.pod_disruption_budget_spec(worker)
         if pdb_spec is not None:
             k8s.policy.v1.PodDisruptionBudget(
@@ -131,20 +147,26 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
             # Re-check whenever the pods change (image, env, connection fingerprint...).
             trigger=_template_hash(spec["template"]),
             wait_for_pollers_seconds=args.wait_for_pollers_seconds,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[deployment]),
+            opts=pulumi.ResourceOptions(
+                parent=self, depends_on=versioned.all if versioned else [deployment]
+            ),
         )
         desired = int(spec["replicas"])
+        extra = versioned.outputs if versioned is not None else {}
         self.status = pulumi.Output.all(
             deployment.status, check.condition, check.pollers, check.approximateBacklog
         ).apply(
-            lambda parts: worker_status(
-                desired=desired,
-                deployment_status=parts[0],
-                queue_condition=parts[1],
-                pollers=parts[2],
-                backlog=parts[3],
-                task_queue=worker.task_queue_name,
-            )
+            lambda parts: {
+                **worker_status(
+                    desired=desired,
+                    deployment_status=parts[0],
+                    queue_condition=parts[1],
+                    pollers=parts[2],
+                    backlog=parts[3],
+                    task_queue=worker.task_queue_name,
+                ),
+                **extra,
+            }
         )
         self.register_outputs({"status": self.status})
 

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from twc.rollout import WorkerVersions
 from twc.spec import QUEUE_API_VERSION, QUEUE_KIND
 from twc.spec.crds import WORKER_GROUP, WORKER_KIND
 
@@ -150,6 +151,13 @@ class DesiredInputs(_Model):
     """Per kind key, per object key, the last spec of that object that was accepted
     (trimmed). An object that turns invalid keeps this spec; a kind whose list failed
     keeps all of its accepted objects. A kind listed here was observed at least once."""
+
+    # --- versioned rollouts ---------------------------------------------------------
+    versions: dict[str, WorkerVersions] = Field(default_factory=dict)
+    """Per versioned worker (``<namespace>/<worker>``), the versions whose Deployments
+    the program declares besides the target, with their replicas and version specs:
+    planned by the daemon or ``twc up`` from Temporal and the cluster, or (plain
+    ``pulumi up``) every version that has a Deployment, as it runs."""
 
     def for_program(self) -> DesiredInputs:
         """The document as it crosses into the program: every object trimmed."""

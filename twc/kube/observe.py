@@ -19,10 +19,12 @@ from typing import Any
 from twc.connections import WatchedKind
 from twc.desired import QUEUE_KIND_KEY, DesiredInputs, ObjectList
 from twc.kube.client import KubeClient
+from twc.kube.versions import versions
 from twc.kube.watch import NativeWatch, QueueWatcher
 from twc.kube.workloads import Workloads
+from twc.rollout import VersionInput, WorkerVersions
 
-__all__ = ["observe_cluster", "observe_inputs"]
+__all__ = ["observe_cluster", "observe_inputs", "running_versions"]
 
 
 def observe_cluster(kube: KubeClient, kinds: Iterable[WatchedKind]) -> dict[str, ObjectList]:
@@ -74,7 +76,21 @@ def observe_inputs(
         cluster={k: v.trimmed() for k, v in cluster.items()},
         replicas=replicas,
         accepted=dict(accepted or {}),
+        versions=running_versions(kube),
     )
+
+
+def running_versions(kube: KubeClient) -> dict[str, WorkerVersions]:
+    """Every versioned worker's versions as they run (no plan: nothing is deleted)."""
+    return {
+        worker: WorkerVersions(
+            versions={
+                build: VersionInput(replicas=seen.deployment.replicas, spec=seen.spec)
+                for build, seen in builds.items()
+            }
+        )
+        for worker, builds in versions(kube).items()
+    }
 
 
 def _failure(exc: BaseException) -> str:

@@ -38,6 +38,12 @@ from twc.local.processes import ProcessRecord
 
 log = logging.getLogger(__name__)
 
+DRAINAGE_CONFIG = {
+    "matching.wv.VersionDrainageStatusVisibilityGracePeriod": '"5s"',
+    "matching.wv.VersionDrainageStatusRefreshInterval": '"2s"',
+}
+"""Dynamic config of the dev server: how soon a version that lost its traffic is
+checked for open pinned workflows (Draining → Drained)."""
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "temporal", "controllers")
 Progress = Callable[[str], None]
 
@@ -503,6 +509,9 @@ class LocalEnvironment:
                 f"--db-filename={self.dir / 'temporal.db'}",
                 "--log-level=warn",
                 "--namespace=default",
+                # Versioned rollouts: a version's drainage is checked every few seconds
+                # here (3 minutes by default), so a sunset can be watched in a test.
+                *(f"--dynamic-config-value={k}={v}" for k, v in DRAINAGE_CONFIG.items()),
             ],
             self.logs / "temporal.log",
         )

@@ -7,8 +7,10 @@ sandbox can import it cheaply.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from temporalio import activity, workflow
+from temporalio.exceptions import ApplicationError
 
 
 @activity.defn
@@ -28,3 +30,41 @@ class EchoWorkflow:
         return await workflow.execute_activity(
             echo, message, start_to_close_timeout=timedelta(seconds=30)
         )
+
+
+def _build_id() -> str:
+    version = workflow.info().get_current_deployment_version()
+    return version.build_id if version is not None else ""
+
+
+@workflow.defn
+class GateWorkflow:
+    """A rollout gate: completes with the build ID it ran on, or fails when its input
+    says ``{"fail": true}`` (so tests can stop a rollout on purpose)."""
+
+    @workflow.run
+    async def run(self, check: dict[str, Any] | None = None) -> str:
+        if check and check.get("fail"):
+            raise ApplicationError(
+                str(check.get("reason") or "the gate says no"), non_retryable=True
+            )
+        return _build_id()
+
+
+@workflow.defn
+class WaitWorkflow:
+    """Waits for the ``finish`` signal, then returns the build ID it ran on: a workflow
+    pinned to a version (the worker's default behaviour) finishes on that version."""
+
+    def __init__(self) -> None:
+        self._finish = False
+
+    @workflow.run
+    async def run(self) -> str:
+        await workflow.wait_condition(lambda: self._finish)
+        return _build_id()
+
+    @workflow.signal
+    def finish(self) -> None:
+        """Let the workflow complete."""
+        self._finish = True

@@ -7,7 +7,10 @@ its worker container (the one named ``worker``, else the first): resolves the en
 and ConfigMap volumes (written to a private temporary directory, with the env paths that
 point into a mount rewritten to it), and starts this module as a process. The process
 loads its client settings with ``temporalio.envconfig`` from that env alone, exactly as
-a worker image would, and serves ``EchoWorkflow`` on ``TEMPORAL_TASK_QUEUE``.
+a worker image would, and serves ``EchoWorkflow`` on ``TEMPORAL_TASK_QUEUE`` (with the
+rollout samples ``GateWorkflow`` and ``WaitWorkflow``). A version's pod
+(``TEMPORAL_DEPLOYMENT_NAME`` and ``TEMPORAL_WORKER_BUILD_ID`` set) polls with Worker
+Versioning on, as that version.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -169,7 +173,7 @@ async def _serve() -> None:
     from temporalio.envconfig import ClientConfigProfile
     from temporalio.worker import Worker
 
-    from twc.local.sample import EchoWorkflow, echo
+    from twc.local.sample import EchoWorkflow, GateWorkflow, WaitWorkflow, echo
 
     profile = ClientConfigProfile.load()  # from TEMPORAL_* env, as a worker image would
     client = await Client.connect(**profile.to_client_connect_config())
@@ -178,9 +182,35 @@ async def _serve() -> None:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
-    async with Worker(client, task_queue=task_queue, workflows=[EchoWorkflow], activities=[echo]):
-        print(f"worker polling {task_queue} on {profile.address}", flush=True)
+    config = deployment_config(os.environ)
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[EchoWorkflow, GateWorkflow, WaitWorkflow],
+        activities=[echo],
+        deployment_config=config,
+    ):
+        version = f" as {config.version.to_canonical_string()}" if config else ""
+        print(f"worker polling {task_queue} on {profile.address}{version}", flush=True)
         await stop.wait()
+
+
+def deployment_config(env: Mapping[str, str]) -> Any:
+    """The ``WorkerDeploymentConfig`` a versioned worker builds from its pod's env
+    (``TEMPORAL_DEPLOYMENT_NAME``, ``TEMPORAL_WORKER_BUILD_ID``), as a worker image
+    would: Worker Versioning on, workflows pinned to the version they start on. ``None``
+    for an unversioned worker."""
+    from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+    from temporalio.worker import WorkerDeploymentConfig
+
+    name, build = env.get("TEMPORAL_DEPLOYMENT_NAME"), env.get("TEMPORAL_WORKER_BUILD_ID")
+    if not name or not build:
+        return None
+    return WorkerDeploymentConfig(
+        version=WorkerDeploymentVersion(deployment_name=name, build_id=build),
+        use_worker_versioning=True,
+        default_versioning_behavior=VersioningBehavior.PINNED,
+    )
 
 
 if __name__ == "__main__":

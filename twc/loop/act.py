@@ -178,7 +178,8 @@ class Actor:
         applied: list[str] = []
         for key in sorted(decision.added):
             worker = plan.workers.get(key)
-            if worker is None:
+            if worker is None or worker.rollout is not None:
+                # A versioned worker's Deployments are its versions': the up makes them.
                 continue
             try:
                 objects = early_objects(

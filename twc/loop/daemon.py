@@ -38,6 +38,7 @@ from twc.loop.observe import Observer, Sources
 from twc.loop.outcome import Outcome, outcome_of
 from twc.loop.plan import Plan, desired_from, make_plan
 from twc.loop.report import FaultReporter, Reporter, shorten
+from twc.loop.rollouts import RolloutActor
 from twc.loop.sampling import RateLimiter, TokenBucket
 from twc.loop.settings import DaemonSettings
 from twc.loop.state import LoopState
@@ -146,6 +147,12 @@ class Daemon:
             may_apply=lambda: self._leader is None or self._leader.is_leader(),
             read_secret=sources.secrets,
             early_apply=settings.early_apply,
+        )
+        self.rollouts = RolloutActor(
+            sources.rollouts,
+            stack=stack,
+            may_apply=lambda: self._leader is None or self._leader.is_leader(),
+            loop=self.observer.event_loop,
         )
         self._desired: dict[str, int] = {}
         self._observed: dict[str, int] = {}
@@ -302,6 +309,9 @@ class Daemon:
                 attempted = plan.hashes
                 self.actor.apply(decision, plan)
                 self._last_replicas.update(plan.inputs.replicas)
+            if not self._stop.is_set():
+                # Routing needs no engine run: gates, ramps and promotions every iteration.
+                self.rollouts.act(plan.versions, plan.desired)
             self._accepted = plan.desired.accepted
             outcome = Outcome.success()
         except Exception as exc:  # noqa: BLE001 - nothing escapes an iteration: it becomes an outcome
@@ -347,6 +357,7 @@ class Daemon:
             watched=self.observer.watched_kinds(),
             program=self._program,
             native=self.observer.sources.native is not None,
+            wall=self.clocks.wall(),
         )
         self._desired = dict(plan.replicas)
         self._observed = dict(seen.live or {})

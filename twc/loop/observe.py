@@ -45,8 +45,10 @@ from twc.kube.watch import NativeSource, QueueSource
 from twc.loop.backlog import BacklogSource, SecretReader
 from twc.loop.faults import Fault, sample_fault
 from twc.loop.health import DaemonMetrics
+from twc.loop.rollouts import RolloutSource, observe_facts
 from twc.loop.sampling import RateLimiter, TaskQueueRef, sample_backlogs
 from twc.loop.settings import DaemonSettings
+from twc.loop.versions import RolloutFacts
 from twc.native.status import PollerFacts
 from twc.spec import Fleet, ResolvedWorker, load_fleet_file
 
@@ -130,6 +132,9 @@ class Sources:
     """The connection-provider registry (the process-wide one by default)."""
     file: str = "<fleet>"
     """The fleet file's name, for messages."""
+    rollouts: RolloutSource | None = None
+    """Versioned workers' Deployments and routing (:mod:`twc.loop.rollouts`); ``None``
+    without a cluster."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +161,8 @@ class WorkerFacts:
     """Per credential secret (``<ns>/<name>``), the digest of its data."""
     placement: Mapping[str, Sequence[str]] = field(default_factory=dict)
     """Per connection, the namespaces its workers run in."""
+    rollouts: RolloutFacts | None = field(default_factory=RolloutFacts)
+    """The versioned workers' versions and routing; ``None`` when unknown."""
 
 
 class Observer:
@@ -277,7 +284,12 @@ class Observer:
     # ------------------------------------------------------------ step two
     def facts(self, desired: DesiredFleet) -> WorkerFacts:
         """Backlogs of the autoscaled workers, credential digests, connection placement."""
-        autoscaled = {k: w for k, w in desired.workers.items() if w.autoscaling is not None}
+        # Versioned workers scale per version, on each version's own backlog (below).
+        autoscaled = {
+            k: w
+            for k, w in desired.workers.items()
+            if w.autoscaling is not None and w.rollout is None
+        }
         backlogs = self._sample(desired.fleet, autoscaled)
         resolved: list[tuple[ResolvedWorker, ResolvedConnection]] = []
         for worker in desired.workers.values():
@@ -289,6 +301,12 @@ class Observer:
             backlogs=backlogs,
             credentials=self._credential_digests(resolved),
             placement=_placement(resolved),
+            rollouts=observe_facts(
+                self.sources.rollouts,
+                desired,
+                self.event_loop(),
+                concurrency=self._settings.sampling.concurrency,
+            ),
         )
 
     def _credential_digests(

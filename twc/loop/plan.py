@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from twc.connections import Registry, WatchedKind
@@ -31,7 +32,15 @@ from twc.loop.decide import DesiredState, ReconcileDecision, decide_reconcile, d
 from twc.loop.observe import Observation, WorkerFacts
 from twc.loop.settings import DaemonSettings
 from twc.loop.state import LoopState
+from twc.loop.versions import (
+    RolloutFacts,
+    VersionsPlan,
+    plan_rollouts,
+    plan_versions,
+    version_scale_inputs,
+)
 from twc.native.objects import IdentityKey, NativeObject
+from twc.rollout import RolloutPlan
 from twc.spec import ResolvedWorker
 
 __all__ = ["NativePlan", "Plan", "desired_from", "make_plan"]
@@ -78,6 +87,8 @@ class Plan:
     """The autoscaler's state to keep."""
     native: NativePlan | None = None
     """The Kubernetes-native objects of this iteration."""
+    versions: VersionsPlan = field(default_factory=VersionsPlan)
+    """The versioned workers' rollouts: routing to carry out, versions to declare."""
 
     @property
     def workers(self) -> Mapping[str, ResolvedWorker]:
@@ -119,6 +130,7 @@ def make_plan(
     watched: Mapping[str, WatchedKind],
     program: Mapping[str, Any],
     native: bool,
+    wall: float | None = None,
 ) -> Plan:
     """Decide the replicas, hash the desired state and decide the ``up``.
 
@@ -135,6 +147,7 @@ def make_plan(
         program: Inputs of the program outside the fleet (config); a change forces a
             full ``up``.
         native: Whether TemporalWorker and connection objects are written back.
+        wall: Unix time: versioned rollouts compare it with Temporal's timestamps.
 
     Raises:
         TemporaryError: An autoscaled worker's replicas are unknown (the cluster could
@@ -142,7 +155,9 @@ def make_plan(
     """
     workers = desired.workers
     live = seen.live
-    autoscaled = {k: w for k, w in workers.items() if w.autoscaling is not None}
+    autoscaled = {
+        k: w for k, w in workers.items() if w.autoscaling is not None and w.rollout is None
+    }
     inputs: dict[str, WorkerScaleInput] = {}
     for key, worker in autoscaled.items():
         bounds = worker.autoscaling
@@ -165,7 +180,17 @@ def make_plan(
                 bounds.scale_down_stabilization_seconds
             ),
         )
+    # --- versioned rollouts: plans, then each version's autoscaling --------------------
+    rollout_plans = _rollout_plans(facts, workers, settings=settings, wall=wall)
+    inputs.update(
+        version_scale_inputs(rollout_plans, facts.rollouts or RolloutFacts(), workers, settings)
+    )
     decisions, scaling = scale_fleet(inputs, state.scaling, now=now)
+    version_decisions = {k: d for k, d in decisions.items() if k not in workers}
+    decisions = MappingProxyType({k: d for k, d in decisions.items() if k in workers})
+    versions = plan_versions(rollout_plans, facts.rollouts or RolloutFacts(), version_decisions)
+    version_replicas, version_sets = versions.hash_parts()
+    # ----------------------------------------------------------------------------------
     scaled = {k: d.replicas for k, d in decisions.items()}
     shared_fleet = desired.fleet.model_dump(
         mode="json",
@@ -174,13 +199,20 @@ def make_plan(
     hashes = desired_state(
         # Where a worker sits in the file (`source`, `connection_source`) is for
         # messages only: removing one worker must not change the hash of the rest.
-        {k: w.model_dump(mode="json", exclude=_POSITIONAL) for k, w in workers.items()},
+        {
+            k: {
+                **w.model_dump(mode="json", exclude=_POSITIONAL),
+                **_versions_of(k, version_replicas),
+            }
+            for k, w in workers.items()
+        },
         replicas=scaled,
         shared={
             "fleet": shared_fleet,
             "program": dict(program),
             "credentials": dict(facts.credentials),
             "placement": {k: list(v) for k, v in facts.placement.items()},
+            **({"versions": version_sets} if version_sets else {}),
         },
     )
     decision = decide_reconcile(
@@ -194,14 +226,40 @@ def make_plan(
     return Plan(
         desired=desired,
         hashes=hashes,
-        inputs=desired.inputs.model_copy(update={"replicas": scaled}),
+        inputs=desired.inputs.model_copy(
+            update={"replicas": scaled, "versions": dict(versions.versions)}
+        ),
         decision=decision,
         replicas=replicas,
         current={k: v for k, v in observed.items() if k in workers},
         decisions=decisions,
         scaling=scaling,
         native=_native_plan(seen, desired, watched) if native else None,
+        versions=versions,
     )
+
+
+def _rollout_plans(
+    facts: WorkerFacts,
+    workers: Mapping[str, ResolvedWorker],
+    *,
+    settings: DaemonSettings,
+    wall: float | None,
+) -> dict[str, RolloutPlan]:
+    if not any(w.rollout is not None for w in workers.values()):
+        return {}
+    found = facts.rollouts
+    if found is None or found.error is not None:
+        # Planning without them would delete every version but the target's.
+        why = found.error if found is not None else "no cluster to read them from"
+        raise TemporaryError(f"the versions of versioned workers are unknown: {why}")
+    if wall is None:
+        raise ValueError("versioned rollouts need the wall time")
+    return plan_rollouts(found, wall=wall, settings=settings)
+
+
+def _versions_of(key: str, replicas: Mapping[str, Any]) -> dict[str, Any]:
+    return {"versions": replicas[key]} if key in replicas else {}
 
 
 def _native_plan(

@@ -28,6 +28,7 @@ from twc.loop.health import DaemonMetrics
 from twc.loop.outcome import FailureReason, Outcome, OutcomeKind
 from twc.loop.plan import NativePlan, Plan
 from twc.loop.state import LoopState
+from twc.loop.versions import rollout_fields, target_deployment
 from twc.native.objects import FINALIZER, IdentityKey, NativeObject, finalizer_updates
 from twc.native.status import (
     DeploymentFacts,
@@ -272,6 +273,10 @@ class Reporter:
             for key, obj in native.workers.accepted.items():
                 if changed is None or key in changed:
                     self._event_once(obj, "ApplyFailed", reason)
+        for key, obj in native.workers.accepted.items():
+            stopped = plan.versions.plans.get(key)
+            if stopped is not None and stopped.reason == "GateFailed":
+                self._event_once(obj, "GateFailed", stopped.message)
         if self._writer is None:
             return
         self._flush_events()
@@ -394,6 +399,7 @@ class Reporter:
                     key
                 ) == plan.hashes.workers.get(key)
                 dep = deployments.get(key) if deployments is not None else None
+                dep = target_deployment(plan.versions, key) or dep
                 desired = accepted_status(
                     previous,
                     generation=obj.generation,
@@ -407,6 +413,8 @@ class Reporter:
                 )
             else:
                 continue
+            # A versioned worker: its versions with the official names, and the rollout.
+            desired.update(rollout_fields(plan.versions, key) if plan is not None else {})
             patch = status_patch(previous, desired)
             if patch is None:
                 continue

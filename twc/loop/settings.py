@@ -25,6 +25,7 @@ __all__ = [
     "ScalingPolicy",
     "ScalingRules",
     "SelectPolicy",
+    "VersionedRolloutSettings",
 ]
 
 
@@ -203,6 +204,16 @@ class LeaderElectionSettings(_Settings):
         return self
 
 
+class VersionedRolloutSettings(_Settings):
+    """Versioned rollouts: how the daemon drives routing and sunset."""
+
+    time_scale: float = Field(default=1.0, gt=0, le=1)
+    """Multiplies every rollout duration (step pauses, sunset delays): below 1 only on
+    test beds and in demos, so a rollout written for production runs in seconds."""
+    identity: str = Field(default="twc", min_length=1, max_length=200)
+    """The identity Temporal records on each routing change the daemon makes."""
+
+
 class DaemonSettings(_Settings):
     """Everything the reconcile loop of ``twc run`` is tuned by."""
 
@@ -228,3 +239,5 @@ class DaemonSettings(_Settings):
     """Limits on backlog queries."""
     leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
     """Single-writer protection beyond the backend's lock."""
+    rollout: VersionedRolloutSettings = Field(default_factory=VersionedRolloutSettings)
+    """Versioned rollouts' time scale and identity."""

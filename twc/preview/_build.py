@@ -53,6 +53,8 @@ from twc.preview._paths import (
     path_sort_key,
 )
 from twc.preview._redact import SECRET, SECRET_TYPES, UNKNOWN, lookup, scrub
+from twc.preview._rollout import rollout_reasons, version_state
+from twc.rollout import POLICY_ANNOTATION, TARGET_ANNOTATION
 
 if TYPE_CHECKING:
     from pulumi.automation.events import EngineEvent, StepEventMetadata
@@ -738,6 +740,7 @@ def _worker(
     op = group.operation
     if op in (Operation.CREATE, Operation.DELETE):
         return
+    _versions(group)
     if group.hash_changed:
         which = f"connection `{group.connection}`" if group.connection else "connection"
         group.add(
@@ -766,6 +769,30 @@ def _worker(
                 if base not in base_messages:
                     base_messages.add(base)
                     group.add(code, prefix + base)
+
+
+def _versions(group: _Group) -> None:
+    """A versioned worker's rollout in words (see :mod:`twc.preview._rollout`)."""
+    states = []
+    for member in group.members:
+        if member.type != _WORKLOAD_TYPES[0]:
+            continue
+        state = version_state(member.op.value, member.old, member.new)
+        if state is not None:
+            states.append((member, state))
+    if not states:
+        return
+    for code, message in rollout_reasons(group.name, [s for _, s in states]):
+        group.add(ReasonCode(code), message)
+    created = [m for m, s in states if s.is_target and m.op is Operation.CREATE]
+    before = [m for m, s in states if s.was_target and not s.is_target]
+    if created and before:
+        image = _image_change(
+            _get(before[0].old, *_POD_SPEC, "containers", 0, "image"),
+            _get(created[0].new, *_POD_SPEC, "containers", 0, "image"),
+        )
+        if image:
+            group.add(ReasonCode.IMAGE_CHANGED, f"{image} (a new version; running pods stay)")
 
 
 def _connection_by_hash(
@@ -866,7 +893,15 @@ def _workload_reasons(
 
 def _workload_explained(member: _Res) -> list[Path]:
     """Paths of a workload that :func:`_workload_reasons` puts in words."""
-    explained: list[Path] = [_HASH_PATH, _REPLICAS_PATH, _SOURCE_PATH, _CONNECTION_PATH]
+    explained: list[Path] = [
+        _HASH_PATH,
+        _REPLICAS_PATH,
+        _SOURCE_PATH,
+        _CONNECTION_PATH,
+        # A versioned worker's bookkeeping, put in words by the rollout reasons.
+        ("metadata", "annotations", TARGET_ANNOTATION),
+        ("metadata", "annotations", POLICY_ANNOTATION),
+    ]
     for list_key in ("containers", "initContainers"):
         olds = _by_name(_get(member.old, *_POD_SPEC, list_key))
         news = _by_name(_get(member.new, *_POD_SPEC, list_key))

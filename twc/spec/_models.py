@@ -116,6 +116,8 @@ RESERVED_ENV_NAMES = frozenset(
         "POD_NAME",
         "POD_NAMESPACE",
         "NODE_NAME",
+        "TEMPORAL_DEPLOYMENT_NAME",
+        "TEMPORAL_WORKER_BUILD_ID",
     }
 )
 """Environment variables twc sets on worker containers; user ``env`` may not set them."""
@@ -579,6 +581,10 @@ class RolloutStep(SpecModel):
     pause_duration: Duration
     """Drives versioned rollouts: how long this step lasts before the next one, at least
     ``30s`` (a Go duration: ``30s``, ``5m``, ``1h``)."""
+    gate: GateWorkflow | None = None
+    """Drives versioned rollouts (beyond the official controller): a workflow run on the
+    new version during this step; the step advances only once it completed (a failed
+    one stops the rollout and sends new executions back to the Current version)."""
 
     @model_validator(mode="after")
     def _long_enough(self) -> RolloutStep:
@@ -636,6 +642,9 @@ class GateWorkflow(SpecModel):
         return self
 
 
+RolloutStep.model_rebuild()
+
+
 class Rollout(SpecModel):
     """Versioned rollouts: each build runs as its own Deployment and Temporal's Worker
     Versioning routes new workflows to it by ``strategy`` (the official worker
@@ -650,6 +659,18 @@ class Rollout(SpecModel):
     gate: GateWorkflow | None = None
     """Drives versioned rollouts: a workflow that must complete on the new version
     before it gets traffic."""
+    build_id: str | None = Field(
+        default=None,
+        alias="buildID",
+        min_length=1,
+        max_length=63,
+        pattern=r"^[a-zA-Z0-9]([a-zA-Z0-9._-]*[a-zA-Z0-9])?$",
+    )
+    """Drives versioned rollouts: the build ID of the version the spec describes, instead
+    of the one derived from the image tag and a hash of the pods (the official
+    controller's ``unsafeCustomBuildID``). While it stays the same, a changed pod
+    template rolls that version's pods in place: keep it only while workflow code does
+    not change."""
 
     @model_validator(mode="after")
     def _steps(self) -> Rollout:

@@ -176,10 +176,12 @@ def _worker(
         note("spec.workerOptions.connectionRef", "missing: set connectionRef (or defaults)")
     if options.get("temporalNamespace"):
         worker["temporalNamespace"] = str(options["temporalNamespace"])
-    if options.get("unsafeCustomBuildID"):
+    custom_build_id = options.get("unsafeCustomBuildID")
+    if custom_build_id:
         note(
             "spec.workerOptions.unsafeCustomBuildID",
-            "no counterpart yet (twc derives a version's build ID): left out",
+            "written as rollout.buildID (the same meaning: the build ID stays while the "
+            "pod template changes in place)",
         )
     worker["taskQueueName"] = name
     note(
@@ -207,6 +209,8 @@ def _worker(
     for key in ("rollout", "sunset"):
         if isinstance(spec.get(key), Mapping):
             worker[key] = copy.deepcopy(dict(spec[key]))
+    if custom_build_id and isinstance(worker.get("rollout"), dict):
+        worker["rollout"]["buildID"] = str(custom_build_id)
     template = spec.get("template")
     if isinstance(template, Mapping):
         worker["template"] = _template(template, note)

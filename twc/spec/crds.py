@@ -55,9 +55,12 @@ __all__ = [
     "WORKER_GROUP",
     "WORKER_KIND",
     "WORKER_VERSION",
+    "GateRunStatus",
     "ObservedConnectionRef",
+    "RolloutState",
     "TemporalWorkerStatus",
     "WorkerCondition",
+    "WorkerVersionStatus",
     "all_crds",
     "cluster_connection_crd",
     "connection_crd",
@@ -197,6 +200,54 @@ class ObservedConnectionRef(_StatusModel):
     """Namespace of a namespaced connection; empty for cluster-scoped kinds."""
 
 
+class GateRunStatus(_StatusModel):
+    """A gate workflow run on a version (the official controller's ``testWorkflows``)."""
+
+    workflow_id: str = Field(alias="workflowID")
+    """Its workflow ID."""
+    task_queue: str
+    """The task queue it runs on."""
+    status: str
+    """``Running``, ``Completed``, ``Failed``, ``Canceled``, ``Terminated``, ``TimedOut``."""
+
+
+class WorkerVersionStatus(_StatusModel):
+    """One version of a versioned worker, with the official status names."""
+
+    build_id: str = Field(alias="buildID")
+    """The version's build ID."""
+    status: Literal["NotRegistered", "Inactive", "Ramping", "Current", "Draining", "Drained"]
+    """Where Temporal's routing has it."""
+    deployment: str | None = None
+    """Its Deployment's name, while it has one."""
+    replicas: int | None = Field(default=None, ge=0)
+    """Replicas its Deployment asks for."""
+    ready_replicas: int | None = Field(default=None, ge=0)
+    """Replicas of it ready to serve."""
+    ramp_percentage: float | None = Field(default=None, ge=0, le=100)
+    """While Ramping: its share of new workflow executions."""
+    ramp_last_modified_at: str | None = Field(
+        default=None, json_schema_extra={"format": "date-time"}
+    )
+    """While Ramping: when the ramp last changed (a step's pause counts from here)."""
+    drained_since: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    """When Drained: since when (its sunset delays count from here)."""
+    test_workflows: list[GateRunStatus] = Field(default_factory=list)
+    """The target version's gate runs."""
+
+
+class RolloutState(_StatusModel):
+    """Where a versioned worker's rollout stands."""
+
+    phase: Literal["Progressing", "Complete", "Blocked", "Manual", "Unknown"]
+    """``Blocked``: a gate failed; ``Manual``: operators route."""
+    reason: str = ""
+    """Stable reason: ``WaitingForPollers``, ``WaitingForGate``, ``Ramping``,
+    ``Promoting``, ``RollingBack``, ``RolloutComplete``, ``GateFailed``..."""
+    message: str = ""
+    """The same in words."""
+
+
 class TemporalWorkerStatus(_StatusModel):
     """What the daemon last observed of a TemporalWorker (the status subresource)."""
 
@@ -214,6 +265,18 @@ class TemporalWorkerStatus(_StatusModel):
     """The connection the worker was last reconciled against."""
     conditions: list[WorkerCondition] = Field(default_factory=list)
     """``WorkerDeploymentReady`` and ``TemporalTaskQueueRegistered``."""
+    deployment_name: str | None = None
+    """With ``rollout``: the worker's Temporal worker deployment (``<ns>/<name>``)."""
+    target_version: WorkerVersionStatus | None = None
+    """With ``rollout``: the version the spec asks for."""
+    current_version: WorkerVersionStatus | None = None
+    """With ``rollout``: the version Temporal routes new executions to."""
+    ramping_version: WorkerVersionStatus | None = None
+    """With ``rollout``: a version other than the target that ramps (set by hand)."""
+    deprecated_versions: list[WorkerVersionStatus] = Field(default_factory=list)
+    """With ``rollout``: every other version that still has a Deployment."""
+    rollout: RolloutState | None = None
+    """With ``rollout``: where the rollout stands."""
 
 
 # --- JSON Schema -> structural OpenAPI ---------------------------------------------------
@@ -455,6 +518,25 @@ def temporal_worker_crd() -> dict[str, Any]:
             {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
             # The resolved queue: a worker with only a queueRef has no spec.taskQueueName.
             {"name": "TaskQueue", "type": "string", "jsonPath": ".status.taskQueue"},
+            # Versioned workers, as the official controller shows them (`-o wide`).
+            {
+                "name": "Current",
+                "type": "string",
+                "jsonPath": ".status.currentVersion.buildID",
+                "priority": 1,
+            },
+            {
+                "name": "Target",
+                "type": "string",
+                "jsonPath": ".status.targetVersion.buildID",
+                "priority": 1,
+            },
+            {
+                "name": "Ramp %",
+                "type": "number",
+                "jsonPath": ".status.targetVersion.rampPercentage",
+                "priority": 1,
+            },
         ],
         root_rules=[
             {

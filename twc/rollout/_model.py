@@ -1,0 +1,266 @@
+"""The values a versioned rollout is planned from and planned into.
+
+Plain frozen dataclasses, no client: what Temporal reports about a worker deployment
+(:class:`Routing`, :class:`TemporalVersion`), what the cluster runs of each version
+(:class:`VersionDeployment`), the gate workflows' runs (:class:`GateRun`) and the
+worker's rollout settings (:class:`RolloutPolicy`). Times are Unix seconds; the planner
+never reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+__all__ = [
+    "GatePolicy",
+    "GateRun",
+    "GateStatus",
+    "RolloutPolicy",
+    "RolloutSettings",
+    "Routing",
+    "StepPolicy",
+    "Strategy",
+    "SunsetPolicy",
+    "TemporalVersion",
+    "VersionDeployment",
+    "VersionStatus",
+]
+
+
+class VersionStatus(StrEnum):
+    """A version's status, with the official worker controller's names."""
+
+    NOT_REGISTERED = "NotRegistered"
+    """Temporal does not know the version: none of its workers has polled yet."""
+    INACTIVE = "Inactive"
+    """Registered (its workers poll) but neither Current nor Ramping."""
+    RAMPING = "Ramping"
+    """Receives a percentage of new workflow executions."""
+    CURRENT = "Current"
+    """Receives every new workflow execution not sent to the ramping version."""
+    DRAINING = "Draining"
+    """No new executions any more; workflows pinned to it still run."""
+    DRAINED = "Drained"
+    """No new executions and no open workflows pinned to it: ready for sunset."""
+
+
+class Strategy(StrEnum):
+    """How a new version takes over new workflow executions."""
+
+    MANUAL = "Manual"
+    """twc deploys and scales the version, operators route (the Temporal CLI)."""
+    ALL_AT_ONCE = "AllAtOnce"
+    """Current as soon as it polls (after the gate)."""
+    PROGRESSIVE = "Progressive"
+    """Ramps through the steps, then Current."""
+
+
+class GateStatus(StrEnum):
+    """A gate workflow run's state, as the official controller names it."""
+
+    RUNNING = "Running"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    CANCELED = "Canceled"
+    TERMINATED = "Terminated"
+    TIMED_OUT = "TimedOut"
+
+    @property
+    def failed(self) -> bool:
+        """Whether the run ended without completing."""
+        return self not in (GateStatus.RUNNING, GateStatus.COMPLETED)
+
+
+@dataclass(frozen=True, slots=True)
+class GatePolicy:
+    """A gate workflow: must complete on the new version before it moves on."""
+
+    workflow_type: str
+    """The workflow type started on the version's task queue(s)."""
+    input: Any = None
+    """Inline JSON passed as the first argument (``None``: no argument)."""
+    input_from: Mapping[str, Any] | None = None
+    """``{"configMapKeyRef": {...}}`` or ``{"secretKeyRef": {...}}``: where the JSON
+    input is read from when the gate starts."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepPolicy:
+    """One step of a Progressive rollout."""
+
+    ramp_percentage: int
+    """Share of new executions sent to the new version during the step (1..99)."""
+    pause_seconds: float
+    """How long the step lasts before the next one (at least 30 s in the spec)."""
+    gate: GatePolicy | None = None
+    """A gate of this step: the step advances only once it completed on the version."""
+
+
+@dataclass(frozen=True, slots=True)
+class SunsetPolicy:
+    """When a drained version is scaled down and deleted."""
+
+    scaledown_seconds: float = 3600.0
+    """Seconds after draining until its Deployment is scaled to 0 (default 1 h)."""
+    delete_seconds: float = 86400.0
+    """Seconds after draining until its Deployment is deleted (default 24 h)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutPolicy:
+    """A worker's versioned-rollout settings, durations in seconds."""
+
+    strategy: Strategy
+    """AllAtOnce, Progressive or Manual."""
+    steps: tuple[StepPolicy, ...] = ()
+    """Progressive steps (ramp percentages increase)."""
+    gate: GatePolicy | None = None
+    """The gate before any traffic reaches the new version."""
+    sunset: SunsetPolicy = field(default_factory=SunsetPolicy)
+    """Scale-down and deletion of drained versions."""
+    build_id: str | None = None
+    """A build ID given in the spec, instead of the derived one."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The policy as plain data (what the version Deployment's annotation records,
+        so a preview can put the plan in words)."""
+
+        def gate(g: GatePolicy | None) -> dict[str, Any] | None:
+            return None if g is None else {"workflowType": g.workflow_type}
+
+        out: dict[str, Any] = {
+            "strategy": self.strategy.value,
+            "sunset": {
+                "scaledownSeconds": self.sunset.scaledown_seconds,
+                "deleteSeconds": self.sunset.delete_seconds,
+            },
+        }
+        if self.steps:
+            out["steps"] = [
+                {
+                    "rampPercentage": s.ramp_percentage,
+                    "pauseSeconds": s.pause_seconds,
+                    **({"gate": gate(s.gate)} if s.gate else {}),
+                }
+                for s in self.steps
+            ]
+        if self.gate is not None:
+            out["gate"] = gate(self.gate)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RolloutPolicy:
+        """Read :meth:`to_json` back (gate inputs are not recorded, so not restored).
+
+        Raises:
+            ValueError: The data is not such a record.
+        """
+        try:
+
+            def gate(g: Any) -> GatePolicy | None:
+                return GatePolicy(workflow_type=str(g["workflowType"])) if g else None
+
+            sunset = data.get("sunset") or {}
+            return cls(
+                strategy=Strategy(data["strategy"]),
+                steps=tuple(
+                    StepPolicy(
+                        ramp_percentage=int(s["rampPercentage"]),
+                        pause_seconds=float(s["pauseSeconds"]),
+                        gate=gate(s.get("gate")),
+                    )
+                    for s in data.get("steps") or ()
+                ),
+                gate=gate(data.get("gate")),
+                sunset=SunsetPolicy(
+                    scaledown_seconds=float(sunset.get("scaledownSeconds", 3600.0)),
+                    delete_seconds=float(sunset.get("deleteSeconds", 86400.0)),
+                ),
+            )
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"not a rollout policy record: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutSettings:
+    """Knobs of the rollout driver that do not come from the fleet file."""
+
+    time_scale: float = 1.0
+    """Multiplies every rollout duration (step pauses, sunset delays). Below 1 only on
+    test beds and in demos, so a rollout written for production runs in seconds."""
+    identity: str = "twc"
+    """Identity recorded by Temporal on each routing change twc makes."""
+
+
+@dataclass(frozen=True, slots=True)
+class TemporalVersion:
+    """One version of a worker deployment, as DescribeWorkerDeployment reports it."""
+
+    build_id: str
+    """The version's build ID."""
+    status: VersionStatus
+    """Inactive, Ramping, Current, Draining or Drained."""
+    drained_since: float | None = None
+    """When it became Drained (Temporal's drainage ``lastChangedTime``)."""
+    activated_at: float | None = None
+    """When it first became Current or Ramping; ``None``: it never had traffic."""
+    created_at: float | None = None
+    """When Temporal first saw it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Routing:
+    """A worker deployment's routing, as DescribeWorkerDeployment reports it."""
+
+    conflict_token: bytes
+    """Pass it to each change: Temporal refuses it if someone changed routing since."""
+    current: str | None = None
+    """Build ID of the Current version; ``None`` before the first one."""
+    ramping: str | None = None
+    """Build ID of the Ramping version, if any."""
+    ramp_percentage: float = 0.0
+    """Its share of new executions."""
+    ramp_changed_at: float | None = None
+    """When the ramp percentage last changed: a step's pause counts from here, so a
+    rollout resumes where it was after any restart."""
+    versions: Mapping[str, TemporalVersion] = field(default_factory=lambda: MappingProxyType({}))
+    """Every version Temporal knows, by build ID."""
+    last_modifier: str = ""
+    """Identity of the last routing change (twc's, or an operator's)."""
+
+    def status(self, build_id: str) -> VersionStatus:
+        """The version's status; NotRegistered when Temporal does not know it."""
+        found = self.versions.get(build_id)
+        return found.status if found is not None else VersionStatus.NOT_REGISTERED
+
+
+@dataclass(frozen=True, slots=True)
+class VersionDeployment:
+    """A version's Deployment as the cluster runs it."""
+
+    build_id: str
+    """Its ``temporal.io/build-id`` label."""
+    name: str
+    """The Deployment's name."""
+    replicas: int
+    """``spec.replicas``."""
+    ready: int = 0
+    """``status.readyReplicas``."""
+
+
+@dataclass(frozen=True, slots=True)
+class GateRun:
+    """One gate workflow run on one task queue."""
+
+    workflow_id: str
+    """Its workflow ID (derived from deployment, build ID, task queue and stage)."""
+    task_queue: str
+    """The task queue it runs on."""
+    status: GateStatus
+    """Running, Completed, or how it failed."""
+    message: str = ""
+    """Why it failed, when it did."""

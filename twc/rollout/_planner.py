@@ -1,0 +1,603 @@
+"""The rollout planner: observed routing, versions and gates in, the next step out. Pure.
+
+One call per versioned worker and iteration, as the official worker controller's
+planner: what Temporal reports (:class:`~twc.rollout.Routing`), the versions'
+Deployments in the cluster, the gate runs found and the time go in; a
+:class:`RolloutPlan` comes out — at most one routing change (with the conflict token it
+was planned from), the gate workflows to start, which versions' Deployments stay and
+with how many replicas, and the versions to forget in Temporal. Nothing is remembered
+between calls: everything is read back from Temporal and the cluster, so a restarted
+daemon (or a ``twc up`` on another machine) continues exactly where the last one was.
+
+The rules, beyond the official controller's:
+
+* a gate per step: a Progressive step advances only once its pause passed *and* its
+  gate workflow completed on the new version;
+* a failed gate stops the rollout with the gate's reason and sends every new execution
+  back to the version that was Current (the ramp is removed);
+* rolling back to a version that still runs (it had traffic before) makes it Current at
+  once, without steps or gates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+
+from twc.rollout._model import (
+    GatePolicy,
+    GateRun,
+    GateStatus,
+    RolloutPolicy,
+    RolloutSettings,
+    Routing,
+    Strategy,
+    VersionDeployment,
+    VersionStatus,
+)
+from twc.rollout._names import gate_workflow_id
+from twc.timestamps import rfc3339
+
+__all__ = [
+    "MAX_STAGES",
+    "GateStart",
+    "Phase",
+    "RolloutPlan",
+    "RoutingChange",
+    "RoutingKind",
+    "VersionPlan",
+    "hold_versions",
+    "plan_rollout",
+]
+
+
+MAX_STAGES = 20
+"""Gate stages beyond the first: one per step, and the spec allows at most 20 steps."""
+
+
+class Phase(StrEnum):
+    """Where a worker's rollout stands."""
+
+    PROGRESSING = "Progressing"
+    """Moving towards the target (waiting for pollers, a gate, a pause, or routing)."""
+    COMPLETE = "Complete"
+    """The target version is Current."""
+    BLOCKED = "Blocked"
+    """A gate failed: nothing moves until the spec changes."""
+    MANUAL = "Manual"
+    """Operators route; twc only reports what it sees."""
+    UNKNOWN = "Unknown"
+    """Temporal could not be asked: every version is held as it runs."""
+
+
+class RoutingKind(StrEnum):
+    """The routing changes twc makes."""
+
+    SET_CURRENT = "SetCurrent"
+    SET_RAMPING = "SetRamping"
+    CLEAR_RAMP = "ClearRamp"
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingChange:
+    """One routing change, planned against one conflict token."""
+
+    kind: RoutingKind
+    """SetCurrent, SetRamping or ClearRamp."""
+    build_id: str
+    """The version it routes to (the ramp's version for ClearRamp, for messages)."""
+    conflict_token: bytes
+    """The token of the routing this was planned from."""
+    percentage: float = 0.0
+    """For SetRamping: the new ramp."""
+    reason: str = ""
+    """Why, in words."""
+
+    def __str__(self) -> str:
+        if self.kind is RoutingKind.SET_CURRENT:
+            return f"{self.build_id} → Current"
+        if self.kind is RoutingKind.SET_RAMPING:
+            return f"{self.build_id} → Ramping {_pct(self.percentage)}"
+        return f"ramp of {self.build_id} removed"
+
+
+@dataclass(frozen=True, slots=True)
+class GateStart:
+    """A gate workflow to start on one task queue, pinned to the version."""
+
+    build_id: str
+    """The version it must run on."""
+    task_queue: str
+    """Its task queue."""
+    workflow_id: str
+    """The deterministic ID (:func:`~twc.rollout.gate_workflow_id`)."""
+    gate: GatePolicy
+    """Workflow type and input."""
+    stage: int
+    """0 before any traffic, ``n`` for step ``n``."""
+
+
+@dataclass(frozen=True, slots=True)
+class VersionPlan:
+    """A version whose Deployment stays (the program declares it)."""
+
+    build_id: str
+    """Its build ID."""
+    replicas: int | None
+    """``None``: the worker's own count (fixed, or the autoscaler's for this version);
+    a number: exactly that (0 once drained for ``scaledownDelay``)."""
+    why: str = ""
+    """Why it stays, in words."""
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutPlan:
+    """The next step of one worker's rollout."""
+
+    target: str
+    """The build ID the spec asks for."""
+    phase: Phase
+    """Where the rollout stands."""
+    reason: str
+    """Stable CamelCase reason (``WaitingForPollers``, ``Ramping``, ``GateFailed``...)."""
+    message: str
+    """The same in words."""
+    routing: RoutingChange | None = None
+    """The routing change to make now, if any."""
+    gates: tuple[GateStart, ...] = ()
+    """Gate workflows to start now."""
+    versions: Mapping[str, VersionPlan] = field(default_factory=lambda: MappingProxyType({}))
+    """Every version whose Deployment stays, by build ID (the target always)."""
+    deleted: tuple[str, ...] = ()
+    """Versions whose Deployment goes now (sunset, or superseded before any traffic)."""
+    forget: tuple[str, ...] = ()
+    """Versions to delete in Temporal: no Deployment left and no traffic."""
+    next_at: float | None = None
+    """When something is due without any change (a pause or a delay ends)."""
+
+
+def _pct(value: float) -> str:
+    return f"{value:g} %"
+
+
+def hold_versions(
+    target: str, deployments: Mapping[str, VersionDeployment], reason: str, message: str
+) -> RolloutPlan:
+    """The plan when Temporal cannot be asked: every version stays as it runs, the
+    target is declared, nothing is routed or deleted."""
+    versions = {
+        build: VersionPlan(build, dep.replicas, "held: routing unknown")
+        for build, dep in deployments.items()
+        if build != target
+    }
+    versions[target] = VersionPlan(target, None, "target")
+    return RolloutPlan(
+        target=target,
+        phase=Phase.UNKNOWN,
+        reason=reason,
+        message=message,
+        versions=MappingProxyType(dict(sorted(versions.items()))),
+    )
+
+
+@dataclass
+class _Step:
+    """What the routing part decided."""
+
+    phase: Phase
+    reason: str
+    message: str
+    routing: RoutingChange | None = None
+    gates: list[GateStart] = field(default_factory=list)
+    next_at: float | None = None
+
+
+def plan_rollout(
+    policy: RolloutPolicy,
+    *,
+    target: str,
+    routing: Routing | None,
+    deployments: Mapping[str, VersionDeployment],
+    gates: Mapping[str, GateRun],
+    task_queues: Sequence[str],
+    deployment_name: str,
+    now: float,
+    settings: RolloutSettings | None = None,
+) -> RolloutPlan:
+    """Plan the next step of a worker's rollout.
+
+    Args:
+        policy: The worker's rollout settings.
+        target: The build ID the spec asks for.
+        routing: What DescribeWorkerDeployment said; ``None`` when Temporal does not
+            know the worker deployment yet (no version has polled).
+        deployments: The versions' Deployments in the cluster, by build ID.
+        gates: Gate runs found, by workflow ID.
+        task_queues: The target version's workflow task queues (from
+            DescribeWorkerDeploymentVersion); gates run on each.
+        deployment_name: The Temporal worker deployment's name.
+        now: Unix time.
+        settings: Time scale and identity (defaults: real time).
+
+    Returns:
+        The plan; the caller executes it (routing, gates, Deployments) and plans again
+        next iteration from what it then observes.
+    """
+    settings = settings or RolloutSettings()
+    scale = settings.time_scale
+    if policy.strategy is Strategy.MANUAL:
+        step = _manual(target, routing)
+    else:
+        step = _route(
+            policy,
+            target=target,
+            routing=routing,
+            deployment=deployments.get(target),
+            gates=gates,
+            task_queues=task_queues,
+            deployment_name=deployment_name,
+            now=now,
+            scale=scale,
+        )
+    versions, deleted, forget, sunset_at = _sunset(
+        policy, target=target, routing=routing, deployments=deployments, now=now, scale=scale
+    )
+    due = [t for t in (step.next_at, sunset_at) if t is not None]
+    return RolloutPlan(
+        target=target,
+        phase=step.phase,
+        reason=step.reason,
+        message=step.message,
+        routing=step.routing,
+        gates=tuple(step.gates),
+        versions=MappingProxyType(dict(sorted(versions.items()))),
+        deleted=tuple(deleted),
+        forget=tuple(forget),
+        next_at=min(due) if due else None,
+    )
+
+
+# --- routing ---------------------------------------------------------------------------
+
+
+def _manual(target: str, routing: Routing | None) -> _Step:
+    if routing is None or routing.status(target) is VersionStatus.NOT_REGISTERED:
+        return _Step(
+            Phase.MANUAL,
+            "WaitingForPollers",
+            f"Manual: version {target} has not polled yet; twc does not route",
+        )
+    if routing.current == target:
+        return _Step(Phase.MANUAL, "RolloutComplete", f"Manual: version {target} is Current")
+    if routing.ramping == target:
+        return _Step(
+            Phase.MANUAL,
+            "Ramping",
+            f"Manual: version {target} ramps at {_pct(routing.ramp_percentage)}; "
+            "twc does not route",
+        )
+    return _Step(
+        Phase.MANUAL,
+        "WaitingForPromotion",
+        f"Manual: version {target} polls; promote it with "
+        "`temporal worker deployment set-current-version` (twc does not route)",
+    )
+
+
+def _route(
+    policy: RolloutPolicy,
+    *,
+    target: str,
+    routing: Routing | None,
+    deployment: VersionDeployment | None,
+    gates: Mapping[str, GateRun],
+    task_queues: Sequence[str],
+    deployment_name: str,
+    now: float,
+    scale: float,
+) -> _Step:
+    if routing is not None and routing.current == target:
+        if routing.ramping:
+            # A ramp left over (the rollout was rolled back before it completed).
+            return _Step(
+                Phase.PROGRESSING,
+                "RolloutComplete",
+                f"version {target} is Current; removing the ramp of {routing.ramping}",
+                routing=RoutingChange(
+                    RoutingKind.CLEAR_RAMP,
+                    routing.ramping,
+                    routing.conflict_token,
+                    reason="the target is Current",
+                ),
+            )
+        return _Step(Phase.COMPLETE, "RolloutComplete", f"version {target} is Current")
+    if (
+        routing is None
+        or routing.status(target) is VersionStatus.NOT_REGISTERED
+        or deployment is None
+        or deployment.ready <= 0
+    ):
+        return _Step(
+            Phase.PROGRESSING,
+            "WaitingForPollers",
+            f"version {target} has no ready, polling workers yet",
+        )
+    if not task_queues:
+        return _Step(
+            Phase.PROGRESSING,
+            "WaitingForPollers",
+            f"version {target} has registered no workflow task queue yet",
+        )
+    runs = _GateRuns(gates, deployment_name, target, task_queues)
+    version = routing.versions[target]
+    failed = runs.any_failed()
+    if failed is not None:
+        # A gate of this version failed at some stage: it stays stopped (a new build,
+        # or going back to an older one, starts over).
+        return runs.blocked(failed, routing)
+    if (
+        version.activated_at is not None
+        and routing.ramping != target
+        and routing.current is not None
+    ):
+        # It had traffic before and still runs: a rollback goes back at once.
+        return _Step(
+            Phase.PROGRESSING,
+            "RollingBack",
+            f"rolling back to version {target} (it had traffic before and still runs): "
+            "Current at once",
+            routing=RoutingChange(
+                RoutingKind.SET_CURRENT,
+                target,
+                routing.conflict_token,
+                reason="rollback to a version that still runs",
+            ),
+        )
+    if policy.gate is not None:
+        blocked = runs.check(policy.gate, 0, routing)
+        if blocked is not None:
+            return blocked
+    if routing.current is None or policy.strategy is Strategy.ALL_AT_ONCE:
+        why = "the first version" if routing.current is None else "AllAtOnce"
+        return _Step(
+            Phase.PROGRESSING,
+            "Promoting",
+            f"version {target} → Current ({why})",
+            routing=RoutingChange(
+                RoutingKind.SET_CURRENT, target, routing.conflict_token, reason=why
+            ),
+        )
+    return _progressive(policy, target, routing, runs, now=now, scale=scale)
+
+
+def _progressive(
+    policy: RolloutPolicy,
+    target: str,
+    routing: Routing,
+    runs: _GateRuns,
+    *,
+    now: float,
+    scale: float,
+) -> _Step:
+    steps = policy.steps
+    if not steps:
+        # The spec refuses this; never promote on a guess.
+        return _Step(Phase.BLOCKED, "InvalidSpec", "Progressive rollout without steps")
+    token = routing.conflict_token
+    ramp = routing.ramp_percentage if routing.ramping == target else None
+    if ramp is None or ramp <= 0:
+        first = steps[0].ramp_percentage
+        return _Step(
+            Phase.PROGRESSING,
+            "Ramping",
+            f"version {target} → Ramping {_pct(first)} (step 1 of {len(steps)})",
+            routing=RoutingChange(
+                RoutingKind.SET_RAMPING, target, token, first, reason="first step"
+            ),
+        )
+    index = 0
+    for i, step in enumerate(steps):
+        if step.ramp_percentage <= ramp:
+            index = i
+    step = steps[index]
+    if ramp != step.ramp_percentage:
+        # Someone else set the ramp (or the steps changed): resume from a known step.
+        return _Step(
+            Phase.PROGRESSING,
+            "Ramping",
+            f"version {target} ramps at {_pct(ramp)}, not a step's percentage: back to "
+            f"{_pct(step.ramp_percentage)} (step {index + 1} of {len(steps)})",
+            routing=RoutingChange(
+                RoutingKind.SET_RAMPING,
+                target,
+                token,
+                step.ramp_percentage,
+                reason="resume from a known step",
+            ),
+        )
+    where = f"step {index + 1} of {len(steps)}: {_pct(ramp)}"
+    if step.gate is not None:
+        blocked = runs.check(step.gate, index + 1, routing, where=where)
+        if blocked is not None:
+            return blocked
+    if routing.ramp_changed_at is None:
+        return _Step(
+            Phase.PROGRESSING,
+            "Ramping",
+            f"version {target} at {where}; Temporal reports no ramp time, waiting",
+        )
+    due = routing.ramp_changed_at + step.pause_seconds * scale
+    if now < due:
+        return _Step(
+            Phase.PROGRESSING,
+            "Ramping",
+            f"version {target} at {where} until {rfc3339(due)}",
+            next_at=due,
+        )
+    if index + 1 < len(steps):
+        nxt = steps[index + 1].ramp_percentage
+        return _Step(
+            Phase.PROGRESSING,
+            "Ramping",
+            f"version {target} → Ramping {_pct(nxt)} (step {index + 2} of {len(steps)})",
+            routing=RoutingChange(
+                RoutingKind.SET_RAMPING, target, token, nxt, reason=f"step {index + 2}"
+            ),
+        )
+    return _Step(
+        Phase.PROGRESSING,
+        "Promoting",
+        f"version {target} → Current (every step done)",
+        routing=RoutingChange(RoutingKind.SET_CURRENT, target, token, reason="every step done"),
+    )
+
+
+class _GateRuns:
+    """The gate runs of the target version, per stage and task queue."""
+
+    def __init__(
+        self,
+        gates: Mapping[str, GateRun],
+        deployment_name: str,
+        target: str,
+        task_queues: Sequence[str],
+    ) -> None:
+        self._gates = gates
+        self._deployment = deployment_name
+        self._target = target
+        self._task_queues = tuple(task_queues)
+
+    def _id(self, task_queue: str, stage: int) -> str:
+        return gate_workflow_id(self._deployment, self._target, task_queue, stage)
+
+    def any_failed(self) -> GateRun | None:
+        """A failed gate run of the target, at any stage (it never had a clean pass)."""
+        for stage in range(MAX_STAGES + 1):
+            for task_queue in self._task_queues:
+                run = self._gates.get(self._id(task_queue, stage))
+                if run is not None and run.status.failed:
+                    return run
+        return None
+
+    def blocked(self, run: GateRun, routing: Routing, label: str = "") -> _Step:
+        """The rollout stopped by a failed gate run; a ramp to the version is removed,
+        so new executions go back to the version that was Current."""
+        label = label or f"the gate {_gate_stage(run.workflow_id)}"
+        detail = f": {run.message}" if run.message else ""
+        message = (
+            f"{label} {run.status.value.lower()} on version {self._target} "
+            f"(task queue {run.task_queue}){detail}; rollout stopped"
+        )
+        change = None
+        if routing.ramping == self._target:
+            back = routing.current or "the unversioned workers"
+            message += f", new executions go back to {back}"
+            change = RoutingChange(
+                RoutingKind.CLEAR_RAMP, self._target, routing.conflict_token, reason="gate failed"
+            )
+        return _Step(Phase.BLOCKED, "GateFailed", message, routing=change)
+
+    def check(
+        self, gate: GatePolicy, stage: int, routing: Routing, *, where: str = ""
+    ) -> _Step | None:
+        """``None`` when the gate completed on every task queue; otherwise the step to
+        take: start the missing runs, wait for running ones, or stop on a failure."""
+        label = f"gate `{gate.workflow_type}`" + (f" of {where}" if where else "")
+        starts: list[GateStart] = []
+        running = []
+        for task_queue in self._task_queues:
+            run = self._gates.get(self._id(task_queue, stage))
+            if run is None:
+                starts.append(
+                    GateStart(self._target, task_queue, self._id(task_queue, stage), gate, stage)
+                )
+            elif run.status.failed:
+                return self.blocked(run, routing, label)
+            elif run.status is not GateStatus.COMPLETED:
+                running.append(task_queue)
+        if starts or running:
+            waiting = ", ".join(sorted({*running, *(s.task_queue for s in starts)}))
+            return _Step(
+                Phase.PROGRESSING,
+                "WaitingForGate",
+                f"{label} runs on version {self._target} (task queue {waiting})",
+                gates=starts,
+            )
+        return None
+
+
+# --- versions and sunset ---------------------------------------------------------------
+
+
+def _sunset(
+    policy: RolloutPolicy,
+    *,
+    target: str,
+    routing: Routing | None,
+    deployments: Mapping[str, VersionDeployment],
+    now: float,
+    scale: float,
+) -> tuple[dict[str, VersionPlan], list[str], list[str], float | None]:
+    versions: dict[str, VersionPlan] = {target: VersionPlan(target, None, "target")}
+    deleted: list[str] = []
+    due: list[float] = []
+    manual = policy.strategy is Strategy.MANUAL
+    live: set[str] = set()
+    if routing is not None:
+        live = {b for b in (routing.current, routing.ramping) if b}
+    scaledown = policy.sunset.scaledown_seconds * scale
+    # Deleting before scaling down makes no sense; the later of the two wins.
+    delete = max(policy.sunset.delete_seconds, policy.sunset.scaledown_seconds) * scale
+
+    def gone(build: str, dep: VersionDeployment, why: str) -> None:
+        # Two steps: to 0 first (pods stop, pollers leave), then the Deployment goes.
+        if dep.replicas > 0:
+            versions[build] = VersionPlan(build, 0, f"{why}: scaled to 0 before deletion")
+        else:
+            deleted.append(build)
+
+    for build, dep in sorted(deployments.items()):
+        if build == target:
+            continue
+        if routing is None:
+            # Temporal knows no version of this worker: keep what runs, delete nothing.
+            versions[build] = VersionPlan(build, dep.replicas, "Temporal knows no version yet")
+            continue
+        status = routing.status(build)
+        if build in live:
+            versions[build] = VersionPlan(build, None, status.value)
+        elif status is VersionStatus.DRAINING:
+            versions[build] = VersionPlan(build, None, "Draining: pinned workflows still run")
+        elif status is VersionStatus.DRAINED:
+            found = routing.versions[build]
+            since = found.drained_since if found.drained_since is not None else now
+            if now >= since + delete:
+                gone(build, dep, "Drained for deleteDelay")
+            elif now >= since + scaledown:
+                versions[build] = VersionPlan(build, 0, "Drained for scaledownDelay")
+                due.append(since + delete)
+            else:
+                versions[build] = VersionPlan(build, None, "Drained")
+                due.append(since + scaledown)
+        elif manual:
+            # Operators may still promote it.
+            versions[build] = VersionPlan(build, None, f"{status.value} (Manual)")
+        else:
+            # Superseded before it ever had traffic (Inactive), or it never polled.
+            gone(build, dep, f"{status.value} and superseded")
+    forget: list[str] = []
+    if routing is not None and not manual:
+        for build, version in sorted(routing.versions.items()):
+            if build in deployments or build == target or build in live:
+                continue
+            if version.status in (VersionStatus.DRAINED, VersionStatus.INACTIVE):
+                forget.append(build)
+    return versions, deleted, forget, min(due) if due else None
+
+
+def _gate_stage(workflow_id: str) -> str:
+    # The run's ID names its stage, not its type; the stage is what a person can find.
+    stage = workflow_id.rpartition("-step")[2]
+    return f"of step {stage}" if stage.isdigit() else "before traffic"

@@ -8,7 +8,9 @@ they do under the engine. Everything created is recorded for assertions.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
@@ -75,5 +77,41 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def pulumi_test(fn: _F) -> _F:
-    """``pulumi.runtime.test``, typed: the test waits for every output of the program."""
-    return cast(_F, pulumi.runtime.test(fn))  # type: ignore[no-untyped-call]
+    """``pulumi.runtime.test``, typed: the test waits for every output of the program.
+
+    Each test gets a runtime of its own: a fresh event loop and no root stack left from
+    an earlier test. Pulumi keeps both process-wide; a root stack whose futures belong to
+    an earlier test's loop, or handles an earlier test left on the loop, make a later test
+    fail with "await wasn't used with future" depending on which tests ran before it.
+    """
+    tested = pulumi.runtime.test(fn)  # type: ignore[no-untyped-call]
+
+    @functools.wraps(fn)
+    def isolated(*args: Any, **kwargs: Any) -> Any:
+        reset_runtime()
+        try:
+            return tested(*args, **kwargs)
+        finally:
+            reset_runtime()
+
+    return cast(_F, isolated)
+
+
+def reset_runtime() -> None:
+    """Forget the root stack and start a fresh event loop (see ``pulumi_test``)."""
+    pulumi.runtime.settings.ROOT.set(None)
+    pulumi.runtime.settings.SETTINGS.rpc_manager.clear()
+    pulumi.runtime.settings.SETTINGS.outputs.clear()
+    try:
+        old = asyncio.get_event_loop_policy().get_event_loop()
+    except RuntimeError:  # no loop yet in this thread
+        old = None
+    if old is not None and not old.is_running() and not old.is_closed():
+        # Outputs an earlier test never awaited: cancel them rather than leave them
+        # pending on a loop nobody runs again.
+        pending = asyncio.all_tasks(old)
+        for task in pending:
+            task.cancel()
+        old.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        old.close()
+    asyncio.set_event_loop(asyncio.new_event_loop())

@@ -231,6 +231,7 @@ def test_worker_printer_columns_and_status_subresource() -> None:
         ("Replicas", ".status.replicas"),
         ("Ready", ".status.readyReplicas"),
         ("TaskQueue", ".status.taskQueue"),
+        ("From", ".metadata.labels.twc\\.temporal\\.io/derived-from"),
         ("Age", ".metadata.creationTimestamp"),
     ]
     assert version["subresources"] == {"status": {}}

@@ -341,3 +341,23 @@ def test_a_view_being_deleted_is_made_again_only_once_gone() -> None:
     assert plan.writes == ()
     assert plan.deletes == ()
     assert "being deleted" in plan.skipped[view.key]
+
+
+def test_a_derived_spec_follows_its_worker_and_a_caller_cannot_change_it_for_others() -> None:
+    worker = _desired().workers[f"{NS}/payments"]
+    first = view_spec(worker)
+    first["image"] = "changed-by-a-caller"
+
+    assert view_spec(worker)["image"] == "registry.example/worker:1.0.0"
+    moved = worker.model_copy(update={"image": "registry.example/worker:2.0.0"})
+    assert view_spec(moved)["image"] == "registry.example/worker:2.0.0"
+
+
+def test_twc_up_and_preview_say_views_are_not_counted_as_temporalworkers() -> None:
+    from twc.commands.common import _summary
+
+    views, _ = _views(_desired(queues=[_queue("orders")]))
+    objects = [_stored(v) for v in views.values()] + [worker_obj("native")]
+    line = _summary(DesiredInputs(cluster={WORKER_KIND_KEY: ObjectList.known(objects)}))
+
+    assert line.endswith("1 TemporalWorker (+2 generated views of other workers)"), line

@@ -63,6 +63,7 @@ class TemporalWorkerViews:
             # Only a view the daemon read as its own, at the version read, is forced.
             force=resource_version is not None,
             _content_type=_APPLY,
+            _preload_content=False,
         )
         return _as_dict(result)
 
@@ -87,6 +88,7 @@ class TemporalWorkerViews:
             patch,
             field_manager=VIEW_FIELD_MANAGER,
             _content_type=_JSON_PATCH,
+            _preload_content=False,
         )
         return _as_dict(result)
 
@@ -108,11 +110,7 @@ class TemporalWorkerViews:
                 raise
 
 
-def _as_dict(result: Any) -> dict[str, Any]:
-    if isinstance(result, dict):
-        return result
-    data = getattr(result, "data", None)
-    if isinstance(data, bytes | str):
-        loaded: dict[str, Any] = json.loads(data)
-        return loaded
-    return dict(result or {})
+def _as_dict(response: Any) -> dict[str, Any]:
+    # The raw JSON: the generated client does not turn every patch's answer into a dict.
+    loaded: dict[str, Any] = json.loads(response.data)
+    return loaded

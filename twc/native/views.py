@@ -28,6 +28,8 @@ Pure: no client, no clock.
 
 from __future__ import annotations
 
+import json
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +45,7 @@ from twc.spec import (
     TemporalWorker,
     label_value,
 )
+from twc.spec.crds import VIEW_LABEL as CRD_VIEW_LABEL
 from twc.spec.crds import WORKER_KIND
 
 __all__ = [
@@ -65,7 +68,7 @@ __all__ = [
     "view_spec",
 ]
 
-VIEW_LABEL = "twc.temporal.io/derived-from"
+VIEW_LABEL = CRD_VIEW_LABEL
 """On every generated TemporalWorker: where its worker comes from (:data:`FROM_QUEUE`
 or :data:`FROM_FLEET`). The desired state never reads such an object as a source."""
 FROM_QUEUE = "Queue"
@@ -110,16 +113,22 @@ def _json(value: Any) -> Any:
         return value.model_dump(mode="json", by_alias=True, exclude_none=True)
     if isinstance(value, tuple | list):
         return [_json(v) for v in value]
-    if isinstance(value, Mapping):
+    if isinstance(value, dict):
         return {str(k): _json(v) for k, v in value.items()}
     return value
 
 
 def _pruned(value: Any) -> Any:
     """Without empty mappings and lists, so a view reads like a hand-written object."""
-    if isinstance(value, Mapping):
-        out = {k: _pruned(v) for k, v in value.items()}
-        return {k: v for k, v in out.items() if v not in ({}, [], None)}
+    # Plain JSON values only (dict and list, not the abstract types): this runs over
+    # every worker on every iteration.
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            item = _pruned(item)
+            if item is not None and item != {} and item != []:
+                out[key] = item
+        return out
     if isinstance(value, list):
         return [_pruned(v) for v in value]
     return value
@@ -130,6 +139,13 @@ def _connection_ref(worker: ResolvedWorker) -> dict[str, Any]:
     if target.kind == "Connection" and target.api_group == "temporal.io":
         return {"name": target.name}
     return {"objectRef": {"apiGroup": target.api_group, "kind": target.kind, "name": target.name}}
+
+
+_SPECS: OrderedDict[str, str] = OrderedDict()
+"""Derived specs (JSON) by resolved worker (JSON): the daemon derives every view on every
+iteration, and a worker changes rarely. Memoisation only: the result depends on the
+worker alone."""
+_SPECS_MAX = 10_000
 
 
 def view_spec(worker: ResolvedWorker) -> dict[str, Any]:
@@ -143,6 +159,20 @@ def view_spec(worker: ResolvedWorker) -> dict[str, Any]:
     Raises:
         ValueError: The result is not a valid TemporalWorker spec.
     """
+    key = worker.model_dump_json()
+    known = _SPECS.get(key)
+    if known is None:
+        known = json.dumps(_derive_spec(worker))
+        _SPECS[key] = known
+        if len(_SPECS) > _SPECS_MAX:
+            _SPECS.popitem(last=False)
+    else:
+        _SPECS.move_to_end(key)
+    spec: dict[str, Any] = json.loads(known)
+    return spec
+
+
+def _derive_spec(worker: ResolvedWorker) -> dict[str, Any]:
     data: dict[str, Any] = {}
     for name, info in TemporalWorker.model_fields.items():
         if name in ("name", "namespace"):
@@ -206,10 +236,13 @@ def spec_matches(obj: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
     (``minReplicas: 1``, ``automountToken: false``...) and the view leaves empty fields
     out; neither is a difference.
     """
+    current_spec = obj.get("spec") if isinstance(obj, Mapping) else None
+    if current_spec == spec:
+        return True  # the common case, without building two models
     meta = obj.get("metadata") if isinstance(obj, Mapping) else None
     meta = meta if isinstance(meta, Mapping) else {}
     name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
-    current = _model(obj.get("spec"), name, namespace)
+    current = _model(current_spec, name, namespace)
     return current is not None and current == _model(spec, name, namespace)
 
 

@@ -38,6 +38,7 @@ from twc.spec._models import (
 __all__ = [
     "CONNECTION_SPEC_RULES",
     "CRD_VERSION",
+    "VIEW_LABEL",
     "WORKER_GROUP",
     "WORKER_KIND",
     "ObservedConnectionRef",
@@ -57,6 +58,10 @@ WORKER_KIND = "TemporalWorker"
 """Kind of the Kubernetes-native worker object."""
 CRD_VERSION = "v1"
 """The only served (and stored) version of every twc CRD."""
+VIEW_LABEL = "twc.temporal.io/derived-from"
+"""The label of the TemporalWorker objects twc generates to show a worker that comes
+from a Queue object or the fleet file (see :mod:`twc.native.views`)."""
+_FROM_PATH = ".metadata.labels." + VIEW_LABEL.replace(".", "\\.")
 
 # Fields that come from the object's metadata, not its spec.
 _METADATA_FIELDS = frozenset({"name", "namespace"})
@@ -401,6 +406,9 @@ def temporal_worker_crd() -> dict[str, Any]:
             {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
             # The resolved queue: a worker with only a queueRef has no spec.taskQueueName.
             {"name": "TaskQueue", "type": "string", "jsonPath": ".status.taskQueue"},
+            # Where the worker comes from: `Queue` or `Fleet` on the objects twc generates
+            # to show every worker it runs; empty on objects people made.
+            {"name": "From", "type": "string", "jsonPath": _FROM_PATH},
         ],
         root_rules=[
             {

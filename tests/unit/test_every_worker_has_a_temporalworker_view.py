@@ -256,7 +256,7 @@ def test_an_edited_spec_is_put_back_naming_who_edited_it() -> None:
     [
         (lambda o: o["metadata"]["labels"].update({"team": "sales"}), False),
         (lambda o: o["metadata"].setdefault("annotations", {}).update({"note": "x"}), False),
-        (lambda o: o["metadata"]["labels"].pop(VIEW_LABEL), True),
+        (lambda o: o["metadata"]["labels"].update({VIEW_LABEL: "Fleet"}), True),
         (lambda o: o["metadata"]["annotations"].pop(VIEW_ANNOTATION), True),
         (lambda o: o["metadata"].pop("ownerReferences"), True),
         (lambda o: o["metadata"]["ownerReferences"][0].update({"uid": "old-queue"}), True),
@@ -312,15 +312,27 @@ def test_an_object_of_the_same_name_that_twc_did_not_generate_is_left_alone() ->
     assert "twc did not generate" in plan.skipped[view.key]
 
 
-def test_a_view_whose_labels_were_removed_is_still_twcs_and_gets_them_back() -> None:
+def test_a_view_that_lost_its_stack_label_gets_it_back_but_is_not_deleted_for_it() -> None:
     view = _one()
-    stripped = _stored(view)
-    stripped["metadata"]["labels"] = {}
+    unlabelled = _stored(view)
+    del unlabelled["metadata"]["labels"][STACK_LABEL]
 
-    plan = plan_views({view.key: view}, {}, [stripped], stack=STACK)
+    put_back = plan_views({view.key: view}, {}, [unlabelled], stack=STACK)
+    assert [w.view.key for w in put_back.writes] == [view.key]
+    assert put_back.writes[0].edited_by == ()  # the spec is as it should be
+    assert plan_views({}, {}, [unlabelled], stack=STACK).deletes == ()
 
-    assert [w.view.key for w in plan.writes] == [view.key]
-    assert plan.writes[0].edited_by == ()  # the spec is as it should be
+
+def test_a_view_whose_derived_from_label_was_removed_is_a_source_left_alone() -> None:
+    view = _one()
+    claimed = _stored(view)
+    del claimed["metadata"]["labels"][VIEW_LABEL]
+
+    assert not is_view(claimed)
+    for views in ({view.key: view}, {}):
+        plan = plan_views(views, {}, [claimed], stack=STACK)
+        assert plan.writes == ()
+        assert plan.deletes == ()
 
 
 def test_nothing_is_written_while_the_temporalworker_objects_are_unknown() -> None:

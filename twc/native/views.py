@@ -414,26 +414,19 @@ class ViewPlan:
     """Per worker without a view, why (an object of that name that is not twc's...)."""
 
 
-def _owned_by(obj: Mapping[str, Any], stack: str) -> bool:
-    """Whether ``obj`` is a view this stack keeps.
+def _owned_by(obj: Mapping[str, Any], stack: str, *, adopt: bool = False) -> bool:
+    """Whether ``obj`` is a view this stack keeps: its labels say so, the same labels
+    every entry point reads (so the daemon never treats as its view what the desired
+    state reads as a source).
 
-    Its labels say so, or (its labels were removed) twc's field manager applied it and
-    no other stack's label is on it.
+    With ``adopt``, a view that lost only its stack label counts too (twc puts it back);
+    it is never deleted on that ground alone. An object whose ``derived-from`` label was
+    removed is an ordinary TemporalWorker from then on: a source, left alone.
     """
-    labels = _labels(obj)
-    mine = label_value(stack)
-    if labels.get(STACK_LABEL) == mine and is_view(obj):
-        return True
-    if labels.get(STACK_LABEL) not in (None, mine):
+    if not is_view(obj):
         return False
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    entries = meta.get("managedFields") if isinstance(meta, Mapping) else None
-    return any(
-        isinstance(e, Mapping)
-        and e.get("manager") == VIEW_FIELD_MANAGER
-        and e.get("operation") == "Apply"
-        for e in (entries if isinstance(entries, list) else ())
-    )
+    found = _labels(obj).get(STACK_LABEL)
+    return found == label_value(stack) or (adopt and found is None)
 
 
 def _metadata_matches(obj: Mapping[str, Any], view: View) -> bool:
@@ -500,7 +493,7 @@ def plan_views(
             writes.append(ViewWrite(view))
             continue
         nat = worker_native(current)
-        if not _owned_by(current, stack):
+        if not _owned_by(current, stack, adopt=True):
             other = _labels(current).get(STACK_LABEL)
             skipped[key] = (
                 "another stack's view of that name exists"

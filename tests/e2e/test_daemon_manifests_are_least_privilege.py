@@ -35,6 +35,8 @@ NAMESPACED = {
     ("", "persistentvolumeclaims"): READ,
     ("", "endpoints"): READ,
     ("temporal.kmsvc.io", "temporalworkers/status"): {"patch"},
+    # The generated TemporalWorker views of Queue and fleet-file workers.
+    ("temporal.kmsvc.io", "temporalworkers"): {"create", "patch", "delete"},
     ("temporal.io", "connections"): {"patch"},
     ("", "events"): {"create"},
     ("", "configmaps"): {"get"},
@@ -103,7 +105,16 @@ def test_the_native_kinds_the_daemon_watches_are_granted_in_both_scopes() -> Non
             # The daemon lists every watched kind across all namespaces: a ClusterRole.
             assert cluster[(kind.api_group, kind.plural)] >= READ, (sets, kind)
             assert "patch" in everything[(kind.api_group, kind.plural)], (sets, kind)
-        assert "patch" not in everything[("temporal.kmsvc.io", "temporalworkers")]
+        # TemporalWorkers people made are never written, only their status; the daemon
+        # writes only the views it generates, in the workers' namespaces.
+        assert everything[("temporal.kmsvc.io", "temporalworkers")] == READ | {
+            "create",
+            "patch",
+            "delete",
+        }
+        assert cluster[("temporal.kmsvc.io", "temporalworkers")] == (
+            READ if sets else READ | {"create", "patch", "delete"}
+        ), sets
 
 
 def test_a_rule_changes_in_one_place_for_every_scope() -> None:

@@ -90,7 +90,15 @@ def test_a_kubectl_applied_worker_turns_ready_once_a_real_worker_polls(
     }
     table = kubectl("get", "temporalworkers", "-n", namespace)
     header, *rows = table.strip().splitlines()
-    assert header.split() == ["NAME", "PHASE", "REPLICAS", "READY", "TASKQUEUE", "AGE"], table
+    assert header.split() == [
+        "NAME",
+        "PHASE",
+        "REPLICAS",
+        "READY",
+        "TASKQUEUE",
+        "FROM",
+        "AGE",
+    ], table
     row = next(r.split() for r in rows if r.split()[0] == "orders")
     assert row[1:5] == ["Ready", "1", "1", task_queue], table
 

@@ -198,6 +198,12 @@ def _run_daemon_once(
     assert kube.apps.read_namespaced_stateful_set("alpha-dlq", namespace) is not None
     copied = kube.core.read_namespaced_secret("temporal-mtls", namespace)
     assert copied.metadata.labels["app.kubernetes.io/managed-by"] == "twc"
+    # The fleet-file workers' generated TemporalWorker objects, within the same grants.
+    for name in ("alpha", "keyed"):
+        view = kube.custom.get_namespaced_custom_object(
+            "temporal.kmsvc.io", "v1", namespace, "temporalworkers", name
+        )
+        assert view["metadata"]["labels"]["twc.temporal.io/derived-from"] == "Fleet", name
 
 
 def test_the_daemon_reconciles_a_fleet_with_exactly_the_charts_cluster_role(

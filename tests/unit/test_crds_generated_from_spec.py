@@ -234,6 +234,7 @@ def test_worker_printer_columns_and_status_subresource() -> None:
         ("Replicas", ".status.replicas"),
         ("Ready", ".status.readyReplicas"),
         ("TaskQueue", ".status.taskQueue"),
+        ("From", ".metadata.labels.twc\\.temporal\\.io/derived-from"),
         ("Current", ".status.currentVersion.buildID"),
         ("Target", ".status.targetVersion.buildID"),
         ("Ramp %", ".status.targetVersion.rampPercentage"),

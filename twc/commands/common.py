@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from twc.desired import INPUTS_ENV, DesiredInputs
 from twc.errors import SpecError, TwcError
+from twc.native.views import is_view
 from twc.rollout import RolloutSettings
 from twc.stackrun import engine
 
@@ -236,7 +237,10 @@ def _summary(inputs: DesiredInputs) -> str:
         if found.objects is None:
             counts.append(f"{kind}: unknown ({found.failure})")
         else:
-            counts.append(f"{len(found.objects)} {kind}")
+            # The TemporalWorkers the daemon generates to show other workers are no source.
+            views = sum(1 for o in found.objects if is_view(o))
+            shown = f" (+{views} generated views of other workers)" if views else ""
+            counts.append(f"{len(found.objects) - views} {kind}{shown}")
     return "including from the cluster, as the daemon does: " + ", ".join(counts)
 
 

@@ -23,6 +23,7 @@ from twc.commands.common import fleet_file_for, stack_ref
 from twc.connections import default_registry
 from twc.kube.client import KubeClient, NoClusterError, kube_client
 from twc.kube.lease import LeaseElector, lease_name_for
+from twc.kube.views import TemporalWorkerViews
 from twc.kube.watch import NativeWatch, QueueSource, QueueWatcher, StaticQueues
 from twc.kube.workloads import Workloads
 from twc.kube.writer import NativeWriter
@@ -180,6 +181,7 @@ def run_daemon(options: RunOptions) -> int:
     queues: QueueSource
     native: NativeWatch | None = None
     writer: NativeWriter | None = None
+    views: TemporalWorkerViews | None = None
     workloads: Workloads | None = None
     registry = default_registry()
     if kube is not None:
@@ -189,6 +191,8 @@ def run_daemon(options: RunOptions) -> int:
             kube.custom, registry.watched_kinds(), resync_interval=settings.resync_interval
         )
         writer = NativeWriter(kube.custom, kube.core)
+        # Every Queue and fleet-file worker shown as a TemporalWorker object.
+        views = TemporalWorkerViews(kube.custom)
         workloads = Workloads(kube)
     else:
         queues = StaticQueues(())
@@ -219,6 +223,7 @@ def run_daemon(options: RunOptions) -> int:
             early=workloads,
             writer=writer,
             temporal_address=temporal_address,
+            views=views,
         ),
         leader=elector,
         metrics=metrics,

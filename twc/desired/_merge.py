@@ -29,6 +29,7 @@ from twc.connections import Registry, WatchedKind
 from twc.desired._inputs import ObjectList, object_key, trimmed
 from twc.errors import Reason, SpecError, TwcConnectionError
 from twc.native.objects import IdentityKey, NativeObject
+from twc.native.views import is_view
 from twc.spec import (
     API_GROUP,
     CLUSTER_CONNECTION_KIND,
@@ -393,7 +394,16 @@ def merge_workers(
     Each object must validate, not clash with a worker of the fleet file or a Queue,
     and have a connectionRef that resolves through ``registry`` (its reason, e.g.
     ``UnknownConnectionKind``, ``ConnectionNotFound``).
+
+    Objects twc generated to show a Queue's or the file's worker (views, labelled
+    ``twc.temporal.io/derived-from``) are no source: they are left out before the merge,
+    or each would clash with the very worker it shows.
     """
+    if observed.objects is not None and any(is_view(o) for o in observed.objects):
+        observed = ObjectList(
+            objects=tuple(o for o in observed.objects if not is_view(o)),
+            failure=observed.failure,
+        )
 
     def convert(obj: Mapping[str, Any]) -> _Candidate | None:
         worker = load_worker_object(obj)

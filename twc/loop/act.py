@@ -8,7 +8,9 @@ for it:
 * a new worker's ServiceAccount and Deployment are applied ahead of the ``up``
   (:mod:`twc.loop.early`) and released to the engine once the ``up`` succeeded;
 * ``up`` is targeted at the changed workers' resources when only a few changed;
-* ``refresh`` runs on schedule and reports the resources that drifted.
+* ``refresh`` runs on schedule and reports the resources that drifted;
+* the generated TemporalWorker objects of Queue and fleet-file workers are kept as the
+  plan says, on every iteration, engine run or not (:mod:`twc.loop.views`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from twc.loop.decide import ReconcileAction, ReconcileDecision
 from twc.loop.early import EARLY_FIELD_MANAGER, EarlyApplier, early_objects, plan_release
 from twc.loop.health import DaemonMetrics
 from twc.loop.plan import Plan
+from twc.loop.views import ViewSync, ViewWriter
 from twc.stackrun.automation import StackEngine
 
 __all__ = ["Actor", "Effects"]
@@ -46,6 +49,9 @@ class Effects:
     temporal_address: str | None = None
     """The stack's Temporal address override (the program's ``twc:temporalAddress``),
     for early-applied pod templates."""
+    views: ViewWriter | None = None
+    """Writes the generated TemporalWorker objects of Queue and fleet-file workers;
+    ``None`` keeps none."""
 
 
 class Actor:
@@ -83,6 +89,11 @@ class Actor:
         self._read_secret = read_secret
         self._recovered = False
         self._early_pending: set[ObjectRef] | None = None
+        self._views = (
+            ViewSync(effects.views, stack=stack, metrics=metrics, events=effects.writer)
+            if effects.views is not None
+            else None
+        )
 
     @property
     def early_pending(self) -> list[str]:
@@ -92,6 +103,22 @@ class Actor:
     def new_term(self) -> None:
         """A new term as leader may follow someone else's killed run: check again."""
         self._recovered = False
+
+    # --------------------------------------------------------------- views
+    @property
+    def keeps_views(self) -> bool:
+        """Whether this daemon keeps generated TemporalWorker objects."""
+        return self._views is not None
+
+    def sync_views(self, plan: Plan) -> None:
+        """Keep the generated TemporalWorker objects as ``plan`` says (while leading).
+
+        Never raises: a view not written now is written by a later iteration.
+        """
+        views = plan.native.views if plan.native is not None else None
+        if self._views is None or views is None or not self._may_apply():
+            return
+        self._views.sync(views)
 
     # ------------------------------------------------------------------ up
     def apply(self, decision: ReconcileDecision, plan: Plan) -> None:

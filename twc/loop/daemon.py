@@ -8,8 +8,8 @@ Each iteration is a pipeline, as the official worker controller's reconcile is:
 2. **plan** (:mod:`twc.loop.plan`, pure): the desired fleet through the one
    desired-state function, the autoscaler's replicas, the hashes, skip / targeted /
    full ``up``;
-3. **act** (:mod:`twc.loop.act`): early apply, the engine's ``up``, ``refresh`` on
-   schedule;
+3. **act** (:mod:`twc.loop.act`): the generated TemporalWorker objects, early apply,
+   the engine's ``up``, ``refresh`` on schedule;
 4. **report** (:mod:`twc.loop.report`): metrics, faults, status, finalizers, Events.
 
 A failing step becomes an :class:`~twc.loop.outcome.Outcome` and the loop sleeps its
@@ -299,6 +299,7 @@ class Daemon:
             plan = self.plan(state, now=started)
             state = state.with_scaling(plan.scaling)
             self.reporter.planned(plan)
+            self.actor.sync_views(plan)
             decision = plan.decision
             if decision.action is ReconcileAction.SKIP:
                 logger.debug("[%s] %s: nothing to do", self.stack, decision.reason)
@@ -358,6 +359,7 @@ class Daemon:
             program=self._program,
             native=self.observer.sources.native is not None,
             wall=self.clocks.wall(),
+            views_of=self.stack if self.actor.keeps_views else None,
         )
         self._desired = dict(plan.replicas)
         self._observed = dict(seen.live or {})

@@ -16,10 +16,12 @@ from typing import Any
 
 from twc.connections import Registry, WatchedKind
 from twc.desired import (
+    QUEUE_KIND_KEY,
     WORKER_KIND_KEY,
     DesiredFleet,
     DesiredInputs,
     KindMerge,
+    ObjectList,
     Rejection,
     connection_native,
     desired_fleet,
@@ -40,6 +42,7 @@ from twc.loop.versions import (
     version_scale_inputs,
 )
 from twc.native.objects import IdentityKey, NativeObject
+from twc.native.views import ViewPlan, desired_views, plan_views
 from twc.rollout import RolloutPlan
 from twc.spec import ResolvedWorker
 
@@ -63,6 +66,9 @@ class NativePlan:
     """Per worker key (file, Queue and native workers), the connection it uses."""
     rejected: tuple[Rejection, ...] = ()
     """TemporalWorker and connection objects whose current spec is not in use."""
+    views: ViewPlan | None = None
+    """The generated TemporalWorker objects of Queue and fleet-file workers (what to
+    write, which exist); ``None`` when this daemon keeps none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +137,7 @@ def make_plan(
     program: Mapping[str, Any],
     native: bool,
     wall: float | None = None,
+    views_of: str | None = None,
 ) -> Plan:
     """Decide the replicas, hash the desired state and decide the ``up``.
 
@@ -148,6 +155,8 @@ def make_plan(
             full ``up``.
         native: Whether TemporalWorker and connection objects are written back.
         wall: Unix time: versioned rollouts compare it with Temporal's timestamps.
+        views_of: The stack whose generated TemporalWorker objects (views of its
+            Queue and fleet-file workers) to plan; ``None`` plans none.
 
     Raises:
         TemporaryError: An autoscaled worker's replicas are unknown (the cluster could
@@ -234,7 +243,7 @@ def make_plan(
         current={k: v for k, v in observed.items() if k in workers},
         decisions=decisions,
         scaling=scaling,
-        native=_native_plan(seen, desired, watched) if native else None,
+        native=_native_plan(seen, desired, watched, views_of) if native else None,
         versions=versions,
     )
 
@@ -263,7 +272,10 @@ def _versions_of(key: str, replicas: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _native_plan(
-    seen: Observation, desired: DesiredFleet, watched: Mapping[str, WatchedKind]
+    seen: Observation,
+    desired: DesiredFleet,
+    watched: Mapping[str, WatchedKind],
+    stack: str | None = None,
 ) -> NativePlan:
     cluster = seen.cluster or {}
     objects: list[NativeObject] = []
@@ -292,4 +304,17 @@ def _native_plan(
         worker_objects=worker_objects,
         references=desired.references,
         rejected=rejected,
+        views=_views(desired, workers_found, stack) if stack is not None else None,
     )
+
+
+def _views(desired: DesiredFleet, found: ObjectList | None, stack: str) -> ViewPlan:
+    # Unknown TemporalWorker objects (their list failed): nothing is written, since a
+    # view could not be told from a person's object of the same name.
+    views, held = desired_views(
+        desired.workers,
+        desired.origins,
+        desired.accepted_objects(QUEUE_KIND_KEY),
+        stack=stack,
+    )
+    return plan_views(views, held, found.objects if found is not None else None, stack=stack)

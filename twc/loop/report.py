@@ -5,7 +5,8 @@
   once, with how long they lasted;
 * the cluster objects that were not used as they are (``InvalidSpec``,
   ``ConnectionNotFound``...), in the log once per change;
-* for TemporalWorker and connection objects: status (written only when it changed),
+* for TemporalWorker and connection objects, and the TemporalWorker views twc generates
+  of Queue and fleet-file workers: status (written only when it changed),
   the ``temporal.io/delete-protection`` finalizer on every connection in use, and
   Events on failures. Events and status carry the reason — the first error line of a
   failed engine run, never its progress output, which names other namespaces' objects.
@@ -270,7 +271,7 @@ class Reporter:
             changed = decision.workers if decision.action is ReconcileAction.TARGETED else None
             # What tenants read: the first error line, not the engine's whole output.
             reason = engine_failure(outcome.message).summary
-            for key, obj in native.workers.accepted.items():
+            for key, obj in {**native.workers.accepted, **_views_shown(native)}.items():
                 if changed is None or key in changed:
                     self._event_once(obj, "ApplyFailed", reason)
         for key, obj in native.workers.accepted.items():
@@ -368,7 +369,9 @@ class Reporter:
     ) -> None:
         assert self._writer is not None
         now = rfc3339(self._wall())
-        accepted = {} if only_rejected else native.workers.accepted
+        # Generated views of Queue and fleet-file workers get the status of their worker,
+        # exactly as TemporalWorker objects people made do.
+        accepted = {} if only_rejected else {**native.workers.accepted, **_views_shown(native)}
         # Objects left out get a rejected status; objects that keep their last accepted
         # spec are reported with the reason too (their workers run on unchanged).
         rejected = {r.obj.key: r for r in native.workers.rejected}
@@ -429,6 +432,10 @@ class Reporter:
         if not only_rejected:
             for uid in set(self._written) - seen:
                 del self._written[uid]
+
+
+def _views_shown(native: NativePlan) -> Mapping[str, NativeObject]:
+    return native.views.shown if native.views is not None else {}
 
 
 def _ref_dict(ident: IdentityKey | None) -> dict[str, str] | None:

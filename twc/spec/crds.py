@@ -52,6 +52,7 @@ __all__ = [
     "CONNECTION_VERSION",
     "CRD_VERSION",
     "MANAGED_BY_LABEL",
+    "VIEW_LABEL",
     "WORKER_GROUP",
     "WORKER_KIND",
     "WORKER_VERSION",
@@ -80,6 +81,10 @@ CRD_VERSION = WORKER_VERSION
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 """Label on every CRD twc generates (value ``twc``): what tells twc's CRDs from the
 official controller's when installing."""
+VIEW_LABEL = "twc.temporal.io/derived-from"
+"""The label of the TemporalWorker objects twc generates to show a worker that comes
+from a Queue object or the fleet file (see :mod:`twc.native.views`)."""
+_FROM_PATH = ".metadata.labels." + VIEW_LABEL.replace(".", "\\.")
 
 # Fields that come from the object's metadata, not its spec.
 _METADATA_FIELDS = frozenset({"name", "namespace"})
@@ -518,6 +523,9 @@ def temporal_worker_crd() -> dict[str, Any]:
             {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
             # The resolved queue: a worker with only a queueRef has no spec.taskQueueName.
             {"name": "TaskQueue", "type": "string", "jsonPath": ".status.taskQueue"},
+            # Where the worker comes from: `Queue` or `Fleet` on the objects twc generates
+            # to show every worker it runs; empty on objects people made.
+            {"name": "From", "type": "string", "jsonPath": _FROM_PATH},
             # Versioned workers, as the official controller shows them (`-o wide`).
             {
                 "name": "Current",

@@ -200,11 +200,30 @@ def ensure_nodes(kube: Kube) -> None:
                 raise
 
 
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+
+
 def nodes_ready(kube: Kube) -> bool:
-    """True once KWOK has turned every simulated node Ready."""
-    ready = set()
+    """True once every simulated node is Ready and schedulable.
+
+    The API server taints each new node not-ready; the node lifecycle controller lifts
+    the taint once the node reports Ready. That controller does not run here (it would
+    also need node heartbeats, and evict pods without them), so this does its one step
+    for the simulated nodes: a node KWOK has turned Ready loses the taint.
+    """
+    usable = set()
     for node in kube.core.list_node().items:
+        name = node.metadata.name
+        if name not in NODES:
+            continue
         conditions = (node.status.conditions if node.status else None) or []
-        if any(c.type == "Ready" and c.status == "True" for c in conditions):
-            ready.add(node.metadata.name)
-    return set(NODES) <= ready
+        if not any(c.type == "Ready" and c.status == "True" for c in conditions):
+            continue
+        taints = node.spec.taints or []
+        if any(t.key == NOT_READY_TAINT for t in taints):
+            kept = [kube.api_client.sanitize_for_serialization(t) for t in taints]
+            kept = [t for t in kept if t["key"] != NOT_READY_TAINT]
+            kube.core.patch_node(name, {"spec": {"taints": kept}})
+            continue
+        usable.add(name)
+    return set(NODES) <= usable

@@ -327,6 +327,13 @@ class LocalEnvironment:
                 "temporal": self._start_temporal,
                 "pod-workers": self._start_pod_workers,
             }
+            for name in [n for n in state.processes if n not in COMPONENTS]:
+                # A component an older twc started that is no longer part of the
+                # environment (e.g. its home-made controllers): it must not act beside
+                # the real ones.
+                if processes.stop(state.processes.pop(name)):
+                    progress(f"{name}: stopped (no longer part of the environment)")
+                self._save(state)
             for name in COMPONENTS:
                 rec = state.processes.get(name)
                 if name in OPTIONAL and rec is None and not self.run_workers:
@@ -366,7 +373,8 @@ class LocalEnvironment:
             if state is None:
                 return []
             stopped = []
-            for name in reversed(COMPONENTS):
+            retired = [n for n in state.processes if n not in COMPONENTS]
+            for name in [*reversed(COMPONENTS), *retired]:
                 rec = state.processes.pop(name, None)
                 if rec is None:
                     continue

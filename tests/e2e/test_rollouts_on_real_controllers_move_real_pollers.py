@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ import yaml
 
 from tests.conftest import TEST_BED_TOOLS, require_tools
 from tests.helpers import assert_eventually
-from twc.local import find_tool, processes, project_root
+from twc.local import processes, project_root
 from twc.local.kube import Kube
 from twc.local.kwok import NODE_ANNOTATION, NODES
 from twc.local.podworkers import recorded
@@ -114,11 +114,17 @@ def _live(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
 
 
-def _poller_pods(address: str, task_queue: str) -> set[str]:
+def _settled(kube: Kube, count: int) -> list[dict[str, Any]]:
+    """The live pods once there are ``count`` of them, all Ready (else empty)."""
+    pods = _live(_pods(kube))
+    return pods if len(pods) == count and all(_ready(p) for p in pods) else []
+
+
+def _poller_pods(temporal: str, address: str, task_queue: str) -> set[str]:
     """The pods (by name) the Temporal CLI lists as workflow pollers of the task queue."""
     out = subprocess.run(
         [
-            find_tool("temporal"),
+            temporal,
             "task-queue",
             "describe",
             "--task-queue",
@@ -198,8 +204,9 @@ class PodWatch:
 
 
 def test_twc_up_on_real_controllers_rolls_and_scales_real_pollers(
-    env_dir: Path, shell_env: dict[str, str], tmp_path: Path
+    env_dir: Path, shell_env: dict[str, str], tmp_path: Path, real_tool: Callable[[str], str]
 ) -> None:
+    temporal = real_tool("temporal")
     kube = Kube(shell_env["KUBECONFIG"])
     address = shell_env["TEMPORAL_ADDRESS"]
     task_queue = f"tq-{uuid.uuid4().hex[:10]}"
@@ -228,7 +235,8 @@ def test_twc_up_on_real_controllers_rolls_and_scales_real_pollers(
     for pod in pods:
         assert pod["spec"]["nodeName"] in NODES, pod["spec"]
         assert _ready(pod), pod["status"]
-        assert pod["status"]["phase"] == "Running" and pod["status"]["podIP"]
+        assert pod["status"]["phase"] == "Running"
+        assert pod["status"]["podIP"]
         assert ("kwok", "status") in _managers(pod), _managers(pod)
         scheduled = {c["type"]: c["status"] for c in pod["status"]["conditions"]}
         assert scheduled["PodScheduled"] == "True"
@@ -239,12 +247,13 @@ def test_twc_up_on_real_controllers_rolls_and_scales_real_pollers(
 
     # A real worker process per pod polls: one poller per replica, named by its pod.
     assert_eventually(
-        lambda: _poller_pods(address, task_queue) == names,
+        lambda: _poller_pods(temporal, address, task_queue) == names,
         timeout=60,
         message="the pollers never matched the pods",
     )
     workers = recorded(env_dir / "pod-workers.json")
-    assert len(workers) == 3 and all(processes.is_alive(r) for r in workers)
+    assert len(workers) == 3
+    assert all(processes.is_alive(r) for r in workers)
     assert {r.name for r in workers} == {f"pod {NAMESPACE}/{n}" for n in names}
 
     # 2. An image change rolls the pods with the Deployment's surge: maxSurge 25% of 3
@@ -252,9 +261,7 @@ def test_twc_up_on_real_controllers_rolls_and_scales_real_pollers(
     watch = PodWatch(kube)
     up("localhost/twc-sample-worker:2", 3)
     rolled = assert_eventually(
-        lambda: (ps := _live(_pods(kube))) and len(ps) == 3 and all(_ready(p) for p in ps) and ps,
-        timeout=60,
-        message="the rollout never settled on three Ready pods",
+        lambda: _settled(kube, 3), timeout=60, message="the rollout never settled on three pods"
     )
     most_live, fewest_ready = watch.stop()
     assert most_live == 4, f"{most_live} pods at most: the surge is one beside the three"
@@ -269,9 +276,10 @@ def test_twc_up_on_real_controllers_rolls_and_scales_real_pollers(
         for r in kube.apps.list_namespaced_replica_set(NAMESPACE, label_selector=SELECTOR).items
     }
     assert set(sets) == {"1", "2"}
-    assert sets["1"].spec.replicas == 0 and sets["2"].spec.replicas == 3
+    assert sets["1"].spec.replicas == 0
+    assert sets["2"].spec.replicas == 3
     assert_eventually(
-        lambda: _poller_pods(address, task_queue) == new_names,
+        lambda: _poller_pods(temporal, address, task_queue) == new_names,
         timeout=60,
         message="the pollers never moved to the new pods",
     )
@@ -279,12 +287,10 @@ def test_twc_up_on_real_controllers_rolls_and_scales_real_pollers(
     # 3. Scaling 3 → 1 leaves one pod and one poller.
     up("localhost/twc-sample-worker:2", 1)
     (last,) = assert_eventually(
-        lambda: len(ps := _live(_pods(kube))) == 1 and ps,
-        timeout=60,
-        message="the Deployment never scaled to one pod",
+        lambda: _settled(kube, 1), timeout=60, message="the Deployment never scaled to one pod"
     )
     assert_eventually(
-        lambda: _poller_pods(address, task_queue) == {last["metadata"]["name"]},
+        lambda: _poller_pods(temporal, address, task_queue) == {last["metadata"]["name"]},
         timeout=60,
         message="scaled to one pod, but not to one poller",
     )
@@ -296,7 +302,8 @@ def test_twc_up_on_real_controllers_rolls_and_scales_real_pollers(
 
     # 4. `twc local down` stops every worker process with the environment.
     every = recorded(env_dir / "pod-workers.json")
-    assert every and all(processes.is_alive(r) for r in every)
+    assert every
+    assert all(processes.is_alive(r) for r in every)
     kube.close()
     _twc("local", "down", "--dir", str(env_dir))
     assert not any(processes.is_alive(r) for r in every)

@@ -30,7 +30,8 @@ def test_down_stops_a_retired_component_and_leftover_pod_workers(tmp_path: Path)
     env.pod_workers_file.write_text(
         f'{{"workers": [{__import__("json").dumps(worker.to_json())}]}}'
     )
-    assert processes.is_alive(retired) and processes.is_alive(worker)
+    assert processes.is_alive(retired)
+    assert processes.is_alive(worker)
 
     stopped = env.down(progress=lambda m: None)
 
@@ -39,4 +40,5 @@ def test_down_stops_a_retired_component_and_leftover_pod_workers(tmp_path: Path)
     assert not processes.is_alive(worker)
     assert recorded(env.pod_workers_file) == []
     state = env.load_state()
-    assert state is not None and state.processes == {}
+    assert state is not None
+    assert state.processes == {}

@@ -57,17 +57,21 @@ class FakeWorker:
 
 
 @pytest.fixture
-def runner(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> podworkers.PodWorkers:
-    FakeWorker.made, FakeWorker.fail_next = [], []
-    monkeypatch.setattr(podworkers, "WorkerPod", FakeWorker)
-    return podworkers.PodWorkers(object(), state_file=tmp_path / "pod-workers.json")  # type: ignore[arg-type]
+def clock() -> list[float]:
+    return [100.0]
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    now = [100.0]
-    monkeypatch.setattr(podworkers.time, "monotonic", lambda: now[0])
-    return now
+def runner(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, clock: list[float]
+) -> podworkers.PodWorkers:
+    FakeWorker.made, FakeWorker.fail_next = [], []
+    monkeypatch.setattr(podworkers, "WorkerPod", FakeWorker)
+    return podworkers.PodWorkers(
+        object(),  # type: ignore[arg-type]  # the fake workers never call the API
+        state_file=tmp_path / "pod-workers.json",
+        clock=lambda: clock[0],
+    )
 
 
 def _pod(name: str, phase: str = "Running", deleting: bool = False) -> dict[str, Any]:
@@ -106,7 +110,8 @@ def test_a_pod_that_goes_has_its_worker_stopped_and_reaped(
     _see(runner, _pod("a"), _pod("b"))
     a = next(w for w in FakeWorker.made if w.pod_name == "a")
     _see(runner, _pod("b"), _pod("a", deleting=True))
-    assert a.terminated and not a.stopped
+    assert a.terminated
+    assert not a.stopped
     assert sorted(runner.workers()) == ["apps/b"]
     # Still listed while it stops: `twc local down` must find it if this process dies.
     assert _listed(runner) == ["pod apps/a", "pod apps/b"]
@@ -123,10 +128,12 @@ def test_a_worker_that_does_not_stop_in_time_is_killed(
     _see(runner, _pod("a"))
     (a,) = FakeWorker.made
     _see(runner)
-    assert a.terminated and not a.stopped
+    assert a.terminated
+    assert not a.stopped
     clock[0] += podworkers.STOP_TIMEOUT + 1
     _see(runner)
-    assert a.stopped and _listed(runner) == []
+    assert a.stopped
+    assert _listed(runner) == []
 
 
 def test_a_crashed_worker_is_restarted_after_a_growing_back_off(
@@ -135,7 +142,8 @@ def test_a_crashed_worker_is_restarted_after_a_growing_back_off(
     _see(runner, _pod("a"))
     FakeWorker.made[-1].dead = True
     _see(runner, _pod("a"))
-    assert len(FakeWorker.made) == 1 and runner.workers() == {}
+    assert len(FakeWorker.made) == 1
+    assert runner.workers() == {}
     clock[0] += 1.0
     _see(runner, _pod("a"))
     assert len(FakeWorker.made) == 2  # after 1 s

@@ -76,7 +76,7 @@ def _worker_pod(pod: dict[str, Any]) -> WorkerPod:
 
 
 def test_env_comes_from_values_secrets_config_maps_and_the_pods_own_fields() -> None:
-    env = [
+    env: list[dict[str, Any]] = [
         {"name": "TEMPORAL_TASK_QUEUE", "value": "orders"},
         {"name": "QUEUE_COPY", "value": "$(TEMPORAL_TASK_QUEUE)-$(UNDEFINED)-$$(X)"},
         {

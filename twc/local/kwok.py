@@ -23,8 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
+from twc.kube.client import status_of
 from twc.local.kube import Kube
 
 NODE_ANNOTATION = "kwok.x-k8s.io/node"
@@ -195,8 +194,8 @@ def ensure_nodes(kube: Kube) -> None:
     for index, name in enumerate(NODES):
         try:
             kube.core.create_node(node_object(index, name))
-        except ApiException as exc:
-            if exc.status != 409:
+        except Exception as exc:
+            if status_of(exc) != 409:
                 raise
 
 

@@ -22,7 +22,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,8 +61,10 @@ class PodWorkers:
         namespace: str | None = None,
         state_file: Path | None = None,
         log_dir: Path | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kube = kube
+        self.clock = clock
         self.selector = selector
         self.namespace = namespace
         self.state_file = state_file
@@ -146,8 +148,6 @@ class PodWorkers:
     def _watch(self) -> None:
         """List, then follow the watch from that version; list again after any error
         (an expired version, a restarted API server)."""
-        from kubernetes import watch
-
         while not self._stop.is_set():
             try:
                 pods, version = self._list()
@@ -155,22 +155,11 @@ class PodWorkers:
                     self._pods = pods
                 self._listed.set()
                 self._changed.set()
-                func = self.kube.core.list_pod_for_all_namespaces
-                args: tuple[str, ...] = ()
-                if self.namespace:
-                    func, args = self.kube.core.list_namespaced_pod, (self.namespace,)
                 while not self._stop.is_set():
-                    stream = watch.Watch().stream(
-                        func,
-                        *args,
-                        label_selector=self.selector,
-                        resource_version=version,
-                        allow_watch_bookmarks=True,
-                        timeout_seconds=30,
-                        _request_timeout=60,
-                    )
-                    for event in stream:
-                        obj = event["raw_object"]
+                    for event in self._events(version):
+                        obj = event["object"]
+                        if event["type"] == "ERROR":
+                            raise RuntimeError(f"watch error: {obj.get('message', obj)}")
                         version = obj["metadata"].get("resourceVersion", version)
                         if event["type"] == "BOOKMARK":
                             continue
@@ -183,9 +172,37 @@ class PodWorkers:
                         self._changed.set()
                         if self._stop.is_set():
                             return
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - an expired version or an API server away ends the watch: list again
                 log.info("pod watch ended (%s); listing again", exc)
                 self._stop.wait(1.0)
+
+    def _events(self, version: str) -> Iterator[dict[str, Any]]:
+        """One watch request's events, read from the response as the API server streams
+        them (one JSON object per line); it ends after at most 30 s."""
+        options: dict[str, Any] = {
+            "label_selector": self.selector,
+            "resource_version": version,
+            "watch": True,
+            "allow_watch_bookmarks": True,
+            "timeout_seconds": 30,
+            # Silence past the server's own timeout means a hung server.
+            "_request_timeout": (5.0, 60.0),
+            "_preload_content": False,
+        }
+        if self.namespace:
+            response = self.kube.core.list_namespaced_pod(self.namespace, **options)
+        else:
+            response = self.kube.core.list_pod_for_all_namespaces(**options)
+        try:
+            pending = b""
+            for chunk in response.stream(amt=None, decode_content=True):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield json.loads(line)
+        finally:
+            response.release_conn()
 
     # ------------------------------------------------------------ reconciling
     def _loop(self) -> None:
@@ -204,7 +221,7 @@ class PodWorkers:
     def reconcile(self) -> None:
         """Start a worker for each Running pod without one, stop those of pods that
         went, restart crashed ones when their back-off is over, reap stopped ones."""
-        now = time.monotonic()
+        now = self.clock()
         with self._lock:
             wanted = {uid: pod for uid, pod in self._pods.items() if is_running(pod)}
         changed = False

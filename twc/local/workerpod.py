@@ -36,8 +36,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
+from twc.kube.client import status_of
 from twc.local import processes
 from twc.local.environment import project_root
 from twc.local.kube import Kube
@@ -167,7 +166,7 @@ class WorkerPod:
         return str(values[path] or "")
 
     def _key(self, ref: Mapping[str, Any], read: Any) -> str | None:
-        data = read(ref["name"], optional=bool(ref.get("optional")))
+        data: dict[str, bytes] | None = read(ref["name"], optional=bool(ref.get("optional")))
         if data is None or ref["key"] not in data:
             if ref.get("optional"):
                 return None
@@ -185,8 +184,8 @@ class WorkerPod:
     def _secret(self, name: str, optional: bool = False) -> dict[str, bytes] | None:
         try:
             secret = self.kube.core.read_namespaced_secret(name, self.namespace)
-        except ApiException as exc:
-            if exc.status == 404:
+        except Exception as exc:
+            if status_of(exc) == 404:
                 self._missing("secret", name, optional)
                 return None
             raise
@@ -195,8 +194,8 @@ class WorkerPod:
     def _config_map(self, name: str, optional: bool = False) -> dict[str, bytes] | None:
         try:
             cm = self.kube.core.read_namespaced_config_map(name, self.namespace)
-        except ApiException as exc:
-            if exc.status == 404:
+        except Exception as exc:
+            if status_of(exc) == 404:
                 self._missing("config map", name, optional)
                 return None
             raise

@@ -160,6 +160,7 @@ class PodWatch:
         self.fewest_ready = sys.maxsize
         self._lock = threading.Lock()
         self._stopped = False
+        self._failure: BaseException | None = None
         response = kube.core.list_namespaced_pod(
             NAMESPACE, label_selector=SELECTOR, _preload_content=False
         )
@@ -178,43 +179,72 @@ class PodWatch:
         from kubernetes import watch
 
         w = watch.Watch()
-        for event in w.stream(
-            self.kube.core.list_namespaced_pod,
-            NAMESPACE,
-            label_selector=SELECTOR,
-            resource_version=self._version,
-            timeout_seconds=300,
-        ):
-            obj = event["raw_object"]
+        try:
+            for event in w.stream(
+                self.kube.core.list_namespaced_pod,
+                NAMESPACE,
+                label_selector=SELECTOR,
+                resource_version=self._version,
+                timeout_seconds=300,
+            ):
+                obj = event["raw_object"]
+                with self._lock:
+                    if self._stopped:
+                        w.stop()
+                        return
+                    if event["type"] == "DELETED":
+                        self._pods.pop(obj["metadata"]["uid"], None)
+                    else:
+                        self._pods[obj["metadata"]["uid"]] = obj
+                    self._count()
+        except Exception as exc:  # noqa: BLE001 - a watch that ended early fails stop() below
             with self._lock:
-                if self._stopped:
-                    w.stop()
-                    return
-                if event["type"] == "DELETED":
-                    self._pods.pop(obj["metadata"]["uid"], None)
-                else:
-                    self._pods[obj["metadata"]["uid"]] = obj
-                self._count()
+                self._failure = exc
+        with self._lock:
+            if not self._stopped and self._failure is None:
+                self._failure = RuntimeError("the pod watch ended before the rollout did")
 
     def stop(self) -> tuple[int, int]:
         """(most pods alive at once, fewest Ready) from the start until now."""
         with self._lock:
             self._stopped = True
+            assert self._failure is None, f"the pod watch failed: {self._failure!r}"
             return self.most_live, self.fewest_ready
 
 
+def _forget_stack(pulumi: str, stack: str, env: dict[str, str]) -> None:
+    """Remove the stack and its config file from the project (its backend goes with the
+    environment's directory)."""
+    subprocess.run(
+        [pulumi, "stack", "rm", "--yes", "--force", "--stack", stack],
+        cwd=project_root(),
+        env=env,
+        capture_output=True,
+        check=False,
+    )
+    (project_root() / f"Pulumi.{stack}.yaml").unlink(missing_ok=True)
+
+
 def test_twc_up_on_real_controllers_rolls_and_scales_real_pollers(
-    env_dir: Path, shell_env: dict[str, str], tmp_path: Path, real_tool: Callable[[str], str]
+    env_dir: Path,
+    shell_env: dict[str, str],
+    tmp_path: Path,
+    real_tool: Callable[[str], str],
+    request: pytest.FixtureRequest,
 ) -> None:
     temporal = real_tool("temporal")
     kube = Kube(shell_env["KUBECONFIG"])
+    kube.ensure_namespace(NAMESPACE)
     address = shell_env["TEMPORAL_ADDRESS"]
     task_queue = f"tq-{uuid.uuid4().hex[:10]}"
-    fleet_file = tmp_path / "local.yaml"
+    fleet_file = tmp_path / "fleet.yaml"
+    # Not the `local` stack: its config file in the project is the developer's own.
+    stack = f"e2e-rollouts-{uuid.uuid4().hex[:6]}"
+    request.addfinalizer(lambda: _forget_stack(real_tool("pulumi"), stack, shell_env))
 
     def up(image: str, replicas: int) -> None:
         fleet_file.write_text(yaml.safe_dump(_fleet(address, task_queue, image, replicas)))
-        _twc("up", "--stack", "local", "--fleet-file", str(fleet_file), env=shell_env)
+        _twc("up", "--stack", stack, "--fleet-file", str(fleet_file), env=shell_env)
 
     # 1. Created by `twc up`: the ReplicaSet and the pods come from the real controllers.
     up("localhost/twc-sample-worker:1", 3)

@@ -9,8 +9,9 @@ object is configured by its Stage objects, written here as the one configuration
 * a node that is not Ready becomes Ready, with an address, a large allocatable capacity
   (the scheduler never runs out of room on a test bed) and node info;
 * a pod that is Pending on a node becomes Running: every container running and ready,
-  every init container (the worker's wait-for-the-frontend container) completed, the
-  Ready condition True, a pod IP from the node's pod CIDR;
+  every init container (the worker's wait-for-the-frontend container) completed and
+  every sidecar (an init container that restarts Always) running, the Ready condition
+  True, a pod IP from the node's pod CIDR;
 * a pod with a deletion timestamp is deleted (the kubelet's confirmation that its
   containers stopped; the real worker process of ``--run-workers`` stops with it).
 
@@ -103,12 +104,19 @@ initContainerStatuses:
   image: {{ .image | Quote }}
   ready: true
   restartCount: 0
+{{ if eq ( or .restartPolicy "" ) "Always" }}
+  started: true
+  state:
+    running:
+      startedAt: {{ $now | Quote }}
+{{ else }}
   state:
     terminated:
       exitCode: 0
       reason: Completed
       startedAt: {{ $now | Quote }}
       finishedAt: {{ $now | Quote }}
+{{ end }}
 {{ end }}
 {{ end }}
 hostIP: {{ NodeIPWith .spec.nodeName | Quote }}

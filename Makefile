@@ -14,8 +14,9 @@ PYTEST_ARGS ?=
 setup:
 	bash tools/setup.sh
 
-# The main job: start the embedded environment (with a real temporalio worker per
-# replica), `twc up` the local stack (stacks/local.yaml) on it, then show live status.
+# The main job: start the embedded environment (with a real temporalio worker process
+# per Running pod), `twc up` the local stack (stacks/local.yaml) on it, then show live
+# status.
 run: setup
 	$(PY) -m twc local up --run-workers >/dev/null
 	$(PY) -m twc up --stack local

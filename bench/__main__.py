@@ -216,10 +216,6 @@ class Run:
                 fix
                 for fix in (
                     self.stage(
-                        "fix: controller listing",
-                        lambda: fixes.measure_controller_listing(kube, trials),
-                    ),
-                    self.stage(
                         "fix: worker replicas",
                         lambda: fixes.measure_replica_listing(kube, trials * 3),
                     ),

@@ -392,7 +392,8 @@ def render_markdown(results: Mapping[str, Any], note: str = "") -> str:
     lines += [
         "",
         "Every figure is wall time on the embedded environment (etcd, kube-apiserver, "
-        "kube-controller-manager, a Temporal dev server, simulated deployment controller) "
+        "kube-controller-manager, kube-scheduler, KWOK's simulated nodes, a Temporal dev "
+        "server) "
         "with the real Pulumi engine and providers. Comparisons are ratios of figures "
         "measured in the same run; p50 is shown unless noted. No test asserts on time.",
         "",

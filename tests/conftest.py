@@ -32,6 +32,8 @@ TEST_BED_TOOLS = (
     "etcd",
     "kube-apiserver",
     "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
     "temporal",
 )
 
@@ -112,15 +114,18 @@ def task_queue() -> str:
 
 @pytest.fixture
 def worker_pods(kube: object) -> Iterator[Callable[..., object]]:
-    """Start real temporalio workers from a Deployment's env; all stopped at teardown."""
+    """Start a real temporalio worker for a Running pod of a Deployment (the pod's own
+    env, secrets and downward API), as ``--run-workers`` does for every pod; all stopped
+    at teardown. The session's environment runs no pod workers of its own, so a test
+    decides when its task queue gets a poller."""
     from twc.local.workerpod import WorkerPod
 
     started: list[WorkerPod] = []
 
     def start(namespace: str, deployment: str, index: int = 0) -> WorkerPod:
-        pod = WorkerPod(kube, namespace, deployment, index).start()  # type: ignore[arg-type]
+        pod = WorkerPod.of_deployment(kube, namespace, deployment, index)  # type: ignore[arg-type]
         started.append(pod)
-        return pod
+        return pod.start()
 
     yield start
     for pod in started:

@@ -9,7 +9,8 @@
 # otherwise the tool is built from its Go module (one tool per step, CGO_ENABLED=0,
 # progress lines while it builds). A warm run finishes in seconds.
 #
-# Usage: tools/setup.sh [venv|pulumi|kubernetes|temporal|etcd|kube-apiserver|kube-controller-manager|kubectl|helm|actionlint ...]
+# Usage: tools/setup.sh [venv|pulumi|kubernetes|temporal|etcd|kube-apiserver|kube-controller-manager|kubectl
+#                        |kube-scheduler|kwok|helm|actionlint ...]
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -224,8 +225,8 @@ setup_kube_apiserver() {
     kube-apiserver "$(k8s_ldflags)"
 }
 
-# The real garbage collector and namespace controller (run with only those two
-# controllers: no kubelet runs, so pods are never wanted).
+# The real Deployment, ReplicaSet and StatefulSet controllers, garbage collector and
+# namespace controller (`twc local up` runs only those it needs).
 setup_kube_controller_manager() {
   build_wrapped kube-controller-manager "$KUBERNETES_VERSION" \
     k8s.io/kubernetes/cmd/kube-controller-manager kube-controller-manager "$(k8s_ldflags)" kube-apiserver
@@ -256,9 +257,26 @@ setup_actionlint() {
 }
 
 # ---------------------------------------------------------------------------
+# The simulated cluster's scheduling and nodes: the real kube-scheduler places pods on
+# KWOK's simulated nodes, and KWOK plays their kubelets (pods turn Running and Ready).
+
+# kube-scheduler: same wrapper module as kube-apiserver, so it shares its build cache.
+setup_kube_scheduler() {
+  build_wrapped kube-scheduler "$KUBERNETES_VERSION" k8s.io/kubernetes/cmd/kube-scheduler \
+    kube-scheduler "$(k8s_ldflags)" kube-apiserver
+}
+
+# kwok: sigs.k8s.io/kwok/cmd/kwok through its own wrapper module (no replace directives).
+setup_kwok() {
+  build_wrapped kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok kwok \
+    "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"
+}
+
+# ---------------------------------------------------------------------------
 main() {
   local steps=("$@") t0
-  [ ${#steps[@]} -gt 0 ] || steps=(venv pulumi kubernetes temporal etcd kube-apiserver kube-controller-manager kubectl)
+  [ ${#steps[@]} -gt 0 ] || steps=(venv pulumi kubernetes temporal etcd kube-apiserver kube-controller-manager kubectl
+    kube-scheduler kwok)
   [ $# -gt 0 ] || steps+=(helm actionlint)
   command -v go >/dev/null || die "go is required to build the tools (see README)"
   t0=$(date +%s)
@@ -274,6 +292,8 @@ main() {
       kubectl) setup_kubectl ;;
       helm) setup_helm ;;
       actionlint) setup_actionlint ;;
+      kube-scheduler) setup_kube_scheduler ;;
+      kwok) setup_kwok ;;
       *) die "unknown step '$step'" ;;
     esac
   done

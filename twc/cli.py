@@ -292,7 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument(
         "--run-workers",
         action="store_true",
-        help="play the kubelet: run a real temporalio worker per Deployment replica",
+        help="run a real temporalio worker process per Running twc pod (up)",
     )
     local.set_defaults(func=_cmd_local)
     return parser

@@ -23,6 +23,7 @@ from tests.e2e.conftest import FleetStack, fleet_doc
 from tests.helpers import assert_eventually
 from twc.commands import preview as preview_cmd
 from twc.commands import up as up_cmd
+from twc.kube.client import status_of
 from twc.local import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
@@ -89,6 +90,19 @@ def _template() -> dict[str, Any]:
     }
 
 
+def _ensure_priority_class(kube: Any, name: str) -> None:
+    """The cluster's PriorityClass the template names: without it the API server refuses
+    the worker's pods, and the Deployment never turns available."""
+    from kubernetes import client
+
+    body = {"metadata": {"name": name}, "value": 1000, "description": "worker pods"}
+    try:
+        client.SchedulingV1Api(kube.api_client).create_priority_class(body)
+    except Exception as exc:
+        if status_of(exc) != 409:
+            raise
+
+
 def test_a_templated_worker_gets_every_field_beside_twcs_env_and_polls(
     local_env: LocalEnvironment,
     kube: Any,
@@ -97,6 +111,7 @@ def test_a_templated_worker_gets_every_field_beside_twcs_env_and_polls(
     fleet_stack: Callable[..., FleetStack],
     worker_pods: Callable[..., Any],
 ) -> None:
+    _ensure_priority_class(kube, "workers")
     kube.core.create_namespaced_secret(
         namespace, {"metadata": {"name": "app-secret"}, "stringData": {"password": SECRET_VALUE}}
     )

@@ -1,7 +1,8 @@
 """The test bed itself, end to end: the real Pulumi engine (CLI + language host + kubernetes
-provider + a Python dynamic provider) against the real kube-apiserver, and a real
-temporalio worker started from the Deployment's env executing a workflow on the real
-Temporal dev server."""
+provider + a Python dynamic provider) against the real kube-apiserver, whose Deployment
+is rolled out by the real controllers onto KWOK's simulated nodes, and a real temporalio
+worker started from the pod's env executing a workflow on the real Temporal dev
+server."""
 
 from __future__ import annotations
 
@@ -66,8 +67,9 @@ def test_up_preview_destroy_and_a_workflow_on_a_fixture_worker(
         digest = up.outputs["digest"].value
         assert dep["spec"]["template"]["metadata"]["annotations"]["testbed/digest"] == digest
         assert up.outputs["providerPid"].value != os.getpid()
-        # pulumi-kubernetes' await saw the simulated rollout complete.
+        # pulumi-kubernetes' await saw the controllers' rollout complete.
         assert dep["metadata"]["annotations"]["deployment.kubernetes.io/revision"] == "1"
+        assert dep["status"]["availableReplicas"] == 1
 
         # A change shows in a real preview, and nothing is applied by it.
         stack.set_config("greeting", auto.ConfigValue("bonjour"))
@@ -80,7 +82,8 @@ def test_up_preview_destroy_and_a_workflow_on_a_fixture_worker(
         # A real worker started from the Deployment's env runs a workflow.
         pod = worker_pods(namespace, "testbed-worker")  # type: ignore[operator]
         result = asyncio.run(_run_echo(local_env.temporal_address(), task_queue))
-        assert result == "ping (from testbed-worker-sim-0)", pod.log_text()
+        assert pod.pod_name.startswith("testbed-worker-")
+        assert result == f"ping (from {pod.pod_name})", pod.log_text()
 
         destroy = stack.destroy()
         assert destroy.summary.result == "succeeded"
@@ -117,9 +120,9 @@ def test_local_up_is_idempotent_and_reports_a_crashed_component(
     assert {s.name: s.pid for s in local_env.status()} == before
 
     # A crash is reported (with the log tail) and the component is started again.
-    local_env.stop_component("controllers")
-    assert not next(s for s in local_env.status() if s.name == "controllers").running
+    local_env.stop_component("kube-scheduler")
+    assert not next(s for s in local_env.status() if s.name == "kube-scheduler").running
     crashes = local_env.up(progress=lambda m: None)
     assert len(crashes) == 1
-    assert crashes[0].startswith("controllers (pid")
+    assert crashes[0].startswith("kube-scheduler (pid")
     assert_eventually(lambda: all(s.running for s in local_env.status()), timeout=10)

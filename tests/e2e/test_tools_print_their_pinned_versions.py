@@ -27,6 +27,13 @@ VERSIONS = dict(
         ("kubectl", ["version", "--client"], "Client Version: v" + VERSIONS["KUBERNETES_VERSION"]),
         ("helm", ["version", "--template", "{{.Version}}"], "v" + VERSIONS["HELM_VERSION"]),
         ("actionlint", ["--version"], "v" + VERSIONS["ACTIONLINT_VERSION"] + "\n"),
+        (
+            "kube-controller-manager",
+            ["--version"],
+            "Kubernetes v" + VERSIONS["KUBERNETES_VERSION"],
+        ),
+        ("kube-scheduler", ["--version"], "Kubernetes v" + VERSIONS["KUBERNETES_VERSION"]),
+        ("kwok", ["--version"], "kwok version v" + VERSIONS["KWOK_VERSION"]),
     ],
 )
 def test_tool_prints_pinned_version(

@@ -1,10 +1,11 @@
 """A versioned worker on the real test bed: one Deployment per build, routed by Worker
 Versioning, driven by the real daemon.
 
-Real temporalio workers of each build start from their own Deployment's env (versioning
-on, workflows pinned to the version they start on), the daemon (`twc run`, rollout
-durations shortened tenfold) drives routing through Temporal, and at each step the real
-Temporal CLI's `temporal worker deployment describe` and `twc status` agree:
+Real temporalio workers of each build start from their own pods' env (a process per
+Running pod of each version Deployment, as ``twc local up --run-workers`` runs them;
+versioning on, workflows pinned to the version they start on), the daemon (`twc run`,
+rollout durations shortened tenfold) drives routing through Temporal, and at each step
+the real Temporal CLI's `temporal worker deployment describe` and `twc status` agree:
 
 1. the first version becomes Current (after its gate);
 2. the pull request's preview of an image change says the plan in words and time;
@@ -23,7 +24,6 @@ import asyncio
 import io
 import json
 import subprocess
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ from tests.e2e.daemon_process import FAST, Daemons, eventually
 from twc.commands import preview as preview_cmd
 from twc.commands.status import run_status
 from twc.local import LocalEnvironment
-from twc.local.workerpod import WorkerPod
+from twc.local.podworkers import PodWorkers
 from twc.rollout import BUILD_ID_LABEL, TARGET_ANNOTATION
 
 pytestmark = pytest.mark.e2e
@@ -54,27 +54,25 @@ def _engine_environment(pulumi_env: dict[str, str], monkeypatch: pytest.MonkeyPa
 
 
 class Kubelet:
-    """Plays the kubelet for one worker's versions: a real worker process per version
-    Deployment that asks for replicas, stopped when it is scaled to 0 or deleted."""
+    """The pod runner of ``twc local up --run-workers`` (``twc.local.podworkers``) for
+    this worker's pods: a real worker process per Running pod of each version
+    Deployment, which the real controllers create, scale to 0 and delete; a pod that goes
+    takes its worker process with it."""
 
     def __init__(self, kube: Any, namespace: str, worker: str) -> None:
         self.kube = kube
         self.namespace = namespace
         self.worker = worker
-        self.pods: dict[str, WorkerPod] = {}
-        self.started: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.runner = PodWorkers(
+            kube, namespace=namespace, selector=f"twc.temporal.io/worker={worker}"
+        )
 
     def __enter__(self) -> Kubelet:
-        self._thread.start()
+        self.runner.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-        for pod in self.pods.values():
-            pod.stop()
+        self.runner.stop()
 
     def deployments(self) -> dict[str, dict[str, Any]]:
         """The worker's version Deployments, by build ID."""
@@ -88,23 +86,12 @@ class Kubelet:
                 out[build] = dep
         return out
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                wanted = {
-                    b: d["metadata"]["name"]
-                    for b, d in self.deployments().items()
-                    if int(d["spec"].get("replicas") or 0) > 0
-                }
-                for build, name in wanted.items():
-                    if build not in self.pods:
-                        self.pods[build] = WorkerPod(self.kube, self.namespace, name).start()
-                        self.started.append(build)
-                for build in [b for b in self.pods if b not in wanted]:
-                    self.pods.pop(build).stop()
-            except Exception as exc:  # noqa: BLE001 - the test bed retries, as a kubelet would
-                print(f"kubelet: {exc}")
-            self._stop.wait(0.5)
+    def running(self) -> set[str]:
+        """The builds whose pods have a worker process running now."""
+        return {
+            (w.pod["metadata"].get("labels") or {}).get(BUILD_ID_LABEL, "")
+            for w in self.runner.workers().values()
+        }
 
 
 def _worker(namespace: str, task_queue: str, image: str, strategy: str) -> dict[str, Any]:
@@ -392,7 +379,7 @@ def test_a_versioned_worker_rolls_out_drains_rolls_back_and_manual_routes_nothin
         assert after["routingConfig"] == before["routingConfig"]
         assert after["lastModifierIdentity"] == before["lastModifierIdentity"]
         assert _run(_gate_result(address, f"test-{key}:{fourth}-{task_queue}")) is None
-        assert fourth in kubelet.started
+        assert fourth in kubelet.running()
 
 
 async def _gate_result(address: str, workflow_id: str) -> str | None:

@@ -142,9 +142,9 @@ def test_a_read_only_state_backend_is_reported_backed_off_and_converges_without_
     assert_converged(kube, daemon, fs, namespace, {"alpha", "beta"}, adopted_worker="beta")
 
     # 2. Read-only in the middle of an up, between a Deployment's creation in the
-    # cluster and its checkpoint. With the simulated deployment controller stopped the
-    # new Deployment never becomes available, so the provider keeps waiting on it.
-    local_env.stop_component("controllers")
+    # cluster and its checkpoint. With kube-scheduler stopped the new Deployment's pod
+    # stays Pending, so it never becomes available and the provider keeps waiting on it.
+    local_env.stop_component("kube-scheduler")
     workers.append({"name": "gamma", "namespace": namespace, "taskQueueName": f"{task_queue}-c"})
     fs.write(fleet_doc(namespace, host_port=address, workers=workers))
 
@@ -163,7 +163,7 @@ def test_a_read_only_state_backend_is_reported_backed_off_and_converges_without_
     assert daemon.value("twc_engine_in_progress") == 1
     since = len(daemon.text())
     _writable(backend, False)
-    local_env.up(progress=lambda m: print(f"[local] {m}"))  # the controller comes back
+    local_env.up(progress=lambda m: print(f"[local] {m}"))  # the scheduler comes back
     reported_mid = _fails_and_backs_off(daemon, since, secret)
     # The engine could neither record the Deployment nor release its lock.
     state = fs.stack().export_stack().deployment or {}

@@ -177,7 +177,7 @@ def _results() -> dict[str, Any]:
     results["fixes"].append(
         {
             "title": "One list per pass",
-            "where": "twc/local/controllers.py",
+            "where": "twc/controller/cluster.py",
             "deployments": 110,
             "before_s": _summary(3.0),
             "after_s": _summary(0.3),

@@ -1,4 +1,5 @@
-"""The embedded local environment: etcd, kube-apiserver and a Temporal dev server."""
+"""The embedded local environment: a small real cluster (with simulated nodes) and a
+Temporal dev server."""
 
 from twc.local.environment import (
     ComponentStatus,

@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
         for row in rows:
             state = "running" if row.running else "STOPPED"
-            print(f"{row.name:<15} {state:<8} pid {row.pid or '-':<8} {row.endpoint}")
+            print(f"{row.name:<24} {state:<8} pid {row.pid or '-':<8} {row.endpoint}")
         return 0 if all(r.running for r in rows) else 1
     except LocalEnvError as exc:
         _progress(f"error: {exc}")

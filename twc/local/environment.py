@@ -1,18 +1,24 @@
-"""The embedded local environment: etcd + kube-apiserver + Temporal dev server.
+"""The embedded local environment: a small real cluster and a Temporal dev server.
+
+etcd, kube-apiserver, kube-controller-manager (the Deployment, ReplicaSet and
+StatefulSet controllers, garbage collection, namespaces and service accounts),
+kube-scheduler, KWOK playing the kubelets of a few simulated nodes (``twc.local.kwok``:
+pods turn Running and Ready), the Temporal dev server, and with ``run_workers`` one real
+temporalio worker process per Running twc pod (``twc.local.podworkers``).
 
 Everything binds to loopback on free ports and lives under one state directory
 (``.twc/`` in the project by default; tests use a temporary one):
 
-    local.json       ports and the processes started (pid + start time, argv, log)
-    kubeconfig       token auth against the API server, its own serving CA
-    state/           the Pulumi ``file://`` backend
-    passphrase       the Pulumi secrets passphrase (0600; exported as a *_FILE variable)
-    env.json         the variables of ``twc local env``, for ``twc up --stack local``
-    etcd/ apiserver/ temporal.db logs/
+    local.json        ports and the processes started (pid + start time, argv, log)
+    kubeconfig        token auth against the API server, its own serving CA
+    state/            the Pulumi ``file://`` backend
+    passphrase        the Pulumi secrets passphrase (0600; exported as a *_FILE variable)
+    env.json          the variables of ``twc local env``, for ``twc up --stack local``
+    pod-workers.json  the worker processes of the pods (pid + start time)
+    etcd/ apiserver/ kwok.yaml temporal.db logs/
 
-No kubelet or controllers run, so pods never start: tests play those controllers (see
-``twc.local.kube``). ``up`` is idempotent; a component that died since the last ``up`` is
-reported with the tail of its log and started again on the same ports.
+``up`` is idempotent; a component that died since the last ``up`` is reported with the
+tail of its log and started again on the same ports.
 """
 
 from __future__ import annotations
@@ -30,8 +36,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from twc.local import processes
 from twc.local.processes import ProcessRecord
@@ -44,8 +51,34 @@ DRAINAGE_CONFIG = {
 }
 """Dynamic config of the dev server: how soon a version that lost its traffic is
 checked for open pinned workflows (Draining → Drained)."""
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "temporal", "controllers")
+COMPONENTS = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+    "temporal",
+    "pod-workers",
+)
+OPTIONAL = frozenset({"pod-workers"})
+"""Started only when asked for (``--run-workers``), then kept like the others."""
+CONTROLLERS = (
+    "deployment",
+    "replicaset",
+    "statefulset",
+    "garbagecollector",
+    "namespace",
+    "serviceaccount",
+)
+"""kube-controller-manager's controllers here: what twc's objects need to become ready
+and to go away again, and nothing that would act on things the test bed lacks (no node
+lifecycle, endpoints, jobs, volumes or certificates). ``serviceaccount`` makes each
+namespace's ``default`` ServiceAccount, without which a pod that names none is refused
+at admission; service-account token secrets are not needed (tokens are requested)."""
 Progress = Callable[[str], None]
+POLLERS = {"matching.longPollExpirationInterval": '"5s"', "matching.PollerHistoryTTL": '"15s"'}
+"""The dev server's poller bookkeeping: a poller is listed until 15 s after its last poll,
+and an idle long poll returns after 5 s so a running worker polls again well before."""
 
 
 class LocalEnvError(RuntimeError):
@@ -103,13 +136,27 @@ class Ports:
     temporal_http: int
     temporal_metrics: int
     controller_manager: int
+    scheduler: int
+    kwok: int
 
     @classmethod
     def allocate(cls) -> Ports:
         ports: set[int] = set()
-        while len(ports) < 7:
+        while len(ports) < len(fields(cls)):
             ports.add(free_port())
         return cls(*sorted(ports))
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> Ports:
+        """The saved ports; a port a newer version added gets a free one."""
+        known = [f.name for f in fields(cls)]
+        values = {k: int(str(v)) for k, v in data.items() if k in known}
+        for name in known:
+            while name not in values:
+                port = free_port()
+                if port not in values.values():
+                    values[name] = port
+        return cls(**values)
 
 
 @dataclass
@@ -132,7 +179,7 @@ class State:
         assert isinstance(ports, dict)
         assert isinstance(procs, dict)
         return cls(
-            ports=Ports(**{k: int(v) for k, v in ports.items()}),
+            ports=Ports.from_json(ports),
             processes={k: ProcessRecord.from_json(v) for k, v in procs.items()},
         )
 
@@ -161,6 +208,7 @@ class LocalEnvironment:
         self.passphrase_file = self.dir / "passphrase"
         self.logs = self.dir / "logs"
         self.env_file = self.dir / "env.json"
+        self.pod_workers_file = self.dir / "pod-workers.json"
 
     # ----------------------------------------------------------------- state
     def load_state(self) -> State | None:
@@ -232,13 +280,17 @@ class LocalEnvironment:
         endpoints = {
             "etcd": f"http://127.0.0.1:{state.ports.etcd_client}",
             "kube-apiserver": self.apiserver_url(state),
-            "kube-controller-manager": "garbagecollector, namespace",
+            "kube-controller-manager": ", ".join(CONTROLLERS),
+            "kube-scheduler": f"https://127.0.0.1:{state.ports.scheduler}",
+            "kwok": f"nodes {', '.join(_kwok().NODES)}",
             "temporal": self.temporal_address(state),
-            "controllers": "(simulated deployment controller + kubelet)",
+            "pod-workers": "a worker process per Running pod",
         }
         out = []
         for name in COMPONENTS:
             rec = state.processes.get(name)
+            if name in OPTIONAL and rec is None:
+                continue
             out.append(
                 ComponentStatus(
                     name=name,
@@ -270,11 +322,22 @@ class LocalEnvironment:
                 "etcd": self._start_etcd,
                 "kube-apiserver": self._start_apiserver,
                 "kube-controller-manager": self._start_controller_manager,
+                "kube-scheduler": self._start_scheduler,
+                "kwok": self._start_kwok,
                 "temporal": self._start_temporal,
-                "controllers": self._start_controllers,
+                "pod-workers": self._start_pod_workers,
             }
+            for name in [n for n in state.processes if n not in COMPONENTS]:
+                # A component an older twc started that is no longer part of the
+                # environment (e.g. its home-made controllers): it must not act beside
+                # the real ones.
+                if processes.stop(state.processes.pop(name)):
+                    progress(f"{name}: stopped (no longer part of the environment)")
+                self._save(state)
             for name in COMPONENTS:
                 rec = state.processes.get(name)
+                if name in OPTIONAL and rec is None and not self.run_workers:
+                    continue
                 if rec and processes.is_alive(rec):
                     progress(f"{name}: running (pid {rec.pid})")
                     if name == "kube-apiserver":
@@ -310,7 +373,8 @@ class LocalEnvironment:
             if state is None:
                 return []
             stopped = []
-            for name in reversed(COMPONENTS):
+            retired = [n for n in state.processes if n not in COMPONENTS]
+            for name in [*reversed(COMPONENTS), *retired]:
                 rec = state.processes.pop(name, None)
                 if rec is None:
                     continue
@@ -319,6 +383,10 @@ class LocalEnvironment:
                     progress(f"{name}: stopped (pid {rec.pid})")
                 else:
                     progress(f"{name}: was not running (pid {rec.pid})")
+            # Workers whose runner died (or was killed before it could stop them).
+            leftover = _podworkers().stop_recorded(self.pod_workers_file)
+            if leftover:
+                progress(f"pod-workers: stopped {leftover} leftover worker process(es)")
             self._save(state)
             self.env_file.unlink(missing_ok=True)
             return stopped
@@ -468,19 +536,23 @@ class LocalEnvironment:
 
     def _start_controller_manager(self, state: State, progress: Progress) -> ProcessRecord:
         port = state.ports.controller_manager
-        progress("kube-controller-manager: starting the garbage collector and namespace controller")
+        progress(f"kube-controller-manager: starting {', '.join(CONTROLLERS)}")
         rec = processes.start(
             "kube-controller-manager",
             [
                 find_tool("kube-controller-manager"),
+                # The admin credentials (system:masters): one client for every
+                # controller, as --use-service-account-credentials=false says.
                 f"--kubeconfig={self.kubeconfig}",
                 f"--authentication-kubeconfig={self.kubeconfig}",
                 f"--authorization-kubeconfig={self.kubeconfig}",
-                # No kubelet runs here: controllers that make pods would only make
-                # Pending pods. Deletion needs the real collector, so run just these.
-                "--controllers=garbagecollector,namespace",
+                f"--controllers={','.join(CONTROLLERS)}",
                 "--leader-elect=false",
                 "--use-service-account-credentials=false",
+                # The default 20 requests/s throttle a bed that makes and deletes pods
+                # in bursts (rollouts, namespace teardown between tests).
+                "--kube-api-qps=100",
+                "--kube-api-burst=200",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={port}",
                 f"--cert-dir={self.dir / 'controller-manager'}",
@@ -490,6 +562,89 @@ class LocalEnvironment:
         )
 
         self._wait_ready(rec, lambda: _https_ok(f"https://127.0.0.1:{port}/healthz"), 60)
+        return rec
+
+    def _start_scheduler(self, state: State, progress: Progress) -> ProcessRecord:
+        port = state.ports.scheduler
+        progress("kube-scheduler: starting")
+        rec = processes.start(
+            "kube-scheduler",
+            [
+                find_tool("kube-scheduler"),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
+                "--leader-elect=false",
+                "--kube-api-qps=100",
+                "--kube-api-burst=200",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.dir / 'scheduler'}",
+                "--v=0",
+            ],
+            self.logs / "kube-scheduler.log",
+        )
+        self._wait_ready(rec, lambda: _https_ok(f"https://127.0.0.1:{port}/healthz"), 60)
+        return rec
+
+    def _start_kwok(self, state: State, progress: Progress) -> ProcessRecord:
+        from twc.local import kube
+
+        kw = _kwok()
+        api = kube.Kube(self.kubeconfig)
+        try:
+            kw.ensure_nodes(api)
+            config = self.dir / "kwok.yaml"
+            config.write_text(kw.config_yaml())
+            port = state.ports.kwok
+            progress(f"kwok: starting, simulating nodes {', '.join(kw.NODES)}")
+            rec = processes.start(
+                "kwok",
+                [
+                    find_tool("kwok"),
+                    f"--kubeconfig={self.kubeconfig}",
+                    f"--config={config}",
+                    f"--manage-nodes-with-annotation-selector={kw.MANAGE_SELECTOR}",
+                    f"--node-ip={kw.NODE_IP}",
+                    f"--cidr={kw.DEFAULT_POD_CIDR}",
+                    f"--server-address=127.0.0.1:{port}",
+                ],
+                self.logs / "kwok.log",
+                # KWOK also reads ~/.kwok/kwok.yaml when it exists: not a user's here.
+                env=dict(os.environ, HOME=str(self.dir / "kwok-home")),
+            )
+
+            def ready() -> bool:
+                return _http_ok(f"http://127.0.0.1:{port}/healthz") and kw.nodes_ready(api)
+
+            self._wait_ready(rec, ready, 60)
+            return rec
+        finally:
+            api.close()
+
+    def _start_pod_workers(self, state: State, progress: Progress) -> ProcessRecord:
+        import sys
+
+        # Workers a runner that died left behind would poll twice beside the new ones.
+        leftover = _podworkers().stop_recorded(self.pod_workers_file)
+        if leftover:
+            progress(f"pod-workers: stopped {leftover} leftover worker process(es)")
+        progress("pod-workers: starting a real worker process per Running pod")
+        rec = processes.start(
+            "pod-workers",
+            [
+                sys.executable,
+                "-m",
+                "twc.local.podworkers",
+                f"--kubeconfig={self.kubeconfig}",
+                f"--state-file={self.pod_workers_file}",
+                f"--log-dir={self.logs / 'pods'}",
+            ],
+            self.logs / "pod-workers.log",
+            cwd=project_root(),
+        )
+        # It writes the state file once it has listed the pods.
+        self._wait_ready(rec, self.pod_workers_file.exists, 60)
         return rec
 
     def _start_temporal(self, state: State, progress: Progress) -> ProcessRecord:
@@ -512,27 +667,14 @@ class LocalEnvironment:
                 # Versioned rollouts: a version's drainage is checked every few seconds
                 # here (3 minutes by default), so a sunset can be watched in a test.
                 *(f"--dynamic-config-value={k}={v}" for k, v in DRAINAGE_CONFIG.items()),
+                # The poller list says who polls now: a worker that stopped (a pod
+                # scaled away or rolled) leaves it within seconds, not the server's five
+                # minutes. Idle long polls end sooner so live workers poll again in time.
+                *(f"--dynamic-config-value={k}={v}" for k, v in POLLERS.items()),
             ],
             self.logs / "temporal.log",
         )
         self._wait_ready(rec, lambda: _temporal_ready(f"127.0.0.1:{p.temporal}"), 120)
-        return rec
-
-    def _start_controllers(self, state: State, progress: Progress) -> ProcessRecord:
-        import sys
-
-        progress("controllers: starting the simulated deployment controller and kubelet")
-        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
-        env["TWC_LOCAL_RUN_WORKERS"] = "1" if self.run_workers else "0"
-        rec = processes.start(
-            "controllers",
-            [sys.executable, "-m", "twc.local.controllers"],
-            self.logs / "controllers.log",
-            env=env,
-            cwd=project_root(),
-        )
-        time.sleep(0.5)
-        self._wait_ready(rec, lambda: True, 5)
         return rec
 
     def _write_kubeconfig(self, state: State) -> None:
@@ -595,6 +737,28 @@ def _https_ok(url: str, token: str | None = None) -> bool:
             return bool(resp.status == 200)
     except (OSError, urllib.error.HTTPError):
         return False
+
+
+def _http_ok(url: str) -> bool:
+    """True when a loopback HTTP health endpoint answers 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return bool(resp.status == 200)
+    except (OSError, urllib.error.HTTPError):
+        return False
+
+
+def _kwok() -> Any:
+    # Imported when used: it pulls in the Kubernetes client, which `twc local env` needs not.
+    from twc.local import kwok
+
+    return kwok
+
+
+def _podworkers() -> Any:
+    from twc.local import podworkers
+
+    return podworkers
 
 
 def _serving_ca(cert_file: Path) -> bytes | None:

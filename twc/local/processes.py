@@ -1,6 +1,7 @@
 """Background processes that outlive the command that started them, tracked by pid.
 
-``twc local up`` starts etcd, kube-apiserver and the Temporal dev server and returns;
+``twc local up`` starts etcd, kube-apiserver, the controllers, KWOK and the Temporal dev
+server (and, with ``--run-workers``, one worker process per Running pod) and returns;
 ``twc local down`` (possibly from another shell) stops exactly those processes. A pid
 alone is not enough to know a process is still ours (pids are reused), so each record
 keeps the process start time from ``/proc`` and the check compares both.
@@ -89,9 +90,13 @@ def start(
             cwd=cwd,
             start_new_session=True,
         )
-    ticks = _start_ticks(proc.pid) or 0
     log.debug("started %s pid %d: %s", name, proc.pid, " ".join(argv))
-    return ProcessRecord(name, proc.pid, ticks, tuple(argv), str(log_file))
+    return record(name, proc.pid, argv, log_file)
+
+
+def record(name: str, pid: int, argv: Sequence[str], log_file: Path) -> ProcessRecord:
+    """The record of a process just started (its start time read from ``/proc``)."""
+    return ProcessRecord(name, pid, _start_ticks(pid) or 0, tuple(argv), str(log_file))
 
 
 def stop(record: ProcessRecord, timeout: float = 15.0) -> bool:

@@ -1,169 +1,335 @@
-"""A worker "pod": a real temporalio worker configured only from the Deployment's env.
+"""A pod's container run for real: a temporalio worker configured only from the pod.
 
-``WorkerPod`` reads a Deployment from the API server and does what a kubelet would for
-its worker container (the one named ``worker``, else the first): resolves the env
-(``envFrom`` ConfigMaps and Secrets first, then plain values, ``secretKeyRef``,
-``configMapKeyRef`` and the downward API, which win, as in Kubernetes), mounts Secret
-and ConfigMap volumes (written to a private temporary directory, with the env paths that
-point into a mount rewritten to it), and starts this module as a process. The process
-loads its client settings with ``temporalio.envconfig`` from that env alone, exactly as
-a worker image would, and serves ``EchoWorkflow`` on ``TEMPORAL_TASK_QUEUE`` (with the
-rollout samples ``GateWorkflow`` and ``WaitWorkflow``). A version's pod
-(``TEMPORAL_DEPLOYMENT_NAME`` and ``TEMPORAL_WORKER_BUILD_ID`` set) polls with Worker
-Versioning on, as that version.
+``WorkerPod`` takes a pod object from the API server (one that KWOK reports Running on a
+simulated node) and does for its worker container (the one named ``worker``, else the
+first) what a kubelet would: resolves the env (``envFrom`` first, then ``env``, which
+wins: plain values with ``$(VAR)`` references, secretKeyRef, configMapKeyRef, the
+downward API), mounts secret and configMap volumes (written to a private temporary
+directory, with the env values that point into a mount rewritten to it), and starts
+this module as a process of its own session. The process loads its client settings
+with ``temporalio.envconfig`` from that env alone, exactly as a worker image would, and
+serves ``EchoWorkflow`` (with the rollout samples ``GateWorkflow`` and ``WaitWorkflow``)
+on ``TEMPORAL_TASK_QUEUE`` with the pod's name as its identity, so Temporal's poller list
+names the pods that poll. A version's pod (``TEMPORAL_DEPLOYMENT_NAME`` and
+``TEMPORAL_WORKER_BUILD_ID`` set) polls with Worker Versioning on, as that version.
+
+The container's image and command are not run (there is no container runtime): every
+pod runs this same sample worker. Init containers count as done (KWOK reports them
+completed).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import json
 import logging
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from twc.kube.client import status_of
+from twc.local import processes
 from twc.local.environment import project_root
 from twc.local.kube import Kube
+from twc.local.processes import ProcessRecord
 
 log = logging.getLogger(__name__)
 
+_FIELD_LABEL = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
+_VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+class PodConfigError(RuntimeError):
+    """The container cannot be configured yet (a missing secret, config map or key), as
+    a kubelet's CreateContainerConfigError; trying again later may succeed."""
+
 
 class WorkerPod:
-    """One simulated pod of a worker Deployment, running a real temporalio worker."""
+    """The worker process of one pod."""
 
-    def __init__(self, kube: Kube, namespace: str, deployment: str, index: int = 0) -> None:
+    def __init__(self, kube: Kube, pod: Mapping[str, Any], log_dir: Path | None = None) -> None:
         self.kube = kube
-        self.namespace = namespace
-        self.deployment = deployment
-        self.pod_name = f"{deployment}-sim-{index}"
-        self._dir = tempfile.TemporaryDirectory(prefix=f"twc-pod-{deployment}-")
+        self.pod = pod
+        meta = pod["metadata"]
+        self.namespace: str = meta["namespace"]
+        self.pod_name: str = meta["name"]
+        self.uid: str = meta.get("uid", "")
+        self._dir = Path(tempfile.mkdtemp(prefix=f"twc-pod-{self.pod_name}-"))
+        self._log_file = (
+            log_dir / f"{self.namespace}.{self.pod_name}.log" if log_dir else self._dir / "log"
+        )
         self.proc: subprocess.Popen[bytes] | None = None
+        self.record: ProcessRecord | None = None
         self.env: dict[str, str] = {}
 
+    @classmethod
+    def of_deployment(
+        cls, kube: Kube, namespace: str, deployment: str, index: int = 0, timeout: float = 60
+    ) -> WorkerPod:
+        """The ``index``-th Running pod (by name) of a Deployment, once there is one.
+
+        Raises:
+            LookupError: no such pod became Running within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            dep = kube.get_deployment(namespace, deployment)
+            if dep is not None:
+                labels = dep["spec"]["selector"].get("matchLabels") or {}
+                selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+                pods = sorted(
+                    (p for p in list_pods(kube, namespace, selector) if is_running(p)),
+                    key=lambda p: p["metadata"]["name"],
+                )
+                if len(pods) > index:
+                    return cls(kube, pods[index])
+            if time.monotonic() >= deadline:
+                raise LookupError(
+                    f"deployment {namespace}/{deployment} has no Running pod #{index} "
+                    f"after {timeout:.0f} s"
+                )
+            time.sleep(0.5)
+
+    # ------------------------------------------------------------------ env
     def build_env(self) -> dict[str, str]:
-        """The worker container's environment as the kubelet would resolve it."""
-        dep = self.kube.get_deployment(self.namespace, self.deployment)
-        if dep is None:
-            raise LookupError(f"deployment {self.namespace}/{self.deployment} not found")
-        pod_spec = dep["spec"]["template"]["spec"]
-        containers = pod_spec["containers"]
+        """The worker container's environment as a kubelet would resolve it.
+
+        Raises:
+            PodConfigError: a referenced secret, config map or key does not exist.
+        """
+        spec = self.pod["spec"]
+        containers = spec["containers"]
         container = next((c for c in containers if c.get("name") == "worker"), containers[0])
-        mounts = self._mount_volumes(pod_spec, container)
+        mounts = self._mount_volumes(spec, container)
         env: dict[str, str] = {}
         for source in container.get("envFrom") or []:
-            env.update(self._env_from(source))
+            prefix = source.get("prefix", "")
+            for key, value in self._env_from(source).items():
+                env[prefix + key] = value
         for item in container.get("env") or []:
-            value = self._resolve(item)
-            if value is None:
+            resolved = self._resolve(item, env)
+            if resolved is None:
                 continue
+            value = resolved
             for mount_path, local in mounts.items():
-                if value.startswith(mount_path.rstrip("/") + "/"):
-                    value = str(local) + value[len(mount_path.rstrip("/")) :]
+                root = mount_path.rstrip("/")
+                if value == root or value.startswith(root + "/"):
+                    value = str(local) + value[len(root) :]
             env[item["name"]] = value
         self.env = env
         return env
 
-    def _resolve(self, item: dict[str, Any]) -> str | None:
-        if "value" in item:
-            return str(item["value"])
-        source = item.get("valueFrom") or {}
+    def _resolve(self, item: Mapping[str, Any], defined: Mapping[str, str]) -> str | None:
+        if "valueFrom" not in item:
+            return _expand(str(item.get("value", "")), defined)
+        source = item["valueFrom"]
         if "fieldRef" in source:
-            field = source["fieldRef"]["fieldPath"]
-            return {
-                "metadata.name": self.pod_name,
-                "metadata.namespace": self.namespace,
-                "spec.nodeName": "twc-local-node",
-                "status.podIP": "127.0.0.1",
-            }.get(field, "")
+            return self._field(source["fieldRef"]["fieldPath"])
         if "secretKeyRef" in source:
-            ref = source["secretKeyRef"]
-            data = self._data("secret", ref["name"])
-            return data.get(ref["key"])
+            return self._key(source["secretKeyRef"], self._secret)
         if "configMapKeyRef" in source:
-            ref = source["configMapKeyRef"]
-            return self._data("configMap", ref["name"]).get(ref["key"])
-        return None
+            return self._key(source["configMapKeyRef"], self._config_map)
+        raise PodConfigError(
+            f"pod {self.namespace}/{self.pod_name}: env {item['name']}: "
+            f"unsupported source {sorted(source)} on the test bed"
+        )
 
-    def _data(self, kind: str, name: str) -> dict[str, str]:
-        """A Secret's (decoded) or ConfigMap's data; empty when it does not exist."""
+    def _field(self, path: str) -> str:
+        """The downward API: the pod's own fields, as the API server holds them."""
+        meta, spec = self.pod["metadata"], self.pod["spec"]
+        status = self.pod.get("status") or {}
+        match = _FIELD_LABEL.match(path)
+        if match:
+            return str((meta.get(match.group(1)) or {}).get(match.group(2), ""))
+        values = {
+            "metadata.name": meta.get("name"),
+            "metadata.namespace": meta.get("namespace"),
+            "metadata.uid": meta.get("uid"),
+            "spec.nodeName": spec.get("nodeName"),
+            "spec.serviceAccountName": spec.get("serviceAccountName"),
+            "status.hostIP": status.get("hostIP"),
+            "status.podIP": status.get("podIP"),
+            "status.hostIPs": ",".join(i["ip"] for i in status.get("hostIPs") or []),
+            "status.podIPs": ",".join(i["ip"] for i in status.get("podIPs") or []),
+        }
+        if path not in values:
+            raise PodConfigError(f"pod {self.namespace}/{self.pod_name}: fieldRef {path}")
+        return str(values[path] or "")
+
+    def _key(self, ref: Mapping[str, Any], read: Any) -> str | None:
+        data: dict[str, bytes] | None = read(ref["name"], optional=bool(ref.get("optional")))
+        if data is None or ref["key"] not in data:
+            if ref.get("optional"):
+                return None
+            raise PodConfigError(
+                f"pod {self.namespace}/{self.pod_name}: key {ref['key']!r} not in {ref['name']}"
+            )
+        return data[ref["key"]].decode()
+
+    def _env_from(self, source: Mapping[str, Any]) -> dict[str, str]:
+        ref = source.get("secretRef") or source.get("configMapRef") or {}
+        read = self._secret if "secretRef" in source else self._config_map
+        data = read(ref["name"], optional=bool(ref.get("optional"))) or {}
+        return {k: v.decode() for k, v in data.items()}
+
+    def _secret(self, name: str, optional: bool = False) -> dict[str, bytes] | None:
         try:
-            if kind == "secret":
-                secret = self.kube.core.read_namespaced_secret(name, self.namespace)
-                return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
-            config_map = self.kube.core.read_namespaced_config_map(name, self.namespace)
-            return dict(config_map.data or {})
+            secret = self.kube.core.read_namespaced_secret(name, self.namespace)
         except Exception as exc:
             if status_of(exc) == 404:
-                return {}
+                self._missing("secret", name, optional)
+                return None
             raise
+        return {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
 
-    def _env_from(self, source: dict[str, Any]) -> dict[str, str]:
-        prefix = source.get("prefix") or ""
-        if "secretRef" in source:
-            data = self._data("secret", source["secretRef"]["name"])
-        elif "configMapRef" in source:
-            data = self._data("configMap", source["configMapRef"]["name"])
-        else:
-            return {}
-        return {f"{prefix}{k}": v for k, v in data.items()}
+    def _config_map(self, name: str, optional: bool = False) -> dict[str, bytes] | None:
+        try:
+            cm = self.kube.core.read_namespaced_config_map(name, self.namespace)
+        except Exception as exc:
+            if status_of(exc) == 404:
+                self._missing("config map", name, optional)
+                return None
+            raise
+        data = {k: v.encode() for k, v in (cm.data or {}).items()}
+        data.update({k: base64.b64decode(v) for k, v in (cm.binary_data or {}).items()})
+        return data
+
+    def _missing(self, kind: str, name: str, optional: bool) -> None:
+        """Raises for a missing object that is not optional (a kubelet would not start
+        the container); an optional one reads as absent."""
+        if optional:
+            return
+        raise PodConfigError(f"pod {self.namespace}/{self.pod_name}: {kind} {name} not found")
 
     def _mount_volumes(
-        self, pod_spec: dict[str, Any], container: dict[str, Any]
+        self, pod_spec: Mapping[str, Any], container: Mapping[str, Any]
     ) -> dict[str, Path]:
         volumes = {v["name"]: v for v in pod_spec.get("volumes") or []}
         mounted: dict[str, Path] = {}
         for mount in container.get("volumeMounts") or []:
             volume = volumes.get(mount["name"]) or {}
             if "secret" in volume:
-                data = self._data("secret", volume["secret"]["secretName"])
+                source = volume["secret"]
+                data = self._secret(source["secretName"], bool(source.get("optional")))
             elif "configMap" in volume:
-                data = self._data("configMap", volume["configMap"]["name"])
+                source = volume["configMap"]
+                data = self._config_map(source["name"], bool(source.get("optional")))
             else:
-                continue
-            local = Path(self._dir.name) / mount["name"]
-            local.mkdir(mode=0o700, exist_ok=True)
-            for key, value in data.items():
-                path = local / key
-                path.write_text(value)
+                continue  # e.g. projected service-account tokens: not used by workers
+            local = self._dir / "volumes" / mount["name"]
+            local.mkdir(mode=0o700, parents=True, exist_ok=True)
+            items = source.get("items") or [{"key": k, "path": k} for k in data or {}]
+            for item in items:
+                if item["key"] not in (data or {}):
+                    raise PodConfigError(
+                        f"pod {self.namespace}/{self.pod_name}: volume {mount['name']}: "
+                        f"no key {item['key']!r}"
+                    )
+                path = local / item["path"]
+                path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                path.write_bytes((data or {})[item["key"]])
                 path.chmod(0o600)
             mounted[mount["mountPath"]] = local
         return mounted
 
+    # ------------------------------------------------------------- process
     def start(self) -> WorkerPod:
-        """Start the worker process with exactly the resolved env (plus PATH/Python)."""
+        """Start the worker process with exactly the resolved env (plus PATH/Python).
+
+        Raises:
+            PodConfigError: see :meth:`build_env`.
+        """
         env = self.build_env()
         proc_env = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
         proc_env.update(env)
         proc_env["PYTHONPATH"] = str(project_root())
-        log_path = Path(self._dir.name) / "worker.log"
-        self._log = open(log_path, "wb")  # noqa: SIM115 - lives as long as the process
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "twc.local.workerpod"],
-            env=proc_env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
+        argv = [sys.executable, "-m", "twc.local.workerpod"]
+        self._log_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(self._log_file, "ab") as out:
+            # A session of its own: `twc local down` can stop it by pid and start time
+            # even when the process that started it is gone.
+            self.proc = subprocess.Popen(
+                argv,
+                env=proc_env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self._dir,
+                start_new_session=True,
+            )
+        self.record = processes.record(
+            f"pod {self.namespace}/{self.pod_name}", self.proc.pid, argv, self._log_file
         )
         return self
 
-    def log_text(self) -> str:
-        return (Path(self._dir.name) / "worker.log").read_text(errors="replace")
+    def exited(self) -> bool:
+        """True once a started worker process has ended on its own."""
+        return self.proc is not None and self.proc.poll() is not None
 
-    def stop(self) -> None:
+    def log_text(self) -> str:
+        return self._log_file.read_text(errors="replace")
+
+    def terminate(self) -> None:
+        """Ask the worker to stop (SIGTERM); :meth:`stop` waits for it."""
         if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Stop the worker (SIGTERM, SIGKILL after ``timeout``) and remove its files."""
+        if self.proc:
+            self.terminate()
             try:
-                self.proc.wait(timeout=15)
+                self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
-        if hasattr(self, "_log"):
-            self._log.close()
-        self._dir.cleanup()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _expand(value: str, defined: Mapping[str, str]) -> str:
+    """``$(VAR)`` references to variables defined before, as the kubelet expands them
+    (``$$`` escapes; an undefined reference stays as written)."""
+
+    def sub(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name = match.group(1)
+        return defined.get(name, match.group(0))
+
+    return _VAR_REF.sub(sub, value)
+
+
+def list_pods(kube: Kube, namespace: str | None, selector: str) -> list[dict[str, Any]]:
+    """Pods as the API server's JSON (camelCase, as in a manifest)."""
+    if namespace:
+        response = kube.core.list_namespaced_pod(
+            namespace, label_selector=selector, _preload_content=False
+        )
+    else:
+        response = kube.core.list_pod_for_all_namespaces(
+            label_selector=selector, _preload_content=False
+        )
+    return list(json.loads(response.data).get("items") or [])
+
+
+def is_running(pod: Mapping[str, Any]) -> bool:
+    """True for a pod on a node, Running, and not being deleted: one a kubelet runs."""
+    return bool(
+        (pod.get("spec") or {}).get("nodeName")
+        and (pod.get("status") or {}).get("phase") == "Running"
+        and not pod["metadata"].get("deletionTimestamp")
+    )
 
 
 async def _serve() -> None:
@@ -176,7 +342,11 @@ async def _serve() -> None:
     from twc.local.sample import EchoWorkflow, GateWorkflow, WaitWorkflow, echo
 
     profile = ClientConfigProfile.load()  # from TEMPORAL_* env, as a worker image would
-    client = await Client.connect(**profile.to_client_connect_config())
+    identity = None
+    if os.environ.get("POD_NAME"):
+        # pod@node, as the SDK's default is pid@host: the poller list names the pods.
+        identity = f"{os.environ['POD_NAME']}@{os.environ.get('NODE_NAME', '')}"
+    client = await Client.connect(**profile.to_client_connect_config(), identity=identity)
     task_queue = os.environ["TEMPORAL_TASK_QUEUE"]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -9,6 +9,7 @@ from pulumi.automation import ConcurrentUpdateError, Deployment
 from pulumi.automation._cmd import CommandResult
 
 from twc.desired import DesiredInputs
+from twc.kube.lease import EngineRecord
 from twc.stackrun import engine as engine_module
 from twc.stackrun.automation import (
     AutomationEngine,
@@ -31,20 +32,40 @@ def test_lock_holders_are_parsed_from_the_backend_error() -> None:
     assert lock_holders("[409] Conflict: Another update is currently in progress.") == []
 
 
+EARLIER = EngineRecord(holder="other-daemon", host="pod-a", pids=(77, 78))
+"""What the Lease records of the previous holder's engine commands."""
+
+
 @pytest.mark.parametrize(
-    ("holders", "alive", "leader", "stale"),
+    ("holders", "alive", "previous", "stale"),
     [
-        ([LockHolder("root", "box-1", 1)], False, False, True),  # same host, process gone
-        ([LockHolder("root", "box-1", 1)], True, False, False),  # same host, still running
-        ([LockHolder("root", "other", 1)], False, False, False),  # cannot see that host
-        ([LockHolder("root", "other", 1)], True, True, True),  # the Lease says it stopped
-        ([], False, True, False),  # a lock naming no process is never broken
+        ([LockHolder("root", "box-1", 1)], False, (), True),  # same host, process gone
+        ([LockHolder("root", "box-1", 1)], True, (), False),  # same host, still running
+        ([LockHolder("root", "box-1", 77)], True, (EARLIER,), False),  # alive here: never
+        ([LockHolder("root", "other", 1)], False, (), False),  # cannot see that host
+        # The previous Lease holder's CLI, which the Lease proves gone:
+        ([LockHolder("root", "pod-a", 78)], True, (EARLIER,), True),
+        # The same host, but a pid the Lease never recorded (a manual `pulumi up` there):
+        ([LockHolder("root", "pod-a", 99)], True, (EARLIER,), False),
+        # A laptop's manual `twc up`/`pulumi up` the Lease does not record: never, even
+        # while this daemon leads (it used to break any lock then).
+        ([LockHolder("dev", "laptop", 78)], True, (EARLIER,), False),
+        # Two locks: both must be provably gone.
+        (
+            [LockHolder("root", "pod-a", 77), LockHolder("dev", "laptop", 5)],
+            True,
+            (EARLIER,),
+            False,
+        ),
+        ([], False, (EARLIER,), False),  # a lock naming no process is never broken
     ],
 )
-def test_only_a_provably_dead_holder_makes_a_lock_stale(
-    holders: list[LockHolder], alive: bool, leader: bool, stale: bool
+def test_only_a_provably_gone_holder_makes_a_lock_stale(
+    holders: list[LockHolder], alive: bool, previous: tuple[EngineRecord, ...], stale: bool
 ) -> None:
-    assert stale_lock(holders, hostname="box-1", alive=lambda _pid: alive, leader=leader) is stale
+    found = stale_lock(holders, hostname="box-1", alive=lambda _pid: alive, previous=previous)
+
+    assert found is stale
 
 
 class FakeStack:

@@ -26,6 +26,7 @@ from tests.e2e.conftest import FleetStack
 from tests.helpers import assert_eventually
 from twc.local import project_root
 from twc.local.environment import free_port
+from twc.loop.health import sample_names
 
 ROOT = project_root()
 
@@ -47,31 +48,41 @@ class DaemonProcess:
     name: str
     exit_code: int | None = field(default=None)
 
-    def metrics(self) -> dict[str, list[tuple[dict[str, str], float]]]:
-        """Samples by name, read from ``/metrics``."""
+    def metrics(self) -> tuple[dict[str, list[tuple[dict[str, str], float]]], dict[str, str]]:
+        """Samples by name, read from ``/metrics``, and every sample name the exposed
+        metrics can have (with the metric's type), sampled yet or not."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
             text = r.read().decode()
         out: dict[str, list[tuple[dict[str, str], float]]] = {}
+        families = []
         for family in text_string_to_metric_families(text):
+            families.append((family.name, family.type))
             for sample in family.samples:
                 out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
-        return out
+        return out, sample_names(families)
 
-    def value(self, name: str, **labels: str) -> float:
-        """Sum of the samples of ``name`` whose labels include ``labels`` (0 if none)."""
-        total = 0.0
-        for sample_labels, value in self.metrics().get(name, []):
-            if all(sample_labels.get(k) == v for k, v in labels.items()):
-                total += value
-        return total
+    def value(self, name: str, **labels: str) -> float | None:
+        """Sum of the samples of ``name`` whose labels include ``labels``; ``None`` when
+        none has them (not sampled yet, or dropped). An unknown name fails the test."""
+        samples, known = self.metrics()
+        assert name in known, f"{self.name} exposes no metric sample {name!r}"
+        found = [v for sample_labels, v in samples.get(name, []) if _match(sample_labels, labels)]
+        return sum(found) if found else None
+
+    def count(self, name: str, **labels: str) -> float:
+        """A counter's value for ``labels``: 0 when it has not counted yet. A name that
+        is not a counter's fails the test."""
+        samples, known = self.metrics()
+        assert known.get(name) == "counter", f"{self.name} exposes no counter {name!r}"
+        return sum(v for sample_labels, v in samples.get(name, []) if _match(sample_labels, labels))
 
     def ups(self) -> float:
         """Engine ``up`` runs started so far."""
-        return self.value("twc_engine_runs_total", operation="up")
+        return self.count("twc_engine_runs_total", operation="up")
 
     def successes(self) -> float:
         """Successful iterations so far."""
-        return self.value("twc_reconcile_total", result="success")
+        return self.count("twc_reconcile_total", result="success")
 
     def status(self) -> dict[str, Any]:
         """The loop's state from ``/status``."""
@@ -192,6 +203,10 @@ class Daemons:
                 daemon.terminate(timeout=60)
             except subprocess.TimeoutExpired:
                 daemon.kill_9()
+
+
+def _match(sample_labels: dict[str, str], wanted: dict[str, str]) -> bool:
+    return all(sample_labels.get(k) == v for k, v in wanted.items())
 
 
 def run_daemons(tmp_path: Path, pulumi_env: dict[str, str]) -> Iterator[Daemons]:

@@ -208,7 +208,8 @@ class Supervisor:
     def ended(self) -> str | None:
         """The name of a root thread that ran and has ended, if any."""
         for found in threading.enumerate():
-            if found.name.startswith(ROOT_THREAD_PREFIX):
+            # Only once running: a thread just started is listed before it is alive.
+            if found.name.startswith(ROOT_THREAD_PREFIX) and found.is_alive():
                 self._seen.add(found)
         for seen in sorted(self._seen, key=lambda t: t.name):
             if not seen.is_alive():

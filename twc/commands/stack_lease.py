@@ -46,7 +46,7 @@ from twc.loop.settings import KILL_MARGIN, EngineSettings, LeaderElectionSetting
 from twc.stackrun import engine
 from twc.stackrun.guard import GuardChannel
 
-__all__ = ["DEFAULT_WAIT", "daemon_lease", "manual_identity", "stack_lease"]
+__all__ = ["DEFAULT_WAIT", "daemon_lease", "guarded", "manual_identity", "stack_lease"]
 
 DEFAULT_WAIT = 600.0
 """Seconds ``twc up`` waits for the daemon's current step by default."""
@@ -97,11 +97,22 @@ def stack_lease(
             yield None
             return
         if lease is None:
-            channel = GuardChannel(Path(tmp) / "guard", grace=engine_settings.interrupt_grace)
-            yield _with_env(ref, channel.env())
+            with guarded(ref) as plain:
+                yield plain
             return
         with _held(ref, lease, Path(tmp), err, wait, engine_settings) as held:
             yield held
+
+
+@contextmanager
+def guarded(ref: engine.StackRef) -> Iterator[engine.StackRef]:
+    """``ref`` for one engine run outside any Lease (``twc preview``, or ``twc up`` on a
+    stack no daemon manages): under the guard, with the engine deadline."""
+    engine_settings = EngineSettings()
+    with tempfile.TemporaryDirectory(prefix="twc-run-") as tmp:
+        channel = GuardChannel(Path(tmp) / "guard", grace=engine_settings.interrupt_grace)
+        with channel.run(engine_settings.deadline):
+            yield _with_env(ref, channel.env())
 
 
 @contextmanager
@@ -153,7 +164,8 @@ def _held(
         elector.start()
         try:
             env = {**channel.env(), DAEMON_LEASE_ENV: where}
-            yield _with_env(ref, env)
+            with channel.run(engine_settings.deadline):
+                yield _with_env(ref, env)
         finally:
             # Only with no engine left: releasing ends the proof that it is gone.
             channel.lease_ended()

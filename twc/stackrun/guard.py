@@ -255,7 +255,11 @@ class GuardChannel:
         """CLI pids whose guards wait for (or run under) the Lease record, oldest first."""
         found = []
         for path in (self.directory / "announce").iterdir():
-            with contextlib.suppress(ValueError, OSError):
+            with contextlib.suppress(ValueError, OSError, KeyError, TypeError):
+                guard = int(json.loads(path.read_text())["guard"])
+                if not _alive(guard):
+                    path.unlink()  # a killed guard's: nothing waits for it any more
+                    continue
                 found.append((path.stat().st_mtime_ns, int(path.name)))
         return [pid for _, pid in sorted(found)]
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.unit._daemon_fakes import Harness, make_daemon, queue_object
-from twc.loop import DaemonSettings
+from twc.loop import DaemonSettings, EngineSettings
 from twc.loop.health import DaemonMetrics, HealthServer
 
 
@@ -153,7 +153,7 @@ def test_healthz_fails_once_the_loop_made_no_progress_past_its_allowance() -> No
 
 def test_an_engine_run_may_take_its_deadline_before_healthz_fails() -> None:
     settings = DaemonSettings(
-        liveness_timeout=10.0, engine={"deadline": 600.0, "interrupt_grace": 3.0}
+        liveness_timeout=10.0, engine=EngineSettings(deadline=600.0, interrupt_grace=3.0)
     )
     h = make_daemon(settings=settings)
     checks: list[tuple[bool, str]] = []

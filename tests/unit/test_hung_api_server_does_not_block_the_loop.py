@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from kubernetes import client
@@ -133,7 +133,7 @@ def test_the_default_timeout_is_applied_to_a_call_that_sets_none(
     config = client.Configuration()
     config.host = "http://127.0.0.1:9"
     kube = KubeClient(TimeoutApiClient(config))
-    calls = [
+    calls: list[Callable[[], object]] = [
         # Each sets no timeout of its own: the Lease, an Event, a status patch.
         lambda: kube.coordination.read_namespaced_lease("l", "ns"),
         lambda: kube.core.create_namespaced_event(

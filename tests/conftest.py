@@ -6,7 +6,11 @@ skip on a developer machine but fail in CI (``CI=true``), where every tool must 
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
+import signal
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -36,6 +40,86 @@ TEST_BED_TOOLS = (
     "kwok",
     "temporal",
 )
+
+
+RUN_MARK_ENV = "TWC_TEST_RUN"
+"""Set to ``<session>/<test number>/`` while a test runs: every process a test starts
+inherits it (the Pulumi CLI passes its environment on to its plugins), so a process
+left behind is found and attributed to its test even after it was orphaned, and
+processes of other test sessions on a shared machine never count."""
+SESSION_MARK = uuid.uuid4().hex[:12]
+_TEST_NUMBERS = itertools.count(1)
+LEFTOVER_WAIT = 20.0
+"""Seconds a test's engine processes get to end after it (a guard's grace included)."""
+
+
+def engine_processes(mark_prefix: str) -> list[tuple[int, str, str]]:
+    """Live ``pulumi``, ``pulumi-language-*``, ``pulumi-resource-*`` and engine-guard
+    processes whose run mark starts with ``mark_prefix``: ``(pid, mark, command line)``."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        words = [Path(a.decode(errors="replace")).name for a in argv[:3] if a]
+        engine = any(w.startswith("pulumi") or "twc-engine-guard" in w for w in words) or any(
+            b"twc-engine-guard" in a for a in argv[:3]
+        )
+        if not engine or stat.rsplit(")", 1)[-1].split()[0] == "Z":
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        key = f"{RUN_MARK_ENV}=".encode()
+        for item in environ:
+            if item.startswith(key):
+                mark = item[len(key) :].decode()
+                if mark.startswith(mark_prefix):
+                    line = b" ".join(argv).decode(errors="replace")[:200]
+                    found.append((int(entry.name), mark, line))
+    return found
+
+
+def _leftovers(mark_prefix: str) -> list[tuple[int, str, str]]:
+    deadline = time.monotonic() + LEFTOVER_WAIT
+    while True:
+        found = engine_processes(mark_prefix)
+        if not found or time.monotonic() >= deadline:
+            break
+        time.sleep(0.25)
+    for pid, _, _ in found:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)  # so the next test starts clean
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_engine_process_outlives_the_session() -> Iterator[None]:
+    """Fails the session when any engine process one of its tests started still runs."""
+    yield
+    left = _leftovers(f"{SESSION_MARK}/")
+    if left:
+        pytest.fail(f"engine processes outlived their tests: {left}", pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def no_engine_process_outlives_its_test() -> Iterator[None]:
+    """Fails a test that leaves an engine, language-host, plugin or guard process of
+    its own running (checked after all its other fixtures were torn down)."""
+    mark = f"{SESSION_MARK}/{next(_TEST_NUMBERS)}/"
+    previous = os.environ.get(RUN_MARK_ENV)
+    os.environ[RUN_MARK_ENV] = mark
+    yield
+    if previous is None:
+        os.environ.pop(RUN_MARK_ENV, None)
+    else:
+        os.environ[RUN_MARK_ENV] = previous
+    left = _leftovers(mark)
+    if left:
+        pytest.fail(f"the test left engine processes running: {left}", pytrace=False)
 
 
 def require_tools(*names: str) -> None:

@@ -145,6 +145,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
         cluster_objects=args.cluster_objects,
         rollouts=RolloutSettings(time_scale=args.rollout_time_scale),
         rollout_wait=args.rollout_wait,
+        wait_for_daemon=args.wait_for_daemon,
     )
 
 
@@ -240,6 +241,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=1.0,
         help="multiply every rollout pause and sunset delay (test beds and demos)",
+    )
+    up.add_argument(
+        "--wait-for-daemon",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="on a stack a daemon manages, how long to wait for its current step (600)",
     )
     up.set_defaults(func=_cmd_up)
 

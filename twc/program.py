@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,7 @@ from twc.components.worker import TemporalWorkerComponent, WorkerArgs
 from twc.connections import ResolvedConnection, default_registry
 from twc.desired import DesiredFleet, DesiredInputs, ObjectsUnknown, desired_fleet
 from twc.errors import SpecError, TwcConnectionError
+from twc.kube.lease import DAEMON_LEASE_ENV, DAEMON_LEASE_OUTPUT
 from twc.spec import Fleet, load_fleet, load_fleet_file
 
 log = logging.getLogger(__name__)
@@ -226,3 +228,8 @@ def main() -> None:
     # Whether this run's desired state included the cluster's objects.
     pulumi.export("clusterObjects", desired.cluster_managed)
     pulumi.export("workers", statuses)
+    # Run under a daemon's Lease (or a manual run taking part in it): say which, so a
+    # later `twc up` on this stack takes part too.
+    lease = os.environ.get(DAEMON_LEASE_ENV)
+    if lease:
+        pulumi.export(DAEMON_LEASE_OUTPUT, lease)

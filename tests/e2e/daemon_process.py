@@ -1,7 +1,11 @@
 """``twc run`` as a real subprocess for the end-to-end daemon tests.
 
-Each daemon runs in its own session (process group), so ``kill_9`` takes the engine and
-its plugins down with it, exactly as a killed pod would. Metrics are read over HTTP.
+Each daemon runs in its own session (process group). Its engine runs under twc's engine
+guard, which leaves that group, so neither ``kill_9`` (of the daemon alone, or of its
+whole group) nor anything else leaves an engine, language-host or plugin process
+behind: :meth:`DaemonProcess.engine_processes` finds every process the daemon started,
+orphaned or not, by a mark in its environment. Metrics are read over HTTP; a metric
+name that the daemon does not expose fails the test.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from tests.e2e.conftest import FleetStack
 from tests.helpers import assert_eventually
 from twc.local import project_root
 from twc.local.environment import free_port
+from twc.loop.health import sample_names
+from twc.stackrun.guard import JournalEntry
 
 ROOT = project_root()
 
@@ -45,33 +51,47 @@ class DaemonProcess:
     port: int
     log: Path
     name: str
+    tmpdir: Path
+    """The daemon's TMPDIR: its state directory, the guard's channel and journal."""
+    mark: str
+    """The value of :data:`DAEMON_MARK_ENV` every process it starts inherits."""
     exit_code: int | None = field(default=None)
 
-    def metrics(self) -> dict[str, list[tuple[dict[str, str], float]]]:
-        """Samples by name, read from ``/metrics``."""
+    def metrics(self) -> tuple[dict[str, list[tuple[dict[str, str], float]]], dict[str, str]]:
+        """Samples by name, read from ``/metrics``, and every sample name the exposed
+        metrics can have (with the metric's type), sampled yet or not."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
             text = r.read().decode()
         out: dict[str, list[tuple[dict[str, str], float]]] = {}
+        families = []
         for family in text_string_to_metric_families(text):
+            families.append((family.name, family.type))
             for sample in family.samples:
                 out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
-        return out
+        return out, sample_names(families)
 
-    def value(self, name: str, **labels: str) -> float:
-        """Sum of the samples of ``name`` whose labels include ``labels`` (0 if none)."""
-        total = 0.0
-        for sample_labels, value in self.metrics().get(name, []):
-            if all(sample_labels.get(k) == v for k, v in labels.items()):
-                total += value
-        return total
+    def value(self, name: str, **labels: str) -> float | None:
+        """Sum of the samples of ``name`` whose labels include ``labels``; ``None`` when
+        none has them (not sampled yet, or dropped). An unknown name fails the test."""
+        samples, known = self.metrics()
+        assert name in known, f"{self.name} exposes no metric sample {name!r}"
+        found = [v for sample_labels, v in samples.get(name, []) if _match(sample_labels, labels)]
+        return sum(found) if found else None
+
+    def count(self, name: str, **labels: str) -> float:
+        """A counter's value for ``labels``: 0 when it has not counted yet. A name that
+        is not a counter's fails the test."""
+        samples, known = self.metrics()
+        assert known.get(name) == "counter", f"{self.name} exposes no counter {name!r}"
+        return sum(v for sample_labels, v in samples.get(name, []) if _match(sample_labels, labels))
 
     def ups(self) -> float:
         """Engine ``up`` runs started so far."""
-        return self.value("twc_engine_runs_total", operation="up")
+        return self.count("twc_engine_runs_total", operation="up")
 
     def successes(self) -> float:
         """Successful iterations so far."""
-        return self.value("twc_reconcile_total", result="success")
+        return self.count("twc_reconcile_total", result="success")
 
     def status(self) -> dict[str, Any]:
         """The loop's state from ``/status``."""
@@ -101,10 +121,34 @@ class DaemonProcess:
         self.exit_code = self.proc.wait(timeout=timeout)
         return self.exit_code
 
-    def kill_9(self) -> None:
-        """SIGKILL the daemon's whole process group: the engine and plugins die too."""
-        os.killpg(self.proc.pid, signal.SIGKILL)
+    def kill_9(self, *, group: bool = True) -> None:
+        """SIGKILL the daemon (with ``group``, its whole process group, as a killed pod's
+        process tree); the engine guard then takes its engine down."""
+        if group:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        else:
+            self.proc.kill()
         self.exit_code = self.proc.wait(timeout=10)
+
+    def pause(self) -> None:
+        """SIGSTOP the daemon process alone (its engine's processes run on)."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after :meth:`pause`."""
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def engine_processes(self) -> list[tuple[int, str]]:
+        """Live processes the daemon started (guards, CLIs, language hosts, plugins,
+        the program), orphaned or not: ``(pid, command line)``."""
+        return [(pid, line) for pid, line in marked_processes(self.mark) if pid != self.proc.pid]
+
+    def journal(self) -> list[JournalEntry]:
+        """Every engine command the daemon's guards ran, by start time."""
+        entries = []
+        for path in self.tmpdir.glob("twc-daemon-*/guard/journal/*.json"):
+            entries.append(JournalEntry.from_json(json.loads(path.read_text())))
+        return sorted(entries, key=lambda e: e.started)
 
 
 class Daemons:
@@ -161,7 +205,17 @@ class Daemons:
             str(settings_file),
             *(args or []),
         ]
-        env = {**os.environ, **fs.env, "TWC_LOG_LEVEL": "INFO", "PYTHONUNBUFFERED": "1"}
+        tmpdir = self.tmp_path / f"{name}-tmp"
+        tmpdir.mkdir(exist_ok=True)
+        mark = f"{name}-{uuid.uuid4().hex[:8]}"
+        env = {
+            **os.environ,
+            **fs.env,
+            "TWC_LOG_LEVEL": "INFO",
+            "PYTHONUNBUFFERED": "1",
+            "TMPDIR": str(tmpdir),
+            DAEMON_MARK_ENV: mark,
+        }
         with log.open("wb") as out:
             proc = subprocess.Popen(
                 command,
@@ -171,7 +225,7 @@ class Daemons:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        daemon = DaemonProcess(proc, port, log, name)
+        daemon = DaemonProcess(proc, port, log, name, tmpdir, mark)
         self.started.append(daemon)
 
         def serving() -> bool:
@@ -192,6 +246,31 @@ class Daemons:
                 daemon.terminate(timeout=60)
             except subprocess.TimeoutExpired:
                 daemon.kill_9()
+
+
+DAEMON_MARK_ENV = "TWC_TEST_DAEMON"
+"""Names the daemon a process was started by (inherited down to every plugin)."""
+
+
+def marked_processes(mark: str) -> list[tuple[int, str]]:
+    """Live (not zombie) processes whose :data:`DAEMON_MARK_ENV` is ``mark``."""
+    wanted = f"{DAEMON_MARK_ENV}={mark}".encode()
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if wanted not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+            argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if state != "Z":
+            found.append((int(entry.name), argv.decode(errors="replace")[:200]))
+    return found
+
+
+def _match(sample_labels: dict[str, str], wanted: dict[str, str]) -> bool:
+    return all(sample_labels.get(k) == v for k, v in wanted.items())
 
 
 def run_daemons(tmp_path: Path, pulumi_env: dict[str, str]) -> Iterator[Daemons]:

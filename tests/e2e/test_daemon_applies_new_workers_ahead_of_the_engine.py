@@ -68,7 +68,7 @@ def test_new_workers_are_applied_ahead_and_the_engine_adopts_them_without_a_roll
         )
         waits.append(time.monotonic() - started)
         eventually(
-            lambda: daemon.value("twc_early_applies_total", result="released") >= released,
+            lambda: daemon.count("twc_early_applies_total", result="released") >= released,
             timeout=120,
             message=f"{name}'s early objects were never handed to the engine",
         )
@@ -86,7 +86,7 @@ def test_new_workers_are_applied_ahead_and_the_engine_adopts_them_without_a_roll
 
     log = daemon.text()
     assert "applied early" in log
-    assert daemon.value("twc_early_applies_total", result="applied") == 2
+    assert daemon.count("twc_early_applies_total", result="applied") == 2
     for name in ("worker-orders", "keyed-2"):
         deployment = kube.get_deployment(namespace, name)
         assert deployment is not None

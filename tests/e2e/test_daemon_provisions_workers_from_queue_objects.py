@@ -92,12 +92,12 @@ def test_iterations_without_a_change_never_start_the_engine(
     daemon = daemons.start(fs)
     first = wait_for_success(daemon)
     settle(1.5)  # let a follow-up iteration see the deployed worker
-    runs = daemon.value("twc_engine_runs_total")
+    runs = daemon.count("twc_engine_runs_total")
     reconciles = daemon.successes()
 
     wait_for_success(daemon, after=reconciles + 4, timeout=30)
 
-    assert daemon.value("twc_engine_runs_total") == runs
+    assert daemon.count("twc_engine_runs_total") == runs
     assert daemon.successes() >= first + 5
     # The backlog was sampled all along: the iterations did real work, minus the engine.
     assert daemon.value("twc_task_queue_backlog", task_queue=task_queue) == 0

@@ -54,8 +54,8 @@ def test_a_daemon_killed_during_an_up_is_restarted_and_the_stack_converges(
     second = daemons.start(fs, name="second")
     wait_for_success(second, timeout=120)
 
-    assert second.value("twc_stack_recoveries_total", action="cancel") == 1
-    assert second.value("twc_stack_recoveries_total", action="drop-pending-operations") == 1
+    assert second.count("twc_stack_recoveries_total", action="cancel") == 1
+    assert second.count("twc_stack_recoveries_total", action="drop-pending-operations") == 1
     after = fs.stack().export_stack().deployment or {}
     assert not after.get("pending_operations")
     recorded = {r["urn"].rsplit("::", 1)[-1] for r in after["resources"]}

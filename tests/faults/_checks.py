@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from tests.e2e.conftest import FleetStack
 from tests.e2e.daemon_process import DaemonProcess
 from twc.local.kube import Kube
 from twc.loop.early import EARLY_FIELD_MANAGER
+from twc.stackrun.guard import JournalEntry
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 
@@ -59,8 +61,7 @@ def assert_state_clean(fs: FleetStack, namespace: str, deployments: set[str]) ->
         and (r.get("outputs") or {}).get("metadata", {}).get("namespace") == namespace
     )
     assert dict(recorded) == dict.fromkeys(deployments, 1), recorded
-    backend = Path(fs.env["PULUMI_BACKEND_URL"].removeprefix("file://"))
-    locks = list((backend / ".pulumi" / "locks").rglob(f"{fs.name}/*.json"))
+    locks = lock_files(fs)
     assert not locks, locks
 
 
@@ -80,3 +81,39 @@ def assert_converged(
         adopted(kube, daemon, namespace, adopted_worker)
     assert_cluster_has_exactly(kube, namespace, deployments)
     assert_state_clean(fs, namespace, deployments)
+
+
+LOCKING = {("up",), ("refresh",), ("cancel",), ("destroy",), ("stack", "import")}
+"""Engine commands that take (or remove) the stack's lock."""
+
+
+def assert_updates_never_overlap(fs: FleetStack, *daemons: DaemonProcess) -> list[Any]:
+    """No two writers at once: the stack's history (``pulumi stack history``) shows
+    updates one after the other, and no locking engine command of one daemon ran while
+    one of another daemon did (their guards' journals: killed runs, which leave no
+    history, included).
+
+    Returns:
+        The history, oldest first.
+    """
+    history = sorted(fs.stack().history(), key=lambda u: u.start_time)
+    for before, after in itertools.pairwise(history):
+        assert before.end_time is not None, vars(before)
+        assert after.start_time >= before.end_time, (vars(before), vars(after))
+    runs: list[tuple[JournalEntry, str]] = [
+        (entry, daemon.name)
+        for daemon in daemons
+        for entry in daemon.journal()
+        if entry.command in LOCKING
+    ]
+    for first, who in runs:
+        for second, other in runs:
+            if who != other and first.started <= second.started:
+                assert second.started >= first.ended, (who, first, other, second)
+    return history
+
+
+def lock_files(fs: FleetStack) -> list[Path]:
+    """The stack's lock files in its backend."""
+    backend = Path(fs.env["PULUMI_BACKEND_URL"].removeprefix("file://"))
+    return list((backend / ".pulumi" / "locks").rglob(f"{fs.name}/*.json"))

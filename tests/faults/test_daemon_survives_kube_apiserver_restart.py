@@ -163,7 +163,7 @@ def test_an_api_server_stopped_during_an_up_fails_the_up_and_the_next_one_conver
         message="the change never started an up",
     )
     stopping, reported, restart = _outage(local_env, daemon)
-    failed = daemon.value("twc_reconcile_errors_total")
+    failed = daemon.count("twc_reconcile_errors_total")
     cleared = _recovers(daemon)
     eventually(
         lambda: kube.get_deployment(namespace, "beta"),

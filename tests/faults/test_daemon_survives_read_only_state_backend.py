@@ -78,7 +78,7 @@ def _fails_and_backs_off(daemon: DaemonProcess, since: int, secret: str) -> floa
     assert found["sources"] == ["engine"], found
     assert "permission denied" in found["message"], found
     assert daemon.value("twc_fault_active", fault=FAULT) == 1
-    assert daemon.value("twc_reconcile_errors_total", reason=FAULT) >= 1
+    assert daemon.count("twc_reconcile_errors_total", reason=FAULT) >= 1
     # Backing off, not spinning: wait for the capped delay, then check the schedule.
     eventually(
         lambda: any(d == 8.0 for _, d in _retries(daemon, since)),

@@ -209,7 +209,7 @@ class Harness:
     state: LoopState | None = None
 
     def engine_runs(self) -> float:
-        return self.metrics.value("twc_engine_runs_total") or 0.0
+        return self.metrics.count("twc_engine_runs_total")
 
     def step(self) -> LoopState:
         """One iteration, as the loop runs it (wake-up cleared first)."""

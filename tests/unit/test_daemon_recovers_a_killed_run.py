@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import time
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import pytest
@@ -9,6 +13,8 @@ from pulumi.automation import ConcurrentUpdateError, Deployment
 from pulumi.automation._cmd import CommandResult
 
 from twc.desired import DesiredInputs
+from twc.kube.lease import EngineRecord
+from twc.loop.outcome import FailureReason, classify
 from twc.stackrun import engine as engine_module
 from twc.stackrun.automation import (
     AutomationEngine,
@@ -17,6 +23,8 @@ from twc.stackrun.automation import (
     stale_lock,
     worker_urns_from_state,
 )
+from twc.stackrun.errors import EngineDeadlineExceeded, EngineInterrupted
+from twc.stackrun.guard import CHANNEL_ENV
 
 LOCKED = (
     "error: the stack is currently locked by 1 lock(s). Either wait for the other process(es) "
@@ -31,20 +39,40 @@ def test_lock_holders_are_parsed_from_the_backend_error() -> None:
     assert lock_holders("[409] Conflict: Another update is currently in progress.") == []
 
 
+EARLIER = EngineRecord(holder="other-daemon", host="pod-a", pids=(77, 78))
+"""What the Lease records of the previous holder's engine commands."""
+
+
 @pytest.mark.parametrize(
-    ("holders", "alive", "leader", "stale"),
+    ("holders", "alive", "previous", "stale"),
     [
-        ([LockHolder("root", "box-1", 1)], False, False, True),  # same host, process gone
-        ([LockHolder("root", "box-1", 1)], True, False, False),  # same host, still running
-        ([LockHolder("root", "other", 1)], False, False, False),  # cannot see that host
-        ([LockHolder("root", "other", 1)], True, True, True),  # the Lease says it stopped
-        ([], False, True, False),  # a lock naming no process is never broken
+        ([LockHolder("root", "box-1", 1)], False, (), True),  # same host, process gone
+        ([LockHolder("root", "box-1", 1)], True, (), False),  # same host, still running
+        ([LockHolder("root", "box-1", 77)], True, (EARLIER,), False),  # alive here: never
+        ([LockHolder("root", "other", 1)], False, (), False),  # cannot see that host
+        # The previous Lease holder's CLI, which the Lease proves gone:
+        ([LockHolder("root", "pod-a", 78)], True, (EARLIER,), True),
+        # The same host, but a pid the Lease never recorded (a manual `pulumi up` there):
+        ([LockHolder("root", "pod-a", 99)], True, (EARLIER,), False),
+        # A laptop's manual `twc up`/`pulumi up` the Lease does not record: never, even
+        # while this daemon leads (it used to break any lock then).
+        ([LockHolder("dev", "laptop", 78)], True, (EARLIER,), False),
+        # Two locks: both must be provably gone.
+        (
+            [LockHolder("root", "pod-a", 77), LockHolder("dev", "laptop", 5)],
+            True,
+            (EARLIER,),
+            False,
+        ),
+        ([], False, (EARLIER,), False),  # a lock naming no process is never broken
     ],
 )
-def test_only_a_provably_dead_holder_makes_a_lock_stale(
-    holders: list[LockHolder], alive: bool, leader: bool, stale: bool
+def test_only_a_provably_gone_holder_makes_a_lock_stale(
+    holders: list[LockHolder], alive: bool, previous: tuple[EngineRecord, ...], stale: bool
 ) -> None:
-    assert stale_lock(holders, hostname="box-1", alive=lambda _pid: alive, leader=leader) is stale
+    found = stale_lock(holders, hostname="box-1", alive=lambda _pid: alive, previous=previous)
+
+    assert found is stale
 
 
 class FakeStack:
@@ -170,3 +198,77 @@ def test_worker_urns_include_every_descendant_of_the_worker_component() -> None:
     urns = worker_urns_from_state(resources)
 
     assert urns == {"team/worker-orders": [worker, dep], "team/worker-orders-2": [other]}
+
+
+def test_every_engine_operation_runs_under_the_hold_with_a_deadline_and_the_guard(
+    fake_stack: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_stack(FakeStack(locked=False, pending=0))
+    held: list[str] = []
+    seen: list[dict[str, Any]] = []
+
+    @contextlib.contextmanager
+    def hold() -> Iterator[None]:
+        held.append("enter")
+        try:
+            yield
+        finally:
+            held.append("exit")
+
+    eng = AutomationEngine(
+        engine_module.StackRef(name="s"), state_dir=tmp_path, hold=hold, deadline=42.0
+    )
+
+    def fake_up(ref: Any, **kwargs: Any) -> Any:
+        seen.append({"env": dict(ref.env), "control": eng.channel.control})
+        raise RuntimeError("the engine failed on its own")
+
+    monkeypatch.setattr(engine_module, "up", fake_up)
+
+    with pytest.raises(RuntimeError, match="on its own"):
+        eng.up(DesiredInputs(), None)
+
+    assert held == ["enter", "exit"]
+    assert seen[0]["env"][CHANNEL_ENV] == str(eng.channel.directory)
+    assert seen[0]["control"].run_seconds == 42.0
+    assert eng.channel.control.run_until is None  # the deadline ends with the operation
+
+
+@pytest.mark.parametrize(
+    ("cause", "error", "reason"),
+    [
+        ("deadline", EngineDeadlineExceeded, FailureReason.ENGINE_DEADLINE),
+        ("lease", EngineInterrupted, FailureReason.ENGINE_INTERRUPTED),
+    ],
+)
+def test_a_run_the_guard_stopped_reports_why_instead_of_the_engines_error(
+    fake_stack: Any,
+    tmp_path: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    cause: str,
+    error: type[Exception],
+    reason: FailureReason,
+) -> None:
+    fake_stack(FakeStack(locked=False, pending=0))
+    eng = AutomationEngine(engine_module.StackRef(name="s"), state_dir=tmp_path)
+
+    def interrupted_up(ref: Any, **kwargs: Any) -> Any:
+        entry = {
+            "pid": 4242,
+            "guard": 4241,
+            "command": ["up"],
+            "started": time.time(),
+            "ended": time.time(),
+            "code": 130,
+            "interrupted": f"stopped: {cause}",
+            "cause": cause,
+        }
+        (eng.channel.directory / "journal" / "4242.json").write_text(json.dumps(entry))
+        raise RuntimeError("code: 130 stdout: ... stderr: context canceled")
+
+    monkeypatch.setattr(engine_module, "up", interrupted_up)
+
+    with pytest.raises(error, match=f"stopped: {cause}") as raised:
+        eng.up(DesiredInputs(), None)
+
+    assert classify(raised.value).reason is reason

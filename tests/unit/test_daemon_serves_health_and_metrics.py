@@ -1,4 +1,6 @@
-"""``/healthz``, ``/readyz`` and ``/metrics`` over HTTP, from the loop's own state."""
+"""``/healthz``, ``/readyz`` and ``/metrics`` over HTTP, from the loop's own state: a
+loop that makes no progress when it should fails ``/healthz``; metric readers reject
+unknown names."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.unit._daemon_fakes import Harness, make_daemon, queue_object
+from twc.loop import DaemonSettings, EngineSettings
 from twc.loop.health import DaemonMetrics, HealthServer
 
 
@@ -114,3 +117,80 @@ def test_status_names_invalid_queue_objects_and_each_workers_replicas(
     assert h.state is not None
     assert h.state.applied is not None
     assert status["appliedHash"] == h.state.applied.fleet
+
+
+def test_reading_a_metric_by_an_unknown_name_fails_instead_of_reading_as_no_sample() -> None:
+    metrics = DaemonMetrics("s")
+
+    with pytest.raises(KeyError, match="twc_engine_run_total"):
+        metrics.value("twc_engine_run_total")  # a typo of twc_engine_runs_total
+    with pytest.raises(KeyError):
+        metrics.count("twc_leader")  # a gauge is no counter
+    # Known names: no sample yet is None for value(), zero for a counter's count().
+    assert metrics.value("twc_engine_runs_total", operation="up") is None
+    assert metrics.count("twc_engine_runs_total", operation="up") == 0
+    metrics.engine_runs.labels("s", "up", "full").inc()
+    assert metrics.count("twc_engine_runs_total", operation="up") == 1
+    assert metrics.value("twc_reconcile_duration_seconds_count") is None
+    assert metrics.value("twc_engine_in_progress") == 0  # set from the start
+
+
+def test_healthz_fails_once_the_loop_made_no_progress_past_its_allowance() -> None:
+    settings = DaemonSettings(reconcile_interval=1.0, liveness_timeout=10.0)
+    h = make_daemon(settings=settings)
+    h.step()
+    h.daemon.liveness.expect(settings.reconcile_interval)  # what run() says before it sleeps
+    assert h.daemon.live() == (True, "ok")
+
+    h.clock.now += 11.0  # asleep for its interval plus the allowance: still due
+    assert h.daemon.live()[0]
+    h.clock.now += 0.5  # an iteration stuck (a hung API server): overdue
+    ok, text = h.daemon.live()
+
+    assert not ok
+    assert "no progress for 12 s" in text
+
+
+def test_an_engine_run_may_take_its_deadline_before_healthz_fails() -> None:
+    settings = DaemonSettings(
+        liveness_timeout=10.0, engine=EngineSettings(deadline=600.0, interrupt_grace=3.0)
+    )
+    h = make_daemon(settings=settings)
+    checks: list[tuple[bool, str]] = []
+
+    def long_up() -> None:
+        h.clock.now += 600.0  # the whole deadline: the guard would stop the run now
+        checks.append(h.daemon.live())
+        h.clock.now += 14.0  # past deadline, grace and allowance: the run is stuck
+        checks.append(h.daemon.live())
+
+    h.engine.during_up = long_up
+    h.step()
+
+    assert checks[0][0]
+    assert not checks[1][0]
+
+
+def test_a_standby_is_live_while_its_election_rounds_go_on() -> None:
+    class Standby:
+        def __init__(self) -> None:
+            self.rounds = 0.0
+
+        def is_leader(self) -> bool:
+            return False
+
+        def last_round(self) -> float | None:
+            return self.rounds
+
+    gate = Standby()
+    settings = DaemonSettings(liveness_timeout=10.0)
+    h = make_daemon(settings=settings, leader=gate)
+
+    for _ in range(20):  # rounds go on: live all along
+        gate.rounds = h.clock.now
+        h.daemon._standby()
+        assert h.daemon.live()[0]
+    for _ in range(6):  # the elector stopped completing rounds (retry period 2 s)
+        h.daemon._standby()
+
+    assert not h.daemon.live()[0]

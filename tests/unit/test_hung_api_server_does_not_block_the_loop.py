@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from kubernetes import client
 
-from twc.kube.client import KubeClient, TimeoutApiClient
+from twc.kube.client import DEFAULT_TIMEOUT, KubeClient, TimeoutApiClient
+from twc.kube.lease import LeaseElector
 from twc.kube.workloads import Workloads
+from twc.kube.writer import NativeWriter
 from twc.loop.outcome import FailureReason, classify
+from twc.loop.settings import LeaderElectionSettings
+from twc.native.objects import NativeObject
 
 
 @pytest.fixture
@@ -110,3 +114,85 @@ def test_a_watch_on_a_hung_api_server_fails_and_is_reported(
     api.close()
     assert failure is not None, "the watch thread never noticed the hung server"
     assert "timed out" in failure.lower() or "timeout" in failure.lower(), failure
+
+
+class Sent(Exception):
+    """Stands in for the answer: the call got as far as the HTTP layer."""
+
+
+def test_the_default_timeout_is_applied_to_a_call_that_sets_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[object] = []
+
+    def record(self: object, *args: object, **kwargs: object) -> None:
+        seen.append(kwargs.get("_request_timeout"))
+        raise Sent
+
+    monkeypatch.setattr(client.ApiClient, "call_api", record)
+    config = client.Configuration()
+    config.host = "http://127.0.0.1:9"
+    kube = KubeClient(TimeoutApiClient(config))
+    calls: list[Callable[[], object]] = [
+        # Each sets no timeout of its own: the Lease, an Event, a status patch.
+        lambda: kube.coordination.read_namespaced_lease("l", "ns"),
+        lambda: kube.core.create_namespaced_event(
+            "ns", {"metadata": {"name": "e"}, "involvedObject": {"name": "o"}}
+        ),
+        lambda: kube.custom.patch_namespaced_custom_object_status("g", "v1", "ns", "p", "n", {}),
+        # One that sets its own keeps it.
+        lambda: kube.coordination.read_namespaced_lease("l", "ns", _request_timeout=(1.0, 2.0)),
+    ]
+
+    for call in calls:
+        with pytest.raises(Sent):
+            call()
+
+    assert seen == [DEFAULT_TIMEOUT, DEFAULT_TIMEOUT, DEFAULT_TIMEOUT, (1.0, 2.0)]
+
+
+def _hung_kube(host: str) -> KubeClient:
+    config = client.Configuration()
+    config.host = host
+    config.retries = 0
+    return KubeClient(TimeoutApiClient(config, (1.0, 1.0)))
+
+
+OBJECT = NativeObject(
+    group="temporal.kmsvc.io",
+    version="v1",
+    plural="temporalworkers",
+    kind="TemporalWorker",
+    name="orders",
+    namespace="team",
+    resource_version="3",
+)
+
+
+def test_status_patches_finalizers_and_events_on_a_hung_api_server_time_out(
+    hung_server: str,
+) -> None:
+    kube = _hung_kube(hung_server)
+    writer = NativeWriter(kube.custom, kube.core)
+
+    with pytest.raises(Exception, match=r"(?i)timed out"):
+        writer.patch_status(OBJECT, {"status": {"phase": "Ready"}})
+    with pytest.raises(Exception, match=r"(?i)timed out"):
+        writer.set_finalizers(OBJECT, [])
+    with pytest.raises(Exception, match=r"(?i)timed out"):
+        writer.event(OBJECT, "Applied", "up succeeded", warning=False)
+    kube.close()
+
+
+def test_an_election_round_on_a_hung_api_server_fails_instead_of_blocking(
+    hung_server: str,
+) -> None:
+    kube = _hung_kube(hung_server)
+    timings = LeaderElectionSettings(lease_duration=4, renew_deadline=3, retry_period=1)
+    elector = LeaseElector(
+        kube.coordination, name="twc-s", namespace="ops", identity="a", settings=timings
+    )
+
+    assert not elector.round()  # the round's own call timeout, not the client's
+    assert elector.last_round() is not None
+    kube.close()

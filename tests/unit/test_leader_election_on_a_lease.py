@@ -1,24 +1,41 @@
-"""Leader election on a Lease: one leader at a time, takeover on expiry or release."""
+"""Leader election on a Lease: one leader at a time, takeover on expiry or release, the
+leader gone (and its engine stopped) before anyone else may take over, handover to a
+manual run between steps, and the engine records that let a new holder break exactly
+the locks of holders the Lease proves gone."""
 
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
 
 from tests.unit._daemon_fakes import make_daemon
-from twc.kube.lease import LeaseAction, LeaseElector, LeaseRecord, lease_action
-from twc.loop import LeaderElectionSettings
+from twc.kube.lease import (
+    ENGINES_ANNOTATION,
+    HANDOVER_ANNOTATION,
+    EngineRecord,
+    LeaseAction,
+    LeaseElector,
+    LeaseRecord,
+    NotLeadingError,
+    call_timeout,
+    engine_records,
+    lease_action,
+)
+from twc.loop import DaemonSettings, EngineSettings, LeaderElectionSettings
+from twc.loop.settings import KILL_MARGIN
+from twc.stackrun.guard import Control, GuardAction, next_action
 
 SETTINGS = LeaderElectionSettings(
     enabled=True, lease_duration=15, renew_deadline=10, retry_period=2
 )
 
 
-def _record(holder: str, renew: str = "t1") -> LeaseRecord:
+def _record(holder: str, renew: str = "t1", duration: float = 15) -> LeaseRecord:
     return LeaseRecord(
-        holder=holder, duration=15, renew_time=renew, acquire_time="t0", transitions=1
+        holder=holder, duration=duration, renew_time=renew, acquire_time="t0", transitions=1
     )
 
 
@@ -31,6 +48,11 @@ def _record(holder: str, renew: str = "t1") -> LeaseRecord:
         (_record("other"), None, 100.0, LeaseAction.WAIT),  # first sight: give it a term
         (_record("other"), 90.0, 104.9, LeaseAction.WAIT),
         (_record("other"), 90.0, 105.0, LeaseAction.ACQUIRE),  # unchanged for 15 s
+        # The holder's own leaseDurationSeconds counts, not this candidate's setting:
+        (_record("other", duration=60), 90.0, 105.0, LeaseAction.WAIT),
+        (_record("other", duration=60), 90.0, 150.0, LeaseAction.ACQUIRE),
+        (_record("other", duration=5), 90.0, 95.0, LeaseAction.ACQUIRE),
+        (_record("other", duration=0), 90.0, 104.9, LeaseAction.WAIT),  # none: own setting
     ],
 )
 def test_lease_action(
@@ -49,27 +71,40 @@ class ApiError(Exception):
 
 
 class FakeCoordination:
-    """One Lease in memory, with resourceVersion conflicts like the API server."""
+    """One Lease in memory, with resourceVersion conflicts like the API server; every
+    call must carry its own timeout."""
 
     def __init__(self) -> None:
         self.lease: dict[str, Any] | None = None
         self.version = 0
         self.api_client = self
+        self.timeouts: list[Any] = []
+        self.fail = False
 
     def sanitize_for_serialization(self, obj: Any) -> Any:
         return copy.deepcopy(obj)
 
-    def read_namespaced_lease(self, name: str, namespace: str) -> dict[str, Any]:
+    def _call(self, kwargs: dict[str, Any]) -> None:
+        self.timeouts.append(kwargs.get("_request_timeout"))
+        if self.fail:
+            raise ApiError(503)
+
+    def read_namespaced_lease(self, name: str, namespace: str, **kwargs: Any) -> dict[str, Any]:
+        self._call(kwargs)
         if self.lease is None:
             raise ApiError(404)
         return copy.deepcopy(self.lease)
 
-    def create_namespaced_lease(self, namespace: str, body: dict[str, Any]) -> None:
+    def create_namespaced_lease(self, namespace: str, body: dict[str, Any], **kwargs: Any) -> None:
+        self._call(kwargs)
         if self.lease is not None:
             raise ApiError(409)
         self._store(body)
 
-    def replace_namespaced_lease(self, name: str, namespace: str, body: dict[str, Any]) -> None:
+    def replace_namespaced_lease(
+        self, name: str, namespace: str, body: dict[str, Any], **kwargs: Any
+    ) -> None:
+        self._call(kwargs)
         assert self.lease is not None
         if body["metadata"].get("resourceVersion") != self.lease["metadata"]["resourceVersion"]:
             raise ApiError(409)
@@ -84,6 +119,10 @@ class FakeCoordination:
     def holder(self) -> str:
         return str((self.lease or {}).get("spec", {}).get("holderIdentity", ""))
 
+    @property
+    def annotations(self) -> dict[str, str]:
+        return dict((self.lease or {}).get("metadata", {}).get("annotations") or {})
+
 
 class Clock:
     def __init__(self) -> None:
@@ -93,19 +132,51 @@ class Clock:
         return self.now
 
 
-def _elector(api: FakeCoordination, identity: str, clock: Clock) -> LeaseElector:
+class Term:
+    """What the engine guard's channel is told (``on_renewed``/``on_ended``)."""
+
+    def __init__(self) -> None:
+        self.until: float | None = None
+        self.recorded: tuple[int, ...] = ()
+        self.ended = 0
+
+    def renewed(self, until: float, recorded: tuple[int, ...]) -> None:
+        self.until, self.recorded = until, recorded
+
+    def end(self) -> None:
+        self.ended += 1
+
+
+def _elector(
+    api: FakeCoordination,
+    identity: str,
+    clock: Clock,
+    *,
+    term: Term | None = None,
+    announced: list[int] | None = None,
+    host: str = "pod-a",
+    yields: bool = True,
+    lost: list[bool] | None = None,
+) -> LeaseElector:
+    term = term or Term()
     return LeaseElector(
-        api, name="twc-s", namespace="ops", identity=identity, settings=SETTINGS, clock=clock
+        api,
+        name="twc-s",
+        namespace="ops",
+        identity=identity,
+        settings=SETTINGS,
+        clock=clock,
+        on_renewed=term.renewed,
+        on_ended=term.end,
+        on_lost=lambda: (lost if lost is not None else []).append(True),
+        announced=lambda: tuple(announced or ()),
+        host=host,
+        yields=yields,
     )
 
 
 def _round(elector: LeaseElector) -> bool:
-    try:
-        won = elector.try_once()
-    except ApiError:
-        won = False
-    elector._update(won)
-    return won
+    return elector.round()
 
 
 def test_only_one_candidate_leads_and_the_other_waits_while_it_renews() -> None:
@@ -121,6 +192,22 @@ def test_only_one_candidate_leads_and_the_other_waits_while_it_renews() -> None:
     assert first.is_leader()
     assert not second.is_leader()
     assert api.holder == "a"
+
+
+def test_every_lease_call_carries_a_timeout_that_fits_a_round_into_the_renew_deadline() -> None:
+    api, clock = FakeCoordination(), Clock()
+    first = _elector(api, "a", clock)
+    assert _round(first)
+    clock.now += 2
+    assert _round(first)
+    first.stop(release=True)
+
+    connect, read = call_timeout(SETTINGS)
+    assert api.timeouts
+    assert all(t == (connect, read) for t in api.timeouts), api.timeouts
+    # A round is a read and a write: both time out with a retry period to spare.
+    assert 2 * (connect + read) <= 2 * (SETTINGS.renew_deadline - SETTINGS.retry_period)
+    assert 2 * read + SETTINGS.retry_period <= SETTINGS.renew_deadline
 
 
 def test_a_standby_takes_over_once_the_leader_stops_renewing_for_the_lease_duration() -> None:
@@ -139,6 +226,22 @@ def test_a_standby_takes_over_once_the_leader_stops_renewing_for_the_lease_durat
     assert api.lease["spec"]["leaseTransitions"] == 2
 
 
+def test_a_standby_honours_the_lease_duration_the_holder_wrote() -> None:
+    api, clock = FakeCoordination(), Clock()
+    slow = LeaderElectionSettings(enabled=True, lease_duration=40, renew_deadline=30)
+    first = LeaseElector(
+        api, name="twc-s", namespace="ops", identity="a", settings=slow, clock=clock
+    )
+    second = _elector(api, "b", clock)  # its own setting: 15 s
+    assert _round(first)
+    assert not _round(second)
+
+    clock.now += 20  # past b's own 15 s, within a's 40 s
+    assert not _round(second)
+    clock.now += 20
+    assert _round(second)
+
+
 def test_a_released_lease_is_taken_at_the_next_round() -> None:
     api, clock = FakeCoordination(), Clock()
     first, second = _elector(api, "a", clock), _elector(api, "b", clock)
@@ -153,29 +256,184 @@ def test_a_released_lease_is_taken_at_the_next_round() -> None:
     assert second.is_leader()
 
 
-def test_a_leader_that_cannot_renew_past_the_deadline_stops_leading() -> None:
+def test_a_leader_that_cannot_renew_stops_leading_at_the_renew_deadline_by_time_alone() -> None:
     api, clock = FakeCoordination(), Clock()
     lost: list[bool] = []
-    leader = LeaseElector(
-        api,
-        name="twc-s",
-        namespace="ops",
-        identity="a",
-        settings=SETTINGS,
-        clock=clock,
-        on_lost=lambda: lost.append(True),
-    )
+    term = Term()
+    leader = _elector(api, "a", clock, term=term, lost=lost)
     assert _round(leader)
+    assert term.until == SETTINGS.renew_deadline  # renewed at 0: the term ends at 10
 
-    clock.now += 9
-    leader._update(False)
+    api.fail = True
+    clock.now += 9.9
+    assert not _round(leader)
     assert leader.is_leader()
     assert not lost
-    clock.now += 1
-    leader._update(False)
+    clock.now += 0.1
+    # No call has to return for the leader to stop: the clock alone ends the term.
+    assert not leader.is_leader()
+    with pytest.raises(NotLeadingError), leader.hold():
+        pass  # pragma: no cover - never entered
+    assert not _round(leader)
+
+    assert lost == [True]
+
+
+def test_a_leader_that_sees_someone_else_holding_the_lease_stops_at_once() -> None:
+    api, clock = FakeCoordination(), Clock()
+    lost: list[bool] = []
+    leader = _elector(api, "a", clock, lost=lost)
+    assert _round(leader)
+    assert api.lease is not None
+    api.lease["spec"]["holderIdentity"] = "thief"
+
+    assert not _round(leader)
 
     assert not leader.is_leader()
     assert lost == [True]
+
+
+@pytest.mark.parametrize("renew_failures_from", [0.0, 3.0, 9.5])
+def test_the_leaders_engine_is_dead_before_another_candidate_may_take_the_lease(
+    renew_failures_from: float,
+) -> None:
+    """The timing argument, on one virtual clock: the leader's last successful renewal
+    was sent at ``t``; it stops leading at ``t + renew_deadline``; its engine guard
+    interrupts then and kills ``grace`` later; no other candidate acquires before
+    ``t + lease_duration``, which the settings put after all of that."""
+    engine = EngineSettings()
+    settings = DaemonSettings(leader_election=SETTINGS, engine=engine)
+    api, clock = FakeCoordination(), Clock()
+    term = Term()
+    leader = _elector(api, "a", clock, term=term)
+    standby = _elector(api, "b", clock)
+    assert _round(leader)
+    clock.now = renew_failures_from
+    assert _round(leader)
+    last_renewal = clock.now
+    assert not _round(standby)  # the standby sees the renewed record now
+    api_down_for_a = FakeCoordination()  # the leader's calls fail from now on
+    api_down_for_a.fail = True
+    leader._api = api_down_for_a
+
+    acquired_at = leader_stopped_at = interrupted_at = killed_at = None
+    control = Control(lease_until=term.until, grace=engine.interrupt_grace)
+    while acquired_at is None:
+        clock.now = round(clock.now + 0.05, 2)
+        leader.round()
+        if leader_stopped_at is None and not leader.is_leader():
+            leader_stopped_at = clock.now
+        action, _ = next_action(
+            control, now=clock.now, exited=False, requested=None, interrupted_at=interrupted_at
+        )
+        if action is GuardAction.INTERRUPT:
+            interrupted_at = clock.now
+        elif action is GuardAction.KILL and killed_at is None:
+            killed_at = clock.now
+        if standby.round():
+            acquired_at = clock.now
+
+    assert leader_stopped_at is not None
+    assert interrupted_at is not None
+    assert killed_at is not None
+    assert leader_stopped_at == pytest.approx(last_renewal + SETTINGS.renew_deadline, abs=0.06)
+    assert interrupted_at == pytest.approx(last_renewal + SETTINGS.renew_deadline, abs=0.06)
+    assert killed_at == pytest.approx(interrupted_at + engine.interrupt_grace, abs=0.06)
+    # The guard needs at most KILL_MARGIN to see the deadline, kill and reap.
+    assert killed_at + KILL_MARGIN < acquired_at
+    assert acquired_at >= last_renewal + SETTINGS.lease_duration
+    assert settings.leader_election.lease_duration > (
+        SETTINGS.renew_deadline + engine.interrupt_grace + KILL_MARGIN
+    )
+
+
+def test_settings_refuse_timings_that_would_let_two_engines_overlap() -> None:
+    election = {"enabled": True, "lease_duration": 12, "renew_deadline": 10, "retry_period": 2}
+
+    with pytest.raises(ValueError, match="must be dead before another daemon"):
+        DaemonSettings.model_validate({"leader_election": election})
+    # Without election there is no second leader to overlap with.
+    DaemonSettings.model_validate({"leader_election": {**election, "enabled": False}})
+    DaemonSettings.model_validate({"leader_election": election, "engine": {"interrupt_grace": 0.5}})
+
+
+def test_engine_pids_are_recorded_in_the_lease_and_a_new_holder_inherits_them() -> None:
+    api, clock = FakeCoordination(), Clock()
+    announced: list[int] = []
+    term = Term()
+    first = _elector(api, "a", clock, term=term, announced=announced, host="pod-a")
+    second = _elector(api, "b", clock, host="pod-b")
+    assert _round(first)
+    assert engine_records(api.lease) == (EngineRecord("a", "pod-a", ()),)
+
+    announced.append(4242)  # a CLI waits for its pid to be recorded
+    clock.now += 0.1
+    assert _round(first)
+    assert engine_records(api.lease) == (EngineRecord("a", "pod-a", (4242,)),)
+    assert term.recorded == (4242,)  # the guard may start that CLI now
+    announced.clear()  # the command ended; its pid stays recorded
+    clock.now += 2
+    assert _round(first)
+    assert engine_records(api.lease) == (EngineRecord("a", "pod-a", (4242,)),)
+
+    # a dies; b takes over after the lease duration and inherits a's records.
+    assert not _round(second)
+    clock.now += 15
+    assert _round(second)
+    assert second.inherited_engines() == (EngineRecord("a", "pod-a", (4242,)),)
+    records = json.loads(api.annotations[ENGINES_ANNOTATION])
+    assert [r["holder"] for r in records] == ["a", "b"]
+    assert not first.inherited_engines()  # only a holder has any
+
+
+def test_a_leader_hands_the_lease_to_a_manual_run_only_between_engine_runs() -> None:
+    api, clock = FakeCoordination(), Clock()
+    term = Term()
+    daemon = _elector(api, "daemon-a", clock, term=term)
+    manual = _elector(api, "manual:dev@laptop:7", clock, yields=False, host="laptop")
+    assert _round(daemon)
+
+    with daemon.hold():
+        assert manual.request_handover()
+        assert api.annotations[HANDOVER_ANNOTATION] == "manual:dev@laptop:7"
+        clock.now += 2
+        assert _round(daemon)  # busy: renews, keeps the term of the running engine
+        assert api.holder == "daemon-a"
+        assert term.until == clock.now + SETTINGS.renew_deadline
+        assert not daemon.is_leader()  # but starts nothing new
+        with pytest.raises(NotLeadingError), daemon.hold():
+            pass  # pragma: no cover - never entered
+
+    clock.now += 2
+    assert not _round(daemon)  # idle now: hands over
+    assert api.holder == "manual:dev@laptop:7"
+    assert HANDOVER_ANNOTATION not in api.annotations
+    assert term.ended == 1
+    assert not daemon.is_leader()
+
+    assert _round(manual)
+    assert manual.is_leader()
+    clock.now += 2
+    assert not _round(daemon)  # a standby now, waiting for the manual run
+    manual.stop(release=True)
+    clock.now += 2
+    assert _round(daemon)
+    assert api.holder == "daemon-a"
+
+
+def test_a_withdrawn_handover_request_leaves_the_leader_leading() -> None:
+    api, clock = FakeCoordination(), Clock()
+    daemon = _elector(api, "daemon-a", clock)
+    manual = _elector(api, "manual:dev@laptop:7", clock, yields=False)
+    assert _round(daemon)
+    assert manual.request_handover()
+    manual.withdraw_handover()
+
+    clock.now += 2
+    assert _round(daemon)
+
+    assert daemon.is_leader()
+    assert api.holder == "daemon-a"
 
 
 class Gate:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from twc.commands import common
+from twc.commands.stack_lease import guarded
 from twc.preview import (
     EXIT_ERROR,
     PreviewReport,
@@ -73,7 +74,9 @@ def run_preview(
     with common.desired_inputs(ref, file, cluster_objects, err) as merged:
         if merged is None or not common.dry_run_or_report(merged, file, err):
             return EXIT_ERROR
-        report = preview_report(merged)
+        # Under the engine guard with its deadline; no Lease (a preview takes no lock).
+        with guarded(merged) as run:
+            report = preview_report(run)
     print(render(report, fmt), end="", file=out, flush=True)
     return exit_code(report, detailed)
 

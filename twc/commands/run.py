@@ -4,25 +4,35 @@ The loop itself (:mod:`twc.loop.daemon`) only sees injected collaborators; this
 module builds the real ones from the command line, installs the SIGTERM/SIGINT handler
 (finish the current step, then exit 0) and serves ``/healthz``, ``/readyz`` and
 ``/metrics``.
+
+It also supervises, as kopf does: the loop runs in a thread of its own and the main
+thread watches every root thread (``twc-*``: the loop, the watches, the elector, the
+HTTP server). Once any of them ends while the daemon is not stopping, the daemon
+interrupts its engine run and exits non-zero, so Kubernetes restarts it instead of
+leaving a daemon that only half works.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import signal
 import socket
 import sys
+import tempfile
+import threading
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from twc.commands.common import fleet_file_for, stack_ref
 from twc.connections import default_registry
 from twc.kube.client import KubeClient, NoClusterError, kube_client
-from twc.kube.lease import LeaseElector, lease_name_for
+from twc.kube.lease import DAEMON_LEASE_ENV, LeaseElector, call_timeout, lease_name_for
 from twc.kube.views import TemporalWorkerViews
 from twc.kube.watch import NativeWatch, QueueSource, QueueWatcher, StaticQueues
 from twc.kube.workloads import Workloads
@@ -33,11 +43,12 @@ from twc.loop.daemon import Daemon
 from twc.loop.health import DaemonMetrics, HealthServer
 from twc.loop.observe import CachedFleetFile, Sources
 from twc.loop.rollouts import RolloutSource
-from twc.loop.settings import DaemonSettings
+from twc.loop.settings import KILL_MARGIN, DaemonSettings
 from twc.stackrun import engine
 from twc.stackrun.automation import AutomationEngine
+from twc.stackrun.guard import GuardChannel
 
-__all__ = ["RunOptions", "load_settings", "run_daemon"]
+__all__ = ["RunOptions", "Supervisor", "load_settings", "run_daemon"]
 
 logger = logging.getLogger(__name__)
 
@@ -137,6 +148,76 @@ def _rollout_source(
     )
 
 
+ROOT_THREAD_PREFIX = "twc-"
+"""Every long-lived thread of the daemon is named so; each one is a root of the daemon."""
+
+
+class Supervisor:
+    """Runs the loop in a thread and ends the daemon when any root thread ends."""
+
+    def __init__(
+        self,
+        *,
+        stack: str,
+        stopping: Callable[[], bool],
+        on_fatal: Callable[[str], None],
+        grace: float,
+        poll: float = 0.5,
+    ) -> None:
+        """Prepare the supervision.
+
+        Args:
+            stack: The stack (logs).
+            stopping: Whether the daemon was asked to stop (threads then end on purpose).
+            on_fatal: Called once with the reason when a root thread ended unasked: it
+                must make the loop return soon (stop it, interrupt its engine).
+            grace: Seconds the loop then gets to return before the daemon exits anyway.
+            poll: Seconds between checks.
+        """
+        self._stack = stack
+        self._stopping = stopping
+        self._on_fatal = on_fatal
+        self._grace = grace
+        self._poll = poll
+        self._seen: set[threading.Thread] = set()
+
+    def run(self, loop: Callable[[], int]) -> int:
+        """Run ``loop`` in the thread ``twc-loop`` until it returns; returns its exit
+        code, or 1 when it raised or another root thread ended."""
+        result: dict[str, int] = {}
+
+        def target() -> None:
+            try:
+                result["code"] = loop()
+            except BaseException:
+                logger.exception("[%s] the reconcile loop crashed", self._stack)
+                result["code"] = 1
+
+        thread = threading.Thread(target=target, name=f"{ROOT_THREAD_PREFIX}loop", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            ended = self.ended()
+            if ended and not self._stopping():
+                reason = f"the daemon's thread {ended} ended"
+                logger.error("[%s] %s: exiting so that it is restarted", self._stack, reason)
+                self._on_fatal(reason)
+                thread.join(self._grace)
+                return 1
+            thread.join(self._poll)
+        return result.get("code", 1)
+
+    def ended(self) -> str | None:
+        """The name of a root thread that ran and has ended, if any."""
+        for found in threading.enumerate():
+            # Only once running: a thread just started is listed before it is alive.
+            if found.name.startswith(ROOT_THREAD_PREFIX) and found.is_alive():
+                self._seen.add(found)
+        for seen in sorted(self._seen, key=lambda t: t.name):
+            if not seen.is_alive():
+                return seen.name
+        return None
+
+
 def run_daemon(options: RunOptions) -> int:
     """Run the daemon until SIGTERM (or one iteration with ``--once``).
 
@@ -165,17 +246,41 @@ def run_daemon(options: RunOptions) -> int:
         return 1
 
     metrics = DaemonMetrics(options.stack)
+    election = settings.leader_election
+    state_dir = Path(tempfile.mkdtemp(prefix="twc-daemon-"))
+    # The engine guard's channel: with election, no engine runs outside a Lease term.
+    channel = GuardChannel(
+        state_dir / "guard", grace=settings.engine.interrupt_grace, leased=election.enabled
+    )
     elector: LeaseElector | None = None
+    lease_kube: KubeClient | None = None
     daemon: Daemon | None = None
-    if settings.leader_election.enabled and kube is not None:
-        election = settings.leader_election
+    if election.enabled and kube is not None:
+        # The Lease's own client: calls short enough for a round to fit the renew
+        # deadline, and no retries hiding a hung API server.
+        lease_kube = kube_client(
+            (ref.env or {}).get("KUBECONFIG"), timeout=call_timeout(election), retries=0
+        )
+
+        def lost() -> None:
+            channel.lease_ended()
+            if daemon is not None:
+                daemon.request_stop(exit_code=1)
+
+        lease_name = election.lease_name or lease_name_for(PROJECT, options.stack)
+        # The program exports it: a later `twc up` on this stack takes part in the Lease.
+        env = {**(ref.env or {}), DAEMON_LEASE_ENV: f"{election.lease_namespace}/{lease_name}"}
+        ref = replace(ref, env=env)
         elector = LeaseElector(
-            kube.coordination,
-            name=election.lease_name or lease_name_for(PROJECT, options.stack),
+            lease_kube.coordination,
+            name=lease_name,
             namespace=election.lease_namespace,
             identity=f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
             settings=election,
-            on_lost=lambda: daemon.request_stop(exit_code=1) if daemon else None,
+            on_lost=lost,
+            on_renewed=channel.lease_renewed,
+            on_ended=channel.lease_ended,
+            announced=channel.announced,
         )
 
     queues: QueueSource
@@ -218,7 +323,12 @@ def run_daemon(options: RunOptions) -> int:
         ),
         Effects(
             engine=AutomationEngine(
-                ref, is_leader=elector.is_leader if elector is not None else lambda: False
+                ref,
+                state_dir=state_dir,
+                channel=channel,
+                deadline=settings.engine.deadline,
+                previous_engines=elector.inherited_engines if elector is not None else tuple,
+                hold=elector.hold if elector is not None else contextlib.nullcontext,
             ),
             early=workloads,
             writer=writer,
@@ -268,11 +378,28 @@ def run_daemon(options: RunOptions) -> int:
             elector.identity,
         )
         elector.start()
+    # Gone by the time the loop must have returned: the engine's grace and its kill.
+    settle = settings.engine.interrupt_grace + KILL_MARGIN
+
+    def fatal(reason: str) -> None:
+        stop_daemon.request_stop(exit_code=1)
+        channel.interrupt(reason)
+
+    supervisor = Supervisor(
+        stack=options.stack,
+        stopping=lambda: stop_daemon.stopping,
+        on_fatal=fatal,
+        grace=settle + 30,
+    )
     try:
-        return daemon.run(once=options.once)
+        return supervisor.run(lambda: stop_daemon.run(once=options.once))
     finally:
+        # Release the Lease only with no engine left: releasing ends the proof that
+        # this daemon's engine is gone (otherwise the Lease simply expires).
+        idle = channel.wait_idle(settle)
         if elector is not None:
-            elector.stop(release=True)
+            elector.stop(release=idle)
         server.stop()
-        if kube is not None:
-            kube.close()
+        for client in (kube, lease_kube):
+            if client is not None:
+                client.close()

@@ -7,6 +7,7 @@ import sys
 from typing import TextIO
 
 from twc.commands import common
+from twc.commands.stack_lease import DEFAULT_WAIT, stack_lease
 from twc.commands.status import format_status_table
 from twc.desired import INPUTS_ENV, DesiredInputs
 from twc.rollout import RolloutSettings
@@ -24,6 +25,7 @@ def run_up(
     cluster_objects: bool | None = None,
     rollouts: RolloutSettings | None = None,
     rollout_wait: float = 60.0,
+    wait_for_daemon: float = DEFAULT_WAIT,
 ) -> int:
     """``twc up``: validate, then ``pulumi up`` with the engine's progress shown.
 
@@ -36,6 +38,8 @@ def run_up(
         rollouts: Versioned rollouts' time scale and identity.
         rollout_wait: After the ``up``, drive versioned rollouts this many seconds at
             most (gates, routing) while they can move without another ``up``.
+        wait_for_daemon: On a stack a daemon manages, seconds to wait for its current
+            step before giving up (:mod:`twc.commands.stack_lease`).
 
     Returns:
         0 when applied, 1 otherwise.
@@ -50,11 +54,16 @@ def run_up(
 
     settings = rollouts or RolloutSettings()
     try:
-        with common.desired_inputs(ref, file, cluster_objects, rollouts=settings) as run:
-            if run is None or not common.dry_run_or_report(run, file):
+        # One writer per stack: on a daemon's stack, this run takes part in its Lease
+        # (waiting for the daemon's step), then reads the inputs the up applies.
+        with stack_lease(ref, sys.stderr, wait=wait_for_daemon) as leased:
+            if leased is None:
                 return 1
-            inputs = DesiredInputs.from_file((run.env or {})[INPUTS_ENV])
-            result = engine.up(run, on_output=lambda line: print(line, file=out, flush=True))
+            with common.desired_inputs(leased, file, cluster_objects, rollouts=settings) as run:
+                if run is None or not common.dry_run_or_report(run, file):
+                    return 1
+                inputs = DesiredInputs.from_file((run.env or {})[INPUTS_ENV])
+                result = engine.up(run, on_output=lambda line: print(line, file=out, flush=True))
     except CommandError as exc:
         print(engine_failure(exc).text, file=sys.stderr)
         return 1

@@ -12,7 +12,9 @@ client here, so all of them agree on which cluster they mean and none of them ca
   not set its own ``_request_timeout`` the default ``(connect, read)`` seconds. A hung
   API server (connections accepted, no answer) then fails a call, which the caller
   reports and retries, instead of blocking a thread for good. Watches set a longer
-  timeout of their own (the server's watch timeout plus a margin).
+  timeout of their own (the server's watch timeout plus a margin); the Lease calls a
+  shorter one, without retries (``retries=0``), so a round of the election always ends
+  before the leader's renew deadline.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ def api_client(
     kubeconfig: str | os.PathLike[str] | None = None,
     *,
     timeout: tuple[float, float] = DEFAULT_TIMEOUT,
+    retries: int | None = None,
 ) -> Any:
     """The ``ApiClient`` for the cluster twc works on.
 
@@ -81,6 +84,8 @@ def api_client(
         kubeconfig: A kubeconfig file to use; otherwise ``KUBECONFIG``, then
             ``~/.kube/config``, then the in-cluster service account.
         timeout: Default ``(connect, read)`` seconds of each call.
+        retries: Retries of a failed connection or read (``None``: the HTTP pool's
+            default of three, so a read may take up to four timeouts; ``0``: none).
 
     Raises:
         NoClusterError: No kubeconfig exists and this is not a pod.
@@ -97,6 +102,8 @@ def api_client(
         config.load_incluster_config(client_configuration=configuration)
     else:
         raise NoClusterError("no kubeconfig (KUBECONFIG, ~/.kube/config) and not in a pod")
+    if retries is not None:
+        configuration.retries = retries
     return TimeoutApiClient(configuration, timeout)
 
 
@@ -137,6 +144,7 @@ def kube_client(
     kubeconfig: str | os.PathLike[str] | None = None,
     *,
     timeout: tuple[float, float] = DEFAULT_TIMEOUT,
+    retries: int | None = None,
 ) -> KubeClient:
     """A :class:`KubeClient` for the cluster (see :func:`api_client`)."""
-    return KubeClient(api_client(kubeconfig, timeout=timeout))
+    return KubeClient(api_client(kubeconfig, timeout=timeout, retries=retries))

@@ -15,8 +15,9 @@ for it:
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from twc.errors import TemporaryError
@@ -25,7 +26,7 @@ from twc.kube.writer import ObjectWriter
 from twc.loop.backlog import SecretReader
 from twc.loop.decide import ReconcileAction, ReconcileDecision
 from twc.loop.early import EARLY_FIELD_MANAGER, EarlyApplier, early_objects, plan_release
-from twc.loop.health import DaemonMetrics
+from twc.loop.health import DaemonMetrics, Liveness
 from twc.loop.plan import Plan
 from twc.loop.views import ViewSync, ViewWriter
 from twc.stackrun.automation import StackEngine
@@ -67,6 +68,8 @@ class Actor:
         may_apply: Callable[[], bool],
         read_secret: SecretReader | None,
         early_apply: bool = True,
+        liveness: Liveness | None = None,
+        engine_window: float = 0.0,
     ) -> None:
         """Act through ``effects``.
 
@@ -78,6 +81,8 @@ class Actor:
             may_apply: Whether this daemon may apply now (it leads).
             read_secret: Reads credential secrets for early-applied pod templates.
             early_apply: Whether new workers are applied ahead of the engine.
+            liveness: Told how long each engine run may take (its deadline and grace).
+            engine_window: That time, in seconds.
         """
         self.engine = effects.engine
         self._early = effects.early if early_apply else None
@@ -94,6 +99,8 @@ class Actor:
             if effects.views is not None
             else None
         )
+        self._liveness = liveness
+        self._engine_window = engine_window
 
     @property
     def early_pending(self) -> list[str]:
@@ -139,14 +146,10 @@ class Actor:
         workers = ", ".join(sorted(decision.workers)) or "-"
         logger.info("[%s] up (%s): %s [%s]", self._stack, mode, decision.reason, workers)
         self._metrics.engine_runs.labels(self._stack, "up", mode).inc()
-        gauge = self._metrics.engine_in_progress.labels(self._stack)
-        gauge.set(1)
         started = self._clock()
         self._apply_early(decision, plan)
-        try:
+        with self._engine_running():
             report = self.engine.up(plan.inputs, targets)
-        finally:
-            gauge.set(0)
         self._release_early(plan)
         changes = {op: n for op, n in report.changes.items() if op != "same" and n}
         logger.info(
@@ -156,6 +159,21 @@ class Actor:
             self._clock() - started,
             changes or "no changes",
         )
+
+    @contextlib.contextmanager
+    def _engine_running(self) -> Iterator[None]:
+        """While the engine runs: the gauge says so, and the liveness probe allows the
+        run's deadline (the engine guard ends the run by then)."""
+        gauge = self._metrics.engine_in_progress.labels(self._stack)
+        gauge.set(1)
+        if self._liveness is not None:
+            self._liveness.expect(self._engine_window)
+        try:
+            yield
+        finally:
+            gauge.set(0)
+            if self._liveness is not None:
+                self._liveness.expect()
 
     def _targets(self, decision: ReconcileDecision) -> list[str] | None:
         if decision.added:
@@ -178,18 +196,15 @@ class Actor:
             Exception: Whatever the engine raised.
         """
         self._metrics.engine_runs.labels(self._stack, "refresh", "full").inc()
-        gauge = self._metrics.engine_in_progress.labels(self._stack)
-        gauge.set(1)
-        try:
-            if not self._recovered:
-                self.recover()
+        if not self._recovered:
+            self.recover()
+        with self._engine_running():
             return list(self.engine.refresh())
-        finally:
-            gauge.set(0)
 
     def recover(self) -> None:
         """Repair what a killed run left (a lock, pending operations)."""
-        actions = self.engine.recover()
+        with self._engine_running():
+            actions = self.engine.recover()
         for action in actions:
             logger.warning("[%s] recovered the stack: %s", self._stack, action)
             self._metrics.recoveries.labels(self._stack, action.split(":", 1)[0]).inc()

@@ -33,7 +33,7 @@ from twc.kube.watch import QueueSource
 from twc.loop.act import Actor, Effects
 from twc.loop.decide import ReconcileAction, ReconcileDecision
 from twc.loop.faults import BLOCKING, FaultBook
-from twc.loop.health import DaemonMetrics
+from twc.loop.health import DaemonMetrics, Liveness
 from twc.loop.observe import Observer, Sources
 from twc.loop.outcome import Outcome, outcome_of
 from twc.loop.plan import Plan, desired_from, make_plan
@@ -119,6 +119,8 @@ class Daemon:
         self._was_leader: bool | None = None
         self._last_replicas: dict[str, int] = {}
         self._accepted: dict[str, Any] = {}
+        self.liveness = Liveness(self.clocks.monotonic, settings.liveness_allowance)
+        self._rounds_seen: float | None = None
         self.faults = FaultBook(self.clocks.monotonic, self.clocks.wall)
         fault_reporter = FaultReporter(stack=stack, metrics=self.metrics, book=self.faults)
         self.observer = Observer(
@@ -147,6 +149,8 @@ class Daemon:
             may_apply=lambda: self._leader is None or self._leader.is_leader(),
             read_secret=sources.secrets,
             early_apply=settings.early_apply,
+            liveness=self.liveness,
+            engine_window=settings.engine.deadline + settings.engine.interrupt_grace,
         )
         self.rollouts = RolloutActor(
             sources.rollouts,
@@ -179,11 +183,17 @@ class Daemon:
         self._stop.set()
         self.wakeup.set()
 
+    @property
+    def stopping(self) -> bool:
+        """Whether the loop was asked to stop (or has ended)."""
+        return self._stop.is_set()
+
     def live(self) -> tuple[bool, str]:
-        """The liveness probe: the loop has not crashed."""
+        """The liveness probe: the loop has not crashed, and it made progress when it
+        should have (:class:`~twc.loop.health.Liveness`)."""
         if self._crashed is not None:
             return False, f"reconcile loop crashed: {self._crashed!r}"
-        return True, "ok"
+        return self.liveness.check()
 
     def ready(self) -> tuple[bool, str]:
         """The readiness probe: a standby is ready; a leader once it reconciled once.
@@ -270,12 +280,14 @@ class Daemon:
                     ok = state.last_outcome is not None and state.last_outcome.ok
                     return self.exit_code or (0 if ok else 1)
                 delay = state.next_delay(now=self.clocks.monotonic(), settings=self.settings)
+                self.liveness.expect(delay)
                 if self.clocks.sleep(delay, self.wakeup):
                     self._settle()
         except BaseException as exc:
             self._crashed = exc
             raise
         finally:
+            self._stop.set()  # the sources' threads end now, on purpose
             sources.queues.stop()
             if sources.native is not None:
                 sources.native.stop()
@@ -399,6 +411,7 @@ class Daemon:
         # does not fail (and log) just for starting first. Iterations check it anyway.
         sources = self.observer.sources
         deadline = self.clocks.monotonic() + timeout
+        self.liveness.expect(timeout)
         while (
             (
                 sources.queues.snapshot() is None
@@ -425,6 +438,12 @@ class Daemon:
 
     def _standby(self) -> None:
         retry = self.settings.leader_election.retry_period
+        # A standby's progress is its election rounds (a gate without rounds: its sleep).
+        rounds = getattr(self._leader, "last_round", None)
+        seen = rounds() if callable(rounds) else self.clocks.monotonic()
+        if seen != self._rounds_seen:
+            self._rounds_seen = seen
+            self.liveness.expect(retry)
         self.clocks.sleep(retry, self.wakeup)
         if not self._stop.is_set():
             # Watch events are for the leader; a standby only waits for the Lease.

@@ -26,7 +26,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-__all__ = ["DaemonMetrics", "HealthServer", "Probe"]
+__all__ = ["DaemonMetrics", "HealthServer", "Liveness", "Probe", "sample_names"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +69,7 @@ class DaemonMetrics:
         self.engine_in_progress = Gauge(
             "twc_engine_in_progress", "1 while an engine run is in progress.", ["stack"], registry=r
         )
+        self.engine_in_progress.labels(stack).set(0)
         self.last_success = Gauge(
             "twc_last_success_timestamp_seconds",
             "Unix time of the last successful iteration.",
@@ -192,11 +193,23 @@ class DaemonMetrics:
         """The metrics in the Prometheus text format."""
         return generate_latest(self.registry)
 
+    def sample_names(self) -> dict[str, str]:
+        """Every sample name the registry's metrics can produce, with the metric's type
+        (``counter``, ``gauge``, ``histogram``), whether or not it has a sample yet."""
+        return sample_names((family.name, family.type) for family in self.registry.collect())
+
     def value(self, name: str, **labels: str) -> float | None:
         """One sample's value, e.g. ``value("twc_engine_runs_total", operation="up")``.
 
-        Samples whose labels include ``labels`` are summed; ``None`` when none match.
+        Samples whose labels include ``labels`` are summed; ``None`` when none matches
+        (no sample for these labels yet, or one that was dropped).
+
+        Raises:
+            KeyError: No metric of this registry has a sample called ``name`` (a typo or
+                a renamed metric must fail a test, not read as "no sample").
         """
+        if name not in self.sample_names():
+            raise KeyError(f"no metric has a sample named {name!r}")
         found = False
         total = 0.0
         for family in self.registry.collect():
@@ -207,6 +220,80 @@ class DaemonMetrics:
                     found = True
                     total += sample.value
         return total if found else None
+
+    def count(self, name: str, **labels: str) -> float:
+        """A counter's value; 0 when it has no sample for these labels yet (a counter
+        that never counted is at zero).
+
+        Raises:
+            KeyError: ``name`` is no counter's sample (see :meth:`value`).
+        """
+        if self.sample_names().get(name) != "counter":
+            raise KeyError(f"no counter has a sample named {name!r}")
+        found = self.value(name, **labels)
+        return 0.0 if found is None else found
+
+
+_SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "gauge": ("",),
+    "histogram": ("_bucket", "_count", "_sum", "_created"),
+    "summary": ("", "_count", "_sum", "_created"),
+    "info": ("_info",),
+}
+
+
+def sample_names(families: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The sample names of metric families given as ``(name, type)``, with the type.
+
+    The Prometheus client names a counter family without ``_total`` and its samples with
+    it; a histogram's samples are ``_bucket``, ``_count`` and ``_sum``. Shared with the
+    tests that read ``/metrics`` over HTTP, so both reject an unknown name alike.
+    """
+    out: dict[str, str] = {}
+    for name, kind in families:
+        for suffix in _SUFFIXES.get(kind, ("",)):
+            out[f"{name}{suffix}"] = kind
+    return out
+
+
+class Liveness:
+    """When the loop must next show progress; ``/healthz`` fails once that passed.
+
+    The loop says how long its next step may take: after an iteration, its sleep; as a
+    standby, one election round; before an engine run, that run's deadline and grace
+    (the engine guard enforces it). ``allowance`` is added to each, so a slow but
+    working step does not count as hung, while a loop stuck in a call that never
+    returns (a hung API server), or a step that never ends, fails the probe and the
+    kubelet restarts the daemon.
+    """
+
+    def __init__(self, clock: Callable[[], float], allowance: float) -> None:
+        """Start expecting progress within ``allowance`` seconds."""
+        self._clock = clock
+        self.allowance = allowance
+        self._lock = threading.Lock()
+        self._last = clock()
+        self._due = self._last + allowance
+
+    def expect(self, within: float = 0.0) -> None:
+        """Progress now; the next is due within ``within`` seconds (plus the allowance)."""
+        now = self._clock()
+        with self._lock:
+            self._last = now
+            self._due = now + max(0.0, within) + self.allowance
+
+    def check(self) -> tuple[bool, str]:
+        """The probe: ``(ok, one line)``."""
+        now = self._clock()
+        with self._lock:
+            last, due = self._last, self._due
+        if now <= due:
+            return True, "ok"
+        return False, (
+            f"the reconcile loop made no progress for {now - last:.0f} s (it was due "
+            f"{now - due:.0f} s ago; liveness timeout {self.allowance:g} s)"
+        )
 
 
 Probe = Callable[[], tuple[bool, str]]
@@ -282,6 +369,10 @@ class HealthServer:
     def port(self) -> int:
         """The bound port."""
         return int(self._server.server_address[1])
+
+    def thread(self) -> threading.Thread | None:
+        """The serving thread, once started."""
+        return self._thread
 
     def start(self) -> HealthServer:
         """Serve in a background thread."""

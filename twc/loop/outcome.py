@@ -63,6 +63,10 @@ class FailureReason(StrEnum):
     """An operation timed out."""
     INVALID_SPEC = "InvalidSpec"
     """The desired state is invalid."""
+    ENGINE_DEADLINE = "EngineDeadlineExceeded"
+    """An engine run took longer than ``engine.deadline`` and was interrupted."""
+    ENGINE_INTERRUPTED = "EngineInterrupted"
+    """The engine guard stopped a run for another reason (its Lease term ended)."""
     NOT_RETRYABLE = "NotRetryable"
     """A twc error that says retrying cannot help (``retryable`` is false)."""
     UNEXPECTED = "Unexpected"
@@ -164,6 +168,10 @@ def classify(exc: BaseException) -> Classification:
 def _classify_one(exc: BaseException) -> Classification | None:
     temporary, permanent = OutcomeKind.TEMPORARY, OutcomeKind.PERMANENT
     names = {cls.__name__ for cls in type(exc).__mro__}
+    if "EngineDeadlineExceeded" in names:
+        return Classification(temporary, FailureReason.ENGINE_DEADLINE)
+    if "EngineInterrupted" in names:
+        return Classification(temporary, FailureReason.ENGINE_INTERRUPTED)
     if isinstance(exc, TemporaryError):
         return Classification(temporary, FailureReason.TEMPORARY, exc.delay)
     if isinstance(exc, PermanentError):

@@ -19,6 +19,7 @@ __all__ = [
     "AutoscaleBehavior",
     "BackoffSettings",
     "DaemonSettings",
+    "EngineSettings",
     "LeaderElectionSettings",
     "PolicyType",
     "SamplingSettings",
@@ -180,7 +181,11 @@ class SamplingSettings(_Settings):
 class LeaderElectionSettings(_Settings):
     """A Kubernetes ``Lease`` so only one daemon applies a stack (``--leader-elect``).
 
-    The timings are client-go's leader-election defaults.
+    The timings are client-go's leader-election defaults, with client-go's invariant
+    ``lease_duration > renew_deadline > retry_period``: a leader stops leading (and its
+    engine is interrupted) once it could not renew for ``renew_deadline``, which is
+    before any other candidate may take the Lease (``lease_duration`` after it last saw
+    the Lease change).
     """
 
     enabled: bool = False
@@ -190,7 +195,8 @@ class LeaderElectionSettings(_Settings):
     lease_namespace: str = "default"
     """Namespace of the Lease object."""
     lease_duration: float = Field(default=15.0, gt=0)
-    """Seconds a non-leader waits after the last renewal before taking the lease."""
+    """Seconds a non-leader waits after the last renewal before taking the lease (written
+    into the Lease as ``leaseDurationSeconds``, which is what other candidates honour)."""
     renew_deadline: float = Field(default=10.0, gt=0)
     """Seconds the leader keeps retrying a renewal before it stops leading."""
     retry_period: float = Field(default=2.0, gt=0)
@@ -212,6 +218,30 @@ class VersionedRolloutSettings(_Settings):
     test beds and in demos, so a rollout written for production runs in seconds."""
     identity: str = Field(default="twc", min_length=1, max_length=200)
     """The identity Temporal records on each routing change the daemon makes."""
+
+
+KILL_MARGIN = 1.0
+"""Seconds the engine guard needs, past its grace period, to notice a deadline (it
+checks ten times a second), kill every process of the run and reap them."""
+
+
+class EngineSettings(_Settings):
+    """Bounds on every engine run (``up``, ``refresh``, the repair of a killed run).
+
+    Each engine command runs under twc's engine guard, which interrupts it (SIGINT to its
+    process group, then SIGKILL of every process the run started after
+    ``interrupt_grace``) when the run's deadline passes, when the daemon's Lease term
+    ends, or when the daemon itself dies.
+    """
+
+    deadline: float = Field(default=1800.0, gt=0)
+    """Seconds one engine operation may take before it is interrupted and reported as
+    ``EngineDeadlineExceeded`` (a hung provider or an API server that never answers
+    must not hold the stack, and its lock, for good)."""
+    interrupt_grace: float = Field(default=3.0, gt=0)
+    """Seconds between the SIGINT that asks the engine to stop (it then cancels, waits
+    for in-flight steps and releases its lock) and the SIGKILL of every process the run
+    started."""
 
 
 class DaemonSettings(_Settings):
@@ -241,3 +271,33 @@ class DaemonSettings(_Settings):
     """Single-writer protection beyond the backend's lock."""
     rollout: VersionedRolloutSettings = Field(default_factory=VersionedRolloutSettings)
     """Versioned rollouts' time scale and identity."""
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+    """Deadline and interruption of engine runs."""
+    liveness_timeout: float | None = Field(default=None, gt=0)
+    """``/healthz`` fails when the loop has not made progress (finished an iteration, or
+    as a standby an election round) for this many seconds past the moment it should have:
+    after its sleep, or an engine run's deadline. ``None``: four reconcile intervals, at
+    least 60 s (one Kubernetes call may legitimately take its 30 s read timeout)."""
+
+    @property
+    def liveness_allowance(self) -> float:
+        """The effective :attr:`liveness_timeout`."""
+        if self.liveness_timeout is not None:
+            return self.liveness_timeout
+        return max(4 * self.reconcile_interval, 60.0)
+
+    @model_validator(mode="after")
+    def _engine_dead_before_takeover(self) -> DaemonSettings:
+        # A leader that cannot renew stops at renew_deadline; its engine gets
+        # interrupt_grace to stop, then is killed. All of that must be over before any
+        # other candidate may take the Lease (lease_duration), or two engines overlap.
+        election = self.leader_election
+        needed = election.renew_deadline + self.engine.interrupt_grace + KILL_MARGIN
+        if election.enabled and not election.lease_duration > needed:
+            raise ValueError(
+                f"need leader_election.lease_duration ({election.lease_duration}) > "
+                f"renew_deadline ({election.renew_deadline}) + engine.interrupt_grace "
+                f"({self.engine.interrupt_grace}) + {KILL_MARGIN}: the leader's engine "
+                "must be dead before another daemon may take the Lease"
+            )
+        return self

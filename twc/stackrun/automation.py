@@ -8,10 +8,19 @@ desired state the daemon decided on. It turns a program that refuses its input i
 :class:`~twc.errors.PermanentError`, reports drift from ``refresh`` events, and lists
 each worker's resource URNs (from the stack's state) for targeted ``up``\\ s.
 
+Every engine operation (``up``, ``refresh``, the repair, the state export for targets)
+runs under the engine guard's channel (:mod:`twc.stackrun.guard`) with a deadline, and,
+with leader election, inside :meth:`~twc.kube.lease.LeaseElector.hold`, so the Lease is
+never handed over in the middle of one. A run the guard interrupted raises
+:class:`~twc.stackrun.errors.EngineDeadlineExceeded` or
+:class:`~twc.stackrun.errors.EngineInterrupted` instead of the engine's error.
+
 A daemon killed during an ``up`` leaves the stack locked and its state with pending
-operations. The lock is broken only when it is provably stale: the lock's process ran on
-this host and is gone, or this daemon holds the leader Lease (whose protocol guarantees
-the previous leader stopped). Pending operations are then dropped from the state: the
+operations. The lock is broken only when its holder is provably gone
+(:func:`stale_lock`): the lock's process ran on this host and is dead, or it is the CLI
+of an earlier Lease holder, which the Lease records and proves gone. A lock of a live
+process, or of anyone the Lease does not record (a manual ``pulumi up`` or ``twc up``
+elsewhere), is never broken. Pending operations are then dropped from the state: the
 next full ``up`` re-applies every resource; the Kubernetes provider's server-side apply
 (forced, see :class:`AutomationEngine`) adopts objects a killed run created but never
 recorded.
@@ -19,20 +28,24 @@ recorded.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import socket
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from twc.desired import INPUTS_ENV, DesiredInputs
 from twc.errors import PermanentError
+from twc.kube.lease import EngineRecord
 from twc.stackrun import engine
-from twc.stackrun.errors import engine_failure
+from twc.stackrun.errors import EngineDeadlineExceeded, EngineInterrupted, engine_failure
+from twc.stackrun.guard import GuardChannel
 
 __all__ = [
     "PATCH_FORCE_ENV",
@@ -130,26 +143,43 @@ def stale_lock(
     *,
     hostname: str,
     alive: Callable[[int], bool],
-    leader: bool,
+    previous: Sequence[EngineRecord] = (),
 ) -> bool:
-    """Whether every lock is provably left behind by a dead process.
+    """Whether every lock is provably left behind by a process that is gone.
+
+    A lock on this host is gone when its pid is. A lock on another host is gone only if
+    it names the CLI of an earlier Lease holder: the Lease records the host and CLI pids
+    of each holder's engine commands before they start, and a holder the Lease has moved
+    on from (it expired, or was released or handed over) has no engine left, because its
+    engine guard stopped it by the end of its term. Nothing else is ever proof: a
+    manual ``twc up`` or ``pulumi up`` elsewhere that the Lease does not record keeps its
+    lock, however long it runs.
 
     Args:
         holders: The locks, from :func:`lock_holders`.
         hostname: This host's name.
         alive: Whether a pid is alive on this host.
-        leader: Whether this daemon holds the leader Lease: then any lock is stale,
-            because a leader that loses the Lease exits (taking its engine with it)
-            before another candidate can acquire it.
+        previous: Engine records of earlier Lease holders, given only while this
+            process holds the Lease (empty without leader election).
 
     Returns:
-        True only if there is at least one lock and none may belong to a live process.
+        True only if there is at least one lock and every one is provably gone.
     """
     if not holders:
         return False
-    if leader:
-        return True
-    return all(h.host == hostname and not alive(h.pid) for h in holders)
+    return all(_holder_gone(h, hostname=hostname, alive=alive, previous=previous) for h in holders)
+
+
+def _holder_gone(
+    holder: LockHolder,
+    *,
+    hostname: str,
+    alive: Callable[[int], bool],
+    previous: Sequence[EngineRecord],
+) -> bool:
+    if holder.host == hostname:
+        return not alive(holder.pid)
+    return any(r.host == holder.host and holder.pid in r.pids for r in previous)
 
 
 def worker_urns_from_state(resources: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
@@ -192,7 +222,10 @@ class AutomationEngine:
         state_dir: Path | None = None,
         hostname: str | None = None,
         alive: Callable[[int], bool] = pid_alive,
-        is_leader: Callable[[], bool] = lambda: False,
+        previous_engines: Callable[[], Sequence[EngineRecord]] = tuple,
+        hold: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+        channel: GuardChannel | None = None,
+        deadline: float = 1800.0,
         log_prefix: str | None = None,
         force_conflicts: bool = True,
     ) -> None:
@@ -200,11 +233,18 @@ class AutomationEngine:
 
         Args:
             ref: The stack, its ``twc:`` config and extra environment.
-            state_dir: Where to write the inputs file; a private temporary directory
-                by default.
+            state_dir: Where to write the inputs file (and the guard's channel); a
+                private temporary directory by default.
             hostname: This host's name as the backend records it in locks.
             alive: Whether a pid is alive on this host.
-            is_leader: Whether this daemon currently holds the leader Lease.
+            previous_engines: The engine records of earlier Lease holders while this
+                daemon holds the Lease (``LeaseElector.inherited_engines``), else empty.
+            hold: Entered around each engine operation (``LeaseElector.hold``: the
+                Lease is not handed over during it, and none starts without a term).
+            channel: The engine guard's channel; an unleased one in ``state_dir`` by
+                default.
+            deadline: Seconds one engine operation may take before the guard
+                interrupts it.
             log_prefix: Prefix of the engine output lines logged.
             force_conflicts: Let the Kubernetes provider take over fields another
                 field manager owns (server-side apply with force). The daemon is the
@@ -218,11 +258,29 @@ class AutomationEngine:
             state_dir = Path(tempfile.mkdtemp(prefix="twc-daemon-"))
         state_dir.mkdir(parents=True, exist_ok=True)
         self.inputs_file = state_dir / f"inputs-{ref.name}.json"
+        self.channel = channel or GuardChannel(state_dir / "guard")
         self._hostname = hostname or socket.gethostname()
         self._alive = alive
-        self._is_leader = is_leader
+        self._previous = previous_engines
+        self._hold = hold
+        self._deadline = deadline
         self._prefix = log_prefix or f"[{ref.name}]"
         self._force_conflicts = force_conflicts
+
+    @contextlib.contextmanager
+    def _operation(self) -> Iterator[None]:
+        """One engine operation: under the Lease's hold, with the deadline; a run the
+        guard stopped raises what stopped it rather than the engine's error."""
+        with self._hold(), self.channel.run(self._deadline) as started:
+            try:
+                yield
+            except Exception as exc:
+                stopped = [e for e in self.channel.journal(since=started) if e.interrupted]
+                if not stopped:
+                    raise
+                last = stopped[-1]
+                error = EngineDeadlineExceeded if last.cause == "deadline" else EngineInterrupted
+                raise error(str(last.interrupted)) from exc
 
     # ------------------------------------------------------------------ engine
     def up(self, inputs: DesiredInputs, targets: Sequence[str] | None) -> UpReport:
@@ -231,11 +289,17 @@ class AutomationEngine:
         Raises:
             PermanentError: The program refused its input.
             ConcurrentUpdateError: A live process holds the stack's lock.
+            EngineDeadlineExceeded: The run took longer than its deadline.
+            EngineInterrupted: The engine guard stopped the run (the term ended).
             CommandError: The engine failed otherwise.
         """
+        inputs.to_file(self.inputs_file)
+        with self._operation():
+            return self._up(targets)
+
+    def _up(self, targets: Sequence[str] | None) -> UpReport:
         from pulumi.automation import CommandError, ConcurrentUpdateError
 
-        inputs.to_file(self.inputs_file)
         ref = self._ref_with_inputs()
         for attempt in (1, 2):
             try:
@@ -256,6 +320,10 @@ class AutomationEngine:
 
     def refresh(self) -> list[str]:
         """Refresh the state; returns names of resources whose live state differed."""
+        with self._operation():
+            return self._refresh()
+
+    def _refresh(self) -> list[str]:
         from pulumi.automation import ConcurrentUpdateError
 
         drifted: list[str] = []
@@ -283,7 +351,8 @@ class AutomationEngine:
 
     def worker_urns(self) -> dict[str, list[str]]:
         """Per worker key, the URNs of its component and descendants, from the state."""
-        state = engine.select_stack(self.ref).export_stack().deployment or {}
+        with self._operation():
+            state = engine.select_stack(self._ref_with_inputs()).export_stack().deployment or {}
         return worker_urns_from_state(state.get("resources") or [])
 
     # ---------------------------------------------------------------- recovery
@@ -296,6 +365,10 @@ class AutomationEngine:
         Raises:
             ConcurrentUpdateError: A live process holds the lock (nothing is touched).
         """
+        with self._operation():
+            return self._recover()
+
+    def _recover(self) -> list[str]:
         from pulumi.automation import ConcurrentUpdateError
 
         actions: list[str] = []
@@ -310,19 +383,25 @@ class AutomationEngine:
 
     def _break_stale_lock(self, message: str) -> bool:
         holders = lock_holders(message)
-        leader = self._is_leader()
-        if not stale_lock(holders, hostname=self._hostname, alive=self._alive, leader=leader):
-            logger.info("%s the stack is locked by a live update; waiting", self._prefix)
+        who = ", ".join(f"{h.user}@{h.host} pid {h.pid}" for h in holders) or "a process"
+        previous = self._previous()
+        if not stale_lock(holders, hostname=self._hostname, alive=self._alive, previous=previous):
+            logger.info(
+                "%s the stack is locked by %s, not provably gone (alive on this host, or "
+                "not an earlier Lease holder's engine): waiting; `pulumi cancel` removes "
+                "the lock if you know that process is gone",
+                self._prefix,
+                who,
+            )
             return False
-        who = ", ".join(f"{h.user}@{h.host} pid {h.pid}" for h in holders)
         logger.warning("%s breaking a stale lock (%s)", self._prefix, who)
-        engine.select_stack(self.ref).cancel()
+        engine.select_stack(self._ref_with_inputs()).cancel()
         return True
 
     def _drop_pending_operations(self) -> list[str]:
         from pulumi.automation import Deployment
 
-        stack = engine.select_stack(self.ref)
+        stack = engine.select_stack(self._ref_with_inputs())
         exported = stack.export_stack()
         state = dict(exported.deployment or {})
         pending = state.get("pending_operations") or []
@@ -342,7 +421,7 @@ class AutomationEngine:
 
     # ----------------------------------------------------------------- helpers
     def _ref_with_inputs(self) -> engine.StackRef:
-        env = {**(self.ref.env or {}), INPUTS_ENV: str(self.inputs_file)}
+        env = {**(self.ref.env or {}), **self.channel.env(), INPUTS_ENV: str(self.inputs_file)}
         if self._force_conflicts:
             env[PATCH_FORCE_ENV] = "true"
         return replace(self.ref, env=env)

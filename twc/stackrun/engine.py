@@ -4,6 +4,11 @@ The program is a *local* program: ``work_dir`` is the project root, so the engin
 ``__main__.py`` through the language host exactly as ``pulumi up`` does, and the dynamic
 providers (pickled by reference to ``providers.*``) stay importable by the provider
 process (Pulumi issues #7453, #7960 are why an inline program would not do).
+
+Every CLI command runs under twc's engine guard (:mod:`twc.stackrun.guard`): the
+Automation API is pointed at a ``pulumi`` wrapper that runs the real CLI as a child of
+the guard, so no CLI, language-host or plugin process outlives the process that started
+it, whatever happens to that process.
 """
 
 from __future__ import annotations
@@ -11,12 +16,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pulumi import automation as auto
+
+from twc.stackrun.guard import GUARD_MARK, install_wrapper
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +60,27 @@ class StackRef:
     """The project directory."""
 
 
-def pulumi_command() -> auto.PulumiCommand | None:
-    """The project's pinned CLI (``.twc/bin/pulumi``) when installed, else PATH's."""
-    if (ROOT / ".twc" / "bin" / "pulumi").exists():
-        return auto.PulumiCommand(root=str(ROOT / ".twc"))
+def real_pulumi() -> str | None:
+    """The real CLI: the project's pinned one (``.twc/bin/pulumi``), else PATH's."""
+    pinned = ROOT / ".twc" / "bin" / "pulumi"
+    if pinned.exists():
+        return str(pinned)
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        if GUARD_MARK in directory:
+            continue  # never the guard's own wrapper
+        found = shutil.which("pulumi", path=directory)
+        if found:
+            return found
     return None
+
+
+def pulumi_command() -> auto.PulumiCommand | None:
+    """The CLI for the Automation API: the real one (:func:`real_pulumi`) under the
+    engine guard; ``None`` (the Automation API's own lookup) when there is none."""
+    real = real_pulumi()
+    if real is None:
+        return None
+    return auto.PulumiCommand(root=str(install_wrapper(real, root=ROOT)))
 
 
 def select_stack(ref: StackRef) -> auto.Stack:

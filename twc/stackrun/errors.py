@@ -14,7 +14,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["PROGRAM_REFUSED", "EngineFailure", "engine_failure"]
+from twc.errors import TemporaryError
+
+__all__ = [
+    "PROGRAM_REFUSED",
+    "EngineDeadlineExceeded",
+    "EngineFailure",
+    "EngineInterrupted",
+    "engine_failure",
+]
 
 PROGRAM_REFUSED = "nothing was changed"
 """The program says this when it refuses its input; retrying the same input cannot help."""
@@ -51,6 +59,19 @@ class EngineFailure:
             if line:
                 return line[:500]
         return "the engine failed"
+
+
+class EngineInterrupted(TemporaryError):
+    """The engine guard stopped a run: its term ended, its caller asked, or it died."""
+
+    def __init__(self, reason: str) -> None:
+        """Say why (the guard's own words)."""
+        super().__init__(f"the engine run was interrupted: {reason}")
+        self.reason = reason
+
+
+class EngineDeadlineExceeded(EngineInterrupted):
+    """The run took longer than its deadline and was interrupted."""
 
 
 def engine_failure(error: BaseException | str) -> EngineFailure:

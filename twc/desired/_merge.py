@@ -74,6 +74,8 @@ class Rejection:
     kept: bool = False
     """Whether its last accepted spec stays in the desired state (its workers run on
     unchanged) rather than the object being left out."""
+    kept_generation: int | None = None
+    """When kept: the ``metadata.generation`` of the spec that keeps running."""
 
     @property
     def key(self) -> str:
@@ -208,7 +210,16 @@ def _merge_kind(
             if fallback_error is None:
                 chosen.append(kept)
                 merged = trial
-                rejected.append(Rejection(nat, reason, message, kept=True))
+                generation = (fallback.raw.get("metadata") or {}).get("generation")
+                rejected.append(
+                    Rejection(
+                        nat,
+                        reason,
+                        message,
+                        kept=True,
+                        kept_generation=generation if isinstance(generation, int) else None,
+                    )
+                )
                 continue
         rejected.append(Rejection(nat, reason, message, kept=False))
 

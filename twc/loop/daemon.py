@@ -28,11 +28,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from twc.connections import default_registry
 from twc.desired import DesiredFleet
 from twc.kube.watch import QueueSource
 from twc.loop.act import Actor, Effects
 from twc.loop.decide import ReconcileAction, ReconcileDecision
 from twc.loop.faults import BLOCKING, FaultBook
+from twc.loop.guard import DeletionGuard
 from twc.loop.health import DaemonMetrics
 from twc.loop.observe import Observer, Sources
 from twc.loop.outcome import Outcome, outcome_of
@@ -118,8 +120,15 @@ class Daemon:
         self._crashed: BaseException | None = None
         self._was_leader: bool | None = None
         self._last_replicas: dict[str, int] = {}
-        self._accepted: dict[str, Any] = {}
+        self._accepted: dict[str, Any] | None = None
         self.faults = FaultBook(self.clocks.monotonic, self.clocks.wall)
+        self.guard = DeletionGuard(
+            settings.deletion_guard,
+            registry=sources.registry or default_registry(),
+            file=sources.file,
+            record=sources.record,
+            stack=stack,
+        )
         fault_reporter = FaultReporter(stack=stack, metrics=self.metrics, book=self.faults)
         self.observer = Observer(
             sources,
@@ -138,6 +147,7 @@ class Daemon:
             wall=self.clocks.wall,
             deployments=self.observer.deployments,
             pollers=self.observer.pollers,
+            record=sources.record,
         )
         self.actor = Actor(
             effects,
@@ -221,6 +231,7 @@ class Daemon:
             "appliedHash": state.applied.fleet if state and state.applied else None,
             "blockedHash": state.blocked if state is not None else None,
             "invalidQueueObjects": dict(self.reporter.reported_invalid),
+            "heldDeletions": self.reporter.held_status(),
             "rejectedObjects": {
                 key: {"reason": reason, "message": shorten(message, 500)}
                 for key, (reason, message) in sorted(self.reporter.reported_native.items())
@@ -339,12 +350,18 @@ class Daemon:
             TemporaryError: The cluster's objects have not been listed yet.
         """
         seen = self.observer.observe()
+        if self._accepted is None:
+            recalled = self.observer.recall()
+            self.guard.remember(recalled.accepted, recalled.fleet)
+            self._accepted = {k: dict(v) for k, v in recalled.accepted.items()}
         desired: DesiredFleet = desired_from(
             seen,
             accepted=self._accepted,
             registry=self.observer.registry,
             file=self.observer.sources.file,
         )
+        existing = seen.live.keys() if seen.live is not None else None
+        desired = self.guard.guard(seen.fleet, desired, existing, now=now, wall=self.clocks.wall())
         facts = self.observer.facts(desired)
         plan = make_plan(
             seen,
@@ -358,7 +375,9 @@ class Daemon:
             program=self._program,
             native=self.observer.sources.native is not None,
             wall=self.clocks.wall(),
+            deletions=self.guard.verdict,
         )
+        self.guard.planned(desired)
         self._desired = dict(plan.replicas)
         self._observed = dict(seen.live or {})
         return plan

@@ -41,6 +41,7 @@ from twc.desired import (
     kind_key,
 )
 from twc.errors import TemporaryError, TwcConnectionError
+from twc.kube.record import RecordStore, StackRecord
 from twc.kube.watch import NativeSource, QueueSource
 from twc.loop.backlog import BacklogSource, SecretReader
 from twc.loop.faults import Fault, sample_fault
@@ -134,6 +135,9 @@ class Sources:
     """The fleet file's name, for messages."""
     rollouts: RolloutSource | None = None
     """Versioned workers' Deployments and routing (:mod:`twc.loop.rollouts`); ``None``
+    without a cluster."""
+    record: RecordStore | None = None
+    """The stack's record (last accepted specs, held deletions, approvals); ``None``
     without a cluster."""
 
 
@@ -231,23 +235,49 @@ class Observer:
         return Observation(fleet=fleet, cluster=cluster, live=live, live_known=known)
 
     def _cluster(self) -> dict[str, ObjectList]:
-        queues = self.sources.queues.snapshot()
-        if queues is None:
-            # Reconciling without the Queue objects would delete every derived worker.
-            raise TemporaryError("Queue objects not listed yet", delay=1.0)
-        out: dict[str, ObjectList] = {QUEUE_KIND_KEY: ObjectList.known(queues, trim=False)}
+        # A kind whose list failed (or never succeeded) is unknown, never empty: the
+        # desired state keeps its last accepted objects, or refuses to be computed
+        # (ObjectsUnknown) when there are none yet.
+        out: dict[str, ObjectList] = {QUEUE_KIND_KEY: self.sources.queues.observed()}
         native = self.sources.native
         if native is None:
             # No cluster: no such objects at all.
             out[WORKER_KIND_KEY] = ObjectList.known(())
             for kind in self.registry.watched_kinds():
                 out[kind_key(kind.kind, kind.api_group)] = ObjectList.known(())
-            return out
-        if native.snapshot() is None:
-            # Without them every TemporalWorker's Deployment would be deleted.
-            raise TemporaryError("TemporalWorker and connection objects not listed yet")
-        out.update(native.observed())
+        else:
+            out.update(native.observed())
+        for key, found in sorted(out.items()):
+            if found.is_known:
+                self._faults.fault_cleared(Fault.OBJECTS_UNKNOWN, key)
+            else:
+                self._faults.fault(Fault.OBJECTS_UNKNOWN, key, found.failure or "unknown")
         return out
+
+    def recall(self) -> StackRecord:
+        """The stack's record: the accepted specs (and fleet) a previous daemon kept.
+
+        Raises:
+            TemporaryError: The record exists but cannot be read now; without it an
+                object that is invalid now would lose its running workers.
+        """
+        record = self.sources.record
+        if record is None:
+            return StackRecord()
+        try:
+            found = record.load()
+        except Exception as exc:
+            raise TemporaryError(f"cannot read the stack's record {record}: {exc}") from exc
+        if found is None:
+            logger.info("[%s] no record in %s yet: nothing accepted before", self._stack, record)
+            return StackRecord()
+        logger.info(
+            "[%s] accepted specs from %s: %d objects",
+            self._stack,
+            record,
+            sum(len(v) for v in found.accepted.values()),
+        )
+        return found
 
     def watched_kinds(self) -> dict[str, WatchedKind]:
         """Per kind key, the connection kinds the registry knows."""

@@ -29,6 +29,7 @@ from twc.desired import (
 from twc.errors import TemporaryError
 from twc.loop.autoscale import ScaleDecision, ScalingState, WorkerScaleInput, scale_fleet
 from twc.loop.decide import DesiredState, ReconcileDecision, decide_reconcile, desired_state
+from twc.loop.guard import GuardVerdict
 from twc.loop.observe import Observation, WorkerFacts
 from twc.loop.settings import DaemonSettings
 from twc.loop.state import LoopState
@@ -89,6 +90,8 @@ class Plan:
     """The Kubernetes-native objects of this iteration."""
     versions: VersionsPlan = field(default_factory=VersionsPlan)
     """The versioned workers' rollouts: routing to carry out, versions to declare."""
+    deletions: GuardVerdict | None = None
+    """The deletion guard's verdict: which deletions are held, if any."""
 
     @property
     def workers(self) -> Mapping[str, ResolvedWorker]:
@@ -131,6 +134,7 @@ def make_plan(
     program: Mapping[str, Any],
     native: bool,
     wall: float | None = None,
+    deletions: GuardVerdict | None = None,
 ) -> Plan:
     """Decide the replicas, hash the desired state and decide the ``up``.
 
@@ -148,6 +152,7 @@ def make_plan(
             full ``up``.
         native: Whether TemporalWorker and connection objects are written back.
         wall: Unix time: versioned rollouts compare it with Temporal's timestamps.
+        deletions: The deletion guard's verdict on this desired state.
 
     Raises:
         TemporaryError: An autoscaled worker's replicas are unknown (the cluster could
@@ -236,6 +241,7 @@ def make_plan(
         scaling=scaling,
         native=_native_plan(seen, desired, watched) if native else None,
         versions=versions,
+        deletions=deletions,
     )
 
 

@@ -145,6 +145,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
         cluster_objects=args.cluster_objects,
         rollouts=RolloutSettings(time_scale=args.rollout_time_scale),
         rollout_wait=args.rollout_wait,
+        yes=args.yes,
     )
 
 
@@ -158,6 +159,12 @@ def _cmd_preview(args: argparse.Namespace) -> int:
         fleet_file=args.fleet_file,
         cluster_objects=args.cluster_objects,
     )
+
+
+def _cmd_approve(args: argparse.Namespace) -> int:
+    from twc.commands.approve import run_approve
+
+    return run_approve(args.stack)
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -227,6 +234,11 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="validate the fleet, then apply it (pulumi up) with progress")
     up.add_argument("--stack", required=True, help="stack (environment), e.g. local, dev, prod")
     up.add_argument("--fleet-file", default=None, help="fleet file (default stacks/<stack>.yaml)")
+    up.add_argument(
+        "--yes",
+        action="store_true",
+        help="delete more than the deletion guard's share of the workers without asking",
+    )
     _cluster_objects_flags(up)
     up.add_argument(
         "--rollout-wait",
@@ -264,6 +276,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _cluster_objects_flags(preview)
     preview.set_defaults(func=_cmd_preview)
+
+    approve = sub.add_parser(
+        "approve",
+        help="confirm the deletions the daemon holds (DeletionsHeld) for a stack",
+    )
+    approve.add_argument("--stack", required=True, help="stack whose held deletions to approve")
+    approve.set_defaults(func=_cmd_approve)
 
     status = sub.add_parser("status", help="per-worker phase, replicas, pollers, backlog")
     status.add_argument("--stack", required=True)

@@ -17,7 +17,8 @@ state, so unit tests drive it under Pulumi mocks with an injected secret reader.
 
 Pulumi config: ``twc:fleetFile`` (default ``stacks/<stack>.yaml``),
 ``twc:temporalAddress`` (replaces every connection's hostPort; the embedded local
-environment), ``twc:waitForPollersSeconds``.
+environment), ``twc:waitForPollersSeconds``, ``twc:controlNamespace`` (where the stack's
+record lives, see :mod:`twc.kube.record`).
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ def build(
     fleet = desired.fleet
     workers = list(desired.workers.values())
     registry = default_registry()
+    stack = pulumi.get_stack()
 
     # Resolve each worker's connection; group by connection identity.
     resolved: dict[str, ResolvedConnection] = {}
@@ -117,13 +119,14 @@ def build(
                 namespaces=tuple(namespaces[key]),
                 source=f"{file}: {sources[key]}",
                 secret_source_namespace=_secret_source_namespace(fleet, conn),
+                stack=stack,
             ),
             read_secret,
             opts=top,
         )
 
     queues = {
-        f"{q.namespace}/{q.name}": QueueComponent(f"{q.namespace}/{q.name}", q)
+        f"{q.namespace}/{q.name}": QueueComponent(f"{q.namespace}/{q.name}", q, stack=stack)
         for q in fleet.queues
     }
 
@@ -143,6 +146,7 @@ def build(
                 replicas=desired.replicas.get(wkey) if worker.autoscaling else None,
                 wait_for_pollers_seconds=options.wait_for_pollers_seconds,
                 versions=desired.inputs.versions.get(wkey),
+                stack=stack,
             ),
             opts=pulumi.ResourceOptions(parent=parent) if parent else top,
         )
@@ -159,12 +163,14 @@ def _secret_source_namespace(fleet: Fleet, conn: ResolvedConnection) -> str | No
     return spec.secret_source.namespace
 
 
-def program_inputs(file: str) -> tuple[Fleet, DesiredInputs]:
+def program_inputs(
+    file: str, *, stack: str = "", config: Mapping[str, str] | None = None
+) -> tuple[Fleet, DesiredInputs]:
     """The fleet and the desired state's inputs of this run.
 
     Handed over by the caller (the daemon, ``twc up``) when it set ``TWC_DESIRED_INPUTS``;
     otherwise (plain ``pulumi up``) the fleet file, and the cluster's objects read now
-    when the fleet includes them.
+    when the fleet includes them, with the last accepted specs from the stack's record.
 
     Raises:
         SpecError: The fleet file is invalid.
@@ -178,6 +184,7 @@ def program_inputs(file: str) -> tuple[Fleet, DesiredInputs]:
     fleet = load_fleet_file(file)
     from twc.kube.client import kube_client
     from twc.kube.observe import observe_inputs, running_versions
+    from twc.kube.record import RecordStore, control_namespace
 
     if not fleet.cluster_objects:
         if not any(w.rollout is not None for w in fleet.resolved_workers()):
@@ -187,7 +194,8 @@ def program_inputs(file: str) -> tuple[Fleet, DesiredInputs]:
         with kube_client() as kube:
             return fleet, DesiredInputs(versions=running_versions(kube))
     with kube_client() as kube:
-        return fleet, observe_inputs(kube, default_registry().watched_kinds())
+        record = RecordStore(kube.core, namespace=control_namespace(config), stack=stack)
+        return fleet, observe_inputs(kube, default_registry().watched_kinds(), record=record)
 
 
 def main() -> None:
@@ -200,7 +208,10 @@ def main() -> None:
         temporal_address=cfg.get("temporalAddress"), wait_for_pollers_seconds=wait
     )
     try:
-        fleet, inputs = program_inputs(file)
+        control = cfg.get("controlNamespace")
+        fleet, inputs = program_inputs(
+            file, stack=stack, config={"controlNamespace": control} if control else None
+        )
         desired = desired_fleet(fleet, inputs, registry=default_registry(), file=file)
         for rejected in desired.rejected:
             what = (

@@ -46,6 +46,8 @@ class DaemonProcess:
     log: Path
     name: str
     exit_code: int | None = field(default=None)
+    status_port: int = 0
+    """Port of ``/status`` (its own loopback listener)."""
 
     def metrics(self) -> dict[str, list[tuple[dict[str, str], float]]]:
         """Samples by name, read from ``/metrics``."""
@@ -75,7 +77,8 @@ class DaemonProcess:
 
     def status(self) -> dict[str, Any]:
         """The loop's state from ``/status``."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/status", timeout=5) as r:
+        url = f"http://127.0.0.1:{self.status_port}/status"
+        with urllib.request.urlopen(url, timeout=5) as r:
             return dict(json.loads(r.read()))
 
     def probe(self, path: str) -> int:
@@ -142,8 +145,12 @@ class Daemons:
         """
         name = name or f"daemon-{len(self.started) + 1}"
         port = free_port()
+        status_port = free_port()
         settings_file = self.tmp_path / f"{name}-settings.json"
-        settings_file.write_text(json.dumps(settings if settings is not None else FAST))
+        written = dict(settings if settings is not None else FAST)
+        written.setdefault("status_port", status_port)
+        status_port = int(written["status_port"])
+        settings_file.write_text(json.dumps(written))
         log = self.tmp_path / f"{name}.log"
         command = [
             *(wrapper or []),
@@ -171,7 +178,7 @@ class Daemons:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        daemon = DaemonProcess(proc, port, log, name)
+        daemon = DaemonProcess(proc, port, log, name, status_port=status_port)
         self.started.append(daemon)
 
         def serving() -> bool:

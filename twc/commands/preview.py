@@ -17,6 +17,7 @@ from typing import Any, TextIO
 from twc.commands import common
 from twc.preview import (
     EXIT_ERROR,
+    HeldDeletions,
     PreviewReport,
     build_report,
     exit_code,
@@ -74,6 +75,14 @@ def run_preview(
         if merged is None or not common.dry_run_or_report(merged, file, err):
             return EXIT_ERROR
         report = preview_report(merged)
+        deleting = common.deletions(merged, file)
+    if deleting.beyond_share:
+        held = HeldDeletions(
+            workers=sorted(deleting.beyond_share),
+            running=deleting.running,
+            allowed=deleting.allowed,
+        )
+        report = report.model_copy(update={"held_deletions": held})
     print(render(report, fmt), end="", file=out, flush=True)
     return exit_code(report, detailed)
 

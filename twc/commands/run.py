@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from twc.commands.common import fleet_file_for, stack_ref
+from twc.commands.common import fleet_file_for, stack_config, stack_ref
 from twc.connections import default_registry
 from twc.kube.client import KubeClient, NoClusterError, kube_client
 from twc.kube.lease import LeaseElector, lease_name_for
+from twc.kube.record import RecordStore, control_namespace
 from twc.kube.watch import NativeWatch, QueueSource, QueueWatcher, StaticQueues
 from twc.kube.workloads import Workloads
 from twc.kube.writer import NativeWriter
@@ -181,6 +182,7 @@ def run_daemon(options: RunOptions) -> int:
     native: NativeWatch | None = None
     writer: NativeWriter | None = None
     workloads: Workloads | None = None
+    record: RecordStore | None = None
     registry = default_registry()
     if kube is not None:
         queues = QueueWatcher(kube.custom, resync_interval=settings.resync_interval)
@@ -189,7 +191,10 @@ def run_daemon(options: RunOptions) -> int:
             kube.custom, registry.watched_kinds(), resync_interval=settings.resync_interval
         )
         writer = NativeWriter(kube.custom, kube.core)
-        workloads = Workloads(kube)
+        workloads = Workloads(kube, stack=options.stack)
+        # The stack's record: the last accepted specs and the held deletions.
+        namespace = control_namespace(stack_config(ref))
+        record = RecordStore(kube.core, namespace=namespace, stack=options.stack)
     else:
         queues = StaticQueues(())
 
@@ -211,6 +216,7 @@ def run_daemon(options: RunOptions) -> int:
             registry=registry,
             file=file,
             rollouts=_rollout_source(kube, workloads, temporal_address, settings),
+            record=record,
         ),
         Effects(
             engine=AutomationEngine(
@@ -226,14 +232,29 @@ def run_daemon(options: RunOptions) -> int:
     )
     try:
         server = HealthServer(
+            metrics, port=settings.metrics_port, live=daemon.live, ready=daemon.ready
+        ).start()
+    except OSError as exc:
+        print(f"twc run: cannot serve on port {settings.metrics_port}: {exc}", file=sys.stderr)
+        return 1
+    # /status names every worker and object of the stack (every tenant's): its own
+    # listener, on loopback unless configured; the probes and /metrics stay reachable.
+    try:
+        status_server = HealthServer(
             metrics,
-            port=settings.metrics_port,
+            port=settings.status_port,
+            host=settings.status_host,
             live=daemon.live,
             ready=daemon.ready,
             status=daemon.status,
         ).start()
     except OSError as exc:
-        print(f"twc run: cannot serve on port {settings.metrics_port}: {exc}", file=sys.stderr)
+        server.stop()
+        print(
+            f"twc run: cannot serve /status on {settings.status_host}:"
+            f"{settings.status_port}: {exc}",
+            file=sys.stderr,
+        )
         return 1
     stop_daemon = daemon
 
@@ -248,10 +269,13 @@ def run_daemon(options: RunOptions) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     logger.info(
-        "[%s] twc daemon: fleet %s, /healthz /readyz /metrics /status on port %d, settings %s",
+        "[%s] twc daemon: fleet %s, /healthz /readyz /metrics on port %d, /status on %s:%d, "
+        "settings %s",
         options.stack,
         file,
         server.port,
+        settings.status_host,
+        status_server.port,
         json.dumps(settings.model_dump(mode="json"), sort_keys=True),
     )
     if elector is not None:
@@ -269,5 +293,6 @@ def run_daemon(options: RunOptions) -> int:
         if elector is not None:
             elector.stop(release=True)
         server.stop()
+        status_server.stop()
         if kube is not None:
             kube.close()

@@ -47,6 +47,8 @@ class WorkerArgs:
     versions: WorkerVersions | None = None
     """For a worker with ``rollout``: its versions besides the target (from the
     desired state's inputs)."""
+    stack: str | None = None
+    """The stack, labelled on every object (``twc.temporal.io/stack``)."""
 
 
 class TemporalWorkerComponent(pulumi.ComponentResource):
@@ -62,7 +64,8 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         options = builders.PodTemplateOptions(secret_keys=conn.secret_keys)
 
-        sa_object = builders.worker_service_account(worker)
+        stack = args.stack
+        sa_object = builders.worker_service_account(worker, stack=stack)
         sa = k8s.core.v1.ServiceAccount(
             f"{name}-sa",
             metadata=sa_object["metadata"],
@@ -87,6 +90,7 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
                 replicas=args.replicas,
                 options=options,
                 connection_name=args.connection_name,
+                stack=stack,
             )
             spec, metadata = manifest["spec"], manifest["metadata"]
             deployment = k8s.apps.v1.Deployment(
@@ -99,14 +103,16 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
         if pdb_spec is not None:
             k8s.policy.v1.PodDisruptionBudget(
                 f"{name}-pdb",
-                metadata=builders.object_metadata(worker, worker.name),
+                metadata=builders.object_metadata(worker, worker.name, stack=stack),
                 spec=pdb_spec,
                 opts=child,
             )
         dlq_spec = builders.dlq_statefulset_spec(worker, conn.resolved, conn.fingerprint, options)
         if dlq_spec is not None:
             dlq_name = builders.dlq_statefulset_name(worker)
-            dlq_meta = builders.object_metadata(worker, dlq_name, builders.COMPONENT_DLQ)
+            dlq_meta = builders.object_metadata(
+                worker, dlq_name, builders.COMPONENT_DLQ, stack=stack
+            )
             svc = k8s.core.v1.Service(
                 f"{name}-dlq-svc",
                 metadata=dlq_meta,

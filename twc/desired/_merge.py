@@ -359,11 +359,14 @@ def merge_queues(
     accepted: Mapping[str, Mapping[str, Any]],
     *,
     file: str,
+    registry: Registry | None = None,
 ) -> KindMerge:
     """Add the labelled Queue objects to ``fleet``; each derives a worker.
 
     Objects whose queue the fleet file declares are left out (the file wins), and so
-    are objects without the ``temporal.io/worker-enabled`` label.
+    are objects without the ``temporal.io/worker-enabled`` label. With ``registry``, a
+    Queue whose derived worker's connection does not resolve (it does not exist, or
+    does not allow the Queue's namespace) is rejected alone, with that reason.
     """
     declared = {(q.namespace, q.name) for q in fleet.queues}
 
@@ -373,14 +376,24 @@ def merge_queues(
             return None
         return _Candidate("queues", _dump(queue), queue_native(obj), obj)
 
-    return _merge_kind(
-        fleet,
-        observed,
-        accepted,
-        convert=convert,
-        native=queue_native,
-        fits=_validates(fleet, file),
-    )
+    def fits(_base: Fleet, candidates: Sequence[_Candidate]) -> tuple[Fleet, dict[str, Exception]]:
+        trial = with_entries(fleet, _sections(candidates), file)
+        if registry is None:
+            return trial, {}
+        wanted = {c.obj.key for c in candidates}
+        failing: dict[str, Exception] = {}
+        for worker in trial.resolved_workers():
+            queue = worker.queue
+            key = f"{queue.namespace}/{queue.name}" if queue is not None else None
+            if not worker.derived or key not in wanted:
+                continue
+            try:
+                registry.resolve_worker(worker, trial)
+            except TwcConnectionError as exc:
+                failing[key] = exc
+        return trial, failing
+
+    return _merge_kind(fleet, observed, accepted, convert=convert, native=queue_native, fits=fits)
 
 
 # --------------------------------------------------------------------- workers

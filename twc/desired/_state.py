@@ -174,7 +174,9 @@ def desired_fleet(
             merge = merge_connections(fleet, watch, observed(key), accepted(key), file=file)
             kinds[key] = merge
             fleet = merge.fleet
-        merge = merge_queues(fleet, observed(QUEUE_KIND_KEY), accepted(QUEUE_KIND_KEY), file=file)
+        merge = merge_queues(
+            fleet, observed(QUEUE_KIND_KEY), accepted(QUEUE_KIND_KEY), file=file, registry=registry
+        )
         kinds[QUEUE_KIND_KEY] = merge
         fleet = merge.fleet
         resolve_fleet_connections(fleet, file=file, registry=registry)

@@ -41,6 +41,7 @@ __all__ = [
     "dlq_pod_template",
     "dlq_statefulset_name",
     "dlq_statefulset_spec",
+    "foreign_owner",
     "object_metadata",
     "pod_disruption_budget_spec",
     "selector_labels",
@@ -147,6 +148,26 @@ def stack_labels(stack: str | None) -> dict[str, str]:
     if not stack:
         return {}
     return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_STACK: label_value(stack)}
+
+
+def foreign_owner(obj: Mapping[str, Any], stack: str) -> str | None:
+    """Why an existing object is not ``stack``'s to adopt, or ``None`` when it is.
+
+    twc labels everything it creates (:func:`stack_labels`), so an object without
+    ``managed-by: twc`` was made by someone else (a user, Helm...), and one with another
+    stack's label belongs to that stack. An object twc made before it labelled stacks
+    (``managed-by: twc``, no stack label) is adopted. The reason names neither the other
+    stack nor anything outside the object itself.
+    """
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    labels = (meta or {}).get("labels") or {} if isinstance(meta, Mapping) else {}
+    if labels.get(LABEL_MANAGED_BY) != MANAGED_BY:
+        other = labels.get(LABEL_MANAGED_BY)
+        return f"not created by twc (managed-by: {other})" if other else "not created by twc"
+    found = labels.get(LABEL_STACK)
+    if found is not None and found != label_value(stack):
+        return "created by another twc stack"
+    return None
 
 
 def selector_labels(worker: ResolvedWorker, component: str = COMPONENT_WORKER) -> dict[str, str]:

@@ -32,6 +32,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from providers.ownership import ObjectOwnership
 from twc import builders
 from twc.components.connection import ConnectionArgs, ConnectionComponent, SecretReader
 from twc.components.queue import QueueComponent
@@ -129,6 +130,8 @@ def build(
         f"{q.namespace}/{q.name}": QueueComponent(f"{q.namespace}/{q.name}", q, stack=stack)
         for q in fleet.queues
     }
+    # A new worker's objects are created only if nobody else made objects of its name.
+    ownership = ObjectOwnership("ownership", stack=stack, workers=sorted(desired.workers))
 
     statuses: dict[str, pulumi.Output[Any]] = {}
     for worker in workers:
@@ -147,6 +150,7 @@ def build(
                 wait_for_pollers_seconds=options.wait_for_pollers_seconds,
                 versions=desired.inputs.versions.get(wkey),
                 stack=stack,
+                depends_on=(ownership,),
             ),
             opts=pulumi.ResourceOptions(parent=parent) if parent else top,
         )

@@ -234,6 +234,7 @@ def make_daemon(
     source: StaticQueues | None = None,
     read_replicas: Callable[[dict[str, int]], Mapping[str, int]] | None = None,
     record: Any = None,
+    objects: Any = None,
 ) -> Harness:
     """A daemon on fakes. ``fleet`` is re-read every iteration, so tests may edit it.
 
@@ -264,6 +265,7 @@ def make_daemon(
             secrets=read_secret,
             file="fleet.yaml",
             record=record,
+            objects=objects,
         ),
         Effects(engine=fake_engine, early=early),
         leader=leader,

@@ -213,6 +213,7 @@ def run_daemon(options: RunOptions) -> int:
             replicas=workloads.worker_replicas if workloads is not None else None,
             deployments=workloads.worker_deployments if workloads is not None else None,
             secrets=workloads.read_secret if workloads is not None else None,
+            objects=workloads.read if workloads is not None else None,
             registry=registry,
             file=file,
             rollouts=_rollout_source(kube, workloads, temporal_address, settings),

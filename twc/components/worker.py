@@ -49,6 +49,8 @@ class WorkerArgs:
     desired state's inputs)."""
     stack: str | None = None
     """The stack, labelled on every object (``twc.temporal.io/stack``)."""
+    depends_on: tuple[pulumi.Resource, ...] = ()
+    """What the ServiceAccount and Deployment wait for (the stack's ownership check)."""
 
 
 class TemporalWorkerComponent(pulumi.ComponentResource):
@@ -70,7 +72,7 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
             f"{name}-sa",
             metadata=sa_object["metadata"],
             automount_service_account_token=sa_object["automountServiceAccountToken"],
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
         )
         versioned = None
         if worker.rollout is not None:
@@ -79,7 +81,9 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
                 name,
                 args,
                 options,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[sa, *conn.depends_on]),
+                opts=pulumi.ResourceOptions(
+                    parent=self, depends_on=[sa, *conn.depends_on, *args.depends_on]
+                ),
             )
             deployment, spec = versioned.target, versioned.target_spec
         else:
@@ -97,7 +101,9 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
                 f"{name}-deployment",
                 metadata=metadata,
                 spec=spec,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[sa, *conn.depends_on]),
+                opts=pulumi.ResourceOptions(
+                    parent=self, depends_on=[sa, *conn.depends_on, *args.depends_on]
+                ),
             )
         pdb_spec = builders.pod_disruption_budget_spec(worker)
         if pdb_spec is not None:

@@ -173,6 +173,9 @@ class DesiredInputs(_Model):
     held: HeldObjects | None = None
     """Workers whose deletion is held (more than the guard's share would go at once),
     with the objects and entries that keep them; ``None`` when nothing is held."""
+    conflicts: dict[str, str] = Field(default_factory=dict)
+    """New workers left out because objects of their names exist that twc did not create
+    (``ObjectExists``), keyed ``<namespace>/<name>``, with why."""
 
     # --- versioned rollouts ---------------------------------------------------------
     versions: dict[str, WorkerVersions] = Field(default_factory=dict)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from twc.connections import Registry, WatchedKind, resolve_fleet_connections
@@ -24,7 +24,7 @@ from twc.desired._merge import (
     merge_workers,
     with_entries,
 )
-from twc.errors import SpecError, TwcConnectionError, TwcError
+from twc.errors import Reason, SpecError, TwcConnectionError, TwcError
 from twc.native.objects import IdentityKey, NativeObject, identity_key
 from twc.spec import Fleet, ResolvedWorker
 
@@ -85,6 +85,8 @@ class DesiredFleet:
     """The inputs this was computed from (what the program is handed)."""
     held: frozenset[str] = frozenset()
     """Workers kept only because their deletion is held (see :class:`HeldObjects`)."""
+    conflicts: Mapping[str, str] = field(default_factory=dict)
+    """Workers left out because someone else's objects have their names (``ObjectExists``)."""
 
     @property
     def rejected(self) -> tuple[Rejection, ...]:
@@ -193,6 +195,11 @@ def desired_fleet(
         resolve_fleet_connections(fleet, file=file, registry=registry)
 
     workers = {w.stack_key: w for w in fleet.resolved_workers()}
+    conflicts = {k: why for k, why in inputs.conflicts.items() if k in workers}
+    if conflicts:
+        workers = {k: w for k, w in workers.items() if k not in conflicts}
+        if WORKER_KIND_KEY in kinds:
+            kinds[WORKER_KIND_KEY] = _without(kinds[WORKER_KIND_KEY], conflicts)
     object_workers = set(kinds[WORKER_KIND_KEY].accepted) if WORKER_KIND_KEY in kinds else set()
     origins: dict[str, str] = {}
     for key, worker in workers.items():
@@ -224,6 +231,23 @@ def desired_fleet(
         references=references,
         inputs=inputs,
         held=kept,
+        conflicts=conflicts,
+    )
+
+
+def _without(merge: KindMerge, conflicts: Mapping[str, str]) -> KindMerge:
+    """The TemporalWorker merge with the conflicting objects rejected (``ObjectExists``)."""
+    gone = {k: o for k, o in merge.accepted.items() if k in conflicts}
+    if not gone:
+        return merge
+    rejected = [
+        *merge.rejected,
+        *(Rejection(obj, Reason.OBJECT_EXISTS.value, conflicts[k]) for k, obj in gone.items()),
+    ]
+    return replace(
+        merge,
+        accepted={k: o for k, o in merge.accepted.items() if k not in gone},
+        rejected=tuple(sorted(rejected, key=lambda r: r.key)),
     )
 
 

@@ -200,6 +200,10 @@ class Workloads:
         """Whether the object is in the API server."""
         return self._read(ref) is not None
 
+    def read(self, ref: ObjectRef) -> dict[str, Any] | None:
+        """The object as the API returns it, or ``None`` when it does not exist."""
+        return self._read(ref)
+
     def release(self, ref: ObjectRef, field_manager: str) -> bool:
         """Drop ``field_manager``'s fields of the object: apply an empty body under it.
 

@@ -38,7 +38,7 @@ from twc.loop.guard import DeletionGuard
 from twc.loop.health import DaemonMetrics
 from twc.loop.observe import Observer, Sources
 from twc.loop.outcome import Outcome, outcome_of
-from twc.loop.plan import Plan, desired_from, make_plan
+from twc.loop.plan import Plan, desired_from, make_plan, with_conflicts
 from twc.loop.report import FaultReporter, Reporter, shorten
 from twc.loop.rollouts import RolloutActor
 from twc.loop.sampling import RateLimiter, TokenBucket
@@ -232,6 +232,7 @@ class Daemon:
             "blockedHash": state.blocked if state is not None else None,
             "invalidQueueObjects": dict(self.reporter.reported_invalid),
             "heldDeletions": self.reporter.held_status(),
+            "objectConflicts": dict(self.reporter.reported_conflicts),
             "rejectedObjects": {
                 key: {"reason": reason, "message": shorten(message, 500)}
                 for key, (reason, message) in sorted(self.reporter.reported_native.items())
@@ -362,6 +363,15 @@ class Daemon:
         )
         existing = seen.live.keys() if seen.live is not None else None
         desired = self.guard.guard(seen.fleet, desired, existing, now=now, wall=self.clocks.wall())
+        known = self.guard.previous.workers if self.guard.previous is not None else ()
+        conflicts = self.observer.conflicts(desired, existing, known)
+        desired = with_conflicts(
+            seen.fleet,
+            desired,
+            conflicts,
+            registry=self.observer.registry,
+            file=self.observer.sources.file,
+        )
         facts = self.observer.facts(desired)
         plan = make_plan(
             seen,

@@ -169,6 +169,13 @@ class DaemonMetrics:
             ["stack", "kind"],
             registry=r,
         )
+        self.object_conflicts = Gauge(
+            "twc_object_conflicts",
+            "New workers left out because objects of their names exist that twc did not "
+            "create (ObjectExists).",
+            ["stack"],
+            registry=r,
+        )
         self.deletions_held = Gauge(
             "twc_deletions_held",
             "Workers whose deletion the deletion guard holds (DeletionsHeld).",

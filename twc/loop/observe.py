@@ -20,12 +20,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from twc.builders import connection_name
+from twc.builders import connection_name, foreign_owner
 from twc.connections import (
     Registry,
     ResolvedConnection,
@@ -43,6 +43,7 @@ from twc.desired import (
 from twc.errors import TemporaryError, TwcConnectionError
 from twc.kube.record import RecordStore, StackRecord
 from twc.kube.watch import NativeSource, QueueSource
+from twc.kube.workloads import ObjectRef
 from twc.loop.backlog import BacklogSource, SecretReader
 from twc.loop.faults import Fault, sample_fault
 from twc.loop.health import DaemonMetrics
@@ -139,6 +140,9 @@ class Sources:
     record: RecordStore | None = None
     """The stack's record (last accepted specs, held deletions, approvals); ``None``
     without a cluster."""
+    objects: Callable[[ObjectRef], Mapping[str, object] | None] | None = None
+    """Reads a worker's Deployment or ServiceAccount (``None`` when absent), to find new
+    workers whose names someone else's objects have; ``None`` skips that check."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -420,6 +424,39 @@ class Observer:
                 self._faults.fault(fault, "backlog", text)
             else:
                 self._faults.fault_cleared(fault, "backlog")
+
+    def conflicts(
+        self, desired: DesiredFleet, existing: Collection[str] | None, known: Collection[str]
+    ) -> dict[str, str]:
+        """New workers whose Deployment or ServiceAccount exists and is not this stack's.
+
+        Only workers new to the stack are read (neither running nor in the previous
+        desired state): a worker the stack already holds is never second-guessed, even
+        if someone relabelled its objects.
+
+        Returns:
+            Per worker key, why (``ObjectExists``); unreadable objects count as free
+            (the engine's own ownership check still refuses them).
+        """
+        read = self.sources.objects
+        if read is None or existing is None:
+            return {}
+        out: dict[str, str] = {}
+        for key in sorted(set(desired.workers) - set(existing) - set(known)):
+            namespace, _, name = key.partition("/")
+            taken: list[str] = []
+            for kind in ("Deployment", "ServiceAccount"):
+                try:
+                    obj = read(ObjectRef(kind, namespace, name))
+                except Exception as exc:  # noqa: BLE001 - unreadable: the engine's check decides
+                    logger.debug("[%s] could not read %s %s: %s", self._stack, kind, key, exc)
+                    continue
+                why = foreign_owner(obj, self._stack) if obj is not None else None
+                if why is not None:
+                    taken.append(f"{kind} {key} exists and was {why}")
+            if taken:
+                out[key] = "; ".join(taken) + "; twc does not take it over"
+        return out
 
     # ---------------------------------------------------- for object status
     def deployments(self) -> Mapping[str, tuple[int, int]] | None:

@@ -42,9 +42,9 @@ from twc.loop.versions import (
 )
 from twc.native.objects import IdentityKey, NativeObject
 from twc.rollout import RolloutPlan
-from twc.spec import ResolvedWorker
+from twc.spec import Fleet, ResolvedWorker
 
-__all__ = ["NativePlan", "Plan", "desired_from", "make_plan"]
+__all__ = ["NativePlan", "Plan", "desired_from", "make_plan", "with_conflicts"]
 
 _POSITIONAL = {"source", "connection_source"}
 """ResolvedWorker fields that say where in the file a worker is, not what it is."""
@@ -119,6 +119,22 @@ def desired_from(
         accepted=dict(accepted),
     )
     return desired_fleet(seen.fleet, inputs, registry=registry, file=file)
+
+
+def with_conflicts(
+    fleet: Fleet,
+    desired: DesiredFleet,
+    conflicts: Mapping[str, str],
+    *,
+    registry: Registry,
+    file: str,
+) -> DesiredFleet:
+    """``desired`` without the new workers whose names someone else's objects have
+    (``ObjectExists``): the rest is applied, they wait until the names are free."""
+    if not conflicts:
+        return desired
+    inputs = desired.inputs.model_copy(update={"conflicts": dict(conflicts)})
+    return desired_fleet(fleet, inputs, registry=registry, file=file)
 
 
 def make_plan(

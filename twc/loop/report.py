@@ -149,6 +149,8 @@ class Reporter:
         self._record = record
         self._hold: Hold | None = None
         self._hold_published: str | None = None
+        self.reported_conflicts: dict[str, str] = {}
+        """New workers left out as ``ObjectExists`` (for ``/status``)."""
 
     # --------------------------------------------------------------- planned
     def planned(self, plan: Plan) -> None:
@@ -170,6 +172,7 @@ class Reporter:
         self._report_queues(plan.desired)
         self._remember(plan)
         self._report_held(plan.deletions)
+        self._report_conflicts(plan.desired)
         if plan.native is not None and plan.native.rejected:
             # Rejections need no engine: say so now, not after a long up.
             self._report_native(plan.native)
@@ -201,6 +204,16 @@ class Reporter:
         self.metrics.cluster_queues.labels(self.stack).set(accepted)
         kept = sum(1 for r in rejected.values() if r.kept)
         self.metrics.kept_objects.labels(self.stack, "Queue").set(kept)
+
+    def _report_conflicts(self, desired: DesiredFleet) -> None:
+        now = dict(desired.conflicts)
+        for key, why in sorted(now.items()):
+            if self.reported_conflicts.get(key) != why:
+                logger.warning("[%s/%s] ObjectExists, left out: %s", self.stack, key, why)
+        for key in sorted(set(self.reported_conflicts) - set(now)):
+            logger.info("[%s/%s] no longer in conflict (or gone)", self.stack, key)
+        self.reported_conflicts = now
+        self.metrics.object_conflicts.labels(self.stack).set(len(now))
 
     # ---------------------------------------------------------------- record
     def _remember(self, plan: Plan) -> None:

@@ -182,6 +182,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             fleet_file=args.fleet_file,
             settings_file=args.settings,
             port=args.port,
+            status_port=args.status_port,
             interval=args.interval,
             leader_elect=args.leader_elect,
             lease_namespace=args.lease_namespace,
@@ -295,6 +296,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--stack", required=True, help="stack (environment), e.g. local, dev, prod")
     run.add_argument("--fleet-file", default=None, help="fleet file (default stacks/<stack>.yaml)")
     run.add_argument("--port", type=int, default=None, help="port of /healthz, /metrics (8080)")
+    run.add_argument(
+        "--status-port", type=int, default=None, help="port of /status on loopback (8081)"
+    )
     run.add_argument("--interval", type=float, default=None, help="seconds between iterations")
     run.add_argument("--settings", default=None, help="JSON/YAML file of daemon settings")
     run.add_argument("--leader-elect", action="store_true", help="apply only while holding a Lease")

@@ -35,8 +35,8 @@ import pulumi_kubernetes as k8s
 from providers.ownership import ObjectOwnership
 from twc import builders
 from twc.components.connection import ConnectionArgs, ConnectionComponent, SecretReader
-from twc.components.queue import QueueComponent
-from twc.components.worker import TemporalWorkerComponent, WorkerArgs
+from twc.components.queue import QUEUE_TYPE, QueueComponent
+from twc.components.worker import TEMPORAL_WORKER_TYPE, TemporalWorkerComponent, WorkerArgs
 from twc.connections import ResolvedConnection, default_registry
 from twc.desired import DesiredFleet, DesiredInputs, ObjectsUnknown, desired_fleet
 from twc.errors import SpecError, TwcConnectionError
@@ -107,8 +107,12 @@ def build(
         worker_conn[worker.stack_key] = key
 
     # One explicit provider for the fleet: Secrets are updated in place (not deleted and
-    # re-created) when a credential rotates, so pods never see the copy missing.
-    provider = k8s.Provider("kubernetes", enable_secret_mutable=True)
+    # re-created) when a credential rotates, so pods never see the copy missing. Creates
+    # are server-side applies, which adopt an object that exists already (an upsert): the
+    # daemon relies on it for the objects it applies ahead of the engine and for those a
+    # killed run created but never recorded, so it is set here rather than left to the
+    # provider's default (ObjectOwnership keeps it from adopting anyone else's object).
+    provider = k8s.Provider("kubernetes", enable_secret_mutable=True, enable_server_side_apply=True)
     top = pulumi.ResourceOptions(providers=[provider])
 
     components: dict[str, ConnectionComponent] = {}
@@ -140,6 +144,11 @@ def build(
         parent = None
         if worker.derived and worker.queue is not None:
             parent = queues.get(f"{worker.queue.namespace}/{worker.queue.name}")
+        # A worker moving between the fleet file, a Queue object and a TemporalWorker
+        # object moves in or out from under its queue's component: the alias names its
+        # other place, so the engine moves its resources instead of creating new ones
+        # and deleting the running ones.
+        aliases = [_worker_urn(wkey, under_queue=parent is None)]
         component = TemporalWorkerComponent(
             wkey,
             WorkerArgs(
@@ -152,10 +161,19 @@ def build(
                 stack=stack,
                 depends_on=(ownership,),
             ),
-            opts=pulumi.ResourceOptions(parent=parent) if parent else top,
+            opts=pulumi.ResourceOptions(parent=parent, aliases=aliases)
+            if parent
+            else pulumi.ResourceOptions.merge(top, pulumi.ResourceOptions(aliases=aliases)),
         )
         statuses[wkey] = component.status
     return statuses
+
+
+def _worker_urn(key: str, *, under_queue: bool) -> str:
+    """The URN a worker component has at the stack's root or under a queue's component
+    (a child's URN carries its parents' types, not their names)."""
+    chain = f"{QUEUE_TYPE}${TEMPORAL_WORKER_TYPE}" if under_queue else TEMPORAL_WORKER_TYPE
+    return f"urn:pulumi:{pulumi.get_stack()}::{pulumi.get_project()}::{chain}::{key}"
 
 
 def _secret_source_namespace(fleet: Fleet, conn: ResolvedConnection) -> str | None:

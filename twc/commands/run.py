@@ -56,6 +56,8 @@ class RunOptions:
     """A JSON or YAML file with :class:`DaemonSettings` fields."""
     port: int | None = None
     """Overrides ``metrics_port``."""
+    status_port: int | None = None
+    """Overrides ``status_port``."""
     interval: float | None = None
     """Overrides ``reconcile_interval``."""
     leader_elect: bool = False
@@ -85,6 +87,8 @@ def load_settings(options: RunOptions) -> DaemonSettings:
         data = dict(loaded or {})
     if options.port is not None:
         data["metrics_port"] = options.port
+    if options.status_port is not None:
+        data["status_port"] = options.status_port
     if options.interval is not None:
         data["reconcile_interval"] = options.interval
     election = dict(data.get("leader_election") or {})

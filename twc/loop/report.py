@@ -12,8 +12,9 @@
   record, ``/status``);
 * for TemporalWorker and connection objects: status (written only when it changed),
   the ``temporal.io/delete-protection`` finalizer on every connection in use, and
-  Events on failures. Events and status carry the reason — the first error line of a
-  failed engine run, never its progress output, which names other namespaces' objects.
+  Events on failures. Events and status carry the reason — the engine's first error on
+  the object's own resources (:func:`twc.native.messages.worker_failure`), never its
+  output, which names other namespaces' objects.
 
 Nothing here fails the loop: whatever is not written now is written by a later
 iteration.
@@ -36,6 +37,7 @@ from twc.loop.outcome import FailureReason, Outcome, OutcomeKind
 from twc.loop.plan import NativePlan, Plan
 from twc.loop.state import LoopState
 from twc.loop.versions import rollout_fields, target_deployment
+from twc.native.messages import worker_failure
 from twc.native.objects import FINALIZER, IdentityKey, NativeObject, finalizer_updates
 from twc.native.status import (
     DeploymentFacts,
@@ -369,10 +371,12 @@ class Reporter:
             self._apply_failed.clear()
         if not outcome.ok and decision is not None and decision.action is not ReconcileAction.SKIP:
             changed = decision.workers if decision.action is ReconcileAction.TARGETED else None
-            # What tenants read: the first error line, not the engine's whole output.
-            reason = engine_failure(outcome.message).summary
+            # What tenants read: the engine's first error on this worker's own
+            # resources, never the output of the whole stack (every tenant's names).
+            refused = outcome.kind is OutcomeKind.PERMANENT
             for key, obj in native.workers.accepted.items():
                 if changed is None or key in changed:
+                    reason = worker_failure(outcome.message, key, refused=refused)
                     self._event_once(obj, "ApplyFailed", reason)
         for key, obj in native.workers.accepted.items():
             stopped = plan.versions.plans.get(key)

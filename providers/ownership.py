@@ -73,11 +73,10 @@ class ObjectOwnershipProvider(ResourceProvider):
     def create(self, props: dict[str, Any]) -> CreateResult:
         return CreateResult(id_="ownership", outs=dict(props))
 
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        changed = olds.get("workers") != news.get("workers") or olds.get("stack") != news.get(
-            "stack"
-        )
-        return DiffResult(changes=changed, replaces=[], delete_before_replace=False)
+    def diff(self, _id: str, _olds: dict[str, Any], _news: dict[str, Any]) -> DiffResult:
+        # Nothing outside ever changes: a "same" step records the new list anyway, and
+        # a preview never shows this resource updating when workers come or go.
+        return DiffResult(changes=False, replaces=[], delete_before_replace=False)
 
     def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
         return UpdateResult(outs=dict(news))

@@ -475,8 +475,11 @@ class ObjectWatcher:
                     continue
                 if self._stop.is_set():
                     break
-                logger.warning("%s.%s watch failed (retrying): %s", self.plural, self.group, exc)
-                self._failure = str(exc) or type(exc).__name__
+                failure = str(exc) or type(exc).__name__
+                # Once per failure, not every retry: the daemon reports it as a fault.
+                log = logger.warning if failure != self._failure else logger.debug
+                log("%s.%s watch failed (retrying): %s", self.plural, self.group, exc)
+                self._failure = failure
                 self._stop.wait(self._retry_delay)
                 version = ""
             finally:

@@ -6,6 +6,10 @@ spec back from the stack's record and keeps it too; fixing the object takes it b
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -21,7 +25,7 @@ from tests.faults._checks import (
     events,
     metric,
 )
-from twc.local import LocalEnvironment
+from twc.local import LocalEnvironment, project_root
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 
@@ -97,8 +101,38 @@ def test_an_invalid_edit_keeps_the_deployment_byte_identical_and_reports_invalid
     assert daemon.ups() == ups  # the desired state did not change: no engine run at all
     assert_unchanged(before, deployment_bytes(kube, namespace))
 
-    # A restarted daemon reads the last accepted spec from the stack's record.
+    # With the daemon stopped, the others read the last accepted spec from the stack's
+    # record: `twc preview` shows no change (no deletion of "orders"), and plain
+    # `pulumi up` (the program reading the cluster itself) changes nothing.
     assert daemon.terminate() == 0
+    env = {**os.environ, **fs.env}
+    preview = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "twc",
+            "preview",
+            "--stack",
+            fs.name,
+            "--fleet-file",
+            str(fs.fleet_file),
+            "--format",
+            "json",
+            "--detailed-exitcode",
+        ],
+        cwd=project_root(),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert preview.returncode == 0, preview.stdout + preview.stderr
+    assert json.loads(preview.stdout)["summary"]["resources"]["delete"] == 0
+    fs.up()
+    assert_unchanged(before, deployment_bytes(kube, namespace))
+
+    # A restarted daemon reads the last accepted spec from the stack's record.
     restarted = daemons.start(fs, settings=FAST, name="restarted")
     wait_for_success(restarted, timeout=120)
     wait_until_settled(restarted)

@@ -254,3 +254,44 @@ def test_a_restarted_daemon_holds_from_the_record_it_left() -> None:
 
     assert set(again.engine.last_program().workers) == {f"{NS}/w{i}" for i in range(4)}
     assert again.daemon.status()["heldDeletions"]["workers"] == [f"{NS}/w{i}" for i in (1, 2, 3)]
+
+
+def test_held_workers_nobody_remembers_stop_the_up_rather_than_go() -> None:
+    # A restarted daemon without a record: the three missing workers cannot be put back,
+    # so nothing is applied (they are not deleted) until the deletions are confirmed.
+    settings = DaemonSettings(deletion_guard=GUARD)
+    h = make_daemon(fleet_data(workers=_four_workers()[:1]), settings=settings)
+    h.live.update({f"{NS}/w{i}": 1 for i in range(4)})
+
+    state = h.step()
+
+    assert h.engine.ups == []
+    assert state.last_outcome is not None
+    assert not state.last_outcome.ok
+    assert "held workers cannot be kept" in state.last_outcome.message
+    assert h.daemon.status()["heldDeletions"]["workers"] == [f"{NS}/w{i}" for i in (1, 2, 3)]
+
+
+def test_twc_approve_writes_the_digest_of_what_is_held(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import contextlib
+
+    from twc.commands import approve, common
+    from twc.kube.record import HeldRecord
+
+    api = FakeConfigMaps()
+    record = RecordStore(api, namespace="twc", stack="prod")
+    monkeypatch.setattr(common, "stack_kube", lambda ref: contextlib.nullcontext())
+    monkeypatch.setattr(common, "stack_record", lambda ref, kube: record)
+
+    assert approve.run_approve("prod") == 1
+    assert "no deletions are held" in capsys.readouterr().err
+
+    record.save({}, None)
+    record.publish_held(HeldRecord("d1g35t", (f"{NS}/a", f"{NS}/b"), "2 of 4 workers"))
+    assert approve.run_approve("prod") == 0
+    out = capsys.readouterr().out
+    assert f"{NS}/a" in out
+    assert "approved (d1g35t)" in out
+    assert RecordStore(api, namespace="twc", stack="prod").approved() == "d1g35t"

@@ -24,14 +24,14 @@ from twc.desired._merge import (
     merge_workers,
     with_entries,
 )
-from twc.errors import Reason, SpecError, TwcConnectionError, TwcError
+from twc.errors import Reason, SpecError, TemporaryError, TwcConnectionError, TwcError
 from twc.native.objects import IdentityKey, NativeObject, identity_key
 from twc.spec import Fleet, ResolvedWorker
 
 __all__ = ["DesiredFleet", "HoldFailed", "ObjectsUnknown", "desired_fleet"]
 
 
-class ObjectsUnknown(TwcError):
+class ObjectsUnknown(TemporaryError, TwcError):
     """A kind's objects are unknown (its list failed) and no accepted spec of it exists
     yet: the desired state cannot be computed without deleting what came from them."""
 
@@ -39,27 +39,19 @@ class ObjectsUnknown(TwcError):
         """Name the unknown kinds and why each is unknown."""
         self.kinds = dict(kinds)
         text = "; ".join(f"{kind}: {why}" for kind, why in sorted(self.kinds.items()))
+        # Temporary: a later list may succeed.
         super().__init__(f"cluster objects unknown, nothing of them is known yet ({text})")
 
-    @property
-    def retryable(self) -> bool:
-        """A later list may succeed."""
-        return True
 
-
-class HoldFailed(TwcError):
+class HoldFailed(TemporaryError, TwcError):
     """Held workers could not be kept in the desired state (their last inputs do not
     fit any more): applying now would delete them, so nothing is applied."""
 
     def __init__(self, workers: Iterable[str], why: str) -> None:
         """Name the workers that could not be kept, and why."""
         self.workers = tuple(sorted(workers))
+        # Temporary: the inputs may change, or the hold be confirmed.
         super().__init__(f"held workers cannot be kept ({', '.join(self.workers)}): {why}")
-
-    @property
-    def retryable(self) -> bool:
-        """The inputs may change, or the hold be confirmed."""
-        return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,13 +122,7 @@ class Daemon:
         self._last_replicas: dict[str, int] = {}
         self._accepted: dict[str, Any] | None = None
         self.faults = FaultBook(self.clocks.monotonic, self.clocks.wall)
-        self.guard = DeletionGuard(
-            settings.deletion_guard,
-            registry=sources.registry or default_registry(),
-            file=sources.file,
-            record=sources.record,
-            stack=stack,
-        )
+
         fault_reporter = FaultReporter(stack=stack, metrics=self.metrics, book=self.faults)
         self.observer = Observer(
             sources,
@@ -148,6 +142,14 @@ class Daemon:
             deployments=self.observer.deployments,
             pollers=self.observer.pollers,
             record=sources.record,
+        )
+        self.guard = DeletionGuard(
+            settings.deletion_guard,
+            registry=sources.registry or default_registry(),
+            file=sources.file,
+            record=sources.record,
+            stack=stack,
+            on_verdict=self.reporter.report_held,
         )
         self.actor = Actor(
             effects,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,6 +157,7 @@ class DeletionGuard:
         file: str,
         record: RecordStore | None = None,
         stack: str = "",
+        on_verdict: Callable[[GuardVerdict], None] | None = None,
     ) -> None:
         """Guard one stack.
 
@@ -167,6 +168,8 @@ class DeletionGuard:
             record: The stack's record (approvals, and the previous state after a
                 restart); ``None`` without a cluster.
             stack: The stack's name, for logs.
+            on_verdict: Told each verdict at once, so a hold is reported even when the
+                iteration cannot go on (its held workers cannot be put back).
         """
         self.settings = settings
         self._registry = registry
@@ -177,6 +180,7 @@ class DeletionGuard:
         self.previous: DesiredFleet | None = None
         self.verdict: GuardVerdict | None = None
         self._released: str | None = None
+        self._on_verdict = on_verdict
 
     def remember(self, accepted: Mapping[str, Any], fleet: Mapping[str, Any] | None) -> None:
         """Start from what the stack's record says (after a restart): the desired state
@@ -250,6 +254,8 @@ class DeletionGuard:
                 ", ".join(sorted(verdict.deleting)),
             )
         self.hold = verdict.hold
+        if self._on_verdict is not None:
+            self._on_verdict(verdict)
         if verdict.hold is None:
             return desired
         if self.previous is None:

@@ -151,6 +151,7 @@ class Reporter:
         self._record = record
         self._hold: Hold | None = None
         self._hold_published: str | None = None
+        self._remembered: tuple[object, ...] | None = None
         self.reported_conflicts: dict[str, str] = {}
         """New workers left out as ``ObjectExists`` (for ``/status``)."""
 
@@ -173,7 +174,6 @@ class Reporter:
         )
         self._report_queues(plan.desired)
         self._remember(plan)
-        self._report_held(plan.deletions)
         self._report_conflicts(plan.desired)
         if plan.native is not None and plan.native.rejected:
             # Rejections need no engine: say so now, not after a long up.
@@ -219,15 +219,29 @@ class Reporter:
 
     # ---------------------------------------------------------------- record
     def _remember(self, plan: Plan) -> None:
-        """Write the last accepted specs to the stack's record when they changed."""
+        """Write the last accepted specs to the stack's record when they changed.
+
+        Serialising a thousand objects to compare them costs about 0.1 s, too much for
+        every iteration; the desired state's hash and the objects' keys change whenever
+        anything the desired state uses does, so only then is the record compared.
+        """
         if self._record is None or not plan.desired.cluster_managed:
             return
+        accepted = plan.desired.accepted
+        marker = (
+            plan.hashes.fleet,
+            tuple((kind, tuple(sorted(store))) for kind, store in sorted(accepted.items())),
+        )
+        if marker == self._remembered:
+            return
         try:
-            self._record.save(plan.desired.accepted, plan.inputs.fleet)
+            self._record.save(accepted, plan.inputs.fleet)
         except Exception as exc:  # noqa: BLE001 - write-back never fails the loop; the next iteration retries
             logger.warning("[%s] could not write %s (retrying): %s", self.stack, self._record, exc)
+            return
+        self._remembered = marker
 
-    def _report_held(self, verdict: GuardVerdict | None) -> None:
+    def report_held(self, verdict: GuardVerdict | None) -> None:
         """``DeletionsHeld`` while the guard holds deletions: log, metric, Event, record."""
         hold = verdict.hold if verdict is not None else None
         self._hold = hold

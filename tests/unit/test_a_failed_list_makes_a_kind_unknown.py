@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.unit._daemon_fakes import queue_object
+from twc.desired import object_key
 from twc.kube.watch import ListFailed, QueueWatcher
 
 
@@ -59,7 +60,7 @@ def _watcher(api: Api, crd: bool | BaseException = True) -> QueueWatcher:
 def _names(watcher: QueueWatcher) -> list[str]:
     found = watcher.observed()
     assert found.objects is not None, found.failure
-    return [o["metadata"]["name"] for o in found.objects]
+    return [object_key(o).rpartition("/")[2] for o in found.objects]
 
 
 @pytest.mark.parametrize(

@@ -47,12 +47,16 @@ def test_a_thousand_workers_fit_one_configmap_and_a_large_record_is_split_into_p
     small.save(_accepted(1000), None)
     parts = [name for (ns, name) in api.objects if name.startswith("twc-stack-split-")]
     assert len(parts) > 1
-    assert RecordStore(api, namespace="ns", stack="split").load().accepted == _accepted(1000)
+    split = RecordStore(api, namespace="ns", stack="split").load()
+    assert split is not None
+    assert split.accepted == _accepted(1000)
 
     # Shrunk back into one ConfigMap: the parts are deleted.
     small.save(_accepted(2), None)
     assert [n for (_, n) in api.objects if n.startswith("twc-stack-split-")] == []
-    assert RecordStore(api, namespace="ns", stack="split").load().accepted == _accepted(2)
+    shrunk = RecordStore(api, namespace="ns", stack="split").load()
+    assert shrunk is not None
+    assert shrunk.accepted == _accepted(2)
 
 
 def test_a_damaged_record_is_refused_rather_than_read_as_empty() -> None:
@@ -77,7 +81,9 @@ def test_held_deletions_are_published_and_an_approval_is_kept_until_the_hold_end
 
     store.publish_held(held)
     reader = RecordStore(api, namespace="ns", stack="prod")
-    assert reader.load().held == held
+    published = reader.load()
+    assert published is not None
+    assert published.held == held
     reader.approve("abc")
     assert store.approved() == "abc"
     # The daemon writing its accepted specs again must not drop the approval.
@@ -86,6 +92,7 @@ def test_held_deletions_are_published_and_an_approval_is_kept_until_the_hold_end
 
     store.publish_held(None)
     found = reader.load()
+    assert found is not None
     assert found.held is None
     assert found.approved is None
 

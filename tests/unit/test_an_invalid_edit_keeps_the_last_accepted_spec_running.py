@@ -11,7 +11,7 @@ from tests.unit.test_daemon_writes_back_native_objects import World, _last_statu
 from twc.desired import WORKER_KIND_KEY
 from twc.native.objects import NativeObject
 
-BAD_CPU = {"resources": {"requests": {"cpu": "lots"}}}
+BAD_CPU: dict[str, Any] = {"resources": {"requests": {"cpu": "lots"}}}
 
 
 class EventWorld(World):

@@ -4,6 +4,7 @@ namespaces: a TemporalWorker or Queue object elsewhere is refused alone
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pulumi
@@ -52,7 +53,11 @@ def _fleet(**extra: Any) -> dict[str, Any]:
     }
 
 
-def _desired(doc: dict[str, Any], workers=(), queues=()) -> DesiredFleet:
+def _desired(
+    doc: dict[str, Any],
+    workers: Sequence[dict[str, Any]] = (),
+    queues: Sequence[dict[str, Any]] = (),
+) -> DesiredFleet:
     cluster = {
         WORKER_KIND_KEY: ObjectList.known(workers),
         QUEUE_KIND_KEY: ObjectList.known(queues),
@@ -97,7 +102,7 @@ def test_a_fleet_file_worker_in_a_namespace_not_allowed_refuses_the_file() -> No
         _desired(doc)
 
 
-@pulumi.runtime.test
+@pulumi.runtime.test  # type: ignore[untyped-decorator]
 def test_no_credential_copy_is_made_for_a_refused_namespace() -> Any:
     from twc.program import ProgramOptions, build
 

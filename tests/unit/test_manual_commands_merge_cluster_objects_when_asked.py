@@ -22,10 +22,10 @@ def _ref(tmp_path: Path, **fleet: Any) -> tuple[engine.StackRef, str]:
     return engine.StackRef(name="prod", config={"fleetFile": str(path)}), str(path)
 
 
-def _inputs(run: common.Prepared | None) -> DesiredInputs:
+def _inputs(run: engine.StackRef | None) -> DesiredInputs:
     assert run is not None
-    assert run.ref.env is not None
-    return DesiredInputs.from_file(run.ref.env[INPUTS_ENV])
+    assert run.env is not None
+    return DesiredInputs.from_file(run.env[INPUTS_ENV])
 
 
 def test_the_file_alone_when_asked_or_when_the_fleet_opts_out(

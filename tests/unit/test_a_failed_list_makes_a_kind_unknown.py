@@ -156,3 +156,42 @@ def test_a_watch_deleted_event_removes_the_object_at_once() -> None:
     watcher.list_now()
     watcher._apply("DELETED", orders)
     assert _names(watcher) == []
+
+
+class Retried(Status):
+    """A 403 whose text differs on every answer, as a real one's response headers do."""
+
+    answers = 0
+
+    def __str__(self) -> str:
+        Retried.answers += 1
+        return f"(403) Reason: Forbidden, Audit-Id: {Retried.answers}"
+
+
+def test_a_list_failing_the_same_way_on_every_retry_is_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+    import time
+
+    api = Api([])
+    calls = 0
+
+    def failing(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        nonlocal calls
+        calls += 1
+        raise Retried(403)
+
+    api.list_cluster_custom_object = failing  # type: ignore[method-assign]
+    watcher = QueueWatcher(api, resync_interval=300, retry_delay=0.01, crd_exists=lambda _: True)
+    with caplog.at_level(logging.DEBUG, logger="twc.kube.watch"):
+        watcher.start(threading.Event())
+        deadline = time.monotonic() + 10
+        while calls < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        watcher.stop()
+    assert calls >= 5, "the watch thread stopped retrying"
+    retries = [r for r in caplog.records if "watch failed" in r.getMessage()]
+    assert len(retries) >= 5
+    assert [r.levelno for r in retries].count(logging.WARNING) == 1
+    assert watcher.failure() == "403 Forbidden"

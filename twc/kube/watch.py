@@ -475,8 +475,10 @@ class ObjectWatcher:
                     continue
                 if self._stop.is_set():
                     break
-                failure = str(exc) or type(exc).__name__
                 # Once per failure, not every retry: the daemon reports it as a fault.
+                # Keyed by status and reason, since an API error's text carries the
+                # response headers (an audit id, the date) that differ on every retry.
+                failure = list_failure(exc)
                 log = logger.warning if failure != self._failure else logger.debug
                 log("%s.%s watch failed (retrying): %s", self.plural, self.group, exc)
                 self._failure = failure

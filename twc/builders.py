@@ -28,6 +28,7 @@ __all__ = [
     "LABEL_COMPONENT",
     "LABEL_MANAGED_BY",
     "LABEL_NAME",
+    "LABEL_STACK",
     "LABEL_TASK_QUEUE",
     "LABEL_WORKER",
     "MANAGED_BY",
@@ -40,10 +41,12 @@ __all__ = [
     "dlq_pod_template",
     "dlq_statefulset_name",
     "dlq_statefulset_spec",
+    "foreign_owner",
     "object_metadata",
     "pod_disruption_budget_spec",
     "selector_labels",
     "service_account_metadata",
+    "stack_labels",
     "versioned_deployment",
     "worker_labels",
     "worker_pod_template",
@@ -56,6 +59,10 @@ LABEL_COMPONENT: Final = "app.kubernetes.io/component"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 LABEL_TASK_QUEUE: Final = "temporal.io/task-queue"
 LABEL_WORKER: Final = "twc.temporal.io/worker"
+LABEL_STACK: Final = "twc.temporal.io/stack"
+"""On every object twc creates: the stack it belongs to. Early apply, adoption and
+clean-up select on it, so one stack never touches another's objects (nor a user's, which
+carry no ``managed-by: twc``). Not on pod templates: adding it must not roll pods."""
 MANAGED_BY: Final = "twc"
 COMPONENT_WORKER: Final = "worker"
 COMPONENT_DLQ: Final = "dlq-processor"
@@ -136,6 +143,33 @@ def worker_labels(worker: ResolvedWorker, component: str = COMPONENT_WORKER) -> 
     }
 
 
+def stack_labels(stack: str | None) -> dict[str, str]:
+    """The ownership labels of an object of ``stack`` (none when no stack is given)."""
+    if not stack:
+        return {}
+    return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_STACK: label_value(stack)}
+
+
+def foreign_owner(obj: Mapping[str, Any], stack: str) -> str | None:
+    """Why an existing object is not ``stack``'s to adopt, or ``None`` when it is.
+
+    twc labels everything it creates (:func:`stack_labels`), so an object without
+    ``managed-by: twc`` was made by someone else (a user, Helm...), and one with another
+    stack's label belongs to that stack. An object twc made before it labelled stacks
+    (``managed-by: twc``, no stack label) is adopted. The reason names neither the other
+    stack nor anything outside the object itself.
+    """
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    labels = (meta or {}).get("labels") or {} if isinstance(meta, Mapping) else {}
+    if labels.get(LABEL_MANAGED_BY) != MANAGED_BY:
+        other = labels.get(LABEL_MANAGED_BY)
+        return f"not created by twc (managed-by: {other})" if other else "not created by twc"
+    found = labels.get(LABEL_STACK)
+    if found is not None and found != label_value(stack):
+        return "created by another twc stack"
+    return None
+
+
 def selector_labels(worker: ResolvedWorker, component: str = COMPONENT_WORKER) -> dict[str, str]:
     """The immutable selector subset of :func:`worker_labels`.
 
@@ -147,15 +181,21 @@ def selector_labels(worker: ResolvedWorker, component: str = COMPONENT_WORKER) -
 
 
 def object_metadata(
-    worker: ResolvedWorker, name: str, component: str = COMPONENT_WORKER
+    worker: ResolvedWorker,
+    name: str,
+    component: str = COMPONENT_WORKER,
+    *,
+    stack: str | None = None,
 ) -> dict[str, Any]:
-    """``metadata`` for an object owned by ``worker`` (Deployment, PDB, ...)."""
-    return {"name": name, "namespace": worker.namespace, "labels": worker_labels(worker, component)}
+    """``metadata`` for an object owned by ``worker`` (Deployment, PDB, ...), labelled
+    with ``stack`` (:data:`LABEL_STACK`) when given."""
+    labels = {**worker_labels(worker, component), **stack_labels(stack)}
+    return {"name": name, "namespace": worker.namespace, "labels": labels}
 
 
-def service_account_metadata(worker: ResolvedWorker) -> dict[str, Any]:
+def service_account_metadata(worker: ResolvedWorker, *, stack: str | None = None) -> dict[str, Any]:
     """``metadata`` of the worker's ServiceAccount (named like the worker)."""
-    metadata = object_metadata(worker, worker.name)
+    metadata = object_metadata(worker, worker.name, stack=stack)
     if worker.service_account.annotations:
         metadata["annotations"] = dict(worker.service_account.annotations)
     return metadata
@@ -398,12 +438,12 @@ def connection_name(connection: ResolvedConnection) -> str:
     return f"{ident.namespace}/{ident.name}" if ident.namespace else ident.name
 
 
-def worker_service_account(worker: ResolvedWorker) -> dict[str, Any]:
+def worker_service_account(worker: ResolvedWorker, *, stack: str | None = None) -> dict[str, Any]:
     """The worker's ServiceAccount, as the program applies it."""
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": service_account_metadata(worker),
+        "metadata": service_account_metadata(worker, stack=stack),
         "automountServiceAccountToken": worker.service_account.automount_token,
     }
 
@@ -416,6 +456,7 @@ def worker_deployment(
     replicas: int | None = None,
     options: PodTemplateOptions | None = None,
     connection_name: str | None = None,
+    stack: str | None = None,
 ) -> dict[str, Any]:
     """The worker's Deployment, as the program applies it (one definition for the
     Pulumi component and the daemon's early apply of a new worker).
@@ -428,13 +469,14 @@ def worker_deployment(
         options: Extra pod template knobs.
         connection_name: The connection's name in the stack, recorded on the Deployment
             (not the pod template: naming it must not roll pods).
+        stack: The stack, labelled on the Deployment (not on its pods).
 
     Returns:
         The whole object (``apiVersion``, ``kind``, ``metadata``, ``spec``).
     """
     spec = deployment_spec(worker, connection, fingerprint, replicas=replicas, options=options)
     spec["template"]["spec"]["serviceAccountName"] = worker.name
-    metadata = object_metadata(worker, worker.name)
+    metadata = object_metadata(worker, worker.name, stack=stack)
     metadata["annotations"] = {
         REPLICAS_SOURCE_ANNOTATION: "autoscaling" if worker.autoscaling else "spec",
     }
@@ -455,6 +497,7 @@ def versioned_deployment(
     replicas: int | None = None,
     options: PodTemplateOptions | None = None,
     connection_name: str | None = None,
+    stack: str | None = None,
 ) -> dict[str, Any]:
     """One version's Deployment of a worker with versioned rollouts:
     ``<worker>-<buildID>``, selecting only its own pods, whose worker container learns
@@ -475,6 +518,7 @@ def versioned_deployment(
             counts are kept within the autoscaling bounds.
         options: Extra pod template knobs.
         connection_name: The connection's name in the stack.
+        stack: The stack, labelled on the Deployment (not on its pods).
 
     Returns:
         The whole object (``apiVersion``, ``kind``, ``metadata``, ``spec``).
@@ -486,6 +530,7 @@ def versioned_deployment(
         replicas=replicas,
         options=options,
         connection_name=connection_name,
+        stack=stack,
     )
     spec, metadata = manifest["spec"], manifest["metadata"]
     if replicas == 0:

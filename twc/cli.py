@@ -146,6 +146,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
         rollouts=RolloutSettings(time_scale=args.rollout_time_scale),
         rollout_wait=args.rollout_wait,
         wait_for_daemon=args.wait_for_daemon,
+        yes=args.yes,
     )
 
 
@@ -159,6 +160,12 @@ def _cmd_preview(args: argparse.Namespace) -> int:
         fleet_file=args.fleet_file,
         cluster_objects=args.cluster_objects,
     )
+
+
+def _cmd_approve(args: argparse.Namespace) -> int:
+    from twc.commands.approve import run_approve
+
+    return run_approve(args.stack)
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -176,6 +183,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             fleet_file=args.fleet_file,
             settings_file=args.settings,
             port=args.port,
+            status_port=args.status_port,
             interval=args.interval,
             leader_elect=args.leader_elect,
             lease_namespace=args.lease_namespace,
@@ -228,6 +236,11 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="validate the fleet, then apply it (pulumi up) with progress")
     up.add_argument("--stack", required=True, help="stack (environment), e.g. local, dev, prod")
     up.add_argument("--fleet-file", default=None, help="fleet file (default stacks/<stack>.yaml)")
+    up.add_argument(
+        "--yes",
+        action="store_true",
+        help="delete more than the deletion guard's share of the workers without asking",
+    )
     _cluster_objects_flags(up)
     up.add_argument(
         "--rollout-wait",
@@ -273,6 +286,13 @@ def build_parser() -> argparse.ArgumentParser:
     _cluster_objects_flags(preview)
     preview.set_defaults(func=_cmd_preview)
 
+    approve = sub.add_parser(
+        "approve",
+        help="confirm the deletions the daemon holds (DeletionsHeld) for a stack",
+    )
+    approve.add_argument("--stack", required=True, help="stack whose held deletions to approve")
+    approve.set_defaults(func=_cmd_approve)
+
     status = sub.add_parser("status", help="per-worker phase, replicas, pollers, backlog")
     status.add_argument("--stack", required=True)
     status.add_argument("--output", choices=["table", "json"], default="table")
@@ -284,6 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--stack", required=True, help="stack (environment), e.g. local, dev, prod")
     run.add_argument("--fleet-file", default=None, help="fleet file (default stacks/<stack>.yaml)")
     run.add_argument("--port", type=int, default=None, help="port of /healthz, /metrics (8080)")
+    run.add_argument(
+        "--status-port", type=int, default=None, help="port of /status on loopback (8081)"
+    )
     run.add_argument("--interval", type=float, default=None, help="seconds between iterations")
     run.add_argument("--settings", default=None, help="JSON/YAML file of daemon settings")
     run.add_argument("--leader-elect", action="store_true", help="apply only while holding a Lease")

@@ -49,6 +49,12 @@ class Reason(StrEnum):
     """The Temporal frontend could not be reached or refused the connection."""
     INVALID_SPEC = "InvalidSpec"
     """The fleet file failed validation."""
+    OBJECT_EXISTS = "ObjectExists"
+    """A new worker's Deployment or ServiceAccount exists already and twc did not create
+    it (or another stack did): twc does not take it over."""
+    NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
+    """The ClusterConnection does not allow workers of the worker's namespace
+    (``allowedNamespaces``)."""
 
 
 # Reasons for which an immediate retry cannot succeed: the input has to change first.
@@ -58,6 +64,7 @@ _PERMANENT_REASONS = frozenset(
         Reason.CONNECTION_NOT_FOUND,
         Reason.AUTH_SECRET_INVALID,
         Reason.INVALID_SPEC,
+        Reason.NAMESPACE_NOT_ALLOWED,
     }
 )
 

@@ -17,7 +17,8 @@ state, so unit tests drive it under Pulumi mocks with an injected secret reader.
 
 Pulumi config: ``twc:fleetFile`` (default ``stacks/<stack>.yaml``),
 ``twc:temporalAddress`` (replaces every connection's hostPort; the embedded local
-environment), ``twc:waitForPollersSeconds``.
+environment), ``twc:waitForPollersSeconds``, ``twc:controlNamespace`` (where the stack's
+record lives, see :mod:`twc.kube.record`).
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from providers.ownership import ObjectOwnership
 from twc import builders
 from twc.components.connection import ConnectionArgs, ConnectionComponent, SecretReader
-from twc.components.queue import QueueComponent
-from twc.components.worker import TemporalWorkerComponent, WorkerArgs
+from twc.components.queue import QUEUE_TYPE, QueueComponent
+from twc.components.worker import TEMPORAL_WORKER_TYPE, TemporalWorkerComponent, WorkerArgs
 from twc.connections import ResolvedConnection, default_registry
 from twc.desired import DesiredFleet, DesiredInputs, ObjectsUnknown, desired_fleet
 from twc.errors import SpecError, TwcConnectionError
@@ -82,6 +84,7 @@ def build(
     fleet = desired.fleet
     workers = list(desired.workers.values())
     registry = default_registry()
+    stack = pulumi.get_stack()
 
     # Resolve each worker's connection; group by connection identity.
     resolved: dict[str, ResolvedConnection] = {}
@@ -106,8 +109,12 @@ def build(
         worker_conn[worker.stack_key] = key
 
     # One explicit provider for the fleet: Secrets are updated in place (not deleted and
-    # re-created) when a credential rotates, so pods never see the copy missing.
-    provider = k8s.Provider("kubernetes", enable_secret_mutable=True)
+    # re-created) when a credential rotates, so pods never see the copy missing. Creates
+    # are server-side applies, which adopt an object that exists already (an upsert): the
+    # daemon relies on it for the objects it applies ahead of the engine and for those a
+    # killed run created but never recorded, so it is set here rather than left to the
+    # provider's default (ObjectOwnership keeps it from adopting anyone else's object).
+    provider = k8s.Provider("kubernetes", enable_secret_mutable=True, enable_server_side_apply=True)
     top = pulumi.ResourceOptions(providers=[provider])
 
     components: dict[str, ConnectionComponent] = {}
@@ -119,15 +126,18 @@ def build(
                 namespaces=tuple(namespaces[key]),
                 source=f"{file}: {sources[key]}",
                 secret_source_namespace=_secret_source_namespace(fleet, conn),
+                stack=stack,
             ),
             read_secret,
             opts=top,
         )
 
     queues = {
-        f"{q.namespace}/{q.name}": QueueComponent(f"{q.namespace}/{q.name}", q)
+        f"{q.namespace}/{q.name}": QueueComponent(f"{q.namespace}/{q.name}", q, stack=stack)
         for q in fleet.queues
     }
+    # A new worker's objects are created only if nobody else made objects of its name.
+    ownership = ObjectOwnership("ownership", stack=stack, workers=sorted(desired.workers))
 
     statuses: dict[str, pulumi.Output[Any]] = {}
     for worker in workers:
@@ -136,6 +146,11 @@ def build(
         parent = None
         if worker.derived and worker.queue is not None:
             parent = queues.get(f"{worker.queue.namespace}/{worker.queue.name}")
+        # A worker moving between the fleet file, a Queue object and a TemporalWorker
+        # object moves in or out from under its queue's component: the alias names its
+        # other place, so the engine moves its resources instead of creating new ones
+        # and deleting the running ones.
+        aliases = [_worker_urn(wkey, under_queue=parent is None)]
         component = TemporalWorkerComponent(
             wkey,
             WorkerArgs(
@@ -145,11 +160,22 @@ def build(
                 replicas=desired.replicas.get(wkey) if worker.autoscaling else None,
                 wait_for_pollers_seconds=options.wait_for_pollers_seconds,
                 versions=desired.inputs.versions.get(wkey),
+                stack=stack,
+                depends_on=(ownership,),
             ),
-            opts=pulumi.ResourceOptions(parent=parent) if parent else top,
+            opts=pulumi.ResourceOptions(parent=parent, aliases=aliases)
+            if parent
+            else pulumi.ResourceOptions.merge(top, pulumi.ResourceOptions(aliases=aliases)),
         )
         statuses[wkey] = component.status
     return statuses
+
+
+def _worker_urn(key: str, *, under_queue: bool) -> str:
+    """The URN a worker component has at the stack's root or under a queue's component
+    (a child's URN carries its parents' types, not their names)."""
+    chain = f"{QUEUE_TYPE}${TEMPORAL_WORKER_TYPE}" if under_queue else TEMPORAL_WORKER_TYPE
+    return f"urn:pulumi:{pulumi.get_stack()}::{pulumi.get_project()}::{chain}::{key}"
 
 
 def _secret_source_namespace(fleet: Fleet, conn: ResolvedConnection) -> str | None:
@@ -161,12 +187,14 @@ def _secret_source_namespace(fleet: Fleet, conn: ResolvedConnection) -> str | No
     return spec.secret_source.namespace
 
 
-def program_inputs(file: str) -> tuple[Fleet, DesiredInputs]:
+def program_inputs(
+    file: str, *, stack: str = "", config: Mapping[str, str] | None = None
+) -> tuple[Fleet, DesiredInputs]:
     """The fleet and the desired state's inputs of this run.
 
     Handed over by the caller (the daemon, ``twc up``) when it set ``TWC_DESIRED_INPUTS``;
     otherwise (plain ``pulumi up``) the fleet file, and the cluster's objects read now
-    when the fleet includes them.
+    when the fleet includes them, with the last accepted specs from the stack's record.
 
     Raises:
         SpecError: The fleet file is invalid.
@@ -180,6 +208,7 @@ def program_inputs(file: str) -> tuple[Fleet, DesiredInputs]:
     fleet = load_fleet_file(file)
     from twc.kube.client import kube_client
     from twc.kube.observe import observe_inputs, running_versions
+    from twc.kube.record import RecordStore, control_namespace
 
     if not fleet.cluster_objects:
         if not any(w.rollout is not None for w in fleet.resolved_workers()):
@@ -189,7 +218,8 @@ def program_inputs(file: str) -> tuple[Fleet, DesiredInputs]:
         with kube_client() as kube:
             return fleet, DesiredInputs(versions=running_versions(kube))
     with kube_client() as kube:
-        return fleet, observe_inputs(kube, default_registry().watched_kinds())
+        record = RecordStore(kube.core, namespace=control_namespace(config), stack=stack)
+        return fleet, observe_inputs(kube, default_registry().watched_kinds(), record=record)
 
 
 def main() -> None:
@@ -202,7 +232,10 @@ def main() -> None:
         temporal_address=cfg.get("temporalAddress"), wait_for_pollers_seconds=wait
     )
     try:
-        fleet, inputs = program_inputs(file)
+        control = cfg.get("controlNamespace")
+        fleet, inputs = program_inputs(
+            file, stack=stack, config={"controlNamespace": control} if control else None
+        )
         desired = desired_fleet(fleet, inputs, registry=default_registry(), file=file)
         for rejected in desired.rejected:
             what = (

@@ -56,6 +56,8 @@ class DaemonProcess:
     mark: str
     """The value of :data:`DAEMON_MARK_ENV` every process it starts inherits."""
     exit_code: int | None = field(default=None)
+    status_port: int = 0
+    """Port of ``/status`` (its own loopback listener)."""
 
     def metrics(self) -> tuple[dict[str, list[tuple[dict[str, str], float]]], dict[str, str]]:
         """Samples by name, read from ``/metrics``, and every sample name the exposed
@@ -95,7 +97,8 @@ class DaemonProcess:
 
     def status(self) -> dict[str, Any]:
         """The loop's state from ``/status``."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/status", timeout=5) as r:
+        url = f"http://127.0.0.1:{self.status_port}/status"
+        with urllib.request.urlopen(url, timeout=5) as r:
             return dict(json.loads(r.read()))
 
     def probe(self, path: str) -> int:
@@ -186,8 +189,12 @@ class Daemons:
         """
         name = name or f"daemon-{len(self.started) + 1}"
         port = free_port()
+        status_port = free_port()
         settings_file = self.tmp_path / f"{name}-settings.json"
-        settings_file.write_text(json.dumps(settings if settings is not None else FAST))
+        written = dict(settings if settings is not None else FAST)
+        written.setdefault("status_port", status_port)
+        status_port = int(written["status_port"])
+        settings_file.write_text(json.dumps(written))
         log = self.tmp_path / f"{name}.log"
         command = [
             *(wrapper or []),
@@ -225,7 +232,7 @@ class Daemons:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        daemon = DaemonProcess(proc, port, log, name, tmpdir, mark)
+        daemon = DaemonProcess(proc, port, log, name, tmpdir, mark, status_port=status_port)
         self.started.append(daemon)
 
         def serving() -> bool:

@@ -124,7 +124,9 @@ def test_the_api_server_serves_every_generated_crd(kube: Any) -> None:
         assert served.spec.scope == crd["spec"]["scope"]
 
 
-def test_printer_columns_show_phase_replicas_ready_task_queue_source_versions_age(kube: Any) -> None:
+def test_printer_columns_show_phase_replicas_ready_task_queue_source_versions_age(
+    kube: Any,
+) -> None:
     served = kube.ext.read_custom_resource_definition("temporalworkers.temporal.kmsvc.io")
     columns = {c.name: c.json_path for c in served.spec.versions[0].additional_printer_columns}
     assert columns == {

@@ -28,7 +28,8 @@ NAMESPACED = {
     ("apps", "statefulsets"): WRITE,
     ("", "serviceaccounts"): WRITE,
     ("", "services"): WRITE,
-    ("", "secrets"): WRITE,
+    # Copies by server-side apply (patch), never a PUT.
+    ("", "secrets"): WRITE - {"update"},
     ("policy", "poddisruptionbudgets"): WRITE,
     ("apps", "replicasets"): READ,
     ("", "pods"): READ,
@@ -47,6 +48,7 @@ CLUSTER_WIDE = {
     ("temporal.kmsvc.io", "temporalworkers"): READ,
     ("temporal.io", "connections"): READ,
     ("temporal.io", "clusterconnections"): READ | {"patch"},
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"get"},
 }
 
 
@@ -67,6 +69,14 @@ def test_the_cluster_role_has_no_wildcards_and_only_the_resources_twc_uses() -> 
         assert "*" not in rule["apiGroups"]
         assert "nonResourceURLs" not in rule
     assert grants(role) == _union(NAMESPACED, CLUSTER_WIDE)
+    [crds] = [r for r in role["rules"] if "customresourcedefinitions" in r["resources"]]
+    # Only the CRDs of the kinds the daemon lists, by name.
+    assert sorted(crds["resourceNames"]) == [
+        "clusterconnections.temporal.io",
+        "connections.temporal.io",
+        "queues.kmsvc.io",
+        "temporalworkers.temporal.kmsvc.io",
+    ]
 
 
 def test_the_namespaced_scope_writes_and_reads_secrets_only_in_the_given_namespaces() -> None:
@@ -136,6 +146,17 @@ def test_a_rule_changes_in_one_place_for_every_scope() -> None:
             }
         ], scope
         assert ("policy", "poddisruptionbudgets") not in grants(role), scope
+
+
+def test_the_stack_record_is_granted_only_in_the_daemons_namespace() -> None:
+    for sets in ((), ("leaderElection.enabled=false", "replicas=1")):
+        docs = render(*sets)
+        role = docs["Role/twc-system/twc-record"]
+        assert grants(role) == {("", "configmaps"): {"get", "create", "patch", "delete"}}
+        binding = docs["RoleBinding/twc-system/twc-record"]
+        assert binding["roleRef"]["name"] == "twc-record"
+        # Cluster-wide, ConfigMaps are only read (gate inputs), never written or listed.
+        assert grants(docs["ClusterRole/twc"])[("", "configmaps")] == {"get"}
 
 
 def test_leases_are_granted_only_in_the_daemons_namespace() -> None:

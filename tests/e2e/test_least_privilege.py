@@ -171,6 +171,8 @@ def _run_daemon_once(
 
     admin = fs.env.get("KUBECONFIG")
     monkeypatch.setenv("KUBECONFIG", str(restricted))
+    # The release's namespace holds the stack's record (in a pod, POD_NAMESPACE says so).
+    monkeypatch.setenv("TWC_CONTROL_NAMESPACE", namespace)
     fs.env["KUBECONFIG"] = str(restricted)
     try:
         with caplog.at_level(logging.INFO):
@@ -179,6 +181,7 @@ def _run_daemon_once(
                     stack=fs.name,
                     fleet_file=str(fs.fleet_file),
                     port=free_port(),
+                    status_port=free_port(),
                     once=True,
                     **options,
                 )
@@ -204,6 +207,10 @@ def _run_daemon_once(
             "temporal.kmsvc.io", "v1", namespace, "temporalworkers", name
         )
         assert view["metadata"]["labels"]["twc.temporal.io/derived-from"] == "Fleet", name
+    assert copied.metadata.labels["twc.temporal.io/stack"] == fs.name
+    # The daemon wrote the stack's record where the chart's Role lets it.
+    record = kube.core.read_namespaced_config_map(f"twc-stack-{fs.name}", namespace)
+    assert "record.json.gz" in (record.binary_data or {})
 
 
 def test_the_daemon_reconciles_a_fleet_with_exactly_the_charts_cluster_role(

@@ -117,3 +117,45 @@ def lock_files(fs: FleetStack) -> list[Path]:
     """The stack's lock files in its backend."""
     backend = Path(fs.env["PULUMI_BACKEND_URL"].removeprefix("file://"))
     return list((backend / ".pulumi" / "locks").rglob(f"{fs.name}/*.json"))
+
+
+def deployment_bytes(kube: Kube, namespace: str) -> dict[str, bytes]:
+    """Each Deployment of the namespace exactly as the API server returns it: equal
+    bytes mean nothing (spec, labels, annotations, status, resourceVersion) changed."""
+    names = [d.metadata.name for d in kube.apps.list_namespaced_deployment(namespace).items]
+    out: dict[str, bytes] = {}
+    for name in sorted(names):
+        try:
+            response = kube.apps.read_namespaced_deployment(name, namespace, _preload_content=False)
+        except Exception as exc:
+            if getattr(exc, "status", None) == 404:
+                continue  # deleted between the list and the read
+            raise
+        out[name] = response.data
+    return out
+
+
+def assert_unchanged(before: dict[str, bytes], after: dict[str, bytes]) -> None:
+    """The same Deployments, byte for byte."""
+    assert sorted(after) == sorted(before), (sorted(before), sorted(after))
+    changed = [name for name in before if after[name] != before[name]]
+    assert not changed, f"Deployments changed: {changed}"
+
+
+def events(kube: Kube, namespace: str, name: str, reason: str) -> list[str]:
+    """Messages of the Events with ``reason`` about the object ``name`` in ``namespace``."""
+    found = kube.core.list_namespaced_event(namespace).items
+    return [
+        e.message
+        for e in found
+        if e.reason == reason and e.involved_object is not None and e.involved_object.name == name
+    ]
+
+
+def metric(daemon: DaemonProcess, name: str, **labels: str) -> float:
+    """One metric's value; fails when the daemon does not export it at all (a renamed
+    metric must fail the test, not read as zero)."""
+    samples, known = daemon.metrics()
+    assert name in known, f"the daemon exports no metric {name}"
+    found = samples.get(name, [])
+    return sum(v for got, v in found if all(got.get(k) == x for k, x in labels.items()))

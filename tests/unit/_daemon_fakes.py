@@ -233,6 +233,8 @@ def make_daemon(
     early: Any = None,
     source: StaticQueues | None = None,
     read_replicas: Callable[[dict[str, int]], Mapping[str, int]] | None = None,
+    record: Any = None,
+    objects: Any = None,
 ) -> Harness:
     """A daemon on fakes. ``fleet`` is re-read every iteration, so tests may edit it.
 
@@ -262,6 +264,8 @@ def make_daemon(
             replicas=(lambda: read_replicas(live)) if read_replicas else lambda: dict(live),
             secrets=read_secret,
             file="fleet.yaml",
+            record=record,
+            objects=objects,
         ),
         Effects(engine=fake_engine, early=early),
         leader=leader,

@@ -259,8 +259,10 @@ def test_early_objects_equal_what_the_program_registers(address: str | None) -> 
                 read_secret=_read,
                 temporal_address=address,
                 replicas=replicas.get(key),
+                stack=pulumi.get_stack(),
             )
             registered = mocks.named(f"{key}-deployment").inputs
+            assert registered["metadata"]["labels"]["twc.temporal.io/stack"] == "stack"
             assert deployment["metadata"] == registered["metadata"], key
             assert deployment["spec"] == registered["spec"], key
             registered_sa = mocks.named(f"{key}-sa").inputs

@@ -9,6 +9,7 @@ from tests.unit._daemon_fakes import NS, fleet_data, make_daemon, program_queues
 from tests.unit._native_objects import merge_queue_objects
 from twc.desired import ObjectList
 from twc.kube.watch import QueueWatcher
+from twc.loop import OutcomeKind
 from twc.spec import load_fleet
 
 
@@ -104,8 +105,10 @@ def test_no_up_runs_before_the_queue_objects_were_listed() -> None:
 
     assert h.engine.ups == []  # an up now would delete every Queue-derived worker
     assert state.last_outcome is not None
-    assert not state.last_outcome.ok
+    assert state.last_outcome.kind is OutcomeKind.TEMPORARY
+    assert "Queue.kmsvc.io: not listed yet" in state.last_outcome.message
     assert state.last_outcome.delay == 1.0
+    assert "ClusterObjectsUnknown" in h.daemon.status()["faults"]
 
 
 class FakeCustomApi:

@@ -22,13 +22,16 @@ def _ref(tmp_path: Path, **fleet: Any) -> tuple[engine.StackRef, str]:
     return engine.StackRef(name="prod", config={"fleetFile": str(path)}), str(path)
 
 
-def _inputs(ref: engine.StackRef | None) -> DesiredInputs:
-    assert ref is not None
-    assert ref.env is not None
-    return DesiredInputs.from_file(ref.env[INPUTS_ENV])
+def _inputs(run: engine.StackRef | None) -> DesiredInputs:
+    assert run is not None
+    assert run.env is not None
+    return DesiredInputs.from_file(run.env[INPUTS_ENV])
 
 
-def test_the_file_alone_when_asked_or_when_the_fleet_opts_out(tmp_path: Path) -> None:
+def test_the_file_alone_when_asked_or_when_the_fleet_opts_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(common, "_running_workers", lambda ref: None)
     ref, file = _ref(tmp_path)
     with common.desired_inputs(ref, file, False) as run:
         inputs = _inputs(run)

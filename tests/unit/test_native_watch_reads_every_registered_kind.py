@@ -63,14 +63,27 @@ def test_every_kind_is_listed_and_cluster_scoped_objects_are_keyed_by_name() -> 
     ]
 
 
-@pytest.mark.parametrize(("status", "listed"), [(404, True), (403, False)])
-def test_a_missing_crd_is_no_objects_but_a_forbidden_list_is_not_knowing(
-    status: int, listed: bool
+@pytest.mark.parametrize(
+    ("status", "crd_installed", "known"),
+    [(404, False, True), (404, True, False), (403, True, False), (500, True, False)],
+)
+def test_a_missing_crd_is_no_objects_but_any_other_failed_list_is_not_knowing(
+    status: int, crd_installed: bool, known: bool
 ) -> None:
     api = Api({}, {"temporalworkers": status})
-    watch = NativeWatch(api, Registry.with_builtins().watched_kinds(), resync_interval=300)
+    watch = NativeWatch(
+        api,
+        Registry.with_builtins().watched_kinds(),
+        resync_interval=300,
+        crd_exists=lambda name: crd_installed,
+    )
 
     _list_all(watch)
 
     # Without knowing the TemporalWorkers the loop must not apply (it would delete them).
-    assert (watch.snapshot() is not None) is listed
+    observed = watch.observed()["TemporalWorker.temporal.kmsvc.io"]
+    assert observed.is_known is known
+    if known:
+        assert observed.objects == ()
+    else:
+        assert observed.failure

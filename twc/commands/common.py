@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -19,15 +20,20 @@ from twc.stackrun import engine
 
 if TYPE_CHECKING:
     from twc.kube.client import KubeClient
+    from twc.kube.record import RecordStore
     from twc.spec import Fleet
 
 __all__ = [
+    "Deletions",
+    "deletions",
     "desired_inputs",
     "dry_run_or_report",
     "ensure_local_namespaces",
     "fleet_file_for",
     "fleet_path",
+    "stack_config",
     "stack_kube",
+    "stack_record",
     "stack_ref",
     "validate_or_report",
 ]
@@ -81,6 +87,93 @@ def stack_kube(ref: engine.StackRef) -> KubeClient:
     return kube_client((ref.env or {}).get("KUBECONFIG"))
 
 
+def stack_config(ref: engine.StackRef) -> dict[str, str]:
+    """The stack's ``twc:`` config (keys without the prefix) as the engine will see it:
+    the stack's settings file ``Pulumi.<stack>.yaml``, then what this run sets."""
+    import yaml
+
+    out: dict[str, str] = {}
+    try:
+        data = yaml.safe_load((ref.work_dir / f"Pulumi.{ref.name}.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        data = None
+    config = data.get("config") if isinstance(data, dict) else None
+    for key, value in (config or {}).items():
+        if str(key).startswith(engine.CONFIG_PREFIX) and isinstance(value, str | int | float):
+            out[str(key).removeprefix(engine.CONFIG_PREFIX)] = str(value)
+    out.update({k: str(v) for k, v in (ref.config or {}).items()})
+    return out
+
+
+def stack_record(ref: engine.StackRef, kube: KubeClient) -> RecordStore:
+    """The stack's record (last accepted specs, held deletions) in its control namespace."""
+    from twc.kube.record import RecordStore, control_namespace
+
+    return RecordStore(kube.core, namespace=control_namespace(stack_config(ref)), stack=ref.name)
+
+
+@dataclass(frozen=True)
+class Deletions:
+    """What a run would delete of the workers the stack runs."""
+
+    deleting: frozenset[str] = frozenset()
+    """Workers the stack runs that this run would delete."""
+    running: int = 0
+    """Workers the stack runs (their Deployments in the cluster)."""
+    allowed: int = 1
+    """How many of them one run may delete without confirmation (the daemon's share)."""
+
+    @property
+    def beyond_share(self) -> frozenset[str]:
+        """The deletions when they are more than the share allows (else none): what the
+        daemon would hold, and what ``twc up`` asks about."""
+        return self.deleting if len(self.deleting) > self.allowed else frozenset()
+
+
+def deletions(ref: engine.StackRef, file: str) -> Deletions:
+    """What the run :func:`desired_inputs` prepared would delete, judged by the daemon's
+    share: the stack's running workers (their Deployments, a versioned worker's under
+    its own name) that its desired state no longer has."""
+    from twc.connections import default_registry
+    from twc.desired import desired_fleet
+    from twc.loop.settings import DeletionGuardSettings
+    from twc.rollout import version_deployment_name
+    from twc.spec import load_fleet_file
+
+    inputs_file = (ref.env or {}).get(INPUTS_ENV)
+    inputs = DesiredInputs.from_file(inputs_file) if inputs_file else DesiredInputs()
+    deployments = inputs.replicas if inputs.cluster is not None else _running_workers(ref)
+    if not deployments:
+        return Deletions()
+    running = set(deployments)
+    for worker, versions in inputs.versions.items():
+        namespace, _, name = worker.partition("/")
+        version_names = {
+            f"{namespace}/{version_deployment_name(name, build)}" for build in versions.versions
+        }
+        if running & version_names:
+            running = (running - version_names) | {worker}
+    try:
+        fleet = load_fleet_file(fleet_path(file))
+        desired = desired_fleet(fleet, inputs, registry=default_registry(), file=file)
+    except Exception:  # noqa: BLE001 - the engine's run reports why the desired state fails
+        return Deletions()
+    gone = frozenset(running - set(desired.workers))
+    allowed = DeletionGuardSettings().allowed(len(running))
+    return Deletions(deleting=gone, running=len(running), allowed=allowed)
+
+
+def _running_workers(ref: engine.StackRef) -> Mapping[str, int] | None:
+    """The worker Deployments the stack runs, when the cluster can tell (else ``None``)."""
+    from twc.kube.workloads import Workloads
+
+    try:
+        with stack_kube(ref) as kube:
+            return Workloads(kube, stack=ref.name).worker_replicas()
+    except Exception:  # noqa: BLE001 - without a cluster there is nothing to delete from
+        return None
+
+
 @contextmanager
 def desired_inputs(
     ref: engine.StackRef,
@@ -96,9 +189,10 @@ def desired_inputs(
     ``--file-only``), the cluster's Queue, TemporalWorker and connection objects and the
     replicas autoscaled workers run with — what the daemon's next iteration would use.
     So a manual ``up`` or a pull request's preview does not delete every worker that
-    comes from the cluster, nor reset autoscaled replicas. Yields ``None`` (after saying
-    why) when the objects are wanted but cannot be read: applying without them would
-    delete those workers.
+    comes from the cluster, nor reset autoscaled replicas. The last accepted spec of each
+    object comes from the stack's record, as the daemon keeps it. Yields ``None`` (after
+    saying why) when the objects are wanted but cannot be read: applying without them
+    would delete those workers.
     """
     err = err if err is not None else sys.stderr
     import yaml
@@ -116,7 +210,12 @@ def desired_inputs(
 
         try:
             with stack_kube(ref) as kube:
-                inputs = observe_inputs(kube, default_registry().watched_kinds(), fleet=document)
+                inputs = observe_inputs(
+                    kube,
+                    default_registry().watched_kinds(),
+                    fleet=document,
+                    record=stack_record(ref, kube),
+                )
         except Exception as exc:  # noqa: BLE001 - any read failure stops the command with its reason
             print(
                 f"cannot read the cluster's Queue, TemporalWorker and connection objects: "

@@ -18,6 +18,7 @@ from twc.commands import common
 from twc.commands.stack_lease import guarded
 from twc.preview import (
     EXIT_ERROR,
+    HeldDeletions,
     PreviewReport,
     build_report,
     exit_code,
@@ -77,6 +78,14 @@ def run_preview(
         # Under the engine guard with its deadline; no Lease (a preview takes no lock).
         with guarded(merged) as run:
             report = preview_report(run)
+        deleting = common.deletions(merged, file)
+    if deleting.beyond_share:
+        held = HeldDeletions(
+            workers=sorted(deleting.beyond_share),
+            running=deleting.running,
+            allowed=deleting.allowed,
+        )
+        report = report.model_copy(update={"held_deletions": held})
     print(render(report, fmt), end="", file=out, flush=True)
     return exit_code(report, detailed)
 

@@ -29,10 +29,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from twc.commands.common import fleet_file_for, stack_ref
+from twc.commands.common import fleet_file_for, stack_config, stack_ref
 from twc.connections import default_registry
 from twc.kube.client import KubeClient, NoClusterError, kube_client
 from twc.kube.lease import DAEMON_LEASE_ENV, LeaseElector, call_timeout, lease_name_for
+from twc.kube.record import RecordStore, control_namespace
 from twc.kube.views import TemporalWorkerViews
 from twc.kube.watch import NativeWatch, QueueSource, QueueWatcher, StaticQueues
 from twc.kube.workloads import Workloads
@@ -67,6 +68,8 @@ class RunOptions:
     """A JSON or YAML file with :class:`DaemonSettings` fields."""
     port: int | None = None
     """Overrides ``metrics_port``."""
+    status_port: int | None = None
+    """Overrides ``status_port``."""
     interval: float | None = None
     """Overrides ``reconcile_interval``."""
     leader_elect: bool = False
@@ -96,6 +99,8 @@ def load_settings(options: RunOptions) -> DaemonSettings:
         data = dict(loaded or {})
     if options.port is not None:
         data["metrics_port"] = options.port
+    if options.status_port is not None:
+        data["status_port"] = options.status_port
     if options.interval is not None:
         data["reconcile_interval"] = options.interval
     election = dict(data.get("leader_election") or {})
@@ -288,6 +293,7 @@ def run_daemon(options: RunOptions) -> int:
     writer: NativeWriter | None = None
     views: TemporalWorkerViews | None = None
     workloads: Workloads | None = None
+    record: RecordStore | None = None
     registry = default_registry()
     if kube is not None:
         queues = QueueWatcher(kube.custom, resync_interval=settings.resync_interval)
@@ -298,7 +304,10 @@ def run_daemon(options: RunOptions) -> int:
         writer = NativeWriter(kube.custom, kube.core)
         # Every Queue and fleet-file worker shown as a TemporalWorker object.
         views = TemporalWorkerViews(kube.custom)
-        workloads = Workloads(kube)
+        workloads = Workloads(kube, stack=options.stack)
+        # The stack's record: the last accepted specs and the held deletions.
+        namespace = control_namespace(stack_config(ref))
+        record = RecordStore(kube.core, namespace=namespace, stack=options.stack)
     else:
         queues = StaticQueues(())
 
@@ -317,9 +326,11 @@ def run_daemon(options: RunOptions) -> int:
             replicas=workloads.worker_replicas if workloads is not None else None,
             deployments=workloads.worker_deployments if workloads is not None else None,
             secrets=workloads.read_secret if workloads is not None else None,
+            objects=workloads.read if workloads is not None else None,
             registry=registry,
             file=file,
             rollouts=_rollout_source(kube, workloads, temporal_address, settings),
+            record=record,
         ),
         Effects(
             engine=AutomationEngine(
@@ -341,14 +352,29 @@ def run_daemon(options: RunOptions) -> int:
     )
     try:
         server = HealthServer(
+            metrics, port=settings.metrics_port, live=daemon.live, ready=daemon.ready
+        ).start()
+    except OSError as exc:
+        print(f"twc run: cannot serve on port {settings.metrics_port}: {exc}", file=sys.stderr)
+        return 1
+    # /status names every worker and object of the stack (every tenant's): its own
+    # listener, on loopback unless configured; the probes and /metrics stay reachable.
+    try:
+        status_server = HealthServer(
             metrics,
-            port=settings.metrics_port,
+            port=settings.status_port,
+            host=settings.status_host,
             live=daemon.live,
             ready=daemon.ready,
             status=daemon.status,
         ).start()
     except OSError as exc:
-        print(f"twc run: cannot serve on port {settings.metrics_port}: {exc}", file=sys.stderr)
+        server.stop()
+        print(
+            f"twc run: cannot serve /status on {settings.status_host}:"
+            f"{settings.status_port}: {exc}",
+            file=sys.stderr,
+        )
         return 1
     stop_daemon = daemon
 
@@ -363,10 +389,13 @@ def run_daemon(options: RunOptions) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     logger.info(
-        "[%s] twc daemon: fleet %s, /healthz /readyz /metrics /status on port %d, settings %s",
+        "[%s] twc daemon: fleet %s, /healthz /readyz /metrics on port %d, /status on %s:%d, "
+        "settings %s",
         options.stack,
         file,
         server.port,
+        settings.status_host,
+        status_server.port,
         json.dumps(settings.model_dump(mode="json"), sort_keys=True),
     )
     if elector is not None:
@@ -400,6 +429,7 @@ def run_daemon(options: RunOptions) -> int:
         if elector is not None:
             elector.stop(release=idle)
         server.stop()
+        status_server.stop()
         for client in (kube, lease_kube):
             if client is not None:
                 client.close()

@@ -1,9 +1,15 @@
 """``twc up``: validate, then apply the stack with the engine's progress, then a status
-table."""
+table.
+
+Before the engine runs, ``twc up`` judges its deletions as the daemon does: deleting more
+than the deletion guard's share of the stack's running workers (25 %, at least one) at
+once needs a yes — typed at the prompt, or ``--yes``. Without one nothing is applied.
+"""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import TextIO
 
 from twc.commands import common
@@ -26,6 +32,8 @@ def run_up(
     rollouts: RolloutSettings | None = None,
     rollout_wait: float = 60.0,
     wait_for_daemon: float = DEFAULT_WAIT,
+    yes: bool = False,
+    ask: Callable[[str], str] | None = None,
 ) -> int:
     """``twc up``: validate, then ``pulumi up`` with the engine's progress shown.
 
@@ -40,6 +48,9 @@ def run_up(
             most (gates, routing) while they can move without another ``up``.
         wait_for_daemon: On a stack a daemon manages, seconds to wait for its current
             step before giving up (:mod:`twc.commands.stack_lease`).
+        yes: ``--yes``: delete more than the share without asking.
+        ask: Reads the answer to the question (``input`` when standard input is a
+            terminal; otherwise there is nobody to ask and the answer is no).
 
     Returns:
         0 when applied, 1 otherwise.
@@ -61,6 +72,14 @@ def run_up(
                 return 1
             with common.desired_inputs(leased, file, cluster_objects, rollouts=settings) as run:
                 if run is None or not common.dry_run_or_report(run, file):
+                    return 1
+                deleting = common.deletions(run, file)
+                if deleting.beyond_share and not yes and not _confirmed(deleting, ask):
+                    print(
+                        "nothing was applied: rerun with --yes to delete them "
+                        "(the daemon holds such deletions until `twc approve`)",
+                        file=sys.stderr,
+                    )
                     return 1
                 inputs = DesiredInputs.from_file((run.env or {})[INPUTS_ENV])
                 result = engine.up(run, on_output=lambda line: print(line, file=out, flush=True))
@@ -108,3 +127,22 @@ def _drive(
             )
     except Exception as exc:  # noqa: BLE001 - the up stands; the rollout goes on next time
         print(f"rollouts not driven: {exc}", file=sys.stderr)
+
+
+def _confirmed(run: common.Deletions, ask: Callable[[str], str] | None) -> bool:
+    """Ask whether to delete more workers than the share allows."""
+    names = ", ".join(sorted(run.beyond_share))
+    print(
+        f"this up deletes {len(run.beyond_share)} of the {run.running} running workers "
+        f"(more than the {run.allowed} one up may delete without confirmation): {names}",
+        file=sys.stderr,
+    )
+    if ask is None:
+        if not sys.stdin.isatty():
+            return False
+        ask = input
+    try:
+        answer = ask("delete them? [y/N] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")

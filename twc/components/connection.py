@@ -25,6 +25,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from providers.fingerprint import ConnectionFingerprint
+from twc.builders import stack_labels
 from twc.connections import ResolvedConnection
 from twc.errors import Reason, TwcConnectionError
 
@@ -63,6 +64,8 @@ class ConnectionArgs:
     """Where it is declared in the fleet file, for error messages."""
     secret_source_namespace: str | None = None
     """ClusterConnection ``secretSource.namespace``: copy the secret from there."""
+    stack: str | None = None
+    """The stack, labelled on the secret copies (``twc.temporal.io/stack``)."""
 
 
 class ConnectionComponent(pulumi.ComponentResource):
@@ -109,6 +112,7 @@ class ConnectionComponent(pulumi.ComponentResource):
                             "labels": {
                                 "app.kubernetes.io/managed-by": "twc",
                                 "twc.temporal.io/connection": resolved.identity.name,
+                                **stack_labels(args.stack),
                             },
                             "annotations": {"twc.temporal.io/copied-from": f"{src_ns}/{secret}"},
                         },

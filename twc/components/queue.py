@@ -11,6 +11,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
+from twc.builders import stack_labels
 from twc.spec import QUEUE_API_VERSION, QUEUE_KIND, WORKER_ENABLED_LABEL, Queue
 
 QUEUE_TYPE = "twc:kmsvc:Queue"
@@ -19,10 +20,17 @@ QUEUE_TYPE = "twc:kmsvc:Queue"
 class QueueComponent(pulumi.ComponentResource):
     """One kmsvc queue."""
 
-    def __init__(self, name: str, queue: Queue, opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        queue: Queue,
+        opts: pulumi.ResourceOptions | None = None,
+        *,
+        stack: str | None = None,
+    ) -> None:
         super().__init__(QUEUE_TYPE, name, {}, opts)
         if queue.create_object:
-            labels = dict(queue.labels)
+            labels = {**dict(queue.labels), **stack_labels(stack)}
             if queue.worker_enabled:
                 labels[WORKER_ENABLED_LABEL] = "true"
             spec: dict[str, object] = {"fifo": queue.fifo}

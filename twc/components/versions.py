@@ -96,6 +96,7 @@ def version_deployments(
             replicas=count,
             options=options,
             connection_name=args.connection_name,
+            stack=args.stack,
         )
         resource = k8s.apps.v1.Deployment(
             f"{name}-version-{build}",

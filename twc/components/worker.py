@@ -47,6 +47,10 @@ class WorkerArgs:
     versions: WorkerVersions | None = None
     """For a worker with ``rollout``: its versions besides the target (from the
     desired state's inputs)."""
+    stack: str | None = None
+    """The stack, labelled on every object (``twc.temporal.io/stack``)."""
+    depends_on: tuple[pulumi.Resource, ...] = ()
+    """What the ServiceAccount and Deployment wait for (the stack's ownership check)."""
 
 
 class TemporalWorkerComponent(pulumi.ComponentResource):
@@ -62,12 +66,13 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         options = builders.PodTemplateOptions(secret_keys=conn.secret_keys)
 
-        sa_object = builders.worker_service_account(worker)
+        stack = args.stack
+        sa_object = builders.worker_service_account(worker, stack=stack)
         sa = k8s.core.v1.ServiceAccount(
             f"{name}-sa",
             metadata=sa_object["metadata"],
             automount_service_account_token=sa_object["automountServiceAccountToken"],
-            opts=child,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
         )
         versioned = None
         if worker.rollout is not None:
@@ -76,7 +81,9 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
                 name,
                 args,
                 options,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[sa, *conn.depends_on]),
+                opts=pulumi.ResourceOptions(
+                    parent=self, depends_on=[sa, *conn.depends_on, *args.depends_on]
+                ),
             )
             deployment, spec = versioned.target, versioned.target_spec
         else:
@@ -87,26 +94,31 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
                 replicas=args.replicas,
                 options=options,
                 connection_name=args.connection_name,
+                stack=stack,
             )
             spec, metadata = manifest["spec"], manifest["metadata"]
             deployment = k8s.apps.v1.Deployment(
                 f"{name}-deployment",
                 metadata=metadata,
                 spec=spec,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[sa, *conn.depends_on]),
+                opts=pulumi.ResourceOptions(
+                    parent=self, depends_on=[sa, *conn.depends_on, *args.depends_on]
+                ),
             )
         pdb_spec = builders.pod_disruption_budget_spec(worker)
         if pdb_spec is not None:
             k8s.policy.v1.PodDisruptionBudget(
                 f"{name}-pdb",
-                metadata=builders.object_metadata(worker, worker.name),
+                metadata=builders.object_metadata(worker, worker.name, stack=stack),
                 spec=pdb_spec,
                 opts=child,
             )
         dlq_spec = builders.dlq_statefulset_spec(worker, conn.resolved, conn.fingerprint, options)
         if dlq_spec is not None:
             dlq_name = builders.dlq_statefulset_name(worker)
-            dlq_meta = builders.object_metadata(worker, dlq_name, builders.COMPONENT_DLQ)
+            dlq_meta = builders.object_metadata(
+                worker, dlq_name, builders.COMPONENT_DLQ, stack=stack
+            )
             svc = k8s.core.v1.Service(
                 f"{name}-dlq-svc",
                 metadata=dlq_meta,

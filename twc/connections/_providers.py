@@ -120,7 +120,7 @@ class NamespacedConnectionProvider:
 
 
 class ClusterConnectionProvider:
-    """``ClusterConnection``: cluster-scoped, usable from any namespace."""
+    """``ClusterConnection``: cluster-scoped, usable from any namespace it allows."""
 
     api_group = API_GROUP
     kind = CLUSTER_CONNECTION_KIND
@@ -132,12 +132,23 @@ class ClusterConnectionProvider:
         """Resolve a ClusterConnection by name.
 
         Raises:
-            TwcConnectionError: ``ConnectionNotFound`` if there is none.
+            TwcConnectionError: ``ConnectionNotFound`` if there is none;
+                ``NamespaceNotAllowed`` if its ``allowedNamespaces`` leave out the
+                worker's namespace.
         """
         found = fleet.find_cluster_connection(target.name)
         if found is None:
             raise TwcConnectionError(
                 Reason.CONNECTION_NOT_FOUND, f"no ClusterConnection {target.name!r}"
+            )
+        allowed = found.allowed_namespaces
+        if allowed is not None and target.namespace not in allowed:
+            # Names only the connection and the worker's own namespace: a tenant learns
+            # nothing about which other namespaces may use it.
+            raise TwcConnectionError(
+                Reason.NAMESPACE_NOT_ALLOWED,
+                f"ClusterConnection {found.name!r} does not allow workers in namespace "
+                f"{target.namespace!r}",
             )
         identity = ConnectionIdentity(API_GROUP, CLUSTER_CONNECTION_KIND, found.name, None)
         return resolved_from_spec(found, identity)

@@ -12,16 +12,21 @@ Every entry point computes what should run the same way — the daemon each iter
 Safety is part of the function, not of its callers: an object that turns invalid keeps
 its last accepted spec (its workers run on unchanged), a kind whose list failed keeps
 all of its accepted objects, and only an observation that succeeded removes an object.
+Workers whose deletion the deletion guard holds come back with the inputs they last came
+from (:func:`held_objects` finds them, ``inputs.held`` carries them), so the program
+keeps them too.
 
 Pure: no client, no engine, no clock. :class:`DesiredInputs` is the one schema that
 carries the inputs into the program's process.
 """
 
+from twc.desired._held import held_objects
 from twc.desired._inputs import (
     INPUTS_ENV,
     QUEUE_KIND_KEY,
     WORKER_KIND_KEY,
     DesiredInputs,
+    HeldObjects,
     ObjectList,
     kind_key,
     object_key,
@@ -36,7 +41,7 @@ from twc.desired._merge import (
     with_entries,
     worker_native,
 )
-from twc.desired._state import DesiredFleet, ObjectsUnknown, desired_fleet
+from twc.desired._state import DesiredFleet, HoldFailed, ObjectsUnknown, desired_fleet
 
 __all__ = [
     "INPUTS_ENV",
@@ -45,12 +50,15 @@ __all__ = [
     "WORKER_KIND_KEY",
     "DesiredFleet",
     "DesiredInputs",
+    "HeldObjects",
+    "HoldFailed",
     "KindMerge",
     "ObjectList",
     "ObjectsUnknown",
     "Rejection",
     "connection_native",
     "desired_fleet",
+    "held_objects",
     "kind_key",
     "object_key",
     "queue_native",

@@ -29,6 +29,7 @@ __all__ = [
     "QUEUE_KIND_KEY",
     "WORKER_KIND_KEY",
     "DesiredInputs",
+    "HeldObjects",
     "ObjectList",
     "kind_key",
     "object_key",
@@ -132,6 +133,24 @@ class ObjectList(_Model):
         return self.objects is not None
 
 
+class HeldObjects(_Model):
+    """What keeps workers whose deletion the deletion guard holds in the desired state.
+
+    A worker is held with the inputs it came from, as they were last accepted: its
+    TemporalWorker or Queue object, or its fleet-file entry, and its connection when
+    that went too. The desired state then holds the worker exactly as before, so the
+    program keeps it (nothing of it changes) until the deletion is confirmed.
+    """
+
+    workers: tuple[str, ...] = ()
+    """The held workers, ``<namespace>/<name>``."""
+    cluster: dict[str, dict[str, dict[str, JsonValue]]] = Field(default_factory=dict)
+    """Per kind key, per object key, objects observed gone whose removal is held."""
+    file: dict[str, tuple[dict[str, JsonValue], ...]] = Field(default_factory=dict)
+    """Per fleet-file section (``workers``, ``queues``, ``clusterConnections``...),
+    entries removed from the file whose removal is held."""
+
+
 class DesiredInputs(_Model):
     """Everything the desired state is computed from, besides the connection registry."""
 
@@ -151,6 +170,12 @@ class DesiredInputs(_Model):
     """Per kind key, per object key, the last spec of that object that was accepted
     (trimmed). An object that turns invalid keeps this spec; a kind whose list failed
     keeps all of its accepted objects. A kind listed here was observed at least once."""
+    held: HeldObjects | None = None
+    """Workers whose deletion is held (more than the guard's share would go at once),
+    with the objects and entries that keep them; ``None`` when nothing is held."""
+    conflicts: dict[str, str] = Field(default_factory=dict)
+    """New workers left out because objects of their names exist that twc did not create
+    (``ObjectExists``), keyed ``<namespace>/<name>``, with why."""
 
     # --- versioned rollouts ---------------------------------------------------------
     versions: dict[str, WorkerVersions] = Field(default_factory=dict)

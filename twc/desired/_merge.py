@@ -75,6 +75,8 @@ class Rejection:
     kept: bool = False
     """Whether its last accepted spec stays in the desired state (its workers run on
     unchanged) rather than the object being left out."""
+    kept_generation: int | None = None
+    """When kept: the ``metadata.generation`` of the spec that keeps running."""
 
     @property
     def key(self) -> str:
@@ -209,7 +211,16 @@ def _merge_kind(
             if fallback_error is None:
                 chosen.append(kept)
                 merged = trial
-                rejected.append(Rejection(nat, reason, message, kept=True))
+                generation = (fallback.raw.get("metadata") or {}).get("generation")
+                rejected.append(
+                    Rejection(
+                        nat,
+                        reason,
+                        message,
+                        kept=True,
+                        kept_generation=generation if isinstance(generation, int) else None,
+                    )
+                )
                 continue
         rejected.append(Rejection(nat, reason, message, kept=False))
 
@@ -349,11 +360,14 @@ def merge_queues(
     accepted: Mapping[str, Mapping[str, Any]],
     *,
     file: str,
+    registry: Registry | None = None,
 ) -> KindMerge:
     """Add the labelled Queue objects to ``fleet``; each derives a worker.
 
     Objects whose queue the fleet file declares are left out (the file wins), and so
-    are objects without the ``temporal.io/worker-enabled`` label.
+    are objects without the ``temporal.io/worker-enabled`` label. With ``registry``, a
+    Queue whose derived worker's connection does not resolve (it does not exist, or
+    does not allow the Queue's namespace) is rejected alone, with that reason.
     """
     declared = {(q.namespace, q.name) for q in fleet.queues}
 
@@ -363,14 +377,24 @@ def merge_queues(
             return None
         return _Candidate("queues", _dump(queue), queue_native(obj), obj)
 
-    return _merge_kind(
-        fleet,
-        observed,
-        accepted,
-        convert=convert,
-        native=queue_native,
-        fits=_validates(fleet, file),
-    )
+    def fits(_base: Fleet, candidates: Sequence[_Candidate]) -> tuple[Fleet, dict[str, Exception]]:
+        trial = with_entries(fleet, _sections(candidates), file)
+        if registry is None:
+            return trial, {}
+        wanted = {c.obj.key for c in candidates}
+        failing: dict[str, Exception] = {}
+        for worker in trial.resolved_workers():
+            queue = worker.queue
+            key = f"{queue.namespace}/{queue.name}" if queue is not None else None
+            if not worker.derived or key not in wanted:
+                continue
+            try:
+                registry.resolve_worker(worker, trial)
+            except TwcConnectionError as exc:
+                failing[key] = exc
+        return trial, failing
+
+    return _merge_kind(fleet, observed, accepted, convert=convert, native=queue_native, fits=fits)
 
 
 # --------------------------------------------------------------------- workers

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from twc.connections import Registry, WatchedKind, resolve_fleet_connections
@@ -11,8 +11,10 @@ from twc.desired._inputs import (
     QUEUE_KIND_KEY,
     WORKER_KIND_KEY,
     DesiredInputs,
+    HeldObjects,
     ObjectList,
     kind_key,
+    object_key,
 )
 from twc.desired._merge import (
     KindMerge,
@@ -20,15 +22,16 @@ from twc.desired._merge import (
     merge_connections,
     merge_queues,
     merge_workers,
+    with_entries,
 )
-from twc.errors import TwcConnectionError, TwcError
+from twc.errors import Reason, SpecError, TemporaryError, TwcConnectionError, TwcError
 from twc.native.objects import IdentityKey, NativeObject, identity_key
 from twc.spec import Fleet, ResolvedWorker
 
-__all__ = ["DesiredFleet", "ObjectsUnknown", "desired_fleet"]
+__all__ = ["DesiredFleet", "HoldFailed", "ObjectsUnknown", "desired_fleet"]
 
 
-class ObjectsUnknown(TwcError):
+class ObjectsUnknown(TemporaryError, TwcError):
     """A kind's objects are unknown (its list failed) and no accepted spec of it exists
     yet: the desired state cannot be computed without deleting what came from them."""
 
@@ -36,7 +39,19 @@ class ObjectsUnknown(TwcError):
         """Name the unknown kinds and why each is unknown."""
         self.kinds = dict(kinds)
         text = "; ".join(f"{kind}: {why}" for kind, why in sorted(self.kinds.items()))
+        # Temporary: a later list may succeed.
         super().__init__(f"cluster objects unknown, nothing of them is known yet ({text})")
+
+
+class HoldFailed(TemporaryError, TwcError):
+    """Held workers could not be kept in the desired state (their last inputs do not
+    fit any more): applying now would delete them, so nothing is applied."""
+
+    def __init__(self, workers: Iterable[str], why: str) -> None:
+        """Name the workers that could not be kept, and why."""
+        self.workers = tuple(sorted(workers))
+        # Temporary: the inputs may change, or the hold be confirmed.
+        super().__init__(f"held workers cannot be kept ({', '.join(self.workers)}): {why}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +75,10 @@ class DesiredFleet:
     """Per worker, the identity of the connection it uses."""
     inputs: DesiredInputs = field(default_factory=DesiredInputs)
     """The inputs this was computed from (what the program is handed)."""
+    held: frozenset[str] = frozenset()
+    """Workers kept only because their deletion is held (see :class:`HeldObjects`)."""
+    conflicts: Mapping[str, str] = field(default_factory=dict)
+    """Workers left out because someone else's objects have their names (``ObjectExists``)."""
 
     @property
     def rejected(self) -> tuple[Rejection, ...]:
@@ -110,8 +129,12 @@ def desired_fleet(
     Raises:
         SpecError: The fleet file's own connections do not resolve.
         ObjectsUnknown: A kind is unknown and none of its objects was ever accepted.
+        HoldFailed: A held worker could not be kept.
     """
     kinds: dict[str, KindMerge] = {}
+    held = inputs.held
+    if held is not None and held.file:
+        fleet = _with_held_entries(fleet, held, file)
     if inputs.cluster is not None:
         cluster = inputs.cluster
         watched = sorted(registry.watched_kinds(), key=_watched_key)
@@ -125,16 +148,28 @@ def desired_fleet(
             raise ObjectsUnknown(missing)
 
         def observed(key: str) -> ObjectList:
-            return cluster.get(key) or ObjectList.unknown("not observed")
+            found = cluster.get(key) or ObjectList.unknown("not observed")
+            kept = (held.cluster.get(key) if held is not None else None) or {}
+            if not kept or found.objects is None:
+                return found
+            # Held objects were observed gone: they stay as if still observed.
+            present = {object_key(o) for o in found.objects}
+            extra = tuple(dict(o) for k, o in sorted(kept.items()) if k not in present)
+            return ObjectList(objects=(*found.objects, *extra))
+
+        def accepted(key: str) -> Mapping[str, Mapping[str, Any]]:
+            store = inputs.accepted.get(key, {})
+            kept = (held.cluster.get(key) if held is not None else None) or {}
+            if kept and not (cluster.get(key) or ObjectList.unknown("")).is_known:
+                return {**kept, **store}
+            return store
 
         for watch, key in zip(watched, order, strict=True):
-            merge = merge_connections(
-                fleet, watch, observed(key), inputs.accepted.get(key, {}), file=file
-            )
+            merge = merge_connections(fleet, watch, observed(key), accepted(key), file=file)
             kinds[key] = merge
             fleet = merge.fleet
         merge = merge_queues(
-            fleet, observed(QUEUE_KIND_KEY), inputs.accepted.get(QUEUE_KIND_KEY, {}), file=file
+            fleet, observed(QUEUE_KIND_KEY), accepted(QUEUE_KIND_KEY), file=file, registry=registry
         )
         kinds[QUEUE_KIND_KEY] = merge
         fleet = merge.fleet
@@ -142,7 +177,7 @@ def desired_fleet(
         merge = merge_workers(
             fleet,
             observed(WORKER_KIND_KEY),
-            inputs.accepted.get(WORKER_KIND_KEY, {}),
+            accepted(WORKER_KIND_KEY),
             registry=registry,
             file=file,
         )
@@ -152,6 +187,11 @@ def desired_fleet(
         resolve_fleet_connections(fleet, file=file, registry=registry)
 
     workers = {w.stack_key: w for w in fleet.resolved_workers()}
+    conflicts = {k: why for k, why in inputs.conflicts.items() if k in workers}
+    if conflicts:
+        workers = {k: w for k, w in workers.items() if k not in conflicts}
+        if WORKER_KIND_KEY in kinds:
+            kinds[WORKER_KIND_KEY] = _without(kinds[WORKER_KIND_KEY], conflicts)
     object_workers = set(kinds[WORKER_KIND_KEY].accepted) if WORKER_KIND_KEY in kinds else set()
     origins: dict[str, str] = {}
     for key, worker in workers.items():
@@ -170,6 +210,10 @@ def desired_fleet(
         except TwcConnectionError:
             continue  # the program reports it (and the merge kept such objects out)
     replicas = {k: n for k, n in inputs.replicas.items() if k in workers and workers[k].autoscaling}
+    kept = frozenset(held.workers) if held is not None else frozenset()
+    lost = kept - set(workers)
+    if lost:
+        raise HoldFailed(lost, "their objects or entries no longer fit the fleet")
     return DesiredFleet(
         fleet=fleet,
         workers=workers,
@@ -178,7 +222,55 @@ def desired_fleet(
         kinds=kinds,
         references=references,
         inputs=inputs,
+        held=kept,
+        conflicts=conflicts,
     )
+
+
+def _without(merge: KindMerge, conflicts: Mapping[str, str]) -> KindMerge:
+    """The TemporalWorker merge with the conflicting objects rejected (``ObjectExists``)."""
+    gone = {k: o for k, o in merge.accepted.items() if k in conflicts}
+    if not gone:
+        return merge
+    rejected = [
+        *merge.rejected,
+        *(Rejection(obj, Reason.OBJECT_EXISTS.value, conflicts[k]) for k, obj in gone.items()),
+    ]
+    return replace(
+        merge,
+        accepted={k: o for k, o in merge.accepted.items() if k not in gone},
+        rejected=tuple(sorted(rejected, key=lambda r: r.key)),
+    )
+
+
+_IDENTITY_FIELDS = {
+    "workers": ("namespace", "name"),
+    "queues": ("namespace", "name"),
+    "clusterConnections": ("name",),
+    "connections": ("namespace", "name"),
+    "customConnections": ("kind", "namespace", "name"),
+}
+
+
+def _entry_id(section: str, entry: Mapping[str, Any]) -> tuple[Any, ...]:
+    fields = _IDENTITY_FIELDS.get(section, ("name",))
+    return tuple(
+        entry.get(f, "default" if f == "namespace" and section != "customConnections" else None)
+        for f in fields
+    )
+
+
+def _with_held_entries(fleet: Fleet, held: HeldObjects, file: str) -> Fleet:
+    """``fleet`` with the held file entries it does not hold any more."""
+    data = fleet.model_dump(mode="json", by_alias=True, exclude_none=True)
+    extra: dict[str, list[Mapping[str, Any]]] = {}
+    for section, entries in held.file.items():
+        present = {_entry_id(section, e) for e in data.get(section, [])}
+        extra[section] = [e for e in entries if _entry_id(section, e) not in present]
+    try:
+        return with_entries(fleet, extra, file)
+    except SpecError as exc:
+        raise HoldFailed(held.workers, "; ".join(exc.lines())) from exc
 
 
 def _watched_key(kind: WatchedKind) -> tuple[str, str]:

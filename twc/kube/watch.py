@@ -6,6 +6,19 @@ labels; not status), so a new object is reconciled at once; a periodic re-list i
 safety net under the watch. Every list and watch request carries a client-side timeout,
 so a hung API server fails the watch (reported, retried) instead of stalling its thread.
 
+What a watcher knows is kept apart from what it merely remembers, because the desired
+state deletes whatever an observation that succeeded no longer holds:
+
+* a list that fails (any status, a timeout) makes the kind *unknown* until a list
+  succeeds again (:meth:`ObjectWatcher.observed` says so, naming the failure); the
+  objects last seen are not offered as if they were current;
+* a list answering 404 means "no objects" only when the CRD itself is gone (a GET of
+  the CustomResourceDefinition answers 404 too); right after an API server restart the
+  custom resource endpoints can answer 404 while the CRD exists, and that is unknown;
+* an object leaves only when it is observed deleted: a watch ``DELETED`` event, or a
+  re-list that no longer holds it *and* a GET of the object that answers 404 (or shows it
+  no longer matches the label selector).
+
 :class:`QueueWatcher` tracks the labelled kmsvc Queue objects; :class:`NativeWatch`
 tracks TemporalWorker objects and the objects of every connection kind the provider
 registry knows (plugin kinds included). :meth:`NativeWatch.observed` and
@@ -32,6 +45,8 @@ __all__ = [
     "LABEL_SELECTOR",
     "QUEUE_GROUP",
     "QUEUE_VERSION",
+    "CrdLookup",
+    "ListFailed",
     "NativeSnapshot",
     "NativeSource",
     "NativeWatch",
@@ -40,6 +55,8 @@ __all__ = [
     "QueueWatcher",
     "StaticNative",
     "StaticQueues",
+    "crd_lookup",
+    "list_failure",
 ]
 
 logger = logging.getLogger(__name__)
@@ -125,6 +142,55 @@ def _not_found(exc: BaseException) -> bool:
     return getattr(exc, "status", None) == 404
 
 
+def list_failure(exc: BaseException) -> str:
+    """A failed list in words: the HTTP status and reason, else the error's text."""
+    status = getattr(exc, "status", None)
+    reason = getattr(exc, "reason", None)
+    if isinstance(status, int):
+        return f"{status} {reason or ''}".strip()
+    return str(exc) or type(exc).__name__
+
+
+class ListFailed(RuntimeError):
+    """A list whose answer cannot be taken as the kind's objects (the kind is unknown)."""
+
+
+CrdLookup = Callable[[str], bool]
+"""``crd_exists(name)``: whether the CustomResourceDefinition ``<plural>.<group>`` is
+installed; raises when that cannot be told (the API server fails, access denied)."""
+
+
+def crd_lookup(custom_api: Any) -> CrdLookup:
+    """The CRD check over the same client as ``custom_api`` (apiextensions ``get``)."""
+
+    def exists(name: str) -> bool:
+        from kubernetes import client
+
+        api = client.ApiextensionsV1Api(custom_api.api_client)
+        try:
+            api.read_custom_resource_definition(
+                name, _request_timeout=(_CONNECT_TIMEOUT, _CRD_TIMEOUT)
+            )
+        except Exception as exc:
+            if _not_found(exc):
+                return False
+            raise
+        return True
+
+    return exists
+
+
+def _selector_matches(selector: str, obj: Mapping[str, Any]) -> bool:
+    # The watches use equality selectors only (``key=value,...``).
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    labels = (meta or {}).get("labels") or {} if isinstance(meta, Mapping) else {}
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        key, _, value = term.partition("=")
+        if labels.get(key.strip()) != value.strip():
+            return False
+    return True
+
+
 class ObjectWatcher:
     """List + watch the objects of one custom resource in a background thread.
 
@@ -146,6 +212,7 @@ class ObjectWatcher:
         clock: Callable[[], float] = time.monotonic,
         content: Callable[[Mapping[str, Any]], object] | None = None,
         request_timeout: float = 30.0,
+        crd_exists: CrdLookup | None = None,
     ) -> None:
         """Prepare the watcher.
 
@@ -166,6 +233,8 @@ class ObjectWatcher:
                 waits this much longer than its server-side timeout. A hung API server
                 (connections accepted, no answer) then fails the list or watch, which
                 is reported and retried, instead of stalling the thread for good.
+            crd_exists: Whether the resource's CRD is installed, asked when a list
+                answers 404 (a GET of the CRD over the same client by default).
         """
         self._api = custom_api
         self.group = group
@@ -185,6 +254,8 @@ class ObjectWatcher:
         self._thread: threading.Thread | None = None
         self._watch: Any = None
         self._failure: str | None = None
+        self._unknown: str | None = None
+        self._crd_exists = crd_exists or crd_lookup(custom_api)
 
     def start(self, wakeup: threading.Event) -> None:
         """Start the background thread; ``wakeup`` is set on every change."""
@@ -211,11 +282,18 @@ class ObjectWatcher:
             return tuple(self._objects[k] for k in sorted(self._objects))
 
     def observed(self) -> ObjectList:
-        """The objects as the desired state's input: unknown until the first list."""
-        found = self.snapshot()
-        if found is None:
-            return ObjectList.unknown(self._failure or f"{self.plural}.{self.group} not listed yet")
-        return ObjectList.known(found, trim=False)
+        """The objects as the desired state's input: unknown until the first list, and
+        from a failed list until one succeeds again."""
+        with self._lock:
+            objects, unknown = self._objects, self._unknown
+        if objects is None or unknown is not None:
+            return ObjectList.unknown(f"{self.plural}.{self.group}: {unknown or 'not listed yet'}")
+        return ObjectList.known(tuple(objects[k] for k in sorted(objects)), trim=False)
+
+    @property
+    def crd(self) -> str:
+        """The CustomResourceDefinition's name, ``<plural>.<group>``."""
+        return f"{self.plural}.{self.group}"
 
     def failure(self) -> str | None:
         """Why the last list or watch failed, until a list succeeds again; else ``None``.
@@ -227,7 +305,11 @@ class ObjectWatcher:
     def list_now(self) -> str:
         """List the objects, replace the snapshot and return the list's resourceVersion.
 
-        A missing CRD means there are no objects at all.
+        A 404 means no objects only when the CRD is gone too. Objects the list no longer
+        holds are confirmed gone with a GET each before they leave the snapshot.
+
+        Raises:
+            Exception: The list failed; the kind is unknown until a list succeeds.
         """
         try:
             result = self._api.list_cluster_custom_object(
@@ -238,16 +320,83 @@ class ObjectWatcher:
                 _request_timeout=(_CONNECT_TIMEOUT, self._request_timeout),
             )
         except Exception as exc:
-            if not _not_found(exc):
-                raise
-            logger.warning(
-                "the %s.%s CRD is not installed: no such objects", self.plural, self.group
-            )
-            self._replace({})
-            return ""
+            if _not_found(exc) and self._crd_gone(exc):
+                logger.warning("the %s CRD is not installed: no such objects", self.crd)
+                self._replace({})
+                self._unknown = None
+                return ""
+            self._unknown = list_failure(exc)
+            raise
         items = {_watch_key(o): o for o in result.get("items", [])}
+        items = self._confirm_missing(items)
         self._replace(items)
+        self._unknown = None
         return str((result.get("metadata") or {}).get("resourceVersion", ""))
+
+    def _crd_gone(self, listed: BaseException) -> bool:
+        try:
+            exists = self._crd_exists(self.crd)
+        except Exception as exc:  # noqa: BLE001 - cannot tell: the kind stays unknown
+            self._unknown = f"list answered 404 and the CRD cannot be read ({list_failure(exc)})"
+            raise ListFailed(self._unknown) from listed
+        if exists:
+            self._unknown = "list answered 404 while the CRD exists"
+            raise ListFailed(f"{self.crd}: {self._unknown}") from listed
+        return True
+
+    def _confirm_missing(self, items: dict[str, Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+        """Objects known before and missing from this list are gone only if a GET says so.
+
+        A GET that finds the object still matching the selector keeps it (the list was
+        short); one that cannot answer keeps the object as it was last seen.
+        """
+        with self._lock:
+            before = dict(self._objects or {})
+        missing = sorted(set(before) - set(items))
+        if not missing:
+            return items
+        out = dict(items)
+        for key in missing:
+            try:
+                found = self._get(before[key])
+            except Exception as exc:  # noqa: BLE001 - unconfirmed: keep it as last seen
+                logger.warning(
+                    "%s %s: not in the list and not readable (%s); kept until confirmed",
+                    self.crd,
+                    key,
+                    list_failure(exc),
+                )
+                out[key] = before[key]
+                continue
+            if found is not None and _selector_matches(self._selector, found):
+                logger.info("%s %s: missing from the list but still there", self.crd, key)
+                out[key] = found
+        return out
+
+    def _get(self, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """The object read again by name, or ``None`` when it is gone (404)."""
+        meta = obj.get("metadata") or {}
+        name, namespace = str(meta.get("name", "")), meta.get("namespace")
+        timeout = (_CONNECT_TIMEOUT, self._request_timeout)
+        try:
+            if namespace:
+                found = self._api.get_namespaced_custom_object(
+                    self.group,
+                    self.version,
+                    namespace,
+                    self.plural,
+                    name,
+                    _request_timeout=timeout,
+                )
+            else:
+                found = self._api.get_cluster_custom_object(
+                    self.group, self.version, self.plural, name, _request_timeout=timeout
+                )
+        except Exception as exc:
+            if _not_found(exc):
+                return None
+            raise
+        return found if isinstance(found, Mapping) else None
 
     def _replace(self, items: dict[str, Mapping[str, Any]]) -> None:
         with self._lock:
@@ -326,8 +475,13 @@ class ObjectWatcher:
                     continue
                 if self._stop.is_set():
                     break
-                logger.warning("%s.%s watch failed (retrying): %s", self.plural, self.group, exc)
-                self._failure = str(exc) or type(exc).__name__
+                # Once per failure, not every retry: the daemon reports it as a fault.
+                # Keyed by status and reason, since an API error's text carries the
+                # response headers (an audit id, the date) that differ on every retry.
+                failure = list_failure(exc)
+                log = logger.warning if failure != self._failure else logger.debug
+                log("%s.%s watch failed (retrying): %s", self.plural, self.group, exc)
+                self._failure = failure
                 self._stop.wait(self._retry_delay)
                 version = ""
             finally:
@@ -349,6 +503,7 @@ class QueueWatcher(ObjectWatcher):
         watch_timeout: int = 60,
         retry_delay: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
+        crd_exists: CrdLookup | None = None,
     ) -> None:
         """Prepare the watcher (see :class:`ObjectWatcher`)."""
         super().__init__(
@@ -361,11 +516,14 @@ class QueueWatcher(ObjectWatcher):
             watch_timeout=watch_timeout,
             retry_delay=retry_delay,
             clock=clock,
+            crd_exists=crd_exists,
         )
 
 
 _CONNECT_TIMEOUT = 5.0
 """Seconds to establish a connection to the API server."""
+_CRD_TIMEOUT = 10.0
+"""Seconds to wait for the CRD check's answer."""
 
 
 def _watch_key(obj: Mapping[str, Any]) -> str:
@@ -457,6 +615,7 @@ class NativeWatch:
         *,
         resync_interval: float,
         clock: Callable[[], float] = time.monotonic,
+        crd_exists: CrdLookup | None = None,
     ) -> None:
         """Prepare watchers for TemporalWorkers and each connection kind in ``kinds``."""
         self._workers = ObjectWatcher(
@@ -467,6 +626,7 @@ class NativeWatch:
             resync_interval=resync_interval,
             clock=clock,
             content=_worker_content,
+            crd_exists=crd_exists,
         )
         self._kinds = {
             kind: ObjectWatcher(
@@ -477,6 +637,7 @@ class NativeWatch:
                 resync_interval=resync_interval,
                 clock=clock,
                 content=_connection_content,
+                crd_exists=crd_exists,
             )
             for kind in kinds
         }

@@ -16,8 +16,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from twc.builders import COMPONENT_WORKER, LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGED_BY
+from twc.builders import (
+    COMPONENT_WORKER,
+    LABEL_COMPONENT,
+    LABEL_MANAGED_BY,
+    LABEL_STACK,
+    MANAGED_BY,
+)
 from twc.kube.client import KubeClient, status_of
+from twc.spec import label_value
 
 __all__ = [
     "WORKER_SELECTOR",
@@ -27,10 +34,18 @@ __all__ = [
     "read_deployment",
     "read_secret_data",
     "ref_of",
+    "stack_selector",
 ]
 
 WORKER_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_COMPONENT}={COMPONENT_WORKER}"
-"""Labels of every worker Deployment twc creates."""
+"""Labels of every worker Deployment twc creates (of any stack)."""
+
+
+def stack_selector(stack: str) -> str:
+    """Labels of the worker Deployments of one stack."""
+    return f"{WORKER_SELECTOR},{LABEL_STACK}={label_value(stack)}"
+
+
 _API_VERSION = {"Deployment": "apps/v1", "ServiceAccount": "v1"}
 _APPLY = "application/apply-patch+yaml"
 
@@ -97,21 +112,44 @@ def read_deployment(kube: KubeClient, namespace: str, name: str) -> dict[str, An
     return data
 
 
+def _stack_of(obj: Mapping[str, Any]) -> str | None:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    value = labels.get(LABEL_STACK)
+    return str(value) if value is not None else None
+
+
 class Workloads:
-    """Worker Deployments and ServiceAccounts of one cluster."""
+    """Worker Deployments and ServiceAccounts of one stack in one cluster."""
 
-    def __init__(self, kube: KubeClient) -> None:
-        """Work through ``kube``."""
+    def __init__(self, kube: KubeClient, *, stack: str | None = None) -> None:
+        """Work through ``kube`` on the objects of ``stack``.
+
+        Args:
+            kube: The cluster.
+            stack: The stack whose objects these are. Reads (replicas, readiness) also
+                see worker Deployments without any stack label, which twc created
+                before it labelled them (their next ``up`` labels them); writes (early
+                apply's clean-up) touch only objects carrying this stack's label.
+                ``None``: every twc worker Deployment.
+        """
         self.kube = kube
+        self.stack = stack
 
-    def _worker_deployments(self) -> list[dict[str, Any]]:
+    def _worker_deployments(self, *, strict: bool = False) -> list[dict[str, Any]]:
         # Read the raw JSON: turning every Deployment into the client's models was half
         # of a no-op iteration at 100 workers, for one integer each (bench/results.md).
+        selector = WORKER_SELECTOR
+        if self.stack is not None and strict:
+            selector = stack_selector(self.stack)
         response = self.kube.apps.list_deployment_for_all_namespaces(
-            label_selector=WORKER_SELECTOR, _preload_content=False
+            label_selector=selector, _preload_content=False
         )
         items = json.loads(response.data).get("items") or []
-        return [dep for dep in items if isinstance(dep, dict)]
+        found = [dep for dep in items if isinstance(dep, dict)]
+        if self.stack is None:
+            return found
+        ours = label_value(self.stack)
+        return [d for d in found if _stack_of(d) in (ours, None)]
 
     def worker_replicas(self) -> dict[str, int]:
         """``spec.replicas`` of every twc worker Deployment, keyed ``<namespace>/<name>``."""
@@ -162,6 +200,10 @@ class Workloads:
         """Whether the object is in the API server."""
         return self._read(ref) is not None
 
+    def read(self, ref: ObjectRef) -> dict[str, Any] | None:
+        """The object as the API returns it, or ``None`` when it does not exist."""
+        return self._read(ref)
+
     def release(self, ref: ObjectRef, field_manager: str) -> bool:
         """Drop ``field_manager``'s fields of the object: apply an empty body under it.
 
@@ -200,7 +242,7 @@ class Workloads:
         """twc worker Deployments (and their ServiceAccounts) ``field_manager`` still
         owns fields of: what a daemon killed between an early apply and its ``up`` left."""
         found: list[ObjectRef] = []
-        for dep in self._worker_deployments():
+        for dep in self._worker_deployments(strict=True):
             meta = dep.get("metadata") or {}
             managers = {m.get("manager") for m in meta.get("managedFields") or []}
             if field_manager in managers:

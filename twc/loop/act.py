@@ -230,6 +230,7 @@ class Actor:
                     read_secret=self._read_secret,
                     temporal_address=self._temporal_address,
                     replicas=plan.inputs.replicas.get(key),
+                    stack=self._stack,
                 )
                 refs = [ref_of(obj) for obj in objects]
                 if any(self._early.exists(ref) for ref in refs):

@@ -28,15 +28,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from twc.connections import default_registry
 from twc.desired import DesiredFleet
 from twc.kube.watch import QueueSource
 from twc.loop.act import Actor, Effects
 from twc.loop.decide import ReconcileAction, ReconcileDecision
 from twc.loop.faults import BLOCKING, FaultBook
+from twc.loop.guard import DeletionGuard
 from twc.loop.health import DaemonMetrics, Liveness
 from twc.loop.observe import Observer, Sources
 from twc.loop.outcome import Outcome, outcome_of
-from twc.loop.plan import Plan, desired_from, make_plan
+from twc.loop.plan import Plan, desired_from, make_plan, with_conflicts
 from twc.loop.report import FaultReporter, Reporter, shorten
 from twc.loop.rollouts import RolloutActor
 from twc.loop.sampling import RateLimiter, TokenBucket
@@ -118,10 +120,11 @@ class Daemon:
         self._crashed: BaseException | None = None
         self._was_leader: bool | None = None
         self._last_replicas: dict[str, int] = {}
-        self._accepted: dict[str, Any] = {}
+        self._accepted: dict[str, Any] | None = None
         self.liveness = Liveness(self.clocks.monotonic, settings.liveness_allowance)
         self._rounds_seen: float | None = None
         self.faults = FaultBook(self.clocks.monotonic, self.clocks.wall)
+
         fault_reporter = FaultReporter(stack=stack, metrics=self.metrics, book=self.faults)
         self.observer = Observer(
             sources,
@@ -140,6 +143,15 @@ class Daemon:
             wall=self.clocks.wall,
             deployments=self.observer.deployments,
             pollers=self.observer.pollers,
+            record=sources.record,
+        )
+        self.guard = DeletionGuard(
+            settings.deletion_guard,
+            registry=sources.registry or default_registry(),
+            file=sources.file,
+            record=sources.record,
+            stack=stack,
+            on_verdict=self.reporter.report_held,
         )
         self.actor = Actor(
             effects,
@@ -231,6 +243,8 @@ class Daemon:
             "appliedHash": state.applied.fleet if state and state.applied else None,
             "blockedHash": state.blocked if state is not None else None,
             "invalidQueueObjects": dict(self.reporter.reported_invalid),
+            "heldDeletions": self.reporter.held_status(),
+            "objectConflicts": dict(self.reporter.reported_conflicts),
             "rejectedObjects": {
                 key: {"reason": reason, "message": shorten(message, 500)}
                 for key, (reason, message) in sorted(self.reporter.reported_native.items())
@@ -352,9 +366,24 @@ class Daemon:
             TemporaryError: The cluster's objects have not been listed yet.
         """
         seen = self.observer.observe()
+        if self._accepted is None:
+            recalled = self.observer.recall()
+            self.guard.remember(recalled.accepted, recalled.fleet)
+            self._accepted = {k: dict(v) for k, v in recalled.accepted.items()}
         desired: DesiredFleet = desired_from(
             seen,
             accepted=self._accepted,
+            registry=self.observer.registry,
+            file=self.observer.sources.file,
+        )
+        existing = seen.live.keys() if seen.live is not None else None
+        desired = self.guard.guard(seen.fleet, desired, existing, now=now, wall=self.clocks.wall())
+        known = self.guard.previous.workers if self.guard.previous is not None else ()
+        conflicts = self.observer.conflicts(desired, existing, known)
+        desired = with_conflicts(
+            seen.fleet,
+            desired,
+            conflicts,
             registry=self.observer.registry,
             file=self.observer.sources.file,
         )
@@ -372,7 +401,9 @@ class Daemon:
             native=self.observer.sources.native is not None,
             wall=self.clocks.wall(),
             views_of=self.stack if self.actor.keeps_views else None,
+            deletions=self.guard.verdict,
         )
+        self.guard.planned(desired)
         self._desired = dict(plan.replicas)
         self._observed = dict(seen.live or {})
         return plan

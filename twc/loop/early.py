@@ -12,7 +12,11 @@ so nothing changes and no pod rolls), and records them in the stack.
 
 Only objects that do not exist yet are applied: an object already there belongs to the
 engine (the program may have read a newer fleet file than the daemon's last hash, and
-created the worker already), and applying over it could change what the engine set.
+created the worker already), or to someone else entirely, and applying over it could
+change what they set. Everything applied early carries the stack's label
+(``twc.temporal.io/stack``), and the objects a killed daemon left are found by that
+label and the field manager, so one stack's daemon never releases or deletes another
+stack's objects.
 
 Once that ``up`` succeeded, the daemon gives up its field manager (an apply of an empty
 body under it), so the engine is the only owner again and a field it later drops is
@@ -74,6 +78,7 @@ def early_objects(
     read_secret: Callable[[str, str], Mapping[str, bytes]] | None,
     temporal_address: str | None = None,
     replicas: int | None = None,
+    stack: str | None = None,
 ) -> list[dict[str, Any]]:
     """The ServiceAccount and Deployment the program would apply for ``worker``.
 
@@ -88,6 +93,7 @@ def early_objects(
         read_secret: Reads a Secret's data; raises ``LookupError`` when missing.
         temporal_address: The stack's ``twc:temporalAddress`` override, if any.
         replicas: The autoscaler's replicas for an autoscaled worker, else ``None``.
+        stack: The stack, labelled on both objects as the program labels them.
 
     Returns:
         The two manifests, ServiceAccount first.
@@ -114,8 +120,9 @@ def early_objects(
         replicas=replicas if worker.autoscaling else None,
         options=builders.PodTemplateOptions(secret_keys=keys),
         connection_name=builders.connection_name(conn),
+        stack=stack,
     )
-    return [builders.worker_service_account(worker), deployment]
+    return [builders.worker_service_account(worker, stack=stack), deployment]
 
 
 def plan_release(

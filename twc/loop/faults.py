@@ -45,6 +45,10 @@ class Fault(StrEnum):
     """The kube-apiserver cannot be reached (Queue watch, replica reads or the engine)."""
     STATE_BACKEND_UNWRITABLE = "StateBackendUnwritable"
     """The engine cannot write the stack's state (lock, checkpoint) to its backend."""
+    OBJECTS_UNKNOWN = "ClusterObjectsUnknown"
+    """A kind's list failed (denied, an error, a timeout, a 404 while its CRD exists):
+    its objects are unknown, so nothing of that kind is created, changed or deleted; the
+    last accepted objects stay (sources: the kind keys)."""
 
 
 # Faults during which the daemon cannot apply the stack: /readyz says so.

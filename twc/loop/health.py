@@ -162,6 +162,27 @@ class DaemonMetrics:
         self.faults = Counter(
             "twc_faults", "Faults that started, by fault.", ["stack", "fault"], registry=r
         )
+        # The safety rules: objects kept on their last accepted spec, deletions held.
+        self.kept_objects = Gauge(
+            "twc_kept_objects",
+            "Objects whose current spec is invalid and whose last accepted spec keeps "
+            "running (InvalidSpec, kept), by kind.",
+            ["stack", "kind"],
+            registry=r,
+        )
+        self.object_conflicts = Gauge(
+            "twc_object_conflicts",
+            "New workers left out because objects of their names exist that twc did not "
+            "create (ObjectExists).",
+            ["stack"],
+            registry=r,
+        )
+        self.deletions_held = Gauge(
+            "twc_deletions_held",
+            "Workers whose deletion the deletion guard holds (DeletionsHeld).",
+            ["stack"],
+            registry=r,
+        )
         self._known_workers: set[str] = set()
         self._known_queues: set[tuple[str, str]] = set()
 

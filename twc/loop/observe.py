@@ -20,12 +20,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from twc.builders import connection_name
+from twc.builders import connection_name, foreign_owner
 from twc.connections import (
     Registry,
     ResolvedConnection,
@@ -41,7 +41,9 @@ from twc.desired import (
     kind_key,
 )
 from twc.errors import TemporaryError, TwcConnectionError
+from twc.kube.record import RecordStore, StackRecord
 from twc.kube.watch import NativeSource, QueueSource
+from twc.kube.workloads import ObjectRef
 from twc.loop.backlog import BacklogSource, SecretReader
 from twc.loop.faults import Fault, sample_fault
 from twc.loop.health import DaemonMetrics
@@ -135,6 +137,12 @@ class Sources:
     rollouts: RolloutSource | None = None
     """Versioned workers' Deployments and routing (:mod:`twc.loop.rollouts`); ``None``
     without a cluster."""
+    record: RecordStore | None = None
+    """The stack's record (last accepted specs, held deletions, approvals); ``None``
+    without a cluster."""
+    objects: Callable[[ObjectRef], Mapping[str, object] | None] | None = None
+    """Reads a worker's Deployment or ServiceAccount (``None`` when absent), to find new
+    workers whose names someone else's objects have; ``None`` skips that check."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,23 +239,49 @@ class Observer:
         return Observation(fleet=fleet, cluster=cluster, live=live, live_known=known)
 
     def _cluster(self) -> dict[str, ObjectList]:
-        queues = self.sources.queues.snapshot()
-        if queues is None:
-            # Reconciling without the Queue objects would delete every derived worker.
-            raise TemporaryError("Queue objects not listed yet", delay=1.0)
-        out: dict[str, ObjectList] = {QUEUE_KIND_KEY: ObjectList.known(queues, trim=False)}
+        # A kind whose list failed (or never succeeded) is unknown, never empty: the
+        # desired state keeps its last accepted objects, or refuses to be computed
+        # (ObjectsUnknown) when there are none yet.
+        out: dict[str, ObjectList] = {QUEUE_KIND_KEY: self.sources.queues.observed()}
         native = self.sources.native
         if native is None:
             # No cluster: no such objects at all.
             out[WORKER_KIND_KEY] = ObjectList.known(())
             for kind in self.registry.watched_kinds():
                 out[kind_key(kind.kind, kind.api_group)] = ObjectList.known(())
-            return out
-        if native.snapshot() is None:
-            # Without them every TemporalWorker's Deployment would be deleted.
-            raise TemporaryError("TemporalWorker and connection objects not listed yet")
-        out.update(native.observed())
+        else:
+            out.update(native.observed())
+        for key, found in sorted(out.items()):
+            if found.is_known:
+                self._faults.fault_cleared(Fault.OBJECTS_UNKNOWN, key)
+            else:
+                self._faults.fault(Fault.OBJECTS_UNKNOWN, key, found.failure or "unknown")
         return out
+
+    def recall(self) -> StackRecord:
+        """The stack's record: the accepted specs (and fleet) a previous daemon kept.
+
+        Raises:
+            TemporaryError: The record exists but cannot be read now; without it an
+                object that is invalid now would lose its running workers.
+        """
+        record = self.sources.record
+        if record is None:
+            return StackRecord()
+        try:
+            found = record.load()
+        except Exception as exc:
+            raise TemporaryError(f"cannot read the stack's record {record}: {exc}") from exc
+        if found is None:
+            logger.info("[%s] no record in %s yet: nothing accepted before", self._stack, record)
+            return StackRecord()
+        logger.info(
+            "[%s] accepted specs from %s: %d objects",
+            self._stack,
+            record,
+            sum(len(v) for v in found.accepted.values()),
+        )
+        return found
 
     def watched_kinds(self) -> dict[str, WatchedKind]:
         """Per kind key, the connection kinds the registry knows."""
@@ -390,6 +424,39 @@ class Observer:
                 self._faults.fault(fault, "backlog", text)
             else:
                 self._faults.fault_cleared(fault, "backlog")
+
+    def conflicts(
+        self, desired: DesiredFleet, existing: Collection[str] | None, known: Collection[str]
+    ) -> dict[str, str]:
+        """New workers whose Deployment or ServiceAccount exists and is not this stack's.
+
+        Only workers new to the stack are read (neither running nor in the previous
+        desired state): a worker the stack already holds is never second-guessed, even
+        if someone relabelled its objects.
+
+        Returns:
+            Per worker key, why (``ObjectExists``); unreadable objects count as free
+            (the engine's own ownership check still refuses them).
+        """
+        read = self.sources.objects
+        if read is None or existing is None:
+            return {}
+        out: dict[str, str] = {}
+        for key in sorted(set(desired.workers) - set(existing) - set(known)):
+            namespace, _, name = key.partition("/")
+            taken: list[str] = []
+            for kind in ("Deployment", "ServiceAccount"):
+                try:
+                    obj = read(ObjectRef(kind, namespace, name))
+                except Exception as exc:  # noqa: BLE001 - unreadable: the engine's check decides
+                    logger.debug("[%s] could not read %s %s: %s", self._stack, kind, key, exc)
+                    continue
+                why = foreign_owner(obj, self._stack) if obj is not None else None
+                if why is not None:
+                    taken.append(f"{kind} {key} exists and was {why}")
+            if taken:
+                out[key] = "; ".join(taken) + "; twc does not take it over"
+        return out
 
     # ---------------------------------------------------- for object status
     def deployments(self) -> Mapping[str, tuple[int, int]] | None:

@@ -31,6 +31,7 @@ from twc.desired import (
 from twc.errors import TemporaryError
 from twc.loop.autoscale import ScaleDecision, ScalingState, WorkerScaleInput, scale_fleet
 from twc.loop.decide import DesiredState, ReconcileDecision, decide_reconcile, desired_state
+from twc.loop.guard import GuardVerdict
 from twc.loop.observe import Observation, WorkerFacts
 from twc.loop.settings import DaemonSettings
 from twc.loop.state import LoopState
@@ -44,9 +45,9 @@ from twc.loop.versions import (
 from twc.native.objects import IdentityKey, NativeObject
 from twc.native.views import ViewPlan, desired_views, plan_views
 from twc.rollout import RolloutPlan
-from twc.spec import ResolvedWorker
+from twc.spec import Fleet, ResolvedWorker
 
-__all__ = ["NativePlan", "Plan", "desired_from", "make_plan"]
+__all__ = ["NativePlan", "Plan", "desired_from", "make_plan", "with_conflicts"]
 
 _POSITIONAL = {"source", "connection_source"}
 """ResolvedWorker fields that say where in the file a worker is, not what it is."""
@@ -95,6 +96,8 @@ class Plan:
     """The Kubernetes-native objects of this iteration."""
     versions: VersionsPlan = field(default_factory=VersionsPlan)
     """The versioned workers' rollouts: routing to carry out, versions to declare."""
+    deletions: GuardVerdict | None = None
+    """The deletion guard's verdict: which deletions are held, if any."""
 
     @property
     def workers(self) -> Mapping[str, ResolvedWorker]:
@@ -124,6 +127,22 @@ def desired_from(
     return desired_fleet(seen.fleet, inputs, registry=registry, file=file)
 
 
+def with_conflicts(
+    fleet: Fleet,
+    desired: DesiredFleet,
+    conflicts: Mapping[str, str],
+    *,
+    registry: Registry,
+    file: str,
+) -> DesiredFleet:
+    """``desired`` without the new workers whose names someone else's objects have
+    (``ObjectExists``): the rest is applied, they wait until the names are free."""
+    if not conflicts:
+        return desired
+    inputs = desired.inputs.model_copy(update={"conflicts": dict(conflicts)})
+    return desired_fleet(fleet, inputs, registry=registry, file=file)
+
+
 def make_plan(
     seen: Observation,
     desired: DesiredFleet,
@@ -138,6 +157,7 @@ def make_plan(
     native: bool,
     wall: float | None = None,
     views_of: str | None = None,
+    deletions: GuardVerdict | None = None,
 ) -> Plan:
     """Decide the replicas, hash the desired state and decide the ``up``.
 
@@ -157,6 +177,7 @@ def make_plan(
         wall: Unix time: versioned rollouts compare it with Temporal's timestamps.
         views_of: The stack whose generated TemporalWorker objects (views of its
             Queue and fleet-file workers) to plan; ``None`` plans none.
+        deletions: The deletion guard's verdict on this desired state.
 
     Raises:
         TemporaryError: An autoscaled worker's replicas are unknown (the cluster could
@@ -245,6 +266,7 @@ def make_plan(
         scaling=scaling,
         native=_native_plan(seen, desired, watched, views_of) if native else None,
         versions=versions,
+        deletions=deletions,
     )
 
 

@@ -4,12 +4,18 @@
 * faults while they last (:class:`~twc.loop.faults.FaultBook`): raised once, cleared
   once, with how long they lasted;
 * the cluster objects that were not used as they are (``InvalidSpec``,
-  ``ConnectionNotFound``...), in the log once per change;
+  ``ConnectionNotFound``...), in the log once per change, kept apart by what happens to
+  their workers: *kept* (the last accepted spec keeps running, nothing changes) or *left
+  out* (nothing runs for the object);
+* the stack's record: the last accepted specs, written when they change, and the
+  deletions the deletion guard holds (``DeletionsHeld``: log, metric, an Event on the
+  record, ``/status``);
 * for TemporalWorker and connection objects, and the TemporalWorker views twc generates
   of Queue and fleet-file workers: status (written only when it changed),
   the ``temporal.io/delete-protection`` finalizer on every connection in use, and
-  Events on failures. Events and status carry the reason — the first error line of a
-  failed engine run, never its progress output, which names other namespaces' objects.
+  Events on failures. Events and status carry the reason — the engine's first error on
+  the object's own resources (:func:`twc.native.messages.worker_failure`), never its
+  output, which names other namespaces' objects.
 
 Nothing here fails the loop: whatever is not written now is written by a later
 iteration.
@@ -21,15 +27,18 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from twc.desired import QUEUE_KIND_KEY, DesiredFleet
+from twc.desired import QUEUE_KIND_KEY, DesiredFleet, Rejection
+from twc.kube.record import RecordStore
 from twc.kube.writer import ObjectWriter
 from twc.loop.decide import DesiredState, ReconcileAction, ReconcileDecision
 from twc.loop.faults import Fault, FaultBook, FaultChange, engine_fault
+from twc.loop.guard import GuardVerdict, Hold
 from twc.loop.health import DaemonMetrics
 from twc.loop.outcome import FailureReason, Outcome, OutcomeKind
 from twc.loop.plan import NativePlan, Plan
 from twc.loop.state import LoopState
 from twc.loop.versions import rollout_fields, target_deployment
+from twc.native.messages import worker_failure
 from twc.native.objects import FINALIZER, IdentityKey, NativeObject, finalizer_updates
 from twc.native.status import (
     DeploymentFacts,
@@ -108,6 +117,7 @@ class Reporter:
         wall: Callable[[], float],
         deployments: Callable[[], Mapping[str, tuple[int, int]] | None],
         pollers: Callable[[DesiredFleet, Sequence[str]], Mapping[str, PollerFacts]],
+        record: RecordStore | None = None,
     ) -> None:
         """Report through ``metrics``, ``faults`` and ``writer``.
 
@@ -119,6 +129,7 @@ class Reporter:
             wall: Unix time, for status timestamps and the last-success metric.
             deployments: Reads ``(replicas, readyReplicas)`` of the worker Deployments.
             pollers: Describes the named workers' task queues.
+            record: The stack's record (accepted specs, held deletions).
         """
         self.stack = stack
         self.metrics = metrics
@@ -138,6 +149,12 @@ class Reporter:
         self._written: dict[str, dict[str, Any]] = {}
         self._apply_failed: dict[str, str] = {}
         self._metric_kinds: set[str] = set()
+        self._record = record
+        self._hold: Hold | None = None
+        self._hold_published: str | None = None
+        self._remembered: tuple[object, ...] | None = None
+        self.reported_conflicts: dict[str, str] = {}
+        """New workers left out as ``ObjectExists`` (for ``/status``)."""
 
     # --------------------------------------------------------------- planned
     def planned(self, plan: Plan) -> None:
@@ -157,6 +174,8 @@ class Reporter:
             dict(plan.replicas), {k: plan.current.get(k) for k in plan.workers}
         )
         self._report_queues(plan.desired)
+        self._remember(plan)
+        self._report_conflicts(plan.desired)
         if plan.native is not None and plan.native.rejected:
             # Rejections need no engine: say so now, not after a long up.
             self._report_native(plan.native)
@@ -169,11 +188,16 @@ class Reporter:
 
     def _report_queues(self, desired: DesiredFleet) -> None:
         merge = desired.kinds.get(QUEUE_KIND_KEY)
-        now = {r.key: r.message for r in merge.rejected} if merge is not None else {}
+        rejected = {r.key: r for r in merge.rejected} if merge is not None else {}
+        now = {key: r.message for key, r in rejected.items()}
         for key, reason in now.items():
             if self.reported_invalid.get(key) != reason:
                 logger.warning(
-                    "[%s/queue %s] skipping invalid Queue object: %s", self.stack, key, reason
+                    "[%s/queue %s] invalid Queue object: %s; %s",
+                    self.stack,
+                    key,
+                    reason,
+                    _fate(rejected[key]),
                 )
         for key in set(self.reported_invalid) - set(now):
             logger.info("[%s/queue %s] Queue object no longer invalid (or gone)", self.stack, key)
@@ -181,6 +205,99 @@ class Reporter:
         self.metrics.invalid_queues.labels(self.stack).set(len(now))
         accepted = len(merge.accepted) if merge is not None else 0
         self.metrics.cluster_queues.labels(self.stack).set(accepted)
+        kept = sum(1 for r in rejected.values() if r.kept)
+        self.metrics.kept_objects.labels(self.stack, "Queue").set(kept)
+
+    def _report_conflicts(self, desired: DesiredFleet) -> None:
+        now = dict(desired.conflicts)
+        for key, why in sorted(now.items()):
+            if self.reported_conflicts.get(key) != why:
+                logger.warning("[%s/%s] ObjectExists, left out: %s", self.stack, key, why)
+        for key in sorted(set(self.reported_conflicts) - set(now)):
+            logger.info("[%s/%s] no longer in conflict (or gone)", self.stack, key)
+        self.reported_conflicts = now
+        self.metrics.object_conflicts.labels(self.stack).set(len(now))
+
+    # ---------------------------------------------------------------- record
+    def _remember(self, plan: Plan) -> None:
+        """Write the last accepted specs to the stack's record when they changed.
+
+        Serialising a thousand objects to compare them costs about 0.1 s, too much for
+        every iteration; the desired state's hash and the objects' keys change whenever
+        anything the desired state uses does, so only then is the record compared.
+        """
+        if self._record is None or not plan.desired.cluster_managed:
+            return
+        accepted = plan.desired.accepted
+        marker = (
+            plan.hashes.fleet,
+            tuple((kind, tuple(sorted(store))) for kind, store in sorted(accepted.items())),
+        )
+        if marker == self._remembered:
+            return
+        try:
+            self._record.save(accepted, plan.inputs.fleet)
+        except Exception as exc:  # noqa: BLE001 - write-back never fails the loop; the next iteration retries
+            logger.warning("[%s] could not write %s (retrying): %s", self.stack, self._record, exc)
+            return
+        self._remembered = marker
+
+    def report_held(self, verdict: GuardVerdict | None) -> None:
+        """``DeletionsHeld`` while the guard holds deletions: log, metric, Event, record."""
+        hold = verdict.hold if verdict is not None else None
+        self._hold = hold
+        self.metrics.deletions_held.labels(self.stack).set(len(hold.workers) if hold else 0)
+        digest = hold.digest if hold is not None else None
+        if digest != self._hold_published:
+            if hold is not None:
+                names = ", ".join(sorted(hold.workers))
+                logger.warning("[%s] DeletionsHeld: %s: %s", self.stack, hold.reason, names)
+                self._record_event("DeletionsHeld", f"{hold.reason}: {names}")
+            elif self._hold_published is not None:
+                why = (
+                    verdict.released
+                    if verdict is not None and verdict.released
+                    else "no longer wanted"
+                )
+                logger.info("[%s] held deletions released (%s)", self.stack, why)
+        if self._record is None:
+            self._hold_published = digest
+            return
+        try:
+            self._record.publish_held(hold.record() if hold is not None else None)
+        except Exception as exc:  # noqa: BLE001 - write-back never fails the loop; the next iteration retries
+            logger.warning("[%s] could not publish held deletions: %s", self.stack, exc)
+            return
+        self._hold_published = digest
+
+    def _record_event(self, reason: str, message: str) -> None:
+        if self._writer is None or self._record is None:
+            return
+        obj = NativeObject(
+            group="",
+            version="v1",
+            plural="configmaps",
+            kind="ConfigMap",
+            name=self._record.name,
+            namespace=self._record.namespace,
+        )
+        try:
+            self._writer.event(obj, reason, message)
+        except Exception as exc:  # noqa: BLE001 - write-back never fails the loop; the next iteration retries
+            logger.warning("[%s] could not record an Event on %s: %s", self.stack, obj, exc)
+
+    def held_status(self) -> dict[str, Any] | None:
+        """The held deletions for ``/status``, or ``None``."""
+        hold = self._hold
+        if hold is None:
+            return None
+        return {
+            "workers": sorted(hold.workers),
+            "digest": hold.digest,
+            "since": hold.since_wall,
+            "observations": hold.observations,
+            "reason": hold.reason,
+        }
 
     # -------------------------------------------------------------- finished
     def finished(
@@ -269,10 +386,12 @@ class Reporter:
             self._apply_failed.clear()
         if not outcome.ok and decision is not None and decision.action is not ReconcileAction.SKIP:
             changed = decision.workers if decision.action is ReconcileAction.TARGETED else None
-            # What tenants read: the first error line, not the engine's whole output.
-            reason = engine_failure(outcome.message).summary
+            # What tenants read: the engine's first error on this worker's own
+            # resources, never the output of the whole stack (every tenant's names).
+            refused = outcome.kind is OutcomeKind.PERMANENT
             for key, obj in {**native.workers.accepted, **_views_shown(native)}.items():
                 if changed is None or key in changed:
+                    reason = worker_failure(outcome.message, key, refused=refused)
                     self._event_once(obj, "ApplyFailed", reason)
         for key, obj in native.workers.accepted.items():
             stopped = plan.versions.plans.get(key)
@@ -295,16 +414,17 @@ class Reporter:
         for key, rejected in now.items():
             before = self.reported_native.get(key)
             if before != (rejected.reason, rejected.message):
-                kept = "; its last accepted spec stays" if rejected.kept else ""
                 logger.warning(
-                    "[%s] skipping %s: %s: %s%s",
+                    "[%s] %s: %s: %s; %s",
                     self.stack,
                     key,
                     rejected.reason,
                     rejected.message,
-                    kept,
+                    _fate(rejected),
                 )
-                self._pending_events.append((rejected.obj, rejected.reason, rejected.message))
+                self._pending_events.append(
+                    (rejected.obj, rejected.reason, f"{rejected.message}; {_fate(rejected)}")
+                )
         for key in set(self.reported_native) - set(now):
             logger.info("[%s] %s no longer rejected (or gone)", self.stack, key)
         self.reported_native = {k: (r.reason, r.message) for k, r in now.items()}
@@ -313,6 +433,8 @@ class Reporter:
         for kind in self._metric_kinds:
             count = sum(1 for r in native.rejected if r.obj.kind == kind)
             self.metrics.invalid_objects.labels(self.stack, kind).set(count)
+            kept = sum(1 for r in native.rejected if r.obj.kind == kind and r.kept)
+            self.metrics.kept_objects.labels(self.stack, kind).set(kept)
         self.metrics.native_objects.labels(self.stack, WORKER_KIND).set(
             len(native.workers.accepted)
         )
@@ -389,12 +511,13 @@ class Reporter:
                 del self._written[obj.uid]
             previous = {**obj.status, **self._written.get(obj.uid, {})}
             key = obj.key
-            if key in rejected:
+            kept = rejected.get(key) if key in rejected and rejected[key].kept else None
+            if key in rejected and kept is None:
                 desired = rejected_status(
                     previous,
                     generation=obj.generation,
                     reason=rejected[key].reason,
-                    message=shorten(rejected[key].message, 900),
+                    message=shorten(f"{rejected[key].message}; {_fate(rejected[key])}", 900),
                     now=now,
                 )
             elif key in accepted and plan is not None:
@@ -405,7 +528,7 @@ class Reporter:
                 dep = target_deployment(plan.versions, key) or dep
                 desired = accepted_status(
                     previous,
-                    generation=obj.generation,
+                    generation=obj.generation if kept is None else kept.kept_generation,
                     applied=in_stack,
                     desired_replicas=plan.replicas.get(key, 0),
                     deployment=DeploymentFacts(*dep) if dep is not None else None,
@@ -413,6 +536,9 @@ class Reporter:
                     connection_ref=_ref_dict(native.references.get(key)),
                     now=now,
                     task_queue=plan.workers[key].task_queue_name if key in plan.workers else None,
+                    kept=None
+                    if kept is None
+                    else (kept.reason, shorten(f"{kept.message}; {_fate(kept)}", 900)),
                 )
             else:
                 continue
@@ -436,6 +562,15 @@ class Reporter:
 
 def _views_shown(native: NativePlan) -> Mapping[str, NativeObject]:
     return native.views.shown if native.views is not None else {}
+
+
+def _fate(rejection: Rejection) -> str:
+    """What happens to a rejected object's workers, in words people and tools read."""
+    if rejection.kept:
+        generation = rejection.kept_generation
+        which = f" (generation {generation})" if generation is not None else ""
+        return f"its last accepted spec{which} keeps running"
+    return "left out: nothing runs for it"
 
 
 def _ref_dict(ident: IdentityKey | None) -> dict[str, str] | None:

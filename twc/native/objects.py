@@ -83,8 +83,8 @@ class NativeObject:
 
     @property
     def api_version(self) -> str:
-        """``<group>/<version>``."""
-        return f"{self.group}/{self.version}"
+        """``<group>/<version>`` (just the version for the core group)."""
+        return f"{self.group}/{self.version}" if self.group else self.version
 
     def __str__(self) -> str:
         return f"{self.kind} {self.key}"

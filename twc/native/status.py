@@ -18,6 +18,7 @@ from twc.errors import Reason
 from twc.status import DEPLOYMENT_READY, FAILED_REASONS, QUEUE_REGISTERED
 
 __all__ = [
+    "SPEC_ACCEPTED",
     "DeploymentFacts",
     "PollerFacts",
     "accepted_status",
@@ -26,8 +27,13 @@ __all__ = [
     "status_patch",
 ]
 
+SPEC_ACCEPTED = "SpecAccepted"
+"""Condition: whether the object's current spec is the one in the desired state. False
+with the reason (``InvalidSpec``, ``ConnectionNotFound``...) when it is not; the message
+says whether the last accepted spec keeps running or nothing runs for it."""
+
 # Reasons on a rejected object that need a person to change something.
-_REJECTED_FAILED = FAILED_REASONS | {Reason.INVALID_SPEC.value}
+_REJECTED_FAILED = FAILED_REASONS | {Reason.INVALID_SPEC.value, Reason.NAMESPACE_NOT_ALLOWED.value}
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +115,7 @@ def accepted_status(
     connection_ref: Mapping[str, Any] | None,
     now: str,
     task_queue: str | None = None,
+    kept: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """The status of a TemporalWorker that is part of the desired state.
 
@@ -123,6 +130,8 @@ def accepted_status(
         connection_ref: The resolved connection (apiGroup, kind, name, namespace).
         now: Current time, RFC 3339.
         task_queue: The task queue the worker polls (the printer column).
+        kept: ``(reason, message)`` when the current spec is invalid and the last
+            accepted one keeps running (then ``generation`` is that spec's).
 
     Returns:
         The full status (phase, replicas, readyReplicas, observed fields, conditions).
@@ -165,11 +174,17 @@ def accepted_status(
         phase = "Failed"
     else:
         phase = "Pending"
+    if kept is None:
+        spec = _condition(
+            SPEC_ACCEPTED, True, "Accepted", "the current spec is in the desired state"
+        )
+    else:
+        spec = _condition(SPEC_ACCEPTED, False, kept[0], kept[1])
     status: dict[str, Any] = {
         "phase": phase,
         "replicas": replicas,
         "readyReplicas": ready,
-        "conditions": merge_conditions(previous.get("conditions"), [dep, queue], now=now),
+        "conditions": merge_conditions(previous.get("conditions"), [dep, queue, spec], now=now),
     }
     if task_queue:
         status["taskQueue"] = task_queue
@@ -199,6 +214,7 @@ def rejected_status(
     conds = [
         _condition(DEPLOYMENT_READY, False, reason, message),
         _condition(QUEUE_REGISTERED, False, reason, message),
+        _condition(SPEC_ACCEPTED, False, reason, message),
     ]
     status: dict[str, Any] = {
         "phase": "Failed" if reason in _REJECTED_FAILED else "Pending",

@@ -19,6 +19,7 @@ __all__ = [
     "FieldChange",
     "Group",
     "GroupKind",
+    "HeldDeletions",
     "OpCounts",
     "Operation",
     "PreviewReport",
@@ -187,6 +188,19 @@ class Diagnostic(_Model):
     """The resource it is about, if any."""
 
 
+class HeldDeletions(_Model):
+    """Deletions beyond the deletion guard's share: more running workers than one ``up``
+    may delete at once. The daemon holds them until confirmed (``twc approve``);
+    ``twc up`` asks first."""
+
+    workers: list[str]
+    """The workers that would be deleted, sorted."""
+    running: int
+    """Workers the stack runs now."""
+    allowed: int
+    """How many of them one ``up`` may delete without confirmation."""
+
+
 class PreviewReport(_Model):
     """Everything a reviewer needs from one ``pulumi preview --diff``."""
 
@@ -204,6 +218,8 @@ class PreviewReport(_Model):
     """Error diagnostics; non-empty means the preview failed."""
     warnings: list[Diagnostic] = Field(default_factory=list)
     """Warning diagnostics."""
+    held_deletions: HeldDeletions | None = None
+    """Deletions beyond the deletion guard's share, or ``None`` when within it."""
 
     @property
     def changed_groups(self) -> list[Group]:

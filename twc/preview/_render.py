@@ -92,7 +92,9 @@ def render_json(report: PreviewReport) -> str:
     Returns:
         The document, ending with a newline.
     """
-    data = report.model_dump(mode="json", by_alias=True)
+    # ``heldDeletions`` is there only when deletions are held (an added key).
+    skip = {"held_deletions"} if report.held_deletions is None else None
+    data = report.model_dump(mode="json", by_alias=True, exclude=skip)
     return json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -111,6 +113,8 @@ def render_text(report: PreviewReport) -> str:
     lines = [f"Preview of {report.project}/{report.stack}"]
     lines.extend(_text_diagnostics("Errors", report.errors))
     lines.extend(_text_diagnostics("Warnings", report.warnings))
+    if report.held_deletions is not None:
+        lines.append(f"Held deletions: {_held_text(report)}")
     summary = report.summary
     if not summary.has_changes:
         lines.append(f"No changes ({_plural(summary.resources.same, 'resource')} unchanged).")
@@ -226,8 +230,20 @@ def _fit(text: str, limit: int) -> str:
     return text[: max(0, limit - len(tail))] + tail
 
 
+def _held_text(report: PreviewReport) -> str:
+    held = report.held_deletions
+    assert held is not None
+    return (
+        f"{len(held.workers)} of the {held.running} running workers would be deleted at once, "
+        f"more than the {held.allowed} allowed: {', '.join(held.workers)}. The daemon holds "
+        f"them until confirmed (`twc approve --stack {report.stack}`); `twc up` asks first."
+    )
+
+
 def _md_head(report: PreviewReport) -> str:
     parts = [f"### twc preview: `{report.project}` / `{report.stack}`\n\n"]
+    if report.held_deletions is not None:
+        parts.append(f"> [!WARNING]\n> **Held deletions:** {_held_text(report)}\n\n")
     if report.errors:
         parts.append(
             f"> [!CAUTION]\n> **The preview failed** with "

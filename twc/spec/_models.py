@@ -340,6 +340,11 @@ class ClusterConnection(_ConnectionSpec):
     secret_source: SecretSource | None = None
     """Copy the credential secret from this namespace into each using namespace.
     Without it the secret must already exist wherever workers use the connection."""
+    allowed_namespaces: tuple[DnsLabel, ...] | None = None
+    """Namespaces whose workers may use this connection; unset: every namespace. A
+    worker elsewhere is refused (``NamespaceNotAllowed``) and nothing is made for it: no
+    credential copy, no Deployment. Referencing a ClusterConnection is then not enough
+    to have its credential copied into a namespace."""
 
     @model_validator(mode="after")
     def _source_needs_secret(self) -> ClusterConnection:

@@ -1,0 +1,297 @@
+"""One up deletes at most a share of the stack's workers; more is held until the same
+deletions were wanted long enough, or an operator approves them. Held workers stay in
+the desired state exactly as they were, from the inputs they last came from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.unit._daemon_fakes import NS, fleet_data, make_daemon
+from tests.unit._fake_configmaps import FakeConfigMaps
+from tests.unit._native_objects import cluster_conn_obj, cluster_ref, worker_obj
+from twc.connections import Registry
+from twc.desired import (
+    QUEUE_KIND_KEY,
+    WORKER_KIND_KEY,
+    DesiredFleet,
+    DesiredInputs,
+    ObjectList,
+    desired_fleet,
+    held_objects,
+    kind_key,
+)
+from twc.kube.record import RecordStore
+from twc.loop import DaemonSettings, DeletionGuardSettings
+from twc.loop.guard import Hold, deletion_digest, judge_deletions
+from twc.spec import load_fleet
+
+REGISTRY = Registry.with_builtins()
+CC_KEY = kind_key("ClusterConnection", "temporal.io")
+CONN_KEY = kind_key("Connection", "temporal.io")
+GUARD = DeletionGuardSettings(max_share=0.25, confirm_after=120, confirm_observations=3)
+
+
+# ------------------------------------------------------------------ the decision
+@pytest.mark.parametrize(
+    ("deleting", "total", "held"),
+    [
+        (0, 4, False),
+        (1, 4, False),  # 25 % of 4
+        (2, 4, True),
+        (1, 1, False),  # at least one is always allowed
+        (1, 2, False),
+        (2, 3, True),
+        (25, 100, False),
+        (26, 100, True),
+    ],
+)
+def test_deletions_beyond_the_share_are_held(deleting: int, total: int, held: bool) -> None:
+    gone = [f"team/w{i}" for i in range(deleting)]
+    verdict = judge_deletions(gone, total, None, now=0, wall=0, settings=GUARD, approved=None)
+    assert (verdict.hold is not None) is held
+    assert verdict.deleting == frozenset(gone)
+
+
+def test_a_hold_proceeds_after_the_period_and_the_observations_and_restarts_on_change() -> None:
+    gone = ["team/a", "team/b"]
+
+    def judge(previous: Hold | None, now: float, which: list[str] = gone) -> Any:
+        return judge_deletions(which, 4, previous, now=now, wall=now, settings=GUARD, approved=None)
+
+    first = judge(None, 0)
+    assert first.hold is not None
+    assert first.hold.observations == 1
+    second = judge(first.hold, 200)  # long enough, but only two observations
+    assert second.hold is not None
+    assert second.hold.observations == 2
+    third = judge(second.hold, 201)
+    assert third.hold is None
+    assert third.released == "confirmed"
+
+    # Three quick observations are not enough without the period.
+    quick = judge(judge(judge(None, 0).hold, 1).hold, 2)
+    assert quick.hold is not None
+    assert quick.hold.observations == 3
+
+    # A different set starts the wait again.
+    other = judge(second.hold, 202, ["team/a", "team/c"])
+    assert other.hold is not None
+    assert other.hold.since == 202
+    assert other.hold.observations == 1
+
+
+def test_an_approval_of_exactly_these_deletions_releases_them() -> None:
+    gone = ["team/a", "team/b"]
+    wrong = judge_deletions(
+        gone, 4, None, now=0, wall=0, settings=GUARD, approved=deletion_digest(["team/a"])
+    )
+    assert wrong.hold is not None
+    right = judge_deletions(
+        gone, 4, None, now=0, wall=0, settings=GUARD, approved=deletion_digest(gone)
+    )
+    assert right.hold is None
+    assert right.released == "approved"
+
+
+# ------------------------------------------------------- held workers come back
+def _desired(doc: dict[str, Any], cluster: dict[str, list[dict[str, Any]]] | None) -> DesiredFleet:
+    fleet = load_fleet(doc, "f.yaml")
+    observed = None
+    accepted: dict[str, Any] = {}
+    if cluster is not None:
+        observed = {
+            key: ObjectList.known(cluster.get(key, []))
+            for key in (QUEUE_KIND_KEY, WORKER_KIND_KEY, CC_KEY, CONN_KEY)
+        }
+    inputs = DesiredInputs(fleet=doc, cluster=observed, accepted=accepted)
+    return desired_fleet(fleet, inputs, registry=REGISTRY, file="f.yaml")
+
+
+def _with_held(current: DesiredFleet, previous: DesiredFleet, workers: set[str]) -> DesiredFleet:
+    held, missing = held_objects(previous, workers, current)
+    assert missing == frozenset()
+    inputs = current.inputs.model_copy(update={"held": held})
+    assert inputs.fleet is not None
+    return desired_fleet(
+        load_fleet(inputs.fleet, "f.yaml"), inputs, registry=REGISTRY, file="f.yaml"
+    )
+
+
+def test_temporal_worker_objects_gone_with_their_crd_come_back_exactly() -> None:
+    doc = fleet_data(workers=[])
+    objects = [worker_obj(f"w{i}", ref=cluster_ref("main")) for i in range(3)]
+    previous = _desired(doc, {WORKER_KIND_KEY: objects})
+    current = _desired(doc, {WORKER_KIND_KEY: []})
+    assert set(current.workers) == set()
+
+    kept = _with_held(current, previous, set(previous.workers))
+
+    assert kept.workers == previous.workers
+    assert kept.origins == previous.origins
+    assert kept.held == frozenset(previous.workers)
+
+
+def test_file_workers_removed_from_the_file_come_back_with_their_entries() -> None:
+    workers = [{"name": f"w{i}", "namespace": NS, "taskQueueName": f"q{i}"} for i in range(4)]
+    previous = _desired(fleet_data(workers=workers), None)
+    current = _desired(fleet_data(workers=workers[:1]), None)
+
+    kept = _with_held(current, previous, {f"{NS}/w1", f"{NS}/w2", f"{NS}/w3"})
+
+    assert kept.workers == previous.workers
+
+
+def test_workers_whose_connection_objects_went_too_come_back_with_the_connection() -> None:
+    doc = fleet_data(workers=[])
+    doc["clusterConnections"] = []
+    doc["defaults"].pop("connectionRef")
+    conn = cluster_conn_obj("shared")
+    objects = [worker_obj(f"w{i}", ref=cluster_ref("shared")) for i in range(2)]
+    previous = _desired(doc, {WORKER_KIND_KEY: objects, CC_KEY: [conn]})
+    # The ClusterConnection CRD is deleted: its objects go, the workers cannot resolve.
+    current = _desired(doc, {WORKER_KIND_KEY: objects, CC_KEY: []})
+    assert set(current.workers) == set()
+    assert {r.reason for r in current.rejected} == {"ConnectionNotFound"}
+
+    kept = _with_held(current, previous, set(previous.workers))
+
+    assert kept.workers == previous.workers
+    assert kept.references == previous.references
+
+
+# ------------------------------------------------------------------ the daemon
+def _four_workers() -> list[dict[str, Any]]:
+    return [{"name": f"w{i}", "namespace": NS, "taskQueueName": f"q{i}"} for i in range(4)]
+
+
+def _guarded_daemon(record: RecordStore | None = None) -> Any:
+    settings = DaemonSettings(deletion_guard=GUARD)
+    h = make_daemon(fleet_data(workers=_four_workers()), settings=settings, record=record)
+    h.step()
+    assert len(h.engine.ups) == 1
+    h.live.update({f"{NS}/w{i}": 1 for i in range(4)})
+    return h
+
+
+def _program_workers(h: Any) -> set[str]:
+    return set(h.engine.last_program().workers)
+
+
+def test_the_daemon_holds_three_of_four_deletions_until_the_period_passed() -> None:
+    h = _guarded_daemon()
+    h.fleet["workers"] = _four_workers()[:1]
+
+    h.step()
+    # Held: the desired state is what was applied, so no up at all.
+    assert len(h.engine.ups) == 1
+    held = h.daemon.status()["heldDeletions"]
+    assert held["workers"] == [f"{NS}/w1", f"{NS}/w2", f"{NS}/w3"]
+    assert h.metrics.value("twc_deletions_held", stack="unit") == 3
+
+    h.clock.now += 60
+    h.step()
+    h.clock.now += 61
+    h.step()  # 121 s, three observations: confirmed
+    assert len(h.engine.ups) == 2
+    assert _program_workers(h) == {f"{NS}/w0"}
+    assert h.daemon.status()["heldDeletions"] is None
+    assert h.metrics.value("twc_deletions_held", stack="unit") == 0
+
+
+def test_held_deletions_apply_the_rest_of_the_change() -> None:
+    h = _guarded_daemon()
+    workers = _four_workers()[:1]
+    workers[0] = {**workers[0], "image": "registry.example/worker:2.0.0"}
+    h.fleet["workers"] = [*workers, {"name": "new", "namespace": NS, "taskQueueName": "n"}]
+
+    h.step()
+
+    assert len(h.engine.ups) == 2
+    program = h.engine.last_program()
+    assert set(program.workers) == {f"{NS}/w{i}" for i in range(4)} | {f"{NS}/new"}
+    assert program.workers[f"{NS}/w0"].image == "registry.example/worker:2.0.0"
+    assert program.held == frozenset({f"{NS}/w1", f"{NS}/w2", f"{NS}/w3"})
+
+
+def test_an_operators_approval_releases_the_held_deletions_at_once() -> None:
+    api = FakeConfigMaps()
+    record = RecordStore(api, namespace="twc", stack="unit")
+    h = _guarded_daemon(record)
+    h.fleet["workers"] = _four_workers()[:2]
+
+    h.step()
+    assert len(h.engine.ups) == 1
+    published = RecordStore(api, namespace="twc", stack="unit").load()
+    assert published is not None
+    assert published.held is not None
+    assert published.held.workers == (f"{NS}/w2", f"{NS}/w3")
+
+    RecordStore(api, namespace="twc", stack="unit").approve(published.held.digest)
+    h.step()
+
+    assert len(h.engine.ups) == 2
+    assert _program_workers(h) == {f"{NS}/w0", f"{NS}/w1"}
+    after = RecordStore(api, namespace="twc", stack="unit").load()
+    assert after is not None
+    assert after.held is None
+    assert after.approved is None
+
+
+def test_a_restarted_daemon_holds_from_the_record_it_left() -> None:
+    api = FakeConfigMaps()
+    h = _guarded_daemon(RecordStore(api, namespace="twc", stack="unit"))
+    live = dict(h.live)
+
+    settings = DaemonSettings(deletion_guard=GUARD)
+    doc = fleet_data(workers=_four_workers()[:1])
+    again = make_daemon(
+        doc, settings=settings, record=RecordStore(api, namespace="twc", stack="unit")
+    )
+    again.live.update(live)
+    again.step()
+
+    assert set(again.engine.last_program().workers) == {f"{NS}/w{i}" for i in range(4)}
+    assert again.daemon.status()["heldDeletions"]["workers"] == [f"{NS}/w{i}" for i in (1, 2, 3)]
+
+
+def test_held_workers_nobody_remembers_stop_the_up_rather_than_go() -> None:
+    # A restarted daemon without a record: the three missing workers cannot be put back,
+    # so nothing is applied (they are not deleted) until the deletions are confirmed.
+    settings = DaemonSettings(deletion_guard=GUARD)
+    h = make_daemon(fleet_data(workers=_four_workers()[:1]), settings=settings)
+    h.live.update({f"{NS}/w{i}": 1 for i in range(4)})
+
+    state = h.step()
+
+    assert h.engine.ups == []
+    assert state.last_outcome is not None
+    assert not state.last_outcome.ok
+    assert "held workers cannot be kept" in state.last_outcome.message
+    assert h.daemon.status()["heldDeletions"]["workers"] == [f"{NS}/w{i}" for i in (1, 2, 3)]
+
+
+def test_twc_approve_writes_the_digest_of_what_is_held(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import contextlib
+
+    from twc.commands import approve, common
+    from twc.kube.record import HeldRecord
+
+    api = FakeConfigMaps()
+    record = RecordStore(api, namespace="twc", stack="prod")
+    monkeypatch.setattr(common, "stack_kube", lambda ref: contextlib.nullcontext())
+    monkeypatch.setattr(common, "stack_record", lambda ref, kube: record)
+
+    assert approve.run_approve("prod") == 1
+    assert "no deletions are held" in capsys.readouterr().err
+
+    record.save({}, None)
+    record.publish_held(HeldRecord("d1g35t", (f"{NS}/a", f"{NS}/b"), "2 of 4 workers"))
+    assert approve.run_approve("prod") == 0
+    out = capsys.readouterr().out
+    assert f"{NS}/a" in out
+    assert "approved (d1g35t)" in out
+    assert RecordStore(api, namespace="twc", stack="prod").approved() == "d1g35t"

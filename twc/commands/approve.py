@@ -1,0 +1,54 @@
+"""``twc approve``: confirm the deletions the daemon holds for a stack.
+
+The daemon holds deletions of more workers than one ``up`` may delete at once
+(``DeletionsHeld``) and publishes them, with their digest, on the stack's record. This
+verb shows them and writes that digest back as the approval; the daemon's next iteration
+deletes exactly those workers. A different set (more objects went meanwhile) has another
+digest, so an approval never covers deletions the operator did not see.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from twc.commands import common
+
+__all__ = ["run_approve"]
+
+
+def run_approve(stack: str, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Approve the held deletions of ``stack``.
+
+    Returns:
+        0 when approved, 1 when nothing is held or the record cannot be read or written.
+    """
+    out = out or sys.stdout
+    err = err or sys.stderr
+    from twc.kube.client import NoClusterError
+
+    ref = common.stack_ref(stack)
+    try:
+        with common.stack_kube(ref) as kube:
+            record = common.stack_record(ref, kube)
+            found = record.load()
+            if found is None or found.held is None:
+                print(f"no deletions are held for stack {stack} ({record})", file=err)
+                return 1
+            held = found.held
+            print(f"{held.reason}:", file=out)
+            for worker in held.workers:
+                print(f"  {worker}", file=out)
+            record.approve(held.digest)
+    except NoClusterError as exc:
+        print(f"twc approve: {exc}", file=err)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - any failure ends the command with its reason
+        print(f"twc approve: cannot read or write the stack's record: {exc}", file=err)
+        return 1
+    print(
+        f"approved ({held.digest}): the daemon deletes these {len(held.workers)} workers "
+        "on its next iteration",
+        file=out,
+    )
+    return 0

@@ -16,6 +16,7 @@ from tests.unit._daemon_fakes import NS, fleet_data
 from tests.unit._preview import events
 from twc.commands import common
 from twc.commands import preview as preview_cmd
+from twc.commands import stack_lease
 from twc.commands import up as up_cmd
 from twc.stackrun import engine
 
@@ -30,6 +31,8 @@ def file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     path = tmp_path / "prod.yaml"
     path.write_text(yaml.safe_dump(doc))
     monkeypatch.setattr(common, "_running_workers", lambda ref: dict(RUNNING))
+    # No daemon manages the stack (its outputs name no Lease): the up runs on its own.
+    monkeypatch.setattr(stack_lease, "daemon_lease", lambda ref: None)
     return str(path)
 
 

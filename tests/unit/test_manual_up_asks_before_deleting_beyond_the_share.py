@@ -14,9 +14,8 @@ import yaml
 
 from tests.unit._daemon_fakes import NS, fleet_data
 from tests.unit._preview import events
-from twc.commands import common
+from twc.commands import common, stack_lease
 from twc.commands import preview as preview_cmd
-from twc.commands import stack_lease
 from twc.commands import up as up_cmd
 from twc.stackrun import engine
 

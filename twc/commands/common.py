@@ -224,7 +224,12 @@ def desired_inputs(
             )
             yield None
             return
-        if any(found.objects or not found.is_known for found in (inputs.cluster or {}).values()):
+        # Said only when the cluster adds something: the views the daemon generates of
+        # other workers are no source, and a fleet-file stack has them on every run.
+        if any(
+            not found.is_known or any(not is_view(o) for o in found.objects or ())
+            for found in (inputs.cluster or {}).values()
+        ):
             print(_summary(inputs), file=err)
     planned = _with_versions(ref, file, fleet, inputs, rollouts or RolloutSettings(), err)
     if planned is None:

@@ -20,6 +20,7 @@ from typing import Any, Final
 from twc import rollout
 from twc.connections import DEFAULT_TLS_MOUNT_PATH, PodSpecOptions, ResolvedConnection
 from twc.spec import ResolvedWorker, Resources, label_value, worker_container_index
+from twc.spec.labels import STACK_LABEL
 
 __all__ = [
     "COMPONENT_DLQ",
@@ -59,7 +60,7 @@ LABEL_COMPONENT: Final = "app.kubernetes.io/component"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 LABEL_TASK_QUEUE: Final = "temporal.io/task-queue"
 LABEL_WORKER: Final = "twc.temporal.io/worker"
-LABEL_STACK: Final = "twc.temporal.io/stack"
+LABEL_STACK: Final = STACK_LABEL
 """On every object twc creates: the stack it belongs to. Early apply, adoption and
 clean-up select on it, so one stack never touches another's objects (nor a user's, which
 carry no ``managed-by: twc``). Not on pod templates: adding it must not roll pods."""

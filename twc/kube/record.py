@@ -52,6 +52,7 @@ from typing import Any
 
 from twc.kube.client import status_of
 from twc.spec import label_value
+from twc.spec.labels import STACK_LABEL
 
 __all__ = [
     "APPROVE_ANNOTATION",
@@ -67,7 +68,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-RECORD_LABEL = "twc.temporal.io/stack"
+RECORD_LABEL = STACK_LABEL
 """The stack a record (like everything twc creates) belongs to."""
 _ROLE_LABEL = "twc.temporal.io/record"
 APPROVE_ANNOTATION = "twc.temporal.io/approve-deletions"

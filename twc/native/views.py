@@ -47,6 +47,7 @@ from twc.spec import (
 )
 from twc.spec.crds import VIEW_LABEL as CRD_VIEW_LABEL
 from twc.spec.crds import WORKER_KIND
+from twc.spec.labels import STACK_LABEL
 
 __all__ = [
     "FROM_FLEET",
@@ -76,8 +77,6 @@ FROM_QUEUE = "Queue"
 FROM_FLEET = "Fleet"
 """The worker is in the fleet file (a ``workers:`` entry or a ``queues:`` entry's
 derived worker)."""
-STACK_LABEL = "twc.temporal.io/stack"
-"""The stack whose daemon keeps the object; only that daemon changes or deletes it."""
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 """``twc`` on every object twc creates."""
 VIEW_ANNOTATION = "twc.temporal.io/view-of"

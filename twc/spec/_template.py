@@ -38,6 +38,7 @@ from enum import IntEnum
 from typing import Any, Final
 
 from twc.spec._names import check_label_key, check_label_value
+from twc.spec.labels import STACK_LABEL
 
 __all__ = [
     "CONTAINER_SHORTHAND",
@@ -65,7 +66,7 @@ RESERVED_POD_LABELS: Final = frozenset(
         "app.kubernetes.io/managed-by",
         "temporal.io/task-queue",
         "twc.temporal.io/worker",
-        "twc.temporal.io/stack",
+        STACK_LABEL,
     }
 )
 """Pod labels twc sets: its Deployments select on them, so a template may not."""

@@ -19,7 +19,9 @@ client here, so all of them agree on which cluster they mean and none of them ca
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ __all__ = [
     "TimeoutApiClient",
     "api_client",
     "kube_client",
+    "read_json",
     "status_of",
 ]
 
@@ -111,6 +114,19 @@ def status_of(exc: BaseException) -> int | None:
     """The HTTP status of a failed API call (``None`` when it never got an answer)."""
     status = getattr(exc, "status", None)
     return status if isinstance(status, int) else None
+
+
+def read_json(read: Callable[..., Any], *args: Any) -> dict[str, Any] | None:
+    """What a typed client's ``read_*`` call returns, as the API's own JSON (camelCase,
+    no model objects), or ``None`` when the object is absent (404)."""
+    try:
+        response = read(*args, _preload_content=False)
+    except Exception as exc:
+        if status_of(exc) == 404:
+            return None
+        raise
+    data: dict[str, Any] = json.loads(response.data)
+    return data
 
 
 class KubeClient:

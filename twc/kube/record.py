@@ -50,7 +50,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from twc.kube.client import status_of
+from twc.kube.client import read_json, status_of
 from twc.spec import label_value
 from twc.spec.labels import STACK_LABEL
 
@@ -328,16 +328,7 @@ class RecordStore:
         return [p for p in text.split(",") if p]
 
     def _read(self, name: str) -> dict[str, Any] | None:
-        try:
-            response = self._core.read_namespaced_config_map(
-                name, self.namespace, _preload_content=False
-            )
-        except Exception as exc:
-            if status_of(exc) == 404:
-                return None
-            raise
-        data: dict[str, Any] = json.loads(response.data)
-        return data
+        return read_json(self._core.read_namespaced_config_map, name, self.namespace)
 
     def _metadata(self, name: str) -> dict[str, Any]:
         return {

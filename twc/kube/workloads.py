@@ -23,7 +23,7 @@ from twc.builders import (
     LABEL_STACK,
     MANAGED_BY,
 )
-from twc.kube.client import KubeClient, status_of
+from twc.kube.client import KubeClient, read_json, status_of
 from twc.spec import label_value
 
 __all__ = [
@@ -102,14 +102,7 @@ def ensure_namespace(kube: KubeClient, name: str) -> None:
 
 def read_deployment(kube: KubeClient, namespace: str, name: str) -> dict[str, Any] | None:
     """A Deployment as the API returns it (camelCase JSON), or ``None`` when absent."""
-    try:
-        response = kube.apps.read_namespaced_deployment(name, namespace, _preload_content=False)
-    except Exception as exc:
-        if status_of(exc) == 404:
-            return None
-        raise
-    data: dict[str, Any] = json.loads(response.data)
-    return data
+    return read_json(kube.apps.read_namespaced_deployment, name, namespace)
 
 
 def _stack_of(obj: Mapping[str, Any]) -> str | None:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
 import socket
 import tempfile
@@ -45,7 +44,7 @@ from twc.errors import PermanentError
 from twc.kube.lease import EngineRecord
 from twc.stackrun import engine
 from twc.stackrun.errors import EngineDeadlineExceeded, EngineInterrupted, engine_failure
-from twc.stackrun.guard import GuardChannel
+from twc.stackrun.guard import GuardChannel, pid_alive
 
 __all__ = [
     "PATCH_FORCE_ENV",
@@ -120,22 +119,6 @@ def lock_holders(message: str) -> list[LockHolder]:
         backend's 409, which names no process).
     """
     return [LockHolder(m["user"], m["host"], int(m["pid"])) for m in _LOCK_LINE.finditer(message)]
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this id exists on this host (a zombie counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    # The state letter follows the parenthesised command name.
-    return stat.rsplit(")", 1)[-1].split()[:1] != ["Z"]
 
 
 def stale_lock(

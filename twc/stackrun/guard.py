@@ -257,7 +257,7 @@ class GuardChannel:
         for path in (self.directory / "announce").iterdir():
             with contextlib.suppress(ValueError, OSError, KeyError, TypeError):
                 guard = int(json.loads(path.read_text())["guard"])
-                if not _alive(guard):
+                if not pid_alive(guard):
                     path.unlink()  # a killed guard's: nothing waits for it any more
                     continue
                 found.append((path.stat().st_mtime_ns, int(path.name)))
@@ -279,7 +279,7 @@ class GuardChannel:
         for path in (self.directory / "guards").iterdir():
             with contextlib.suppress(ValueError):
                 pid = int(path.name)
-                if _alive(pid):
+                if pid_alive(pid):
                     alive.append(pid)
         return alive
 
@@ -442,7 +442,8 @@ def next_action(
 
 
 # ----------------------------------------------------------------- processes
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists on this host (a zombie counts as gone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -50,7 +50,7 @@ def test_a_labelled_queue_object_yields_a_worker_and_deleting_it_removes_the_wor
         message="the invalid Queue object was never reported",
     )
     assert daemon.value("twc_cluster_queue_objects") == 1
-    assert "skipping invalid Queue object" in daemon.text()
+    assert "invalid Queue object: kmsvc.io/v1 Queue" in daemon.text()
     assert daemon.ups() > ups_before
 
     kube.custom.delete_namespaced_custom_object("kmsvc.io", "v1", namespace, "queues", "orders")

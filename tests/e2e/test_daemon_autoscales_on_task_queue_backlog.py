@@ -126,11 +126,15 @@ def test_a_backlog_of_200_workflows_scales_up_in_one_up_and_draining_scales_back
     )
     visible = time.monotonic()
     ups_then = daemon.ups()
-    in_flight = daemon.value("twc_engine_in_progress") == 1
+    # An up planned on a partial sample (the backlog still growing while the workflows
+    # start) may be running, or decided and about to start: the daemon already wants a
+    # count between min and 5. Then one more up follows it.
+    desired_then = daemon.value("twc_worker_desired_replicas", worker=key)
+    partial = daemon.value("twc_engine_in_progress") == 1 or desired_then not in (None, 1.0, 5.0)
 
     eventually(
         lambda: replicas() == 5,
-        timeout=2.0 + ONE_UP * (2 if in_flight else 1),
+        timeout=2.0 + ONE_UP * (2 if partial else 1),
         message="the backlog never raised replicas to ceil(200 / 40) = 5",
     )
     elapsed = time.monotonic() - visible
@@ -138,9 +142,9 @@ def test_a_backlog_of_200_workflows_scales_up_in_one_up_and_draining_scales_back
     assert seen is not None
     assert math.ceil(seen / TARGET) == 5, seen
     assert daemon.value("twc_worker_desired_replicas", worker=key) == 5
-    # Within one interval + one up: at most one up started after the backlog was
-    # visible (one in flight then may have been planned on a partial sample).
-    assert daemon.ups() <= ups_then + 1, daemon.text()[-3000:]
+    # Within one interval + one up: at most one up after the backlog was visible (two
+    # when one was already planned on a partial sample).
+    assert daemon.ups() <= ups_then + (2 if partial else 1), daemon.text()[-3000:]
     print(f"scaled to 5 replicas {elapsed:.1f} s after the backlog was visible")
 
     # Drain: terminate the workflows; pollers on the queue make the server discard their

@@ -21,9 +21,11 @@ from twc.builders import (
     LABEL_COMPONENT,
     LABEL_MANAGED_BY,
     LABEL_STACK,
+    LABEL_WORKER,
     MANAGED_BY,
 )
 from twc.kube.client import KubeClient, read_json, status_of
+from twc.rollout import BUILD_ID_LABEL
 from twc.spec import label_value
 
 __all__ = [
@@ -145,14 +147,25 @@ class Workloads:
         return [d for d in found if _stack_of(d) in (ours, None)]
 
     def worker_replicas(self) -> dict[str, int]:
-        """``spec.replicas`` of every twc worker Deployment, keyed ``<namespace>/<name>``."""
+        """``spec.replicas`` of every running twc worker, keyed ``<namespace>/<worker>``.
+
+        A worker's in-place Deployment has the worker's name. A versioned worker's
+        Deployments (one per version, ``<worker>-<buildID>``) count as that one worker,
+        with their replicas summed: the deletion guard and ``twc up`` compare these keys
+        with the desired workers, and a new version is no deletion of the old ones.
+        """
         out: dict[str, int] = {}
         for dep in self._worker_deployments():
             meta = dep.get("metadata") or {}
+            labels = meta.get("labels") or {}
             replicas = (dep.get("spec") or {}).get("replicas")
-            out[f"{meta.get('namespace')}/{meta.get('name')}"] = int(
-                1 if replicas is None else replicas
-            )
+            count = int(1 if replicas is None else replicas)
+            worker = labels.get(LABEL_WORKER)
+            if labels.get(BUILD_ID_LABEL) and worker:
+                key = f"{meta.get('namespace')}/{worker}"
+                out[key] = out.get(key, 0) + count
+            else:
+                out[f"{meta.get('namespace')}/{meta.get('name')}"] = count
         return out
 
     def worker_deployments(self) -> dict[str, tuple[int, int]]:

@@ -24,6 +24,7 @@ from typing import Any
 
 from pulumi import automation as auto
 
+from twc.stackrun import workspace
 from twc.stackrun.guard import GUARD_MARK, install_wrapper
 
 log = logging.getLogger(__name__)
@@ -83,15 +84,32 @@ def pulumi_command() -> auto.PulumiCommand | None:
     return auto.PulumiCommand(root=str(install_wrapper(real, root=ROOT)))
 
 
-def select_stack(ref: StackRef) -> auto.Stack:
-    """Create or select the stack and apply ``ref.config``."""
-    stack = auto.create_or_select_stack(
+def _create_or_select(ref: StackRef, env: dict[str, str]) -> auto.Stack:
+    return auto.create_or_select_stack(
         ref.name,
         work_dir=str(ref.work_dir),
-        opts=auto.LocalWorkspaceOptions(
-            env_vars=engine_env(ref.env), pulumi_command=pulumi_command()
-        ),
+        opts=auto.LocalWorkspaceOptions(env_vars=env, pulumi_command=pulumi_command()),
     )
+
+
+def select_stack(ref: StackRef) -> auto.Stack:
+    """Create or select the stack and apply ``ref.config``.
+
+    Selecting rewrites the CLI's workspace settings file, so it runs under
+    :func:`twc.stackrun.workspace.selecting` (one select at a time on the host, and an
+    unreadable file left by an interrupted one removed first).
+    """
+    env = engine_env(ref.env)
+    with workspace.selecting(ref.work_dir, env) as settings:
+        try:
+            stack = _create_or_select(ref, env)
+        except auto.CommandError as error:
+            # Written half by a CLI that is not twc's (it takes no lock): once more.
+            if workspace.UNREADABLE_SETTINGS not in str(error) or not workspace.repair_settings(
+                settings
+            ):
+                raise
+            stack = _create_or_select(ref, env)
     if ref.config:
         stack.set_all_config(
             {f"{CONFIG_PREFIX}{k}": auto.ConfigValue(str(v)) for k, v in ref.config.items()}

@@ -120,6 +120,8 @@ class FakeEngine:
     drift: list[str] = field(default_factory=list)
     urns: dict[str, list[str]] = field(default_factory=dict)
     recover_actions: list[str] = field(default_factory=list)
+    up_recoveries: list[str] = field(default_factory=list)
+    """What the next successful ``up`` reports it repaired (a lock only it found)."""
     during_up: Callable[[], None] | None = None
     live: dict[str, int] | None = None
     """When set, a successful ``up`` writes the inputs' replicas here, as the cluster
@@ -137,7 +139,8 @@ class FakeEngine:
             raise self.failures.pop(0)
         if self.live is not None:
             self.live.update(inputs.replicas)
-        return UpReport(changes={"update": 1})
+        found, self.up_recoveries = tuple(self.up_recoveries), []
+        return UpReport(changes={"update": 1}, recoveries=found)
 
     def refresh(self) -> Sequence[str]:
         self.refreshes += 1

@@ -173,6 +173,7 @@ def test_an_up_hitting_a_stale_lock_repairs_the_stack_and_retries_once(
     assert len(calls) == 2
     assert stack.cancelled == 1
     assert report.changes == {"same": 3, "create": 1}
+    assert report.recoveries == ("cancel", "drop-pending-operations:1")
     assert calls[1]["env"]["TWC_DESIRED_INPUTS"] == str(eng.inputs_file)
     # Objects the killed run created belong to a field manager that died with it.
     assert calls[1]["env"]["PULUMI_K8S_ENABLE_PATCH_FORCE"] == "true"

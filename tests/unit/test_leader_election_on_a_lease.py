@@ -485,3 +485,16 @@ def test_a_daemon_that_becomes_leader_recovers_the_stack_before_its_first_up() -
     assert len(h.engine.ups) == 1
     assert h.metrics.value("twc_leader") == 1
     assert h.metrics.value("twc_stack_recoveries_total", action="cancel") == 1
+
+
+def test_a_killed_runs_lock_that_only_the_up_finds_is_counted_as_a_recovery() -> None:
+    # The killed run was stopped before it recorded a pending operation: the recovery
+    # before the first up saw nothing, and the up broke the lock itself.
+    h = make_daemon()
+    h.engine.up_recoveries = ["cancel"]
+    h.clock.on_sleep = h.daemon.request_stop
+
+    assert h.daemon.run() == 0
+    assert h.engine.recoveries == 1
+    assert len(h.engine.ups) == 1
+    assert h.metrics.value("twc_stack_recoveries_total", action="cancel") == 1

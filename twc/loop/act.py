@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from twc.errors import TemporaryError
@@ -150,6 +150,7 @@ class Actor:
         self._apply_early(decision, plan)
         with self._engine_running():
             report = self.engine.up(plan.inputs, targets)
+        self._count_recoveries(report.recoveries)
         self._release_early(plan)
         changes = {op: n for op, n in report.changes.items() if op != "same" and n}
         logger.info(
@@ -205,10 +206,13 @@ class Actor:
         """Repair what a killed run left (a lock, pending operations)."""
         with self._engine_running():
             actions = self.engine.recover()
+        self._count_recoveries(actions)
+        self._recovered = True
+
+    def _count_recoveries(self, actions: Sequence[str]) -> None:
         for action in actions:
             logger.warning("[%s] recovered the stack: %s", self._stack, action)
             self._metrics.recoveries.labels(self._stack, action.split(":", 1)[0]).inc()
-        self._recovered = True
 
     # --------------------------------------------------------- early apply
     def _apply_early(self, decision: ReconcileDecision, plan: Plan) -> None:

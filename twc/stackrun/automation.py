@@ -71,6 +71,10 @@ class UpReport:
 
     changes: Mapping[str, int] = field(default_factory=dict)
     """Operation (``create``, ``update``, ``same``...) to resource count."""
+    recoveries: Sequence[str] = ()
+    """What the ``up`` repaired before it could run, as :meth:`StackEngine.recover` names
+    it: a killed run's lock found only by the ``up`` itself (the run was stopped before it
+    recorded a pending operation, so the recovery before it saw nothing to repair)."""
 
 
 class StackEngine(Protocol):
@@ -284,13 +288,14 @@ class AutomationEngine:
         from pulumi.automation import CommandError, ConcurrentUpdateError
 
         ref = self._ref_with_inputs()
+        recoveries: list[str] = []
         for attempt in (1, 2):
             try:
                 result = engine.up(ref, on_output=self._output, target=list(targets or []) or None)
             except ConcurrentUpdateError as exc:
                 if attempt == 2 or not self._break_stale_lock(str(exc)):
                     raise
-                self._drop_pending_operations()
+                recoveries = ["cancel", *self._drop_pending_operations()]
                 continue
             except CommandError as exc:
                 failure = engine_failure(exc)
@@ -298,7 +303,10 @@ class AutomationEngine:
                     raise PermanentError(failure.text) from exc
                 raise
             changes = result.summary.resource_changes or {}
-            return UpReport(changes={str(getattr(k, "value", k)): n for k, n in changes.items()})
+            return UpReport(
+                changes={str(getattr(k, "value", k)): n for k, n in changes.items()},
+                recoveries=tuple(recoveries),
+            )
         raise AssertionError("unreachable")  # pragma: no cover
 
     def refresh(self) -> list[str]:

@@ -8,6 +8,11 @@ export PULUMI_SKIP_UPDATE_CHECK := true
 export PULUMI_DIY_BACKEND_NO_LEGACY_WARNING := true
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# `make test` runs its tests in this many processes (pytest-xdist), whole files at a time,
+# so a module's shared embedded environment stays in one process; each process starts
+# an embedded environment of its own. The end-to-end tests mostly wait on the real parts,
+# so two processes keep both cores busy.
+TEST_PROCS ?= 2
 
 .PHONY: setup run test test-faults lint unit e2e bench local-up local-down clean chart-crds
 
@@ -37,7 +42,7 @@ e2e:
 # Everything CI runs: lint, then every test (unit, end-to-end and fault injection on the
 # real tools; the fault tests are under tests/faults, so they are part of it).
 test: setup lint
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+	$(PY) -m pytest tests -n $(TEST_PROCS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 # Only the fault-injection tests: each starts an embedded environment of its
 # own, then stops Temporal or kube-apiserver or makes the state backend read-only.

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import fleet_doc
+from tests.e2e.conftest import FleetStack, fleet_doc
 from tests.e2e.daemon_process import Daemons, eventually, wait_for_success
 from twc.local import LocalEnvironment
 
@@ -37,13 +37,18 @@ def test_a_daemon_killed_during_an_up_is_restarted_and_the_stack_converges(
         timeout=90,
         message="the first up never created the Deployments",
     )
+    # Early apply creates the Deployments before the engine has recorded a step, so their
+    # presence alone does not mean the engine is mid-step: wait for the state to say so.
+    eventually(
+        lambda: pending_operations(fs),
+        timeout=90,
+        message="the first up never recorded a pending operation",
+    )
     assert first.value("twc_engine_in_progress") == 1
 
     first.kill_9()
 
-    state = fs.stack().export_stack().deployment or {}
-    pending = state.get("pending_operations") or []
-    assert pending, "the kill did not land during the up"
+    assert pending_operations(fs), "the kill did not land during the up"
     # The killed engine's lock is still there: a plain `up` would refuse to run.
     backend = Path(fs.env["PULUMI_BACKEND_URL"].removeprefix("file://"))
     assert list((backend / ".pulumi" / "locks").rglob(f"{fs.name}/*.json"))
@@ -75,3 +80,10 @@ def test_a_daemon_killed_during_an_up_is_restarted_and_the_stack_converges(
     wait_for_success(second, after=second.successes() + 2, timeout=30)
     assert second.ups() == ups
     assert second.terminate() == 0
+
+
+def pending_operations(fs: FleetStack) -> list[Any]:
+    """The operations the stack's state records as started and not finished."""
+    state = fs.stack().export_stack().deployment
+    assert state is not None, f"stack {fs.name} exported no deployment"
+    return list(state.get("pending_operations") or [])

@@ -197,6 +197,49 @@ def test_a_caller_killed_with_sigkill_takes_its_run_down(
     assert channel.live_guards() == []
 
 
+def test_the_exit_of_the_callers_thread_that_started_the_run_stops_nothing(
+    wrapper: Path, tmp_path: Path
+) -> None:
+    # Linux sends the parent-death signal when the *thread* that forked the guard exits,
+    # though the caller lives on; a daemon's engine thread may end so. Only a real death
+    # (the caller's pid gone) stops the run.
+    channel = GuardChannel(tmp_path / "channel", grace=0.5)
+    marker = tmp_path / "run.json"
+    thread_done = tmp_path / "thread-done"
+    caller = (
+        "import os, subprocess, threading, time\n"
+        f"os.environ[{PARENT_ENV!r}] = str(os.getpid())\n"
+        f"os.environ[{CHANNEL_ENV!r}] = {str(channel.directory)!r}\n"
+        "def start():\n"
+        f"    subprocess.Popen([{str(wrapper)!r}, {str(marker)!r}])\n"
+        f"    while not os.path.exists({str(marker)!r}):\n"
+        "        time.sleep(0.05)\n"
+        "thread = threading.Thread(target=start)\n"
+        "thread.start()\n"
+        "thread.join()\n"
+        f"open({str(thread_done)!r}, 'w').close()\n"
+        "time.sleep(600)\n"
+    )
+    daemon = subprocess.Popen([sys.executable, "-c", caller], start_new_session=True)
+    try:
+        pids = _pids(marker)
+        assert_eventually(thread_done.exists, timeout=30, message="the thread never ended")
+        time.sleep(2.0)  # the signal, if it stopped the run, has long arrived
+
+        assert not _gone(pids["cli"]), "the run stopped when the caller's thread ended"
+        assert channel.journal() == []
+    finally:
+        daemon.kill()
+        daemon.wait(timeout=10)
+    # The caller's real death still ends the run.
+    entries = assert_eventually(
+        channel.journal, timeout=60, interval=0.1, message="the guard never ended the run"
+    )
+    assert [e.cause for e in entries] == ["parent"]
+    assert _gone(pids["cli"])
+    assert _gone(pids["plugin"])
+
+
 def test_a_guard_started_by_another_process_than_its_channels_refuses(
     wrapper: Path, tmp_path: Path
 ) -> None:

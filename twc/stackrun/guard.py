@@ -545,7 +545,10 @@ class _Guard:
         self.requested = self.requested or Stop("signal", f"the guard received {name}")
 
     def _on_parent_death(self, _signum: int, _frame: object) -> None:
-        self.requested = self.requested or _parent_died()
+        # Linux sends the parent-death signal when the *thread* that forked the guard
+        # exits, even while the caller lives on (its other threads adopt the guard, and
+        # the parent pid stays the same). Only a changed parent pid is the caller's death.
+        self.check_parent()
 
     def read_control(self) -> None:
         if self.channel is None:

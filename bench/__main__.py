@@ -1,7 +1,10 @@
 """``python -m bench [--quick]``: measure twc on the embedded environment.
 
-Writes ``bench/results.json`` and ``bench/results.md`` (see ``bench/report.py`` for the
-layout). Each stage that fails is recorded under ``errors`` and the run goes on.
+One run measures every size (full: N = 100, 1000, 5000 workers at most 250 per shard,
+so 1, 4 and 20 shards), each figure in trials of random order, the engine-only
+baselines on the same architecture, and the state settings; it writes
+``bench/results.json`` and, rendered from it alone, ``bench/results.md``. A stage that
+fails is recorded under ``errors`` and the run goes on.
 """
 
 from __future__ import annotations
@@ -9,97 +12,114 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
+import random
 import shutil
 import signal
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from bench import report
-from bench.fleets import generate_fleet
+from bench import fleets, report
+from bench.daemon import DaemonProcess
+from bench.figures import (
+    backlog_to_replicas,
+    daemon_memory,
+    noop_iteration,
+    one_worker_change,
+    queue_to_polling,
+)
 from bench.machine import load_average, machine_info, tool_versions
-from bench.scale import Trials, namespaces_for
-from bench.stats import ratio
+from bench.stacks import BenchStack, setup_stack
+from bench.stats import summarize
 
 log = logging.getLogger("bench")
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT_DIR = Path(__file__).resolve().parent
-
 SETUP_PARALLEL = 64
-"""Engine parallelism of the initial ``up`` of each stack (set-up, not a figure)."""
+"""Engine parallelism of each stack's first ``up`` (set-up, not a figure)."""
 
-SHARED_NOTE = (
-    "The machine was shared with other work (builds, test suites, other embedded "
-    "environments) during this run: absolute times are noisy, ratios of figures measured "
-    "side by side in the run are the figures to read."
-)
-
-
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="N = 10, 100; fewer trials")
-    parser.add_argument("--sizes", default=None, help="comma-separated N (overrides the mode)")
-    parser.add_argument("--out", type=Path, default=OUT_DIR, help="directory for the results")
-    parser.add_argument("--keep", action="store_true", help="leave the environment running")
-    parser.add_argument("--note", default=SHARED_NOTE, help="a note printed under the header")
-    parser.add_argument(
-        "--render", action="store_true", help="only re-render results.md from results.json"
-    )
-    return parser.parse_args(argv)
+DAEMON_SETTINGS: dict[str, Any] = {
+    # Refresh on, and often enough to happen during the figures.
+    "refresh_interval": 120,
+}
+"""``twc run``'s settings in the run: its defaults, refresh every two minutes."""
 
 
 def plan_for(quick: bool) -> dict[str, Any]:
     """Sizes and trial counts of a mode."""
     if quick:
         return {
-            "sizes": [10, 100],
-            "trials": {"build": 1, "preview": 1, "up": 1, "noop": 20},
-            "big_trials": {"build": 1, "preview": 1, "up": 1, "noop": 5},
-            "convergence_trials": 3,
-            "convergence_engine_only_trials": 3,
-            "sampling_queues": 1000,
-            "budget_queues": 100,
-            "listing_trials": 3,
+            "sizes": [20, 60],
+            "per_shard": 10,
+            "middle": 20,
+            "largest": 60,
+            "trials": {"noop": 5, "change": 2, "backlog": 2, "queue": 3, "state": 1},
+            "baselines_at": [20],
+            "baseline_trials": 2,
+            "queue_gap_s": 4.0,
+            "workflows": 40,
+            "state_workers": 10,
         }
     return {
-        "sizes": [10, 100, 1000],
-        "trials": {"build": 3, "preview": 3, "up": 2, "noop": 50},
-        "big_trials": {"build": 1, "preview": 1, "up": 1, "noop": 10},
-        "convergence_trials": 20,
-        "convergence_engine_only_trials": 10,
-        "sampling_queues": 1000,
-        "budget_queues": 1000,
-        "listing_trials": 5,
+        "sizes": [100, 1000, 5000],
+        "per_shard": 250,
+        "middle": 1000,
+        "largest": 5000,
+        "trials": {"noop": 30, "change": 5, "backlog": 8, "queue": 20, "state": 5},
+        "baselines_at": [100, 1000],
+        "baseline_trials": 5,
+        "queue_gap_s": 8.0,
+        "workflows": 60,
+        "state_workers": 250,
     }
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="N = 20, 60; fewer trials")
+    parser.add_argument("--sizes", default=None, help="comma-separated N (overrides the mode)")
+    parser.add_argument("--out", type=Path, default=OUT_DIR, help="directory for the results")
+    parser.add_argument("--seed", type=int, default=None, help="seed of the trials' order")
+    parser.add_argument("--keep", action="store_true", help="leave the environment running")
+    parser.add_argument("--note", default=None, help="a note printed under the header")
+    parser.add_argument("--skip-state", action="store_true", help="skip the state settings")
+    parser.add_argument(
+        "--render", action="store_true", help="only re-render results.md from results.json"
+    )
+    return parser.parse_args(argv)
 
 
 class Run:
     """One benchmark run: the environment, the results, the stages."""
 
-    def __init__(self, quick: bool, sizes: list[int] | None) -> None:
-        self.plan = plan_for(quick)
-        if sizes:
-            self.plan["sizes"] = sizes
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.plan = plan_for(args.quick)
+        if args.sizes:
+            self.plan["sizes"] = [int(s) for s in args.sizes.split(",")]
+        self.seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
+        self.rng = random.Random(self.seed)
         started = datetime.now(UTC).replace(microsecond=0).isoformat()
-        self.results = report.new_results("quick" if quick else "full", started)
+        self.results = report.new_results("quick" if args.quick else "full", started, self.seed)
         self.results["machine"] = machine_info()
         self.results["versions"] = tool_versions()
-        self.results["trials"] = {k: v for k, v in self.plan.items() if k not in ("sizes",)}
+        self.results["settings"] = DAEMON_SETTINGS
+        self.results["trials"] = self.plan["trials"]
         self.workdir = Path(tempfile.mkdtemp(prefix="twc-bench-"))
-        self.stacks: list[str] = []
+        self.skip_state = args.skip_state
         self.t0 = time.monotonic()
 
+    def progress(self, message: str) -> None:
+        log.info("%s (%.0f s into the run)", message, time.monotonic() - self.t0)
+
     def stage(self, name: str, fn: Callable[[], Any]) -> Any:
-        log.info("== %s (%.0f s into the run)", name, time.monotonic() - self.t0)
+        self.progress(f"== {name}")
         start = time.monotonic()
         try:
             result = fn()
@@ -107,15 +127,17 @@ class Run:
             log.exception("stage %s failed", name)
             self.results["errors"].append({"stage": name, "error": f"{type(exc).__name__}: {exc}"})
             return None
-        log.info("== %s done in %.1f s", name, time.monotonic() - start)
+        self.progress(f"== {name} done in {time.monotonic() - start:.1f} s")
         return result
 
+    # ----------------------------------------------------------------- run
     def execute(self, keep: bool) -> None:
         from twc.local import LocalEnvironment
         from twc.local.kube import Kube
 
-        env = LocalEnvironment(self.workdir / "env")
+        env = LocalEnvironment(self.workdir / "env", state="file")
         env.up(progress=lambda m: log.info("[local] %s", m))
+        os.environ.update(env.env())
         kube = Kube(env.kubeconfig)
         try:
             self._measure(env, kube)
@@ -125,138 +147,276 @@ class Run:
                 log.info("environment left running in %s", env.dir)
             else:
                 env.down(progress=lambda m: None)
-                # Keep the daemon's log for a look (bench/out/ is not tracked).
                 out = OUT_DIR / "out"
                 for log_file in self.workdir.glob("daemon-*.log"):
                     out.mkdir(exist_ok=True)
                     shutil.copy(log_file, out / log_file.name)
                 shutil.rmtree(self.workdir, ignore_errors=True)
-            for name in self.stacks:
-                # The engine writes per-stack config files into the project.
-                (ROOT / f"Pulumi.{name}.yaml").unlink(missing_ok=True)
+            for file in ROOT.glob("Pulumi.bench-*.yaml"):
+                file.unlink(missing_ok=True)  # the engine writes per-stack config here
 
     def _measure(self, env: Any, kube: Any) -> None:
-        from bench import convergence, daemon_noop, fixes, sampling_bench, scale
-
-        engine_env = {
-            **env.env(),
-            "PATH": os.pathsep.join(
-                [str(ROOT / ".twc" / "bin"), str(ROOT / ".venv" / "bin"), os.environ["PATH"]]
-            ),
-        }
         address = env.temporal_address()
-        sizes = sorted(self.plan["sizes"])
-        stacks: dict[int, scale.FleetStack] = {}
-        queues = self.plan["sampling_queues"]
-        # The sampling stage runs right after the N=100 set-up; the dev server's first
-        # describe of each task queue (seconds) is warm-up, overlapped with that set-up.
-        sampling_at = 100 if 100 in sizes else sizes[0]
-
-        def sampling() -> None:
-            self.results["sampling"] = self.stage(
-                "backlog sampling",
-                lambda: sampling_bench.measure_sampling(
-                    address, queues=queues, budget_queues=self.plan["budget_queues"], warm=False
-                ),
-            )
-
-        def at_size(n: int) -> None:
-            t = self.plan["big_trials"] if n >= 1000 else self.plan["trials"]
-            trials = Trials(build=t["build"], preview=t["preview"], up=t["up"])
+        per_shard = self.plan["per_shard"]
+        for n in sorted(self.plan["sizes"]):
             entry: dict[str, Any] = {"n": n}
-            self.results["scale"].append(entry)
-            fleet_file = self.workdir / f"probe-{n}.yaml"
-            fleet_file.write_text(
-                yaml.safe_dump(generate_fleet(n, host_port=address, namespaces=namespaces_for(n)))
+            self.results["sizes"].append(entry)
+            stack = BenchStack(
+                n=n,
+                name=f"bench-{n}",
+                fleet_file=self.workdir / f"fleet-{n}.yaml",
+                host_port=address,
+                namespaces=fleets.namespaces_for(n, per_shard),
+                per_shard=per_shard,
             )
-            entry["build"] = self.stage(
-                f"build N={n}", lambda: scale.measure_build(fleet_file, trials.build)
-            )
-            warm = None
-            if n == sampling_at:
-                warm = threading.Thread(
-                    target=sampling_bench.warm_queues, args=(address, queues), daemon=True
+            entry["namespaces"] = len(stack.namespaces)
+
+            def setup(stack: BenchStack = stack) -> BenchStack:
+                return setup_stack(
+                    stack, kube=kube, parallel=SETUP_PARALLEL, progress=self.progress
                 )
-                warm.start()
-            self.stacks.append(f"bench-{n}")
-            stack = self.stage(
-                f"initial up N={n}",
-                lambda: scale.setup_stack(
-                    n,
-                    workdir=self.workdir,
-                    host_port=address,
-                    env=engine_env,
-                    kube=kube,
-                    parallel=SETUP_PARALLEL,
+
+            done = self.stage(f"set-up N={n}", setup)
+            if done is None:
+                continue
+            entry["initial_up_s"] = stack.initial_up_s
+            entry["shards"] = len(stack.initial_up_s)
+            self._size(entry, stack, env, kube, address)
+        if not self.skip_state:
+            self.results["state"] = self.stage("state settings", lambda: self._state(env, kube))
+        self.results["goals"] = report.evaluate_goals(
+            self.results["sizes"], self.plan["middle"], self.plan["largest"]
+        )
+
+    def _daemon(self, stack: BenchStack, settings: dict[str, Any], tag: str = "") -> DaemonProcess:
+        daemon = DaemonProcess(
+            stack.name, stack.fleet_file, {}, self.workdir, settings=settings, tag=tag
+        )
+        # Its first iteration of each shard is a full up (it has applied nothing yet).
+        daemon.wait_ready(timeout=3600)
+        daemon.wait_idle(timeout=3600)
+        return daemon
+
+    def _size(
+        self, entry: dict[str, Any], stack: BenchStack, env: Any, kube: Any, address: str
+    ) -> None:
+        n = stack.n
+        trials = self.plan["trials"]
+        daemon = self.stage(f"daemon N={n}", lambda: self._daemon(stack, DAEMON_SETTINGS))
+        if daemon is None:
+            return
+        try:
+            entry["noop"] = self.stage(
+                f"no-op iteration N={n}",
+                lambda: noop_iteration(
+                    stack, DAEMON_SETTINGS, trials=trials["noop"], progress=self.progress
                 ),
-            )
-            if warm is not None:
-                self.stage("sampling warm-up (rest)", lambda: warm.join())
-                sampling()
-            if stack is None:
-                return
-            stacks[n] = stack
-            engine = self.stage(f"engine N={n}", lambda: scale.measure_engine(stack, trials))
-            if engine:
-                entry.update(engine)
-            noop = self.stage(
-                f"daemon no-op N={n}",
-                lambda: daemon_noop.measure_noop(
-                    stack.fleet_file, stack.ref, kube, trials=t["noop"]
-                ),
-            )
-            entry["daemon_noop"] = noop
-            entry["noop_vs_preview"] = ratio(
-                report._p50(entry, "preview_nochange_s"), report._p50(noop, "noop_s")
             )
 
-        def fix_listing() -> None:
-            trials = self.plan["listing_trials"]
-            self.results["fixes"] = [
-                fix
-                for fix in (
-                    self.stage(
-                        "fix: worker replicas",
-                        lambda: fixes.measure_replica_listing(kube, trials * 3),
-                    ),
+            def change() -> Any:
+                return one_worker_change(
+                    stack,
+                    daemon,
+                    kube,
+                    trials=trials["change"],
+                    rng=self.rng,
+                    backend_dir=env.backend_dir,
+                    progress=self.progress,
                 )
-                if fix
-            ]
 
-        for n in [s for s in sizes if s < 1000]:
-            at_size(n)
-        if 100 in stacks:
-            full_up = report._p50(
-                next(e for e in self.results["scale"] if e["n"] == 100), "up_one_change_full_s"
-            )
-            stack = stacks[100]
-            self.results["convergence"] = self.stage(
-                "convergence N=100",
-                lambda: convergence.measure_convergence(
-                    stack_name=stack.name,
-                    ref=stack.ref,
-                    fleet_file=stack.fleet_file,
-                    namespaces=stack.namespaces,
-                    env=engine_env,
-                    kube=kube,
-                    workdir=self.workdir,
-                    trials=self.plan["convergence_trials"],
-                    full_up_s=full_up,
-                    workers=100,
-                    engine_only_trials=self.plan["convergence_engine_only_trials"],
-                    progress=log.info,
-                ),
-            )
-        # Before the N=1000 stack: re-enacting the old per-Deployment listing against a
-        # thousand Deployments would take minutes per pass (which is the point of the fix).
-        fix_listing()
-        for n in [s for s in sizes if s >= 1000]:
-            at_size(n)
-        if self.results["sampling"] is None:
-            sampling()
-        self.results["growth"] = report.compute_growth(self.results["scale"])
+            def backlog() -> Any:
+                return backlog_to_replicas(
+                    stack,
+                    daemon,
+                    kube,
+                    address,
+                    trials=trials["backlog"],
+                    rng=self.rng,
+                    workflows=self.plan["workflows"],
+                    progress=self.progress,
+                )
 
-    def finish(self, out: Path, note: str) -> None:
+            def busy() -> None:
+                # Keep the daemon busy: a one-worker change in a random shard.
+                candidates = [i for i in range(n) if not fleets.autoscaled(i, stack.namespaces, n)]
+                stack.write(changed=self.rng.choice(candidates))
+
+            def queue() -> Any:
+                return queue_to_polling(
+                    stack,
+                    daemon,
+                    kube,
+                    address,
+                    trials=trials["queue"],
+                    rng=self.rng,
+                    mean_gap_s=self.plan["queue_gap_s"],
+                    busy=busy,
+                    progress=self.progress,
+                )
+
+            figures = {"change": change, "backlog": backlog, "queue": queue}
+            order = list(figures)
+            self.rng.shuffle(order)
+            entry["figure_order"] = order
+            for name in order:
+                entry[name] = self.stage(f"{name} N={n}", figures[name])
+                self.stage(f"settle N={n}", lambda: daemon.wait_idle(timeout=3600))
+            entry["memory"] = daemon_memory(daemon)
+        finally:
+            daemon.stop()
+        entry["baselines"] = self._baselines(entry, stack, kube, address)
+
+    # ------------------------------------------------------------- baselines
+    def _baselines(
+        self, entry: dict[str, Any], stack: BenchStack, kube: Any, address: str
+    ) -> dict[str, Any]:
+        n = stack.n
+        out: dict[str, Any] = {}
+        change_p50 = report.get(entry, "change", "latency_s", "p50")
+        if change_p50 is not None:
+            out["backlog_via_engine_s"] = change_p50
+        out["preview_s"] = self.stage(f"baseline preview N={n}", lambda: self._preview(stack))
+        if n not in self.plan["baselines_at"]:
+            out["change_unsharded"] = self._computed_unsharded(n)
+            return out
+        trials = self.plan["baseline_trials"]
+
+        def engine_only() -> Any:
+            daemon = self._daemon(stack, {**DAEMON_SETTINGS, "early_apply": False}, "-engine-only")
+            try:
+                return queue_to_polling(
+                    stack,
+                    daemon,
+                    kube,
+                    address,
+                    trials=trials,
+                    rng=self.rng,
+                    mean_gap_s=self.plan["queue_gap_s"],
+                    busy=None,
+                    progress=self.progress,
+                    tag="-e",
+                )
+            finally:
+                daemon.stop()
+
+        out["queue_engine_only"] = self.stage(f"baseline Queue engine only N={n}", engine_only)
+        out["change_unsharded"] = self.stage(
+            f"baseline unsharded N={n}", lambda: self._unsharded(n, kube, address)
+        )
+        return out
+
+    def _preview(self, stack: BenchStack) -> Any:
+        from twc.stackrun import engine
+
+        ref = stack.refs()[0]
+        times = []
+        for _ in range(self.plan["baseline_trials"]):
+            start = time.perf_counter()
+            engine.preview(ref)
+            times.append(time.perf_counter() - start)
+        return summarize(times)
+
+    def _unsharded(self, n: int, kube: Any, address: str) -> Any:
+        flat = BenchStack(
+            n=n,
+            name=f"bench-{n}-flat",
+            fleet_file=self.workdir / f"fleet-{n}-flat.yaml",
+            host_port=address,
+            namespaces=fleets.namespaces_for(n, self.plan["per_shard"], prefix="flat"),
+            per_shard=None,
+            cluster_objects=False,
+        )
+        setup_stack(flat, kube=kube, parallel=SETUP_PARALLEL, progress=self.progress)
+        daemon = self._daemon(flat, DAEMON_SETTINGS, "-unsharded")
+        try:
+            return one_worker_change(
+                flat,
+                daemon,
+                kube,
+                trials=self.plan["baseline_trials"],
+                rng=self.rng,
+                backend_dir=None,
+                progress=self.progress,
+            )
+        finally:
+            daemon.stop()
+
+    def _computed_unsharded(self, n: int) -> dict[str, Any] | None:
+        """At a size too large to run unsharded: the largest measured size's figure,
+        grown by the growth between the two measured sizes (log-log)."""
+        measured = [
+            (s["n"], report.get(s, "baselines", "change_unsharded", "latency_s", "p50"))
+            for s in self.results["sizes"]
+            if s["n"] < n and not report.get(s, "baselines", "change_unsharded", "computed")
+        ]
+        points = sorted((m, v) for m, v in measured if v)
+        if len(points) < 2:
+            return None
+        (n0, v0), (n1, v1) = points[-2], points[-1]
+        slope = math.log(v1 / v0) / math.log(n1 / n0)
+        value = v1 * (n / n1) ** slope
+        return {
+            "computed": f"N={n1}'s {v1:.1f} s grown by the slope {slope:.2f} "
+            f"measured between N={n0} and N={n1}",
+            "latency_s": {"n": 0, "p50": value},
+        }
+
+    # ---------------------------------------------------------- state stage
+    def _state(self, env: Any, kube: Any) -> Any:
+        from bench.statebench import Backend, choose, measure_state_settings
+        from twc.local import LocalEnvironment
+        from twc.local.postgres import postgres_tool
+
+        workers = self.plan["state_workers"]
+        address = env.temporal_address()
+        backends = []
+        file_stack = BenchStack(
+            n=workers,
+            name="bench-state-file",
+            fleet_file=self.workdir / "fleet-state-file.yaml",
+            host_port=address,
+            namespaces=("state-file",),
+            per_shard=None,
+            autoscale=False,
+            cluster_objects=False,
+        )
+        setup_stack(file_stack, kube=kube, parallel=SETUP_PARALLEL, progress=self.progress)
+        backends.append(Backend("file", file_stack, dict(env.env()), env.backend_dir))
+        pg = LocalEnvironment(env.dir, state="postgres", record_backend=False)
+        try:
+            pg.up(progress=lambda m: log.info("[local] %s", m))
+        except Exception as exc:  # noqa: BLE001 - the file backend is measured anyway
+            self.results["errors"].append({"stage": "postgres", "error": str(exc)})
+        else:
+            pg_env = dict(pg.env())
+            pg_stack = BenchStack(
+                n=workers,
+                name="bench-state-pg",
+                fleet_file=self.workdir / "fleet-state-pg.yaml",
+                host_port=address,
+                namespaces=("state-pg",),
+                per_shard=None,
+                autoscale=False,
+                cluster_objects=False,
+            )
+            saved = dict(os.environ)
+            os.environ.update(pg_env)
+            try:
+                setup_stack(pg_stack, kube=kube, parallel=SETUP_PARALLEL, progress=self.progress)
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
+            backends.append(
+                Backend("postgres", pg_stack, {**os.environ, **pg_env}, psql=postgres_tool("psql"))
+            )
+        backends[0].env = {**os.environ, **backends[0].env}
+        results = measure_state_settings(
+            backends, trials=self.plan["trials"]["state"], rng=self.rng, progress=self.progress
+        )
+        results["choice"] = choose(results)
+        return results
+
+    def finish(self, out: Path, note: str | None) -> None:
         self.results["duration_s"] = time.monotonic() - self.t0
         self.results["machine"]["load_average_end"] = load_average()
         report.write_results(self.results, out, note)
@@ -272,14 +432,13 @@ def main(argv: list[str] | None = None) -> int:
         results = json.loads((args.out / "results.json").read_text())
         (args.out / "results.md").write_text(report.render_markdown(results, args.note))
         return 0
-    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else None
 
     def on_term(signum: int, _frame: object) -> None:
         # Unwind through the finally blocks: stop the environment, write what was measured.
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, on_term)
-    run = Run(args.quick, sizes)
+    run = Run(args)
     try:
         run.stage("environment and measurements", lambda: run.execute(args.keep))
     finally:

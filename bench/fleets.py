@@ -1,15 +1,24 @@
-"""Generated fleets: N workers on one ClusterConnection, spread over a few namespaces."""
+"""Generated fleets: N workers on one ClusterConnection, spread over namespaces that the
+shards take whole (``sharding.maxWorkersPerShard`` per namespace)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 CONNECTION = "bench"
 """Name of the one ClusterConnection every generated worker uses."""
 NAMESPACES = ("bench-a", "bench-b", "bench-c", "bench-d")
-"""Kubernetes namespaces the workers are spread over (round robin)."""
+"""Kubernetes namespaces the workers are spread over by default (round robin)."""
 IMAGE = "registry.example/bench-worker:1.0.0"
+AUTOSCALING = {
+    "minReplicas": 1,
+    "maxReplicas": 20,
+    "targetBacklogPerReplica": 10,
+    "scaleDownStabilizationSeconds": 30,
+}
+"""The autoscaling of the first workers (the backlog figure's)."""
 
 
 def worker_name(index: int) -> str:
@@ -27,6 +36,30 @@ def worker_key(index: int, namespaces: tuple[str, ...] = NAMESPACES) -> str:
     return f"{worker_namespace(index, namespaces)}/{worker_name(index)}"
 
 
+def task_queue(index: int) -> str:
+    """The task queue of the ``index``-th worker."""
+    return f"bench-tq-{index:04d}"
+
+
+def namespaces_for(n: int, per_shard: int, prefix: str = "bench") -> tuple[str, ...]:
+    """Namespaces of an N-worker fleet: one per ``per_shard`` workers (at least one),
+    named after N so fleets of several sizes coexist in one cluster."""
+    count = max(1, math.ceil(n / per_shard))
+    return tuple(f"{prefix}{n}-{i:02d}" for i in range(count))
+
+
+def autoscaled_count(n: int, namespaces: tuple[str, ...]) -> int:
+    """How many workers autoscale: at least one per namespace, and eight in all (the
+    backlog figure uses a fresh one per trial), never more than half of the fleet."""
+    return min(n // 2, max(len(namespaces), 8))
+
+
+def autoscaled(index: int, namespaces: tuple[str, ...], n: int) -> bool:
+    """Whether the ``index``-th worker of an ``n``-worker fleet autoscales (the first
+    ones: round robin, so every namespace has some)."""
+    return index < autoscaled_count(n, namespaces)
+
+
 def generate_fleet(
     n: int,
     *,
@@ -34,6 +67,9 @@ def generate_fleet(
     namespaces: tuple[str, ...] = NAMESPACES,
     image: str = IMAGE,
     revisions: Mapping[int, int] | None = None,
+    max_workers_per_shard: int | None = None,
+    autoscale: bool = False,
+    cluster_objects: bool = True,
 ) -> dict[str, Any]:
     """A fleet document with ``n`` plain workers on one ClusterConnection.
 
@@ -45,6 +81,13 @@ def generate_fleet(
         revisions: Per worker index, a revision appended to that worker's image tag:
             giving one more worker a revision (or one a new revision) is a
             "one-worker change", a new pod template for exactly one Deployment.
+        max_workers_per_shard: Shard the stack by namespace with this limit (``None``:
+            one unsharded stack).
+        autoscale: Give the first workers (:func:`autoscaled`) :data:`AUTOSCALING`.
+        cluster_objects: Include the cluster's Queue and TemporalWorker objects (the
+            fleet's ``clusterObjects``). Only the stack under test does: the objects
+            are cluster-wide, and two stacks taking the same Queue would fight over
+            its worker.
 
     Returns:
         The fleet as plain data, ready for ``yaml.safe_dump`` or ``load_fleet``.
@@ -58,15 +101,19 @@ def generate_fleet(
         worker: dict[str, Any] = {
             "name": worker_name(i),
             "namespace": worker_namespace(i, namespaces),
-            "taskQueueName": f"bench-tq-{i:04d}",
-            "replicas": 1,
+            "taskQueueName": task_queue(i),
         }
+        if autoscale and autoscaled(i, namespaces, n):
+            worker["autoscaling"] = dict(AUTOSCALING)
+        else:
+            worker["replicas"] = 1
         if revisions and i in revisions:
             worker["image"] = f"{image}-r{revisions[i]}"
         workers.append(worker)
-    return {
+    doc: dict[str, Any] = {
         "apiVersion": "twc.temporal.io/v1",
         "kind": "Fleet",
+        "clusterObjects": cluster_objects,
         "defaults": {
             "image": image,
             "imagePullPolicy": "IfNotPresent",
@@ -85,6 +132,13 @@ def generate_fleet(
         "queues": [],
         "workers": workers,
     }
+    if max_workers_per_shard is not None:
+        doc["sharding"] = {
+            "by": "namespace",
+            "maxWorkersPerShard": max_workers_per_shard,
+            "assignmentNamespace": "default",
+        }
+    return doc
 
 
 def queue_object(name: str, namespace: str, *, partitions: int = 1) -> dict[str, Any]:

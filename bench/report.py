@@ -1,7 +1,8 @@
 """``bench/results.json`` and ``bench/results.md`` from one run's results (pure).
 
-The JSON is the record; the Markdown is rendered from it alone, so a results file can
-be re-rendered (``python -m bench --render``) without measuring again.
+The JSON is the record; the Markdown is rendered from it alone (``python -m bench
+--render`` re-renders without measuring), so every sentence in it states a figure of
+that run. A p95 is shown only for figures with at least :data:`P95_MIN` trials.
 """
 
 from __future__ import annotations
@@ -11,562 +12,404 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.stats import growth, ratio
+from bench.stats import ratio
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+P95_MIN = 20
+"""Trials below which a p95 is not reported (it would be the maximum, or noise)."""
 
-SCHEMA_DOC = """\
-Top-level keys of `bench/results.json` (`schema` is bumped on any incompatible change).
-Times are seconds, memory MiB; a figure that could not be measured is `null` and the
-reason is in `errors`. A *summary* is `{n, min, p50, p95, max, mean, samples}`.
+GOALS = (
+    # (key, words, figure path, limit, unit)
+    ("change", "one-worker change, p50", ("change", "latency_s", "p50"), 15.0, "s"),
+    (
+        "backlog",
+        "backlog → replicas after the sample, p50",
+        ("backlog", "sample_to_replicas_s", "p50"),
+        2.0,
+        "s",
+    ),
+    ("backlog_runs", "engine runs per backlog burst", ("backlog", "engine_runs", "max"), 0.0, ""),
+    ("noop", "no-op iteration (one shard), p50", ("noop", "per_shard_s", "p50"), 0.050, "s"),
+    ("queue", "Queue → polling worker, p50", ("queue", "latency_s", "p50"), 3.0, "s"),
+)
+"""The goals at the middle size (N=1000, four shards); at the largest size each figure
+should be within :data:`GROWTH_LIMIT` of it, and the daemon within :data:`RSS_LIMIT_MB`."""
+GROWTH_LIMIT = 1.5
+RSS_LIMIT_MB = 1024.0
 
-- `schema`: layout version of this file (`1`).
-- `mode`: `quick` (N = 10, 100; fewer trials) or `full` (N = 10, 100, 1000).
-- `started_at`, `duration_s`: when the run began (UTC, ISO 8601), how long it took.
-- `machine`: `cores`, `memory_gib`, `cpu_model`, `os`, `load_average` (at start),
-  `load_average_end`.
-- `versions`: the pinned tools from `tools/versions.env` (`pulumi`, `pulumi_kubernetes`,
-  `temporal_cli`, `kube_apiserver`, `etcd`) and the installed `pulumi_python_sdk`,
-  `pulumi_kubernetes_python_sdk`, `temporalio`, `python`.
-- `trials`: how many times each figure was measured in this mode.
-- `scale[]`: one entry per fleet size `n`:
-  - `build`: `wall_s`, `import_s`, `load_s` (summaries), `maxrss_mb`,
-    `maxrss_before_build_mb`, `resources` (registered under mocks);
-  - `initial_up_s` (set-up), `state_mb` (the stack's state), `select_stack_s`,
-    `preview_nochange_s`, `up_one_change_full_s`, `up_one_change_targeted_s`
-    (summaries), `up_changes` (the engine's change counts), `up_timeline` (`full`,
-    `targeted`: seconds from the call to `prelude`, `first_step`, `deployment_start`,
-    `deployment_done`, `last_step`, `summary`, `total`), `targeted_speedup` (full ÷
-    targeted p50);
-  - `daemon_noop`: `daemon` and `standin` summaries, `source`, `noop_s` (the one
-    compared); `noop_vs_preview` (preview p50 ÷ no-op p50).
-- `growth`: per figure, the log-log slope between the smallest and largest N
-  (1 = linear, 0 = flat).
-- `convergence`: `source`, `existing_workers`, `latency_s` (summary; the daemon as
-  configured by default, early apply on), `engine_only_latency_s` (summary; the same
-  daemon with `early_apply: false`, run first), `early_vs_engine_only_p50`, `pko_resync_s`,
-  `pko_full_up_s`, `pko_expected_s` (`mean`, `p50`, `p95`), `speedup_p50`, `speedup_p95`.
-- `sampling`: `settings` (the daemon's `SamplingSettings`), `rpcs_per_queue`, the runs
-  `shared`, `per_call`, `budget` (`queues`, `wall_s`, `queues_per_s`, `rpcs_per_s`,
-  `errors`, `first_error`, `concurrency`, `rate_per_s`), `per_call_over_shared`,
-  `budget_floor_s`.
-- `fixes[]`: before/after pairs measured in this run: `title`, `where`, `deployments`,
-  `before_s`, `after_s` (summaries), `speedup`.
-- `errors[]`: `{stage, error}` for every stage that failed; the run went on without it.
+SCHEMA_DOC = f"""\
+Top-level keys of `bench/results.json` (`schema` {SCHEMA_VERSION}; bumped on any
+incompatible change). Times are seconds, memory MiB, bytes bytes; a figure that could
+not be measured is `null` and the reason is in `errors`. A *summary* is `{{n, min, p50,
+p95, max, mean, samples}}` (its p95 is rendered only from ≥ {P95_MIN} samples).
+
+- `schema`, `mode` (`quick` or `full`), `started_at`, `duration_s`, `seed` (of the
+  trials' random order), `machine` (`cores`, `memory_gib`, `cpu_model`, `os`,
+  `load_average`, `load_average_end`), `versions`, `settings` (the daemon's, as run).
+- `sizes[]`, one per fleet size: `n`, `shards`, `namespaces`, `initial_up_s` (set-up,
+  per stack), `figure_order`;
+  - `noop`: `per_shard_s`, `all_shards_s` (summaries), `shards`;
+  - `change`: `latency_s`, `engine_runs_per_change`, `state_bytes_per_change`
+    (summaries), `engine_peak_total_mb`, `engine_peak_process_mb`,
+    `engine_peak_by_name_mb`;
+  - `backlog`: `burst_to_replicas_s`, `sample_to_replicas_s`, `engine_runs`
+    (summaries), `workflows`;
+  - `queue`: `latency_s`, `deployment_s` (summaries), `mean_gap_s`, `refreshes_during`,
+    `busy`, `errors`;
+  - `memory`: `daemon_peak_rss_mb`;
+  - `baselines`: engine only, on the same architecture: `preview_s` (a shard's
+    `pulumi preview`, measured), `queue_engine_only` (the daemon with early apply off,
+    measured), `change_unsharded` (the daemon on one unsharded stack of N workers:
+    measured, or `computed` from the largest measured size by the measured growth),
+    `backlog_via_engine_s` (`computed`: the targeted `up` one replica change took before
+    replicas left the engine, taken as this size's one-worker change).
+- `state`: `workers`, `results.<backend>.<variant>` (`up_s`, `bytes`), `choice`.
+- `goals[]`: `{{key, words, limit, unit, measured, met}}` at the middle size, and the
+  growth goals.
+- `errors[]`: `{{stage, error}}` for every stage that failed; the run went on.
 """
 
 
-def new_results(mode: str, started_at: str) -> dict[str, Any]:
+def new_results(mode: str, started_at: str, seed: int) -> dict[str, Any]:
     """The empty record of a run."""
     return {
         "schema": SCHEMA_VERSION,
         "mode": mode,
         "started_at": started_at,
         "duration_s": None,
+        "seed": seed,
         "machine": {},
         "versions": {},
-        "trials": {},
-        "scale": [],
-        "growth": {},
-        "convergence": None,
-        "sampling": None,
-        "fixes": [],
+        "settings": {},
+        "sizes": [],
+        "state": None,
+        "goals": [],
         "errors": [],
     }
 
 
-def _p50(entry: Mapping[str, Any] | None, *path: str) -> float | None:
-    node: Any = entry
+def get(entry: Any, *path: str) -> Any:
+    """A nested figure, or ``None`` when any step is missing."""
+    node = entry
     for key in path:
         if not isinstance(node, Mapping):
             return None
         node = node.get(key)
-    if isinstance(node, Mapping):
-        node = node.get("p50")
-    return float(node) if isinstance(node, int | float) else None
+    return node
 
 
-GROWTH_FIGURES: dict[str, tuple[str, ...]] = {
-    "build_s": ("build", "wall_s"),
-    "build_maxrss_mb": ("build", "maxrss_mb"),
-    "preview_nochange_s": ("preview_nochange_s",),
-    "up_one_change_full_s": ("up_one_change_full_s",),
-    "up_one_change_targeted_s": ("up_one_change_targeted_s",),
-    "daemon_noop_s": ("daemon_noop", "noop_s"),
-}
-
-
-def compute_growth(scale: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
-    """Log-log slope of each figure over N (see :func:`bench.stats.growth`)."""
-    return {
-        name: growth({int(e["n"]): _p50(e, *path) for e in scale})
-        for name, path in GROWTH_FIGURES.items()
-    }
-
-
-def fmt_s(value: float | None) -> str:
-    """Seconds for a table: ``12.3 s``, ``45 ms``, ``—`` when missing."""
+def _fmt(value: float | None, unit: str = "s") -> str:
     if value is None:
         return "—"
-    if value < 1:
-        return f"{value * 1000:.0f} ms" if value >= 0.01 else f"{value * 1000:.1f} ms"
-    return f"{value:.1f} s"
+    if unit == "s":
+        if value < 1:
+            return f"{value * 1000:.1f} ms"
+        return f"{value:.1f} s" if value < 100 else f"{value:.0f} s"
+    if unit == "MiB":
+        return f"{value:.0f} MiB"
+    if unit == "B":
+        return f"{value / 1e6:.1f} MB" if value >= 1e5 else f"{value / 1e3:.1f} kB"
+    return f"{value:g}"
 
 
-def fmt_x(value: float | None) -> str:
-    """A ratio: ``12x``, ``1.4x``, ``—``."""
-    if value is None:
+def _summary(summary: Mapping[str, Any] | None, unit: str = "s") -> str:
+    """p50 (and p95 from enough trials), with the trial count."""
+    if not summary or not summary.get("n"):
         return "—"
-    return f"{value:.0f}x" if value >= 10 else f"{value:.1f}x"
+    text = f"p50 {_fmt(summary.get('p50'), unit)}"
+    if summary["n"] >= P95_MIN:
+        text += f", p95 {_fmt(summary.get('p95'), unit)}"
+    return f"{text} ({summary['n']} trials)"
 
 
-def fmt_num(value: float | None, digits: int = 0) -> str:
-    """A plain number or ``—``."""
-    return "—" if value is None else f"{value:.{digits}f}"
-
-
-def _scale_table(results: Mapping[str, Any]) -> list[str]:
-    rows = [
-        "| N workers | resources | build | build peak RSS | preview (no change) "
-        "| up, 1 worker changed | same, targeted | targeted speed-up | daemon no-op "
-        "| preview ÷ no-op |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for e in results.get("scale", []):
-        build = e.get("build") or {}
-        rss = build.get("maxrss_mb")
-        cells = "| {n} | {res} | {build} | {rss} | {prev} | {full} | {tgt} | {spd} | {noop} | {x} |"
-        rows.append(
-            cells.format(
-                n=e["n"],
-                res=build.get("resources", "—"),
-                build=fmt_s(_p50(e, "build", "wall_s")),
-                rss="—" if rss is None else f"{rss:.0f} MiB",
-                prev=fmt_s(_p50(e, "preview_nochange_s")),
-                full=fmt_s(_p50(e, "up_one_change_full_s")),
-                tgt=fmt_s(_p50(e, "up_one_change_targeted_s")),
-                spd=fmt_x(e.get("targeted_speedup")),
-                noop=fmt_s(_p50(e, "daemon_noop", "noop_s")),
-                x=fmt_x(e.get("noop_vs_preview")),
-            )
+def evaluate_goals(
+    sizes: Sequence[Mapping[str, Any]], middle: int, largest: int
+) -> list[dict[str, Any]]:
+    """The goals against this run's figures (pure)."""
+    by_n = {s["n"]: s for s in sizes}
+    mid, big = by_n.get(middle), by_n.get(largest)
+    goals: list[dict[str, Any]] = []
+    for key, words, path, limit, unit in GOALS:
+        value = get(mid, *path)
+        goals.append(
+            {
+                "key": key,
+                "words": f"N={middle}: {words}",
+                "limit": limit,
+                "unit": unit,
+                "measured": value,
+                "met": None if value is None else value <= limit,
+            }
         )
-    g = results.get("growth") or {}
-    if any(v is not None for v in g.values()):
-        rows.append(
-            "| growth (log-log slope) | | {b} | {r} | {p} | {f} | {t} | | {n} | |".format(
-                b=fmt_num(g.get("build_s"), 2),
-                r=fmt_num(g.get("build_maxrss_mb"), 2),
-                p=fmt_num(g.get("preview_nochange_s"), 2),
-                f=fmt_num(g.get("up_one_change_full_s"), 2),
-                t=fmt_num(g.get("up_one_change_targeted_s"), 2),
-                n=fmt_num(g.get("daemon_noop_s"), 2),
-            )
+        if key == "backlog_runs":
+            continue
+        grown = ratio(get(big, *path), value)
+        goals.append(
+            {
+                "key": f"{key}_growth",
+                "words": f"N={largest} ÷ N={middle}: {words}",
+                "limit": GROWTH_LIMIT,
+                "unit": "x",
+                "measured": grown,
+                "met": None if grown is None else grown <= GROWTH_LIMIT,
+            }
         )
-    return rows
+    rss = get(big, "memory", "daemon_peak_rss_mb")
+    goals.append(
+        {
+            "key": "rss",
+            "words": f"N={largest}: daemon peak RSS",
+            "limit": RSS_LIMIT_MB,
+            "unit": "MiB",
+            "measured": rss,
+            "met": None if rss is None else rss <= RSS_LIMIT_MB,
+        }
+    )
+    return goals
 
 
-def _timeline_table(scale: Sequence[Mapping[str, Any]]) -> list[str]:
-    rows = [
-        "| N | up | engine start | program start | rollout | steps after it | "
-        "after the summary | total |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for e in scale:
-        for kind in ("full", "targeted"):
-            t = (e.get("up_timeline") or {}).get(kind)
-            if not t:
-                continue
-
-            def span(a: str, b: str, t: Mapping[str, Any] = t) -> str:
-                x, y = t.get(a), t.get(b)
-                return "—" if x is None or y is None else f"{y - x:.1f}"
-
-            start = t.get("prelude")
-            rows.append(
-                f"| {e['n']} | {kind} | {fmt_num(start, 1)} | {span('prelude', 'first_step')} "
-                f"| {span('deployment_start', 'deployment_done')} "
-                f"| {span('deployment_done', 'summary')} | {span('summary', 'total')} "
-                f"| {fmt_num(t.get('total'), 1)} |"
-            )
-    return rows if len(rows) > 2 else []
+def _goal_value(goal: Mapping[str, Any]) -> str:
+    unit = goal["unit"]
+    value = goal["measured"]
+    if unit == "x":
+        return "—" if value is None else f"{value:.2f}x"
+    if unit == "":
+        return "—" if value is None else f"{value:g}"
+    return _fmt(value, unit)
 
 
-def headline(results: Mapping[str, Any]) -> list[str]:
-    """The few numbers worth a glance, as Markdown bullets."""
-    out: list[str] = []
-    scale = {int(e["n"]): e for e in results.get("scale", [])}
-    n_ref = 100 if 100 in scale else (max(scale) if scale else None)
-    if n_ref is not None:
-        e = scale[n_ref]
-        out.append(
-            f"- N={n_ref}: daemon no-op iteration {fmt_s(_p50(e, 'daemon_noop', 'noop_s'))} vs "
-            f"`pulumi preview` {fmt_s(_p50(e, 'preview_nochange_s'))}: "
-            f"**{fmt_x(e.get('noop_vs_preview'))}** (goal ≥ 100x)."
-        )
-        out.append(
-            f"- N={n_ref}: one changed worker, targeted `up` "
-            f"{fmt_s(_p50(e, 'up_one_change_targeted_s'))} vs full "
-            f"{fmt_s(_p50(e, 'up_one_change_full_s'))} ({fmt_x(e.get('targeted_speedup'))})."
-        )
-    conv = results.get("convergence")
-    if conv and conv.get("latency_s", {}).get("n"):
-        lat = conv["latency_s"]
-        base = conv.get("pko_expected_s") or {}
-        out.append(
-            f"- Queue → Deployment with {conv.get('existing_workers')} workers: p50 "
-            f"{fmt_s(lat.get('p50'))}, p95 {fmt_s(lat.get('p95'))} over {lat['n']} trials "
-            f"(goal p50 ≤ 5 s) vs PKO-style 60 s loop, expected p50 {fmt_s(base.get('p50'))} "
-            f"(**{fmt_x(conv.get('speedup_p50'))}**)."
-        )
-        engine_only = conv.get("engine_only_latency_s") or {}
-        if engine_only.get("n"):
-            out.append(
-                f"- Fix: the daemon applies a new worker's ServiceAccount and Deployment "
-                f"ahead of the engine (the `up` adopts them): Queue → Deployment p50 "
-                f"{fmt_s(engine_only.get('p50'))} → {fmt_s(lat.get('p50'))} "
-                f"({fmt_x(conv.get('early_vs_engine_only_p50'))})."
-            )
-    samp = results.get("sampling")
-    if samp:
-        budget = samp.get("budget") or {}
-        out.append(
-            f"- Backlog sampling, {samp.get('shared', {}).get('queues')} task queues: "
-            f"{fmt_s(samp.get('shared', {}).get('wall_s'))} with one shared client at "
-            f"concurrency {samp['settings']['concurrency']} "
-            f"({fmt_num(samp.get('shared', {}).get('queues_per_s'))} queues/s); a client per "
-            f"call takes {fmt_x(samp.get('per_call_over_shared'))} as long; under the daemon's "
-            f"{samp['settings']['rate_per_s']:.0f}/s budget {budget.get('queues')} queues took "
-            f"{fmt_s(budget.get('wall_s'))}."
-        )
-    for fix in results.get("fixes", []):
-        out.append(
-            f"- Fix: {fix['title']}: {fmt_s(_p50(fix, 'before_s'))} → "
-            f"{fmt_s(_p50(fix, 'after_s'))} at {fix.get('deployments')} Deployments "
-            f"({fmt_x(fix.get('speedup'))})."
-        )
-    return out
+def _limit(goal: Mapping[str, Any]) -> str:
+    unit = goal["unit"]
+    if unit == "x":
+        return f"≤ {goal['limit']:g}x"
+    if unit == "":
+        return f"≤ {goal['limit']:g}"
+    return f"≤ {_fmt(goal['limit'], unit)}"
 
 
-def findings(results: Mapping[str, Any]) -> list[str]:
-    """Observations the numbers support, generated from them."""
-    out: list[str] = []
-    scale = sorted(results.get("scale", []), key=lambda e: e["n"])
-    for e in scale:
-        build = e.get("build") or {}
-        per_res = ratio(_p50(e, "build", "wall_s"), build.get("resources"))
-        sel = _p50(e, "select_stack_s")
-        prev = _p50(e, "preview_nochange_s")
-        if per_res is not None and e["n"] == scale[-1]["n"]:
-            out.append(
-                f"- Program build at N={e['n']}: {per_res * 1000:.1f} ms per resource "
-                f"({build.get('resources')} resources). Profiling shows the time in the "
-                "Pulumi Python SDK's per-resource registration (serialising inputs, output "
-                "plumbing); twc's own builders are a few percent of it, so there is no "
-                "twc-side fix short of fewer resources per worker."
-            )
-        if sel is not None and prev and e["n"] == scale[0]["n"]:
-            out.append(
-                f"- Selecting the stack and writing its config (`engine.select_stack`, two "
-                f"CLI runs) costs {fmt_s(sel)} of every engine call, "
-                f"{100 * sel / prev:.0f}% of a no-change preview at N={e['n']}: a long-lived "
-                "daemon could select once and reuse the `Stack`."
-            )
-    sized = [e for e in scale if e.get("state_mb")]
-    if sized:
-        e = sized[-1]
-        out.append(
-            f"- The stack's state is {fmt_num(e['state_mb'], 1)} MB at N={e['n']} "
-            "(Deployment outputs carry the whole object). The file backend rewrites all of "
-            "it (and a backup copy) after every step, so an `up` that changes k resources "
-            "writes k times that, and a first `up` of N workers is quadratic in N: the "
-            "bench's set-up skips intermediate checkpoints for that reason. A daemon "
-            "creating many workers at once on a file backend pays it in full."
-        )
-    conv = results.get("convergence") or {}
-    lat = _p50(conv, "latency_s")
-    small = scale[0] if scale else None
-    engine_only = _p50(conv, "engine_only_latency_s")
-    if lat is not None and engine_only is not None and lat <= 5 < engine_only:
-        out.append(
-            f"- Convergence: through the engine alone a new worker's Deployment came "
-            f"{fmt_s(engine_only)} (p50) after its Queue: the daemon decides within a "
-            "fraction of a second, but an engine run starts the CLI and the language host, "
-            "runs the whole program and walks every registered resource before it reaches "
-            "the new worker's, a few round trips deep (Queue component → worker component → "
-            "ServiceAccount → Deployment). Targeting the new worker's resources did not help "
-            "when tried (URN globs: 9.0 to 9.7 s over 4 trials, outside this harness): untargeted "
-            "resources skip their provider calls, but the program still builds and registers "
-            "all of them, and each round trip waits behind those registrations. The daemon "
-            "now applies the new worker's ServiceAccount and Deployment itself, built by the "
-            "same builders as the program (a unit test compares them with what the program "
-            "registers), under its own field manager, and only when they do not exist yet; "
-            "the `up` that follows adopts them (a server-side-apply create is an upsert), "
-            f"and the daemon then drops its field manager: p50 {fmt_s(lat)}."
-        )
-    if lat is not None and lat > 5:
-        out.append(
-            f"- Convergence p50 {fmt_s(lat)} misses the 5 s goal. The daemon wakes on the "
-            "Queue watch and decides within a fraction of a second (its log), but a new "
-            "worker means an engine run, and a whole one-worker `up` at "
-            f"N={(small or {}).get('n')} already takes "
-            f"{fmt_s(_p50(small, 'up_one_change_full_s'))}; at N=100 the new Deployment "
-            "comes late in the run, as the program registers derived workers after the "
-            "existing ones and the engine walks those first. Under 5 s needs the first "
-            "apply outside the engine (say, the daemon applying the new Deployment itself "
-            "and the next `up` adopting it): a design change, not made here."
-        )
-    big = scale[-1] if scale else None
-    tl = ((big or {}).get("up_timeline") or {}).get("targeted") or {}
-    if big and tl.get("total") and tl.get("first_step") is not None:
-        fixed = tl["first_step"] + (tl["total"] - (tl.get("summary") or tl["total"]))
-        rollout = (tl.get("deployment_done") or 0) - (tl.get("deployment_start") or 0)
-        out.append(
-            f"- A targeted `up` at N={big['n']} took {fmt_s(tl['total'])}: "
-            f"{fmt_s(fixed)} of it before the first resource step and after the summary "
-            f"(CLI, language host, program start, Automation API reads), {fmt_s(rollout)} "
-            "waiting for the Deployment's rollout. `target` does not skip running the whole "
-            "program nor the engine's walk over every registered resource, so it saves "
-            f"little ({fmt_x(big.get('targeted_speedup'))}); a new worker (no URNs yet) "
-            "gets a full `up` from the daemon anyway."
-        )
-    for e in scale[-1:]:
-        parts = (e.get("daemon_noop") or {}).get("parts") or {}
-        load = _p50(parts, "load_fleet_file")
-        noop = _p50(e, "daemon_noop", "noop_s")
-        if load is not None and noop:
-            out.append(
-                f"- Reading the fleet file is {fmt_s(load)} of the {fmt_s(noop)} no-op at "
-                f"N={e['n']} ({100 * min(load / noop, 1):.0f}%): `twc.spec` parses with the "
-                "pure-Python YAML loader on purpose (its defensive checks hook into "
-                "composition). The daemon could skip re-parsing a file whose bytes did not "
-                "change (a content hash); not done here, the loop is being worked on."
-            )
-    samp = results.get("sampling")
-    if samp:
-        floor = samp.get("shared", {}).get("queues", 0) / samp["settings"]["rate_per_s"]
-        out.append(
-            f"- The default sampling budget ({samp['settings']['rate_per_s']:.0f} queues/s, "
-            f"{samp.get('rpcs_per_queue')} RPCs each) needs ≥ {floor:.0f} s for "
-            f"{samp.get('shared', {}).get('queues')} autoscaled queues, longer than the 30 s "
-            "reconcile interval: raise `sampling.rate_per_s` for fleets that large."
-        )
-        pc = samp.get("per_call_over_shared")
-        if pc is not None:
-            out.append(
-                f"- A new client per describe costs {fmt_x(pc)} the time of a shared one "
-                "here (plaintext loopback; TLS to a remote frontend costs a handshake more "
-                "per call). The daemon already shares clients; the `TaskQueueCheck` provider "
-                "connects per check, which only matters when many checks run at once "
-                "(initial `up`, `refresh`)."
-            )
-    return out
+def _headline(results: Mapping[str, Any]) -> list[str]:
+    lines = []
+    for size in results.get("sizes", []):
+        n = size["n"]
+        base = get(size, "baselines") or {}
+        change = get(size, "change", "latency_s", "p50")
+        flat = get(base, "change_unsharded", "latency_s", "p50")
+        label = "computed" if get(base, "change_unsharded", "computed") else "measured"
+        shards = size.get("shards")
+        parts = [f"**N={n}** ({shards if shards is not None else 'not set up:'} shard(s)):"]
+        if change is not None:
+            text = f"one-worker change {_fmt(change)}"
+            if flat is not None:
+                text += (
+                    f" vs {_fmt(flat)} on one unsharded stack, engine only ({label}): "
+                    f"{ratio(flat, change):.1f}x"
+                )
+            parts.append(text)
+        sample = get(size, "backlog", "sample_to_replicas_s", "p50")
+        runs = get(size, "backlog", "engine_runs", "max")
+        via = get(base, "backlog_via_engine_s")
+        if sample is not None:
+            text = f"backlog → replicas {_fmt(sample)} after the sample with {runs:g} engine runs"
+            if via is not None:
+                text += f" vs {_fmt(via)} through a targeted up (computed)"
+            parts.append(text)
+        noop = get(size, "noop", "per_shard_s", "p50")
+        preview = get(base, "preview_s", "p50")
+        if noop is not None:
+            text = f"no-op iteration {_fmt(noop)} per shard"
+            if preview is not None:
+                text += f" vs `pulumi preview` of a shard {_fmt(preview)} (measured)"
+            parts.append(text)
+        queue = get(size, "queue", "latency_s", "p50")
+        engine_only = get(base, "queue_engine_only", "latency_s", "p50")
+        if queue is not None:
+            text = f"Queue → polling worker {_fmt(queue)}"
+            if engine_only is not None:
+                text += f" vs {_fmt(engine_only)} with early apply off (measured)"
+            parts.append(text)
+        figures = "; ".join(parts[1:]) if len(parts) > 1 else "nothing measured"
+        lines.append(f"- {parts[0]} {figures}.")
+    return lines
 
 
-def _machine_lines(results: Mapping[str, Any]) -> list[str]:
-    m = results.get("machine") or {}
-    v = results.get("versions") or {}
-    return [
-        f"- Machine: {m.get('cores')} cores, {m.get('memory_gib')} GiB, {m.get('cpu_model')}, "
-        f"{m.get('os')}; load average {m.get('load_average')} at start, "
-        f"{m.get('load_average_end')} at end.",
-        f"- Versions: pulumi {v.get('pulumi')}, pulumi-kubernetes {v.get('pulumi_kubernetes')}, "
-        f"temporal CLI {v.get('temporal_cli')}, kube-apiserver {v.get('kube_apiserver')}, "
-        f"etcd {v.get('etcd')}; Python {v.get('python')}, pulumi SDK "
-        f"{v.get('pulumi_python_sdk')}, temporalio {v.get('temporalio')}.",
-    ]
+def _short(error: str, limit: int = 400) -> str:
+    """An error in one line: its first line and the engine's last words."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if not lines:
+        return "?"
+    text = lines[0]
+    tail = [line for line in lines[1:] if "error" in line.lower()][-2:]
+    if tail:
+        text += " … " + " … ".join(tail)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def render_markdown(results: Mapping[str, Any], note: str = "") -> str:
-    """The whole ``results.md``."""
-    lines = [
+def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
+    """The results as Markdown; every sentence from ``results`` alone."""
+    machine = results.get("machine") or {}
+    versions = results.get("versions") or {}
+    out = [
         "# twc benchmarks",
         "",
-        f"`make bench BENCH_ARGS={'--quick' if results.get('mode') == 'quick' else ''}` — "
-        f"{results.get('mode')} mode, started {results.get('started_at')}, took "
-        f"{fmt_s(results.get('duration_s'))}.",
+        f"`make bench` — {results.get('mode')} mode, started {results.get('started_at')}, "
+        f"took {_fmt(results.get('duration_s'))}; trials in random order (seed "
+        f"{results.get('seed')}).",
         "",
-        *_machine_lines(results),
+        f"- Machine: {machine.get('cores')} cores, {machine.get('memory_gib')} GiB, "
+        f"{machine.get('cpu_model')}; load average {machine.get('load_average')} at start, "
+        f"{machine.get('load_average_end')} at end.",
+        "- Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items() if v),
+        "",
     ]
     if note:
-        lines += ["", f"> {note}"]
-    lines += [
-        "",
+        out += [f"> {note}", ""]
+    out += [
         "Every figure is wall time on the embedded environment (etcd, kube-apiserver, "
         "kube-controller-manager, kube-scheduler, KWOK's simulated nodes, a Temporal dev "
-        "server) "
-        "with the real Pulumi engine and providers. Comparisons are ratios of figures "
-        "measured in the same run; p50 is shown unless noted. No test asserts on time.",
+        "server) with the real Pulumi engine and providers, and `twc run` as its own "
+        "process. Baselines are the same "
+        "architecture run through the engine only; a baseline not run is marked "
+        "*computed* and says from what. No test asserts on time.",
         "",
         "## Headline",
         "",
-        *headline(results),
+        *_headline(results),
         "",
-        "## 1. Fleet size",
+        "## Goals",
         "",
-        "Generated fleets: N plain workers (ServiceAccount, Deployment, TaskQueueCheck each) "
-        "on one ClusterConnection, spread over four namespaces. *Build* is the program's "
-        "`build()` under Pulumi mocks in a fresh process (peak RSS is that process's "
-        "`ru_maxrss`); *preview* is `pulumi preview` after the initial `up` with nothing "
-        "changed; *up, 1 worker changed* gives one worker a new image, with and without "
-        "`target` = the URNs of that worker's resources. Engine figures include the "
-        "Automation API's stack selection.",
-        "",
-        *_scale_table(results),
-        "",
+        "| goal | limit | measured | |",
+        "|---|---:|---:|---|",
     ]
-    scale = results.get("scale", [])
-    if scale:
-        lines.append(
-            "Initial `up` (set-up, not a figure: `--parallel 64` and "
-            "`PULUMI_SKIP_CHECKPOINTS=true`): "
-            + ", ".join(f"N={e['n']} {fmt_s(e.get('initial_up_s'))}" for e in scale)
-            + ". Stack selection per engine call: "
-            + ", ".join(f"N={e['n']} {fmt_s(_p50(e, 'select_stack_s'))}" for e in scale)
-            + ". Size of the stack's state: "
-            + ", ".join(f"N={e['n']} {fmt_num(e.get('state_mb'), 1)} MB" for e in scale)
-            + "."
-        )
-        lines.append("")
-    timeline = _timeline_table(scale)
-    if timeline:
-        lines += [
-            "Where a one-worker `up` spends its time (seconds from the call, last trial; "
-            "from the engine's events):",
-            "",
-            *timeline,
-            "",
-            "*Engine start* is stack selection plus the CLI starting the update; "
-            "*program start* is the language host and the program's imports until the "
-            "first resource step; *rollout* is the changed Deployment's step, which waits "
-            "for the rollout; *after the summary* is the CLI finishing and the Automation "
-            "API reading the stack's outputs and history.",
-            "",
-        ]
-    lines += ["## 2. Daemon no-op iteration vs `pulumi preview`", ""]
-    for e in scale:
-        noop = e.get("daemon_noop") or {}
-        parts = noop.get("parts") or {}
-        lines.append(
-            f"- N={e['n']}: {noop.get('source', '—')} no-op "
-            f"{fmt_s(_p50(noop, 'daemon'))} (stand-in: load + LIST Queues + hash + decide "
-            f"{fmt_s(_p50(noop, 'standin'))}) vs preview {fmt_s(_p50(e, 'preview_nochange_s'))}"
-            f": {fmt_x(e.get('noop_vs_preview'))}. Parts on their own: reading the fleet "
-            f"file {fmt_s(_p50(parts, 'load_fleet_file'))}, listing worker Deployments' "
-            f"replicas {fmt_s(_p50(parts, 'worker_replicas'))}, listing Queues "
-            f"{fmt_s(_p50(parts, 'list_queues'))}."
-        )
-    lines += [
-        "",
-        "The daemon's no-op is its own `plan()` (fleet file, the Queue watch's cache, a LIST "
-        "of worker Deployments for their replicas, hashing) plus `decide_reconcile` → SKIP; "
-        "no engine process starts. The stand-in does a LIST of Queue objects instead of "
-        "reading a watch cache.",
-        "",
-        "## 3. Convergence: labelled Queue → worker Deployment",
-        "",
+    for goal in results.get("goals", []):
+        verdict = {True: "met", False: "**missed**", None: "not measured"}[goal["met"]]
+        out.append(f"| {goal['words']} | {_limit(goal)} | {_goal_value(goal)} | {verdict} |")
+    out += ["", "## Per fleet size", ""]
+    out += [
+        "| N | shards | one-worker change | backlog → replicas (after the burst) | "
+        "after the sample | engine runs | no-op, one shard | no-op, all shards | "
+        "Queue → polling worker | state bytes per change | daemon peak RSS | "
+        "largest engine process |",
+        "|---:|---:|---|---|---|---:|---|---|---|---|---:|---:|",
     ]
-    conv = results.get("convergence")
-    if conv:
-        lat = conv.get("latency_s") or {}
-        base = conv.get("pko_expected_s") or {}
-        lines += [
-            f"Run by: {conv.get('source')}, on the N={conv.get('existing_workers')} stack "
-            "(each trial's worker stays, so later trials see a few more workers). Latency "
-            "is from the Queue's create call to the Deployment being readable.",
-            "",
-            "| | p50 | p95 | min | max | trials |",
-            "|---|---:|---:|---:|---:|---:|",
-            f"| twc | {fmt_s(lat.get('p50'))} | {fmt_s(lat.get('p95'))} | "
-            f"{fmt_s(lat.get('min'))} | {fmt_s(lat.get('max'))} | {lat.get('n')} |",
-            *(
+    for size in results.get("sizes", []):
+        out.append(
+            "| "
+            + " | ".join(
                 [
-                    f"| twc, engine only (`early_apply: false`) | "
-                    f"{fmt_s(eo.get('p50'))} | {fmt_s(eo.get('p95'))} | "
-                    f"{fmt_s(eo.get('min'))} | {fmt_s(eo.get('max'))} | {eo.get('n')} |"
+                    str(size["n"]),
+                    str(size.get("shards") if size.get("shards") is not None else "—"),
+                    _summary(get(size, "change", "latency_s")),
+                    _summary(get(size, "backlog", "burst_to_replicas_s")),
+                    _summary(get(size, "backlog", "sample_to_replicas_s")),
+                    _fmt(get(size, "backlog", "engine_runs", "max"), ""),
+                    _summary(get(size, "noop", "per_shard_s")),
+                    _summary(get(size, "noop", "all_shards_s")),
+                    _summary(get(size, "queue", "latency_s")),
+                    _summary(get(size, "change", "state_bytes_per_change"), "B"),
+                    _fmt(get(size, "memory", "daemon_peak_rss_mb"), "MiB"),
+                    _fmt(get(size, "change", "engine_peak_process_mb"), "MiB"),
                 ]
-                if (eo := conv.get("engine_only_latency_s") or {}).get("n")
-                else []
-            ),
-            f"| `pulumi up` every {conv.get('pko_resync_s'):.0f} s (computed) | "
-            f"{fmt_s(base.get('p50'))} | {fmt_s(base.get('p95'))} | "
-            f"{fmt_s(conv.get('pko_full_up_s'))} | "
-            f"{fmt_s((conv.get('pko_resync_s') or 0) + (conv.get('pko_full_up_s') or 0))} | — |",
-            "",
-            "The baseline is computed, not run: a change waits uniformly in [0, 60 s) for the "
-            "next resync (mean 30 s), then a full `up` runs — the N=100 one-worker `up` "
-            f"measured above ({fmt_s(conv.get('pko_full_up_s'))}). The Deployment appears "
-            "before that `up` finishes, so the baseline is slightly pessimistic by the "
-            "time the `up` spends after creating it. Speed-up: p50 "
-            f"{fmt_x(conv.get('speedup_p50'))}, p95 {fmt_x(conv.get('speedup_p95'))}.",
-            "",
-        ]
-    else:
-        lines += ["Not measured in this run (see errors).", ""]
-    lines += ["## 4. Backlog sampling", ""]
-    samp = results.get("sampling")
-    if samp:
-        s = samp["settings"]
-        lines += [
-            f"`sample_backlogs` with the daemon's `SamplingSettings` (concurrency "
-            f"{s['concurrency']}, {s['rate_per_s']:.0f} calls/s, burst {s['burst']}); each "
-            f"call is {samp.get('rpcs_per_queue')} DescribeTaskQueue RPCs with stats "
-            "(workflow, activity, Nexus), as the daemon's `TemporalBacklogs` does. The "
-            "queues were described once before timing so the dev server has loaded them "
-            "(a first describe of a queue costs the server up to seconds).",
-            "",
-            "| run | queues | wall | queues/s | RPCs/s | errors |",
-            "|---|---:|---:|---:|---:|---:|",
-        ]
-        for key, label in (
-            ("shared", "one shared client, no budget"),
-            ("per_call", "a client per call, no budget"),
-            ("budget", "shared client, daemon budget"),
-        ):
-            r = samp.get(key) or {}
-            lines.append(
-                f"| {label} | {r.get('queues')} | {fmt_s(r.get('wall_s'))} | "
-                f"{fmt_num(r.get('queues_per_s'))} | {fmt_num(r.get('rpcs_per_s'))} | "
-                f"{r.get('errors')} |"
             )
-        lines += [
-            "",
-            f"Per-call ÷ shared: {fmt_x(samp.get('per_call_over_shared'))}. Under the "
-            f"budget the floor is queues ÷ rate = {fmt_s(samp.get('budget_floor_s'))}.",
-            "",
-        ]
-    else:
-        lines += ["Not measured in this run (see errors).", ""]
-    lines += ["## 5. Fixes and findings", ""]
-    for fix in results.get("fixes", []):
-        lines.append(
-            f"- **{fix['title']}** ({fix['where']}): {fix.get('what', 'the listing')} at "
-            f"{fix.get('deployments')} Deployments, {fmt_s(_p50(fix, 'before_s'))} before → "
-            f"{fmt_s(_p50(fix, 'after_s'))} after ({fmt_x(fix.get('speedup'))}); old and new "
-            f"way timed read-only, interleaved, in this run. {fix.get('detail', '')}".rstrip()
+            + " |"
         )
-    lines += findings(results)
+    out += ["", "What each figure is:", ""]
+    out += [
+        "- *one-worker change*: the fleet file gives one worker (at random, so a random "
+        "shard) a new image, with `twc run` running; until that Deployment's new pod "
+        "template is Available (its rollout finished).",
+        "- *backlog → replicas*: a burst of workflows on an autoscaled worker's task queue "
+        "(nothing polls it); until the Deployment's replicas change. *After the sample* "
+        "starts when the daemon's `twc_task_queue_backlog` shows the burst; the burst "
+        "waits for Temporal's statistics and for the daemon's next iteration. *Engine "
+        "runs* is how many engine runs started meanwhile (the largest of the trials).",
+        "- *no-op iteration*: the daemon's own `iterate()` with nothing to do, built by "
+        "`twc run`'s wiring (`twc.commands.run.wire`) on the live cluster; *all shards* is "
+        "one iteration of every shard's loop back to back (they run in parallel threads in "
+        "the daemon).",
+        "- *Queue → polling worker*: labelled Queue objects created at random (exponential "
+        "gaps) while one-worker changes keep the daemon busy and refreshes run; until a "
+        "real temporalio worker, started from the new Deployment's own env when it "
+        "appears (the kubelet's part), polls the task queue.",
+        "- *state bytes per change*: bytes written to the changed shard's state, backup "
+        "and history files during one change (the file backend; a rewrite within 10 ms "
+        "of another counts once, so a lower bound).",
+        "- *peak RSS*: the daemon process's own `VmHWM`; the engine's (CLI, language host, "
+        "providers) sampled every 100 ms during the changes.",
+        "",
+    ]
+    out += ["## Baselines (engine only, same architecture)", ""]
+    for size in results.get("sizes", []):
+        base = get(size, "baselines") or {}
+        if not base:
+            continue
+        rows = []
+        if get(base, "preview_s"):
+            rows.append(f"`pulumi preview` of one shard (measured): {_summary(base['preview_s'])}")
+        if get(base, "queue_engine_only", "latency_s"):
+            rows.append(
+                "Queue → polling worker with early apply off (measured): "
+                + _summary(base["queue_engine_only"]["latency_s"])
+            )
+        flat = get(base, "change_unsharded")
+        if flat:
+            if flat.get("computed"):
+                rows.append(
+                    f"one-worker change on one unsharded stack (computed: {flat['computed']}): "
+                    f"{_fmt(get(flat, 'latency_s', 'p50'))}"
+                )
+            else:
+                rows.append(
+                    "one-worker change on one unsharded stack (measured): "
+                    + _summary(flat.get("latency_s"))
+                )
+        if get(base, "backlog_via_engine_s") is not None:
+            rows.append(
+                "backlog → replicas through a targeted up (computed: this size's one-worker "
+                f"change, the engine run a replica change took): "
+                f"{_fmt(base['backlog_via_engine_s'])}"
+            )
+        out.append(f"- N={size['n']}: " + "; ".join(rows) + ".")
+    state = results.get("state")
+    if state:
+        out += ["", "## State settings", ""]
+        out += [
+            f"One-worker `up`s of a {state.get('workers')}-worker stack (a full shard), "
+            "every variant interleaved in random order.",
+            "",
+            "| backend | setting | up | bytes written |",
+            "|---|---|---|---|",
+        ]
+        for backend, rows in (state.get("results") or {}).items():
+            for name, row in rows.items():
+                out.append(
+                    f"| {backend} | {name} | {_summary(row.get('up_s'))} | "
+                    f"{_summary(row.get('bytes'), 'B')} |"
+                )
+        choice = state.get("choice") or {}
+        if choice:
+            out += ["", f"Chosen: **{choice.get('choice')}** — {choice.get('reason')}."]
     errors = results.get("errors") or []
     if errors:
-        lines += ["", "## Errors", ""]
-        lines += [f"- `{e['stage']}`: {e['error']}" for e in errors]
-    lines += [
+        out += ["", "## Stages that failed", ""]
+        out += [f"- {e['stage']}: {_short(e['error'])}" for e in errors]
+    out += [
         "",
         "## Running",
         "",
-        "`make bench` (full: N = 10, 100, 1000, ≥ 20 convergence trials; budget 30 min) or "
-        "`make bench BENCH_ARGS=--quick` (N = 10, 100, fewer trials; budget 5 min on an "
-        "idle 2-core machine). The harness starts its own embedded environment in a "
-        "temporary directory and stops it at the end; `--keep` leaves it for inspection.",
+        "`make bench` (full: N = 100, 1000, 5000, at most 250 workers per shard) or "
+        "`make bench BENCH_ARGS=--quick` (N = 20, 60 at 10 per shard; a check of the "
+        "harness, not figures). The harness starts its own embedded environment in a "
+        "temporary directory and stops it at the end.",
         "",
         "## results.json",
         "",
         SCHEMA_DOC,
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(out) + "\n"
 
 
-def write_results(results: Mapping[str, Any], out_dir: Path, note: str = "") -> None:
-    """Write ``results.json`` and ``results.md`` into ``out_dir``."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    (out_dir / "results.md").write_text(render_markdown(results, note))
+def write_results(results: Mapping[str, Any], out: Path, note: str | None) -> None:
+    """Write ``results.json`` and ``results.md`` into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    (out / "results.md").write_text(render_markdown(results, note))

@@ -176,6 +176,30 @@ def pulumi_env(local_env: LocalEnvironment) -> dict[str, str]:
     return {**local_env.env(), "PATH": os.environ["PATH"]}
 
 
+@pytest.fixture(scope="session")
+def postgres_env(local_env: LocalEnvironment) -> dict[str, str]:
+    """The engine's environment with the Pulumi state in PostgreSQL: the session's
+    embedded environment, plus its PostgreSQL part (``twc local up --state postgres``)
+    started next to it (the file backend stays the session's default)."""
+    from twc.local.postgres import PG_BIN
+
+    if not (PG_BIN / "postgres").exists():
+        message = f"PostgreSQL 15 not installed in {PG_BIN}: run `make setup`"
+        if IN_CI:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    env = LocalEnvironment(local_env.dir, state="postgres", record_backend=False)
+    env.up(progress=lambda m: print(f"[local] {m}"))
+    return {**env.env(), "PATH": os.environ["PATH"]}
+
+
+@pytest.fixture(params=["file", "postgres"])
+def backend_env(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The engine's environment on each state backend in turn (file, then PostgreSQL)."""
+    name = "pulumi_env" if request.param == "file" else "postgres_env"
+    return dict(request.getfixturevalue(name))
+
+
 @pytest.fixture
 def namespace(kube: Any) -> Iterator[str]:
     """A fresh namespace for one test.

@@ -10,7 +10,7 @@
 # progress lines while it builds). A warm run finishes in seconds.
 #
 # Usage: tools/setup.sh [venv|pulumi|kubernetes|temporal|etcd|kube-apiserver|kube-controller-manager|kubectl
-#                        |kube-scheduler|kwok|helm|actionlint ...]
+#                        |kube-scheduler|kwok|postgres|helm|actionlint ...]
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -239,6 +239,30 @@ setup_kubectl() {
     "$(k8s_ldflags)" kube-apiserver
 }
 
+# PostgreSQL 15 from Debian's packages: `twc local up --state postgres` runs it as the
+# Pulumi state backend (its own data dir under .twc/, started by twc, never a system
+# service). CI machines start without it, so it is installed here when missing.
+setup_postgres() {
+  local bin=/usr/lib/postgresql/15/bin
+  if [ -x "$bin/postgres" ] && [ -x "$bin/initdb" ]; then
+    say "postgresql 15: $("$bin/postgres" --version | awk '{print $3}') installed"
+    return
+  fi
+  local sudo=""
+  if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null || die "postgresql-15 is missing; install it (apt-get install postgresql-15) or run setup as root"
+    sudo="sudo"
+  fi
+  say "postgresql 15: installing Debian's postgresql-15"
+  # No cluster of the package's own: twc makes and starts its own data dir.
+  $sudo mkdir -p /etc/postgresql-common
+  echo "create_main_cluster = false" | $sudo tee /etc/postgresql-common/createcluster.conf >/dev/null
+  run_logged postgres sh -c "$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq \
+    -o Dpkg::Options::=--force-confold --no-install-recommends postgresql-15"
+  [ -x "$bin/postgres" ] || die "postgresql-15 installed, but $bin/postgres is missing"
+  say "postgresql 15: installed in $LAST_SECONDS s"
+}
+
 # ---------------------------------------------------------------------------
 # helm, for the daemon's chart (deploy/chart): `helm lint` and `helm template` in the
 # tests, `helm install` for users. Built through its wrapper module (committed go.sum);
@@ -276,7 +300,7 @@ setup_kwok() {
 main() {
   local steps=("$@") t0
   [ ${#steps[@]} -gt 0 ] || steps=(venv pulumi kubernetes temporal etcd kube-apiserver kube-controller-manager kubectl
-    kube-scheduler kwok)
+    kube-scheduler kwok postgres)
   [ $# -gt 0 ] || steps+=(helm actionlint)
   command -v go >/dev/null || die "go is required to build the tools (see README)"
   t0=$(date +%s)
@@ -290,6 +314,7 @@ main() {
       kube-apiserver) setup_kube_apiserver ;;
       kube-controller-manager) setup_kube_controller_manager ;;
       kubectl) setup_kubectl ;;
+      postgres) setup_postgres ;;
       helm) setup_helm ;;
       actionlint) setup_actionlint ;;
       kube-scheduler) setup_kube_scheduler ;;

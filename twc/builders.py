@@ -398,8 +398,11 @@ def deployment_spec(
         worker: The resolved worker.
         connection: Its resolved connection.
         fingerprint: The connection fingerprint (see :func:`worker_pod_template`).
-        replicas: Replica count chosen by the autoscaler; kept within the worker's
-            autoscaling bounds. Defaults to ``worker.replicas``.
+        replicas: For an autoscaled worker, a replica count to write (kept within its
+            bounds); ``None`` leaves ``replicas`` out of the spec, because the daemon
+            owns that field through the Deployment's ``scale`` subresource and the
+            program must never set it. Ignored for other workers, whose count is
+            ``worker.replicas``.
         options: Extra pod template knobs.
 
     Returns:
@@ -408,11 +411,14 @@ def deployment_spec(
     template = worker_pod_template(worker, connection, fingerprint, options)
     selector = selector_labels(worker)
     _check_selector(template, selector)
-    count = worker.replicas if replicas is None else replicas
-    if worker.autoscaling is not None:
-        count = min(max(count, worker.autoscaling.min_replicas), worker.autoscaling.max_replicas)
+    spec: dict[str, Any] = {}
+    if worker.autoscaling is None:
+        spec["replicas"] = max(worker.replicas, 0)
+    elif replicas is not None:
+        bounds = worker.autoscaling
+        spec["replicas"] = max(min(max(replicas, bounds.min_replicas), bounds.max_replicas), 0)
     return {
-        "replicas": max(count, 0),
+        **spec,
         "selector": {"matchLabels": selector},
         "template": template,
         # Surge first: a worker pod is only capacity, never a singleton, so bring the
@@ -466,7 +472,8 @@ def worker_deployment(
         worker: The resolved worker.
         connection: Its resolved connection.
         fingerprint: The connection fingerprint.
-        replicas: Replica count chosen by the autoscaler (see :func:`deployment_spec`).
+        replicas: An autoscaled worker's count to write; ``None`` leaves it out (see
+            :func:`deployment_spec`).
         options: Extra pod template knobs.
         connection_name: The connection's name in the stack, recorded on the Deployment
             (not the pod template: naming it must not roll pods).

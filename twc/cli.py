@@ -135,7 +135,24 @@ def _cluster_objects_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _sharded(args: argparse.Namespace) -> bool:
+    from twc.commands.shards import is_sharded
+
+    if is_sharded(args.stack, args.fleet_file):
+        return True
+    if args.shard is not None:
+        print(f"--shard: the fleet of {args.stack} is not sharded", file=sys.stderr)
+        raise SystemExit(1)
+    return False
+
+
 def _cmd_up(args: argparse.Namespace) -> int:
+    if _sharded(args):
+        from twc.commands.shards import run_up_sharded
+
+        return run_up_sharded(
+            args.stack, args.fleet_file, shard=args.shard, cluster_objects=args.cluster_objects
+        )
     from twc.commands.up import run_up
     from twc.rollout import RolloutSettings
 
@@ -151,6 +168,17 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
 
 def _cmd_preview(args: argparse.Namespace) -> int:
+    if _sharded(args):
+        from twc.commands.shards import run_preview_sharded
+
+        return run_preview_sharded(
+            args.stack,
+            fmt=args.format,
+            detailed=args.detailed_exitcode,
+            fleet_file=args.fleet_file,
+            shard=args.shard,
+            cluster_objects=args.cluster_objects,
+        )
     from twc.commands.preview import run_preview
 
     return run_preview(
@@ -169,9 +197,31 @@ def _cmd_approve(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    if _sharded(args):
+        from twc.commands.shards import run_status_sharded
+
+        return run_status_sharded(
+            args.stack, args.output, fleet_file=args.fleet_file, shard=args.shard
+        )
     from twc.commands.status import run_status
 
     return run_status(args.stack, args.output)
+
+
+def _cmd_shards(args: argparse.Namespace) -> int:
+    from twc.commands import shards
+
+    if args.action == "migrate":
+        return shards.run_migrate(args.stack, args.fleet_file)
+    return shards.run_show(args.stack, args.fleet_file)
+
+
+def _shard_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--shard",
+        default=None,
+        help="on a sharded stack: only this shard (its index or stack name); default all",
+    )
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -262,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="on a stack a daemon manages, how long to wait for its current step (600)",
     )
+    _shard_flag(up)
     up.set_defaults(func=_cmd_up)
 
     preview = sub.add_parser(
@@ -284,6 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--fleet-file", default=None, help="fleet file (default stacks/<stack>.yaml)"
     )
     _cluster_objects_flags(preview)
+    _shard_flag(preview)
     preview.set_defaults(func=_cmd_preview)
 
     approve = sub.add_parser(
@@ -296,7 +348,21 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="per-worker phase, replicas, pollers, backlog")
     status.add_argument("--stack", required=True)
     status.add_argument("--output", choices=["table", "json"], default="table")
+    status.add_argument(
+        "--fleet-file", default=None, help="fleet file (default stacks/<stack>.yaml)"
+    )
+    _shard_flag(status)
     status.set_defaults(func=_cmd_status)
+
+    shards = sub.add_parser(
+        "shards", help="a sharded stack: show the assignment, or move an unsharded stack"
+    )
+    shards.add_argument("action", choices=["show", "migrate"])
+    shards.add_argument("--stack", required=True)
+    shards.add_argument(
+        "--fleet-file", default=None, help="fleet file (default stacks/<stack>.yaml)"
+    )
+    shards.set_defaults(func=_cmd_shards)
 
     run = sub.add_parser(
         "run", help="the daemon: reconcile the stack in a loop (Queue objects, autoscaling)"
@@ -324,6 +390,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--run-workers",
         action="store_true",
         help="run a real temporalio worker process per Running twc pod (up)",
+    )
+    local.add_argument(
+        "--state",
+        choices=["file", "postgres"],
+        default=None,
+        help="up: the Pulumi state backend, a file:// directory or PostgreSQL 15 "
+        "(default: what this environment used last, file at first)",
     )
     local.set_defaults(func=_cmd_local)
     return parser

@@ -18,12 +18,15 @@ state, so unit tests drive it under Pulumi mocks with an injected secret reader.
 Pulumi config: ``twc:fleetFile`` (default ``stacks/<stack>.yaml``),
 ``twc:temporalAddress`` (replaces every connection's hostPort; the embedded local
 environment), ``twc:waitForPollersSeconds``, ``twc:controlNamespace`` (where the stack's
-record lives, see :mod:`twc.kube.record`).
+record lives, see :mod:`twc.kube.record`), and on a shard stack of a sharded fleet
+``twc:shardNamespaces`` (a JSON list: the namespaces this shard builds, see
+:mod:`twc.shards`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 from collections.abc import Mapping
@@ -57,6 +60,8 @@ class ProgramOptions:
     """Replace every connection's hostPort (local environment)."""
     wait_for_pollers_seconds: float = 0
     """How long each TaskQueueCheck waits for a poller."""
+    shard_namespaces: tuple[str, ...] | None = None
+    """On a shard stack: the namespaces it builds (``None``: an unsharded stack)."""
 
 
 def default_secret_reader(namespace: str, name: str) -> Mapping[str, bytes] | None:
@@ -157,7 +162,11 @@ def build(
                 worker=worker,
                 connection=conn_component.for_namespace(worker.namespace),
                 connection_name=worker_conn[wkey],
-                replicas=desired.replicas.get(wkey) if worker.autoscaling else None,
+                # Only a versioned worker's (its target version's): an unversioned
+                # autoscaled worker is scaled by the daemon, never by the program.
+                replicas=desired.replicas.get(wkey)
+                if worker.autoscaling and worker.rollout is not None
+                else None,
                 wait_for_pollers_seconds=options.wait_for_pollers_seconds,
                 versions=desired.inputs.versions.get(wkey),
                 stack=stack,
@@ -185,6 +194,18 @@ def _secret_source_namespace(fleet: Fleet, conn: ResolvedConnection) -> str | No
     if spec is None or spec.secret_source is None:
         return None
     return spec.secret_source.namespace
+
+
+def _shard_namespaces(raw: str | None) -> tuple[str, ...] | None:
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise pulumi.RunError(f"twc:shardNamespaces must be a JSON list of names, got {raw!r}")
+    return tuple(sorted(value))
 
 
 def program_inputs(
@@ -229,7 +250,9 @@ def main() -> None:
     file = cfg.get("fleetFile") or f"stacks/{stack}.yaml"
     wait = cfg.get_float("waitForPollersSeconds") or 0.0
     options = ProgramOptions(
-        temporal_address=cfg.get("temporalAddress"), wait_for_pollers_seconds=wait
+        temporal_address=cfg.get("temporalAddress"),
+        wait_for_pollers_seconds=wait,
+        shard_namespaces=_shard_namespaces(cfg.get("shardNamespaces")),
     )
     try:
         control = cfg.get("controlNamespace")
@@ -237,6 +260,11 @@ def main() -> None:
             file, stack=stack, config={"controlNamespace": control} if control else None
         )
         desired = desired_fleet(fleet, inputs, registry=default_registry(), file=file)
+        if options.shard_namespaces is not None:
+            from twc.shards import restrict
+
+            # A shard builds its own namespaces only; the rest belongs to other shards.
+            desired = restrict(desired, options.shard_namespaces)
         for rejected in desired.rejected:
             what = (
                 f"{rejected.obj.kind} object {rejected.key}: {rejected.reason}: {rejected.message}"
@@ -258,6 +286,8 @@ def main() -> None:
             "(set clusterObjects: false in the fleet file for the file alone)"
         ) from None
     pulumi.export("fleetFile", file)
+    if options.shard_namespaces is not None:
+        pulumi.export("shardNamespaces", list(options.shard_namespaces))
     # Whether this run's desired state included the cluster's objects.
     pulumi.export("clusterObjects", desired.cluster_managed)
     pulumi.export("workers", statuses)

@@ -57,8 +57,12 @@ def worker_status(
     backlog: int | None,
     task_queue: str,
     now: str | None = None,
+    autoscaled: bool = False,
 ) -> dict[str, Any]:
     """The status record exported per worker.
+
+    ``autoscaled`` says the replicas are the daemon's (the Deployment's scale
+    subresource), not the fleet file's: ``replicasManagedBy`` is then ``autoscaling``.
 
     Phase: Ready when both conditions are True; Failed when the queue check names a
     reason that needs a change (bad credentials, missing namespace); else Pending.
@@ -74,6 +78,7 @@ def worker_status(
     return {
         "phase": phase,
         "replicas": desired,
+        "replicasManagedBy": "autoscaling" if autoscaled else "spec",
         "readyReplicas": int(_get(deployment_status, "readyReplicas", "ready_replicas") or 0),
         "taskQueue": task_queue,
         "pollers": int(pollers or 0),

@@ -25,6 +25,7 @@ def _helm(real_tool: Callable[[str], str]) -> None:
 
 NAMESPACED = {
     ("apps", "deployments"): WRITE,
+    ("apps", "deployments/scale"): {"get", "patch"},
     ("apps", "statefulsets"): WRITE,
     ("", "serviceaccounts"): WRITE,
     ("", "services"): WRITE,
@@ -43,7 +44,7 @@ NAMESPACED = {
     ("", "configmaps"): {"get"},
 }
 CLUSTER_WIDE = {
-    ("apps", "deployments"): {"list"},
+    ("apps", "deployments"): {"list", "watch"},
     ("kmsvc.io", "queues"): READ,
     ("temporal.kmsvc.io", "temporalworkers"): READ,
     ("temporal.io", "connections"): READ,
@@ -163,7 +164,11 @@ def test_leases_are_granted_only_in_the_daemons_namespace() -> None:
     docs = render()
     role = docs["Role/twc-system/twc-leader-election"]
 
-    assert grants(role) == {("coordination.k8s.io", "leases"): {"get", "create", "update"}}
+    assert grants(role) == {
+        ("coordination.k8s.io", "leases"): {"get", "list", "create", "update", "patch", "delete"},
+        # A sharded stack's assignment of namespaces to shards.
+        ("", "configmaps"): {"get", "create", "update"},
+    }
     assert ("coordination.k8s.io", "leases") not in grants(docs["ClusterRole/twc"])
     without = render("leaderElection.enabled=false", "replicas=1")
     assert "Role/twc-system/twc-leader-election" not in without

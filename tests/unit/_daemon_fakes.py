@@ -124,8 +124,10 @@ class FakeEngine:
     """What the next successful ``up`` reports it repaired (a lock only it found)."""
     during_up: Callable[[], None] | None = None
     live: dict[str, int] | None = None
-    """When set, a successful ``up`` writes the inputs' replicas here, as the cluster
-    would show them."""
+    """When set, a successful ``up`` writes replicas here as the cluster would show
+    them: a worker's own count, and for a new autoscaled worker the API server's default
+    of 1 (the program never sets an autoscaled count; the scaler does); a worker the up
+    no longer has is gone."""
 
     def recover(self) -> Sequence[str]:
         self.recoveries += 1
@@ -137,8 +139,15 @@ class FakeEngine:
             self.during_up()
         if self.failures:
             raise self.failures.pop(0)
-        if self.live is not None:
-            self.live.update(inputs.replicas)
+        if self.live is not None and inputs.fleet is not None:
+            workers = program_desired(inputs).workers
+            for gone in set(self.live) - set(workers):
+                del self.live[gone]  # the up deleted its Deployment
+            for key, worker in workers.items():
+                if worker.autoscaling is None:
+                    self.live[key] = worker.replicas
+                else:
+                    self.live.setdefault(key, 1)
         found, self.up_recoveries = tuple(self.up_recoveries), []
         return UpReport(changes={"update": 1}, recoveries=found)
 
@@ -190,6 +199,26 @@ class FakeBacklogs:
         return Backlog(count=value)
 
 
+@dataclass
+class FakeScaler:
+    """The scale subresource: records each write and applies it to the fake cluster."""
+
+    live: dict[str, int]
+    writes: list[tuple[str, int]] = field(default_factory=list)
+    owned: set[str] = field(default_factory=set)
+    failures: list[BaseException] = field(default_factory=list)
+
+    def scale(self, namespace: str, name: str, replicas: int) -> None:
+        if self.failures:
+            raise self.failures.pop(0)
+        key = f"{namespace}/{name}"
+        if key not in self.live:
+            raise LookupError(f"deployments {key} not found")
+        self.writes.append((key, replicas))
+        self.live[key] = replicas
+        self.owned.add(key)
+
+
 class NoLimit:
     """A rate limiter that never waits."""
 
@@ -209,6 +238,7 @@ class Harness:
     metrics: DaemonMetrics
     fleet: dict[str, Any]
     live: dict[str, int]
+    scaler: FakeScaler
     state: LoopState | None = None
 
     def engine_runs(self) -> float:
@@ -238,6 +268,7 @@ def make_daemon(
     read_replicas: Callable[[dict[str, int]], Mapping[str, int]] | None = None,
     record: Any = None,
     objects: Any = None,
+    background: bool = False,
 ) -> Harness:
     """A daemon on fakes. ``fleet`` is re-read every iteration, so tests may edit it.
 
@@ -253,6 +284,7 @@ def make_daemon(
     live: dict[str, int] = {}
     if fake_engine.live is None:
         fake_engine.live = live
+    scaler = FakeScaler(fake_engine.live)
 
     def load() -> Fleet:
         return load_fleet(doc, "fleet.yaml")
@@ -265,12 +297,13 @@ def make_daemon(
             queues=source,
             backlogs=fake_backlogs,
             replicas=(lambda: read_replicas(live)) if read_replicas else lambda: dict(live),
+            scaled=lambda: set(scaler.owned),
             secrets=read_secret,
             file="fleet.yaml",
             record=record,
             objects=objects,
         ),
-        Effects(engine=fake_engine, early=early),
+        Effects(engine=fake_engine, early=early, scaler=scaler),
         leader=leader,
         metrics=metrics,
         clocks=Clocks(
@@ -280,6 +313,7 @@ def make_daemon(
             jitter=None,
         ),
         limiter=NoLimit(),
+        background=background,
     )
     source.start(daemon.wakeup)
-    return Harness(daemon, fake_engine, clock, source, fake_backlogs, metrics, doc, live)
+    return Harness(daemon, fake_engine, clock, source, fake_backlogs, metrics, doc, live, scaler)

@@ -189,6 +189,36 @@ SCENARIOS = [
         [Step(0, None, 7, R.NO_METRIC)],
     ),
     Scenario(
+        "asleep at zero: a backlog at the activation backlog does not wake it",
+        B(0, 20, 5, activation_backlog=10),
+        0,
+        [Step(0, 3, 0, R.INACTIVE), Step(30, 10, 0, R.INACTIVE)],
+    ),
+    Scenario(
+        "asleep at zero: a backlog above the activation backlog wakes it to at least one",
+        B(0, 20, 100, activation_backlog=10),
+        0,
+        [Step(0, 11, 1, R.DESIRED)],
+    ),
+    Scenario(
+        "awake: at or below the activation backlog it goes back to zero after the window",
+        B(0, 20, 5, activation_backlog=10),
+        3,
+        [Step(0, 8, 3, R.STABILIZED), Step(301, 8, 0, R.DESIRED)],
+    ),
+    Scenario(
+        "awake: above the activation backlog the backlog-per-replica math decides",
+        B(0, 20, 5, activation_backlog=10),
+        3,
+        [Step(0, 30, 6, R.DESIRED)],
+    ),
+    Scenario(
+        "the activation backlog is ignored with a minimum of one",
+        B(1, 20, 5, activation_backlog=10),
+        1,
+        [Step(0, 8, 2, R.DESIRED)],
+    ),
+    Scenario(
         "scale from zero adds up to 4 (percent of zero is zero)",
         B(0, 20, 5),
         0,

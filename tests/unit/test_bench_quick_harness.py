@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from bench import fleets, report
-from bench.convergence import pko_baseline
+from bench import fleets, report, statebench
 from bench.machine import parse_versions_env
 from bench.stats import growth, percentile, ratio, summarize
 from twc.spec import load_fleet, load_queue_object
@@ -68,6 +67,26 @@ def test_the_convergence_queue_object_derives_a_worker() -> None:
     assert (queue.namespace, queue.name, queue.worker_enabled) == ("bench-a", "conv-01", True)
 
 
+def test_a_sharded_fleet_puts_each_namespace_in_a_shard_of_its_own() -> None:
+    from twc.shards import ShardMap, assign, namespace_load
+
+    namespaces = fleets.namespaces_for(1000, 250)
+    doc = fleets.generate_fleet(
+        1000, namespaces=namespaces, max_workers_per_shard=250, autoscale=True
+    )
+    fleet = load_fleet(doc, "bench.yaml")
+
+    assert namespaces == ("bench1000-00", "bench1000-01", "bench1000-02", "bench1000-03")
+    shard_map = assign(ShardMap(), namespace_load(fleet), max_workers_per_shard=250)
+    assert shard_map.shards == 4
+    assert len(set(shard_map.namespaces.values())) == 4
+    scaled = [w for w in fleet.resolved_workers() if w.autoscaling is not None]
+    assert len(scaled) == fleets.autoscaled_count(1000, namespaces) == 8
+    assert {w.namespace for w in scaled} == set(namespaces)
+    assert len(fleets.namespaces_for(5000, 250)) == 20
+    assert fleets.namespaces_for(100, 250) == ("bench100-00",)
+
+
 @pytest.mark.parametrize(
     ("samples", "q", "expected"),
     [
@@ -110,14 +129,6 @@ def test_summaries_ratios_and_growth() -> None:
     assert growth({10: 1.0, 100: None}) is None
 
 
-def test_the_pko_baseline_waits_half_a_resync_on_average() -> None:
-    base = pko_baseline(20.0, resync_s=60.0)
-
-    assert base["mean"] == pytest.approx(50.0)
-    assert base["p50"] == pytest.approx(50.0)
-    assert base["p95"] == pytest.approx(77.0)
-
-
 def test_versions_env_is_parsed_like_the_shell_sources_it() -> None:
     text = '# comment\n\nPULUMI_VERSION=3.260.0\nKUBERNETES_VERSION="1.36.3"\nnot a line\n'
 
@@ -128,141 +139,125 @@ def _summary(*values: float) -> dict[str, Any]:
     return summarize(list(values))
 
 
+def _size(n: int, shards: int, scale: float) -> dict[str, Any]:
+    return {
+        "n": n,
+        "shards": shards,
+        "namespaces": shards,
+        "initial_up_s": {f"bench-{n}.s00": 30.0},
+        "noop": {
+            "per_shard_s": _summary(*[0.02 * scale] * 25),
+            "all_shards_s": _summary(0.02 * scale * shards),
+            "shards": shards,
+        },
+        "change": {
+            "latency_s": _summary(10.0 * scale, 11.0 * scale, 12.0 * scale),
+            "engine_runs_per_change": _summary(1.0),
+            "state_bytes_per_change": _summary(5e6),
+            "engine_peak_total_mb": 900.0,
+            "engine_peak_process_mb": 400.0,
+            "engine_peak_by_name_mb": {"pulumi": 200.0},
+        },
+        "backlog": {
+            "burst_to_replicas_s": _summary(12.0),
+            "sample_to_replicas_s": _summary(0.5 * scale),
+            "engine_runs": _summary(0.0, 0.0),
+            "workflows": 60,
+        },
+        "queue": {
+            "latency_s": _summary(*[2.0 * scale] * 20),
+            "deployment_s": _summary(0.4),
+            "mean_gap_s": 8.0,
+            "refreshes_during": 1.0,
+            "busy": True,
+            "errors": [],
+        },
+        "memory": {"daemon_peak_rss_mb": 300.0 * scale},
+        "baselines": {
+            "preview_s": _summary(20.0),
+            "backlog_via_engine_s": 11.0 * scale,
+        },
+    }
+
+
 def _results() -> dict[str, Any]:
-    results = report.new_results("quick", "2026-01-01T00:00:00+00:00")
-    results["duration_s"] = 123.0
+    results = report.new_results("full", "2026-01-01T00:00:00+00:00", seed=7)
+    results["duration_s"] = 5000.0
     results["machine"] = {"cores": 2, "memory_gib": 8.0, "cpu_model": "Test CPU", "os": "Linux"}
     results["versions"] = {"pulumi": "3.260.0", "kube_apiserver": "1.36.3"}
-    for n, preview, noop in ((10, 8.0, 0.02), (100, 16.0, 0.08)):
-        results["scale"].append(
-            {
-                "n": n,
-                "build": {"wall_s": _summary(0.1 * n), "maxrss_mb": 100.0 + n, "resources": 4 * n},
-                "initial_up_s": 10.0,
-                "select_stack_s": _summary(1.0),
-                "preview_nochange_s": _summary(preview),
-                "up_one_change_full_s": _summary(2 * preview),
-                "up_one_change_targeted_s": _summary(preview),
-                "targeted_speedup": 2.0,
-                "daemon_noop": {
-                    "daemon": _summary(noop),
-                    "standin": _summary(noop / 2),
-                    "source": "twc.loop.daemon",
-                    "noop_s": _summary(noop),
-                },
-                "noop_vs_preview": preview / noop,
-            }
-        )
-    results["growth"] = report.compute_growth(results["scale"])
-    results["convergence"] = {
-        "source": "python -m twc run",
-        "existing_workers": 100,
-        "latency_s": _summary(2.0, 3.0, 4.0),
-        "pko_resync_s": 60.0,
-        "pko_full_up_s": 20.0,
-        "pko_expected_s": pko_baseline(20.0),
-        "speedup_p50": 50.0 / 3.0,
-        "speedup_p95": 77.0 / 3.9,
+    results["sizes"] = [_size(100, 1, 0.5), _size(1000, 4, 1.0), _size(5000, 20, 2.0)]
+    results["sizes"][1]["baselines"]["change_unsharded"] = {"latency_s": _summary(120.0)}
+    results["sizes"][1]["baselines"]["queue_engine_only"] = {"latency_s": _summary(10.0)}
+    results["sizes"][2]["baselines"]["change_unsharded"] = {
+        "computed": "N=1000's 120.0 s grown by the slope 0.80",
+        "latency_s": {"n": 0, "p50": 435.0},
     }
-    run = {"queues": 1000, "wall_s": 10.0, "queues_per_s": 100.0, "rpcs_per_s": 300.0}
-    results["sampling"] = {
-        "settings": {"concurrency": 8, "rate_per_s": 20.0, "burst": 1},
-        "rpcs_per_queue": 3,
-        "shared": {**run, "errors": 0},
-        "per_call": {**run, "wall_s": 15.0, "errors": 0},
-        "budget": {**run, "wall_s": 50.0, "errors": 0},
-        "per_call_over_shared": 1.5,
-        "budget_floor_s": 50.0,
-    }
-    results["fixes"].append(
-        {
-            "title": "One list per pass",
-            "where": "twc/controller/cluster.py",
-            "deployments": 110,
-            "before_s": _summary(3.0),
-            "after_s": _summary(0.3),
-            "speedup": 10.0,
-        }
-    )
+    results["goals"] = report.evaluate_goals(results["sizes"], 1000, 5000)
     return results
 
 
-def test_growth_is_computed_per_figure_over_n() -> None:
-    g = report.compute_growth(_results()["scale"])
+def test_the_goals_are_judged_from_the_runs_own_figures() -> None:
+    goals = {g["key"]: g for g in _results()["goals"]}
 
-    assert g["build_s"] == pytest.approx(1.0)
-    assert g["preview_nochange_s"] == pytest.approx(0.30103, abs=1e-4)
-    assert set(g) == set(report.GROWTH_FIGURES)
+    assert goals["change"]["measured"] == pytest.approx(11.0)
+    assert goals["change"]["met"] is True
+    assert goals["noop"]["met"] is True
+    assert goals["backlog_runs"]["met"] is True
+    # Twice as slow at N=5000 as at N=1000: the 1.5x growth goal is missed.
+    assert goals["change_growth"]["measured"] == pytest.approx(2.0)
+    assert goals["change_growth"]["met"] is False
+    assert goals["rss"]["measured"] == pytest.approx(600.0)
+    assert goals["rss"]["met"] is True
 
 
-def test_results_render_the_growth_table_headline_and_schema() -> None:
+def test_a_goal_without_its_figure_is_not_measured_rather_than_met() -> None:
+    sizes = [_size(1000, 4, 1.0)]
+    del sizes[0]["queue"]
+
+    goals = {g["key"]: g for g in report.evaluate_goals(sizes, 1000, 5000)}
+
+    assert goals["queue"]["met"] is None
+    assert goals["rss"]["met"] is None
+
+
+def test_results_render_goals_baselines_labels_and_p95_only_from_enough_trials() -> None:
     md = report.render_markdown(_results(), note="shared machine")
 
-    assert "| 10 | 40 | 1.0 s | 110 MiB | 8.0 s | 16.0 s | 8.0 s | 2.0x | 20 ms | 400x |" in md
-    assert "| 100 | 400 | 10.0 s | 200 MiB | 16.0 s | 32.0 s | 16.0 s | 2.0x | 80 ms | 200x |" in md
-    assert "| growth (log-log slope) | | 1.00 |" in md
-    assert "**200x** (goal ≥ 100x)" in md
-    assert "p50 3.0 s, p95 3.9 s over 3 trials" in md
     assert "> shared machine" in md
-    assert "3.0 s before → 300 ms after (10x)" in md
-    assert "`per_call_over_shared`" in md  # the JSON layout is documented
+    assert "| N=1000: one-worker change, p50 | ≤ 15.0 s | 11.0 s | met |" in md
+    assert "**missed**" in md
+    # 3 trials: no p95; 20 trials: a p95.
+    assert "p50 11.0 s (3 trials)" in md
+    assert "p50 2.0 s, p95 2.0 s (20 trials)" in md
+    assert "(computed: N=1000's 120.0 s grown by the slope 0.80)" in md
+    assert "with early apply off (measured)" in md
+    assert "through a targeted up (computed)" in md
+    assert "Top-level keys of `bench/results.json`" in md
 
 
-def test_convergence_with_and_without_early_apply_renders_both_rows_and_the_ratio() -> None:
-    results = _results()
-    results["convergence"]["engine_only_latency_s"] = _summary(8.0, 9.0, 10.0)
-    results["convergence"]["early_vs_engine_only_p50"] = 3.0
-
-    md = report.render_markdown(results, note="")
-
-    assert "| twc, engine only (`early_apply: false`) | 9.0 s |" in md
-    assert "Queue → Deployment p50 9.0 s → 3.0 s (3.0x)" in md
-    assert "misses the 5 s goal" not in md
-
-
-def test_missing_figures_render_as_dashes_not_errors() -> None:
-    results = report.new_results("full", "2026-01-01T00:00:00+00:00")
-    results["scale"].append({"n": 1000, "build": None, "daemon_noop": None})
-    results["errors"].append({"stage": "initial up N=1000", "error": "boom"})
-
-    md = report.render_markdown(results)
-
-    assert "| 1000 | — | — | — | — | — | — | — | — | — |" in md
-    assert "Not measured in this run" in md
-    assert "- `initial up N=1000`: boom" in md
-
-
-def test_results_are_written_as_stable_json(tmp_path: Any) -> None:
+def test_results_round_trip_through_json(tmp_path: Any) -> None:
     results = _results()
 
-    report.write_results(results, tmp_path)
+    report.write_results(results, tmp_path, note=None)
 
-    loaded = json.loads((tmp_path / "results.json").read_text())
-    assert loaded["schema"] == report.SCHEMA_VERSION
-    assert loaded == json.loads(json.dumps(results))
-    assert (tmp_path / "results.md").read_text().startswith("# twc benchmarks")
+    assert json.loads((tmp_path / "results.json").read_text()) == results
+    assert (tmp_path / "results.md").read_text() == report.render_markdown(results, None)
 
 
-def test_up_phases_are_read_from_the_engine_events() -> None:
-    from bench.scale import phases
-
-    records = [
-        (1.0, "prelude_event", "", ""),
-        (2.0, "resource_pre_event", "twc-bench-10", "same"),
-        (2.5, "resource_pre_event", "a/w-0001-deployment", "same"),
-        (3.0, "resource_pre_event", "a/w-0002-deployment", "update"),
-        (5.0, "res_outputs_event", "a/w-0002-deployment", "update"),
-        (6.0, "res_outputs_event", "a/w-0002-check", "update"),
-        (7.0, "summary_event", "", ""),
-    ]
-
-    assert phases(records, "a/w-0002", 9.0) == {
-        "prelude": 1.0,
-        "first_step": 2.0,
-        "deployment_start": 3.0,
-        "deployment_done": 5.0,
-        "last_step": 6.0,
-        "summary": 7.0,
-        "total": 9.0,
+def _state(p50: dict[str, float]) -> dict[str, Any]:
+    return {
+        "results": {"file": {name: {"up_s": _summary(v), "bytes": None} for name, v in p50.items()}}
     }
-    assert phases([], "a/w-0002", 1.0)["first_step"] is None
+
+
+def test_the_chosen_state_setting_keeps_each_step_unless_final_is_much_faster() -> None:
+    close = statebench.choose(_state({"every-step": 10.0, "final": 9.5, "every-step+gzip": 10.5}))
+    assert close["choice"] == "every-step"
+
+    much = statebench.choose(_state({"every-step": 10.0, "final": 8.0}))
+    assert much["choice"] == "final"
+
+    gzip = statebench.choose(_state({"every-step": 10.0, "every-step+gzip": 9.0, "final": 8.5}))
+    assert gzip["choice"] == "every-step+gzip"
+
+    assert statebench.choose({"results": {}})["choice"] == "every-step"

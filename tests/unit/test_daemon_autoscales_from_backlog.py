@@ -11,7 +11,7 @@ UNLIMITED_UP = DaemonSettings(
 )
 
 
-def test_a_backlog_raises_replicas_with_one_targeted_up_of_that_worker() -> None:
+def test_a_backlog_raises_replicas_through_the_scale_subresource_without_an_engine_run() -> None:
     fleet = fleet_data(
         workers=[
             autoscaled("orders", target=25, hi=12),
@@ -19,18 +19,86 @@ def test_a_backlog_raises_replicas_with_one_targeted_up_of_that_worker() -> None
         ]
     )
     h = make_daemon(fleet, settings=UNLIMITED_UP, backlogs={"orders": 0})
-    h.engine.urns = {KEY: ["urn:orders", "urn:orders-deployment"]}
     h.step()
     assert h.live[KEY] == 1
+    runs = h.engine_runs()
+    ups = len(h.engine.ups)
 
     h.backlogs.counts["orders"] = 200
     h.clock.now += 30
     h.step()
 
     assert h.live[KEY] == 8  # ceil(200 / 25)
-    assert h.engine.ups[-1][1] == ["urn:orders", "urn:orders-deployment"]
+    assert h.scaler.writes[-1] == (KEY, 8)
+    assert len(h.engine.ups) == ups
+    assert h.engine_runs() == runs
     assert h.metrics.value("twc_task_queue_backlog", task_queue="orders") == 200
     assert h.metrics.value("twc_worker_desired_replicas", worker=KEY) == 8
+    assert (h.metrics.value("twc_scale_writes_total", result="written") or 0) >= 1
+
+
+def test_a_count_the_autoscaler_does_not_own_is_claimed_once_then_left_alone() -> None:
+    fleet = fleet_data(workers=[autoscaled("orders", target=10, lo=2, hi=20)])
+    h = make_daemon(fleet, settings=UNLIMITED_UP, backlogs={"orders": 60})
+    h.live[KEY] = 6  # e.g. applied by an older program through the engine
+
+    h.step()
+    # Within tolerance of 60 / (10 * 6) = 1: the count stays, but is claimed.
+    assert h.scaler.writes == [(KEY, 6)]
+    assert KEY in h.scaler.owned
+
+    h.clock.now += 30
+    h.step()
+    assert h.scaler.writes == [(KEY, 6)]
+
+
+def test_a_failed_scale_write_is_retried_by_the_next_iteration() -> None:
+    fleet = fleet_data(workers=[autoscaled("orders", target=10, hi=20)])
+    h = make_daemon(fleet, settings=UNLIMITED_UP, backlogs={"orders": 0})
+    h.step()
+    h.backlogs.counts["orders"] = 50
+    h.scaler.failures.append(RuntimeError("the API server said no"))
+    h.clock.now += 30
+    h.step()
+    assert h.live[KEY] == 1
+    assert h.state is not None
+    assert h.state.last_outcome is not None
+    assert h.state.last_outcome.ok  # one worker's failed write never fails the iteration
+    assert h.metrics.value("twc_scale_writes_total", result="failed") == 1
+
+    h.clock.now += 30
+    h.step()
+    assert h.live[KEY] == 5
+
+
+def test_a_worker_asleep_at_zero_wakes_only_above_its_activation_backlog() -> None:
+    worker = autoscaled("orders", target=10, lo=0, hi=20, window=60)
+    worker["autoscaling"]["activationBacklog"] = 5
+    h = make_daemon(fleet_data(workers=[worker]), settings=UNLIMITED_UP, backlogs={"orders": 0})
+    h.step()
+    h.clock.now += 30
+    h.step()
+    assert h.live[KEY] == 0
+
+    h.backlogs.counts["orders"] = 5  # at the activation backlog: still asleep
+    h.clock.now += 30
+    h.step()
+    assert h.live[KEY] == 0
+
+    h.backlogs.counts["orders"] = 6
+    h.clock.now += 30
+    h.step()
+    assert h.live[KEY] == 1
+    ups = len(h.engine.ups)
+
+    h.backlogs.counts["orders"] = 3  # inactive again: back to zero after the window
+    h.clock.now += 30
+    h.step()
+    assert h.live[KEY] == 1
+    h.clock.now += 61
+    h.step()
+    assert h.live[KEY] == 0
+    assert len(h.engine.ups) == ups
 
 
 def test_the_default_scale_up_policy_limits_growth_per_period() -> None:
@@ -70,8 +138,10 @@ def test_the_live_replica_count_is_where_the_autoscaler_starts() -> None:
     fleet = fleet_data(workers=[autoscaled("orders", target=10, lo=2, hi=20)])
     h = make_daemon(fleet, settings=UNLIMITED_UP, backlogs={"orders": 60})
     h.live[KEY] = 6  # e.g. applied by a previous daemon
+    h.scaler.owned.add(KEY)
 
     h.step()
 
-    # Within tolerance of 60 / (10 * 6) = 1: the count stays, no scale event.
-    assert h.engine.last_inputs.replicas == {KEY: 6}
+    # Within tolerance of 60 / (10 * 6) = 1: the count stays, no scale write at all.
+    assert h.live[KEY] == 6
+    assert h.scaler.writes == []

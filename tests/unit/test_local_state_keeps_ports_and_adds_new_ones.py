@@ -1,8 +1,9 @@
 """An environment's saved ports survive an upgrade that adds components.
 
-``local.json`` written before kube-scheduler and KWOK were part of the environment has
-no ports for them: reading it keeps every saved port (a restarted component comes back
-where clients expect it) and gives each new component a free port of its own.
+``local.json`` written before kube-scheduler, KWOK and PostgreSQL were part of the
+environment has no ports for them: reading it keeps every saved port (a restarted
+component comes back where clients expect it) and gives each new component a free port
+of its own.
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ def test_saved_ports_are_kept_and_missing_ones_get_distinct_free_ports() -> None
     state = State.from_json({"ports": old, "processes": {}})
     ports = asdict(state.ports)
     assert {k: ports[k] for k in old} == old
-    assert set(ports) == set(old) | {"scheduler", "kwok"}
+    assert set(ports) == set(old) | {"scheduler", "kwok", "postgres"}
     assert len(set(ports.values())) == len(ports)
 
 
 def test_a_new_environment_gets_one_port_per_component() -> None:
     ports = asdict(Ports.allocate())
-    assert len(set(ports.values())) == len(ports) == 9
+    assert len(set(ports.values())) == len(ports) == 10
     assert State.from_json(State(Ports(**ports)).to_json()).ports == Ports(**ports)

@@ -320,10 +320,12 @@ def test_the_deployment_selects_its_pods_and_surges_first() -> None:
     labels = spec["template"]["metadata"]["labels"]
     assert spec["selector"]["matchLabels"].items() <= labels.items()
     assert spec["strategy"]["rollingUpdate"] == {"maxSurge": "25%", "maxUnavailable": 0}
-    assert spec["replicas"] == 1
+    # BILLING autoscales: its replicas are the daemon's (scale subresource), never the
+    # program's, so the spec leaves the field out.
+    assert "replicas" not in spec
 
 
-def test_deployment_replicas_stay_within_autoscaling_bounds() -> None:
+def test_deployment_replicas_given_for_an_autoscaled_worker_stay_within_bounds() -> None:
     assert builders.deployment_spec(BILLING, PLAIN, FP, replicas=50)["replicas"] == 20
     assert builders.deployment_spec(BILLING, PLAIN, FP, replicas=0)["replicas"] == 1
     assert builders.deployment_spec(BILLING, PLAIN, FP, replicas=7)["replicas"] == 7

@@ -67,9 +67,10 @@ def test_an_image_change_names_the_tags_and_restarts_the_worker() -> None:
     assert r.summary.restarting_workers == ["temporal/worker-orders"]
 
 
-def test_replicas_say_whether_autoscaling_moved_them_and_do_not_restart() -> None:
+def test_replicas_say_whether_autoscaling_manages_them_and_do_not_restart() -> None:
     r = report("replicas_autoscaling")
-    assert _messages(_group(r, "temporal/worker-orders")) == ["replicas 2 → 5 by autoscaling"]
+    # An autoscaled worker's count is the daemon's: shown, never a change of this update.
+    assert _messages(_group(r, "temporal/worker-orders")) == ["replicas managed by autoscaling: 5"]
     billing = _group(r, "temporal/worker-billing")
     assert _messages(billing) == [
         "replicas 1 → 3",
@@ -88,8 +89,8 @@ def test_a_new_queue_and_its_derived_worker_are_two_groups() -> None:
     assert worker.kind is GroupKind.WORKER
     assert worker.operation is Operation.CREATE
     assert _messages(worker) == [
-        "new worker: image `registry.example/worker:1.4.2`, 1 replica (autoscaling), "
-        "task queue `orders-fifo`, connection `prod`"
+        "new worker: image `registry.example/worker:1.4.2`, replicas managed by "
+        "autoscaling: 1, task queue `orders-fifo`, connection `prod`"
     ]
     # The worker is parented to the queue, yet its children stay in the worker group.
     assert {res.name for res in worker.resources} == {

@@ -225,14 +225,16 @@ def test_status_is_ready_when_replicas_ready_and_pollers_present() -> Any:
 
 
 @pulumi_test
-def test_autoscaler_replicas_override_only_autoscaled_workers() -> Any:
+def test_the_program_never_sets_an_autoscaled_workers_replicas() -> Any:
     mocks = RecordingMocks(
         fake_dynamic={"TaskQueueCheck": {"pollers": 0, "approximateBacklog": 0, "condition": {}}}
     )
+    # Even when the inputs carry the autoscaler's counts, the program leaves them to the
+    # daemon (the Deployment's scale subresource).
     statuses = _build(mocks, replicas={"billing/worker-billing": 7, "sqs/worker-orders-direct": 9})
 
     def check(_: Any) -> None:
-        assert mocks.named("billing/worker-billing-deployment").inputs["spec"]["replicas"] == 7
+        assert "replicas" not in mocks.named("billing/worker-billing-deployment").inputs["spec"]
         assert mocks.named("sqs/worker-orders-direct-deployment").inputs["spec"]["replicas"] == 2
         dep = mocks.named("billing/worker-billing-deployment").inputs
         assert dep["metadata"]["annotations"]["twc.temporal.io/replicas-source"] == "autoscaling"

@@ -35,6 +35,7 @@ __all__ = [
     "stack_kube",
     "stack_record",
     "stack_ref",
+    "summary",
     "validate_or_report",
 ]
 
@@ -230,7 +231,7 @@ def desired_inputs(
             not found.is_known or any(not is_view(o) for o in found.objects or ())
             for found in (inputs.cluster or {}).values()
         ):
-            print(_summary(inputs), file=err)
+            print(summary(inputs), file=err)
     planned = _with_versions(ref, file, fleet, inputs, rollouts or RolloutSettings(), err)
     if planned is None:
         yield None
@@ -334,7 +335,8 @@ def _with_versions(
         return None
 
 
-def _summary(inputs: DesiredInputs) -> str:
+def summary(inputs: DesiredInputs) -> str:
+    """The line that says which cluster objects the inputs include."""
     counts = []
     for key, found in sorted((inputs.cluster or {}).items()):
         kind = key.split(".", 1)[0]

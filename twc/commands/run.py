@@ -1,15 +1,21 @@
 """``twc run``: wire the daemon to the real engine, cluster, Temporal and HTTP server.
 
 The loop itself (:mod:`twc.loop.daemon`) only sees injected collaborators; this
-module builds the real ones from the command line, installs the SIGTERM/SIGINT handler
-(finish the current step, then exit 0) and serves ``/healthz``, ``/readyz`` and
-``/metrics``.
+module builds the real ones from the command line (:func:`wire`, which the benchmark
+reuses so it measures exactly what ``twc run`` runs), installs the SIGTERM/SIGINT
+handler (finish the current step, then exit 0) and serves ``/healthz``, ``/readyz``,
+``/metrics`` and ``/status``.
+
+A fleet with ``sharding`` runs every shard of the stack in this one process
+(:class:`twc.loop.shards.ShardedDaemon`): one loop per shard over shared watches, at
+most ``shards.engine_concurrency`` engine runs at once, one Lease per shard with
+``--leader-elect`` (a replica takes at most its share).
 
 It also supervises, as kopf does: the loop runs in a thread of its own and the main
-thread watches every root thread (``twc-*``: the loop, the watches, the elector, the
-HTTP server). Once any of them ends while the daemon is not stopping, the daemon
-interrupts its engine run and exits non-zero, so Kubernetes restarts it instead of
-leaving a daemon that only half works.
+thread watches every root thread (``twc-*``: the loop, the shards' loops, the watches,
+the electors, the HTTP server). Once any of them ends while the daemon is not stopping,
+the daemon interrupts its engine runs and exits non-zero, so Kubernetes restarts it
+instead of leaving a daemon that only half works.
 """
 
 from __future__ import annotations
@@ -23,33 +29,58 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from twc.commands.common import fleet_file_for, stack_config, stack_ref
 from twc.connections import default_registry
+from twc.kube.caches import DeploymentCache, SecretCache
 from twc.kube.client import KubeClient, NoClusterError, kube_client
 from twc.kube.lease import DAEMON_LEASE_ENV, LeaseElector, call_timeout, lease_name_for
 from twc.kube.record import RecordStore, control_namespace
+from twc.kube.scale import ReplicaScaler
 from twc.kube.views import TemporalWorkerViews
 from twc.kube.watch import NativeWatch, QueueSource, QueueWatcher, StaticQueues
 from twc.kube.workloads import Workloads
 from twc.kube.writer import NativeWriter
 from twc.loop.act import Effects
-from twc.loop.backlog import TemporalBacklogs
+from twc.loop.backlog import TemporalBacklogs, import_temporal
 from twc.loop.daemon import Daemon
-from twc.loop.health import DaemonMetrics, HealthServer
+from twc.loop.freshness import CacheFreshness
+from twc.loop.health import DaemonMetrics, HealthServer, MetricsSource, Probe
 from twc.loop.observe import CachedFleetFile, Sources
 from twc.loop.rollouts import RolloutSource
 from twc.loop.settings import KILL_MARGIN, DaemonSettings
-from twc.stackrun import engine
+from twc.loop.shards import (
+    EngineSlots,
+    LockedBucket,
+    MergedMetrics,
+    Shard,
+    ShardedDaemon,
+    ShardLeader,
+    SlotEngine,
+)
+from twc.loop.shardviews import FanoutWakeup, ShardFleet, ShardNamespaces, ShardNative, ShardQueues
+from twc.spec import Fleet
+from twc.stackrun import engine, retention
 from twc.stackrun.automation import AutomationEngine
 from twc.stackrun.guard import GuardChannel
 
-__all__ = ["RunOptions", "Supervisor", "load_settings", "run_daemon"]
+__all__ = [
+    "RunOptions",
+    "Supervisor",
+    "Wiring",
+    "WiringError",
+    "load_settings",
+    "run_daemon",
+    "wire",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -223,22 +254,157 @@ class Supervisor:
         return None
 
 
-def run_daemon(options: RunOptions) -> int:
-    """Run the daemon until SIGTERM (or one iteration with ``--once``).
+class WiringError(RuntimeError):
+    """The daemon cannot be wired as asked (the message says why, for the user)."""
 
-    Returns:
-        The exit code: 0 after SIGTERM or a successful ``--once``; 1 after losing the
-        Lease, a failed ``--once`` or invalid settings.
-    """
-    _configure_logging()
+
+@dataclass
+class Wiring:
+    """``twc run``'s parts, built and not yet started."""
+
+    stack: str
+    """The stack (the base stack of a sharded one)."""
+    settings: DaemonSettings
+    """The daemon's settings."""
+    runner: Daemon | ShardedDaemon
+    """The loop: one stack's, or every shard's."""
+    metrics: MetricsSource
+    """What ``/metrics`` renders."""
+    file: str
+    """The fleet file's name."""
+    kube: KubeClient | None = None
+    """The cluster (``None`` without one)."""
+    channels: list[GuardChannel] = field(default_factory=list)
+    """The engine guards' channels (one per stack the loop runs)."""
+    lease_kube: KubeClient | None = None
+    """The Leases' own client (short calls, no retries), with leader election."""
+    starts: list[Callable[[], None]] = field(default_factory=list)
+    stops: list[Callable[[], None]] = field(default_factory=list)
+    release_leases: bool = False
+    """Set by :meth:`close`: whether the Leases may be released (no engine left)."""
+    freshness: CacheFreshness | None = None
+    """The watch caches' part of ``/healthz`` (``None`` without caches)."""
+
+    @property
+    def live(self) -> Probe:
+        """``/healthz``: the loop's progress, and the watch caches' answers."""
+        if self.freshness is None:
+            return self.runner.live
+        return self.freshness.probe(self.runner.live)
+
+    def start(self) -> None:
+        """Start the watch caches (waiting a moment for their first lists) and the
+        elections; the loop itself runs in :meth:`runner.run`."""
+        for step in self.starts:
+            step()
+
+    def settle(self) -> float:
+        """Seconds an interrupted engine run takes to be gone: its grace and its kill."""
+        return self.settings.engine.interrupt_grace + KILL_MARGIN
+
+    def interrupt(self, reason: str) -> None:
+        """Interrupt every engine run in progress (the daemon is exiting)."""
+        for channel in self.channels:
+            channel.interrupt(reason)
+
+    def idle(self) -> bool:
+        """Wait (at most :meth:`settle`) until no engine run is left; whether none is."""
+        deadline = time.monotonic() + self.settle()
+        return all(
+            channel.wait_idle(max(0.0, deadline - time.monotonic())) for channel in self.channels
+        )
+
+    def close(self) -> None:
+        """Stop what :meth:`start` started, and close the clusters' connection pools.
+
+        The Leases are released only with no engine left: releasing ends the proof that
+        this daemon's engines are gone (otherwise a Lease simply expires).
+        """
+        self.release_leases = self.idle()
+        for step in reversed(self.stops):
+            try:
+                step()
+            except Exception as exc:  # noqa: BLE001 - shutting down: one part failing to stop never keeps the others running
+                logger.warning("[%s] stopping: %s", self.stack, exc)
+        for client in (self.kube, self.lease_kube):
+            if client is not None:
+                client.close()
+
+
+def _cache_watch_timeout(settings: DaemonSettings) -> int:
+    """The caches' watch requests end on the server's timeout this often: each end is an
+    answer, so a hung API server shows within this plus the liveness timeout."""
+    return int(max(5.0, min(60.0, settings.liveness_allowance)))
+
+
+def _caches(wiring: Wiring, caches: list[Any], registry: CollectorRegistry) -> None:
+    wiring.freshness = CacheFreshness(
+        wiring.stack, caches, allowance=wiring.settings.liveness_allowance
+    )
+    registry.register(wiring.freshness)
+
+    def start() -> None:
+        for cache in caches:
+            cache.start()
+        for cache in caches:
+            if not cache.wait_listed(timeout=10.0):
+                logger.warning(
+                    "[%s] %s not listed yet: %s",
+                    wiring.stack,
+                    cache.watcher.plural,
+                    cache.failure() or "waiting",
+                )
+
+    def stop() -> None:
+        for cache in caches:
+            cache.stop()
+
+    wiring.starts.append(start)
+    wiring.stops.append(stop)
+
+
+def _sharding_of(path: str) -> Any:
+    """The fleet's ``sharding`` block (``None`` when unsharded or unreadable: the loop
+    reports an unreadable file as it does for any stack)."""
+    from twc.errors import SpecError
+    from twc.spec import load_fleet_file
+
     try:
-        settings = load_settings(options)
-    except (OSError, ValueError) as exc:
-        print(f"twc run: invalid settings: {exc}", file=sys.stderr)
-        return 1
+        return load_fleet_file(path).sharding
+    except SpecError:
+        import yaml
+
+        try:
+            data = yaml.safe_load(Path(path).read_text())
+        except (OSError, yaml.YAMLError):
+            return None
+        if isinstance(data, dict) and data.get("sharding"):
+            raise WiringError(
+                f"{path}: a sharded fleet must be valid when the daemon starts"
+            ) from None
+        return None
+
+
+def wire(options: RunOptions, settings: DaemonSettings) -> Wiring:
+    """Build ``twc run``'s loop from the command line, with the real engine, cluster,
+    Temporal and watches (nothing is started).
+
+    Raises:
+        WiringError: The options cannot work (leader election without a cluster, a
+            sharded fleet without one, or an unsharded stack that still holds state
+            next to its shards).
+    """
     file = fleet_file_for(options.stack, options.fleet_file)
     path = file if Path(file).is_absolute() else str(engine.ROOT / file)
     ref = stack_ref(options.stack, path)
+    state = settings.state
+    # How the engine writes the state (the daemon's settings, chosen by measurement).
+    tuning = retention.engine_env(
+        checkpoints=state.checkpoints,
+        compression=state.compression,
+        parallel_diff=state.parallel_diff,
+    )
+    ref = replace(ref, env={**tuning, **(ref.env or {})})
 
     kube: KubeClient | None
     try:
@@ -247,9 +413,53 @@ def run_daemon(options: RunOptions) -> int:
         kube = None
         logger.warning("[%s] no Kubernetes API configured: no Queue objects", options.stack)
     if settings.leader_election.enabled and kube is None:
-        print("twc run: --leader-elect needs a Kubernetes API", file=sys.stderr)
-        return 1
+        raise WiringError("--leader-elect needs a Kubernetes API")
+    sharding = _sharding_of(path)
+    if sharding is not None:
+        if kube is None:
+            raise WiringError("a sharded stack needs a Kubernetes API (its assignment is there)")
+        return _wire_shards(options, settings, ref, path, file, kube, sharding)
+    return _wire_one(options, settings, ref, path, file, kube)
 
+
+def _pruned(engine_: Any, ref: engine.StackRef, settings: DaemonSettings) -> Any:
+    # The file backend's backups and history copies, kept to the newest few per stack.
+    return retention.PruningEngine(
+        engine_,
+        stack=ref.name,
+        project=PROJECT,
+        keep=settings.state.keep_backups,
+        env=ref.env,
+    )
+
+
+def _identity() -> str:
+    return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+def _lease_client(ref: engine.StackRef, settings: DaemonSettings) -> KubeClient:
+    # The Leases' own client: calls short enough for a round to fit the renew deadline,
+    # and no retries hiding a hung API server.
+    return kube_client(
+        (ref.env or {}).get("KUBECONFIG"),
+        timeout=call_timeout(settings.leader_election),
+        retries=0,
+    )
+
+
+def _in_lease(ref: engine.StackRef, namespace: str, name: str) -> engine.StackRef:
+    # The program exports it: a later `twc up` on this stack takes part in the Lease.
+    return replace(ref, env={**(ref.env or {}), DAEMON_LEASE_ENV: f"{namespace}/{name}"})
+
+
+def _wire_one(
+    options: RunOptions,
+    settings: DaemonSettings,
+    ref: engine.StackRef,
+    path: str,
+    file: str,
+    kube: KubeClient | None,
+) -> Wiring:
     metrics = DaemonMetrics(options.stack)
     election = settings.leader_election
     state_dir = Path(tempfile.mkdtemp(prefix="twc-daemon-"))
@@ -261,11 +471,7 @@ def run_daemon(options: RunOptions) -> int:
     lease_kube: KubeClient | None = None
     daemon: Daemon | None = None
     if election.enabled and kube is not None:
-        # The Lease's own client: calls short enough for a round to fit the renew
-        # deadline, and no retries hiding a hung API server.
-        lease_kube = kube_client(
-            (ref.env or {}).get("KUBECONFIG"), timeout=call_timeout(election), retries=0
-        )
+        lease_kube = _lease_client(ref, settings)
 
         def lost() -> None:
             channel.lease_ended()
@@ -273,14 +479,12 @@ def run_daemon(options: RunOptions) -> int:
                 daemon.request_stop(exit_code=1)
 
         lease_name = election.lease_name or lease_name_for(PROJECT, options.stack)
-        # The program exports it: a later `twc up` on this stack takes part in the Lease.
-        env = {**(ref.env or {}), DAEMON_LEASE_ENV: f"{election.lease_namespace}/{lease_name}"}
-        ref = replace(ref, env=env)
+        ref = _in_lease(ref, election.lease_namespace, lease_name)
         elector = LeaseElector(
             lease_kube.coordination,
             name=lease_name,
             namespace=election.lease_namespace,
-            identity=f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}",
+            identity=_identity(),
             settings=election,
             on_lost=lost,
             on_renewed=channel.lease_renewed,
@@ -294,6 +498,8 @@ def run_daemon(options: RunOptions) -> int:
     views: TemporalWorkerViews | None = None
     workloads: Workloads | None = None
     record: RecordStore | None = None
+    deployments: DeploymentCache | None = None
+    secrets: SecretCache | None = None
     registry = default_registry()
     if kube is not None:
         queues = QueueWatcher(kube.custom, resync_interval=settings.resync_interval)
@@ -308,6 +514,19 @@ def run_daemon(options: RunOptions) -> int:
         # The stack's record: the last accepted specs and the held deletions.
         namespace = control_namespace(stack_config(ref))
         record = RecordStore(kube.core, namespace=namespace, stack=options.stack)
+        # Worker Deployments and Secrets from watch caches: an iteration reads memory,
+        # not a LIST of the fleet.
+        deployments = DeploymentCache(
+            kube,
+            resync_interval=settings.resync_interval,
+            stack=options.stack,
+            watch_timeout=_cache_watch_timeout(settings),
+        )
+        secrets = SecretCache(
+            kube,
+            resync_interval=settings.resync_interval,
+            watch_timeout=_cache_watch_timeout(settings),
+        )
     else:
         queues = StaticQueues(())
 
@@ -323,9 +542,13 @@ def run_daemon(options: RunOptions) -> int:
                 read_secret=workloads.read_secret if workloads is not None else None,
                 temporal_address=temporal_address,
             ),
-            replicas=workloads.worker_replicas if workloads is not None else None,
-            deployments=workloads.worker_deployments if workloads is not None else None,
-            secrets=workloads.read_secret if workloads is not None else None,
+            replicas=deployments.worker_replicas if deployments is not None else None,
+            scaled=deployments.scaled if deployments is not None else None,
+            deployments=deployments.worker_deployments if deployments is not None else None,
+            secrets=secrets.reader(workloads.read_secret)
+            if secrets is not None and workloads is not None
+            else None,
+            secret_data=workloads.read_secret if workloads is not None else None,
             objects=workloads.read if workloads is not None else None,
             registry=registry,
             file=file,
@@ -333,50 +556,314 @@ def run_daemon(options: RunOptions) -> int:
             record=record,
         ),
         Effects(
-            engine=AutomationEngine(
+            engine=_pruned(
+                AutomationEngine(
+                    ref,
+                    state_dir=state_dir,
+                    channel=channel,
+                    deadline=settings.engine.deadline,
+                    previous_engines=elector.inherited_engines if elector is not None else tuple,
+                    hold=elector.hold if elector is not None else contextlib.nullcontext,
+                ),
                 ref,
-                state_dir=state_dir,
-                channel=channel,
-                deadline=settings.engine.deadline,
-                previous_engines=elector.inherited_engines if elector is not None else tuple,
-                hold=elector.hold if elector is not None else contextlib.nullcontext,
+                settings,
             ),
             early=workloads,
             writer=writer,
             temporal_address=temporal_address,
+            scaler=ReplicaScaler(kube) if kube is not None else None,
             views=views,
         ),
         leader=elector,
         metrics=metrics,
         program={"config": dict(ref.config or {})},
+        # The engine on a thread of its own: scaling and early applies go on during a
+        # long up (twc.loop.background).
+        background=True,
     )
+    wiring = Wiring(options.stack, settings, daemon, metrics, file, kube, [channel], lease_kube)
+    _caches(wiring, [c for c in (deployments, secrets) if c is not None], metrics.registry)
+    if elector is not None:
+        lease = elector
+
+        def elect() -> None:
+            logger.info(
+                "[%s] leader election on lease %s/%s as %s",
+                options.stack,
+                lease.namespace,
+                lease.name,
+                lease.identity,
+            )
+            lease.start()
+
+        wiring.starts.append(elect)
+        wiring.stops.append(lambda: lease.stop(release=wiring.release_leases))
+    return wiring
+
+
+def _wire_shards(
+    options: RunOptions,
+    settings: DaemonSettings,
+    base: engine.StackRef,
+    path: str,
+    file: str,
+    kube: KubeClient,
+    sharding: Any,
+) -> Wiring:
+    from twc.kube.members import MemberRoster, fair_share
+    from twc.kube.shardmap import ShardMapStore
+    from twc.shards import namespace_load
+    from twc.stackrun.shards import ShardEngine, shard_ref, stack_resources
+
+    # The shards' loops sample from several threads: import temporalio here, once.
+    import_temporal()
+    held = stack_resources(base)
+    if held:
+        raise WiringError(
+            f"{options.stack} holds {len(held)} resources of its own: move it to its shards "
+            f"first (`twc shards migrate --stack {options.stack}`), or two stacks would own "
+            "the same objects"
+        )
+    registry = default_registry()
+    fleet_file = CachedFleetFile(path)
+    fanout = FanoutWakeup()
+    queue_watch = QueueWatcher(kube.custom, resync_interval=settings.resync_interval)
+    native_watch = NativeWatch(
+        kube.custom, registry.watched_kinds(), resync_interval=settings.resync_interval
+    )
+    writer = NativeWriter(kube.custom, kube.core)
+    # Every Queue and fleet-file worker shown as a TemporalWorker object.
+    views = TemporalWorkerViews(kube.custom)
+    workloads = Workloads(kube)
+    watch_timeout = _cache_watch_timeout(settings)
+    deployments = DeploymentCache(
+        kube, resync_interval=settings.resync_interval, watch_timeout=watch_timeout
+    )
+    secrets = SecretCache(
+        kube, resync_interval=settings.resync_interval, watch_timeout=watch_timeout
+    )
+    scaler = ReplicaScaler(kube)
+    slots = EngineSlots(settings.shards.engine_concurrency)
+    # One backlog budget for the process, whatever the number of shards.
+    limiter = LockedBucket(settings.sampling.rate_per_s, burst=settings.sampling.burst)
+    temporal_address = (base.config or {}).get("temporalAddress")
+    election = settings.leader_election
+    identity = _identity()
+    roster: MemberRoster | None = None
+    lease_kube: KubeClient | None = None
+    state_root = Path(tempfile.mkdtemp(prefix="twc-daemon-"))
+    channels: list[GuardChannel] = []
+    if election.enabled:
+        lease_kube = _lease_client(base, settings)
+        roster = MemberRoster(
+            lease_kube.coordination,
+            namespace=election.lease_namespace,
+            stack=options.stack,
+            identity=identity,
+            settings=election,
+        )
+
+    def load() -> dict[str, int]:
+        fleet: Fleet = fleet_file()
+        native = native_watch.snapshot()
+        return namespace_load(
+            fleet, queue_watch.snapshot() or (), native.workers if native is not None else ()
+        )
+
+    sharded: ShardedDaemon | None = None
+
+    def make_shard(index: int, namespaces: ShardNamespaces) -> Shard:
+        ref = shard_ref(base, index, namespaces())
+        state_dir = state_root / f"shard-{index}"
+        # Each shard's engine guard: with election, no engine runs outside its Lease's term.
+        channel = GuardChannel(
+            state_dir / "guard", grace=settings.engine.interrupt_grace, leased=election.enabled
+        )
+        channels.append(channel)
+        leader: ShardLeader | None = None
+        if election.enabled:
+            assert sharded is not None
+            assert lease_kube is not None
+            may_acquire = sharded.may_acquire
+            lease_name = lease_name_for(PROJECT, ref.name)
+            ref = _in_lease(ref, election.lease_namespace, lease_name)
+            leases = lease_kube
+
+            def lost() -> None:
+                # Losing one shard's Lease stops that shard's engine and turns only its
+                # loop standby.
+                channel.lease_ended()
+                logger.error("[%s] lost the shard's lease", ref.name)
+
+            def elector() -> LeaseElector:
+                return LeaseElector(
+                    leases.coordination,
+                    name=lease_name,
+                    namespace=election.lease_namespace,
+                    identity=identity,
+                    settings=election,
+                    on_lost=lost,
+                    on_renewed=channel.lease_renewed,
+                    on_ended=channel.lease_ended,
+                    announced=channel.announced,
+                    may_acquire=may_acquire,
+                    thread_name=f"shard-leader-{index}",
+                )
+
+            leader = ShardLeader(elector)
+        automation = AutomationEngine(
+            ref,
+            state_dir=state_dir,
+            channel=channel,
+            deadline=settings.engine.deadline,
+            previous_engines=leader.inherited_engines if leader is not None else tuple,
+            hold=leader.hold if leader is not None else contextlib.nullcontext,
+        )
+        slot_engine = SlotEngine(_pruned(ShardEngine(automation, namespaces), ref, settings), slots)
+        # The shard's own objects (it is a stack of its own) and its own record.
+        own = Workloads(kube, stack=ref.name)
+        record = RecordStore(
+            kube.core, namespace=control_namespace(stack_config(ref)), stack=ref.name
+        )
+        daemon = Daemon(
+            ref.name,
+            settings,
+            Sources(
+                fleet=ShardFleet(fleet_file, namespaces),
+                queues=ShardQueues(queue_watch, namespaces, fanout),
+                native=ShardNative(native_watch, namespaces, fanout),
+                backlogs=TemporalBacklogs(
+                    read_secret=workloads.read_secret, temporal_address=temporal_address
+                ),
+                replicas=deployments.worker_replicas,
+                scaled=deployments.scaled,
+                deployments=deployments.worker_deployments,
+                secrets=secrets.reader(workloads.read_secret),
+                secret_data=workloads.read_secret,
+                objects=own.read,
+                registry=registry,
+                file=file,
+                rollouts=_rollout_source(kube, own, temporal_address, settings),
+                record=record,
+            ),
+            Effects(
+                engine=slot_engine,
+                early=own,
+                writer=writer,
+                temporal_address=temporal_address,
+                scaler=scaler,
+                views=views,
+            ),
+            leader=leader,
+            metrics=DaemonMetrics(ref.name),
+            program={"config": dict(base.config or {})},
+            limiter=limiter,
+            background=True,
+        )
+
+        def others() -> frozenset[Any]:
+            # A connection another shard uses keeps its delete protection.
+            assert sharded is not None
+            return frozenset().union(
+                *(s.daemon.reporter.in_use for i, s in sharded.shards.items() if i != index)
+            )
+
+        daemon.reporter.also_in_use = others
+        return Shard(index, ref.name, namespaces, daemon, slot_engine, leader)
+
+    store = ShardMapStore(kube.core, namespace=sharding.assignment_namespace, stack=options.stack)
+    sharded = ShardedDaemon(
+        options.stack,
+        store=store,
+        load=load,
+        make_shard=make_shard,
+        max_workers_per_shard=sharding.max_workers_per_shard,
+        share=(lambda shards: fair_share(shards, roster.count())) if roster is not None else None,
+        interval=settings.shards.assignment_interval,
+        slots=slots,
+    )
+    # The process's own metrics (the watch caches'), then every shard's.
+    own = CollectorRegistry()
+    metrics = MergedMetrics(
+        lambda: [own, *(s.daemon.metrics.registry for s in sharded.shards.values())]
+    )
+    wiring = Wiring(options.stack, settings, sharded, metrics, file, kube, channels, lease_kube)
+
+    def start_watches() -> None:
+        queue_watch.start(fanout)
+        native_watch.start(fanout)
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline and (
+            queue_watch.snapshot() is None or native_watch.snapshot() is None
+        ):
+            time.sleep(0.05)
+        if roster is not None:
+            try:
+                roster.round()  # count the replicas before taking any shard's Lease
+            except Exception as exc:  # noqa: BLE001 - the roster's thread retries; start counting 1
+                logger.warning("[%s] member lease: %s", options.stack, exc)
+            roster.start()
+
+    def stop_watches() -> None:
+        if roster is not None:
+            roster.stop()
+        queue_watch.stop()
+        native_watch.stop()
+
+    wiring.starts.append(start_watches)
+    wiring.stops.append(stop_watches)
+    _caches(wiring, [deployments, secrets], own)
+    return wiring
+
+
+def run_daemon(options: RunOptions) -> int:
+    """Run the daemon until SIGTERM (or one iteration with ``--once``).
+
+    Returns:
+        The exit code: 0 after SIGTERM or a successful ``--once``; 1 after losing the
+        Lease (of an unsharded stack), a failed ``--once``, invalid settings, or a
+        thread of the daemon that ended.
+    """
+    _configure_logging()
+    try:
+        settings = load_settings(options)
+    except (OSError, ValueError) as exc:
+        print(f"twc run: invalid settings: {exc}", file=sys.stderr)
+        return 1
+    try:
+        wiring = wire(options, settings)
+    except WiringError as exc:
+        print(f"twc run: {exc}", file=sys.stderr)
+        return 1
+    runner = wiring.runner
     try:
         server = HealthServer(
-            metrics, port=settings.metrics_port, live=daemon.live, ready=daemon.ready
+            wiring.metrics, port=settings.metrics_port, live=wiring.live, ready=runner.ready
         ).start()
     except OSError as exc:
+        wiring.close()
         print(f"twc run: cannot serve on port {settings.metrics_port}: {exc}", file=sys.stderr)
         return 1
     # /status names every worker and object of the stack (every tenant's): its own
     # listener, on loopback unless configured; the probes and /metrics stay reachable.
     try:
         status_server = HealthServer(
-            metrics,
+            wiring.metrics,
             port=settings.status_port,
             host=settings.status_host,
-            live=daemon.live,
-            ready=daemon.ready,
-            status=daemon.status,
+            live=wiring.live,
+            ready=runner.ready,
+            status=runner.status,
         ).start()
     except OSError as exc:
         server.stop()
+        wiring.close()
         print(
             f"twc run: cannot serve /status on {settings.status_host}:"
             f"{settings.status_port}: {exc}",
             file=sys.stderr,
         )
         return 1
-    stop_daemon = daemon
 
     def on_signal(signum: int, _frame: object) -> None:
         logger.info(
@@ -384,52 +871,36 @@ def run_daemon(options: RunOptions) -> int:
             options.stack,
             signal.Signals(signum).name,
         )
-        stop_daemon.request_stop()
+        runner.request_stop()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     logger.info(
-        "[%s] twc daemon: fleet %s, /healthz /readyz /metrics on port %d, /status on %s:%d, "
+        "[%s] twc daemon%s: fleet %s, /healthz /readyz /metrics on port %d, /status on %s:%d, "
         "settings %s",
         options.stack,
-        file,
+        " (sharded)" if isinstance(runner, ShardedDaemon) else "",
+        wiring.file,
         server.port,
         settings.status_host,
         status_server.port,
         json.dumps(settings.model_dump(mode="json"), sort_keys=True),
     )
-    if elector is not None:
-        logger.info(
-            "[%s] leader election on lease %s/%s as %s",
-            options.stack,
-            elector.namespace,
-            elector.name,
-            elector.identity,
-        )
-        elector.start()
-    # Gone by the time the loop must have returned: the engine's grace and its kill.
-    settle = settings.engine.interrupt_grace + KILL_MARGIN
 
     def fatal(reason: str) -> None:
-        stop_daemon.request_stop(exit_code=1)
-        channel.interrupt(reason)
+        runner.request_stop(exit_code=1)
+        wiring.interrupt(reason)
 
     supervisor = Supervisor(
         stack=options.stack,
-        stopping=lambda: stop_daemon.stopping,
+        stopping=lambda: runner.stopping,
         on_fatal=fatal,
-        grace=settle + 30,
+        grace=wiring.settle() + 30,
     )
     try:
-        return supervisor.run(lambda: stop_daemon.run(once=options.once))
+        wiring.start()
+        return supervisor.run(lambda: runner.run(once=options.once))
     finally:
-        # Release the Lease only with no engine left: releasing ends the proof that
-        # this daemon's engine is gone (otherwise the Lease simply expires).
-        idle = channel.wait_idle(settle)
-        if elector is not None:
-            elector.stop(release=idle)
+        wiring.close()
         server.stop()
         status_server.stop()
-        for client in (kube, lease_kube):
-            if client is not None:
-                client.close()

@@ -41,6 +41,8 @@ def format_status_table(
             )
             for c in st.get("conditions", [])
         )
+        if st.get("replicasManagedBy") == "autoscaling":
+            conds += f"; replicas managed by autoscaling: {st.get('replicas', 0)}"
         rows.append(
             (
                 key,
@@ -78,7 +80,9 @@ def _version_lines(rollout: dict[str, Any]) -> list[str]:
     return lines
 
 
-def live_status(stack: str, *, check_temporal: bool = True) -> dict[str, dict[str, Any]]:
+def live_status(
+    stack: str, *, check_temporal: bool = True, ref: Any = None
+) -> dict[str, dict[str, Any]]:
     """Per worker, the recorded status refreshed from the live cluster and Temporal.
 
     Reads the stack's state (no engine run): each worker's TaskQueueCheck inputs say
@@ -86,12 +90,13 @@ def live_status(stack: str, *, check_temporal: bool = True) -> dict[str, dict[st
     described again, so the answer is current even between ``up`` runs.
     """
     from providers.taskqueue import check_task_queue
+    from twc.builders import REPLICAS_SOURCE_ANNOTATION
     from twc.commands.common import stack_kube, stack_ref
     from twc.kube.client import KubeClient, NoClusterError
     from twc.kube.workloads import read_deployment
     from twc.status import worker_status
 
-    ref = stack_ref(stack)
+    ref = ref if ref is not None else stack_ref(stack)
     if ref.env and "KUBECONFIG" in ref.env:
         # The check reads credential secrets from the cluster, as the provider does.
         os.environ.setdefault("KUBECONFIG", ref.env["KUBECONFIG"])
@@ -123,14 +128,22 @@ def live_status(stack: str, *, check_temporal: bool = True) -> dict[str, dict[st
             (dep_out.get("spec") or {}).get("replicas", recorded.get(key, {}).get("replicas", 0))
         )
         dep_status: Any = dep_out.get("status") or {}
+        meta = dep_out.get("metadata") or {}
+        autoscaled = (meta.get("annotations") or {}).get(REPLICAS_SOURCE_ANNOTATION) == (
+            "autoscaling"
+        )
         if kube is not None:
-            meta = dep_out.get("metadata") or {}
             live = (
                 read_deployment(kube, meta.get("namespace", ""), meta.get("name", ""))
                 if meta
                 else None
             )
             dep_status = (live or {}).get("status") or {}
+            live_replicas = ((live or {}).get("spec") or {}).get("replicas")
+            if live_replicas is not None:
+                # The daemon scales autoscaled workers outside the engine: the cluster,
+                # not the stack's state, knows their count.
+                desired = int(live_replicas)
         prev = props.get("condition")
         check = check_task_queue(props, prev) if check_temporal else props
         result[key] = worker_status(
@@ -140,6 +153,7 @@ def live_status(stack: str, *, check_temporal: bool = True) -> dict[str, dict[st
             pollers=check.get("pollers"),
             backlog=check.get("approximateBacklog"),
             task_queue=str(props.get("taskQueue", "")),
+            autoscaled=autoscaled,
         )
     _with_rollouts(result, kube, checks, recorded)
     if kube is not None:

@@ -19,6 +19,7 @@ from twc.desired import INPUTS_ENV, DesiredInputs
 from twc.rollout import RolloutSettings
 from twc.stackrun import engine
 from twc.stackrun.errors import engine_failure
+from twc.stackrun.retention import DEFAULT_KEEP_BACKUPS, backend_url, prune_backups
 
 __all__ = ["run_up"]
 
@@ -87,6 +88,7 @@ def run_up(
         print(engine_failure(exc).text, file=sys.stderr)
         return 1
     _drive(ref, file, inputs, settings, rollout_wait, out)
+    prune_backups(backend_url(ref.env), project="twc", stack=stack, keep=DEFAULT_KEEP_BACKUPS)
     workers = result.outputs["workers"].value if "workers" in result.outputs else {}
     print(format_status_table(workers), file=out)
     return 0

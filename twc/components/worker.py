@@ -38,12 +38,14 @@ class WorkerArgs:
     """The worker, with defaults applied."""
     connection: WorkerConnection
     """Its connection as seen from its namespace."""
-    replicas: int | None = None
-    """Replicas chosen by the autoscaler (None: the worker's own count)."""
     wait_for_pollers_seconds: float = 0
     """How long the TaskQueueCheck waits for a poller."""
     connection_name: str | None = None
     """The connection component's name, recorded on the Deployment for previews."""
+    replicas: int | None = None
+    """A versioned autoscaled worker's target-version replicas (the autoscaler's, through
+    the engine: a version's count is the rollout's). An unversioned worker's replicas
+    are never the program's: the daemon scales it."""
     versions: WorkerVersions | None = None
     """For a worker with ``rollout``: its versions besides the target (from the
     desired state's inputs)."""
@@ -76,7 +78,8 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
         )
         versioned = None
         if worker.rollout is not None:
-            # One Deployment per version; the target's is the one the status reads.
+            # One Deployment per version; the target's is the one the status reads. The
+            # versions' replicas are the rollout's (ramps, drains): the engine sets them.
             versioned = version_deployments(
                 name,
                 args,
@@ -87,11 +90,16 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
             )
             deployment, spec = versioned.target, versioned.target_spec
         else:
+            # An autoscaled worker's replicas belong to the daemon (the Deployment's
+            # `scale` subresource, under its own field manager): the spec leaves them
+            # out, so the server-side apply never claims the field, and `ignore_changes`
+            # keeps the engine from diffing it or sending it back (the provider then
+            # sends the live value only where it owned the field before). Scaling never
+            # runs the engine, and an `up` never undoes a scale.
             manifest = builders.worker_deployment(
                 worker,
                 conn.resolved,
                 conn.fingerprint,
-                replicas=args.replicas,
                 options=options,
                 connection_name=args.connection_name,
                 stack=stack,
@@ -102,7 +110,9 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
                 metadata=metadata,
                 spec=spec,
                 opts=pulumi.ResourceOptions(
-                    parent=self, depends_on=[sa, *conn.depends_on, *args.depends_on]
+                    parent=self,
+                    depends_on=[sa, *conn.depends_on, *args.depends_on],
+                    ignore_changes=["spec.replicas"] if worker.autoscaling else None,
                 ),
             )
         pdb_spec = builders.pod_disruption_budget_spec(worker)
@@ -163,14 +173,19 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
                 parent=self, depends_on=versioned.all if versioned else [deployment]
             ),
         )
-        desired = int(spec["replicas"])
+        fixed = spec.get("replicas")
         extra = versioned.outputs if versioned is not None else {}
         self.status = pulumi.Output.all(
-            deployment.status, check.condition, check.pollers, check.approximateBacklog
+            deployment.status,
+            check.condition,
+            check.pollers,
+            check.approximateBacklog,
+            deployment.spec,
         ).apply(
             lambda parts: {
                 **worker_status(
-                    desired=desired,
+                    desired=int(fixed) if fixed is not None else _live_replicas(parts[4]),
+                    autoscaled=worker.autoscaling is not None and versioned is None,
                     deployment_status=parts[0],
                     queue_condition=parts[1],
                     pollers=parts[2],
@@ -181,6 +196,13 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
             }
         )
         self.register_outputs({"status": self.status})
+
+
+def _live_replicas(spec: Any) -> int:
+    # What the Deployment runs with after the apply (the daemon's count, or the API
+    # server's default of 1 before the daemon scaled it).
+    value = spec.get("replicas") if isinstance(spec, dict) else getattr(spec, "replicas", None)
+    return int(value) if value is not None else 1
 
 
 def _template_hash(template: dict[str, Any]) -> str:

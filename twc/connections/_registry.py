@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -120,6 +122,12 @@ class Registry:
             TwcError: If two providers serve the same (apiGroup, kind).
         """
         self._providers: dict[tuple[str, str], ConnectionProvider] = {}
+        # Per fleet object, what each reference resolved to: the daemon resolves every
+        # worker's connection several times an iteration (hashes, placement, backlogs),
+        # and thousands of workers share a handful of connections.
+        self._memo: OrderedDict[int, tuple[Fleet, dict[ConnectionTarget, ResolvedConnection]]]
+        self._memo = OrderedDict()
+        self._memo_lock = threading.Lock()
         self.load_errors: list[str] = []
         """Plugins that could not be loaded, as ``"name = value: error"``."""
         for provider in providers:
@@ -204,12 +212,28 @@ class Registry:
         return provider
 
     def resolve(self, target: ConnectionTarget, fleet: Fleet) -> ResolvedConnection:
-        """Resolve a reference through its kind's provider.
+        """Resolve a reference through its kind's provider (once per fleet object: a
+        fleet is immutable, so the answer for one of its references never changes).
 
         Raises:
             TwcConnectionError: ``UnknownConnectionKind`` or ``ConnectionNotFound``.
         """
-        return self.get(target.api_group, target.kind).resolve(target, fleet)
+        with self._memo_lock:
+            entry = self._memo.get(id(fleet))
+            if entry is not None and entry[0] is fleet:
+                found = entry[1].get(target)
+                if found is not None:
+                    return found
+        resolved = self.get(target.api_group, target.kind).resolve(target, fleet)
+        with self._memo_lock:
+            entry = self._memo.get(id(fleet))
+            if entry is None or entry[0] is not fleet:
+                entry = (fleet, {})
+                self._memo[id(fleet)] = entry
+                while len(self._memo) > 64:  # the fleets of the last iterations, per shard
+                    self._memo.popitem(last=False)
+            entry[1][target] = resolved
+        return resolved
 
     def resolve_worker(self, worker: ResolvedWorker, fleet: Fleet) -> ResolvedConnection:
         """Resolve the connection ``worker`` uses.

@@ -269,6 +269,8 @@ class LeaseElector:
         yields: bool = True,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        may_acquire: Callable[[], bool] = lambda: True,
+        thread_name: str = "twc-leader",
     ) -> None:
         """Prepare the elector.
 
@@ -289,6 +291,12 @@ class LeaseElector:
             yields: Whether to hand the Lease over to a manual run that asks.
             clock: Monotonic time.
             wall: Unix time, for the timestamps written into the Lease.
+            may_acquire: Asked before taking a free or expired Lease (never before a
+                renewal): a daemon sharing many shards' Leases with other replicas
+                takes no more than its share.
+            thread_name: The election thread's name. ``twc-*`` threads are the daemon's
+                roots (their end ends the daemon); a shard's elector, which is replaced
+                when it hands its Lease back, is not one.
         """
         self._api = coordination_api
         self.name = name
@@ -303,6 +311,8 @@ class LeaseElector:
         self._yields = yields
         self._clock = clock
         self._wall = wall
+        self._may_acquire = may_acquire
+        self._thread_name = thread_name
         self._lock = threading.Lock()
         self._leading = False
         self._renewed_at: float | None = None
@@ -378,7 +388,7 @@ class LeaseElector:
     # ------------------------------------------------------------ running
     def start(self) -> LeaseElector:
         """Run the election in a daemon thread."""
-        self._thread = threading.Thread(target=self._run, name="twc-leader", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=self._thread_name, daemon=True)
         self._thread.start()
         return self
 
@@ -425,6 +435,8 @@ class LeaseElector:
                 # Someone else holds it: whatever the clock says, this term is over.
                 self._end_term(lost=True)
             return False
+        if action is LeaseAction.ACQUIRE and not self._may_acquire():
+            return False  # free, but this daemon holds its share of Leases already
         with self._lock:
             self._handover = handover if handover and handover != self.identity else ""
             give_to = self._handover if self._yields and self._busy == 0 else ""

@@ -29,15 +29,18 @@ without a cluster and for tests.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from twc.connections import WatchedKind
 from twc.desired import QUEUE_PLURAL, ObjectList, kind_key, object_key
+from twc.kube.client import status_of
 from twc.spec import WORKER_ENABLED_LABEL
 from twc.spec.crds import CRD_VERSION, WORKER_GROUP
 
@@ -55,7 +58,9 @@ __all__ = [
     "QueueWatcher",
     "StaticNative",
     "StaticQueues",
+    "builtin_lister",
     "crd_lookup",
+    "custom_lister",
     "list_failure",
 ]
 
@@ -191,11 +196,44 @@ def _selector_matches(selector: str, obj: Mapping[str, Any]) -> bool:
     return True
 
 
+Lister = Callable[..., Any]
+"""Lists one kind across namespaces: called with the list's keyword arguments it returns
+the list as plain JSON data; with ``watch=True`` and ``_preload_content=False`` it returns
+the streaming response (what ``kubernetes.watch.Watch.stream`` reads)."""
+
+
+def custom_lister(custom_api: Any, group: str, version: str, plural: str) -> Lister:
+    """The lister of a custom resource (or any kind under ``/apis/<group>``)."""
+
+    def list_objects(**kwargs: Any) -> Any:
+        return custom_api.list_cluster_custom_object(group, version, plural, **kwargs)
+
+    return list_objects
+
+
+def builtin_lister(list_for_all_namespaces: Callable[..., Any]) -> Lister:
+    """The lister of a built-in kind from its typed ``list_*_for_all_namespaces`` call.
+
+    The list is read as raw JSON: building the client's models of thousands of objects
+    (managed fields included) costs more than the rest of an iteration.
+    """
+
+    def list_objects(**kwargs: Any) -> Any:
+        if kwargs.get("watch"):
+            return list_for_all_namespaces(**kwargs)
+        response = list_for_all_namespaces(_preload_content=False, **kwargs)
+        return json.loads(response.data)
+
+    return list_objects
+
+
 class ObjectWatcher:
-    """List + watch the objects of one custom resource in a background thread.
+    """List + watch the objects of one kind in a background thread.
 
     Namespaced resources are listed across all namespaces; cluster-scoped ones the same
-    way (``list_cluster_custom_object`` serves both).
+    way (``list_cluster_custom_object`` serves both). Built-in kinds (Deployments,
+    Secrets) are watched the same way through a ``lister``; ``keep`` trims what is held
+    of each object, so a cache of thousands stays small.
     """
 
     def __init__(
@@ -213,11 +251,15 @@ class ObjectWatcher:
         content: Callable[[Mapping[str, Any]], object] | None = None,
         request_timeout: float = 30.0,
         crd_exists: CrdLookup | None = None,
+        lister: Lister | None = None,
+        keep: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
+        field_selector: str = "",
     ) -> None:
         """Prepare the watcher.
 
         Args:
-            custom_api: A ``kubernetes.client.CustomObjectsApi``.
+            custom_api: A ``kubernetes.client.CustomObjectsApi`` (unused with
+                ``lister``).
             group: API group of the resource.
             version: Served version to read.
             plural: The resource's plural name.
@@ -235,8 +277,16 @@ class ObjectWatcher:
                 is reported and retried, instead of stalling the thread for good.
             crd_exists: Whether the resource's CRD is installed, asked when a list
                 answers 404 (a GET of the CRD over the same client by default).
+            lister: Lists (and watches) the kind; the custom resource
+                ``group/version/plural`` by default.
+            keep: What of each object to hold (the whole object by default).
+            field_selector: Which objects to track by field (all when empty).
         """
         self._api = custom_api
+        self._custom = lister is None
+        self._list = lister or custom_lister(custom_api, group, version, plural)
+        self._keep = keep
+        self._fields = field_selector
         self.group = group
         self.version = version
         self.plural = plural
@@ -256,6 +306,7 @@ class ObjectWatcher:
         self._failure: str | None = None
         self._unknown: str | None = None
         self._crd_exists = crd_exists or crd_lookup(custom_api)
+        self._answered = clock()
 
     def start(self, wakeup: threading.Event) -> None:
         """Start the background thread; ``wakeup`` is set on every change."""
@@ -281,6 +332,14 @@ class ObjectWatcher:
                 return None
             return tuple(self._objects[k] for k in sorted(self._objects))
 
+    def by_key(self) -> Mapping[str, Mapping[str, Any]] | None:
+        """The current objects by key, unsorted and uncopied (a read-only view), or
+        ``None`` before the first list. Cheap at any size: every change publishes a new
+        mapping, so a view never changes under its reader."""
+        with self._lock:
+            found = self._objects
+        return MappingProxyType(found) if found is not None else None
+
     def observed(self) -> ObjectList:
         """The objects as the desired state's input: unknown until the first list, and
         from a failed list until one succeeds again."""
@@ -294,6 +353,27 @@ class ObjectWatcher:
     def crd(self) -> str:
         """The CustomResourceDefinition's name, ``<plural>.<group>``."""
         return f"{self.plural}.{self.group}"
+
+    @property
+    def quiet_window(self) -> float:
+        """The longest a healthy watcher goes without an answer from the API server, in
+        seconds: a watch request ends on the server's own timeout (at most the resync
+        interval), and the next one starts at once."""
+        return float(min(self._watch_timeout, max(1.0, self._resync)))
+
+    def last_answer(self) -> float:
+        """When (``clock``) the API server last answered: a list, a watch event or
+        bookmark, a watch ending on its own timeout, or an error with a client-error
+        status (a denial answers too). Timeouts, refused connections and server errors
+        do not count, nor does a list or watch still waiting for its answer. Before the
+        first request: when the watcher was made."""
+        with self._lock:
+            return self._answered
+
+    def _heard(self) -> None:
+        now = self._clock()
+        with self._lock:
+            self._answered = now
 
     def failure(self) -> str | None:
         """Why the last list or watch failed, until a list succeeds again; else ``None``.
@@ -312,25 +392,27 @@ class ObjectWatcher:
             Exception: The list failed; the kind is unknown until a list succeeds.
         """
         try:
-            result = self._api.list_cluster_custom_object(
-                self.group,
-                self.version,
-                self.plural,
+            result = self._list(
                 label_selector=self._selector,
                 _request_timeout=(_CONNECT_TIMEOUT, self._request_timeout),
+                **({"field_selector": self._fields} if self._fields else {}),
             )
         except Exception as exc:
-            if _not_found(exc) and self._crd_gone(exc):
+            if self._custom and _not_found(exc) and self._crd_gone(exc):
                 logger.warning("the %s CRD is not installed: no such objects", self.crd)
                 self._replace({})
                 self._unknown = None
+                self._heard()
                 return ""
             self._unknown = list_failure(exc)
             raise
-        items = {_watch_key(o): o for o in result.get("items", [])}
-        items = self._confirm_missing(items)
+        items = {_watch_key(o): self._kept(o) for o in result.get("items") or []}
+        if self._custom:
+            # A built-in kind's list is complete or fails: nothing to confirm by GET.
+            items = self._confirm_missing(items)
         self._replace(items)
         self._unknown = None
+        self._heard()
         return str((result.get("metadata") or {}).get("resourceVersion", ""))
 
     def _crd_gone(self, listed: BaseException) -> bool:
@@ -370,7 +452,7 @@ class ObjectWatcher:
                 continue
             if found is not None and _selector_matches(self._selector, found):
                 logger.info("%s %s: missing from the list but still there", self.crd, key)
-                out[key] = found
+                out[key] = self._kept(found)
         return out
 
     def _get(self, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -405,8 +487,12 @@ class ObjectWatcher:
         if changed:
             self._wakeup.set()
 
+    def _kept(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        return self._keep(obj) if self._keep is not None else obj
+
     def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
         key = _watch_key(obj)
+        obj = self._kept(obj)
         with self._lock:
             current = dict(self._objects or {})
             before = current.get(key)
@@ -443,11 +529,9 @@ class ObjectWatcher:
                 self._watch = watch.Watch()
                 server_timeout = int(min(self._watch_timeout, max(1.0, self._resync)))
                 stream = self._watch.stream(
-                    self._api.list_cluster_custom_object,
-                    self.group,
-                    self.version,
-                    self.plural,
+                    self._list,
                     label_selector=self._selector,
+                    **({"field_selector": self._fields} if self._fields else {}),
                     resource_version=version,
                     timeout_seconds=server_timeout,
                     allow_watch_bookmarks=True,
@@ -456,6 +540,7 @@ class ObjectWatcher:
                     _request_timeout=(_CONNECT_TIMEOUT, server_timeout + self._request_timeout),
                 )
                 for event in stream:
+                    self._heard()  # any event, bookmarks included
                     if self._stop.is_set():
                         break
                     kind = event.get("type", "")
@@ -469,7 +554,14 @@ class ObjectWatcher:
                     version = str(meta.get("resourceVersion") or version)
                     if kind in ("ADDED", "MODIFIED", "DELETED"):
                         self._apply(kind, obj)
+                else:
+                    # The server ended the watch on its own timeout: it answers.
+                    self._heard()
             except Exception as exc:  # noqa: BLE001 - the watch thread reports and retries every failure
+                status = status_of(exc)
+                if isinstance(status, int) and 400 <= status < 500:
+                    # A client error is an answer (a denial will not pass by restarting).
+                    self._heard()
                 if _gone(exc):
                     version = ""
                     continue
@@ -482,7 +574,14 @@ class ObjectWatcher:
                 log = logger.warning if failure != self._failure else logger.debug
                 log("%s.%s watch failed (retrying): %s", self.plural, self.group, exc)
                 self._failure = failure
-                self._stop.wait(self._retry_delay)
+                # A built-in kind's cache denied (a daemon that may read Secrets only in
+                # some namespaces reads them directly instead): RBAC must change, so try
+                # again at the next resync. A custom kind's denial makes it unknown and
+                # holds its workers: retried soon, so a fixed Role is noticed at once.
+                forbidden = status == 403 and not self._custom
+                self._stop.wait(
+                    max(self._retry_delay, self._resync) if forbidden else self._retry_delay
+                )
                 version = ""
             finally:
                 self._watch = None

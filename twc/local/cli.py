@@ -15,7 +15,11 @@ def _progress(message: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Carry out one ``twc local`` action; returns the exit code."""
-    env = LocalEnvironment(args.dir, run_workers=getattr(args, "run_workers", False))
+    env = LocalEnvironment(
+        args.dir,
+        run_workers=getattr(args, "run_workers", False),
+        state=getattr(args, "state", None) if args.action == "up" else None,
+    )
     try:
         if args.action == "up":
             crashes = env.up(progress=_progress)

@@ -12,6 +12,8 @@ Everything binds to loopback on free ports and lives under one state directory
     local.json        ports and the processes started (pid + start time, argv, log)
     kubeconfig        token auth against the API server, its own serving CA
     state/            the Pulumi ``file://`` backend
+    postgres/         with ``--state postgres``: PostgreSQL's data dir and its password
+                      (the backend is then ``postgres://``, see ``twc.local.postgres``)
     passphrase        the Pulumi secrets passphrase (0600; exported as a *_FILE variable)
     env.json          the variables of ``twc local env``, for ``twc up --stack local``
     pod-workers.json  the worker processes of the pods (pid + start time)
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from twc.local import processes
+from twc.local.postgres import Postgres
 from twc.local.processes import ProcessRecord
 
 log = logging.getLogger(__name__)
@@ -62,6 +65,8 @@ COMPONENTS = (
 )
 OPTIONAL = frozenset({"pod-workers"})
 """Started only when asked for (``--run-workers``), then kept like the others."""
+STATE_PARTS = frozenset({"postgres"})
+"""Started after the components, with ``--state postgres`` only (see ``_up_postgres``)."""
 CONTROLLERS = (
     "deployment",
     "replicaset",
@@ -138,6 +143,8 @@ class Ports:
     controller_manager: int
     scheduler: int
     kwok: int
+    postgres: int = 0
+    """PostgreSQL's port, used only with ``--state postgres``."""
 
     @classmethod
     def allocate(cls) -> Ports:
@@ -165,11 +172,14 @@ class State:
 
     ports: Ports
     processes: dict[str, ProcessRecord] = field(default_factory=dict)
+    backend: str = "file"
+    """The Pulumi state backend ``twc local up --state`` last chose: file or postgres."""
 
     def to_json(self) -> dict[str, object]:
         return {
             "ports": self.ports.__dict__,
             "processes": {k: v.to_json() for k, v in self.processes.items()},
+            "backend": self.backend,
         }
 
     @classmethod
@@ -181,6 +191,7 @@ class State:
         return cls(
             ports=Ports.from_json(ports),
             processes={k: ProcessRecord.from_json(v) for k, v in procs.items()},
+            backend=str(data.get("backend") or "file"),
         )
 
 
@@ -198,8 +209,30 @@ class ComponentStatus:
 class LocalEnvironment:
     """One embedded environment rooted at ``state_dir``."""
 
-    def __init__(self, state_dir: Path | str | None = None, run_workers: bool = False) -> None:
+    def __init__(
+        self,
+        state_dir: Path | str | None = None,
+        run_workers: bool = False,
+        *,
+        state: str | None = None,
+        record_backend: bool = True,
+    ) -> None:
+        """One environment rooted at ``state_dir`` (``.twc`` of the project by default).
+
+        Args:
+            state_dir: Where everything lives.
+            run_workers: Play the kubelet with real worker processes.
+            state: The Pulumi state backend, ``file`` or ``postgres``; ``None`` keeps
+                the one last chosen for this environment (``file`` at first).
+            record_backend: Whether :meth:`up` records ``state`` as this environment's
+                choice (``twc local env`` then prints it); a test that wants a second
+                backend next to the first passes ``False``.
+        """
+        if state not in (None, "file", "postgres"):
+            raise LocalEnvError(f"unknown state backend {state!r}: file or postgres")
         self.run_workers = run_workers
+        self._backend = state
+        self._record_backend = record_backend
         self.dir = Path(state_dir) if state_dir else project_root() / ".twc"
         self.dir = self.dir.resolve()
         self.state_file = self.dir / "local.json"
@@ -209,6 +242,7 @@ class LocalEnvironment:
         self.logs = self.dir / "logs"
         self.env_file = self.dir / "env.json"
         self.pod_workers_file = self.dir / "pod-workers.json"
+        self.postgres = Postgres(self.dir)
 
     # ----------------------------------------------------------------- state
     def load_state(self) -> State | None:
@@ -236,8 +270,17 @@ class LocalEnvironment:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
     # --------------------------------------------------------------- public
+    def backend(self, state: State | None = None) -> str:
+        """The Pulumi state backend of this environment: ``file`` or ``postgres``."""
+        if self._backend is not None:
+            return self._backend
+        state = state or self.load_state()
+        return state.backend if state is not None else "file"
+
     @property
     def backend_url(self) -> str:
+        if self.backend() == "postgres":
+            return self.postgres.url(self._require_state().ports.postgres)
         return f"file://{self.backend_dir}"
 
     def temporal_address(self, state: State | None = None) -> str:
@@ -255,7 +298,7 @@ class LocalEnvironment:
         a 0600 file, which the Pulumi CLI reads.
         """
         state = self._require_state()
-        return {
+        out = {
             "KUBECONFIG": str(self.kubeconfig),
             "PULUMI_BACKEND_URL": self.backend_url,
             "PULUMI_CONFIG_PASSPHRASE_FILE": str(self.passphrase_file),
@@ -263,6 +306,10 @@ class LocalEnvironment:
             "TEMPORAL_ADDRESS": self.temporal_address(state),
             "TEMPORAL_NAMESPACE": "default",
         }
+        if self.backend(state) == "postgres":
+            # The password stays in its 0600 pgpass file; PGPASSFILE names it.
+            out.update(self.postgres.env(state.ports.postgres))
+        return out
 
     def _write_env_file(self) -> None:
         # What `twc up|preview|status --stack local` read to find this environment
@@ -285,9 +332,11 @@ class LocalEnvironment:
             "kwok": f"nodes {', '.join(_kwok().NODES)}",
             "temporal": self.temporal_address(state),
             "pod-workers": "a worker process per Running pod",
+            "postgres": f"127.0.0.1:{state.ports.postgres} (Pulumi state)",
         }
+        names = [*COMPONENTS, *(["postgres"] if self.backend(state) == "postgres" else [])]
         out = []
-        for name in COMPONENTS:
+        for name in names:
             rec = state.processes.get(name)
             if name in OPTIONAL and rec is None:
                 continue
@@ -327,7 +376,9 @@ class LocalEnvironment:
                 "temporal": self._start_temporal,
                 "pod-workers": self._start_pod_workers,
             }
-            for name in [n for n in state.processes if n not in COMPONENTS]:
+            for name in [
+                n for n in state.processes if n not in COMPONENTS and n not in STATE_PARTS
+            ]:
                 # A component an older twc started that is no longer part of the
                 # environment (e.g. its home-made controllers): it must not act beside
                 # the real ones.
@@ -359,6 +410,11 @@ class LocalEnvironment:
                 if name == "kube-apiserver":
                     self._write_kubeconfig(state)
                     self._install_crds(progress)
+            if self._backend is not None and self._record_backend:
+                state.backend = self._backend
+            if self.backend(state) == "postgres":
+                crashes += self._up_postgres(state, progress)
+            self._save(state)
             self._write_env_file()
             return crashes
 
@@ -390,6 +446,40 @@ class LocalEnvironment:
             self._save(state)
             self.env_file.unlink(missing_ok=True)
             return stopped
+
+    def _up_postgres(self, state: State, progress: Progress) -> list[str]:
+        """Start PostgreSQL (made on first use) unless it runs; crash reports."""
+        rec = state.processes.get("postgres")
+        if rec and processes.is_alive(rec):
+            progress(f"postgres: running (pid {rec.pid})")
+            return []
+        crashes = []
+        if rec:
+            report = (
+                f"postgres (pid {rec.pid}) had exited; last lines of {rec.log_file}:\n"
+                + processes.log_tail(rec)
+            )
+            crashes.append(report)
+            progress(f"warning: {report}")
+        if not state.ports.postgres:
+            taken = set(state.ports.__dict__.values())
+            port = free_port()
+            while port in taken:
+                port = free_port()
+            state.ports.postgres = port
+        t0 = time.monotonic()
+        try:
+            if self.postgres.initialize():
+                progress(f"postgres: initialized {self.postgres.data}")
+        except (FileNotFoundError, RuntimeError) as exc:
+            raise LocalEnvError(f"postgres: {exc}") from None
+        progress(f"postgres: starting on 127.0.0.1:{state.ports.postgres}")
+        rec = self.postgres.start(state.ports.postgres)
+        state.processes["postgres"] = rec
+        self._save(state)
+        self._wait_ready(rec, lambda: self.postgres.ready(state.ports.postgres), 60)
+        progress(f"postgres: ready in {time.monotonic() - t0:.1f} s")
+        return crashes
 
     def stop_component(self, name: str) -> None:
         """Stop one component (fault-injection in tests); ``up`` starts it again."""

@@ -11,14 +11,18 @@ for it:
 * ``refresh`` runs on schedule and reports the resources that drifted;
 * the generated TemporalWorker objects of Queue and fleet-file workers are kept as the
   plan says, on every iteration, engine run or not (:mod:`twc.loop.views`).
+* autoscaled workers are scaled through their Deployment's ``scale`` subresource
+  (:meth:`Actor.scale`), never through the engine.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from twc.errors import TemporaryError
 from twc.kube.workloads import ObjectRef, ref_of
@@ -31,9 +35,17 @@ from twc.loop.plan import Plan
 from twc.loop.views import ViewSync, ViewWriter
 from twc.stackrun.automation import StackEngine
 
-__all__ = ["Actor", "Effects"]
+__all__ = ["Actor", "Effects", "Scaler"]
 
 logger = logging.getLogger(__name__)
+
+
+class Scaler(Protocol):
+    """Writes an autoscaled worker's replicas (:class:`twc.kube.scale.ReplicaScaler`)."""
+
+    def scale(self, namespace: str, name: str, replicas: int) -> None:
+        """Set the Deployment's replicas through its scale subresource."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -53,6 +65,8 @@ class Effects:
     views: ViewWriter | None = None
     """Writes the generated TemporalWorker objects of Queue and fleet-file workers;
     ``None`` keeps none."""
+    scaler: Scaler | None = None
+    """Writes autoscaled workers' replicas; ``None`` (no cluster) scales nothing."""
 
 
 class Actor:
@@ -85,6 +99,7 @@ class Actor:
             engine_window: That time, in seconds.
         """
         self.engine = effects.engine
+        self._scaler = effects.scaler
         self._early = effects.early if early_apply else None
         self._temporal_address = effects.temporal_address
         self._stack = stack
@@ -101,6 +116,9 @@ class Actor:
         )
         self._liveness = liveness
         self._engine_window = engine_window
+        # Early applies happen on the loop's thread, releases after an up on the
+        # engine's (while an up runs in the background): one lock for the pending set.
+        self._early_lock = threading.Lock()
 
     @property
     def early_pending(self) -> list[str]:
@@ -137,6 +155,27 @@ class Actor:
         """
         if not self._may_apply():
             raise TemporaryError("not leading any more; not applying")
+        self._apply_early(decision, plan)
+        self.run_up(decision, plan)
+
+    def apply_early(self, decision: ReconcileDecision, plan: Plan) -> None:
+        """Apply new workers' objects now: ahead of an ``up`` started next, or while
+        one is in progress (a Queue created during a long ``up`` gets its Deployment
+        in the same second, not after that ``up``)."""
+        if self._may_apply():
+            self._apply_early(decision, plan)
+
+    def run_up(self, decision: ReconcileDecision, plan: Plan) -> None:
+        """The engine's part of applying the plan: repair, ``up``, release the early
+        objects it adopted (on the engine's own thread when the loop runs it in the
+        background).
+
+        Raises:
+            TemporaryError: This daemon does not lead any more.
+            Exception: Whatever the engine raised.
+        """
+        if not self._may_apply():
+            raise TemporaryError("not leading any more; not applying")
         if not self._recovered:
             # Before this daemon's first engine run (of each term as leader): a killed
             # predecessor may have left a lock and pending operations.
@@ -147,11 +186,15 @@ class Actor:
         logger.info("[%s] up (%s): %s [%s]", self._stack, mode, decision.reason, workers)
         self._metrics.engine_runs.labels(self._stack, "up", mode).inc()
         started = self._clock()
-        self._apply_early(decision, plan)
+        with self._early_lock:
+            # What this up adopts: objects applied early for workers it does not have
+            # are deleted only if they were pending before it started.
+            owned = set(self._early_pending or ())
         with self._engine_running():
             report = self.engine.up(plan.inputs, targets)
         self._count_recoveries(report.recoveries)
-        self._release_early(plan)
+        self.scale_new(plan, decision.added)
+        self._release_early(plan, owned)
         changes = {op: n for op, n in report.changes.items() if op != "same" and n}
         logger.info(
             "[%s] up (%s) done in %.1f s: %s",
@@ -188,6 +231,50 @@ class Actor:
                 return None
             targets.extend(found)
         return targets
+
+    # ------------------------------------------------------------- scaling
+    def scale(self, plan: Plan) -> dict[str, int]:
+        """Write the plan's scaling decisions through the scale subresource.
+
+        Never raises for one worker: a failed write is logged and retried by the next
+        iteration (the live count still differs). Nothing is written while another
+        daemon leads.
+
+        Returns:
+            The counts written, per worker key.
+        """
+        if self._scaler is None or not plan.scale or not self._may_apply():
+            return {}
+        done: dict[str, int] = {}
+        for key, replicas in sorted(plan.scale.items()):
+            namespace, _, name = key.partition("/")
+            try:
+                self._scaler.scale(namespace, name, replicas)
+            except Exception as exc:  # noqa: BLE001 - one worker's failed scale never stops the loop; retried next iteration
+                logger.warning("[%s/%s] could not scale to %d: %s", self._stack, key, replicas, exc)
+                self._metrics.scale_writes.labels(self._stack, "failed").inc()
+                continue
+            current = plan.current.get(key)
+            if current != replicas:
+                logger.info("[%s/%s] scaled %s → %d", self._stack, key, current, replicas)
+            done[key] = replicas
+            self._metrics.scale_writes.labels(self._stack, "written").inc()
+        return done
+
+    def scale_new(self, plan: Plan, keys: set[str] | frozenset[str]) -> None:
+        """Right after the ``up`` that created them: give new autoscaled workers the
+        autoscaler's count (the engine created them at the API server's default)."""
+        if self._scaler is None:
+            return
+        for key in sorted(keys):
+            worker = plan.workers.get(key)
+            replicas = plan.replicas.get(key)
+            if worker is None or worker.autoscaling is None or replicas is None:
+                continue
+            try:
+                self._scaler.scale(worker.namespace, worker.name, replicas)
+            except Exception as exc:  # noqa: BLE001 - the next iteration scales it
+                logger.info("[%s/%s] not scaled after its up: %s", self._stack, key, exc)
 
     # ------------------------------------------------------------- refresh
     def refresh(self) -> list[str]:
@@ -233,7 +320,7 @@ class Actor:
                     plan.desired.fleet,
                     read_secret=self._read_secret,
                     temporal_address=self._temporal_address,
-                    replicas=plan.inputs.replicas.get(key),
+                    replicas=plan.replicas.get(key),
                     stack=self._stack,
                 )
                 refs = [ref_of(obj) for obj in objects]
@@ -241,8 +328,15 @@ class Actor:
                     # The engine created it already (it read a newer file than the hash).
                     continue
                 for obj, ref in zip(objects, refs, strict=True):
-                    pending.add(ref)
+                    with self._early_lock:
+                        pending.add(ref)
                     self._early.apply(obj, EARLY_FIELD_MANAGER)
+                replicas = plan.replicas.get(key)
+                if worker.autoscaling is not None and replicas is not None and self._scaler:
+                    # The autoscaler co-owns the count before the early manager is
+                    # released (else the release would drop the field, and the API
+                    # server would reset it to its default).
+                    self._scaler.scale(worker.namespace, worker.name, replicas)
             except Exception as exc:  # noqa: BLE001 - early apply never fails the up; the up does it anyway
                 # Never a failure: the up creates the worker anyway, a moment later.
                 logger.info("[%s/%s] not applied early (the up will): %s", self._stack, key, exc)
@@ -269,11 +363,19 @@ class Actor:
                 return set()
         return self._early_pending
 
-    def _release_early(self, plan: Plan) -> None:
-        """After a successful ``up``: the engine owns the early objects now."""
-        if self._early is None or not self._early_pending:
+    def _release_early(self, plan: Plan, owned: set[ObjectRef]) -> None:
+        """After a successful ``up``: the engine owns the early objects of its workers
+        now. Objects applied early for a worker this ``up`` does not have are deleted
+        only when they were pending before it started (their worker went away); ones
+        applied while it ran belong to the next ``up``."""
+        if self._early is None:
             return
-        release, delete = plan_release(self._early_pending, plan.workers.keys())
+        with self._early_lock:
+            pending = set(self._early_pending or ())
+        if not pending:
+            return
+        release, _ = plan_release(pending, plan.workers.keys())
+        _, delete = plan_release(owned & pending, plan.workers.keys())
         for ref in release + delete:
             try:
                 if ref in release:
@@ -284,6 +386,8 @@ class Actor:
             except Exception as exc:  # noqa: BLE001 - early apply never fails the up; the up does it anyway
                 logger.warning("[%s] %s: will retry after the next up: %s", self._stack, ref, exc)
                 continue
-            self._early_pending.discard(ref)
+            with self._early_lock:
+                if self._early_pending is not None:
+                    self._early_pending.discard(ref)
             result = "released" if ref in release else "deleted"
             self._metrics.early_applies.labels(self._stack, result).inc()

@@ -16,6 +16,11 @@ The algorithm is Kubernetes' HorizontalPodAutoscaler (``autoscaling/v2`` with
 3. Stabilization: scale up to at most the *lowest* recommendation of the scale-up window,
    scale down to at least the *highest* recommendation of the scale-down window.
 4. Rate limits: the change within each policy's sliding period is capped.
+
+Scale to zero follows KEDA: with ``minReplicas: 0`` a worker is *active* while its
+backlog exceeds ``activationBacklog``. An inactive worker at zero stays there; an
+active one wakes to at least one replica; a worker that turned inactive is recommended
+zero, which the scale-down stabilization window delays (KEDA's cooldown period).
 """
 
 from __future__ import annotations
@@ -66,6 +71,11 @@ class ScalingTarget(Protocol):
         """Backlog one replica is expected to keep up with; must be positive."""
         ...
 
+    @property
+    def activation_backlog(self) -> int:
+        """With ``min_replicas == 0``: the backlog at or below which the worker sleeps."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class ReplicaBounds:
@@ -77,6 +87,8 @@ class ReplicaBounds:
     """Most replicas."""
     target_backlog_per_replica: float
     """Backlog one replica is expected to keep up with; must be positive."""
+    activation_backlog: int = 0
+    """With ``min_replicas == 0``: the backlog at or below which the worker sleeps."""
 
 
 class ScaleReason(StrEnum):
@@ -98,6 +110,8 @@ class ScaleReason(StrEnum):
     """A scale-down policy capped the decrease."""
     DESIRED = "DesiredWithinRange"
     """The recommendation was taken as is."""
+    INACTIVE = "BelowActivation"
+    """At zero replicas with the backlog at or below ``activationBacklog``: asleep."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +278,29 @@ def desired_replicas(
             state=_pruned(state, behavior, now),
         )
 
+    activation = bounds.activation_backlog if lo == 0 else 0
+    if lo == 0 and current == 0 and backlog <= activation:
+        # Asleep and nothing worth waking for (KEDA's inactive scaler).
+        return ScaleDecision(
+            replicas=0,
+            current=0,
+            recommendation=0,
+            reason=ScaleReason.INACTIVE,
+            state=_pruned(
+                replace(
+                    state,
+                    recommendations=(*state.recommendations, Recommendation(now, 0)),
+                ),
+                behavior,
+                now,
+            ),
+        )
     recommended, within = metric_recommendation(backlog, current, bounds, behavior.tolerance)
+    if lo == 0:
+        # Active: at least one replica; inactive: zero, once the scale-down
+        # stabilization window (the cooldown) agrees.
+        recommended = min(max(recommended, 1), hi) if backlog > activation else 0
+        within = within and recommended == current
     stabilized = _stabilize(recommended, current, state, behavior, now)
     state = replace(
         state, recommendations=(*state.recommendations, Recommendation(now, recommended))

@@ -21,12 +21,35 @@ from twc.connections import ResolvedConnection, default_registry
 from twc.loop.sampling import Backlog, TaskQueueRef
 from twc.spec import Fleet, ResolvedWorker
 
-__all__ = ["BacklogSource", "SecretReader", "TemporalBacklogs", "backlog_from_stats"]
+__all__ = [
+    "BacklogSource",
+    "SecretReader",
+    "TemporalBacklogs",
+    "backlog_from_stats",
+    "import_temporal",
+]
 
 logger = logging.getLogger(__name__)
 
 SecretReader = Callable[[str, str], Mapping[str, bytes]]
 """Reads a Secret's decoded data: ``(namespace, name) -> data``; raises LookupError."""
+
+
+def import_temporal() -> None:
+    """Import what sampling and task-queue checks use from temporalio, now.
+
+    They are imported lazily (``twc validate`` stays fast). A daemon running several
+    shards samples from several threads at once, and a module imported by two threads
+    at the same moment can be left half-initialised for good (temporalio's generated
+    protobuf modules: "Couldn't build proto file into descriptor pool", a
+    ``_ModuleLock`` deadlock), failing every sample after. So that daemon imports them
+    once, from one thread, before its shards' loops start.
+    """
+    import temporalio.api.enums.v1
+    import temporalio.api.taskqueue.v1
+    import temporalio.api.workflowservice.v1
+    import temporalio.client
+    import temporalio.service  # noqa: F401 - imported for its side effect, see above
 
 
 class BacklogSource(Protocol):

@@ -32,6 +32,7 @@ from twc.connections import default_registry
 from twc.desired import DesiredFleet
 from twc.kube.watch import QueueSource
 from twc.loop.act import Actor, Effects
+from twc.loop.background import BackgroundEngine
 from twc.loop.decide import ReconcileAction, ReconcileDecision
 from twc.loop.faults import BLOCKING, FaultBook
 from twc.loop.guard import DeletionGuard
@@ -90,6 +91,7 @@ class Daemon:
         clocks: Clocks | None = None,
         program: Mapping[str, Any] | None = None,
         limiter: RateLimiter | None = None,
+        background: bool = False,
     ) -> None:
         """Wire the loop.
 
@@ -106,6 +108,9 @@ class Daemon:
                 Temporal address); a change forces a full ``up``.
             limiter: The backlog request-rate budget; a token bucket from the
                 sampling settings by default.
+            background: Run the engine on a thread of its own (:mod:`twc.loop.background`):
+                the loop keeps scaling and applying new workers early during a long
+                ``up``. ``twc run`` does; tests that step the loop run it inline.
         """
         self.stack = stack
         self.settings = settings
@@ -159,7 +164,7 @@ class Daemon:
             metrics=self.metrics,
             clock=self.clocks.monotonic,
             may_apply=lambda: self._leader is None or self._leader.is_leader(),
-            read_secret=sources.secrets,
+            read_secret=sources.secret_data or sources.secrets,
             early_apply=settings.early_apply,
             liveness=self.liveness,
             engine_window=settings.engine.deadline + settings.engine.interrupt_grace,
@@ -172,6 +177,20 @@ class Daemon:
         )
         self._desired: dict[str, int] = {}
         self._observed: dict[str, int] = {}
+        self._engine = (
+            BackgroundEngine(
+                stack,
+                actor=self.actor,
+                reporter=self.reporter,
+                settings=settings,
+                monotonic=self.clocks.monotonic,
+                jitter=self.clocks.jitter,
+                wakeup=self.wakeup,
+            )
+            if background
+            else None
+        )
+        self._last_desired: tuple[Any, Any, Any, DesiredFleet] | None = None
         self.metrics.leader.labels(stack).set(0)
 
     @property
@@ -291,6 +310,7 @@ class Daemon:
                 state = self.iterate(state)
                 self.state = state
                 if once:
+                    state = self._drain(state)
                     ok = state.last_outcome is not None and state.last_outcome.ok
                     return self.exit_code or (0 if ok else 1)
                 delay = state.next_delay(now=self.clocks.monotonic(), settings=self.settings)
@@ -302,6 +322,8 @@ class Daemon:
             raise
         finally:
             self._stop.set()  # the sources' threads end now, on purpose
+            # SIGTERM: an engine run in progress is never abandoned; it ends first.
+            self.state = self._drain(self.state or state)
             sources.queues.stop()
             if sources.native is not None:
                 sources.native.stop()
@@ -317,14 +339,23 @@ class Daemon:
             The state after the iteration.
         """
         clock = self.clocks.monotonic
+        state = self._collect(state)
         started = clock()
         attempted = None
+        deferred = False
         plan: Plan | None = None
         decision: ReconcileDecision | None = None
         try:
             plan = self.plan(state, now=started)
             state = state.with_scaling(plan.scaling)
             self.reporter.planned(plan)
+            # Replicas first, and never through the engine: a backlog burst is answered
+            # in this iteration whatever the up below does.
+            written = self.actor.scale(plan)
+            self._last_replicas.update(
+                {k: plan.current[k] for k in plan.decisions if k in plan.current}
+            )
+            self._last_replicas.update(written)
             self.actor.sync_views(plan)
             decision = plan.decision
             if decision.action is ReconcileAction.SKIP:
@@ -332,10 +363,16 @@ class Daemon:
             elif self._stop.is_set():
                 # Stopping: do not start an engine run that could outlive the grace period.
                 logger.info("[%s] stopping: not starting an up (%s)", self.stack, decision.reason)
+            elif self._engine is not None:
+                # In the background: new workers now, the up on the engine's thread
+                # (or, while one is in progress, after it).
+                self.actor.apply_early(decision, plan)
+                if not self._engine.busy():
+                    self._engine.start_up(decision, plan, started)
+                deferred = True
             else:
                 attempted = plan.hashes
                 self.actor.apply(decision, plan)
-                self._last_replicas.update(plan.inputs.replicas)
             if not self._stop.is_set():
                 # Routing needs no engine run: gates, ramps and promotions every iteration.
                 self.rollouts.act(plan.versions, plan.desired)
@@ -348,6 +385,10 @@ class Daemon:
                 settings=self.settings.backoff,
                 jitter=self.clocks.jitter,
             )
+        if deferred and outcome.ok:
+            # The up's outcome is this iteration's: reported when it ends (_fold), as if
+            # it had run inline.
+            return state
         state = state.finished(outcome, now=clock(), attempted=attempted)
         self.reporter.finished(plan, decision, outcome, state, started=started, now=clock())
         if (
@@ -355,7 +396,10 @@ class Daemon:
             and not self._stop.is_set()
             and state.refresh_due(now=clock(), settings=self.settings)
         ):
-            state = self._refresh(state)
+            if self._engine is None:
+                state = self._refresh(state)
+            elif not self._engine.busy():
+                self._engine.start_refresh()
         return state
 
     def plan(self, state: LoopState, *, now: float) -> Plan:
@@ -370,12 +414,23 @@ class Daemon:
             recalled = self.observer.recall()
             self.guard.remember(recalled.accepted, recalled.fleet)
             self._accepted = {k: dict(v) for k, v in recalled.accepted.items()}
-        desired: DesiredFleet = desired_from(
-            seen,
-            accepted=self._accepted,
-            registry=self.observer.registry,
-            file=self.observer.sources.file,
-        )
+        last = self._last_desired
+        if (
+            last is not None
+            and last[0] is seen.fleet
+            and last[1:3] == (seen.cluster, self._accepted)
+        ):
+            # Same file (the cached parse), same objects, same accepted specs: the same
+            # desired fleet; computing it again is most of a no-op iteration.
+            desired: DesiredFleet = last[3]
+        else:
+            desired = desired_from(
+                seen,
+                accepted=self._accepted,
+                registry=self.observer.registry,
+                file=self.observer.sources.file,
+            )
+            self._last_desired = (seen.fleet, seen.cluster, self._accepted, desired)
         existing = seen.live.keys() if seen.live is not None else None
         desired = self.guard.guard(seen.fleet, desired, existing, now=now, wall=self.clocks.wall())
         known = self.guard.previous.workers if self.guard.previous is not None else ()
@@ -407,6 +462,12 @@ class Daemon:
         self._desired = dict(plan.replicas)
         self._observed = dict(seen.live or {})
         return plan
+
+    def _collect(self, state: LoopState) -> LoopState:
+        return state if self._engine is None else self._engine.collect(state)
+
+    def _drain(self, state: LoopState) -> LoopState:
+        return state if self._engine is None else self._engine.drain(state)
 
     def _refresh(self, state: LoopState) -> LoopState:
         try:

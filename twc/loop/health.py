@@ -15,7 +15,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -26,7 +26,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-__all__ = ["DaemonMetrics", "HealthServer", "Liveness", "Probe", "sample_names"]
+__all__ = ["DaemonMetrics", "HealthServer", "Liveness", "MetricsSource", "Probe", "sample_names"]
 
 logger = logging.getLogger(__name__)
 
@@ -143,6 +143,13 @@ class DaemonMetrics:
             "twc_early_applies",
             "New workers' objects applied ahead of the engine, by result "
             "(applied, skipped, released to the engine, deleted).",
+            ["stack", "result"],
+            registry=r,
+        )
+        self.scale_writes = Counter(
+            "twc_scale_writes",
+            "Autoscaled workers' replicas written through the Deployment's scale "
+            "subresource (no engine run), by result (written, failed).",
             ["stack", "result"],
             registry=r,
         )
@@ -317,6 +324,14 @@ class Liveness:
         )
 
 
+class MetricsSource(Protocol):
+    """What ``/metrics`` renders: one daemon's metrics, or every shard's merged."""
+
+    def render(self) -> bytes:
+        """The metrics in the Prometheus text format."""
+        ...
+
+
 Probe = Callable[[], tuple[bool, str]]
 """A health check: ``(ok, one line of explanation)``."""
 
@@ -326,7 +341,7 @@ class HealthServer:
 
     def __init__(
         self,
-        metrics: DaemonMetrics,
+        metrics: MetricsSource,
         *,
         port: int,
         live: Probe,

@@ -125,11 +125,18 @@ class Sources:
     """Task-queue backlogs; ``None`` holds autoscaled workers' replicas (no metric)."""
     replicas: Callable[[], Mapping[str, int]] | None = None
     """Replicas of the worker Deployments in the cluster, keyed ``<ns>/<worker>``."""
+    scaled: Callable[[], Collection[str]] | None = None
+    """Worker Deployments whose ``spec.replicas`` the daemon's autoscaler field manager
+    owns (keyed like ``replicas``); ``None``: every live count counts as the
+    autoscaler's (no cluster to claim the field in)."""
     deployments: Callable[[], Mapping[str, tuple[int, int]]] | None = None
     """``(replicas, readyReplicas)`` of the worker Deployments, for object status."""
     secrets: SecretReader | None = None
-    """Reads credential secrets, so a rotated secret changes the desired state;
-    ``None`` leaves secrets out of the hash."""
+    """Reads credential secrets (or a digest per key, from a cache), so a rotated
+    secret changes the desired state; ``None`` leaves secrets out of the hash."""
+    secret_data: SecretReader | None = None
+    """Reads a credential secret's real data (a new worker's early-applied pod template
+    is fingerprinted with it); ``secrets`` when ``None``."""
     registry: Registry | None = None
     """The connection-provider registry (the process-wide one by default)."""
     file: str = "<fleet>"
@@ -157,6 +164,9 @@ class Observation:
     """Replicas of the worker Deployments; ``None`` when unknown (or no cluster)."""
     live_known: bool = True
     """False when the replicas could not be read (as opposed to: no cluster at all)."""
+    scaled: frozenset[str] | None = None
+    """Worker Deployments whose replicas the autoscaler's field manager owns; ``None``
+    when that is not known (then it is not claimed again)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +246,13 @@ class Observer:
         if fleet.cluster_objects:
             cluster = self._cluster()
         live, known = self._read_live()
-        return Observation(fleet=fleet, cluster=cluster, live=live, live_known=known)
+        scaled: frozenset[str] | None = None
+        if known and self.sources.scaled is not None:
+            try:
+                scaled = frozenset(self.sources.scaled())
+            except Exception as exc:  # noqa: BLE001 - unknown ownership is only not re-claimed
+                logger.debug("[%s] could not read replica ownership: %s", self._stack, exc)
+        return Observation(fleet=fleet, cluster=cluster, live=live, live_known=known, scaled=scaled)
 
     def _cluster(self) -> dict[str, ObjectList]:
         # A kind whose list failed (or never succeeded) is unknown, never empty: the

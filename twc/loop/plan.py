@@ -2,13 +2,17 @@
 
 From the observation and the loop's state this computes the desired fleet (through the
 one desired-state function), the autoscaler's decisions, the hashes of the desired
-state and whether (and how widely) to run ``up``. The result is one plain value,
+state and whether (and how widely) to run ``up``. Replicas of autoscaled workers are not
+part of the hashes: the daemon writes them through each Deployment's ``scale``
+subresource (:attr:`Plan.scale`), so a scaling decision never starts the engine. The
+result is one plain value,
 :class:`Plan`, that the act and report steps carry out and that a test can assert on.
 Time is an argument.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -47,7 +51,7 @@ from twc.native.views import ViewPlan, desired_views, plan_views
 from twc.rollout import RolloutPlan
 from twc.spec import Fleet, ResolvedWorker
 
-__all__ = ["NativePlan", "Plan", "desired_from", "make_plan", "with_conflicts"]
+__all__ = ["NativePlan", "Plan", "desired_from", "make_plan", "scale_writes", "with_conflicts"]
 
 _POSITIONAL = {"source", "connection_source"}
 """ResolvedWorker fields that say where in the file a worker is, not what it is."""
@@ -98,6 +102,10 @@ class Plan:
     """The versioned workers' rollouts: routing to carry out, versions to declare."""
     deletions: GuardVerdict | None = None
     """The deletion guard's verdict: which deletions are held, if any."""
+    scale: Mapping[str, int] = field(default_factory=dict)
+    """Autoscaled workers whose Deployment to scale now (its ``scale`` subresource, no
+    engine): the live count differs from the decision, or the autoscaler's field
+    manager does not own the count yet. Workers without a Deployment yet are absent."""
 
     @property
     def workers(self) -> Mapping[str, ResolvedWorker]:
@@ -229,14 +237,9 @@ def make_plan(
     hashes = desired_state(
         # Where a worker sits in the file (`source`, `connection_source`) is for
         # messages only: removing one worker must not change the hash of the rest.
-        {
-            k: {
-                **w.model_dump(mode="json", exclude=_POSITIONAL),
-                **_versions_of(k, version_replicas),
-            }
-            for k, w in workers.items()
-        },
-        replicas=scaled,
+        # The autoscaler's counts are not hashed: the program never sets them (a
+        # versioned worker's version counts are, under `versions`: the engine sets those).
+        {k: _worker_hash_part(k, w, version_replicas) for k, w in workers.items()},
         shared={
             "fleet": shared_fleet,
             "program": dict(program),
@@ -267,6 +270,7 @@ def make_plan(
         native=_native_plan(seen, desired, watched, views_of) if native else None,
         versions=versions,
         deletions=deletions,
+        scale=scale_writes(scaled, live, seen.scaled),
     )
 
 
@@ -291,6 +295,61 @@ def _rollout_plans(
 
 def _versions_of(key: str, replicas: Mapping[str, Any]) -> dict[str, Any]:
     return {"versions": replicas[key]} if key in replicas else {}
+
+
+def _worker_digest(worker: ResolvedWorker) -> str:
+    """A worker's spec as one digest: its JSON from pydantic's own serializer, hashed.
+
+    A canonical form per worker (sorted keys, the daemon's other hashes) costs most of
+    a no-op iteration at hundreds of workers; the serializer's field order is fixed and
+    its maps keep the file's order, so equal workers give equal digests and a reordered
+    map at worst one needless ``up``.
+    """
+    text = worker.model_dump_json(exclude=_POSITIONAL)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _worker_hash_part(
+    key: str, worker: ResolvedWorker, version_replicas: Mapping[str, Any]
+) -> object:
+    digest = _worker_digest(worker)
+    return (
+        {"spec": digest, **_versions_of(key, version_replicas)}
+        if key in version_replicas
+        else digest
+    )
+
+
+def scale_writes(
+    decided: Mapping[str, int],
+    live: Mapping[str, int] | None,
+    owned: frozenset[str] | None,
+) -> dict[str, int]:
+    """The autoscaled workers whose Deployment to scale this iteration.
+
+    Args:
+        decided: The autoscaler's decision per worker.
+        live: The Deployments' ``spec.replicas``; ``None`` when unknown (nothing is
+            written blind).
+        owned: Deployments whose count the autoscaler's field manager owns; ``None``
+            when unknown.
+
+    Returns:
+        Per worker key, the count to write: where the live count differs, and where it
+        is equal but not yet the autoscaler's (a Deployment created by an older
+        program, or by the engine before the daemon scaled it): claiming it makes a
+        later ``up`` leave the field alone.
+    """
+    if live is None:
+        return {}
+    out: dict[str, int] = {}
+    for key, replicas in sorted(decided.items()):
+        current = live.get(key)
+        if current is None:
+            continue  # no Deployment yet: its creation sets the count
+        if current != replicas or (owned is not None and key not in owned):
+            out[key] = replicas
+    return out
 
 
 def _native_plan(

@@ -140,11 +140,15 @@ class Reporter:
         self._pollers = pollers
         self.reported_invalid: dict[str, str] = {}
         """Queue objects left out, by key: their reason (for ``/status``)."""
+        self.also_in_use: Callable[[], frozenset[IdentityKey]] = frozenset
+        """Connections other shards of the same stack use (a sharded stack's daemon sets
+        it): their finalizers are kept even when this shard uses them no more."""
         self.reported_native: dict[str, tuple[str, str]] = {}
         """TemporalWorker and connection objects not used as they are (``/status``)."""
         # Connections used by the stack as last applied; None until an up (or a skip
         # that confirms the state) succeeded: then no finalizer is released.
         self._applied_refs: frozenset[IdentityKey] | None = None
+        self._planned_refs: frozenset[IdentityKey] = frozenset()
         self._pending_events: list[tuple[NativeObject, str, str]] = []
         self._written: dict[str, dict[str, Any]] = {}
         self._apply_failed: dict[str, str] = {}
@@ -456,10 +460,16 @@ class Reporter:
             except Exception as exc:  # noqa: BLE001 - write-back never fails the loop; the next iteration retries
                 logger.warning("[%s] could not record an Event on %s: %s", self.stack, obj, exc)
 
+    @property
+    def in_use(self) -> frozenset[IdentityKey]:
+        """Connections this stack uses, as last planned and as last applied."""
+        return self._planned_refs | (self._applied_refs or frozenset())
+
     def _update_finalizers(self, native: NativePlan) -> None:
         assert self._writer is not None
         current = frozenset(native.references.values())
-        keep = current | (self._applied_refs or frozenset())
+        self._planned_refs = current
+        keep = current | (self._applied_refs or frozenset()) | self.also_in_use()
         updates = finalizer_updates(native.objects, keep)
         if self._applied_refs is None:
             # What the stack holds is not known yet: protect, never release.

@@ -12,6 +12,7 @@ The autoscaling defaults are Kubernetes' HorizontalPodAutoscaler defaults (``aut
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -27,6 +28,8 @@ __all__ = [
     "ScalingPolicy",
     "ScalingRules",
     "SelectPolicy",
+    "ShardSettings",
+    "StateSettings",
     "VersionedRolloutSettings",
 ]
 
@@ -175,8 +178,10 @@ class SamplingSettings(_Settings):
     """Most DescribeTaskQueue calls in flight at once."""
     rate_per_s: float = Field(default=20.0, gt=0)
     """Request budget: on average at most this many calls per second."""
-    burst: int = Field(default=1, ge=1)
-    """Calls allowed back to back before the rate budget applies."""
+    burst: int = Field(default=20, ge=1)
+    """Calls allowed back to back before the rate budget applies: one second's worth by
+    default, so an iteration that samples a few queues does not wait for the budget
+    (the average stays ``rate_per_s``; the bucket refills between iterations)."""
 
 
 class LeaderElectionSettings(_Settings):
@@ -271,6 +276,36 @@ class DeletionGuardSettings(_Settings):
         return max(1, int(self.max_share * total))
 
 
+class StateSettings(_Settings):
+    """How the engine writes the stack's state, and how many old copies are kept."""
+
+    checkpoints: Literal["every-step", "final"] = "every-step"
+    """``every-step``: the engine records the state after each resource it changes (a
+    crash loses only what was in flight). ``final``: once, when the ``up`` ends
+    (``PULUMI_SKIP_CHECKPOINTS``; a crash loses the record of the whole ``up``, which
+    the next one re-applies). See docs/daemon.md for what each costs."""
+    compression: Literal["none", "gzip"] = "none"
+    """Compress the state the DIY backends write (``PULUMI_DIY_BACKEND_GZIP``)."""
+    parallel_diff: bool = False
+    """Diff resources in parallel (``PULUMI_PARALLEL_DIFF``)."""
+    keep_backups: int = Field(default=10, ge=0)
+    """The file backend writes a backup of the state and a copy into the stack's
+    history on every ``up`` and never removes them: keep the newest this many of each
+    per stack."""
+
+
+class ShardSettings(_Settings):
+    """How one daemon process runs the shards of a sharded stack."""
+
+    engine_concurrency: int = Field(default=2, ge=1, le=64)
+    """Most engine runs (``up``, ``refresh``) in progress at once across this process's
+    shards. Each run is a CLI, a language host and a provider process, so memory and CPU
+    bound it: about 2 per core."""
+    assignment_interval: float = Field(default=2.0, gt=0)
+    """Seconds between checks for namespaces that need a shard (and for a Lease to hand
+    back when this replica holds more than its share)."""
+
+
 class DaemonSettings(_Settings):
     """Everything the reconcile loop of ``twc run`` is tuned by."""
 
@@ -305,6 +340,10 @@ class DaemonSettings(_Settings):
     as a standby an election round) for this many seconds past the moment it should have:
     after its sleep, or an engine run's deadline. ``None``: four reconcile intervals, at
     least 60 s (one Kubernetes call may legitimately take its 30 s read timeout)."""
+    state: StateSettings = Field(default_factory=StateSettings)
+    """How the state is written and how many old copies are kept."""
+    shards: ShardSettings = Field(default_factory=ShardSettings)
+    """For a sharded stack: engine concurrency and assignment checks."""
 
     @property
     def liveness_allowance(self) -> float:

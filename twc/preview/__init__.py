@@ -28,6 +28,7 @@ from twc.preview._build import (
     build_report,
     events_from_json,
 )
+from twc.preview._merge import merge_reports
 from twc.preview._model import (
     SCHEMA_VERSION,
     Diagnostic,
@@ -87,6 +88,7 @@ __all__ = [
     "build_report",
     "events_from_json",
     "exit_code",
+    "merge_reports",
     "render_json",
     "render_markdown",
     "render_text",

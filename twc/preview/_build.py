@@ -664,9 +664,11 @@ def _creation_details(group: _Group) -> list[str]:
             if _known_str(image):
                 details.append(f"image `{image}`")
         replicas = _get(state, *_REPLICAS_PATH)
-        if isinstance(replicas, int) and not isinstance(replicas, bool):
-            scaled = _get(state, *_SOURCE_PATH) == "autoscaling"
-            details.append(f"{_plural(replicas, 'replica')}{' (autoscaling)' if scaled else ''}")
+        count = replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else None
+        if _get(state, *_SOURCE_PATH) == "autoscaling":
+            details.append(_autoscaled(count))
+        elif count is not None:
+            details.append(_plural(count, "replica"))
         queue = _get(state, "metadata", "labels", "temporal.io/task-queue")
         if _known_str(queue):
             details.append(f"task queue `{queue}`")
@@ -825,6 +827,11 @@ def _connection_by_hash(
     return None
 
 
+def _autoscaled(count: int | None) -> str:
+    """The line that says who owns an autoscaled worker's replicas."""
+    return "replicas managed by autoscaling" + (f": {count}" if count is not None else "")
+
+
 def _find_connection(named: str, connections: Sequence[_Group]) -> _Group | None:
     exact = [c for c in connections if c.name == named]
     if exact:
@@ -848,13 +855,17 @@ def _workload_reasons(
     touched = _touched_env(member, changes)
     reasons: list[tuple[ReasonCode, str]] = []
     old_replicas, new_replicas = _get(old, *_REPLICAS_PATH), _get(new, *_REPLICAS_PATH)
-    if old_replicas != new_replicas and old_replicas is not None and new_replicas is not None:
-        source = _get(new, *_SOURCE_PATH)
-        by = " by autoscaling" if source == "autoscaling" else ""
+    if _get(new, *_SOURCE_PATH) == "autoscaling":
+        # The daemon scales it through the scale subresource, never the engine: the
+        # count is information, not a change this update makes.
+        shown = new_replicas if new_replicas is not None else old_replicas
+        count = shown if isinstance(shown, int) and not isinstance(shown, bool) else None
+        reasons.append((ReasonCode.REPLICAS_AUTOSCALED, _autoscaled(count)))
+    elif old_replicas != new_replicas and old_replicas is not None and new_replicas is not None:
         reasons.append(
             (
                 ReasonCode.REPLICAS_CHANGED,
-                f"replicas {_show(old_replicas)} → {_show(new_replicas)}{by}",
+                f"replicas {_show(old_replicas)} → {_show(new_replicas)}",
             )
         )
     old_source, new_source = _get(old, *_SOURCE_PATH), _get(new, *_SOURCE_PATH)

@@ -79,6 +79,7 @@ class ReasonCode(StrEnum):
     IMAGE_CHANGED = "ImageChanged"
     REPLICAS_CHANGED = "ReplicasChanged"
     REPLICAS_SOURCE_CHANGED = "ReplicasSourceChanged"
+    REPLICAS_AUTOSCALED = "ReplicasManagedByAutoscaling"
     ENV_CHANGED = "EnvChanged"
     COMPUTE_RESOURCES_CHANGED = "ComputeResourcesChanged"
     NEW_VERSION = "NewVersion"

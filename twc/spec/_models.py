@@ -83,6 +83,7 @@ __all__ = [
     "SecretRef",
     "SecretSource",
     "ServiceAccount",
+    "Sharding",
     "Sunset",
     "TemporalWorker",
     "Toleration",
@@ -433,6 +434,13 @@ class Autoscaling(SpecModel):
     """Approximate task-queue backlog one replica is expected to keep up with."""
     scale_down_stabilization_seconds: int = Field(default=300, ge=0, le=86_400)
     """How long a lower replica count must be recommended before scaling down."""
+    activation_backlog: int = Field(default=0, ge=0)
+    """With ``minReplicas: 0``, the backlog at or below which the worker sleeps at zero
+    replicas, as KEDA's ``activationThreshold``: from zero it wakes (to at least one
+    replica) only once the backlog exceeds this, and it goes back to zero once the
+    backlog has stayed at or below it for the scale-down stabilization window. Above
+    it the ordinary backlog-per-replica math decides. Ignored when ``minReplicas`` is
+    at least 1."""
 
     @model_validator(mode="after")
     def _ordered(self) -> Autoscaling:
@@ -822,6 +830,23 @@ class TemporalWorker(WorkerSettings):
         return self
 
 
+class Sharding(SpecModel):
+    """How a stack is split into shards, each its own Pulumi stack (own state, lock and
+    Lease), so a change costs what its shard costs rather than what the fleet costs."""
+
+    by: Literal["namespace"] = "namespace"
+    """What keeps workers together: every object of one Kubernetes namespace (its
+    workers, queues and credential-secret copies) lives in one shard."""
+    max_workers_per_shard: int = Field(default=250, ge=1, le=100_000)
+    """A new namespace joins the least-filled shard with room for its workers; when
+    none has room a new shard is opened. Namespaces already assigned never move, so a
+    shard may grow past this as its namespaces grow."""
+    assignment_namespace: DnsLabel = "default"
+    """Namespace of the ConfigMap ``twc-shards-<stack>`` that records which shard each
+    namespace belongs to (the daemon's own namespace is a good choice: its Role grants
+    that ConfigMap and the shards' Leases)."""
+
+
 class Fleet(SpecModel):
     """A fleet file: every Temporal worker of one environment."""
 
@@ -835,6 +860,8 @@ class Fleet(SpecModel):
     honours it alike (the daemon, ``twc up``/``preview`` and plain ``pulumi up``), so
     none of them deletes the workers another one created from the cluster. ``false``:
     the fleet file alone."""
+    sharding: Sharding | None = None
+    """Split the stack into shards by namespace (``None``: one stack for the fleet)."""
     defaults: Defaults = Field(default_factory=Defaults)
     """Values for derived workers and workers that omit a field."""
     cluster_connections: tuple[ClusterConnection, ...] = ()

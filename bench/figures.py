@@ -1,0 +1,454 @@
+"""The figures of one fleet size, each measured on the real parts.
+
+Every figure is a list of trials in random order (the workers, shards and namespaces a
+trial touches are drawn from a seeded generator); what a trial measures is said where
+it is measured. The harness only reads clocks here and in :mod:`bench.timing`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from bench import fleets
+from bench.daemon import DaemonProcess
+from bench.procs import StateWrites, TreeMemory, peak_rss_mb, wait
+from bench.stacks import BenchStack
+from bench.stats import summarize
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+
+# --------------------------------------------------------------------- helpers
+def _deployment(kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    found: dict[str, Any] | None = kube.get_deployment(namespace, name)
+    return found
+
+
+def _rolled_out(dep: dict[str, Any] | None, generation: int, image: str) -> bool:
+    """The Deployment's new pod template is Available: the rollout finished."""
+    if dep is None:
+        return False
+    meta, spec, status = dep["metadata"], dep["spec"], dep.get("status") or {}
+    containers = spec["template"]["spec"]["containers"]
+    if int(meta.get("generation") or 0) <= generation or containers[0].get("image") != image:
+        return False
+    replicas = int(spec.get("replicas") or 0)
+    available = any(
+        c.get("type") == "Available" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    return (
+        int(status.get("observedGeneration") or 0) >= int(meta["generation"])
+        and int(status.get("updatedReplicas") or 0) >= replicas
+        and int(status.get("availableReplicas") or 0) >= replicas
+        and available
+    )
+
+
+async def _describe(address: str, task_queue: str) -> tuple[int, int]:
+    """``(backlog, pollers)`` of a task queue's workflow tasks."""
+    from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+    from temporalio.client import Client
+
+    client = await Client.connect(address)
+    response = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace="default",
+            task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+            report_stats=True,
+        )
+    )
+    return int(response.stats.approximate_backlog_count), len(response.pollers)
+
+
+async def _start_workflows(address: str, task_queue: str, count: int) -> list[str]:
+    from temporalio.client import Client
+
+    client = await Client.connect(address)
+    ids = [f"bench-{uuid.uuid4().hex[:12]}" for _ in range(count)]
+    await asyncio.gather(
+        *(client.start_workflow("EchoWorkflow", "hi", id=i, task_queue=task_queue) for i in ids)
+    )
+    return ids
+
+
+async def _terminate(address: str, ids: list[str]) -> None:
+    from temporalio.client import Client
+
+    client = await Client.connect(address)
+    await asyncio.gather(
+        *(client.get_workflow_handle(i).terminate("bench") for i in ids), return_exceptions=True
+    )
+
+
+# ------------------------------------------------------------ one-worker change
+def one_worker_change(
+    stack: BenchStack,
+    daemon: DaemonProcess,
+    kube: Any,
+    *,
+    trials: int,
+    rng: random.Random,
+    backend_dir: Any,
+    progress: Progress,
+) -> dict[str, Any]:
+    """A new image for one worker until its new Deployment is Available.
+
+    The daemon runs as ``twc run`` does; each trial edits the fleet file (one worker,
+    drawn at random among the non-autoscaled ones, so a random shard) and waits for the
+    rollout to finish (the new pod template Available). Measured alongside: bytes
+    written to the changed shard's state files, the engine processes' peak memory.
+    """
+    candidates = [i for i in range(stack.n) if not fleets.autoscaled(i, stack.namespaces, stack.n)]
+    picks = rng.sample(candidates, k=min(trials, len(candidates)))
+    latencies: list[float] = []
+    written: list[int] = []
+    memory: list[dict[str, Any]] = []
+    runs: list[float] = []
+    for trial, index in enumerate(picks):
+        namespace = fleets.worker_namespace(index, stack.namespaces)
+        name = fleets.worker_name(index)
+        before = _deployment(kube, namespace, name)
+        generation = int(before["metadata"]["generation"]) if before else 0
+        writes = StateWrites(backend_dir, stack.stack_of(index)).start() if backend_dir else None
+        engine_memory = TreeMemory(daemon.pid).start()
+        engine_before = daemon.engine_runs()
+        stack.write(changed=index)
+        image = f"{fleets.IMAGE}-r{stack.revisions[index]}"
+        start = time.perf_counter()
+
+        def rolled_out(
+            ns: str = namespace, w: str = name, g: int = generation, i: str = image
+        ) -> bool:
+            return _rolled_out(_deployment(kube, ns, w), g, i)
+
+        wait(rolled_out, 900)
+        latencies.append(time.perf_counter() - start)
+        daemon.wait_idle(timeout=900)
+        memory.append(engine_memory.stop())
+        runs.append(daemon.engine_runs() - engine_before)
+        if writes is not None:
+            written.append(writes.stop()["bytes"])
+        progress(
+            f"N={stack.n} one-worker change {trial + 1}/{len(picks)} ({stack.stack_of(index)}): "
+            f"{latencies[-1]:.1f} s"
+        )
+    return {
+        "latency_s": summarize(latencies),
+        "engine_runs_per_change": summarize(runs),
+        "state_bytes_per_change": summarize([float(b) for b in written]) if written else None,
+        "engine_peak_total_mb": max((m["peak_total_mb"] for m in memory), default=None),
+        "engine_peak_process_mb": max((m["peak_process_mb"] for m in memory), default=None),
+        "engine_peak_by_name_mb": _max_by_name(memory),
+    }
+
+
+def _max_by_name(memory: list[dict[str, Any]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for sample in memory:
+        for name, mb in sample["peak_by_name_mb"].items():
+            out[name] = max(out.get(name, 0.0), mb)
+    return dict(sorted(out.items()))
+
+
+# --------------------------------------------------------------- backlog burst
+def backlog_to_replicas(
+    stack: BenchStack,
+    daemon: DaemonProcess,
+    kube: Any,
+    address: str,
+    *,
+    trials: int,
+    rng: random.Random,
+    workflows: int,
+    progress: Progress,
+) -> dict[str, Any]:
+    """A burst of workflows on an autoscaled worker's queue until its replicas change.
+
+    Three moments per trial: the burst (the workflows started), the daemon's sample
+    (its ``twc_task_queue_backlog`` shows the burst: the daemon knows), and the replicas
+    changed in the API server. The engine runs started meanwhile are counted (the
+    scale subresource needs none).
+    """
+    autoscaled = [i for i in range(stack.n) if fleets.autoscaled(i, stack.namespaces, stack.n)]
+    picks = rng.sample(autoscaled, k=min(trials, len(autoscaled)))
+    burst_s: list[float] = []
+    sample_s: list[float] = []
+    runs: list[float] = []
+    target = fleets.AUTOSCALING["targetBacklogPerReplica"]
+    for trial, index in enumerate(picks):
+        namespace = fleets.worker_namespace(index, stack.namespaces)
+        name = fleets.worker_name(index)
+        queue = fleets.task_queue(index)
+        before = _deployment(kube, namespace, name)
+        replicas = int((before or {}).get("spec", {}).get("replicas") or 1)
+        engine_before = daemon.engine_runs()
+        start = time.perf_counter()
+        ids = asyncio.run(_start_workflows(address, queue, workflows))
+        sampled: list[float] = []
+
+        def seen(
+            queue: str = queue,
+            sampled: list[float] = sampled,
+            replicas: int = replicas,
+            namespace: str = namespace,
+            name: str = name,
+        ) -> bool:
+            value = daemon.value("twc_task_queue_backlog", task_queue=queue)
+            if not sampled and value is not None and math.ceil(value / target) > replicas:
+                sampled.append(time.perf_counter())
+            dep = _deployment(kube, namespace, name)
+            return dep is not None and int(dep["spec"].get("replicas") or 0) != replicas
+
+        wait(seen, 300, interval=0.05)
+        done = time.perf_counter()
+        burst_s.append(done - start)
+        if sampled:
+            sample_s.append(max(0.0, done - sampled[0]))
+        runs.append(daemon.engine_runs() - engine_before)
+        asyncio.run(_terminate(address, ids))
+        progress(
+            f"N={stack.n} backlog → replicas {trial + 1}/{len(picks)}: {burst_s[-1]:.1f} s "
+            f"after the burst, {sample_s[-1] if sample_s else float('nan'):.2f} s after the "
+            f"sample, {runs[-1]:.0f} engine runs"
+        )
+    return {
+        "burst_to_replicas_s": summarize(burst_s),
+        "sample_to_replicas_s": summarize(sample_s),
+        "engine_runs": summarize(runs),
+        "workflows": workflows,
+    }
+
+
+# --------------------------------------------------------- Queue → polling worker
+def queue_to_polling(
+    stack: BenchStack,
+    daemon: DaemonProcess,
+    kube: Any,
+    address: str,
+    *,
+    trials: int,
+    rng: random.Random,
+    mean_gap_s: float,
+    busy: Callable[[], None] | None,
+    progress: Progress,
+    tag: str = "",
+) -> dict[str, Any]:
+    """Labelled Queues arriving at random (exponential gaps) until each one's worker
+    polls its task queue.
+
+    When a new worker's pod is Running (the real scheduler, a KWOK node), a real
+    temporalio worker process starts from the pod's own env (``WorkerPod``).
+    Meanwhile ``busy`` keeps the daemon busy (one-worker changes in other shards), and
+    refreshes run on the daemon's schedule.
+    """
+    from twc.local.workerpod import WorkerPod
+
+    latencies: list[float] = []
+    deployment_s: list[float] = []
+    errors: list[str] = []
+    pods: list[Any] = []
+    lock = threading.Lock()
+    refresh_before = daemon.value("twc_engine_runs_total", operation="refresh") or 0.0
+    stop_busy = threading.Event()
+    busy_thread = None
+    if busy is not None:
+
+        def keep_busy() -> None:
+            while not stop_busy.is_set():
+                try:
+                    busy()
+                except Exception as exc:  # noqa: BLE001 - the busy load is not a figure
+                    log.warning("busy load: %s", exc)
+                stop_busy.wait(2.0)
+
+        busy_thread = threading.Thread(target=keep_busy, daemon=True)
+        busy_thread.start()
+
+    def one(name: str, namespace: str) -> None:
+        created = time.perf_counter()
+        kube.custom.create_namespaced_custom_object(
+            "kmsvc.io", "v1", namespace, "queues", fleets.queue_object(name, namespace)
+        )
+        worker = f"worker-{name}"
+        try:
+            wait(lambda: _deployment(kube, namespace, worker) is not None, 600, interval=0.05)
+            appeared = time.perf_counter()
+            # Scheduled by the real scheduler, Running on a KWOK node: its worker
+            # process starts from the pod's own env.
+            pod = WorkerPod.of_deployment(kube, namespace, worker, timeout=600)
+            pod.start()
+            with lock:
+                pods.append(pod)
+            wait(lambda: asyncio.run(_describe(address, name))[1] > 0, 600, interval=0.1)
+            done = time.perf_counter()
+        except Exception as exc:  # noqa: BLE001 - a failed trial is recorded, the others go on
+            with lock:
+                errors.append(f"{namespace}/{name}: {exc}")
+            return
+        with lock:
+            latencies.append(done - created)
+            deployment_s.append(appeared - created)
+        progress(f"N={stack.n} Queue → polling{tag} {namespace}/{name}: {done - created:.2f} s")
+
+    threads: list[threading.Thread] = []
+    created: list[tuple[str, str]] = []
+    try:
+        for trial in range(trials):
+            namespace = rng.choice(stack.namespaces)
+            name = f"q{tag.strip('-')}{trial:02d}-{uuid.uuid4().hex[:4]}"
+            created.append((namespace, name))
+            thread = threading.Thread(target=one, args=(name, namespace), daemon=True)
+            thread.start()
+            threads.append(thread)
+            time.sleep(rng.expovariate(1.0 / mean_gap_s))
+        for thread in threads:
+            thread.join(timeout=900)
+    finally:
+        stop_busy.set()
+        if busy_thread is not None:
+            busy_thread.join(timeout=900)
+        for pod in pods:
+            pod.stop()
+        for namespace, name in created:
+            # Gone again: the daemon deletes their workers (the next settle waits).
+            try:
+                kube.custom.delete_namespaced_custom_object(
+                    "kmsvc.io", "v1", namespace, "queues", name
+                )
+            except Exception as exc:  # noqa: BLE001 - a leftover Queue is only logged
+                log.warning("could not delete Queue %s/%s: %s", namespace, name, exc)
+        for namespace, name in created:
+
+            def gone(ns: str = namespace, worker: str = f"worker-{name}") -> bool:
+                return _deployment(kube, ns, worker) is None
+
+            try:
+                wait(gone, 900)
+            except TimeoutError:
+                log.warning("the worker of Queue %s/%s was never deleted", namespace, name)
+    refreshes = (daemon.value("twc_engine_runs_total", operation="refresh") or 0.0) - refresh_before
+    return {
+        "latency_s": summarize(latencies),
+        "deployment_s": summarize(deployment_s),
+        "mean_gap_s": mean_gap_s,
+        "refreshes_during": refreshes,
+        "busy": busy is not None,
+        "errors": errors,
+    }
+
+
+# ------------------------------------------------------------ no-op iteration
+class _RefusingEngine:
+    """Stands in for the engine while the no-op iteration is measured: an iteration
+    that would start one is not a no-op, and must not race the running daemon."""
+
+    def recover(self) -> list[str]:
+        raise RuntimeError("a no-op iteration started the engine (recover)")
+
+    def up(self, inputs: Any, targets: Any) -> Any:
+        raise RuntimeError("a no-op iteration started the engine (up)")
+
+    def refresh(self) -> list[str]:
+        raise RuntimeError("a no-op iteration started the engine (refresh)")
+
+    def worker_urns(self) -> dict[str, list[str]]:
+        return {}
+
+
+def noop_iteration(
+    stack: BenchStack, settings: dict[str, Any], *, trials: int, progress: Progress
+) -> dict[str, Any]:
+    """The daemon's own ``iterate()`` with nothing to do, on ``twc run``'s wiring.
+
+    :func:`twc.commands.run.wire` builds the loop exactly as ``twc run`` does (watch
+    caches, the cached fleet file, the shard views); each shard's loop is given the
+    hashes it would have applied, then iterates. Only the engine is replaced, by one
+    that fails the figure if an iteration calls it.
+    """
+    from twc.commands.run import RunOptions, load_settings, wire
+    from twc.loop.daemon import Daemon
+    from twc.loop.shards import ShardedDaemon
+    from twc.loop.state import LoopState
+
+    options = RunOptions(stack=stack.name, fleet_file=str(stack.fleet_file))
+    loaded = load_settings(options).model_validate({**settings, "metrics_port": 0})
+    wiring = wire(options, loaded)
+    wiring.start()
+    loops: list[Daemon] = []
+    try:
+        runner = wiring.runner
+        if isinstance(runner, ShardedDaemon):
+            runner.sync()  # the shards' loops, not started: iterated here
+            loops = [shard.daemon for shard in runner.shards.values()]
+        else:
+            loops = [runner]
+        per_shard: list[float] = []
+        rounds: list[float] = []
+        for loop in loops:
+            loop.actor.engine = _RefusingEngine()
+            sources = loop.observer.sources
+            sources.queues.start(loop.wakeup)  # as Daemon.run does
+            if sources.native is not None:
+                sources.native.start(loop.wakeup)
+
+            def listed(s: Any = sources) -> bool:
+                return s.queues.snapshot() is not None and (
+                    s.native is None or s.native.snapshot() is not None
+                )
+
+            wait(listed, 60)
+        states = {}
+        for loop in loops:
+            now = time.monotonic()
+            plan = loop.plan(LoopState(started_at=now), now=now)
+            states[loop.stack] = replace(
+                LoopState(started_at=now), applied=plan.hashes, last_refresh_at=now
+            )
+        for _ in range(trials):
+            round_start = time.perf_counter()
+            for loop in loops:
+                start = time.perf_counter()
+                state = loop.iterate(states[loop.stack])
+                per_shard.append(time.perf_counter() - start)
+                outcome = state.last_outcome
+                if outcome is None or not outcome.ok:
+                    raise RuntimeError(f"{loop.stack}: the no-op iteration failed: {outcome}")
+                states[loop.stack] = replace(state, last_refresh_at=time.monotonic())
+            rounds.append(time.perf_counter() - round_start)
+        progress(
+            f"N={stack.n} no-op iteration: p50 {summarize(per_shard)['p50'] * 1000:.1f} ms per "
+            f"shard, {summarize(rounds)['p50'] * 1000:.1f} ms for all {len(loops)} shard(s)"
+        )
+        return {
+            "per_shard_s": summarize(per_shard),
+            "all_shards_s": summarize(rounds),
+            "shards": len(loops),
+            "parses": getattr(loops[0].observer.sources.fleet, "parses", None),
+        }
+    finally:
+        for loop in loops:
+            loop.observer.sources.queues.stop()
+            if loop.observer.sources.native is not None:
+                loop.observer.sources.native.stop()
+            loop.observer.close()
+        wiring.close()
+
+
+def daemon_memory(daemon: DaemonProcess) -> dict[str, float | None]:
+    """The daemon process's peak resident set so far (its own, not the engine's)."""
+    return {"daemon_peak_rss_mb": peak_rss_mb(daemon.pid)}

@@ -1,0 +1,130 @@
+"""Real `twc run` processes on a sharded stack: one process runs every shard's loop (its
+engine runs bounded), two replicas share the shards through one Lease per shard (each
+at most its share), and a Lease taken away from a replica stops only that shard there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+from pulumi.automation import CommandError
+
+from tests.e2e.conftest import fleet_doc
+from tests.e2e.daemon_process import FAST, DaemonProcess, Daemons, eventually
+from tests.helpers import delete_twc_objects
+from twc.kube.shardmap import shard_map_name
+from twc.local import LocalEnvironment
+from twc.stackrun import engine
+
+pytestmark = pytest.mark.e2e
+
+SHARDS = 3
+ELECT = ["--leader-elect", "--lease-namespace", "default"]
+SETTINGS = {
+    **FAST,
+    "leader_election": {"lease_duration": 6.0, "renew_deadline": 4.0, "retry_period": 1.0},
+    # A shard's engine is gone before its Lease may be taken: renew deadline + grace + kill.
+    "engine": {"interrupt_grace": 0.5},
+    "shards": {"engine_concurrency": 2, "assignment_interval": 1.0},
+}
+
+
+@pytest.fixture
+def namespaces(kube: Any) -> Iterator[list[str]]:
+    made = sorted(f"d-{uuid.uuid4().hex[:6]}" for _ in range(SHARDS))
+    for ns in made:
+        kube.ensure_namespace(ns)
+    yield made
+    for ns in made:
+        delete_twc_objects(kube, ns)
+
+
+def _leading(daemon: DaemonProcess) -> list[str]:
+    try:
+        return list(daemon.status().get("leadingShards") or [])
+    except OSError:
+        return []
+
+
+def test_replicas_share_the_shards_and_a_lost_lease_stops_only_its_shard(
+    local_env: LocalEnvironment, kube: Any, namespaces: list[str], daemons: Daemons
+) -> None:
+    fleet = fleet_doc(
+        "",
+        host_port=local_env.temporal_address(),
+        workers=[{"name": "w", "namespace": ns, "taskQueueName": f"tq-{ns}"} for ns in namespaces],
+    )
+    fleet["sharding"] = {"maxWorkersPerShard": 1}
+    fs = daemons.stack(fleet)
+    shard_stacks = [f"{fs.name}.s{i:02d}" for i in range(SHARDS)]
+    try:
+        first = daemons.start(fs, settings=SETTINGS, args=ELECT, name="first")
+        for ns in namespaces:
+            eventually(
+                lambda ns=ns: kube.get_deployment(ns, "w"),
+                timeout=300,
+                message=f"the shard of {ns} never created its worker",
+            )
+        eventually(
+            lambda: len(_leading(first)) == SHARDS,
+            timeout=60,
+            message="the only replica never led every shard",
+        )
+        status = first.status()
+        assert sorted(status["shards"]) == shard_stacks
+        slots = status["engineSlots"]
+        assert slots["limit"] == 2
+        assert 1 <= slots["peak"] <= 2, slots
+
+        second = daemons.start(fs, settings=SETTINGS, args=ELECT, name="second")
+        # Three shards, two replicas: a share of two; the first hands one back.
+        eventually(
+            lambda: len(_leading(first)) == 2 and len(_leading(second)) == 1,
+            timeout=90,
+            message="the replicas never split the shards 2 + 1",
+        )
+        assert set(_leading(first)) | set(_leading(second)) == set(shard_stacks)
+
+        # Take one of the first replica's Leases away (another holder writes it): that
+        # shard stops there; its other shard goes on; the process lives.
+        taken = sorted(_leading(first))[0]
+        kept = sorted(_leading(first))[1]
+        lease_name = f"twc-{taken}-daemon"
+        lease = kube.coordination.read_namespaced_lease(lease_name, "default")
+        lease.spec.holder_identity = "intruder"
+        lease.spec.lease_duration_seconds = 3600
+        kube.coordination.replace_namespaced_lease(lease_name, "default", lease)
+        eventually(
+            lambda: taken not in _leading(first),
+            timeout=30,
+            message=f"the first replica kept leading {taken} after losing its Lease",
+        )
+        assert first.alive()
+        assert kept in _leading(first)
+        # The shard's loop notices at its next iteration and turns standby.
+        eventually(
+            lambda: first.status()["shards"][taken]["leading"] is False,
+            timeout=30,
+            message=f"the loop of {taken} never turned standby",
+        )
+        assert first.status()["shards"][kept]["leading"] is True
+        assert first.probe("/readyz") == 200
+    finally:
+        daemons.stop_all()
+        for name in shard_stacks:
+            ref = engine.StackRef(name=name, config={"fleetFile": str(fs.fleet_file)}, env=fs.env)
+            try:
+                # Every daemon is stopped: a lock left by one stopped mid-up is stale.
+                with contextlib.suppress(CommandError):
+                    engine.select_stack(ref).cancel()
+                engine.destroy(ref)
+            finally:
+                engine.select_stack(ref).workspace.remove_stack(name, force=True)
+        # Absent when no daemon got as far as assigning the shards.
+        with contextlib.suppress(ApiException):
+            kube.core.delete_namespaced_config_map(shard_map_name(fs.name), "default")

@@ -1,0 +1,180 @@
+"""A shard's slice of the fleet, of the cluster's objects and of the desired state holds
+its namespaces' workers and queues, the connections they use, and nothing else; the
+program on a shard stack builds only those."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pytest
+
+from tests.unit.pulumi_mocks import RecordingMocks, pulumi_test
+from twc.connections import default_registry
+from twc.desired import QUEUE_KIND_KEY, WORKER_KIND_KEY, DesiredInputs, ObjectList, desired_fleet
+from twc.shards import namespace_load, restrict, slice_fleet, slice_inputs, slice_objects
+from twc.spec import load_fleet
+
+FLEET: dict[str, Any] = {
+    "apiVersion": "twc.temporal.io/v1",
+    "kind": "Fleet",
+    "sharding": {"maxWorkersPerShard": 2},
+    "defaults": {
+        "image": "registry.example/worker:1.0.0",
+        "connectionRef": {
+            "objectRef": {"apiGroup": "temporal.io", "kind": "ClusterConnection", "name": "main"}
+        },
+    },
+    "clusterConnections": [{"name": "main", "hostPort": "temporal.example:7233"}],
+    "connections": [
+        {"name": "own", "namespace": "a", "hostPort": "a.example:7233"},
+        {"name": "own", "namespace": "b", "hostPort": "b.example:7233"},
+    ],
+    "queues": [
+        {"name": "orders", "namespace": "a", "workerEnabled": True},
+        {"name": "shared", "namespace": "b"},
+    ],
+    "workers": [
+        {"name": "w1", "namespace": "a", "taskQueueName": "w1"},
+        {"name": "w2", "namespace": "a", "taskQueueName": "w2", "connectionRef": {"name": "own"}},
+        {"name": "w3", "namespace": "b", "taskQueueName": "w3"},
+        # Polls a queue of namespace b from namespace a.
+        {"name": "w4", "namespace": "a", "queueRef": {"name": "shared", "namespace": "b"}},
+    ],
+}
+
+
+def _queue_object(name: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "kmsvc.io/v1",
+        "kind": "Queue",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"temporal.io/worker-enabled": "true"},
+        },
+        "spec": {},
+    }
+
+
+def test_the_fleet_slice_keeps_the_shards_workers_and_what_they_reference() -> None:
+    fleet = load_fleet(FLEET, "fleet.yaml")
+
+    a = slice_fleet(fleet, ["a"])
+
+    assert sorted(w.stack_key for w in a.resolved_workers()) == [
+        "a/w1",
+        "a/w2",
+        "a/w4",
+        "a/worker-orders",
+    ]
+    # The queue of b that w4 polls stays, so its reference resolves.
+    assert sorted((q.namespace, q.name) for q in a.queues) == [("a", "orders"), ("b", "shared")]
+    assert [(c.namespace, c.name) for c in a.connections] == [("a", "own")]
+    assert [c.name for c in a.cluster_connections] == ["main"]
+    b = slice_fleet(fleet, ["b"])
+    assert [w.stack_key for w in b.resolved_workers()] == ["b/w3"]
+
+
+def test_cluster_objects_are_sliced_by_namespace_and_cluster_scoped_ones_kept() -> None:
+    objects = [
+        _queue_object("q1", "a"),
+        _queue_object("q2", "b"),
+        {"kind": "ClusterConnection", "metadata": {"name": "main"}},
+    ]
+
+    kept = slice_objects(objects, {"a"})
+
+    assert [o["metadata"]["name"] for o in kept] == ["q1", "main"]
+
+
+def test_the_inputs_a_shards_program_gets_hold_its_slice_only() -> None:
+    fleet = load_fleet(FLEET, "fleet.yaml")
+    inputs = DesiredInputs(
+        fleet=FLEET,
+        cluster={
+            QUEUE_KIND_KEY: ObjectList.known([_queue_object("q1", "a"), _queue_object("q2", "b")]),
+            WORKER_KIND_KEY: ObjectList.known([]),
+            "ClusterConnection.temporal.io": ObjectList.known([]),
+            "Connection.temporal.io": ObjectList.known([]),
+        },
+        replicas={"a/w1": 3, "b/w3": 2},
+        accepted={QUEUE_KIND_KEY: {"a/q1": {"spec": {}}, "b/q2": {"spec": {}}}},
+    )
+
+    b = slice_inputs(inputs, fleet, ["b"])
+
+    assert b.fleet is not None
+    document: Any = b.fleet
+    assert [w["name"] for w in document["workers"]] == ["w3"]
+    assert b.cluster is not None
+    found: Any = b.cluster[QUEUE_KIND_KEY].objects or ()
+    assert [o["metadata"]["name"] for o in found] == ["q2"]
+    assert b.replicas == {"b/w3": 2}
+    assert set(b.accepted[QUEUE_KIND_KEY]) == {"b/q2"}
+    # The same desired state, computed by the shard, holds only b's workers.
+    desired = desired_fleet(
+        load_fleet(b.fleet, "fleet.yaml"), b, registry=default_registry(), file="fleet.yaml"
+    )
+    assert sorted(desired.workers) == ["b/w3", "b/worker-q2"]
+
+
+def test_workers_per_namespace_count_the_file_and_the_cluster() -> None:
+    fleet = load_fleet(FLEET, "fleet.yaml")
+
+    load = namespace_load(
+        fleet,
+        queues=[_queue_object("q1", "c")],
+        workers=[{"metadata": {"name": "t", "namespace": "c"}}],
+    )
+
+    assert load == {"a": 4, "b": 1, "c": 2}
+
+
+@pulumi_test
+def test_a_shard_stacks_program_builds_its_namespaces_only() -> Any:
+    from twc.program import ProgramOptions, build
+
+    fleet = load_fleet(FLEET, "fleet.yaml")
+    desired = restrict(
+        desired_fleet(fleet, DesiredInputs(), registry=default_registry(), file="fleet.yaml"),
+        ["a"],
+    )
+    mocks = RecordingMocks(
+        fake_dynamic={"TaskQueueCheck": {"pollers": 0, "approximateBacklog": 0, "condition": {}}}
+    )
+    pulumi.runtime.set_mocks(mocks, preview=False)
+    statuses = build(
+        desired,
+        file="fleet.yaml",
+        options=ProgramOptions(shard_namespaces=("a",)),
+        read_secret=lambda ns, name: None,
+    )
+
+    def check(_: Any) -> None:
+        assert sorted(statuses) == ["a/w1", "a/w2", "a/w4", "a/worker-orders"]
+        queues = sorted(r.name for r in mocks.of_type("twc:kmsvc:Queue"))
+        # b/shared is polled from here, but shard b owns it.
+        assert queues == ["a/orders"]
+        assert not [r for r in mocks.resources if r.name.startswith("b/")]
+
+    return pulumi.Output.all(*statuses.values()).apply(check)
+
+
+def test_restrict_keeps_only_the_shards_workers() -> None:
+    fleet = load_fleet(FLEET, "fleet.yaml")
+    desired = desired_fleet(fleet, DesiredInputs(), registry=default_registry(), file="fleet.yaml")
+
+    b = restrict(desired, ["b"])
+
+    assert sorted(b.workers) == ["b/w3"]
+    assert set(b.references) == {"b/w3"}
+    assert [q.name for q in b.fleet.queues] == ["shared"]
+
+
+@pytest.mark.parametrize("namespaces", [[], ["zzz"]])
+def test_a_shard_without_workers_builds_nothing(namespaces: list[str]) -> None:
+    fleet = load_fleet(FLEET, "fleet.yaml")
+    desired = desired_fleet(fleet, DesiredInputs(), registry=default_registry(), file="fleet.yaml")
+
+    assert restrict(desired, namespaces).workers == {}

@@ -1,0 +1,92 @@
+"""The daemon parses its fleet file again only when the file's bytes change: a large
+fleet's parse is most of a no-op iteration, and the file changes rarely."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.unit._daemon_fakes import fleet_data
+from twc.errors import SpecError
+from twc.loop.observe import CachedFleetFile
+
+
+def _write(path: Path, image: str) -> None:
+    doc = fleet_data()
+    doc["defaults"]["image"] = image
+    path.write_text(yaml.safe_dump(doc))
+
+
+def test_unchanged_bytes_are_not_parsed_again(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.yaml"
+    _write(path, "registry.example/worker:1.0.0")
+    read = CachedFleetFile(path)
+
+    first = read()
+    for _ in range(5):
+        assert read() is first
+    assert read.parses == 1
+
+
+def test_changed_bytes_are_parsed_and_the_new_fleet_returned(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.yaml"
+    _write(path, "registry.example/worker:1.0.0")
+    read = CachedFleetFile(path)
+    read()
+
+    _write(path, "registry.example/worker:2.0.0")
+    fleet = read()
+
+    assert read.parses == 2
+    assert fleet.defaults.image == "registry.example/worker:2.0.0"
+
+
+def test_an_invalid_edit_raises_every_time_until_fixed(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.yaml"
+    _write(path, "registry.example/worker:1.0.0")
+    read = CachedFleetFile(path)
+    read()
+
+    path.write_text("apiVersion: twc.temporal.io/v1\nkind: Fleet\nworkers: [{name: 1}]\n")
+    for _ in range(2):
+        with pytest.raises(SpecError):
+            read()
+
+    _write(path, "registry.example/worker:3.0.0")
+    assert read().defaults.image == "registry.example/worker:3.0.0"
+
+
+def test_an_unchanged_iteration_computes_the_desired_state_only_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataclasses import replace
+
+    from tests.unit._daemon_fakes import make_daemon
+    from twc.loop.plan import desired_from as real
+
+    path = tmp_path / "fleet.yaml"
+    _write(path, "registry.example/worker:1.0.0")
+    h = make_daemon()
+    h.daemon.observer.sources = replace(h.daemon.observer.sources, fleet=CachedFleetFile(path))
+    calls: list[int] = []
+
+    def counting(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("twc.loop.daemon.desired_from", counting)
+    h.step()
+    h.step()  # the first iteration's accepted specs are the second's inputs
+    first = len(calls)
+    for _ in range(3):
+        h.step()
+    assert len(calls) == first  # nothing changed: computed once, reused
+
+    _write(path, "registry.example/worker:2.0.0")
+    h.step()
+    assert len(calls) == first + 1
+    assert h.engine.last_program().workers[
+        f"{h.fleet['workers'][0]['namespace']}/payments"
+    ].image == ("registry.example/worker:2.0.0")

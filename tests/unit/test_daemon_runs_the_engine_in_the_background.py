@@ -1,0 +1,129 @@
+"""With the engine on a thread of its own (as ``twc run`` runs it), a long ``up`` holds
+nothing up: the loop goes on scaling and applying new workers early, starts no second
+engine run, and folds the run's outcome into its state when it ends."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from tests.unit._daemon_fakes import (
+    NS,
+    FakeEngine,
+    autoscaled,
+    fleet_data,
+    make_daemon,
+    queue_object,
+)
+from tests.unit.test_daemon_applies_new_workers_early import FakeApplier
+from twc.loop import DaemonSettings
+from twc.loop.early import ObjectRef
+
+
+class Gate:
+    """Holds each ``up`` until released."""
+
+    def __init__(self) -> None:
+        self.open = threading.Event()
+        self.entered = threading.Event()
+
+    def __call__(self) -> None:
+        self.entered.set()
+        assert self.open.wait(10), "the test never let the up finish"
+
+
+def _until(predicate: object, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_queue_created_during_a_long_up_is_applied_at_once_and_upped_after() -> None:
+    gate = Gate()
+    applier = FakeApplier()
+    h = make_daemon(engine=FakeEngine(during_up=gate), early=applier, background=True)
+    gate.open.set()
+    h.step()  # the daemon's first up (it applies nothing early)
+    _until(lambda: h.daemon.wakeup.is_set())
+    h.step()
+    gate.open.clear()
+    gate.entered.clear()
+    h.fleet["defaults"]["image"] = "registry.example/worker:2.0.0"
+    h.step()  # a long up, in the background, held at the gate
+    assert gate.entered.wait(10)
+    ups = len(h.engine.ups)
+
+    h.queues.replace([queue_object("orders")])
+    h.step()  # during the up: the new worker's objects now, no second up
+
+    assert ObjectRef("Deployment", NS, "worker-orders") in applier.refs()
+    assert len(h.engine.ups) == ups
+    assert h.metrics.value("twc_engine_in_progress") == 1
+
+    gate.open.set()
+    _until(lambda: h.daemon.wakeup.is_set())
+    h.step()  # collects the long up, starts the next (for worker-orders)
+    assert h.state is not None
+    assert h.state.applied is not None
+    _until(lambda: len(h.engine.ups) == ups + 1)
+    _until(lambda: h.metrics.value("twc_engine_in_progress") == 0)
+    h.step()
+    assert h.engine.last_program().workers.keys() >= {f"{NS}/worker-orders"}
+    # Released after the up that has the worker, never deleted by the one before it.
+    assert applier.deleted == []
+    assert ObjectRef("Deployment", NS, "worker-orders") in applier.released
+
+
+def test_scaling_goes_on_while_an_up_is_in_progress() -> None:
+    gate = Gate()
+    fleet = fleet_data(workers=[autoscaled("orders", target=10, hi=20)])
+    settings = DaemonSettings.model_validate({"autoscale": {"scale_up": {"policies": []}}})
+    h = make_daemon(
+        fleet,
+        settings=settings,
+        backlogs={"orders": 0},
+        engine=FakeEngine(during_up=gate),
+        background=True,
+    )
+    h.live[f"{NS}/orders"] = 1
+    h.step()
+    assert gate.entered.wait(10)
+
+    h.backlogs.counts["orders"] = 70
+    h.clock.now += 30
+    h.step()
+
+    assert h.live[f"{NS}/orders"] == 7
+    assert len(h.engine.ups) == 1
+    gate.open.set()
+
+
+def test_a_failed_background_up_is_folded_into_the_state_as_a_failure() -> None:
+    h = make_daemon(engine=FakeEngine(failures=[RuntimeError("boom")]), background=True)
+    h.step()
+    _until(lambda: h.daemon.wakeup.is_set())
+    state = h.step()
+
+    assert state.applied is None
+    assert h.metrics.value("twc_reconcile_total", result="temporary") == 1
+    _until(lambda: len(h.engine.ups) == 2)  # the retry (full up), after the failure
+
+
+def test_a_stop_waits_for_the_up_in_progress() -> None:
+    gate = Gate()
+    h = make_daemon(engine=FakeEngine(during_up=gate), background=True)
+    done: list[int] = []
+    loop = threading.Thread(target=lambda: done.append(h.daemon.run()), daemon=True)
+    loop.start()
+    assert gate.entered.wait(10)
+
+    h.daemon.request_stop()
+    time.sleep(0.3)
+    assert done == []  # the up is never abandoned
+
+    gate.open.set()
+    loop.join(10)
+    assert done == [0]
+    assert h.daemon.state is not None
+    assert h.daemon.state.applied is not None

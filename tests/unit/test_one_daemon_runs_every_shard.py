@@ -1,0 +1,213 @@
+"""One daemon process runs every shard of a stack: a loop per shard, engine runs bounded
+across them, new namespaces assigned (opening shards), a replica holding no more than
+its share of the shards' Leases, and a lost Lease stopping only its own shard."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.unit._daemon_fakes import FakeEngine, make_daemon
+from twc.desired import DesiredInputs
+from twc.loop.shards import EngineSlots, Shard, ShardedDaemon, ShardLeader, SlotEngine
+from twc.loop.shardviews import FanoutWakeup, ShardNamespaces
+from twc.shards import ShardMap, assign
+from twc.stackrun.automation import UpReport
+
+
+@dataclass
+class MemoryStore:
+    """The assignment ConfigMap, in memory."""
+
+    shard_map: ShardMap | None = None
+    writes: int = 0
+
+    def extend(self, load: Mapping[str, int], *, max_workers_per_shard: int) -> ShardMap:
+        extended = assign(
+            self.shard_map or ShardMap(), load, max_workers_per_shard=max_workers_per_shard
+        )
+        if extended != self.shard_map:
+            self.writes += 1
+        self.shard_map = extended
+        return extended
+
+
+@dataclass
+class FakeElector:
+    leading: bool = False
+    started: int = 0
+    stopped: int = 0
+
+    def is_leader(self) -> bool:
+        return self.leading
+
+    def start(self) -> FakeElector:
+        self.started += 1
+        return self
+
+    def stop(self, *, release: bool = True) -> None:
+        self.stopped += 1
+        self.leading = False
+
+    def hold(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def inherited_engines(self) -> tuple[Any, ...]:
+        return ()
+
+
+@dataclass
+class World:
+    load: dict[str, int]
+    store: MemoryStore = field(default_factory=MemoryStore)
+    made: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
+    electors: dict[int, list[FakeElector]] = field(default_factory=dict)
+    slots: EngineSlots = field(default_factory=lambda: EngineSlots(2))
+
+    def make_shard(self, index: int, namespaces: ShardNamespaces) -> Shard:
+        self.made.append((index, namespaces()))
+        harness = make_daemon()
+
+        def elector() -> FakeElector:
+            made = FakeElector()
+            self.electors.setdefault(index, []).append(made)
+            return made
+
+        return Shard(
+            index,
+            f"prod.s{index:02d}",
+            namespaces,
+            harness.daemon,
+            SlotEngine(FakeEngine(), self.slots),
+            ShardLeader(elector),
+        )
+
+
+def _sharded(world: World, *, share: int | None = None) -> ShardedDaemon:
+    return ShardedDaemon(
+        "prod",
+        store=world.store,
+        load=lambda: dict(world.load),
+        make_shard=world.make_shard,
+        max_workers_per_shard=10,
+        share=(lambda shards: share) if share is not None else None,
+    )
+
+
+def test_each_shard_gets_its_loop_and_a_new_namespace_updates_or_opens_one() -> None:
+    world = World(load={"a": 6, "b": 6})
+    sharded = _sharded(world)
+
+    sharded.sync()
+    assert world.made == [(0, ("a",)), (1, ("b",))]
+
+    world.load["c"] = 3  # fits shard 0 (6 + 3 <= 10)
+    sharded.sync()
+    assert sharded.shards[0].namespaces() == ("a", "c")
+    assert len(world.made) == 2
+
+    world.load["d"] = 9  # no room anywhere: a third shard
+    sharded.sync()
+    assert world.made[-1] == (2, ("d",))
+    assert sharded.shards[1].namespaces() == ("b",)  # nothing moved
+    assert world.store.writes == 3
+
+
+@dataclass
+class SlowEngine:
+    """An engine whose runs take a while, recording how many overlap."""
+
+    delay: float = 0.2
+    ups: list[float] = field(default_factory=list)
+
+    def recover(self) -> Sequence[str]:
+        return []
+
+    def up(self, inputs: DesiredInputs, targets: Sequence[str] | None) -> UpReport:
+        time.sleep(self.delay)
+        self.ups.append(time.monotonic())
+        return UpReport()
+
+    def refresh(self) -> Sequence[str]:
+        return []
+
+    def worker_urns(self) -> Mapping[str, Sequence[str]]:
+        return {}
+
+
+def test_engine_runs_across_shards_never_exceed_the_slots() -> None:
+    slots = EngineSlots(2)
+    engines = [SlotEngine(SlowEngine(), slots) for _ in range(5)]
+    threads = [threading.Thread(target=e.up, args=(DesiredInputs(), None)) for e in engines]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert slots.peak == 2
+    assert slots.running == 0
+    assert all(not e.busy for e in engines)
+
+
+def test_a_replica_takes_no_more_than_its_share_and_hands_back_its_surplus() -> None:
+    world = World(load={"a": 9, "b": 9, "c": 9, "d": 9})
+    sharded = _sharded(world, share=2)
+    sharded.sync()
+    assert sharded.shard_map is not None
+    assert sharded.shard_map.shards == 4
+
+    electors = {i: world.electors[i][-1] for i in range(4)}
+    electors[0].leading = True
+    assert sharded.may_acquire()
+    electors[1].leading = True
+    assert not sharded.may_acquire()  # 2 of 4 shards: its share with 2 replicas
+
+    electors[2].leading = electors[3].leading = True  # e.g. it ran alone before
+    sharded.shards[3].engine.busy = True  # shard 3 is in an up: not handed back now
+    assert sharded.rebalance() == "prod.s02"
+    assert electors[2].stopped == 1
+    assert len(world.electors[2]) == 2  # standing again, behind the share check
+    sharded.shards[3].engine.busy = False
+    assert sharded.rebalance() == "prod.s03"
+    assert sharded.rebalance() is None
+    assert sharded.held() == 2
+
+
+def test_a_lost_lease_stops_only_that_shards_engine() -> None:
+    leaders = {0: FakeElector(leading=True), 1: FakeElector(leading=True)}
+    harnesses = {i: make_daemon(leader=leaders[i]) for i in (0, 1)}
+    for harness in harnesses.values():
+        harness.step()
+    ups = {i: len(h.engine.ups) for i, h in harnesses.items()}
+    assert ups == {0: 1, 1: 1}
+
+    leaders[1].leading = False  # shard 1's Lease is lost
+    for harness in harnesses.values():
+        harness.daemon.state = None
+        harness.state = None  # force an up on both
+        harness.step()
+
+    assert len(harnesses[0].engine.ups) == 2
+    assert len(harnesses[1].engine.ups) == 1
+    assert harnesses[0].daemon.ready()[0]
+    assert harnesses[1].daemon.ready() == (True, "standby: another daemon holds the lease")
+
+
+def test_a_shared_watch_change_wakes_every_shards_loop() -> None:
+    fanout = FanoutWakeup()
+    loops = [threading.Event(), threading.Event()]
+    for event in loops:
+        fanout.subscribe(event)
+
+    fanout.set()
+
+    assert all(event.is_set() for event in loops)
+    fanout.unsubscribe(loops[0])
+    for event in loops:
+        event.clear()
+    fanout.set()
+    assert [event.is_set() for event in loops] == [False, True]

@@ -1,0 +1,125 @@
+"""The file backend's backups and history copies of a stack's state are pruned to the
+newest few; the state settings become the CLI's switches."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from twc.desired import DesiredInputs
+from twc.loop import DaemonSettings
+from twc.stackrun.automation import UpReport
+from twc.stackrun.retention import PruningEngine, engine_env, prune_backups
+
+STACK = "prod.s01"
+
+
+def _layout(root: Path, stamps: Sequence[int]) -> tuple[Path, Path]:
+    backups = root / ".pulumi" / "backups" / "twc" / STACK
+    history = root / ".pulumi" / "history" / "twc" / STACK
+    backups.mkdir(parents=True)
+    history.mkdir(parents=True)
+    for stamp in stamps:
+        (backups / f"{STACK}.{stamp}.json").write_text("{}")
+        (backups / f"{STACK}.{stamp}.json.attrs").write_text("{}")
+        (history / f"{STACK}-{stamp}.checkpoint.json").write_text("{}")
+        (history / f"{STACK}-{stamp}.history.json").write_text("{}")
+    return backups, history
+
+
+def test_only_the_newest_backups_and_history_copies_are_kept(tmp_path: Path) -> None:
+    stamps = [1796120000000000000 + i for i in range(15)]
+    backups, history = _layout(tmp_path, stamps)
+
+    removed = prune_backups(f"file://{tmp_path}", project="twc", stack=STACK, keep=10)
+
+    kept = sorted(int(p.name.split(".")[-2]) for p in backups.glob("*.json"))
+    assert kept == stamps[-10:]
+    assert len(list(backups.glob("*.attrs"))) == 10
+    assert (
+        sorted(int(p.name.split("-")[-1].split(".")[0]) for p in history.glob("*.checkpoint.json"))
+        == stamps[-10:]
+    )
+    # The small update records `pulumi stack history` lists stay, all of them.
+    assert len(list(history.glob("*.history.json"))) == 15
+    assert removed == 5 * 2 + 5
+
+
+def test_fewer_backups_than_the_limit_are_left_alone(tmp_path: Path) -> None:
+    backups, _ = _layout(tmp_path, [1796120000000000001, 1796120000000000002])
+
+    assert prune_backups(f"file://{tmp_path}", project="twc", stack=STACK, keep=10) == 0
+    assert len(list(backups.iterdir())) == 4
+
+
+def test_other_backends_are_not_touched(tmp_path: Path) -> None:
+    backups, _ = _layout(tmp_path, list(range(1796120000000000000, 1796120000000000012)))
+
+    assert prune_backups("postgres://twc@127.0.0.1/pulumi", project="twc", stack=STACK, keep=1) == 0
+    assert len(list(backups.glob("*.json"))) == 12
+
+
+class _Engine:
+    def __init__(self) -> None:
+        self.ups = 0
+
+    def recover(self) -> Sequence[str]:
+        return []
+
+    def up(self, inputs: DesiredInputs, targets: Sequence[str] | None) -> UpReport:
+        self.ups += 1
+        return UpReport(changes={"update": 1})
+
+    def refresh(self) -> Sequence[str]:
+        return []
+
+    def worker_urns(self) -> Mapping[str, Sequence[str]]:
+        return {}
+
+
+def test_the_daemons_engine_prunes_after_each_up(tmp_path: Path) -> None:
+    backups, _ = _layout(tmp_path, list(range(1796120000000000000, 1796120000000000012)))
+    inner = _Engine()
+    engine = PruningEngine(
+        inner, stack=STACK, project="twc", keep=3, env={"PULUMI_BACKEND_URL": f"file://{tmp_path}"}
+    )
+
+    report = engine.up(DesiredInputs(), None)
+
+    assert report.changes == {"update": 1}
+    assert inner.ups == 1
+    assert len(list(backups.glob("*.json"))) == 3
+
+
+def test_the_default_keeps_ten_and_checkpoints_every_step() -> None:
+    state = DaemonSettings().state
+
+    assert state.keep_backups == 10
+    assert engine_env(
+        checkpoints=state.checkpoints,
+        compression=state.compression,
+        parallel_diff=state.parallel_diff,
+    )["PULUMI_SKIP_CHECKPOINTS"] == ("true" if state.checkpoints == "final" else "false")
+
+
+@pytest.mark.parametrize(
+    ("checkpoints", "compression", "parallel", "expected"),
+    [
+        ("every-step", "none", False, ("false", "false", "false")),
+        ("final", "gzip", True, ("true", "true", "true")),
+    ],
+)
+def test_the_state_settings_are_the_clis_switches(
+    checkpoints: str, compression: str, parallel: bool, expected: tuple[str, str, str]
+) -> None:
+    env = engine_env(checkpoints=checkpoints, compression=compression, parallel_diff=parallel)
+
+    assert (
+        env["PULUMI_SKIP_CHECKPOINTS"],
+        env["PULUMI_DIY_BACKEND_GZIP"],
+        env["PULUMI_PARALLEL_DIFF"],
+    ) == expected
+    with pytest.raises(ValueError, match="checkpoints"):
+        engine_env(checkpoints="sometimes", compression="none", parallel_diff=False)

@@ -1,0 +1,148 @@
+"""How many daemon replicas share a sharded stack: one member Lease per replica.
+
+Each replica running a sharded stack renews a Lease of its own (``twc-member-…``,
+labelled with the stack) every ``retry_period`` and lists the others'. A member whose
+record has not changed for ``lease_duration`` seconds, as observed on this replica's
+own clock (client-go's rule, so clock skew does not matter), is gone. The count gives
+each replica its share of the shards' Leases: ``ceil(shards / members)``
+(:func:`fair_share`), so no replica takes more than its share and a new replica finds
+Leases to take.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from twc.kube.client import status_of
+from twc.kube.lease import LeaseRecord, LeaseTimings
+from twc.timestamps import rfc3339_micro
+
+__all__ = ["MEMBER_LABEL", "MemberRoster", "fair_share"]
+
+logger = logging.getLogger(__name__)
+
+MEMBER_LABEL = "twc.temporal.io/member-of"
+"""Label on member Leases: a digest of the stack they share."""
+
+
+def fair_share(shards: int, members: int) -> int:
+    """The most shards one of ``members`` replicas should hold: ``ceil(shards/members)``."""
+    return max(1, math.ceil(shards / max(1, members)))
+
+
+def _digest(text: str, n: int) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:n]
+
+
+class MemberRoster:
+    """This replica's member Lease, and the count of live members."""
+
+    def __init__(
+        self,
+        coordination_api: Any,
+        *,
+        namespace: str,
+        stack: str,
+        identity: str,
+        settings: LeaseTimings,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        """Prepare the roster (started by :meth:`start`)."""
+        self._api = coordination_api
+        self.namespace = namespace
+        self.identity = identity
+        self.group = _digest(stack, 16)
+        self.name = f"twc-member-{self.group[:8]}-{_digest(identity, 12)}"
+        self._settings = settings
+        self._clock = clock
+        self._wall = wall
+        self._lock = threading.Lock()
+        self._seen: dict[str, tuple[LeaseRecord, float]] = {}
+        self._count = 1
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def count(self) -> int:
+        """Live members, this one included (1 until the first round succeeded)."""
+        with self._lock:
+            return self._count
+
+    def start(self) -> MemberRoster:
+        """Renew and count in a daemon thread."""
+        self._thread = threading.Thread(target=self._run, name="twc-members", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop, and delete this member's Lease so the others count one fewer at once."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self._settings.retry_period + 5)
+        try:
+            self._api.delete_namespaced_lease(self.name, self.namespace)
+        except Exception as exc:  # noqa: BLE001 - the Lease then simply expires
+            if status_of(exc) != 404:
+                logger.warning("could not delete member lease %s: %s", self.name, exc)
+
+    def round(self) -> int:
+        """One round: renew this member's Lease, list every member's; the live count."""
+        self._renew()
+        found = self._api.list_namespaced_lease(
+            self.namespace, label_selector=f"{MEMBER_LABEL}={self.group}"
+        )
+        now = self._clock()
+        live = 0
+        seen: dict[str, tuple[LeaseRecord, float]] = {}
+        for lease in found.items or ():
+            data = self._api.api_client.sanitize_for_serialization(lease)
+            name = str((data.get("metadata") or {}).get("name"))
+            record = LeaseRecord.from_lease(data)
+            before = self._seen.get(name)
+            changed_at = now if before is None or before[0] != record else before[1]
+            seen[name] = (record, changed_at)
+            if name == self.name or now - changed_at < self._settings.lease_duration:
+                live += 1
+        with self._lock:
+            self._seen = seen
+            self._count = max(1, live)
+            return self._count
+
+    def _renew(self) -> None:
+        spec = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": max(1, math.ceil(self._settings.lease_duration)),
+            "renewTime": rfc3339_micro(self._wall()),
+        }
+        body = {
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "labels": {MEMBER_LABEL: self.group},
+            },
+            "spec": spec,
+        }
+        try:
+            # A merge patch needs no resourceVersion: only this replica writes its Lease.
+            self._api.patch_namespaced_lease(self.name, self.namespace, {"spec": spec})
+        except Exception as exc:
+            if status_of(exc) != 404:
+                raise
+            self._api.create_namespaced_lease(self.namespace, body)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                before = self.count()
+                after = self.round()
+                if after != before:
+                    logger.info("%d daemon replica(s) share the shards", after)
+            except Exception as exc:  # noqa: BLE001 - a failed round keeps the last count; retried
+                logger.warning("member lease %s: %s", self.name, exc)
+            self._stop.wait(self._settings.retry_period)

@@ -1,0 +1,189 @@
+"""The engine on a thread of its own, so an ``up`` never holds the loop up.
+
+An ``up`` of a large shard takes tens of seconds, a ``refresh`` as long. Run inline,
+everything else waits for it: a Queue created meanwhile gets its Deployment only after
+that ``up``, a backlog burst its replicas only after it. So ``twc run`` starts engine
+runs here, one at a time, and the loop goes on iterating meanwhile: it observes, scales
+(the scale subresource needs no engine) and applies new workers' objects early; it only
+starts no second engine run. When the run ends, its outcome is folded into the loop's
+state at the next iteration (:meth:`Daemon._collect`), exactly as if it had run inline.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from twc.loop.decide import DesiredState, ReconcileDecision
+from twc.loop.outcome import Outcome, outcome_of
+from twc.loop.plan import Plan
+from twc.loop.settings import DaemonSettings
+from twc.loop.state import LoopState
+
+if TYPE_CHECKING:
+    from twc.loop.act import Actor
+    from twc.loop.report import Reporter
+
+__all__ = ["BackgroundEngine", "EngineRun", "EngineThread"]
+
+
+@dataclass
+class EngineRun:
+    """One engine run started in the background."""
+
+    kind: str
+    """``up`` or ``refresh``."""
+    future: Future[Any]
+    """Its result: ``None`` for an ``up``, the drifted resources for a ``refresh``."""
+    started: float
+    """When (the loop's monotonic clock) the iteration that started it began."""
+    plan: Plan | None = None
+    """The plan an ``up`` carries out."""
+    decision: ReconcileDecision | None = None
+    """The decision an ``up`` carries out."""
+    attempted: DesiredState | None = None
+    """The hashes an ``up`` applies (recorded as applied when it succeeds)."""
+
+
+class EngineThread:
+    """At most one engine run at a time, on a thread of its own."""
+
+    def __init__(self, name: str) -> None:
+        """Name the thread after the stack."""
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"twc-engine-{name}")
+        self._lock = threading.Lock()
+        self._run: EngineRun | None = None
+
+    def busy(self) -> bool:
+        """Whether an engine run is in progress (or ended and not collected yet)."""
+        with self._lock:
+            return self._run is not None
+
+    def start(self, kind: str, work: Callable[[], Any], **details: Any) -> EngineRun:
+        """Start ``work`` (an ``up`` or ``refresh``); one at a time.
+
+        Raises:
+            RuntimeError: A run is in progress already.
+        """
+        with self._lock:
+            if self._run is not None:
+                raise RuntimeError("an engine run is in progress already")
+            run = EngineRun(kind, self._executor.submit(work), **details)
+            self._run = run
+            return run
+
+    def finished(self) -> EngineRun | None:
+        """The run that ended, once (then the thread takes the next); else ``None``."""
+        with self._lock:
+            run = self._run
+            if run is None or not run.future.done():
+                return None
+            self._run = None
+            return run
+
+    def wait(self, timeout: float | None = None) -> EngineRun | None:
+        """Wait for the run in progress to end (SIGTERM: it is never abandoned)."""
+        with self._lock:
+            run = self._run
+        if run is None:
+            return None
+        try:
+            run.future.exception(timeout=timeout)
+        except TimeoutError:
+            return None
+        return self.finished()
+
+    def close(self) -> None:
+        """Let the thread go once the run in progress (if any) ended."""
+        self._executor.shutdown(wait=True)
+
+
+class BackgroundEngine:
+    """The loop's side of :class:`EngineThread`: start an ``up`` or ``refresh``, and fold
+    the run that ended into the loop's state as if it had run in the iteration that
+    started it (its outcome reported then, a drift found by a refresh waking the loop)."""
+
+    def __init__(
+        self,
+        stack: str,
+        *,
+        actor: Actor,
+        reporter: Reporter,
+        settings: DaemonSettings,
+        monotonic: Callable[[], float],
+        jitter: Callable[[], float] | None,
+        wakeup: threading.Event,
+    ) -> None:
+        """Run ``actor``'s engine calls on a thread named after ``stack``."""
+        self.thread = EngineThread(stack)
+        self._actor = actor
+        self._reporter = reporter
+        self._settings = settings
+        self._monotonic = monotonic
+        self._jitter = jitter
+        self._wakeup = wakeup
+
+    def busy(self) -> bool:
+        """Whether an engine run is in progress (or ended and not collected yet)."""
+        return self.thread.busy()
+
+    def start_up(self, decision: ReconcileDecision, plan: Plan, started: float) -> None:
+        """Start the ``up`` that carries out ``decision``."""
+
+        def work() -> None:
+            try:
+                self._actor.run_up(decision, plan)
+            finally:
+                self._wakeup.set()  # the loop collects the outcome at once
+
+        self.thread.start(
+            "up", work, started=started, plan=plan, decision=decision, attempted=plan.hashes
+        )
+
+    def start_refresh(self) -> None:
+        """Start a ``refresh`` (drift detection)."""
+        self.thread.start("refresh", self._actor.refresh, started=self._monotonic())
+
+    def collect(self, state: LoopState) -> LoopState:
+        """Fold a run that ended into ``state``; ``state`` as it is while none did."""
+        run = self.thread.finished()
+        return state if run is None else self._fold(state, run)
+
+    def drain(self, state: LoopState) -> LoopState:
+        """Wait for the run in progress (SIGTERM: never abandoned) and fold it."""
+        run = self.thread.wait()
+        return state if run is None else self._fold(state, run)
+
+    def _fold(self, state: LoopState, run: EngineRun) -> LoopState:
+        error = run.future.exception()
+        if run.kind == "refresh":
+            state = state.refreshed(now=self._monotonic())
+            if error is not None:
+                self._reporter.refreshed(None, error)
+                self._reporter.faults.engine_faults(
+                    outcome_of(error, attempt=1, settings=self._settings.backoff)
+                )
+                return state
+            drifted = list(run.future.result() or ())
+            self._reporter.refreshed(drifted, None)
+            if drifted:
+                self._wakeup.set()
+                return replace(state, applied=None)
+            return state
+        if error is None:
+            outcome = Outcome.success()
+        else:
+            outcome = outcome_of(
+                error,
+                attempt=state.next_attempt,
+                settings=self._settings.backoff,
+                jitter=self._jitter,
+            )
+        state = state.finished(outcome, now=self._monotonic(), attempted=run.attempted)
+        self._reporter.finished(
+            run.plan, run.decision, outcome, state, started=run.started, now=self._monotonic()
+        )
+        return state

@@ -1,0 +1,206 @@
+"""What one shard's loop reads: the process's shared watches, cut to its namespaces.
+
+A daemon running several shards keeps one watch per kind for all of them (one list and
+one watch stream per kind, whatever the number of shards), and gives each shard's loop
+views that show only the shard's namespaces (:func:`twc.shards.slice_fleet`,
+:func:`twc.shards.slice_objects`). Each shard's loop is the ordinary
+:class:`~twc.loop.daemon.Daemon`: it computes, hashes and applies its own slice and
+never sees another shard's workers. The namespaces come from :class:`ShardNamespaces`,
+which grows when the assignment gives the shard a new namespace.
+
+A change seen by a shared watch wakes every shard's loop (:class:`FanoutWakeup`); the
+shards it does not concern find their hash unchanged and go back to sleep.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from twc.desired import ObjectList
+from twc.kube.watch import NativeSnapshot, NativeSource, QueueSource
+from twc.shards import slice_fleet, slice_objects
+from twc.spec import Fleet
+
+__all__ = ["FanoutWakeup", "ShardFleet", "ShardNamespaces", "ShardNative", "ShardQueues"]
+
+
+class FanoutWakeup(threading.Event):
+    """The wake-up event the shared watches set: it sets every subscribed loop's own."""
+
+    def __init__(self) -> None:
+        """No subscribers yet."""
+        super().__init__()
+        self._lock = threading.Lock()
+        self._subscribers: list[threading.Event] = []
+
+    def subscribe(self, event: threading.Event) -> None:
+        """Set ``event`` whenever a shared watch sees a change."""
+        with self._lock:
+            if event not in self._subscribers:
+                self._subscribers.append(event)
+
+    def unsubscribe(self, event: threading.Event) -> None:
+        """Stop setting ``event``."""
+        with self._lock:
+            if event in self._subscribers:
+                self._subscribers.remove(event)
+
+    def set(self) -> None:
+        """Wake every subscriber."""
+        super().set()
+        with self._lock:
+            subscribers = list(self._subscribers)
+        for event in subscribers:
+            event.set()
+
+
+class ShardNamespaces:
+    """The namespaces of one shard, as the assignment currently gives them."""
+
+    def __init__(self, initial: tuple[str, ...] = ()) -> None:
+        """Start with ``initial``."""
+        self._lock = threading.Lock()
+        self._namespaces = tuple(sorted(initial))
+
+    def __call__(self) -> tuple[str, ...]:
+        """The namespaces now, sorted."""
+        with self._lock:
+            return self._namespaces
+
+    def update(self, namespaces: tuple[str, ...]) -> bool:
+        """Replace the namespaces; whether they changed."""
+        ordered = tuple(sorted(namespaces))
+        with self._lock:
+            changed = ordered != self._namespaces
+            self._namespaces = ordered
+        return changed
+
+
+class ShardFleet:
+    """The fleet file (one shared, cached parse) sliced to the shard's namespaces."""
+
+    def __init__(self, read: Callable[[], Fleet], namespaces: Callable[[], tuple[str, ...]]):
+        """Slice what ``read`` returns to ``namespaces``."""
+        self._read = read
+        self._namespaces = namespaces
+        self._key: tuple[int, tuple[str, ...]] | None = None
+        self._sliced: Fleet | None = None
+
+    def __call__(self) -> Fleet:
+        """The shard's fleet.
+
+        Raises:
+            SpecError: The fleet file is invalid.
+        """
+        fleet = self._read()
+        key = (id(fleet), self._namespaces())
+        if key != self._key or self._sliced is None:
+            # The cached reader returns the same object until the file changes; slice
+            # again only then, or when the shard got a namespace.
+            self._sliced, self._key = slice_fleet(fleet, key[1]), key
+        return self._sliced
+
+
+class ShardQueues:
+    """The shared Queue watch, cut to the shard's namespaces."""
+
+    def __init__(
+        self,
+        shared: QueueSource,
+        namespaces: Callable[[], tuple[str, ...]],
+        fanout: FanoutWakeup,
+    ) -> None:
+        """View ``shared`` through ``namespaces``; wake-ups come through ``fanout``."""
+        self._shared = shared
+        self._namespaces = namespaces
+        self._fanout = fanout
+        self._wakeup: threading.Event | None = None
+
+    def start(self, wakeup: threading.Event) -> None:
+        """Subscribe the loop's wake-up (the shared watch is started once, elsewhere)."""
+        self._wakeup = wakeup
+        self._fanout.subscribe(wakeup)
+
+    def stop(self) -> None:
+        """Unsubscribe."""
+        if self._wakeup is not None:
+            self._fanout.unsubscribe(self._wakeup)
+
+    def snapshot(self) -> tuple[Mapping[str, Any], ...] | None:
+        """The shard's Queue objects, or ``None`` until the shared watch listed."""
+        found = self._shared.snapshot()
+        return None if found is None else slice_objects(found, self._namespaces())
+
+    def observed(self) -> ObjectList:
+        """The shard's objects as the desired state's input (unknown until listed)."""
+        found = self.snapshot()
+        if found is None:
+            return self._shared.observed()
+        return ObjectList.known(found, trim=False)
+
+    def failure(self) -> str | None:
+        """The shared watch's last failure."""
+        failure = getattr(self._shared, "failure", None)
+        return failure() if callable(failure) else None
+
+
+class ShardNative:
+    """The shared TemporalWorker and connection watches, cut to the shard's namespaces.
+
+    Cluster-scoped objects (ClusterConnections) are every shard's; namespaced ones
+    (TemporalWorkers, Connections) belong to the shard of their namespace.
+    """
+
+    def __init__(
+        self,
+        shared: NativeSource,
+        namespaces: Callable[[], tuple[str, ...]],
+        fanout: FanoutWakeup,
+    ) -> None:
+        """View ``shared`` through ``namespaces``; wake-ups come through ``fanout``."""
+        self._shared = shared
+        self._namespaces = namespaces
+        self._fanout = fanout
+        self._wakeup: threading.Event | None = None
+
+    def start(self, wakeup: threading.Event) -> None:
+        """Subscribe the loop's wake-up."""
+        self._wakeup = wakeup
+        self._fanout.subscribe(wakeup)
+
+    def stop(self) -> None:
+        """Unsubscribe."""
+        if self._wakeup is not None:
+            self._fanout.unsubscribe(self._wakeup)
+
+    def snapshot(self) -> NativeSnapshot | None:
+        """The shard's objects, or ``None`` until every kind was listed once."""
+        found = self._shared.snapshot()
+        if found is None:
+            return None
+        namespaces = self._namespaces()
+        return NativeSnapshot(
+            workers=slice_objects(found.workers, namespaces),
+            connections={
+                kind: slice_objects(objects, namespaces)
+                for kind, objects in found.connections.items()
+            },
+        )
+
+    def observed(self) -> dict[str, ObjectList]:
+        """Per kind key, the shard's objects (a kind whose list failed stays unknown)."""
+        namespaces = self._namespaces()
+        out: dict[str, ObjectList] = {}
+        for key, found in self._shared.observed().items():
+            if found.objects is None:
+                out[key] = found
+            else:
+                out[key] = ObjectList.known(slice_objects(found.objects, namespaces), trim=False)
+        return out
+
+    def failure(self) -> str | None:
+        """The shared watches' last failure."""
+        failure = getattr(self._shared, "failure", None)
+        return failure() if callable(failure) else None

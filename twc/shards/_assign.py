@@ -1,0 +1,161 @@
+"""Which shard each namespace belongs to, and how a new namespace is given one."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from twc.spec import Fleet
+
+__all__ = [
+    "ShardMap",
+    "assign",
+    "namespace_load",
+    "parse_shard_stack",
+    "shard_stack",
+    "shard_stacks",
+]
+
+_SHARD_SUFFIX = re.compile(r"^(?P<base>.+)\.s(?P<index>\d{2,})$")
+
+
+def shard_stack(stack: str, index: int) -> str:
+    """The Pulumi stack of shard ``index`` of ``stack``: ``<stack>.s00``, ``.s01``..."""
+    if index < 0:
+        raise ValueError(f"a shard index is not negative, got {index}")
+    return f"{stack}.s{index:02d}"
+
+
+def parse_shard_stack(name: str) -> tuple[str, int] | None:
+    """``(stack, index)`` of a shard stack's name, or ``None`` for any other stack."""
+    found = _SHARD_SUFFIX.match(name)
+    if found is None:
+        return None
+    return found["base"], int(found["index"])
+
+
+@dataclass(frozen=True)
+class ShardMap:
+    """The assignment: per namespace, its shard. It only ever grows."""
+
+    namespaces: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    """Namespace to shard index."""
+    shards: int = 1
+    """How many shards exist (indexes ``0 .. shards - 1``); at least one, and more than
+    the highest index assigned."""
+
+    def __post_init__(self) -> None:
+        highest = max(self.namespaces.values(), default=-1)
+        if self.shards < 1 or self.shards <= highest:
+            raise ValueError(f"{self.shards} shard(s) cannot hold shard index {highest}")
+        if any(i < 0 for i in self.namespaces.values()):
+            raise ValueError("a shard index is not negative")
+        object.__setattr__(self, "namespaces", MappingProxyType(dict(self.namespaces)))
+
+    def shard_of(self, namespace: str) -> int | None:
+        """The shard of ``namespace``, or ``None`` when it has none yet."""
+        return self.namespaces.get(namespace)
+
+    def namespaces_of(self, index: int) -> tuple[str, ...]:
+        """The namespaces of shard ``index``, sorted."""
+        return tuple(sorted(ns for ns, i in self.namespaces.items() if i == index))
+
+    def to_json(self) -> dict[str, Any]:
+        """The map as plain data (what the assignment's ConfigMap holds)."""
+        return {"shards": self.shards, "namespaces": dict(sorted(self.namespaces.items()))}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ShardMap:
+        """Read :meth:`to_json`'s output.
+
+        Raises:
+            ValueError: The data is not such a map.
+        """
+        namespaces = data.get("namespaces") or {}
+        if not isinstance(namespaces, Mapping):
+            raise ValueError("namespaces: expected a mapping of namespace to shard index")
+        return cls(
+            namespaces={str(k): int(v) for k, v in namespaces.items()},
+            shards=int(data.get("shards") or 1),
+        )
+
+
+def assign(current: ShardMap, load: Mapping[str, int], *, max_workers_per_shard: int) -> ShardMap:
+    """Give every namespace of ``load`` that has no shard yet one; move none.
+
+    A new namespace (taken in name order, so every caller computes the same map) joins
+    the least-filled shard that has room for its workers, the lowest index on a tie;
+    when none has room, a new shard is opened for it. Namespaces already assigned keep
+    their shard even when theirs is over the limit, and namespaces no longer in ``load``
+    keep theirs too (their shard still has to delete what they had; if they return,
+    they return to it).
+
+    Args:
+        current: The assignment so far.
+        load: Workers per namespace now.
+        max_workers_per_shard: The most workers a shard takes new namespaces up to.
+
+    Returns:
+        The extended assignment (``current`` itself when nothing is new).
+    """
+    if max_workers_per_shard < 1:
+        raise ValueError("max_workers_per_shard must be at least 1")
+    new = sorted(ns for ns in load if ns not in current.namespaces)
+    if not new:
+        return current
+    namespaces = dict(current.namespaces)
+    shards = current.shards
+    filled = [0] * shards
+    for ns, index in namespaces.items():
+        filled[index] += load.get(ns, 0)
+    for ns in new:
+        workers = load[ns]
+        fits = [i for i in range(shards) if filled[i] + workers <= max_workers_per_shard]
+        if fits:
+            index = min(fits, key=lambda i: (filled[i], i))
+        elif all(f == 0 for f in filled):
+            index = 0  # empty shards take any namespace, however large
+        else:
+            index = shards
+            shards += 1
+            filled.append(0)
+        namespaces[ns] = index
+        filled[index] += workers
+    return ShardMap(namespaces=namespaces, shards=shards)
+
+
+def _namespace(obj: Mapping[str, Any]) -> str | None:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+    return str(ns) if ns else None
+
+
+def namespace_load(
+    fleet: Fleet,
+    queues: Iterable[Mapping[str, Any]] = (),
+    workers: Iterable[Mapping[str, Any]] = (),
+) -> dict[str, int]:
+    """Workers per namespace: the fleet file's (explicit and derived), one per labelled
+    Queue object and one per TemporalWorker object.
+
+    An estimate is enough (a Queue object the file also declares counts twice): it only
+    decides where a *new* namespace goes.
+    """
+    load: dict[str, int] = {}
+    for worker in fleet.resolved_workers():
+        load[worker.namespace] = load.get(worker.namespace, 0) + 1
+    for queue in fleet.queues:
+        load.setdefault(queue.namespace, 0)
+    for obj in (*queues, *workers):
+        ns = _namespace(obj)
+        if ns is not None:
+            load[ns] = load.get(ns, 0) + 1
+    return load
+
+
+def shard_stacks(stack: str, shard_map: ShardMap) -> list[str]:
+    """Every shard stack of ``stack``, in index order."""
+    return [shard_stack(stack, i) for i in range(shard_map.shards)]

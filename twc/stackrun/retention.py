@@ -1,0 +1,156 @@
+"""How the engine writes a stack's state, and how many old copies the file backend keeps.
+
+**Writing.** The engine checkpoints the whole state after every step by default; with
+the file backend each checkpoint rewrites the whole file (25 MB at 1000 workers), so an
+``up`` that changes k resources writes k times that. :func:`engine_env` turns the
+daemon's ``state`` settings into the CLI's switches: ``PULUMI_SKIP_CHECKPOINTS`` (write
+once, at the end), ``PULUMI_DIY_BACKEND_GZIP`` (compress what is written) and
+``PULUMI_PARALLEL_DIFF`` (diff resources in parallel). What a crash in the middle of an
+``up`` loses with each is in docs/daemon.md.
+
+**Keeping.** Every ``up`` on a DIY backend also writes a backup copy of the state and a
+copy into the stack's history, and never removes either: a daemon's thousands of ``up``s
+fill a disk. :func:`prune_backups` keeps the newest ``keep`` of each per stack (the
+history's small update records, which ``pulumi stack history`` lists, stay).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from urllib.parse import urlparse
+
+from twc.desired import DesiredInputs
+from twc.stackrun.automation import StackEngine, UpReport
+
+__all__ = ["DEFAULT_KEEP_BACKUPS", "PruningEngine", "backend_url", "engine_env", "prune_backups"]
+
+DEFAULT_KEEP_BACKUPS = 10
+"""Backups (and history copies) of a stack's state the file backend keeps."""
+
+logger = logging.getLogger(__name__)
+
+_STAMP = re.compile(r"[.-](\d{10,})\.")
+
+
+def engine_env(*, checkpoints: str, compression: str, parallel_diff: bool) -> dict[str, str]:
+    """The CLI's environment for these state settings.
+
+    Args:
+        checkpoints: ``every-step`` (the engine's default) or ``final``.
+        compression: ``none`` or ``gzip``.
+        parallel_diff: Diff resources in parallel.
+    """
+    if checkpoints not in ("every-step", "final"):
+        raise ValueError(f"checkpoints: every-step or final, got {checkpoints!r}")
+    if compression not in ("none", "gzip"):
+        raise ValueError(f"compression: none or gzip, got {compression!r}")
+    return {
+        "PULUMI_SKIP_CHECKPOINTS": "true" if checkpoints == "final" else "false",
+        "PULUMI_DIY_BACKEND_GZIP": "true" if compression == "gzip" else "false",
+        "PULUMI_PARALLEL_DIFF": "true" if parallel_diff else "false",
+    }
+
+
+def _root(backend_url: str) -> Path | None:
+    if not backend_url.startswith("file://"):
+        return None
+    return Path(urlparse(backend_url).path or backend_url.removeprefix("file://"))
+
+
+def _stamped(directory: Path, suffix: str) -> dict[int, list[Path]]:
+    """Files of one kind in ``directory`` grouped by the nanosecond stamp in their name
+    (a copy and its ``.attrs`` side file share one)."""
+    groups: dict[int, list[Path]] = {}
+    if not directory.is_dir():
+        return groups
+    for path in directory.iterdir():
+        if suffix not in path.name:
+            continue
+        # The last stamp in the name: a stack's own name may hold digits too.
+        found = _STAMP.findall(path.name)
+        if found:
+            groups.setdefault(int(found[-1]), []).append(path)
+    return groups
+
+
+def prune_backups(backend_url: str, *, project: str, stack: str, keep: int) -> int:
+    """Delete all but the newest ``keep`` backups and history copies of ``stack``'s state.
+
+    Only the file backend is pruned (``file://``); other backends keep theirs.
+
+    Returns:
+        How many files were removed.
+    """
+    root = _root(backend_url)
+    if root is None or keep < 0:
+        return 0
+    removed = 0
+    for directory, suffix in (
+        (root / ".pulumi" / "backups" / project / stack, ".json"),
+        (root / ".pulumi" / "history" / project / stack, ".checkpoint."),
+    ):
+        groups = _stamped(directory, suffix)
+        for stamp in sorted(groups)[: max(0, len(groups) - keep)]:
+            for path in groups[stamp]:
+                try:
+                    path.unlink()
+                    removed += 1
+                except OSError as exc:
+                    logger.warning("could not remove %s: %s", path, exc)
+    return removed
+
+
+def backend_url(env: Mapping[str, str] | None) -> str:
+    """The backend URL the engine uses (the stack's environment, else the process's)."""
+    import os
+
+    return (env or {}).get("PULUMI_BACKEND_URL") or os.environ.get("PULUMI_BACKEND_URL", "")
+
+
+class PruningEngine:
+    """A stack's engine that prunes the stack's old backups after each ``up``."""
+
+    def __init__(
+        self,
+        engine: StackEngine,
+        *,
+        stack: str,
+        project: str,
+        keep: int,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """Prune ``stack``'s backups to ``keep`` after every ``up`` of ``engine``."""
+        self.engine = engine
+        self._stack = stack
+        self._project = project
+        self._keep = keep
+        self._url = backend_url(env)
+
+    def recover(self) -> Sequence[str]:
+        """See :meth:`StackEngine.recover`."""
+        return self.engine.recover()
+
+    def up(self, inputs: DesiredInputs, targets: Sequence[str] | None) -> UpReport:
+        """See :meth:`StackEngine.up`; then prune."""
+        report = self.engine.up(inputs, targets)
+        try:
+            removed = prune_backups(
+                self._url, project=self._project, stack=self._stack, keep=self._keep
+            )
+        except OSError as exc:
+            logger.warning("[%s] could not prune old backups: %s", self._stack, exc)
+        else:
+            if removed:
+                logger.debug("[%s] removed %d old backup file(s)", self._stack, removed)
+        return report
+
+    def refresh(self) -> Sequence[str]:
+        """See :meth:`StackEngine.refresh`."""
+        return self.engine.refresh()
+
+    def worker_urns(self) -> Mapping[str, Sequence[str]]:
+        """See :meth:`StackEngine.worker_urns`."""
+        return self.engine.worker_urns()

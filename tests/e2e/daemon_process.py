@@ -109,6 +109,14 @@ class DaemonProcess:
         except urllib.error.HTTPError as err:
             return int(err.code)
 
+    def answer(self, path: str) -> tuple[int, str]:
+        """HTTP status and body of ``path``."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+                return int(r.status), r.read().decode(errors="replace")
+        except urllib.error.HTTPError as err:
+            return int(err.code), err.read().decode(errors="replace")
+
     def alive(self) -> bool:
         """Whether the process still runs."""
         return self.proc.poll() is None

@@ -1,7 +1,11 @@
 """A hung kube-apiserver (SIGSTOP: connections are accepted, nothing is answered) fails
 ``/healthz`` within the configured liveness timeout, so the kubelet would restart the
 daemon instead of keeping one that silently does nothing; resumed, the daemon is live
-again and the stack converges."""
+again and the stack converges.
+
+An idle daemon reads worker Deployments and Secrets from watch caches and makes no API
+call in an iteration, so its loop keeps making progress: the caches' silence is what
+fails the probe (``twc_watch_cache_stale``)."""
 
 from __future__ import annotations
 
@@ -55,6 +59,13 @@ def test_a_hung_api_server_fails_healthz_within_the_liveness_timeout(
             message="/healthz stayed 200 with a hung API server",
         )
         failed = time.monotonic() - hung
+        _, body = daemon.answer("/healthz")
+        eventually(
+            lambda: daemon.value("twc_watch_cache_stale", kind="deployments") == 1,
+            timeout=LIVENESS + 60,
+            interval=0.2,
+            message="the Deployment watch cache never counted as stale with a hung API server",
+        )
         assert daemon.alive()
     finally:
         os.kill(pid, signal.SIGCONT)
@@ -66,10 +77,15 @@ def test_a_hung_api_server_fails_healthz_within_the_liveness_timeout(
         message="/healthz never recovered after the API server resumed",
     )
     live_again = time.monotonic() - resumed
+    eventually(
+        lambda: daemon.value("twc_watch_cache_stale", kind="deployments") == 0,
+        timeout=60,
+        message="the Deployment watch cache stayed stale after the API server resumed",
+    )
     wait_until_settled(daemon)
     assert_converged(kube, daemon, fs, namespace, {"steady"})
     print(
         f"kube-apiserver hung (SIGSTOP): /healthz failed {failed:.1f} s later (liveness "
         f"timeout {LIVENESS:g} s, interval {FAST['reconcile_interval']:g} s); live again "
-        f"{live_again:.1f} s after SIGCONT"
+        f"{live_again:.1f} s after SIGCONT; /healthz said: {body.strip()}"
     )

@@ -66,7 +66,14 @@ from twc.loop.shards import (
     ShardLeader,
     SlotEngine,
 )
-from twc.loop.shardviews import FanoutWakeup, ShardFleet, ShardNamespaces, ShardNative, ShardQueues
+from twc.loop.shardviews import (
+    FanoutWakeup,
+    ShardFleet,
+    ShardNamespaces,
+    ShardNative,
+    ShardQueues,
+    shard_keyed,
+)
 from twc.spec import Fleet
 from twc.stackrun import engine, retention
 from twc.stackrun.automation import AutomationEngine
@@ -735,9 +742,11 @@ def _wire_shards(
                 backlogs=TemporalBacklogs(
                     read_secret=workloads.read_secret, temporal_address=temporal_address
                 ),
-                replicas=deployments.worker_replicas,
-                scaled=deployments.scaled,
-                deployments=deployments.worker_deployments,
+                replicas=shard_keyed(deployments.worker_replicas, namespaces),
+                scaled=lambda: [
+                    k for k in deployments.scaled() if k.partition("/")[0] in namespaces()
+                ],
+                deployments=shard_keyed(deployments.worker_deployments, namespaces),
                 secrets=secrets.reader(workloads.read_secret),
                 secret_data=workloads.read_secret,
                 objects=own.read,

@@ -16,14 +16,21 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from twc.desired import ObjectList
 from twc.kube.watch import NativeSnapshot, NativeSource, QueueSource
 from twc.shards import slice_fleet, slice_objects
 from twc.spec import Fleet
 
-__all__ = ["FanoutWakeup", "ShardFleet", "ShardNamespaces", "ShardNative", "ShardQueues"]
+__all__ = [
+    "FanoutWakeup",
+    "ShardFleet",
+    "ShardNamespaces",
+    "ShardNative",
+    "ShardQueues",
+    "shard_keyed",
+]
 
 
 class FanoutWakeup(threading.Event):
@@ -54,6 +61,23 @@ class FanoutWakeup(threading.Event):
             subscribers = list(self._subscribers)
         for event in subscribers:
             event.set()
+
+
+_V = TypeVar("_V")
+
+
+def shard_keyed(
+    read: Callable[[], Mapping[str, _V]], namespaces: Callable[[], tuple[str, ...]]
+) -> Callable[[], dict[str, _V]]:
+    """``read`` (a shared cache's ``<namespace>/<name>`` keyed reading: replicas,
+    Deployments) cut to the shard's namespaces: the deletion guard counts the workers
+    the shard runs, and another shard's are not among them."""
+
+    def cut() -> dict[str, _V]:
+        mine = set(namespaces())
+        return {k: v for k, v in read().items() if k.partition("/")[0] in mine}
+
+    return cut
 
 
 class ShardNamespaces:

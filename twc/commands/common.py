@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Deletions",
+    "cluster_adds_a_source",
     "deletions",
     "desired_inputs",
     "dry_run_or_report",
@@ -225,12 +226,7 @@ def desired_inputs(
             )
             yield None
             return
-        # Said only when the cluster adds something: the views the daemon generates of
-        # other workers are no source, and a fleet-file stack has them on every run.
-        if any(
-            not found.is_known or any(not is_view(o) for o in found.objects or ())
-            for found in (inputs.cluster or {}).values()
-        ):
+        if cluster_adds_a_source(inputs):
             print(summary(inputs), file=err)
     planned = _with_versions(ref, file, fleet, inputs, rollouts or RolloutSettings(), err)
     if planned is None:
@@ -333,6 +329,16 @@ def _with_versions(
             file=err,
         )
         return None
+
+
+def cluster_adds_a_source(inputs: DesiredInputs) -> bool:
+    """Whether the cluster's objects add anything to the fleet file (the line about them
+    is said only then): the views the daemon generates of other workers are no source,
+    and a fleet-file stack has them on every run."""
+    return any(
+        not found.is_known or any(not is_view(o) for o in found.objects or ())
+        for found in (inputs.cluster or {}).values()
+    )
 
 
 def summary(inputs: DesiredInputs) -> str:

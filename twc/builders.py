@@ -20,7 +20,7 @@ from typing import Any, Final
 from twc import rollout
 from twc.connections import DEFAULT_TLS_MOUNT_PATH, PodSpecOptions, ResolvedConnection
 from twc.spec import ResolvedWorker, Resources, label_value, worker_container_index
-from twc.spec.labels import STACK_LABEL
+from twc.spec.labels import STACK_LABEL, owner_stack
 
 __all__ = [
     "COMPONENT_DLQ",
@@ -148,7 +148,7 @@ def stack_labels(stack: str | None) -> dict[str, str]:
     """The ownership labels of an object of ``stack`` (none when no stack is given)."""
     if not stack:
         return {}
-    return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_STACK: label_value(stack)}
+    return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_STACK: label_value(owner_stack(stack))}
 
 
 def foreign_owner(obj: Mapping[str, Any], stack: str) -> str | None:
@@ -166,7 +166,7 @@ def foreign_owner(obj: Mapping[str, Any], stack: str) -> str | None:
         other = labels.get(LABEL_MANAGED_BY)
         return f"not created by twc (managed-by: {other})" if other else "not created by twc"
     found = labels.get(LABEL_STACK)
-    if found is not None and found != label_value(stack):
+    if found is not None and owner_stack(str(found)) != label_value(owner_stack(stack)):
         return "created by another twc stack"
     return None
 

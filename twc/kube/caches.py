@@ -31,6 +31,7 @@ from twc.kube.watch import ObjectWatcher, builtin_lister
 from twc.kube.workloads import WORKER_SELECTOR
 from twc.rollout import BUILD_ID_LABEL
 from twc.spec import label_value
+from twc.spec.labels import owner_stack
 
 __all__ = ["SECRET_FIELD_SELECTOR", "DeploymentCache", "SecretCache"]
 
@@ -157,7 +158,7 @@ class DeploymentCache(_Cache):
                 any stack label (made before twc labelled them) are read, another
                 stack's are not. ``None``: every twc worker Deployment.
         """
-        self._stack = label_value(stack) if stack is not None else None
+        self._stack = label_value(owner_stack(stack)) if stack is not None else None
         super().__init__(
             ObjectWatcher(
                 None,

@@ -27,6 +27,7 @@ from twc.builders import (
 from twc.kube.client import KubeClient, read_json, status_of
 from twc.rollout import BUILD_ID_LABEL
 from twc.spec import label_value
+from twc.spec.labels import owner_stack
 
 __all__ = [
     "WORKER_SELECTOR",
@@ -45,7 +46,7 @@ WORKER_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_COMPONENT}={COMPONENT
 
 def stack_selector(stack: str) -> str:
     """Labels of the worker Deployments of one stack."""
-    return f"{WORKER_SELECTOR},{LABEL_STACK}={label_value(stack)}"
+    return f"{WORKER_SELECTOR},{LABEL_STACK}={label_value(owner_stack(stack))}"
 
 
 _API_VERSION = {"Deployment": "apps/v1", "ServiceAccount": "v1"}
@@ -143,7 +144,7 @@ class Workloads:
         found = [dep for dep in items if isinstance(dep, dict)]
         if self.stack is None:
             return found
-        ours = label_value(self.stack)
+        ours = label_value(owner_stack(self.stack))
         return [d for d in found if _stack_of(d) in (ours, None)]
 
     def worker_replicas(self) -> dict[str, int]:

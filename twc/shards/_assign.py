@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from twc.spec import Fleet
+from twc.spec.labels import SHARD_SUFFIX
 
 __all__ = [
     "ShardMap",
@@ -19,7 +19,7 @@ __all__ = [
     "shard_stacks",
 ]
 
-_SHARD_SUFFIX = re.compile(r"^(?P<base>.+)\.s(?P<index>\d{2,})$")
+_SHARD_SUFFIX = SHARD_SUFFIX
 
 
 def shard_stack(stack: str, index: int) -> str:

@@ -51,7 +51,7 @@ def is_sharded(stack: str, fleet_file: str | None) -> bool:
     path = common.fleet_path(common.fleet_file_for(stack, fleet_file))
     try:
         data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError):
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return False
     return isinstance(data, dict) and bool(data.get("sharding"))
 

@@ -239,6 +239,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             lease_namespace=args.lease_namespace,
             lease_name=args.lease_name,
             once=args.once,
+            rbac_scope=args.rbac_scope,
         )
     )
 
@@ -379,6 +380,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--lease-namespace", default=None, help="namespace of the Lease")
     run.add_argument("--lease-name", default=None, help="name of the Lease")
     run.add_argument("--once", action="store_true", help="run one iteration and exit")
+    run.add_argument(
+        "--rbac-scope",
+        choices=["cluster", "namespaced"],
+        default="cluster",
+        help="the RBAC the daemon runs under: namespaced reads Secrets by name, never lists them",
+    )
     run.set_defaults(func=_cmd_run)
 
     local = sub.add_parser("local", help="the embedded local environment")

@@ -103,6 +103,9 @@ def test_the_namespaced_scope_writes_and_reads_secrets_only_in_the_given_namespa
     ]
     assert ("", "secrets") not in cluster
     assert not [k for k in docs if k.startswith("Role/") and "/default/" in k]
+    # So the daemon is told not to list Secrets cluster-wide (and the cluster scope is not).
+    assert "--rbac-scope=namespaced" in _container(docs)["args"]
+    assert not [a for a in _container(render())["args"] if a.startswith("--rbac-scope")]
 
 
 def test_the_native_kinds_the_daemon_watches_are_granted_in_both_scopes() -> None:

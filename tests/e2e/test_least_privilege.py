@@ -289,5 +289,17 @@ def test_the_namespaced_scope_reconciles_with_roles_in_the_given_namespaces_only
         caplog,
         leader_elect=True,
         lease_namespace=namespace,
+        rbac_scope=_chart_rbac_scope(),
     )
     assert "leader election on lease" in caplog.text
+
+
+def _chart_rbac_scope() -> str:
+    """The ``--rbac-scope`` the chart's Deployment passes under ``rbac.scope=namespaced``."""
+    from tests.chart import render
+
+    args = render("rbac.scope=namespaced", "rbac.namespaces={a}")["Deployment/twc"]["spec"][
+        "template"
+    ]["spec"]["containers"][0]["args"]
+    [scope] = [str(a).removeprefix("--rbac-scope=") for a in args if a.startswith("--rbac-scope=")]
+    return scope

@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry
 
@@ -118,6 +118,11 @@ class RunOptions:
     """Overrides the Lease's name."""
     once: bool = False
     """Run one iteration and exit (0 on success)."""
+    rbac_scope: Literal["cluster", "namespaced"] = "cluster"
+    """The RBAC the daemon runs under (the chart's ``rbac.scope``). ``namespaced``: Secrets
+    are readable only in some namespaces, so they are never listed cluster-wide; each
+    credential Secret an iteration needs is read by name instead of from a watch cache
+    (a few GETs per iteration: one per connection's Secret)."""
 
 
 def load_settings(options: RunOptions) -> DaemonSettings:
@@ -338,6 +343,24 @@ class Wiring:
                 client.close()
 
 
+def _secret_cache(
+    kube: KubeClient, options: RunOptions, settings: DaemonSettings
+) -> SecretCache | None:
+    """The cluster-wide Secret cache, or ``None`` under namespaced RBAC (which grants no
+    cluster-wide list: the cache would only ever answer 403)."""
+    if options.rbac_scope == "namespaced":
+        logger.info(
+            "[%s] namespaced RBAC: credential Secrets are read by name, not watched",
+            options.stack,
+        )
+        return None
+    return SecretCache(
+        kube,
+        resync_interval=settings.resync_interval,
+        watch_timeout=_cache_watch_timeout(settings),
+    )
+
+
 def _cache_watch_timeout(settings: DaemonSettings) -> int:
     """The caches' watch requests end on the server's timeout this often: each end is an
     answer, so a hung API server shows within this plus the liveness timeout."""
@@ -529,11 +552,7 @@ def _wire_one(
             stack=options.stack,
             watch_timeout=_cache_watch_timeout(settings),
         )
-        secrets = SecretCache(
-            kube,
-            resync_interval=settings.resync_interval,
-            watch_timeout=_cache_watch_timeout(settings),
-        )
+        secrets = _secret_cache(kube, options, settings)
     else:
         queues = StaticQueues(())
 
@@ -646,9 +665,7 @@ def _wire_shards(
     deployments = DeploymentCache(
         kube, resync_interval=settings.resync_interval, watch_timeout=watch_timeout
     )
-    secrets = SecretCache(
-        kube, resync_interval=settings.resync_interval, watch_timeout=watch_timeout
-    )
+    secrets = _secret_cache(kube, options, settings)
     scaler = ReplicaScaler(kube)
     slots = EngineSlots(settings.shards.engine_concurrency)
     # One backlog budget for the process, whatever the number of shards.
@@ -747,7 +764,7 @@ def _wire_shards(
                     k for k in deployments.scaled() if k.partition("/")[0] in namespaces()
                 ],
                 deployments=shard_keyed(deployments.worker_deployments, namespaces),
-                secrets=secrets.reader(workloads.read_secret),
+                secrets=secrets.reader(workloads.read_secret) if secrets is not None else None,
                 secret_data=workloads.read_secret,
                 objects=own.read,
                 registry=registry,
@@ -821,7 +838,7 @@ def _wire_shards(
 
     wiring.starts.append(start_watches)
     wiring.stops.append(stop_watches)
-    _caches(wiring, [deployments, secrets], own)
+    _caches(wiring, [c for c in (deployments, secrets) if c is not None], own)
     return wiring
 
 

@@ -56,6 +56,9 @@ def _fleet(address: str, workers: dict[str, list[str]], source: str) -> dict[str
         ],
     )
     fleet["sharding"] = {"maxWorkersPerShard": 2, "assignmentNamespace": "default"}
+    # The fleet file alone: other tests' Queues and TemporalWorkers in the same embedded
+    # cluster would otherwise join this stack and be assigned shards of their own.
+    fleet["clusterObjects"] = False
     return fleet
 
 

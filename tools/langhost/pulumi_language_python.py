@@ -670,8 +670,13 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     stop.wait()
-    server.stop(grace=1)
-    return 0
+    server.stop(grace=1).wait(timeout=5)
+    # Exit now, as the Go host does on a signal: a handler thread still inside an RPC
+    # (a program run, a plugin stream) would otherwise hold the interpreter's exit, which
+    # joins the pool's threads, for as long as that RPC lasts.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

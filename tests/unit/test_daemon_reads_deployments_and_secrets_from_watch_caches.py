@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from twc.kube.caches import SECRET_FIELD_SELECTOR, DeploymentCache, SecretCache
+from twc.kube.caches import SECRET_FIELD_SELECTOR, DeploymentCache, SecretCache, digests_by_name
 from twc.kube.scale import AUTOSCALER_FIELD_MANAGER
 from twc.kube.workloads import WORKER_SELECTOR
 
@@ -188,3 +188,19 @@ def test_before_the_secrets_are_listed_a_direct_read_gives_the_same_digests() ->
 
     assert reads == [("temporal", "mtls")]  # listed: no direct read any more
     assert after == before
+
+
+def test_without_a_secret_cache_a_read_by_name_digests_as_the_cache_and_sees_a_rotation() -> None:
+    # Under namespaced RBAC the daemon keeps no Secret cache: every read is by name, its
+    # digests equal the cache's (switching scope rolls nothing), and a rotated key shows.
+    _, secrets, _, _ = _caches([], [_secret("mtls", {"tls.crt": "CERT", "tls.key": "KEY"})])
+    secrets.watcher.list_now()
+    data = {"tls.crt": b"CERT", "tls.key": b"KEY"}
+    read = digests_by_name(lambda _namespace, _name: data)
+
+    assert read("temporal", "mtls") == secrets.digests("temporal", "mtls")
+    before = read("temporal", "mtls")
+    data["tls.crt"] = b"NEW"
+    after = read("temporal", "mtls")
+    assert after["tls.crt"] != before["tls.crt"]
+    assert after["tls.key"] == before["tls.key"]

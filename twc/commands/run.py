@@ -40,7 +40,7 @@ from prometheus_client import CollectorRegistry
 
 from twc.commands.common import fleet_file_for, stack_config, stack_ref
 from twc.connections import default_registry
-from twc.kube.caches import DeploymentCache, SecretCache
+from twc.kube.caches import DeploymentCache, SecretCache, digests_by_name
 from twc.kube.client import KubeClient, NoClusterError, kube_client
 from twc.kube.lease import DAEMON_LEASE_ENV, LeaseElector, call_timeout, lease_name_for
 from twc.kube.record import RecordStore, control_namespace
@@ -361,6 +361,18 @@ def _secret_cache(
     )
 
 
+def _secret_digests(
+    secrets: SecretCache | None, workloads: Workloads | None
+) -> Callable[[str, str], dict[str, bytes]] | None:
+    """How the loop reads credential digests: from the cache (a direct read until it is
+    listed), or, without a cache (namespaced RBAC), always by name."""
+    if workloads is None:
+        return None
+    if secrets is None:
+        return digests_by_name(workloads.read_secret)
+    return secrets.reader(workloads.read_secret)
+
+
 def _cache_watch_timeout(settings: DaemonSettings) -> int:
     """The caches' watch requests end on the server's timeout this often: each end is an
     answer, so a hung API server shows within this plus the liveness timeout."""
@@ -571,9 +583,7 @@ def _wire_one(
             replicas=deployments.worker_replicas if deployments is not None else None,
             scaled=deployments.scaled if deployments is not None else None,
             deployments=deployments.worker_deployments if deployments is not None else None,
-            secrets=secrets.reader(workloads.read_secret)
-            if secrets is not None and workloads is not None
-            else None,
+            secrets=_secret_digests(secrets, workloads),
             secret_data=workloads.read_secret if workloads is not None else None,
             objects=workloads.read if workloads is not None else None,
             registry=registry,
@@ -764,7 +774,7 @@ def _wire_shards(
                     k for k in deployments.scaled() if k.partition("/")[0] in namespaces()
                 ],
                 deployments=shard_keyed(deployments.worker_deployments, namespaces),
-                secrets=secrets.reader(workloads.read_secret) if secrets is not None else None,
+                secrets=_secret_digests(secrets, workloads),
                 secret_data=workloads.read_secret,
                 objects=own.read,
                 registry=registry,

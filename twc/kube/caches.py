@@ -33,7 +33,7 @@ from twc.rollout import BUILD_ID_LABEL
 from twc.spec import label_value
 from twc.spec.labels import owner_stack
 
-__all__ = ["SECRET_FIELD_SELECTOR", "DeploymentCache", "SecretCache"]
+__all__ = ["SECRET_FIELD_SELECTOR", "DeploymentCache", "SecretCache", "digests_by_name"]
 
 SECRET_FIELD_SELECTOR = "type!=kubernetes.io/service-account-token,type!=helm.sh/release.v1"  # noqa: S105 - a field selector, not a password
 """Secrets that can never be a connection's credentials stay out of the cache."""
@@ -227,6 +227,20 @@ class DeploymentCache(_Cache):
         )
 
 
+def digests_by_name(
+    read: Callable[[str, str], Mapping[str, bytes]],
+) -> Callable[[str, str], dict[str, bytes]]:
+    """A Secret's per-key digests from a direct read by name (``read`` gives its decoded
+    data), digested as :class:`SecretCache` digests what it watches, so the two can stand
+    in for each other without changing a digest."""
+
+    def digests(namespace: str, name: str) -> dict[str, bytes]:
+        data = read(namespace, name)
+        return {k: _digest(base64.b64encode(v).decode()).encode() for k, v in sorted(data.items())}
+
+    return digests
+
+
 class SecretCache(_Cache):
     """Per-key digests of the cluster's Secrets (never their values), from a watch."""
 
@@ -258,13 +272,12 @@ class SecretCache(_Cache):
         list them cluster-wide) digested the same way, so switching between the two
         changes no digest."""
 
+        direct = digests_by_name(fallback)
+
         def read(namespace: str, name: str) -> dict[str, bytes]:
             if self.watcher.by_key() is not None:
                 return self.digests(namespace, name)
-            data = fallback(namespace, name)
-            return {
-                k: _digest(base64.b64encode(v).decode()).encode() for k, v in sorted(data.items())
-            }
+            return direct(namespace, name)
 
         return read
 

@@ -72,6 +72,9 @@ def test_migrating_to_shards_keeps_every_deployment_as_it_is(
             },
         ],
     )
+    # The fleet file alone (its Queue is the file's): another test's Queue or TemporalWorker
+    # in the shared embedded cluster would otherwise join the stack and get a shard.
+    fleet["clusterObjects"] = False
     file.write_text(yaml.safe_dump(fleet))
     base = engine.StackRef(name=stack, config={"fleetFile": str(file)}, env={})
     refs: list[engine.StackRef] = []

@@ -352,8 +352,15 @@ def test_a_versioned_worker_rolls_out_drains_rolls_back_and_manual_routes_nothin
             message=f"the rollback never routed back:\n{daemon.text()[-3000:]}",
         )
         assert back["statuses"].get(third) in ("Draining", "Drained", "Inactive")
-        target = kubelet.deployments()[second]
-        assert target["metadata"]["annotations"].get(TARGET_ANNOTATION) == "true"
+        # Routing moves back at once; the annotation comes with the up that follows it.
+        eventually(
+            lambda: (
+                kubelet.deployments()[second]["metadata"]["annotations"].get(TARGET_ANNOTATION)
+                == "true"
+            ),
+            timeout=ONE_UP,
+            message="the rolled-back version was never marked the target",
+        )
         assert _run(_finish(address, f"pinned2-{namespace}")) == second
 
         # 6. Manual: a new build runs and polls, and Temporal's routing does not move.

@@ -131,6 +131,20 @@ def test_workers_per_namespace_count_the_file_and_the_cluster() -> None:
     assert load == {"a": 4, "b": 1, "c": 2}
 
 
+def test_without_cluster_objects_the_clusters_namespaces_get_no_shard() -> None:
+    # Another stack's (or a test's) Queue elsewhere on the cluster is no part of a stack
+    # that takes the fleet file alone: the daemon opened a shard for its namespace.
+    fleet = load_fleet({**FLEET, "clusterObjects": False}, "fleet.yaml")
+
+    load = namespace_load(
+        fleet,
+        queues=[_queue_object("q1", "c")],
+        workers=[{"metadata": {"name": "t", "namespace": "c"}}],
+    )
+
+    assert load == {"a": 4, "b": 1}
+
+
 @pulumi_test
 def test_a_shard_stacks_program_builds_its_namespaces_only() -> Any:
     from twc.program import ProgramOptions, build

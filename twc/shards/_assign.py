@@ -142,13 +142,16 @@ def namespace_load(
     Queue object and one per TemporalWorker object.
 
     An estimate is enough (a Queue object the file also declares counts twice): it only
-    decides where a *new* namespace goes.
+    decides where a *new* namespace goes. With ``clusterObjects: false`` the cluster's
+    objects are no part of the stack, so their namespaces get no shard.
     """
     load: dict[str, int] = {}
     for worker in fleet.resolved_workers():
         load[worker.namespace] = load.get(worker.namespace, 0) + 1
     for queue in fleet.queues:
         load.setdefault(queue.namespace, 0)
+    if not fleet.cluster_objects:
+        return load
     for obj in (*queues, *workers):
         ns = _namespace(obj)
         if ns is not None:

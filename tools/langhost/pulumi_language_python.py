@@ -669,7 +669,12 @@ def main(argv: list[str]) -> int:
     # The engine kills the plugin when it is done; exit cleanly on SIGTERM/SIGINT too.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    stop.wait()
+    # Wait in short steps, never for good: Python runs a signal's handler on the main
+    # thread only, and the kernel may deliver SIGTERM to one of gRPC's threads instead.
+    # The main thread, blocked in an untimed wait, would then never wake to run it (CI saw
+    # the host outlive a SIGTERM by 30 s); a timed wait returns and runs the handler.
+    while not stop.wait(0.25):
+        pass
     server.stop(grace=1).wait(timeout=5)
     # Exit now, as the Go host does on a signal: a handler thread still inside an RPC
     # (a program run, a plugin stream) would otherwise hold the interpreter's exit, which

@@ -9,7 +9,11 @@ exec script, config, exports and logs. The virtualenv is the project's own .venv
 
 from __future__ import annotations
 
+import ctypes
+import os
+import platform
 import shutil
+import signal
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -83,6 +87,7 @@ class Host:
     stub: language_pb2_grpc.LanguageRuntimeStub
     engine: FakeEngine
     address: str
+    process: subprocess.Popen[str]
 
 
 def _serve_engine(engine: FakeEngine) -> tuple[grpc.Server, str]:
@@ -146,7 +151,7 @@ def host(
                 program_directory=str(program),
             )
         )
-        yield Host(stub, engine, engine_address)
+        yield Host(stub, engine, engine_address, process)
         channel.close()
     finally:
         process.terminate()
@@ -319,3 +324,18 @@ def test_a_missing_virtualenv_is_an_error_not_another_python(host: Host, program
             f' "{missing}" doesn\'t exist' in details
         ), (name, details)
     assert host.engine.resources == [], "no program ran"
+
+
+def test_a_sigterm_delivered_to_a_grpc_thread_still_stops_the_host(host: Host) -> None:
+    """The kernel may hand a process's SIGTERM to any of its threads; Python runs the
+    handler on the main thread only, so the host must wake up to it whichever got it."""
+    assert host.stub.GetPluginInfo(empty_pb2.Empty()).version
+    pid = host.process.pid
+    others = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
+    assert others, "the host runs gRPC's threads beside its main thread"
+    libc = ctypes.CDLL(None, use_errno=True)
+    # tgkill(2) sends the signal to that one thread, as the kernel may choose to.
+    sys_tgkill = {"x86_64": 234, "aarch64": 131}[platform.machine()]
+    assert libc.syscall(sys_tgkill, pid, others[-1], int(signal.SIGTERM)) == 0
+
+    assert host.process.wait(timeout=20) == 0

@@ -131,6 +131,23 @@ def test_workers_per_namespace_count_the_file_and_the_cluster() -> None:
     assert load == {"a": 4, "b": 1, "c": 2}
 
 
+def test_generated_views_open_no_shard() -> None:
+    # Another stack's views of its fleet-file workers sit in that stack's namespaces: a
+    # shard opened for them made this stack's guard count that stack's workers as its own.
+    fleet = load_fleet(FLEET, "fleet.yaml")
+    view = {
+        "metadata": {
+            "name": "w-0000",
+            "namespace": "elsewhere",
+            "labels": {"twc.temporal.io/derived-from": "Fleet"},
+        }
+    }
+
+    load = namespace_load(fleet, queues=[], workers=[view])
+
+    assert load == {"a": 4, "b": 1}
+
+
 def test_without_cluster_objects_the_clusters_namespaces_get_no_shard() -> None:
     # Another stack's (or a test's) Queue elsewhere on the cluster is no part of a stack
     # that takes the fleet file alone: the daemon opened a shard for its namespace.

@@ -204,3 +204,24 @@ def test_without_a_secret_cache_a_read_by_name_digests_as_the_cache_and_sees_a_r
     after = read("temporal", "mtls")
     assert after["tls.crt"] != before["tls.crt"]
     assert after["tls.key"] == before["tls.key"]
+
+
+def test_a_stacks_cache_leaves_another_stacks_workers_out() -> None:
+    # Two stacks share a cluster (and may share a namespace): the guard of one must never
+    # count the other's Deployments as workers it runs. A sharded stack's cache is its
+    # base stack's: every shard's objects carry the base stack's label.
+    def labelled(name: str, stack: str | None) -> dict[str, Any]:
+        dep = _deployment(name, 1)
+        if stack is not None:
+            dep["metadata"]["labels"] = {"twc.temporal.io/stack": stack}
+        return dep
+
+    listed = FakeList(
+        [labelled("mine", "bench-60"), labelled("theirs", "bench-20"), labelled("old", None)]
+    )
+    kube: Any = _Kube(listed, FakeList([]))
+    cache = DeploymentCache(kube, resync_interval=300, stack="bench-60")
+    cache.watcher.list_now()
+
+    assert cache.worker_replicas() == {"team/mine": 1, "team/old": 1}
+    assert set(cache.worker_deployments()) == {"team/mine", "team/old"}

@@ -672,8 +672,14 @@ def _wire_shards(
     views = TemporalWorkerViews(kube.custom)
     workloads = Workloads(kube)
     watch_timeout = _cache_watch_timeout(settings)
+    # The stack's Deployments only (a shard's carry its base stack's label): each shard
+    # then cuts them to its namespaces, and another stack's workers in a namespace this
+    # stack shares are never counted as this stack's (its deletion guard held them).
     deployments = DeploymentCache(
-        kube, resync_interval=settings.resync_interval, watch_timeout=watch_timeout
+        kube,
+        resync_interval=settings.resync_interval,
+        watch_timeout=watch_timeout,
+        stack=options.stack,
     )
     secrets = _secret_cache(kube, options, settings)
     scaler = ReplicaScaler(kube)

@@ -8,6 +8,7 @@ from types import MappingProxyType
 from typing import Any
 
 from twc.spec import Fleet
+from twc.spec.crds import VIEW_LABEL
 from twc.spec.labels import SHARD_SUFFIX
 
 __all__ = [
@@ -133,6 +134,12 @@ def _namespace(obj: Mapping[str, Any]) -> str | None:
     return str(ns) if ns else None
 
 
+def _is_view(obj: Mapping[str, Any]) -> bool:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    return isinstance(labels, Mapping) and VIEW_LABEL in labels
+
+
 def namespace_load(
     fleet: Fleet,
     queues: Iterable[Mapping[str, Any]] = (),
@@ -143,7 +150,10 @@ def namespace_load(
 
     An estimate is enough (a Queue object the file also declares counts twice): it only
     decides where a *new* namespace goes. With ``clusterObjects: false`` the cluster's
-    objects are no part of the stack, so their namespaces get no shard.
+    objects are no part of the stack, so their namespaces get no shard. A TemporalWorker
+    twc generated to show a worker (a view, of this stack or another) is no source of
+    workers, so it opens no shard either: another stack's views used to give its
+    namespaces shards of this stack, whose deletion guard then held that stack's workers.
     """
     load: dict[str, int] = {}
     for worker in fleet.resolved_workers():
@@ -152,7 +162,7 @@ def namespace_load(
         load.setdefault(queue.namespace, 0)
     if not fleet.cluster_objects:
         return load
-    for obj in (*queues, *workers):
+    for obj in (*queues, *(w for w in workers if not _is_view(w))):
         ns = _namespace(obj)
         if ns is not None:
             load[ns] = load.get(ns, 0) + 1

@@ -52,6 +52,7 @@ from twc.kube.writer import NativeWriter
 from twc.loop.act import Effects
 from twc.loop.backlog import TemporalBacklogs, import_temporal
 from twc.loop.daemon import Daemon
+from twc.loop.filewatch import FleetFileWatch
 from twc.loop.freshness import CacheFreshness
 from twc.loop.health import DaemonMetrics, HealthServer, MetricsSource, Probe
 from twc.loop.observe import CachedFleetFile, Sources
@@ -405,6 +406,14 @@ def _caches(wiring: Wiring, caches: list[Any], registry: CollectorRegistry) -> N
     wiring.stops.append(stop)
 
 
+def _watch_file(wiring: Wiring, path: str, wakeup: threading.Event) -> None:
+    """Wake the loop (every shard's) when the fleet file changes, not at the next
+    iteration."""
+    watch = FleetFileWatch(path, wakeup, interval=wiring.settings.file_poll_interval)
+    wiring.starts.append(watch.start)
+    wiring.stops.append(watch.stop)
+
+
 def _sharding_of(path: str) -> Any:
     """The fleet's ``sharding`` block (``None`` when unsharded or unreadable: the loop
     reports an unreadable file as it does for any stack)."""
@@ -619,6 +628,7 @@ def _wire_one(
     )
     wiring = Wiring(options.stack, settings, daemon, metrics, file, kube, [channel], lease_kube)
     _caches(wiring, [c for c in (deployments, secrets) if c is not None], metrics.registry)
+    _watch_file(wiring, path, daemon.wakeup)
     if elector is not None:
         lease = elector
 
@@ -855,6 +865,8 @@ def _wire_shards(
     wiring.starts.append(start_watches)
     wiring.stops.append(stop_watches)
     _caches(wiring, [c for c in (deployments, secrets) if c is not None], own)
+    # An edit wakes every shard's loop, as the shared watches do (each reads its slice).
+    _watch_file(wiring, path, fanout)
     return wiring
 
 

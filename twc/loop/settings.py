@@ -315,6 +315,9 @@ class DaemonSettings(_Settings):
     """Seconds between full re-lists of Queue objects, a safety net under the watch."""
     refresh_interval: float = Field(default=600.0, gt=0)
     """Seconds between ``refresh`` runs that detect drift in the cluster."""
+    file_poll_interval: float = Field(default=1.0, gt=0)
+    """Seconds between looks at the fleet file (a ``stat``): a change wakes the loop at
+    once instead of waiting for the next iteration."""
     early_apply: bool = True
     """Apply a new worker's ServiceAccount and Deployment before the engine's ``up``
     (which adopts them), so it appears within a second instead of one engine run."""

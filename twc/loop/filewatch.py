@@ -1,0 +1,78 @@
+"""Wake the loop when the fleet file changes.
+
+The cluster's objects wake the loop through their watches; the fleet file had nothing
+of the kind, so an edit waited for the next iteration (``reconcile_interval``, 30 s by
+default): a one-worker image change spent most of its time waiting to be read. The
+watch compares the file's ``stat`` (inode, size, modification time) every
+``file_poll_interval``: a ``stat`` costs microseconds whatever the fleet's size, and it
+sees a mounted ConfigMap's update too (the kubelet swaps a symlink, which changes the
+inode the path resolves to). What changed is read and parsed by the iteration itself
+(:class:`twc.loop.observe.CachedFleetFile`), so a touch without new bytes costs one
+cheap iteration and no engine run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+__all__ = ["FleetFileWatch"]
+
+logger = logging.getLogger(__name__)
+
+Signature = tuple[int, int, int] | None
+"""``(inode, size, mtime in ns)`` of the file the path resolves to; ``None`` while the
+path does not resolve."""
+
+
+def signature(path: Path) -> Signature:
+    """What tells one version of the file from the next, without reading it."""
+    try:
+        st = os.stat(path)  # follows symlinks: a ConfigMap's ..data swap shows
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class FleetFileWatch:
+    """A thread that sets ``wakeup`` whenever the fleet file changes."""
+
+    def __init__(
+        self, path: str | os.PathLike[str], wakeup: threading.Event, *, interval: float
+    ) -> None:
+        """Watch ``path`` every ``interval`` seconds once :meth:`start`\\ ed."""
+        self.path = Path(path)
+        self.interval = interval
+        self._wakeup = wakeup
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.changes = 0
+        """How many changes woke the loop (for tests and benchmarks)."""
+
+    def start(self) -> None:
+        """Take the file as it is now, then watch it."""
+        if self._thread is not None:
+            return
+        seen = signature(self.path)
+        self._thread = threading.Thread(
+            target=self._run, args=(seen,), name="fleet-file-watch", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop watching (waits for the thread: at most one interval)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval + 5.0)
+
+    def _run(self, seen: Signature) -> None:
+        while not self._stop.wait(self.interval):
+            now = signature(self.path)
+            if now == seen:
+                continue
+            seen = now
+            self.changes += 1
+            logger.info("fleet file %s changed: reconciling now", self.path)
+            self._wakeup.set()

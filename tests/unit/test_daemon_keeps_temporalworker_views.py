@@ -198,6 +198,8 @@ def test_views_appear_with_status_and_cost_nothing_once_they_say_what_they_shoul
     assert world.status(f"{NS}/worker-orders")["phase"] == "Pending"
     world.deployments[f"{NS}/worker-orders"] = (1, 1)
     world.pollers.pollers_by_queue["orders"] = 1
+    # A queue without pollers is asked again once its recheck interval has passed.
+    world.clock.now += DaemonSettings().pollers_recheck_interval
     ups, calls = len(world.engine.ups), len(world.server.calls)
     world.step()
     status = world.status(f"{NS}/worker-orders")

@@ -57,8 +57,10 @@ class Pollers(FakeBacklogs):
     def __init__(self) -> None:
         super().__init__()
         self.pollers_by_queue: dict[str, int] = {}
+        self.asked: list[str] = []
 
     async def pollers(self, ref: TaskQueueRef) -> int:
+        self.asked.append(ref.name)
         return self.pollers_by_queue.get(ref.name, 0)
 
 
@@ -138,6 +140,8 @@ def test_native_objects_reach_the_program_and_their_status_turns_ready() -> None
     # The simulated cluster catches up: the Deployment is ready and a worker polls.
     world.deployments["team/orders"] = (1, 1)
     world.backlogs.pollers_by_queue["orders"] = 1
+    # A queue without pollers is asked again once its recheck interval has passed.
+    world.clock.now += DaemonSettings().pollers_recheck_interval
     ups = len(world.engine.ups)
     world.step()
 
@@ -272,3 +276,33 @@ def test_a_rejected_worker_hears_why_before_the_up_of_the_others_runs() -> None:
     assert status_keys == ["team/stray"]
     assert events == [("team/stray", "UnknownConnectionKind")]
     assert world.writer.events.count(("team/stray", "UnknownConnectionKind")) == 1
+
+
+def test_pollers_are_asked_again_only_when_their_answer_is_old() -> None:
+    # Asking Temporal about every worker on every iteration made an iteration's cost grow
+    # with the fleet (and a watch event wakes every shard's loop).
+    world = World([worker_obj("orders", ref=cluster_ref("prod"))], [cluster_conn_obj("prod")])
+    world.deployments["team/orders"] = (1, 1)
+    world.backlogs.pollers_by_queue["orders"] = 1
+    settings = DaemonSettings()
+    world.step()
+    assert world.backlogs.asked == ["orders"]
+    assert _last_status(world.writer, "team/orders")["phase"] == "Ready"
+
+    for _ in range(3):
+        world.step()
+    assert world.backlogs.asked == ["orders"], "a polling queue's count is reused"
+
+    world.clock.now += settings.pollers_interval
+    world.backlogs.pollers_by_queue["orders"] = 0  # its workers stopped polling
+    world.step()
+    assert world.backlogs.asked == ["orders", "orders"]
+    assert _last_status(world.writer, "team/orders")["phase"] != "Ready"
+
+    world.step()
+    assert len(world.backlogs.asked) == 2, "the count without pollers is reused a moment"
+    world.clock.now += settings.pollers_recheck_interval
+    world.backlogs.pollers_by_queue["orders"] = 1
+    world.step()
+    assert len(world.backlogs.asked) == 3
+    assert _last_status(world.writer, "team/orders")["phase"] == "Ready"

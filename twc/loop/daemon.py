@@ -139,6 +139,7 @@ class Daemon:
             or TokenBucket(settings.sampling.rate_per_s, burst=settings.sampling.burst),
             metrics=self.metrics,
             stack=stack,
+            clock=self.clocks.monotonic,
         )
         self.reporter = Reporter(
             stack=stack,

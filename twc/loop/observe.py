@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -195,6 +196,7 @@ class Observer:
         limiter: RateLimiter,
         metrics: DaemonMetrics,
         stack: str = "",
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Read from ``sources``.
 
@@ -205,6 +207,7 @@ class Observer:
             limiter: The backlog request-rate budget.
             metrics: Where the backlogs sampled (and the failed samples) are published.
             stack: The stack's name, for logs.
+            clock: Monotonic seconds (how old a poller count is).
         """
         self.sources = sources
         self._settings = settings
@@ -214,6 +217,9 @@ class Observer:
         self._stack = stack
         self._digests: dict[str, str] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._clock = clock
+        self._pollers: dict[TaskQueueRef, tuple[PollerFacts, float]] = {}
+        """Per task queue, its last poller count and when it was read."""
 
     @property
     def registry(self) -> Registry:
@@ -487,12 +493,22 @@ class Observer:
             return None
 
     def pollers(self, desired: DesiredFleet, keys: Sequence[str]) -> dict[str, PollerFacts]:
-        """The pollers of the named workers' task queues (what ``twc status`` checks)."""
+        """The pollers of the named workers' task queues (what ``twc status`` checks).
+
+        A count is reused for ``pollers_interval`` while the queue has pollers (for
+        ``pollers_recheck_interval`` while it has none): asking Temporal about every
+        worker on every iteration made an iteration's cost grow with the fleet, and a
+        watch event wakes every shard's loop.
+        """
         source = self.sources.backlogs
         if not keys or source is None or not hasattr(source, "pollers"):
             return {}
         workers = [desired.workers[k] for k in keys if k in desired.workers]
         refs = source.refs(desired.fleet, workers)
+        now = self._clock()
+        wanted = set(refs.values())
+        known = {r: v for r, v in self._pollers.items() if r in wanted}
+        due = sorted((r for r in wanted if self._pollers_due(known.get(r), now)), key=str)
         concurrency = asyncio.Semaphore(max(1, self._settings.sampling.concurrency))
 
         async def one(ref: TaskQueueRef) -> PollerFacts:
@@ -504,12 +520,24 @@ class Observer:
                     return PollerFacts(None, reason, message)
 
         async def every() -> dict[TaskQueueRef, PollerFacts]:
-            unique = sorted(set(refs.values()), key=str)
-            results = await asyncio.gather(*(one(r) for r in unique))
-            return dict(zip(unique, results, strict=True))
+            results = await asyncio.gather(*(one(r) for r in due))
+            return dict(zip(due, results, strict=True))
 
-        found = self.event_loop().run_until_complete(every())
-        return {key: found[ref] for key, ref in refs.items()}
+        if due:
+            for ref, facts in self.event_loop().run_until_complete(every()).items():
+                known[ref] = (facts, now)
+        self._pollers = known  # queues no worker uses any more are forgotten
+        return {key: known[ref][0] for key, ref in refs.items()}
+
+    def _pollers_due(self, cached: tuple[PollerFacts, float] | None, now: float) -> bool:
+        if cached is None:
+            return True
+        facts, read_at = cached
+        polling = facts.pollers is not None and facts.pollers > 0
+        interval = (
+            self._settings.pollers_interval if polling else self._settings.pollers_recheck_interval
+        )
+        return now - read_at >= interval
 
 
 def _placement(

@@ -315,6 +315,13 @@ class DaemonSettings(_Settings):
     """Seconds between full re-lists of Queue objects, a safety net under the watch."""
     refresh_interval: float = Field(default=600.0, gt=0)
     """Seconds between ``refresh`` runs that detect drift in the cluster."""
+    pollers_interval: float = Field(default=30.0, gt=0)
+    """Seconds a task queue's pollers (the ``Polling`` condition of its workers' status)
+    are reused while it has some: an iteration does not ask Temporal about every worker
+    of the fleet again, only about those whose answer is this old."""
+    pollers_recheck_interval: float = Field(default=5.0, gt=0)
+    """The same for a task queue without pollers (a new worker, a broken one, or a
+    failed call): asked again sooner, so a worker that starts polling shows it soon."""
     file_poll_interval: float = Field(default=1.0, gt=0)
     """Seconds between looks at the fleet file (a ``stat``): a change wakes the loop at
     once instead of waiting for the next iteration."""

@@ -38,9 +38,11 @@ ROOT = project_root()
 FAST: dict[str, Any] = {
     "reconcile_interval": 1.0,
     "refresh_interval": 3600.0,
+    "sampling": {"interval": 1.0},
     "backoff": {"base": 0.5, "max_delay": 5.0, "concurrent_update_delay": 2.0},
 }
-"""Settings for tests: iterate every second, never refresh on its own."""
+"""Settings for tests: iterate and sample backlogs every second, never refresh on its
+own."""
 
 
 @dataclass

@@ -107,7 +107,12 @@ def test_a_backlog_of_200_workflows_scales_up_and_draining_scales_back_down_with
     }
     fs = daemons.stack(fleet_doc(namespace, host_port=address, workers=[worker]))
     # HPA's default scale-up policy would cap each step at max(+100 %, +4 pods) / 15 s.
-    settings = {**FAST, "reconcile_interval": 2.0, "autoscale": {"scale_up": {"policies": []}}}
+    settings = {
+        **FAST,
+        "reconcile_interval": 2.0,
+        "sampling": {"interval": 2.0},
+        "autoscale": {"scale_up": {"policies": []}},
+    }
     daemon = daemons.start(fs, settings=settings)
     wait_for_success(daemon)
     key = f"{namespace}/orders"

@@ -145,3 +145,44 @@ def test_the_live_replica_count_is_where_the_autoscaler_starts() -> None:
     # Within tolerance of 60 / (10 * 6) = 1: the count stays, no scale write at all.
     assert h.live[KEY] == 6
     assert h.scaler.writes == []
+
+
+def test_a_backlog_is_sampled_on_its_interval_not_on_every_wake_up() -> None:
+    # Watch events and file edits wake the loop at any rate; Temporal is asked about an
+    # autoscaled queue once per sampling interval (KEDA's pollingInterval), and the loop
+    # wakes up for the next sample when it is due.
+    fleet = fleet_data(workers=[autoscaled("orders", target=10, hi=20)])
+    settings = UNLIMITED_UP.model_copy(update={"reconcile_interval": 30.0})
+    h = make_daemon(fleet, settings=settings, backlogs={"orders": 0})
+    interval = settings.sampling.interval
+    h.step()
+    assert h.backlogs.described == ["orders"]
+
+    h.backlogs.counts["orders"] = 50
+    for _ in range(3):  # woken again and again before the sample is due
+        h.clock.now += interval / 4
+        h.step()
+    assert h.backlogs.described == ["orders"]
+    assert h.live[KEY] == 1
+
+    state = h.step()
+    due = h.daemon.observer.next_sample_in(h.clock.now)
+    assert due is not None
+    assert 0 < due <= interval / 4
+    assert state.next_delay(now=h.clock.now, settings=settings, sample_due_in=due) == due
+
+    h.clock.now += due
+    h.step()
+    assert h.backlogs.described == ["orders", "orders"]
+    assert h.live[KEY] == 5
+
+
+def test_a_failed_sample_is_tried_again_on_the_next_iteration() -> None:
+    fleet = fleet_data(workers=[autoscaled("orders", target=10, hi=20)])
+    h = make_daemon(fleet, settings=UNLIMITED_UP, backlogs={"orders": RuntimeError("down")})
+    h.step()
+    h.backlogs.counts["orders"] = 30
+    h.clock.now += 1
+    h.step()
+    assert h.backlogs.described == ["orders", "orders"]
+    assert h.live[KEY] == 3

@@ -314,7 +314,12 @@ class Daemon:
                     state = self._drain(state)
                     ok = state.last_outcome is not None and state.last_outcome.ok
                     return self.exit_code or (0 if ok else 1)
-                delay = state.next_delay(now=self.clocks.monotonic(), settings=self.settings)
+                now = self.clocks.monotonic()
+                delay = state.next_delay(
+                    now=now,
+                    settings=self.settings,
+                    sample_due_in=self.observer.next_sample_in(now),
+                )
                 self.liveness.expect(delay)
                 if self.clocks.sleep(delay, self.wakeup):
                     self._settle()

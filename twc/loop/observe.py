@@ -49,7 +49,7 @@ from twc.loop.backlog import BacklogSource, SecretReader
 from twc.loop.faults import Fault, sample_fault
 from twc.loop.health import DaemonMetrics
 from twc.loop.rollouts import RolloutSource, observe_facts
-from twc.loop.sampling import RateLimiter, TaskQueueRef, sample_backlogs
+from twc.loop.sampling import RateLimiter, SampleResult, TaskQueueRef, sample_backlogs
 from twc.loop.settings import DaemonSettings
 from twc.loop.versions import RolloutFacts
 from twc.native.status import PollerFacts
@@ -220,6 +220,8 @@ class Observer:
         self._clock = clock
         self._pollers: dict[TaskQueueRef, tuple[PollerFacts, float]] = {}
         """Per task queue, its last poller count and when it was read."""
+        self._samples: dict[TaskQueueRef, tuple[SampleResult, float]] = {}
+        """Per autoscaled task queue, its last good backlog sample and when it was taken."""
 
     @property
     def registry(self) -> Registry:
@@ -397,18 +399,37 @@ class Observer:
     ) -> dict[str, int | None]:
         source = self.sources.backlogs
         if not autoscaled or source is None:
+            self._samples = {}
             self._metrics.set_backlogs(())
             self._sampling_faults({})
             return {}
         refs = source.refs(fleet, autoscaled.values())
-        results = self.event_loop().run_until_complete(
-            sample_backlogs(
-                refs.values(),
-                source.describe,
-                concurrency=self._settings.sampling.concurrency,
-                limiter=self._limiter,
+        now = self._clock()
+        interval = self._settings.sampling.interval
+        wanted = set(refs.values())
+        # Queues no autoscaled worker uses any more are forgotten.
+        self._samples = {r: v for r, v in self._samples.items() if r in wanted}
+        results: dict[TaskQueueRef, SampleResult] = {
+            ref: sample
+            for ref, (sample, taken_at) in self._samples.items()
+            if now - taken_at < interval
+        }
+        due = [ref for ref in dict.fromkeys(refs.values()) if ref not in results]
+        if due:
+            fresh = self.event_loop().run_until_complete(
+                sample_backlogs(
+                    due,
+                    source.describe,
+                    concurrency=self._settings.sampling.concurrency,
+                    limiter=self._limiter,
+                )
             )
-        )
+            results.update(fresh)
+            for ref, sample in fresh.items():
+                if sample.ok:
+                    self._samples[ref] = (sample, now)
+                else:
+                    self._samples.pop(ref, None)  # asked again next iteration
         out: dict[str, int | None] = {}
         published: list[tuple[str, str, int]] = []
         errors: dict[str, BaseException] = {}
@@ -434,6 +455,13 @@ class Observer:
         self._metrics.set_backlogs(dict.fromkeys(published))
         self._sampling_faults(errors)
         return out
+
+    def next_sample_in(self, now: float) -> float | None:
+        """Seconds until an autoscaled queue's sample is due; ``None`` without any."""
+        if not self._samples:
+            return None
+        oldest = min(taken_at for _, taken_at in self._samples.values())
+        return max(0.0, oldest + self._settings.sampling.interval - now)
 
     def _sampling_faults(self, errors: Mapping[str, BaseException]) -> None:
         found: dict[Fault, list[str]] = {}

@@ -174,6 +174,12 @@ class AutoscaleBehavior(_Settings):
 class SamplingSettings(_Settings):
     """Limits on how hard the daemon queries Temporal for task-queue backlogs."""
 
+    interval: float = Field(default=10.0, gt=0)
+    """Seconds between two samples of one task queue's backlog (KEDA's
+    ``pollingInterval``, 30 s by default there). The loop wakes when a sample is due;
+    an iteration woken sooner (a watch event, a file edit) reuses the last sample, so
+    Temporal's load depends on the autoscaled queues, not on how often the cluster
+    changes. A failed sample is tried again on the next iteration."""
     concurrency: int = Field(default=8, ge=1, le=256)
     """Most DescribeTaskQueue calls in flight at once."""
     rate_per_s: float = Field(default=20.0, gt=0)

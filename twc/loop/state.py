@@ -137,17 +137,22 @@ class LoopState:
         """Whether a drift-detecting ``refresh`` should run now."""
         return now >= self._next_refresh_at(settings)
 
-    def next_delay(self, *, now: float, settings: DaemonSettings) -> float:
+    def next_delay(
+        self, *, now: float, settings: DaemonSettings, sample_due_in: float | None = None
+    ) -> float:
         """Seconds to sleep before the next iteration.
 
-        A temporary failure waits its backoff delay; otherwise the reconcile interval.
-        Either is shortened so a due ``refresh`` is not late.
+        A temporary failure waits its backoff delay; otherwise the reconcile interval,
+        or less when an autoscaled queue's backlog sample is due sooner
+        (``sample_due_in``). Either is shortened so a due ``refresh`` is not late.
         """
         outcome = self.last_outcome
         if outcome is not None and outcome.kind is OutcomeKind.TEMPORARY:
             wait = outcome.delay if outcome.delay is not None else settings.reconcile_interval
         else:
             wait = settings.reconcile_interval
+            if sample_due_in is not None:
+                wait = min(wait, sample_due_in)
         until_refresh = self._next_refresh_at(settings) - now
         return max(0.0, min(wait, until_refresh))
 

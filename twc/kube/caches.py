@@ -22,7 +22,7 @@ import hashlib
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from twc.builders import LABEL_STACK, LABEL_WORKER
 from twc.kube.client import KubeClient
@@ -32,6 +32,8 @@ from twc.kube.workloads import WORKER_SELECTOR
 from twc.rollout import BUILD_ID_LABEL
 from twc.spec import label_value
 from twc.spec.labels import owner_stack
+
+_T = TypeVar("_T")
 
 __all__ = ["SECRET_FIELD_SELECTOR", "DeploymentCache", "SecretCache", "digests_by_name"]
 
@@ -159,6 +161,8 @@ class DeploymentCache(_Cache):
                 stack's are not. ``None``: every twc worker Deployment.
         """
         self._stack = label_value(owner_stack(stack)) if stack is not None else None
+        self._memo: dict[str, tuple[object, Any]] = {}
+        """What was derived from the watch's objects, with the objects it came from."""
         super().__init__(
             ObjectWatcher(
                 None,
@@ -174,8 +178,27 @@ class DeploymentCache(_Cache):
             )
         )
 
+    def _memoised(self, name: str, derive: Callable[[Mapping[str, Mapping[str, Any]]], _T]) -> _T:
+        """``derive`` of the stack's Deployments, made again only when the watch saw a
+        change: every shard's loop reads the same cache on every iteration."""
+        found = self._by_key()
+        hit = self._memo.get(name)
+        if hit is not None and hit[0] is found:
+            return cast(_T, hit[1])
+        value = derive(found)
+        self._memo[name] = (found, value)
+        return value
+
     def _by_key(self) -> Mapping[str, Mapping[str, Any]]:
         found = self._objects()
+        hit = self._memo.get("")
+        if hit is not None and hit[0] is found:
+            return cast(Mapping[str, Mapping[str, Any]], hit[1])
+        mine = self._mine(found)
+        self._memo[""] = (found, mine)
+        return mine
+
+    def _mine(self, found: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Mapping[str, Any]]:
         if self._stack is None:
             return found
         return {
@@ -195,28 +218,11 @@ class DeploymentCache(_Cache):
         Raises:
             LookupError: Not listed yet (the count is unknown, not zero).
         """
-        out: dict[str, int] = {}
-        for key, dep in self._by_key().items():
-            meta = dep["metadata"]
-            labels = meta.get("labels") or {}
-            count = int(1 if dep["replicas"] is None else dep["replicas"])
-            worker = labels.get(LABEL_WORKER)
-            if labels.get(BUILD_ID_LABEL) and worker:
-                versioned = f"{meta.get('namespace')}/{worker}"
-                out[versioned] = out.get(versioned, 0) + count
-            else:
-                out[key] = count
-        return out
+        return self._memoised("replicas", _worker_replicas)
 
     def worker_deployments(self) -> dict[str, tuple[int, int]]:
         """``(spec.replicas, status.readyReplicas)`` of every worker Deployment."""
-        return {
-            key: (
-                int(1 if dep["replicas"] is None else dep["replicas"]),
-                int(dep["readyReplicas"] or 0),
-            )
-            for key, dep in self._by_key().items()
-        }
+        return self._memoised("deployments", _worker_deployments)
 
     def scaled(self) -> list[str]:
         """Worker Deployments whose ``spec.replicas`` the autoscaler's field manager owns."""
@@ -225,6 +231,31 @@ class DeploymentCache(_Cache):
             for key, dep in self._by_key().items()
             if AUTOSCALER_FIELD_MANAGER in dep["replicaOwners"]
         )
+
+
+def _worker_replicas(found: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for key, dep in found.items():
+        meta = dep["metadata"]
+        labels = meta.get("labels") or {}
+        count = int(1 if dep["replicas"] is None else dep["replicas"])
+        worker = labels.get(LABEL_WORKER)
+        if labels.get(BUILD_ID_LABEL) and worker:
+            versioned = f"{meta.get('namespace')}/{worker}"
+            out[versioned] = out.get(versioned, 0) + count
+        else:
+            out[key] = count
+    return out
+
+
+def _worker_deployments(found: Mapping[str, Mapping[str, Any]]) -> dict[str, tuple[int, int]]:
+    return {
+        key: (
+            int(1 if dep["replicas"] is None else dep["replicas"]),
+            int(dep["readyReplicas"] or 0),
+        )
+        for key, dep in found.items()
+    }
 
 
 def digests_by_name(

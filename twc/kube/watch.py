@@ -305,6 +305,10 @@ class ObjectWatcher:
         self._watch: Any = None
         self._failure: str | None = None
         self._unknown: str | None = None
+        self._observed: tuple[Mapping[str, Any], ObjectList] | None = None
+        self._view: tuple[dict[str, Mapping[str, Any]], Mapping[str, Mapping[str, Any]]] | None
+        self._view = None
+        """The last :meth:`observed` and the mapping it was made of."""
         self._crd_exists = crd_exists or crd_lookup(custom_api)
         self._answered = clock()
 
@@ -335,10 +339,16 @@ class ObjectWatcher:
     def by_key(self) -> Mapping[str, Mapping[str, Any]] | None:
         """The current objects by key, unsorted and uncopied (a read-only view), or
         ``None`` before the first list. Cheap at any size: every change publishes a new
-        mapping, so a view never changes under its reader."""
+        mapping, so a view never changes under its reader, and the same view is
+        returned while nothing changed (readers may memoise what they derive from it)."""
         with self._lock:
             found = self._objects
-        return MappingProxyType(found) if found is not None else None
+            if found is None:
+                return None
+            view = self._view
+            if view is None or view[0] is not found:
+                view = self._view = (found, MappingProxyType(found))
+        return view[1]
 
     def observed(self) -> ObjectList:
         """The objects as the desired state's input: unknown until the first list, and
@@ -347,7 +357,15 @@ class ObjectWatcher:
             objects, unknown = self._objects, self._unknown
         if objects is None or unknown is not None:
             return ObjectList.unknown(f"{self.plural}.{self.group}: {unknown or 'not listed yet'}")
-        return ObjectList.known(tuple(objects[k] for k in sorted(objects)), trim=False)
+        cached = self._observed
+        if cached is not None and cached[0] is objects:
+            # Every change publishes a new mapping: the same one is the same objects, and
+            # the loop compares the same value cheaply (by identity) iteration after
+            # iteration.
+            return cached[1]
+        found = ObjectList.of_api(objects[k] for k in sorted(objects))
+        self._observed = (objects, found)
+        return found
 
     @property
     def crd(self) -> str:

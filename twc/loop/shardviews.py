@@ -73,9 +73,17 @@ def shard_keyed(
     Deployments) cut to the shard's namespaces: the deletion guard counts the workers
     the shard runs, and another shard's are not among them."""
 
+    last: list[tuple[Mapping[str, _V], tuple[str, ...], dict[str, _V]]] = []
+
     def cut() -> dict[str, _V]:
-        mine = set(namespaces())
-        return {k: v for k, v in read().items() if k.partition("/")[0] in mine}
+        found, wanted = read(), namespaces()
+        if last and last[0][0] is found and last[0][1] == wanted:
+            # The shared cache hands out the same reading until its watch sees a change.
+            return last[0][2]
+        mine = set(wanted)
+        sliced = {k: v for k, v in found.items() if k.partition("/")[0] in mine}
+        last[:] = [(found, wanted, sliced)]
+        return sliced
 
     return cut
 
@@ -188,6 +196,8 @@ class ShardNative:
         self._namespaces = namespaces
         self._fanout = fanout
         self._wakeup: threading.Event | None = None
+        self._slices: dict[str, tuple[ObjectList, tuple[str, ...], ObjectList]] = {}
+        """Per kind key: the shared objects, the namespaces, and the slice made of them."""
 
     def start(self, wakeup: threading.Event) -> None:
         """Subscribe the loop's wake-up."""
@@ -214,14 +224,25 @@ class ShardNative:
         )
 
     def observed(self) -> dict[str, ObjectList]:
-        """Per kind key, the shard's objects (a kind whose list failed stays unknown)."""
+        """Per kind key, the shard's objects (a kind whose list failed stays unknown).
+
+        A kind's slice is made again only when the shared watch's objects or the
+        shard's namespaces changed: the same value, by identity, is what lets the loop
+        see at once that its desired state is unchanged.
+        """
         namespaces = self._namespaces()
         out: dict[str, ObjectList] = {}
         for key, found in self._shared.observed().items():
             if found.objects is None:
                 out[key] = found
-            else:
-                out[key] = ObjectList.known(slice_objects(found.objects, namespaces), trim=False)
+                continue
+            cached = self._slices.get(key)
+            if cached is not None and cached[0] is found and cached[1] == namespaces:
+                out[key] = cached[2]
+                continue
+            sliced = ObjectList.of_api(slice_objects(found.objects, namespaces))
+            self._slices[key] = (found, namespaces, sliced)
+            out[key] = sliced
         return out
 
     def failure(self) -> str | None:

@@ -377,8 +377,11 @@ def noop_iteration(
 
     :func:`twc.commands.run.wire` builds the loop exactly as ``twc run`` does (watch
     caches, the cached fleet file, the shard views); each shard's loop is given the
-    hashes it would have applied, then iterates. Only the engine is replaced, by one
-    that fails the figure if an iteration calls it.
+    hashes it would have applied, iterates once unmeasured (a starting daemon's first
+    iteration), then iterates ``trials`` times back to back. Backlog samples and poller
+    counts are taken on their own intervals, as in the daemon, so most measured
+    iterations reuse them. Only the engine is replaced, by one that fails the figure if
+    an iteration calls it.
     """
     from twc.commands.run import RunOptions, load_settings, wire
     from twc.loop.daemon import Daemon
@@ -419,6 +422,12 @@ def noop_iteration(
             states[loop.stack] = replace(
                 LoopState(started_at=now), applied=plan.hashes, last_refresh_at=now
             )
+        # One round first, not measured: a daemon's first iteration writes every view
+        # and status and reads every worker's pollers once; the figure is the iteration
+        # after that, when nothing changed.
+        for loop in loops:
+            state = loop.iterate(states[loop.stack])
+            states[loop.stack] = replace(state, last_refresh_at=time.monotonic())
         for _ in range(trials):
             round_start = time.perf_counter()
             for loop in loops:

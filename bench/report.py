@@ -323,9 +323,13 @@ def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
         "waits for Temporal's statistics and for the daemon's next iteration. *Engine "
         "runs* is how many engine runs started meanwhile (the largest of the trials).",
         "- *no-op iteration*: the daemon's own `iterate()` with nothing to do, built by "
-        "`twc run`'s wiring (`twc.commands.run.wire`) on the live cluster; *all shards* is "
-        "one iteration of every shard's loop back to back (they run in parallel threads in "
-        "the daemon).",
+        "`twc run`'s wiring (`twc.commands.run.wire`) on the live cluster, after one "
+        "unmeasured iteration (a starting daemon's: every view, status and poller count "
+        "written or read once). Backlog samples (`sampling.interval`) and poller counts "
+        "(`pollers_interval`) are taken on their own schedules, as in the daemon, so most "
+        "measured iterations reuse them; the p95 and max include those that did not. "
+        "*All shards* is one iteration of every shard's loop back to back (they run in "
+        "parallel threads in the daemon).",
         "- *Queue → polling worker*: labelled Queue objects created at random (exponential "
         "gaps) while one-worker changes keep the daemon busy and refreshes run; until a "
         "real temporalio worker, started from the new Deployment's own env when it "

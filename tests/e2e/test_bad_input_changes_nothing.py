@@ -39,6 +39,7 @@ from twc.errors import SpecError
 from twc.local import LocalEnvironment
 from twc.local.environment import free_port
 from twc.spec import load_queue_object
+from twc.spec._yaml import MAX_BYTES, MAX_NODES
 from twc.stackrun import engine
 
 pytestmark = pytest.mark.e2e
@@ -68,9 +69,9 @@ def _fleet_yaml(mutate: Callable[[dict[str, Any]], object]) -> bytes:
 
 
 def _huge_value() -> bytes:
-    # A values file just over the 1 MiB limit, made of one legitimate-looking field.
+    # A values file just over the size limit, made of one legitimate-looking field.
     fleet = valid_fleet()
-    fleet["workers"][0]["nodeSelector"] = {"blob": "x" * (1024 * 1024)}
+    fleet["workers"][0]["nodeSelector"] = {"blob": "x" * MAX_BYTES}
     return yaml.safe_dump(fleet).encode()
 
 
@@ -81,8 +82,13 @@ HOSTILE: list[tuple[str, bytes, str, str]] = [
     ("merge-key", b"kind: Fleet\ndefaults:\n  <<: {replicas: 1}\n", "", "merge keys"),
     ("deep-nesting", _nest(200), "", "nesting deeper than 64 levels"),
     ("deep-nesting-maps", b"a: " + b"{b: " * 100 + b"1" + b"}" * 100 + b"\n", "", "nesting"),
-    ("huge-file", _huge_value(), "", "file is larger than 1024 KiB"),
-    ("many-nodes", b"a: [" + b",".join([b"1"] * 50_001) + b"]\n", "", "more than 50000 nodes"),
+    ("huge-file", _huge_value(), "", f"file is larger than {MAX_BYTES // 1024} KiB"),
+    (
+        "many-nodes",
+        b"a: [" + b",".join([b"1"] * MAX_NODES) + b"]\n",
+        "",
+        f"more than {MAX_NODES} nodes",
+    ),
     ("non-utf8", b"apiVersion: twc.temporal.io/v1\nkind: \xff\xfe\n", "", "not valid UTF-8"),
     ("latin1", "kind: Flotte \xe9t\xe9\n".encode("latin-1"), "", "not valid UTF-8"),
     ("nul-byte", b"kind: \x00\n", "", "special characters are not allowed"),

@@ -131,7 +131,13 @@ class ShardFleet:
         if key != self._key or self._sliced is None:
             # The cached reader returns the same object until the file changes; slice
             # again only then, or when the shard got a namespace.
-            self._sliced, self._key = slice_fleet(fleet, key[1]), key
+            sliced = slice_fleet(fleet, key[1])
+            if self._sliced is None or sliced != self._sliced:
+                self._sliced = sliced
+            # else: an edit elsewhere in the file left this shard's part as it was. The
+            # same object tells the loop its desired state is unchanged, so the shard
+            # does not compute it again (one edit wakes every shard's loop).
+            self._key = key
         return self._sliced
 
 

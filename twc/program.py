@@ -42,7 +42,7 @@ from twc.components.connection import ConnectionArgs, ConnectionComponent, Secre
 from twc.components.queue import QUEUE_TYPE, QueueComponent
 from twc.components.worker import TEMPORAL_WORKER_TYPE, TemporalWorkerComponent, WorkerArgs
 from twc.connections import ResolvedConnection, default_registry
-from twc.desired import DesiredFleet, DesiredInputs, ObjectsUnknown, desired_fleet
+from twc.desired import BuildScope, DesiredFleet, DesiredInputs, ObjectsUnknown, desired_fleet
 from twc.errors import SpecError, TwcConnectionError
 from twc.kube.lease import DAEMON_LEASE_ENV, DAEMON_LEASE_OUTPUT
 from twc.spec import Fleet, load_fleet, load_fleet_file
@@ -180,6 +180,18 @@ def build(
     return statuses
 
 
+def _every_status(
+    built: Mapping[str, pulumi.Output[Any]], desired: DesiredFleet, scope: BuildScope | None
+) -> dict[str, Any]:
+    """The ``workers`` stack output: the statuses of the workers built, and (a targeted
+    ``up`` builds only some) the others' as the stack last recorded them, so the
+    output stays whole."""
+    if scope is None:
+        return dict(built)
+    kept = {k: v for k, v in scope.statuses.items() if k in desired.workers and k not in built}
+    return {**kept, **built}
+
+
 def _worker_urn(key: str, *, under_queue: bool) -> str:
     """The URN a worker component has at the stack's root or under a queue's component
     (a child's URN carries its parents' types, not their names)."""
@@ -273,7 +285,10 @@ def main() -> None:
                 pulumi.log.warn(f"keeping the last accepted spec of invalid {what}")
             else:
                 pulumi.log.warn(f"skipping invalid {what}")
-        statuses = build(desired, file=file, options=options, read_secret=default_secret_reader)
+        scope = inputs.scope
+        # A targeted up builds its workers alone; the engine keeps the rest as it is.
+        built = desired.only(scope.workers) if scope is not None else desired
+        statuses = build(built, file=file, options=options, read_secret=default_secret_reader)
     except SpecError as exc:
         raise pulumi.RunError(f"invalid fleet; nothing was changed:\n{exc}") from None
     except TwcConnectionError as exc:
@@ -290,7 +305,7 @@ def main() -> None:
         pulumi.export("shardNamespaces", list(options.shard_namespaces))
     # Whether this run's desired state included the cluster's objects.
     pulumi.export("clusterObjects", desired.cluster_managed)
-    pulumi.export("workers", statuses)
+    pulumi.export("workers", _every_status(statuses, desired, inputs.scope))
     # Run under a daemon's Lease (or a manual run taking part in it): say which, so a
     # later `twc up` on this stack takes part too.
     lease = os.environ.get(DAEMON_LEASE_ENV)

@@ -159,6 +159,23 @@ class HeldObjects(_Model):
     entries removed from the file whose removal is held."""
 
 
+class BuildScope(_Model):
+    """A targeted ``up``'s part of the program: which workers it builds.
+
+    The desired state is computed whole as always; the program then registers only
+    these workers' components (with the connections and queues they hang on). In a
+    targeted ``up`` the engine keeps every resource the program does not register and
+    does not target exactly as it is, so a change to one worker costs one worker's
+    resources, not the whole stack's. The stack's outputs are kept whole from
+    ``statuses``.
+    """
+
+    workers: tuple[str, ...]
+    """The workers to build, ``<namespace>/<name>``: exactly those the ``up`` targets."""
+    statuses: dict[str, JsonValue] = Field(default_factory=dict)
+    """The other workers' status outputs as the stack last recorded them."""
+
+
 class DesiredInputs(_Model):
     """Everything the desired state is computed from, besides the connection registry."""
 
@@ -191,6 +208,11 @@ class DesiredInputs(_Model):
     the program declares besides the target, with their replicas and version specs:
     planned by the daemon or ``twc up`` from Temporal and the cluster, or (plain
     ``pulumi up``) every version that has a Deployment, as it runs."""
+
+    # --- how the program runs ---------------------------------------------------------
+    scope: BuildScope | None = None
+    """A targeted ``up`` that builds only some workers; ``None`` builds them all. Not an
+    input of the desired state: nothing hashes or compares it."""
 
     def for_program(self) -> DesiredInputs:
         """The document as it crosses into the program: every object trimmed."""

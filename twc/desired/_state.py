@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -104,6 +104,30 @@ class DesiredFleet:
     def cluster_managed(self) -> bool:
         """Whether the cluster's objects are part of this desired state."""
         return self.inputs.cluster is not None
+
+    def only(self, keys: Collection[str]) -> DesiredFleet:
+        """The part a targeted ``up`` builds (:class:`BuildScope`): the workers named
+        and the fleet's queues they hang on; the connections follow from the workers."""
+        wanted = set(keys)
+        workers = {k: w for k, w in self.workers.items() if k in wanted}
+        parents = {
+            (w.queue.namespace, w.queue.name)
+            for w in workers.values()
+            if w.derived and w.queue is not None
+        }
+        fleet = self.fleet.model_copy(
+            update={
+                "queues": tuple(q for q in self.fleet.queues if (q.namespace, q.name) in parents)
+            }
+        )
+        return replace(
+            self,
+            fleet=fleet,
+            workers=workers,
+            replicas={k: n for k, n in self.replicas.items() if k in workers},
+            origins={k: o for k, o in self.origins.items() if k in workers},
+            references={k: r for k, r in self.references.items() if k in workers},
+        )
 
 
 def desired_fleet(

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from twc.desired import INPUTS_ENV, DesiredInputs
+from twc.desired import INPUTS_ENV, BuildScope, DesiredInputs
 from twc.errors import PermanentError
 from twc.kube.lease import EngineRecord
 from twc.stackrun import engine
@@ -75,6 +75,27 @@ class UpReport:
     """What the ``up`` repaired before it could run, as :meth:`StackEngine.recover` names
     it: a killed run's lock found only by the ``up`` itself (the run was stopped before it
     recorded a pending operation, so the recovery before it saw nothing to repair)."""
+
+
+@dataclass
+class _Known:
+    """What this engine knows of its stack as of one update (``version`` in the stack's
+    history): valid while that update is still the stack's last."""
+
+    version: int
+    """The update's version number in the stack's history."""
+    urns: dict[str, list[str]] | None = None
+    """Per worker, its component's and descendants' URNs (:func:`worker_urns_from_state`)."""
+    statuses: dict[str, Any] | None = None
+    """The ``workers`` stack output that update recorded."""
+    checked: bool = False
+    """Whether ``version`` was just found to be the last update (for the ``up`` next)."""
+
+
+_WORKER_SET_CHANGES = frozenset(
+    {"create", "delete", "replace", "create-replacement", "delete-replaced", "import"}
+)
+"""Operations after which a worker's resources may be other ones (other URNs)."""
 
 
 class StackEngine(Protocol):
@@ -169,6 +190,17 @@ def _holder_gone(
     return any(r.host == holder.host and holder.pid in r.pids for r in previous)
 
 
+def _last_version(stack: Any) -> int | None:
+    """The version of the stack's last update, ``None`` when it has none (or the
+    history cannot be read)."""
+    try:
+        history = stack.history(page_size=1)
+    except Exception as exc:  # noqa: BLE001 - without it nothing is reused; the export answers
+        logger.debug("stack history not read: %s", exc)
+        return None
+    return int(history[0].version) if history else None
+
+
 def worker_urns_from_state(resources: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
     """Per worker key, the URN of its component followed by every descendant's.
 
@@ -253,6 +285,10 @@ class AutomationEngine:
         self._deadline = deadline
         self._prefix = log_prefix or f"[{ref.name}]"
         self._force_conflicts = force_conflicts
+        self._known: _Known | None = None
+        """The stack as this engine's last update left it, while no one else changed it:
+        a targeted up then needs neither an export of the whole state (the targets'
+        URNs) nor a program that builds every worker (:class:`BuildScope`)."""
 
     @contextlib.contextmanager
     def _operation(self) -> Iterator[None]:
@@ -280,11 +316,38 @@ class AutomationEngine:
             EngineInterrupted: The engine guard stopped the run (the term ended).
             CommandError: The engine failed otherwise.
         """
+        scope = self._scope(targets)
+        if scope is not None:
+            inputs = inputs.model_copy(update={"scope": scope})
+            logger.info(
+                "%s the program builds %d of %d workers; the engine keeps the others as they are",
+                self._prefix,
+                len(scope.workers),
+                len(scope.workers) + len(scope.statuses),
+            )
         inputs.to_file(self.inputs_file)
+        known, self._known = self._known, None  # whatever happens, it changes the stack
         with self._operation():
-            return self._up(targets)
+            return self._up(targets, known)
 
-    def _up(self, targets: Sequence[str] | None) -> UpReport:
+    def _scope(self, targets: Sequence[str] | None) -> BuildScope | None:
+        """The workers a targeted up builds: exactly those whose URNs are the targets,
+        when the stack is as this engine's last update left it (just checked by
+        :meth:`worker_urns`)."""
+        known = self._known
+        if not targets or known is None or not known.checked:
+            return None
+        if known.urns is None or known.statuses is None:
+            return None
+        wanted = set(targets)
+        workers = sorted(k for k, urns in known.urns.items() if wanted & set(urns))
+        covered = {u for k in workers for u in known.urns[k]}
+        if covered != wanted:
+            return None  # targets that are not whole workers: build everything
+        statuses = {k: v for k, v in known.statuses.items() if k not in workers}
+        return BuildScope(workers=tuple(workers), statuses=statuses)
+
+    def _up(self, targets: Sequence[str] | None, known: _Known | None) -> UpReport:
         from pulumi.automation import CommandError, ConcurrentUpdateError
 
         ref = self._ref_with_inputs()
@@ -302,12 +365,38 @@ class AutomationEngine:
                 if failure.refused:
                     raise PermanentError(failure.text) from exc
                 raise
-            changes = result.summary.resource_changes or {}
-            return UpReport(
-                changes={str(getattr(k, "value", k)): n for k, n in changes.items()},
-                recoveries=tuple(recoveries),
-            )
+            changes = {
+                str(getattr(k, "value", k)): n
+                for k, n in (result.summary.resource_changes or {}).items()
+            }
+            self._remember(result, targets, known, changes)
+            return UpReport(changes=changes, recoveries=tuple(recoveries))
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _remember(
+        self,
+        result: Any,
+        targets: Sequence[str] | None,
+        known: _Known | None,
+        changes: Mapping[str, int],
+    ) -> None:
+        """Keep what this up leaves behind: its version, the workers' statuses, and the
+        workers' URNs when they cannot have changed (a targeted up that created,
+        replaced or deleted nothing)."""
+        workers = (getattr(result, "outputs", None) or {}).get("workers")
+        version = getattr(result.summary, "version", None)
+        if version is None or workers is None or workers.secret:
+            return
+        keep_urns = (
+            bool(targets)
+            and known is not None
+            and not any(changes.get(op) for op in _WORKER_SET_CHANGES)
+        )
+        self._known = _Known(
+            version=int(version),
+            urns=known.urns if keep_urns and known is not None else None,
+            statuses=dict(workers.value or {}),
+        )
 
     def refresh(self) -> list[str]:
         """Refresh the state; returns names of resources whose live state differed."""
@@ -316,6 +405,8 @@ class AutomationEngine:
 
     def _refresh(self) -> list[str]:
         from pulumi.automation import ConcurrentUpdateError
+
+        self._known = None  # a refresh is an update of its own
 
         drifted: list[str] = []
 
@@ -341,10 +432,27 @@ class AutomationEngine:
         return drifted
 
     def worker_urns(self) -> dict[str, list[str]]:
-        """Per worker key, the URNs of its component and descendants, from the state."""
+        """Per worker key, the URNs of its component and descendants.
+
+        From what this engine's last update left, when that update is still the stack's
+        last (one look at the stack's history); otherwise from an export of the whole
+        state (seconds at a few hundred workers).
+        """
         with self._operation():
-            state = engine.select_stack(self._ref_with_inputs()).export_stack().deployment or {}
-        return worker_urns_from_state(state.get("resources") or [])
+            stack = engine.select_stack(self._ref_with_inputs())
+            last = _last_version(stack)
+            known = self._known
+            if known is not None and last == known.version and known.urns is not None:
+                known.checked = True
+                return {k: list(v) for k, v in known.urns.items()}
+            state = stack.export_stack().deployment or {}
+        logger.info("%s the workers' URNs read from an export of the state", self._prefix)
+        urns = worker_urns_from_state(state.get("resources") or [])
+        if known is not None and last == known.version:
+            known.urns, known.checked = urns, True
+        else:
+            self._known = _Known(version=last, urns=urns) if last is not None else None
+        return {k: list(v) for k, v in urns.items()}
 
     # ---------------------------------------------------------------- recovery
     def recover(self) -> list[str]:

@@ -26,7 +26,7 @@ from twc.desired._merge import (
 )
 from twc.errors import Reason, SpecError, TemporaryError, TwcConnectionError, TwcError
 from twc.native.objects import IdentityKey, NativeObject, identity_key
-from twc.spec import Fleet, ResolvedWorker
+from twc.spec import Fleet, Queue, ResolvedWorker
 
 __all__ = ["DesiredFleet", "HoldFailed", "ObjectsUnknown", "desired_fleet"]
 
@@ -115,15 +115,19 @@ class DesiredFleet:
             for w in workers.values()
             if w.derived and w.queue is not None
         }
-        fleet = self.fleet.model_copy(
-            update={
-                "queues": tuple(q for q in self.fleet.queues if (q.namespace, q.name) in parents)
-            }
+        return self.narrowed(
+            workers, tuple(q for q in self.fleet.queues if (q.namespace, q.name) in parents)
         )
+
+    def narrowed(
+        self, workers: Mapping[str, ResolvedWorker], queues: tuple[Queue, ...]
+    ) -> DesiredFleet:
+        """The same desired state with only ``workers`` and the fleet's ``queues``: what
+        a program that builds part of it is given (a shard, a targeted ``up``)."""
         return replace(
             self,
-            fleet=fleet,
-            workers=workers,
+            fleet=self.fleet.model_copy(update={"queues": queues}),
+            workers=dict(workers),
             replicas={k: n for k, n in self.replicas.items() if k in workers},
             origins={k: o for k, o in self.origins.items() if k in workers},
             references={k: r for k, r in self.references.items() if k in workers},

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
@@ -61,17 +60,9 @@ def restrict(desired: DesiredFleet, namespaces: Collection[str]) -> DesiredFleet
     copies secrets into, and fingerprints for, its own namespaces only.
     """
     wanted = set(namespaces)
-    workers = {k: w for k, w in desired.workers.items() if w.namespace in wanted}
-    fleet = desired.fleet.model_copy(
-        update={"queues": tuple(q for q in desired.fleet.queues if q.namespace in wanted)}
-    )
-    return dataclasses.replace(
-        desired,
-        fleet=fleet,
-        workers=workers,
-        replicas={k: n for k, n in desired.replicas.items() if k in workers},
-        origins={k: o for k, o in desired.origins.items() if k in workers},
-        references={k: r for k, r in desired.references.items() if k in workers},
+    return desired.narrowed(
+        {k: w for k, w in desired.workers.items() if w.namespace in wanted},
+        tuple(q for q in desired.fleet.queues if q.namespace in wanted),
     )
 
 

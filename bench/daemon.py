@@ -115,13 +115,17 @@ class DaemonProcess:
         raise TimeoutError(f"twc run not ready after {timeout:.0f} s; see {self.log_file}")
 
     def wait_idle(self, timeout: float, quiet: int = 3) -> None:
-        """Until no engine run is in progress in any shard (``quiet`` reads in a row)."""
+        """Until no ``up`` (or recovery) is in progress in any shard (``quiet`` reads in a
+        row). Refreshes are left out: with refresh on, a large sharded stack is almost
+        always refreshing some shard, and a refresh never holds up a change."""
         deadline = time.monotonic() + timeout
         calm = 0
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"twc run exited {self.proc.returncode}; see {self.log_file}")
-            busy = self.value("twc_engine_in_progress")
+            ups = self.value("twc_engine_in_progress", operation="up")
+            recoveries = self.value("twc_engine_in_progress", operation="recover")
+            busy = None if ups is None or recoveries is None else ups + recoveries
             calm = calm + 1 if busy == 0 else 0
             if calm >= quiet:
                 return

@@ -6,6 +6,7 @@ Everything outside is faked: the objects come from a fixed snapshot, writes are 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -65,7 +66,12 @@ class Pollers(FakeBacklogs):
 
 
 class World:
-    def __init__(self, workers: list[dict[str, Any]], conns: list[dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        workers: list[dict[str, Any]],
+        conns: list[dict[str, Any]],
+        settings: DaemonSettings | None = None,
+    ) -> None:
         self.clock = FakeClock()
         self.engine = FakeEngine()
         self.writer = Writer()
@@ -79,7 +85,7 @@ class World:
 
         self.daemon = Daemon(
             "unit",
-            DaemonSettings(),
+            settings or DaemonSettings(),
             Sources(
                 fleet=load,
                 queues=StaticQueues(()),
@@ -306,3 +312,40 @@ def test_pollers_are_asked_again_only_when_their_answer_is_old() -> None:
     world.step()
     assert len(world.backlogs.asked) == 3
     assert _last_status(world.writer, "team/orders")["phase"] == "Ready"
+
+
+def test_a_queue_without_pollers_is_asked_less_and_less_often() -> None:
+    # Five, ten, twenty, then every pollers_interval: a fleet of broken (or not yet
+    # started) workers no longer asks Temporal about each of them every few seconds.
+    world = World([worker_obj("orders", ref=cluster_ref("prod"))], [cluster_conn_obj("prod")])
+    world.deployments["team/orders"] = (1, 1)
+    settings = DaemonSettings()
+    world.step()
+    asked_at = [world.clock.now]
+    for _ in range(120):
+        world.clock.now += 1.0
+        before = len(world.backlogs.asked)
+        world.step()
+        if len(world.backlogs.asked) > before:
+            asked_at.append(world.clock.now)
+    gaps = [b - a for a, b in itertools.pairwise(asked_at)]
+    recheck, most = settings.pollers_recheck_interval, settings.pollers_interval
+    assert gaps[:3] == [recheck, 2 * recheck, 4 * recheck]
+    assert set(gaps[3:]) == {most}
+
+
+def test_pollers_are_asked_within_a_rate_budget_oldest_answer_first() -> None:
+    settings = DaemonSettings(pollers_burst=2, pollers_rate_per_s=1.0)
+    world = World(
+        [worker_obj(n, ref=cluster_ref("prod")) for n in ("a", "b", "c", "d", "e")],
+        [cluster_conn_obj("prod")],
+        settings=settings,
+    )
+    world.step()
+    assert len(world.backlogs.asked) == 2  # the burst
+    world.clock.now += 2.0
+    world.step()
+    assert len(world.backlogs.asked) == 4  # two seconds at one a second
+    world.clock.now += 1.0
+    world.step()
+    assert sorted(world.backlogs.asked) == ["a", "b", "c", "d", "e"], "each asked once first"

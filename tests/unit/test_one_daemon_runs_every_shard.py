@@ -211,3 +211,54 @@ def test_a_shared_watch_change_wakes_every_shards_loop() -> None:
         event.clear()
     fanout.set()
     assert [event.is_set() for event in loops] == [False, True]
+
+
+def test_a_refresh_never_takes_the_slot_a_change_needs() -> None:
+    # At 20 shards the refreshes alone would keep both slots busy, and a change would
+    # wait behind them; a refresh takes a slot only when another stays free.
+    import threading
+
+    slots = EngineSlots(2)
+    slots.acquire(refresh=True)  # one refresh runs
+    second = threading.Thread(target=lambda: slots.acquire(refresh=True), daemon=True)
+    second.start()
+    second.join(0.2)
+    assert second.is_alive(), "a second refresh would take the last free slot"
+    assert slots.running == 1
+
+    with slots:  # an up takes the free slot at once
+        assert slots.running == 2
+        assert slots.refreshing == 1
+    slots.release(refresh=True)
+    second.join(5)
+    assert not second.is_alive(), "the waiting refresh starts once both slots are free"
+    assert slots.refreshing == 1
+    slots.release(refresh=True)
+    assert slots.running == 0
+
+
+def test_a_waiting_change_goes_before_a_waiting_refresh() -> None:
+    import threading
+
+    slots = EngineSlots(2)
+    order: list[str] = []
+    slots.acquire(refresh=False)
+    slots.acquire(refresh=False)  # both slots busy with ups
+
+    def take(kind: str) -> None:
+        slots.acquire(refresh=kind == "refresh")
+        order.append(kind)
+
+    refresh = threading.Thread(target=take, args=("refresh",), daemon=True)
+    refresh.start()
+    refresh.join(0.1)
+    up = threading.Thread(target=take, args=("up",), daemon=True)
+    up.start()
+    up.join(0.1)
+    slots.release(refresh=False)  # one slot free: the up, not the refresh
+    up.join(5)
+    assert order == ["up"]
+    slots.release(refresh=False)
+    slots.release(refresh=False)
+    refresh.join(5)
+    assert order == ["up", "refresh"]

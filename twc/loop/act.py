@@ -190,7 +190,7 @@ class Actor:
             # What this up adopts: objects applied early for workers it does not have
             # are deleted only if they were pending before it started.
             owned = set(self._early_pending or ())
-        with self._engine_running():
+        with self._engine_running("up"):
             report = self.engine.up(plan.inputs, targets)
         self._count_recoveries(report.recoveries)
         self.scale_new(plan, decision.added)
@@ -205,10 +205,10 @@ class Actor:
         )
 
     @contextlib.contextmanager
-    def _engine_running(self) -> Iterator[None]:
+    def _engine_running(self, operation: str) -> Iterator[None]:
         """While the engine runs: the gauge says so, and the liveness probe allows the
         run's deadline (the engine guard ends the run by then)."""
-        gauge = self._metrics.engine_in_progress.labels(self._stack)
+        gauge = self._metrics.engine_in_progress.labels(self._stack, operation)
         gauge.set(1)
         if self._liveness is not None:
             self._liveness.expect(self._engine_window)
@@ -286,12 +286,12 @@ class Actor:
         self._metrics.engine_runs.labels(self._stack, "refresh", "full").inc()
         if not self._recovered:
             self.recover()
-        with self._engine_running():
+        with self._engine_running("refresh"):
             return list(self.engine.refresh())
 
     def recover(self) -> None:
         """Repair what a killed run left (a lock, pending operations)."""
-        with self._engine_running():
+        with self._engine_running("recover"):
             actions = self.engine.recover()
         self._count_recoveries(actions)
         self._recovered = True

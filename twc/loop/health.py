@@ -67,9 +67,13 @@ class DaemonMetrics:
             registry=r,
         )
         self.engine_in_progress = Gauge(
-            "twc_engine_in_progress", "1 while an engine run is in progress.", ["stack"], registry=r
+            "twc_engine_in_progress",
+            "1 while an engine run is in progress (operation up, refresh or recover).",
+            ["stack", "operation"],
+            registry=r,
         )
-        self.engine_in_progress.labels(stack).set(0)
+        for operation in ("up", "refresh", "recover"):
+            self.engine_in_progress.labels(stack, operation).set(0)
         self.last_success = Gauge(
             "twc_last_success_timestamp_seconds",
             "Unix time of the last successful iteration.",

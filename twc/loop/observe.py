@@ -218,8 +218,11 @@ class Observer:
         self._digests: dict[str, str] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._clock = clock
-        self._pollers: dict[TaskQueueRef, tuple[PollerFacts, float]] = {}
-        """Per task queue, its last poller count and when it was read."""
+        self._pollers: dict[TaskQueueRef, tuple[PollerFacts, float, int]] = {}
+        """Per task queue, its last poller count, when it was read, and how many answers
+        in a row had no pollers."""
+        self._poller_budget = float(settings.pollers_burst)
+        self._poller_budget_at: float | None = None
         self._samples: dict[TaskQueueRef, tuple[SampleResult, float]] = {}
         """Per autoscaled task queue, its last good backlog sample and when it was taken."""
 
@@ -524,9 +527,11 @@ class Observer:
         """The pollers of the named workers' task queues (what ``twc status`` checks).
 
         A count is reused for ``pollers_interval`` while the queue has pollers (for
-        ``pollers_recheck_interval`` while it has none): asking Temporal about every
-        worker on every iteration made an iteration's cost grow with the fleet, and a
-        watch event wakes every shard's loop.
+        ``pollers_recheck_interval``, doubling, while it has none), and at most
+        ``pollers_rate_per_s`` queues are asked about per second, oldest answer first:
+        asking Temporal about every worker on every iteration made an iteration's cost
+        grow with the fleet, and a watch event wakes every shard's loop. A worker whose
+        queue was not asked about yet is missing from the result (``NotChecked``).
         """
         source = self.sources.backlogs
         if not keys or source is None or not hasattr(source, "pollers"):
@@ -536,7 +541,11 @@ class Observer:
         now = self._clock()
         wanted = set(refs.values())
         known = {r: v for r, v in self._pollers.items() if r in wanted}
-        due = sorted((r for r in wanted if self._pollers_due(known.get(r), now)), key=str)
+        due = sorted(
+            (r for r in wanted if self._pollers_due(known.get(r), now)),
+            key=lambda r: (known[r][1] if r in known else float("-inf"), str(r)),
+        )
+        due = due[: self._poller_allowance(now, len(due))]
         concurrency = asyncio.Semaphore(max(1, self._settings.sampling.concurrency))
 
         async def one(ref: TaskQueueRef) -> PollerFacts:
@@ -553,19 +562,34 @@ class Observer:
 
         if due:
             for ref, facts in self.event_loop().run_until_complete(every()).items():
-                known[ref] = (facts, now)
+                polling = facts.pollers is not None and facts.pollers > 0
+                misses = 0 if polling else (known[ref][2] if ref in known else 0) + 1
+                known[ref] = (facts, now, misses)
         self._pollers = known  # queues no worker uses any more are forgotten
-        return {key: known[ref][0] for key, ref in refs.items()}
+        return {key: known[ref][0] for key, ref in refs.items() if ref in known}
 
-    def _pollers_due(self, cached: tuple[PollerFacts, float] | None, now: float) -> bool:
+    def _pollers_due(self, cached: tuple[PollerFacts, float, int] | None, now: float) -> bool:
         if cached is None:
             return True
-        facts, read_at = cached
-        polling = facts.pollers is not None and facts.pollers > 0
-        interval = (
-            self._settings.pollers_interval if polling else self._settings.pollers_recheck_interval
-        )
+        facts, read_at, misses = cached
+        settings = self._settings
+        if facts.pollers is not None and facts.pollers > 0:
+            interval = settings.pollers_interval
+        else:
+            backoff = settings.pollers_recheck_interval * 2 ** min(max(misses - 1, 0), 16)
+            interval = min(settings.pollers_interval, backoff)
         return now - read_at >= interval
+
+    def _poller_allowance(self, now: float, wanted: int) -> int:
+        """How many due queues may be asked about now, within the rate budget."""
+        settings = self._settings
+        if self._poller_budget_at is not None:
+            refill = (now - self._poller_budget_at) * settings.pollers_rate_per_s
+            self._poller_budget = min(float(settings.pollers_burst), self._poller_budget + refill)
+        self._poller_budget_at = now
+        allowed = min(wanted, int(self._poller_budget))
+        self._poller_budget -= allowed
+        return allowed
 
 
 def _placement(

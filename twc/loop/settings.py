@@ -327,7 +327,16 @@ class DaemonSettings(_Settings):
     of the fleet again, only about those whose answer is this old."""
     pollers_recheck_interval: float = Field(default=5.0, gt=0)
     """The same for a task queue without pollers (a new worker, a broken one, or a
-    failed call): asked again sooner, so a worker that starts polling shows it soon."""
+    failed call): asked again sooner, so a worker that starts polling shows it soon. The
+    wait doubles with each answer without pollers, up to ``pollers_interval``."""
+    pollers_rate_per_s: float = Field(default=10.0, gt=0)
+    """Most task queues whose pollers one stack (or shard) asks about per second, on
+    average (two calls each: workflow and activity queues); the oldest answers are asked
+    again first. A thousand workers without pollers asked every few seconds overloaded
+    a Temporal dev server until the autoscaler's own samples timed out."""
+    pollers_burst: int = Field(default=50, ge=1)
+    """Task queues asked about back to back before the rate applies (a daemon's first
+    iteration, a burst of new workers)."""
     file_poll_interval: float = Field(default=1.0, gt=0)
     """Seconds between looks at the fleet file (a ``stat``): a change wakes the loop at
     once instead of waiting for the next iteration."""

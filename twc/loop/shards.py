@@ -52,29 +52,62 @@ logger = logging.getLogger(__name__)
 
 
 class EngineSlots:
-    """At most ``n`` engine runs at once in this process."""
+    """At most ``n`` engine runs at once in this process, ups first.
+
+    A refresh (drift detection, minutes apart, and as long as a full ``up``) never takes
+    a slot an ``up`` waits for, nor the last free one while there are two or more: a
+    change never waits behind the shards' refreshes. At 20 shards of 250 workers the
+    refreshes alone would otherwise keep both default slots busy.
+    """
 
     def __init__(self, n: int) -> None:
         """Allow ``n`` (at least 1) concurrent runs."""
         self.limit = max(1, n)
-        self._slots = threading.BoundedSemaphore(self.limit)
-        self._lock = threading.Lock()
+        self._free = threading.Condition()
+        self._ups_waiting = 0
         self.running = 0
         """Runs in progress now."""
+        self.refreshing = 0
+        """Of those, refreshes."""
         self.peak = 0
         """The most runs that were ever in progress at once."""
 
     def __enter__(self) -> EngineSlots:
-        self._slots.acquire()
-        with self._lock:
-            self.running += 1
-            self.peak = max(self.peak, self.running)
+        self.acquire(refresh=False)
         return self
 
     def __exit__(self, *_exc: object) -> None:
-        with self._lock:
+        self.release(refresh=False)
+
+    def acquire(self, *, refresh: bool) -> None:
+        """Wait for a slot (a refresh also for one it may take)."""
+        with self._free:
+            if not refresh:
+                self._ups_waiting += 1
+            try:
+                while not self._may_start(refresh):
+                    self._free.wait()
+            finally:
+                if not refresh:
+                    self._ups_waiting -= 1
+            self.running += 1
+            self.refreshing += int(refresh)
+            self.peak = max(self.peak, self.running)
+
+    def release(self, *, refresh: bool) -> None:
+        """Give a slot back."""
+        with self._free:
             self.running -= 1
-        self._slots.release()
+            self.refreshing -= int(refresh)
+            self._free.notify_all()
+
+    def _may_start(self, refresh: bool) -> bool:
+        if self.running >= self.limit:
+            return False
+        if not refresh:
+            return True
+        kept_free = 1 if self.limit >= 2 else 0
+        return self._ups_waiting == 0 and self.running + 1 <= self.limit - kept_free
 
 
 class SlotEngine:
@@ -99,27 +132,28 @@ class SlotEngine:
 
     def refresh(self) -> Sequence[str]:
         """See :meth:`StackEngine.refresh`."""
-        with self._held():
+        with self._held(refresh=True):
             return self.engine.refresh()
 
     def worker_urns(self) -> Mapping[str, Sequence[str]]:
         """See :meth:`StackEngine.worker_urns` (reads the state; needs no slot)."""
         return self.engine.worker_urns()
 
-    def _held(self) -> _Held:
-        return _Held(self)
+    def _held(self, *, refresh: bool = False) -> _Held:
+        return _Held(self, refresh=refresh)
 
 
 class _Held:
-    def __init__(self, engine: SlotEngine) -> None:
+    def __init__(self, engine: SlotEngine, *, refresh: bool) -> None:
         self._engine = engine
+        self._refresh = refresh
 
     def __enter__(self) -> None:
         self._engine.busy = True
-        self._engine.slots.__enter__()
+        self._engine.slots.acquire(refresh=self._refresh)
 
     def __exit__(self, *exc: object) -> None:
-        self._engine.slots.__exit__(*exc)
+        self._engine.slots.release(refresh=self._refresh)
         self._engine.busy = False
 
 

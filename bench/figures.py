@@ -8,15 +8,16 @@ it is measured. The harness only reads clocks here and in :mod:`bench.timing`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from bench import fleets
 from bench.daemon import DaemonProcess
@@ -56,6 +57,28 @@ def _rolled_out(dep: dict[str, Any] | None, generation: int, image: str) -> bool
     )
 
 
+_T = TypeVar("_T")
+
+_TRANSIENT = ("NOT_FOUND", "UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED")
+"""Answers of a loaded dev server that go away when asked again: it has answered
+``Namespace default is not found`` for a moment under load, which ended a stage."""
+
+
+async def _retried(call: Callable[[], Awaitable[_T]], attempts: int = 5) -> _T:
+    """``call()``, asked again (with a growing pause) while its error is transient."""
+    from temporalio.service import RPCError
+
+    for attempt in range(attempts):
+        try:
+            return await call()
+        except RPCError as exc:
+            if attempt == attempts - 1 or exc.status.name not in _TRANSIENT:
+                raise
+            log.warning("the harness's Temporal call failed (%s); asking again", exc)
+            await asyncio.sleep(0.5 * 2**attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 async def _describe(address: str, task_queue: str) -> tuple[int, int]:
     """``(backlog, pollers)`` of a task queue's workflow tasks."""
     from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
@@ -64,14 +87,13 @@ async def _describe(address: str, task_queue: str) -> tuple[int, int]:
     from temporalio.client import Client
 
     client = await Client.connect(address)
-    response = await client.workflow_service.describe_task_queue(
-        DescribeTaskQueueRequest(
-            namespace="default",
-            task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-            report_stats=True,
-        )
+    request = DescribeTaskQueueRequest(
+        namespace="default",
+        task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        report_stats=True,
     )
+    response = await _retried(lambda: client.workflow_service.describe_task_queue(request))
     return int(response.stats.approximate_backlog_count), len(response.pollers)
 
 
@@ -80,9 +102,13 @@ async def _start_workflows(address: str, task_queue: str, count: int) -> list[st
 
     client = await Client.connect(address)
     ids = [f"bench-{uuid.uuid4().hex[:12]}" for _ in range(count)]
-    await asyncio.gather(
-        *(client.start_workflow("EchoWorkflow", "hi", id=i, task_queue=task_queue) for i in ids)
-    )
+
+    async def start(workflow_id: str) -> Any:
+        return await client.start_workflow(
+            "EchoWorkflow", "hi", id=workflow_id, task_queue=task_queue
+        )
+
+    await asyncio.gather(*(_retried(functools.partial(start, i)) for i in ids))
     return ids
 
 

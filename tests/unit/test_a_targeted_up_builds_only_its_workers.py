@@ -51,9 +51,20 @@ class FakeStack:
     def history(self, page_size: int | None = None) -> list[History]:
         return [History(self.version)]
 
+    drift: list[str] = field(default_factory=list)
+
     def export_stack(self) -> Deployment:
         self.exports += 1
         return Deployment(version=3, deployment={"resources": _resources(self.keys)})
+
+    def refresh(self, *, on_event: Any, **_: Any) -> Any:
+        """A refresh: a new version; the events say what drifted."""
+        for urn in self.drift:
+            meta = type("Meta", (), {"op": "update", "type": "kubernetes:apps/v1:Deployment"})
+            meta.urn = urn  # type: ignore[attr-defined]
+            on_event(type("Event", (), {"res_outputs_event": type("O", (), {"metadata": meta})}))
+        self.version += 1
+        return type("Result", (), {"summary": History(self.version)})
 
 
 @dataclass
@@ -203,3 +214,32 @@ def test_the_part_a_targeted_up_builds_is_its_workers_and_their_queues() -> None
     assert [(q.namespace, q.name) for q in part.fleet.queues] == [(queue.namespace, queue.name)]
     assert set(part.origins) == set(part.workers)
     assert desired.only([]).workers == {}
+
+
+def test_a_refresh_that_found_no_drift_keeps_the_next_change_built_alone(
+    world: tuple[AutomationEngine, FakeEngine],
+) -> None:
+    eng, fake = world
+    eng.up(DesiredInputs(), None)
+    _targeted(eng, "team/a")
+    assert eng.refresh() == []
+
+    _targeted(eng, "team/b")
+
+    assert fake.scopes[-1].workers == ("team/b",)
+    assert fake.stack.exports == 1, "the URNs were kept across the refresh"
+
+
+def test_a_refresh_that_found_drift_reads_the_state_again(
+    world: tuple[AutomationEngine, FakeEngine],
+) -> None:
+    eng, fake = world
+    eng.up(DesiredInputs(), None)
+    _targeted(eng, "team/a")
+    fake.stack.drift = [_urn("team/c", "kubernetes:apps/v1:Deployment")]
+    assert eng.refresh() != []
+
+    _targeted(eng, "team/b")
+
+    assert fake.scopes[-1] is None, "without the statuses the program builds everything"
+    assert fake.stack.exports == 2

@@ -406,8 +406,7 @@ class AutomationEngine:
     def _refresh(self) -> list[str]:
         from pulumi.automation import ConcurrentUpdateError
 
-        self._known = None  # a refresh is an update of its own
-
+        known, self._known = self._known, None  # a refresh is an update of its own
         drifted: list[str] = []
 
         def on_event(event: Any) -> None:
@@ -422,13 +421,19 @@ class AutomationEngine:
 
         stack = engine.select_stack(self._ref_with_inputs())
         try:
-            stack.refresh(on_event=on_event, on_output=self._output, color="never")
+            result = stack.refresh(on_event=on_event, on_output=self._output, color="never")
         except ConcurrentUpdateError as exc:
             if not self._break_stale_lock(str(exc)):
                 raise
             self._drop_pending_operations()
             drifted.clear()
-            stack.refresh(on_event=on_event, on_output=self._output, color="never")
+            known = None
+            result = stack.refresh(on_event=on_event, on_output=self._output, color="never")
+        version = getattr(getattr(result, "summary", None), "version", None)
+        if known is not None and not drifted and version is not None:
+            # Nothing drifted: the same resources, the same outputs, one version later. A
+            # change right after a refresh is still built alone.
+            self._known = replace(known, version=int(version), checked=False)
         return drifted
 
     def worker_urns(self) -> dict[str, list[str]]:

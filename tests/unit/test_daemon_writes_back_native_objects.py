@@ -349,3 +349,37 @@ def test_pollers_are_asked_within_a_rate_budget_oldest_answer_first() -> None:
     world.clock.now += 1.0
     world.step()
     assert sorted(world.backlogs.asked) == ["a", "b", "c", "d", "e"], "each asked once first"
+
+
+def test_a_restarted_daemon_keeps_a_ready_workers_last_poller_answer_until_it_asks_again() -> None:
+    # The pollers are asked on a budget, so a restarted daemon may not ask about every
+    # worker in its first iteration: a Ready worker must not turn Pending meanwhile.
+    ready = {
+        "phase": "Ready",
+        "conditions": [
+            {
+                "type": "TemporalTaskQueueRegistered",
+                "status": "True",
+                "reason": "PollersRegistered",
+                "message": "1 poller(s)",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }
+        ],
+    }
+    settings = DaemonSettings(pollers_burst=1, pollers_rate_per_s=0.001)
+    world = World(
+        [
+            worker_obj("a", ref=cluster_ref("prod"), status=ready),
+            worker_obj("b", ref=cluster_ref("prod"), status=ready),
+        ],
+        [cluster_conn_obj("prod")],
+        settings=settings,
+    )
+    world.deployments.update({"team/a": (1, 1), "team/b": (1, 1)})
+    world.backlogs.pollers_by_queue.update({"a": 1, "b": 1})
+    world.step()
+
+    assert len(world.backlogs.asked) == 1  # one asked about, the other not yet
+    for key in ("team/a", "team/b"):
+        written = _last_status(world.writer, key)
+        assert written.get("phase", "Ready") == "Ready", (key, written)

@@ -153,7 +153,22 @@ def accepted_status(
             "ReplicasReady" if ok else "ReplicasNotReady",
             f"{ready}/{replicas} replicas ready",
         )
-    if pollers is None:
+    earlier = next(
+        (
+            c
+            for c in previous.get("conditions") or ()
+            if isinstance(c, Mapping)
+            and c.get("type") == QUEUE_REGISTERED
+            and c.get("reason") in ("PollersRegistered", "WaitingForPollers")
+        ),
+        None,
+    )
+    if pollers is None and earlier is not None:
+        # Not asked about this time (the pollers are asked on a schedule and a budget;
+        # a restarted daemon starts over): the last answer stands, so a Ready worker
+        # does not turn Pending for a moment after every restart.
+        queue = {k: earlier[k] for k in ("type", "status", "reason", "message") if k in earlier}
+    elif pollers is None:
         queue = {
             "type": QUEUE_REGISTERED,
             "status": "Unknown",

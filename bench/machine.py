@@ -45,7 +45,33 @@ def tool_versions(path: Path = VERSIONS_FILE) -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             out[key] = None
     out["python"] = platform.python_version()
+    out["twc"] = _commit()
     return out
+
+
+def _commit() -> str | None:
+    """The twc commit measured, with ``+changes`` when the work tree differs from it."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return f"{head}+changes" if dirty else head
 
 
 def cpu_model() -> str:

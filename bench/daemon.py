@@ -96,9 +96,14 @@ class DaemonProcess:
         ]
         return sum(found) if found else None
 
-    def engine_runs(self) -> float:
-        """Engine runs started so far (``up`` and ``refresh``, every shard)."""
-        return self.value("twc_engine_runs_total") or 0.0
+    def engine_runs(self, operation: str | None = None) -> float:
+        """Engine runs started so far, every shard: of one ``operation`` or of any.
+
+        The counter is labelled, so an operation that never ran has no sample yet: that
+        reads as none started, the counter's own meaning.
+        """
+        labels = {"operation": operation} if operation else {}
+        return self.value("twc_engine_runs_total", **labels) or 0.0
 
     def status(self) -> dict[str, Any]:
         code, text = _get(f"http://127.0.0.1:{self.port}/status")

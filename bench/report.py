@@ -28,7 +28,7 @@ GOALS = (
         2.0,
         "s",
     ),
-    ("backlog_runs", "engine runs per backlog burst", ("backlog", "engine_runs", "max"), 0.0, ""),
+    ("backlog_runs", "ups per backlog burst", ("backlog", "up_runs", "max"), 0.0, ""),
     ("noop", "no-op iteration (one shard), p50", ("noop", "per_shard_s", "p50"), 0.050, "s"),
     ("queue", "Queue → polling worker, p50", ("queue", "latency_s", "p50"), 3.0, "s"),
 )
@@ -52,7 +52,7 @@ p95, max, mean, samples}}` (its p95 is rendered only from ≥ {P95_MIN} samples)
   - `change`: `latency_s`, `engine_runs_per_change`, `state_bytes_per_change`
     (summaries), `engine_peak_total_mb`, `engine_peak_process_mb`,
     `engine_peak_by_name_mb`;
-  - `backlog`: `burst_to_replicas_s`, `sample_to_replicas_s`, `engine_runs`
+  - `backlog`: `burst_to_replicas_s`, `sample_to_replicas_s`, `up_runs`, `refresh_runs`
     (summaries), `workflows`;
   - `queue`: `latency_s`, `deployment_s` (summaries), `mean_gap_s`, `refreshes_during`,
     `busy`, `errors`;
@@ -206,10 +206,10 @@ def _headline(results: Mapping[str, Any]) -> list[str]:
                 )
             parts.append(text)
         sample = get(size, "backlog", "sample_to_replicas_s", "p50")
-        runs = get(size, "backlog", "engine_runs", "max")
+        runs = get(size, "backlog", "up_runs", "max")
         via = get(base, "backlog_via_engine_s")
         if sample is not None:
-            text = f"backlog → replicas {_fmt(sample)} after the sample with {runs:g} engine runs"
+            text = f"backlog → replicas {_fmt(sample)} after the sample with {runs:g} ups"
             if via is not None:
                 text += f" vs {_fmt(via)} through a targeted up (computed)"
             parts.append(text)
@@ -286,7 +286,7 @@ def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
     out += ["", "## Per fleet size", ""]
     out += [
         "| N | shards | one-worker change | backlog → replicas (after the burst) | "
-        "after the sample | engine runs | no-op, one shard | no-op, all shards | "
+        "after the sample | ups | no-op, one shard | no-op, all shards | "
         "Queue → polling worker | state bytes per change | daemon peak RSS | "
         "largest engine process |",
         "|---:|---:|---|---|---|---:|---|---|---|---|---:|---:|",
@@ -301,7 +301,7 @@ def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
                     _summary(get(size, "change", "latency_s")),
                     _summary(get(size, "backlog", "burst_to_replicas_s")),
                     _summary(get(size, "backlog", "sample_to_replicas_s")),
-                    _fmt(get(size, "backlog", "engine_runs", "max"), ""),
+                    _fmt(get(size, "backlog", "up_runs", "max"), ""),
                     _summary(get(size, "noop", "per_shard_s")),
                     _summary(get(size, "noop", "all_shards_s")),
                     _summary(get(size, "queue", "latency_s")),
@@ -319,9 +319,12 @@ def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
         "template is Available (its rollout finished).",
         "- *backlog → replicas*: a burst of workflows on an autoscaled worker's task queue "
         "(nothing polls it); until the Deployment's replicas change. *After the sample* "
-        "starts when the daemon's `twc_task_queue_backlog` shows the burst; the burst "
-        "waits for Temporal's statistics and for the daemon's next iteration. *Engine "
-        "runs* is how many engine runs started meanwhile (the largest of the trials).",
+        "starts when the daemon's `twc_task_queue_backlog` shows the burst (the harness "
+        "reads it every 50 ms, so a trial whose sample and scale fell between two reads "
+        "has no such figure); the burst waits for Temporal's statistics and for the "
+        "daemon's next sample (`sampling.interval`). *Ups* is how many `up`s started "
+        "meanwhile (the largest of the trials); refreshes, which run on their own "
+        "schedule in whichever shard is due, are counted apart in `refresh_runs`.",
         "- *no-op iteration*: the daemon's own `iterate()` with nothing to do, built by "
         "`twc run`'s wiring (`twc.commands.run.wire`) on the live cluster, after one "
         "unmeasured iteration (a starting daemon's: every view, status and poller count "

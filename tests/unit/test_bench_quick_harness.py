@@ -161,7 +161,8 @@ def _size(n: int, shards: int, scale: float) -> dict[str, Any]:
         "backlog": {
             "burst_to_replicas_s": _summary(12.0),
             "sample_to_replicas_s": _summary(0.5 * scale),
-            "engine_runs": _summary(0.0, 0.0),
+            "up_runs": _summary(0.0, 0.0),
+            "refresh_runs": _summary(1.0, 0.0),
             "workflows": 60,
         },
         "queue": {

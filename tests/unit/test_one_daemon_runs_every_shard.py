@@ -262,3 +262,100 @@ def test_a_waiting_change_goes_before_a_waiting_refresh() -> None:
     slots.release(refresh=False)
     refresh.join(5)
     assert order == ["up", "refresh"]
+
+
+def test_a_stopping_daemon_starts_none_of_the_engine_runs_waiting_for_a_slot() -> None:
+    # The bench's 20-shard daemon, told to stop, started the shards' queued refreshes
+    # one after another (minutes each) before it exited.
+    from twc.loop.outcome import EngineNotStarted
+
+    slots = EngineSlots(1)
+    running = SlotEngine(SlowEngine(delay=0.5), slots)
+    waiting = [SlotEngine(SlowEngine(), slots) for _ in range(2)]
+    errors: list[BaseException] = []
+
+    def call(work: Any) -> None:
+        try:
+            work()
+        except EngineNotStarted as exc:
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=call, args=(lambda: running.up(DesiredInputs(), None),)),
+        threading.Thread(target=call, args=(waiting[0].refresh,)),
+        threading.Thread(target=call, args=(lambda: waiting[1].up(DesiredInputs(), None),)),
+    ]
+    threads[0].start()
+    while slots.running == 0:
+        time.sleep(0.01)
+    for thread in threads[1:]:
+        thread.start()
+    time.sleep(0.1)
+    assert slots.running == 1  # the other two wait for the one slot
+
+    slots.close()
+    for thread in threads:
+        thread.join(5)
+        assert not thread.is_alive()
+
+    assert len(errors) == 2, "both waiting runs gave up without starting"
+    assert len(running.engine.ups) == 1, "the run in progress ended as it would"  # type: ignore[attr-defined]
+    assert waiting[1].engine.ups == []  # type: ignore[attr-defined]
+    assert slots.running == 0
+    assert not any(engine.busy for engine in [running, *waiting])
+    try:
+        slots.acquire(refresh=False)
+    except EngineNotStarted:
+        pass
+    else:
+        raise AssertionError("a closed set of slots started a run")
+
+
+def test_sigterm_to_a_sharded_daemon_closes_its_engine_slots() -> None:
+    world = World(load={"a": 6, "b": 6})
+    sharded = ShardedDaemon(
+        "prod",
+        store=world.store,
+        load=lambda: dict(world.load),
+        make_shard=world.make_shard,
+        max_workers_per_shard=10,
+        slots=world.slots,
+    )
+    sharded.sync()
+    assert not world.slots.closed
+
+    sharded.request_stop()
+
+    assert world.slots.closed
+    assert all(shard.daemon.stopping for shard in sharded.shards.values())
+
+
+def test_a_run_that_never_started_is_folded_without_a_report() -> None:
+    from twc.loop.background import BackgroundEngine
+    from twc.loop.outcome import EngineNotStarted
+    from twc.loop.settings import DaemonSettings
+    from twc.loop.state import LoopState
+
+    class Actor:
+        def refresh(self) -> list[str]:
+            raise EngineNotStarted("stopping")
+
+    class Silent:
+        def __getattr__(self, name: str) -> Any:
+            raise AssertionError(f"a run that never started was reported ({name})")
+
+    engine = BackgroundEngine(
+        "prod.s00",
+        actor=Actor(),  # type: ignore[arg-type]
+        reporter=Silent(),  # type: ignore[arg-type]
+        settings=DaemonSettings(),
+        monotonic=time.monotonic,
+        jitter=None,
+        wakeup=threading.Event(),
+    )
+    state = LoopState(started_at=0.0)
+    engine.start_refresh()
+    folded = engine.drain(state)
+
+    assert folded is state, "the refresh stays due: nothing ran"
+    assert not engine.busy()

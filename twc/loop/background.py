@@ -11,6 +11,7 @@ state at the next iteration (:meth:`Daemon._collect`), exactly as if it had run 
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -18,10 +19,12 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from twc.loop.decide import DesiredState, ReconcileDecision
-from twc.loop.outcome import Outcome, outcome_of
+from twc.loop.outcome import EngineNotStarted, Outcome, outcome_of
 from twc.loop.plan import Plan
 from twc.loop.settings import DaemonSettings
 from twc.loop.state import LoopState
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from twc.loop.act import Actor
@@ -118,6 +121,7 @@ class BackgroundEngine:
         wakeup: threading.Event,
     ) -> None:
         """Run ``actor``'s engine calls on a thread named after ``stack``."""
+        self.stack = stack
         self.thread = EngineThread(stack)
         self._actor = actor
         self._reporter = reporter
@@ -159,6 +163,10 @@ class BackgroundEngine:
 
     def _fold(self, state: LoopState, run: EngineRun) -> LoopState:
         error = run.future.exception()
+        if isinstance(error, EngineNotStarted):
+            # Stopping while it waited for a slot: nothing ran, nothing to report.
+            logger.info("[%s] %s not started: the daemon is stopping", self.stack, run.kind)
+            return state
         if run.kind == "refresh":
             state = state.refreshed(now=self._monotonic())
             if error is not None:

@@ -23,6 +23,7 @@ from twc.loop.settings import BackoffSettings
 
 __all__ = [
     "Classification",
+    "EngineNotStarted",
     "FailureReason",
     "Outcome",
     "OutcomeKind",
@@ -32,6 +33,12 @@ __all__ = [
     "classify",
     "outcome_of",
 ]
+
+
+class EngineNotStarted(TemporaryError):
+    """An engine run that waited for a slot while the daemon was told to stop: it never
+    started (a stopping daemon starts no engine run; the next one does what it would
+    have done, from the same desired state)."""
 
 
 class OutcomeKind(StrEnum):

@@ -32,6 +32,7 @@ from prometheus_client.metrics_core import Metric
 
 from twc.desired import DesiredInputs
 from twc.loop.daemon import Daemon
+from twc.loop.outcome import EngineNotStarted
 from twc.loop.sampling import TokenBucket
 from twc.loop.shardviews import ShardNamespaces
 from twc.shards import ShardMap
@@ -71,6 +72,8 @@ class EngineSlots:
         """Of those, refreshes."""
         self.peak = 0
         """The most runs that were ever in progress at once."""
+        self.closed = False
+        """Whether the process is stopping: no run starts any more."""
 
     def __enter__(self) -> EngineSlots:
         self.acquire(refresh=False)
@@ -80,12 +83,20 @@ class EngineSlots:
         self.release(refresh=False)
 
     def acquire(self, *, refresh: bool) -> None:
-        """Wait for a slot (a refresh also for one it may take)."""
+        """Wait for a slot (a refresh also for one it may take).
+
+        Raises:
+            EngineNotStarted: The process is stopping (:meth:`close`), before or while
+                this run waited: a SIGTERM'd daemon would otherwise start the shards'
+                queued refreshes one after another, minutes each, before it exits.
+        """
         with self._free:
             if not refresh:
                 self._ups_waiting += 1
             try:
                 while not self._may_start(refresh):
+                    if self.closed:
+                        raise EngineNotStarted("the daemon is stopping: this run never started")
                     self._free.wait()
             finally:
                 if not refresh:
@@ -101,8 +112,14 @@ class EngineSlots:
             self.refreshing -= int(refresh)
             self._free.notify_all()
 
+    def close(self) -> None:
+        """The process is stopping: the runs in progress end as they would, none starts."""
+        with self._free:
+            self.closed = True
+            self._free.notify_all()
+
     def _may_start(self, refresh: bool) -> bool:
-        if self.running >= self.limit:
+        if self.closed or self.running >= self.limit:
             return False
         if not refresh:
             return True
@@ -150,7 +167,11 @@ class _Held:
 
     def __enter__(self) -> None:
         self._engine.busy = True
-        self._engine.slots.acquire(refresh=self._refresh)
+        try:
+            self._engine.slots.acquire(refresh=self._refresh)
+        except BaseException:
+            self._engine.busy = False
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self._engine.slots.release(refresh=self._refresh)
@@ -366,6 +387,8 @@ class ShardedDaemon:
             self.exit_code = exit_code
         self._stop.set()
         self.wakeup.set()
+        if self._slots is not None:
+            self._slots.close()
         for shard in self._all():
             shard.daemon.request_stop()
 
@@ -494,6 +517,8 @@ class ShardedDaemon:
                         # A crashed shard loop is a crashed daemon: liveness fails.
                         break
         finally:
+            if self._slots is not None:
+                self._slots.close()
             for shard in self._all():
                 shard.daemon.request_stop()
             for shard in self._all():

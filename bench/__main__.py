@@ -93,6 +93,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--note", default=None, help="a note printed under the header")
     parser.add_argument("--skip-state", action="store_true", help="skip the state settings")
     parser.add_argument(
+        "--state-only",
+        action="store_true",
+        help="measure the state settings alone (no fleet sizes; e.g. with --out elsewhere)",
+    )
+    parser.add_argument(
         "--render", action="store_true", help="only re-render results.md from results.json"
     )
     return parser.parse_args(argv)
@@ -105,6 +110,8 @@ class Run:
         self.plan = plan_for(args.quick)
         if args.sizes:
             self.plan["sizes"] = [int(s) for s in args.sizes.split(",")]
+        if args.state_only:
+            self.plan["sizes"] = []
         self.seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
         self.rng = random.Random(self.seed)
         started = datetime.now(UTC).replace(microsecond=0).isoformat()

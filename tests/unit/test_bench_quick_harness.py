@@ -262,3 +262,16 @@ def test_the_chosen_state_setting_keeps_each_step_unless_final_is_much_faster() 
     assert gzip["choice"] == "every-step+gzip"
 
     assert statebench.choose({"results": {}})["choice"] == "every-step"
+
+
+def test_a_state_only_run_measures_no_fleet_size() -> None:
+    import shutil
+
+    from bench.__main__ import Run, parse_args
+
+    run = Run(parse_args(["--state-only"]))
+    try:
+        assert run.plan["sizes"] == []
+        assert not run.skip_state
+    finally:
+        shutil.rmtree(run.workdir)

@@ -159,8 +159,18 @@ def test_next_delay_is_shortened_for_a_due_refresh() -> None:
     assert refreshed.next_delay(now=600, settings=SETTINGS) == 30
 
 
+def test_a_refresh_already_due_never_makes_the_loop_spin() -> None:
+    # Due and not started means something holds it (the engine runs, the last step
+    # failed); a 0 s sleep spun the loop for as long as the engine ran.
+    assert LoopState(started_at=0).next_delay(now=5000, settings=SETTINGS) == 30
+    failed = LoopState(started_at=0).finished(
+        outcome_of(PermanentError("bad"), attempt=1, settings=SETTINGS.backoff), now=5000
+    )
+    assert failed.next_delay(now=5000, settings=SETTINGS) == 30
+
+
 def test_next_delay_is_never_negative() -> None:
-    assert LoopState(started_at=0).next_delay(now=5000, settings=SETTINGS) == 0
+    assert LoopState(started_at=0).next_delay(now=5000, settings=SETTINGS, sample_due_in=-3) == 0
 
 
 def test_scaling_states_are_replaced_not_shared() -> None:

@@ -144,7 +144,12 @@ class LoopState:
 
         A temporary failure waits its backoff delay; otherwise the reconcile interval,
         or less when an autoscaled queue's backlog sample is due sooner
-        (``sample_due_in``). Either is shortened so a due ``refresh`` is not late.
+        (``sample_due_in``). Either is shortened so a ``refresh`` coming due is not
+        late. One already due was not started because something holds it (the engine
+        runs: its end wakes the loop; the last step failed: the retry or the next input
+        does): sleeping 0 s for it would spin the loop, observing and planning without
+        pause, for as long as the engine runs (a refresh in progress is due until it
+        ends: minutes at 250 workers).
         """
         outcome = self.last_outcome
         if outcome is not None and outcome.kind is OutcomeKind.TEMPORARY:
@@ -154,7 +159,9 @@ class LoopState:
             if sample_due_in is not None:
                 wait = min(wait, sample_due_in)
         until_refresh = self._next_refresh_at(settings) - now
-        return max(0.0, min(wait, until_refresh))
+        if until_refresh > 0:
+            wait = min(wait, until_refresh)
+        return max(0.0, wait)
 
     def _next_refresh_at(self, settings: DaemonSettings) -> float:
         since = self.last_refresh_at if self.last_refresh_at is not None else self.started_at

@@ -397,6 +397,9 @@ class _RefusingEngine:
     def refresh(self) -> list[str]:
         raise RuntimeError("a no-op iteration started the engine (refresh)")
 
+    def preempt(self, reason: str) -> bool:
+        return False
+
     def worker_urns(self) -> dict[str, list[str]]:
         return {}
 

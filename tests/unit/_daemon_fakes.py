@@ -21,6 +21,7 @@ from twc.loop.health import DaemonMetrics
 from twc.loop.observe import Sources
 from twc.spec import Fleet, ResolvedWorker, load_fleet
 from twc.stackrun.automation import UpReport
+from twc.stackrun.errors import EngineYielded
 
 STACK = "unit"
 NS = "team"
@@ -123,6 +124,12 @@ class FakeEngine:
     up_recoveries: list[str] = field(default_factory=list)
     """What the next successful ``up`` reports it repaired (a lock only it found)."""
     during_up: Callable[[], None] | None = None
+    during_refresh: Callable[[], None] | None = None
+    preempts: list[str] = field(default_factory=list)
+    """Why each :meth:`preempt` asked a refresh to give way."""
+    yields: bool = True
+    """Whether a refresh gives way when asked (it raises ``EngineYielded`` once it was)."""
+    told: str | None = None
     live: dict[str, int] | None = None
     """When set, a successful ``up`` writes replicas here as the cluster would show
     them: a worker's own count, and for a new autoscaled worker the API server's default
@@ -153,8 +160,19 @@ class FakeEngine:
 
     def refresh(self) -> Sequence[str]:
         self.refreshes += 1
+        if self.during_refresh is not None:
+            self.during_refresh()
+        told, self.told = self.told, None
+        if told is not None:
+            raise EngineYielded(told)
         found, self.drift = self.drift, []
         return found
+
+    def preempt(self, reason: str) -> bool:
+        self.preempts.append(reason)
+        if self.yields:
+            self.told = reason
+        return self.yields
 
     def worker_urns(self) -> Mapping[str, Sequence[str]]:
         return self.urns

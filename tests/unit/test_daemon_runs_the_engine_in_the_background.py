@@ -4,8 +4,11 @@ engine run, and folds the run's outcome into its state when it ends."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+
+import pytest
 
 from tests.unit._daemon_fakes import (
     NS,
@@ -59,6 +62,7 @@ def test_a_queue_created_during_a_long_up_is_applied_at_once_and_upped_after() -
 
     assert ObjectRef("Deployment", NS, "worker-orders") in applier.refs()
     assert len(h.engine.ups) == ups
+    assert h.engine.preempts == [], "an up is never told to give way"
     assert h.metrics.value("twc_engine_in_progress") == 1
 
     gate.open.set()
@@ -129,3 +133,64 @@ def test_a_stop_waits_for_the_up_in_progress() -> None:
     assert done == [0]
     assert h.daemon.state is not None
     assert h.daemon.state.applied is not None
+
+
+def test_a_change_stops_the_refresh_in_progress_and_the_refresh_runs_after_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # At 1000 workers a change waited behind its shard's one-to-two-minute refresh.
+    gate = Gate()
+    engine = FakeEngine(during_refresh=gate)
+    h = make_daemon(engine=engine, background=True, settings=DaemonSettings(refresh_interval=60.0))
+    h.step()  # the first up
+    _until(lambda: h.daemon.wakeup.is_set())
+    h.step()  # collects it
+    h.clock.now += 61
+    state = h.step()  # a refresh is due: it starts, and is held at the gate
+    assert gate.entered.wait(10)
+    before = state.last_refresh_at
+    ups = len(engine.ups)
+
+    h.fleet["defaults"]["image"] = "registry.example/worker:2.0.0"
+    with caplog.at_level(logging.INFO, logger="twc.loop.background"):
+        h.step()  # the change: the refresh is told to give way
+    assert len(engine.preempts) == 1
+    assert "refresh gives way to a change" in caplog.text
+    assert len(engine.ups) == ups, "no second engine run while the refresh runs"
+
+    gate.open.set()  # the refresh sees it was told, and stops
+    _until(lambda: h.daemon.wakeup.is_set())
+    state = h.step()  # collects it (no refresh on record, no failure), starts the up
+    assert state.last_refresh_at == before, "a refresh that gave way is still due"
+    assert state.last_outcome is not None
+    assert state.last_outcome.ok
+    _until(lambda: len(engine.ups) == ups + 1)
+    images = {w.image for w in engine.last_program().workers.values()}
+    assert images == {"registry.example/worker:2.0.0"}
+
+    _until(lambda: h.daemon.wakeup.is_set())
+    h.step()  # collects the up; the refresh, still due, runs again, to its end
+    _until(lambda: engine.refreshes == 2)
+    _until(lambda: h.step().last_refresh_at != before)  # collected once it ended
+    assert len(engine.preempts) == 1
+
+
+def test_the_loop_sleeps_while_a_refresh_runs_in_the_background() -> None:
+    # A refresh in progress is due until it ends; the loop slept 0 s for it and spun,
+    # observing and planning without pause, for the minutes a large shard's refresh takes.
+    gate = Gate()
+    engine = FakeEngine(during_refresh=gate)
+    h = make_daemon(engine=engine, background=True, settings=DaemonSettings(refresh_interval=60.0))
+    loop = threading.Thread(target=h.daemon.run, daemon=True)
+    loop.start()
+    try:
+        assert gate.entered.wait(10), "no refresh started"
+        slept = len(h.clock.slept)
+        time.sleep(0.3)
+        spins = [d for d in h.clock.slept[slept:] if d == 0]
+        assert len(spins) <= 1, f"{len(spins)} iterations without a pause during the refresh"
+    finally:
+        gate.open.set()
+        h.daemon.request_stop()
+        loop.join(10)
+    assert not loop.is_alive()

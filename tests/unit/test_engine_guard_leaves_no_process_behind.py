@@ -106,6 +106,52 @@ def test_a_passed_deadline_interrupts_the_cli_and_kills_every_process_of_the_run
     assert channel.live_guards() == []
 
 
+def test_a_preemptible_run_told_to_give_way_is_interrupted_and_journalled_as_preempted(
+    wrapper: Path, tmp_path: Path
+) -> None:
+    channel = GuardChannel(tmp_path / "channel", grace=0.5)
+    marker = tmp_path / "run.json"
+    env = {**os.environ, **channel.env()}
+    assert not channel.preempt("nothing runs"), "no run: nothing to stop"
+    assert channel.preempted is None
+
+    with channel.run(600.0, preemptible=True) as started:
+        proc = subprocess.Popen([str(wrapper), str(marker)], env=env, stderr=subprocess.PIPE)
+        pids = _pids(marker)
+        assert channel.preempt("a change to orders")
+        assert channel.preempted == "a change to orders"
+        _, stderr = proc.communicate(timeout=60)
+
+    assert proc.returncode != 0
+    assert b"a change to orders" in stderr
+    assert _gone(pids["cli"])
+    assert _gone(pids["plugin"])
+    [entry] = channel.journal(since=started)
+    assert entry.cause == "preempt"
+    assert entry.killed <= 1  # the CLI ended on its SIGINT; only its plugin was left
+    # The request ended with the run it stopped.
+    assert channel.preempted is None
+    assert channel.control.preemptible is False
+
+
+def test_a_run_that_may_not_give_way_ignores_the_request(wrapper: Path, tmp_path: Path) -> None:
+    channel = GuardChannel(tmp_path / "channel", grace=0.5)
+    marker = tmp_path / "run.json"
+
+    with channel.run(600.0) as started:
+        assert not channel.preempt("a change")
+        done = subprocess.run(
+            [str(wrapper), str(marker), "exit"],
+            env={**os.environ, **channel.env()},
+            capture_output=True,
+            timeout=60,
+        )
+
+    assert done.returncode == 3  # it ran to its own end
+    [entry] = channel.journal(since=started)
+    assert entry.interrupted is None
+
+
 def test_the_end_of_the_lease_term_stops_the_run(wrapper: Path, tmp_path: Path) -> None:
     channel = GuardChannel(tmp_path / "channel", grace=0.5, leased=True)
     channel.lease_renewed(time.monotonic() + 600, ())
@@ -262,6 +308,8 @@ def test_a_guard_started_by_another_process_than_its_channels_refuses(
         (Control(lease_until=100.0), 100.0, None, "lease"),
         (Control(run_until=50.0, run_seconds=10), 50.0, None, "deadline"),
         (Control(interrupt="a thread died"), 0.0, None, "interrupt"),
+        (Control(preemptible=True, preempt="a change"), 0.0, None, "preempt"),
+        (Control(preempt="a change"), 0.0, None, None),
         (Control(lease_until=1e9), 0.0, Stop("parent", "gone"), "parent"),
     ],
 )

@@ -135,6 +135,9 @@ class SlowEngine:
     def refresh(self) -> Sequence[str]:
         return []
 
+    def preempt(self, reason: str) -> bool:
+        return False
+
     def worker_urns(self) -> Mapping[str, Sequence[str]]:
         return {}
 
@@ -359,3 +362,39 @@ def test_a_run_that_never_started_is_folded_without_a_report() -> None:
 
     assert folded is state, "the refresh stays due: nothing ran"
     assert not engine.busy()
+
+
+def test_a_refresh_waiting_for_a_slot_gives_way_to_its_shards_change() -> None:
+    from twc.stackrun.errors import EngineYielded
+
+    slots = EngineSlots(1)
+    running = SlotEngine(SlowEngine(delay=0.5), slots)
+    waiting = SlotEngine(SlowEngine(), slots)
+    yielded: list[BaseException] = []
+
+    def refresh() -> None:
+        try:
+            waiting.refresh()
+        except EngineYielded as exc:
+            yielded.append(exc)
+
+    up = threading.Thread(target=lambda: running.up(DesiredInputs(), None))
+    up.start()
+    while slots.running == 0:
+        time.sleep(0.01)
+    waits = threading.Thread(target=refresh)
+    waits.start()
+    time.sleep(0.1)
+    assert waiting.busy, "the refresh waits for the one slot"
+
+    assert waiting.preempt("a change to orders")
+    waits.join(2)
+    assert not waits.is_alive(), "it stopped waiting before the slot came free"
+    assert len(yielded) == 1
+    assert not waiting.busy
+    up.join(5)
+    assert slots.running == 0
+    assert slots.refreshing == 0
+    # The request ended with the refresh it stopped: the next one runs.
+    assert not waiting.preempt("nothing runs")
+    assert waiting.refresh() == []

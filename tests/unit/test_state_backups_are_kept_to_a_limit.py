@@ -75,6 +75,9 @@ class _Engine:
     def refresh(self) -> Sequence[str]:
         return []
 
+    def preempt(self, reason: str) -> bool:
+        return False
+
     def worker_urns(self) -> Mapping[str, Sequence[str]]:
         return {}
 

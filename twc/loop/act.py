@@ -289,6 +289,10 @@ class Actor:
         with self._engine_running("refresh"):
             return list(self.engine.refresh())
 
+    def give_way(self, reason: str) -> bool:
+        """Stop the refresh in progress so a change runs first; whether one was told to."""
+        return self.engine.preempt(reason)
+
     def recover(self) -> None:
         """Repair what a killed run left (a lock, pending operations)."""
         with self._engine_running("recover"):

@@ -23,6 +23,7 @@ from twc.loop.outcome import EngineNotStarted, Outcome, outcome_of
 from twc.loop.plan import Plan
 from twc.loop.settings import DaemonSettings
 from twc.loop.state import LoopState
+from twc.stackrun.errors import EngineYielded
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,8 @@ class EngineRun:
     """The decision an ``up`` carries out."""
     attempted: DesiredState | None = None
     """The hashes an ``up`` applies (recorded as applied when it succeeds)."""
+    yielded: bool = False
+    """Whether a ``refresh`` was told to give way to a change."""
 
 
 class EngineThread:
@@ -77,6 +80,11 @@ class EngineThread:
             run = EngineRun(kind, self._executor.submit(work), **details)
             self._run = run
             return run
+
+    def current(self) -> EngineRun | None:
+        """The run in progress (or ended and not collected yet), if any."""
+        with self._lock:
+            return self._run
 
     def finished(self) -> EngineRun | None:
         """The run that ended, once (then the thread takes the next); else ``None``."""
@@ -149,7 +157,32 @@ class BackgroundEngine:
 
     def start_refresh(self) -> None:
         """Start a ``refresh`` (drift detection)."""
-        self.thread.start("refresh", self._actor.refresh, started=self._monotonic())
+        started: list[EngineRun] = []
+
+        def work() -> list[str]:
+            try:
+                return self._actor.refresh()
+            finally:
+                if started and started[0].yielded:
+                    self._wakeup.set()  # the change it gave way to starts at once
+
+        started.append(self.thread.start("refresh", work, started=self._monotonic()))
+
+    def give_way(self, reason: str) -> None:
+        """A change waits: stop the refresh in progress, if that is what runs.
+
+        A refresh of a 250-worker shard takes one to two minutes; a change that waited
+        for it would take as long (measured at 1000 workers, bench/results.md). A
+        refresh only reads, so it stops (the guard's SIGINT: the CLI ends cleanly, its
+        lock released), the change's ``up`` starts, and the refresh, still due, runs
+        after it. An ``up`` is never stopped this way.
+        """
+        run = self.thread.current()
+        if run is None or run.kind != "refresh" or run.future.done() or run.yielded:
+            return
+        if self._actor.give_way(reason):
+            run.yielded = True
+            logger.info("[%s] refresh gives way to a change: %s", self.stack, reason)
 
     def collect(self, state: LoopState) -> LoopState:
         """Fold a run that ended into ``state``; ``state`` as it is while none did."""
@@ -168,6 +201,10 @@ class BackgroundEngine:
             logger.info("[%s] %s not started: the daemon is stopping", self.stack, run.kind)
             return state
         if run.kind == "refresh":
+            if isinstance(error, EngineYielded):
+                # Not a failure and not a refresh: still due, it runs after the change.
+                logger.info("[%s] refresh stopped for a change: %s", self.stack, error.reason)
+                return state
             state = state.refreshed(now=self._monotonic())
             if error is not None:
                 self._reporter.refreshed(None, error)

@@ -371,10 +371,13 @@ class Daemon:
                 logger.info("[%s] stopping: not starting an up (%s)", self.stack, decision.reason)
             elif self._engine is not None:
                 # In the background: new workers now, the up on the engine's thread
-                # (or, while one is in progress, after it).
+                # (or, while one is in progress, after it; a refresh in progress
+                # gives way to a change to the workers).
                 self.actor.apply_early(decision, plan)
                 if not self._engine.busy():
                     self._engine.start_up(decision, plan, started)
+                elif decision.workers:
+                    self._engine.give_way(decision.reason)
                 deferred = True
             else:
                 attempted = plan.hashes

@@ -37,6 +37,7 @@ from twc.loop.sampling import TokenBucket
 from twc.loop.shardviews import ShardNamespaces
 from twc.shards import ShardMap
 from twc.stackrun.automation import StackEngine, UpReport
+from twc.stackrun.errors import EngineYielded
 
 __all__ = [
     "AssignmentStore",
@@ -82,13 +83,18 @@ class EngineSlots:
     def __exit__(self, *_exc: object) -> None:
         self.release(refresh=False)
 
-    def acquire(self, *, refresh: bool) -> None:
+    def acquire(self, *, refresh: bool, give_way: Callable[[], bool] | None = None) -> None:
         """Wait for a slot (a refresh also for one it may take).
+
+        Args:
+            refresh: Whether the run is a refresh.
+            give_way: Asked while waiting (after :meth:`wake`): whether to stop waiting.
 
         Raises:
             EngineNotStarted: The process is stopping (:meth:`close`), before or while
                 this run waited: a SIGTERM'd daemon would otherwise start the shards'
                 queued refreshes one after another, minutes each, before it exits.
+            EngineYielded: ``give_way`` said so.
         """
         with self._free:
             if not refresh:
@@ -97,6 +103,8 @@ class EngineSlots:
                 while not self._may_start(refresh):
                     if self.closed:
                         raise EngineNotStarted("the daemon is stopping: this run never started")
+                    if give_way is not None and give_way():
+                        raise EngineYielded("a change came while it waited for a slot")
                     self._free.wait()
             finally:
                 if not refresh:
@@ -110,6 +118,11 @@ class EngineSlots:
         with self._free:
             self.running -= 1
             self.refreshing -= int(refresh)
+            self._free.notify_all()
+
+    def wake(self) -> None:
+        """Have every waiting run ask again whether to go on waiting."""
+        with self._free:
             self._free.notify_all()
 
     def close(self) -> None:
@@ -136,6 +149,8 @@ class SlotEngine:
         self.slots = slots
         self.busy = False
         """Whether this shard's engine runs (or waits for a slot) now."""
+        self.give_way = threading.Event()
+        """Set by :meth:`preempt`: the refresh waiting for a slot gives way."""
 
     def recover(self) -> Sequence[str]:
         """See :meth:`StackEngine.recover`."""
@@ -148,9 +163,30 @@ class SlotEngine:
             return self.engine.up(inputs, targets)
 
     def refresh(self) -> Sequence[str]:
-        """See :meth:`StackEngine.refresh`."""
-        with self._held(refresh=True):
-            return self.engine.refresh()
+        """See :meth:`StackEngine.refresh`; still waiting for a slot, it gives way to a
+        change as a running one does (:meth:`preempt`).
+
+        Raises:
+            EngineYielded: :meth:`preempt` stopped it for a change.
+        """
+        try:
+            with self._held(refresh=True):
+                if self.give_way.is_set():
+                    raise EngineYielded("a change came while it waited for a slot")
+                return self.engine.refresh()
+        finally:
+            self.give_way.clear()
+
+    def preempt(self, reason: str) -> bool:
+        """See :meth:`StackEngine.preempt`: a refresh still waiting for a slot stops
+        waiting too."""
+        if self.engine.preempt(reason):
+            return True
+        if not self.busy:
+            return False
+        self.give_way.set()
+        self.slots.wake()
+        return True
 
     def worker_urns(self) -> Mapping[str, Sequence[str]]:
         """See :meth:`StackEngine.worker_urns` (reads the state; needs no slot)."""
@@ -168,7 +204,10 @@ class _Held:
     def __enter__(self) -> None:
         self._engine.busy = True
         try:
-            self._engine.slots.acquire(refresh=self._refresh)
+            self._engine.slots.acquire(
+                refresh=self._refresh,
+                give_way=self._engine.give_way.is_set if self._refresh else None,
+            )
         except BaseException:
             self._engine.busy = False
             raise

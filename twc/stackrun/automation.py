@@ -43,7 +43,12 @@ from twc.desired import INPUTS_ENV, BuildScope, DesiredInputs
 from twc.errors import PermanentError
 from twc.kube.lease import EngineRecord
 from twc.stackrun import engine
-from twc.stackrun.errors import EngineDeadlineExceeded, EngineInterrupted, engine_failure
+from twc.stackrun.errors import (
+    EngineDeadlineExceeded,
+    EngineInterrupted,
+    EngineYielded,
+    engine_failure,
+)
 from twc.stackrun.guard import GuardChannel, pid_alive
 
 __all__ = [
@@ -111,6 +116,11 @@ class StackEngine(Protocol):
 
     def refresh(self) -> Sequence[str]:
         """Refresh the state from the cluster; returns the resources that drifted."""
+        ...
+
+    def preempt(self, reason: str) -> bool:
+        """Stop the refresh in progress (it raises ``EngineYielded``) so a change runs
+        first; returns whether one was told to."""
         ...
 
     def worker_urns(self) -> Mapping[str, Sequence[str]]:
@@ -291,19 +301,29 @@ class AutomationEngine:
         URNs) nor a program that builds every worker (:class:`BuildScope`)."""
 
     @contextlib.contextmanager
-    def _operation(self) -> Iterator[None]:
+    def _operation(self, *, preemptible: bool = False) -> Iterator[None]:
         """One engine operation: under the Lease's hold, with the deadline; a run the
         guard stopped raises what stopped it rather than the engine's error."""
-        with self._hold(), self.channel.run(self._deadline) as started:
+        with self._hold(), self.channel.run(self._deadline, preemptible=preemptible) as started:
             try:
                 yield
             except Exception as exc:
                 stopped = [e for e in self.channel.journal(since=started) if e.interrupted]
+                preempted = self.channel.preempted
+                if preempted is not None and all(e.cause == "preempt" for e in stopped):
+                    # Stopped, or refused to start, because a change came first.
+                    raise EngineYielded(preempted) from exc
                 if not stopped:
                     raise
                 last = stopped[-1]
                 error = EngineDeadlineExceeded if last.cause == "deadline" else EngineInterrupted
                 raise error(str(last.interrupted)) from exc
+
+    def preempt(self, reason: str) -> bool:
+        """Stop the refresh in progress so a change can run first (a refresh only reads,
+        and the guard's SIGINT lets the CLI end it cleanly, lock released); returns
+        whether one was running. Ups and repairs are never stopped this way."""
+        return self.channel.preempt(reason)
 
     # ------------------------------------------------------------------ engine
     def up(self, inputs: DesiredInputs, targets: Sequence[str] | None) -> UpReport:
@@ -399,8 +419,12 @@ class AutomationEngine:
         )
 
     def refresh(self) -> list[str]:
-        """Refresh the state; returns names of resources whose live state differed."""
-        with self._operation():
+        """Refresh the state; returns names of resources whose live state differed.
+
+        Raises:
+            EngineYielded: :meth:`preempt` stopped it for a change.
+        """
+        with self._operation(preemptible=True):
             return self._refresh()
 
     def _refresh(self) -> list[str]:

@@ -21,6 +21,7 @@ __all__ = [
     "EngineDeadlineExceeded",
     "EngineFailure",
     "EngineInterrupted",
+    "EngineYielded",
     "engine_failure",
 ]
 
@@ -72,6 +73,11 @@ class EngineInterrupted(TemporaryError):
 
 class EngineDeadlineExceeded(EngineInterrupted):
     """The run took longer than its deadline and was interrupted."""
+
+
+class EngineYielded(EngineInterrupted):
+    """A run that may give way (a refresh) was stopped so a change could run first; it
+    runs again after the change, so it is no failure to report."""
 
 
 def engine_failure(error: BaseException | str) -> EngineFailure:

@@ -107,6 +107,11 @@ class Control:
     """That deadline's length, for the message."""
     interrupt: str | None = None
     """Set to stop every engine of the caller now, saying why."""
+    preemptible: bool = False
+    """Whether the current operation may give way to a more urgent one (a refresh does:
+    it only reads, and runs again after the change it made way for)."""
+    preempt: str | None = None
+    """Set, while a preemptible operation runs, to stop it now, saying why."""
     grace: float = 3.0
     """Seconds between the SIGINT and the SIGKILL."""
 
@@ -122,6 +127,7 @@ class Control:
 
         recorded = data.get("recorded")
         interrupt = data.get("interrupt")
+        preempt = data.get("preempt")
         return cls(
             lease_until=number("lease_until"),
             recorded=tuple(int(p) for p in recorded if isinstance(p, int))
@@ -130,6 +136,8 @@ class Control:
             run_until=number("run_until"),
             run_seconds=number("run_seconds"),
             interrupt=interrupt if isinstance(interrupt, str) else None,
+            preemptible=data.get("preemptible") is True,
+            preempt=preempt if isinstance(preempt, str) else None,
             grace=number("grace") or 3.0,
         )
 
@@ -232,19 +240,44 @@ class GuardChannel:
         """Stop every engine of this caller now (and refuse new ones)."""
         self._update(interrupt=reason)
 
+    def preempt(self, reason: str) -> bool:
+        """Stop the operation in progress if it may give way (:meth:`run`'s
+        ``preemptible``); returns whether one was told to. No later operation is
+        touched: the request ends with the operation it stopped."""
+        with self._lock:
+            if not self._control.preemptible:
+                return False
+            self._control = replace(self._control, preempt=reason)
+            self._write(self._control)
+            return True
+
+    @property
+    def preempted(self) -> str | None:
+        """Why the operation in progress was told to give way; ``None`` if it was not."""
+        return self.control.preempt
+
     @contextlib.contextmanager
-    def run(self, seconds: float) -> Iterator[float]:
+    def run(self, seconds: float, *, preemptible: bool = False) -> Iterator[float]:
         """One engine operation with a deadline ``seconds`` from now.
+
+        Args:
+            seconds: The operation's deadline.
+            preemptible: Whether :meth:`preempt` may stop it.
 
         Yields:
             Unix time the operation started (to find its journal entries).
         """
         started = time.time()
-        self._update(run_until=self._clock() + seconds, run_seconds=seconds)
+        self._update(
+            run_until=self._clock() + seconds,
+            run_seconds=seconds,
+            preemptible=preemptible,
+            preempt=None,
+        )
         try:
             yield started
         finally:
-            self._update(run_until=None, run_seconds=None)
+            self._update(run_until=None, run_seconds=None, preemptible=False, preempt=None)
 
     @property
     def running(self) -> bool:
@@ -384,7 +417,7 @@ class Stop:
     """Why a run must stop."""
 
     cause: str
-    """``deadline``, ``lease``, ``interrupt``, ``parent`` or ``signal``."""
+    """``deadline``, ``lease``, ``interrupt``, ``preempt``, ``parent`` or ``signal``."""
     text: str
     """The reason in words."""
 
@@ -401,6 +434,8 @@ def stop_reason(control: Control, *, now: float, requested: Stop | None) -> Stop
         return requested
     if control.interrupt:
         return Stop("interrupt", control.interrupt)
+    if control.preempt and control.preemptible:
+        return Stop("preempt", control.preempt)
     if control.lease_until is not None and now >= control.lease_until:
         return Stop("lease", "the Lease term of the process that started the engine ended")
     if control.run_until is not None and now >= control.run_until:

@@ -151,6 +151,10 @@ class PruningEngine:
         """See :meth:`StackEngine.refresh`."""
         return self.engine.refresh()
 
+    def preempt(self, reason: str) -> bool:
+        """See :meth:`StackEngine.preempt`."""
+        return self.engine.preempt(reason)
+
     def worker_urns(self) -> Mapping[str, Sequence[str]]:
         """See :meth:`StackEngine.worker_urns`."""
         return self.engine.worker_urns()

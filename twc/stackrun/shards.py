@@ -83,6 +83,10 @@ class ShardEngine:
         self._current()
         return self.engine.refresh()
 
+    def preempt(self, reason: str) -> bool:
+        """See :meth:`AutomationEngine.preempt`."""
+        return self.engine.preempt(reason)
+
     def worker_urns(self) -> Mapping[str, Sequence[str]]:
         """See :meth:`AutomationEngine.worker_urns`."""
         return self.engine.worker_urns()

@@ -26,6 +26,7 @@ from twc.loop.act import Effects
 from twc.loop.daemon import Clocks, Daemon
 from twc.loop.health import DaemonMetrics
 from twc.loop.observe import Sources
+from twc.loop.sampling import Allowance
 from twc.native.objects import FINALIZER, NativeObject
 from twc.spec import Fleet, load_fleet
 
@@ -71,8 +72,10 @@ class World:
         workers: list[dict[str, Any]],
         conns: list[dict[str, Any]],
         settings: DaemonSettings | None = None,
+        pollers: Allowance | None = None,
+        clock: FakeClock | None = None,
     ) -> None:
-        self.clock = FakeClock()
+        self.clock = clock or FakeClock()
         self.engine = FakeEngine()
         self.writer = Writer()
         self.backlogs = Pollers()
@@ -104,6 +107,7 @@ class World:
                 jitter=None,
             ),
             limiter=NoLimit(),
+            pollers=pollers,
         )
         self.state = LoopState(started_at=self.clock.now)
 
@@ -349,6 +353,31 @@ def test_pollers_are_asked_within_a_rate_budget_oldest_answer_first() -> None:
     world.clock.now += 1.0
     world.step()
     assert sorted(world.backlogs.asked) == ["a", "b", "c", "d", "e"], "each asked once first"
+
+
+def test_the_shards_of_one_process_share_one_pollers_budget() -> None:
+    # At 20 shards a budget each asked a Temporal dev server about 200 task queues a
+    # second; its answers to the autoscaler's samples timed out.
+    settings = DaemonSettings(pollers_burst=3, pollers_rate_per_s=1.0)
+    shared = Allowance(settings.pollers_rate_per_s, burst=settings.pollers_burst)
+    clock = FakeClock()
+    shards = [
+        World(
+            [worker_obj(f"{shard}-{n}", ref=cluster_ref("prod")) for n in "abcd"],
+            [cluster_conn_obj("prod")],
+            settings=settings,
+            pollers=shared,
+            clock=clock,
+        )
+        for shard in ("s0", "s1")
+    ]
+    for world in shards:
+        world.step()
+    assert sum(len(w.backlogs.asked) for w in shards) == 3, "one burst for both shards"
+    clock.now += 2.0
+    for world in shards:
+        world.step()
+    assert sum(len(w.backlogs.asked) for w in shards) == 5, "two seconds at one a second"
 
 
 def test_a_restarted_daemon_keeps_a_ready_workers_last_poller_answer_until_it_asks_again() -> None:

@@ -57,6 +57,7 @@ from twc.loop.freshness import CacheFreshness
 from twc.loop.health import DaemonMetrics, HealthServer, MetricsSource, Probe
 from twc.loop.observe import CachedFleetFile, Sources
 from twc.loop.rollouts import RolloutSource
+from twc.loop.sampling import Allowance
 from twc.loop.settings import KILL_MARGIN, DaemonSettings
 from twc.loop.shards import (
     EngineSlots,
@@ -694,8 +695,12 @@ def _wire_shards(
     secrets = _secret_cache(kube, options, settings)
     scaler = ReplicaScaler(kube)
     slots = EngineSlots(settings.shards.engine_concurrency)
-    # One backlog budget for the process, whatever the number of shards.
+    # One backlog budget and one pollers budget for the process, whatever the number
+    # of shards: Temporal's capacity does not grow with them (at 20 shards, a budget
+    # each asked a dev server about 200 task queues a second, and its answers to the
+    # autoscaler's samples timed out).
     limiter = LockedBucket(settings.sampling.rate_per_s, burst=settings.sampling.burst)
+    pollers = Allowance(settings.pollers_rate_per_s, burst=settings.pollers_burst)
     temporal_address = (base.config or {}).get("temporalAddress")
     election = settings.leader_election
     identity = _identity()
@@ -810,6 +815,7 @@ def _wire_shards(
             metrics=DaemonMetrics(ref.name),
             program={"config": dict(base.config or {})},
             limiter=limiter,
+            pollers=pollers,
             background=True,
         )
 

@@ -42,7 +42,7 @@ from twc.loop.outcome import Outcome, outcome_of
 from twc.loop.plan import Plan, desired_from, make_plan, with_conflicts
 from twc.loop.report import FaultReporter, Reporter, shorten
 from twc.loop.rollouts import RolloutActor
-from twc.loop.sampling import RateLimiter, TokenBucket
+from twc.loop.sampling import Allowance, RateLimiter, TokenBucket
 from twc.loop.settings import DaemonSettings
 from twc.loop.state import LoopState
 from twc.loop.state import sleep as interruptible_sleep
@@ -91,6 +91,7 @@ class Daemon:
         clocks: Clocks | None = None,
         program: Mapping[str, Any] | None = None,
         limiter: RateLimiter | None = None,
+        pollers: Allowance | None = None,
         background: bool = False,
     ) -> None:
         """Wire the loop.
@@ -108,6 +109,8 @@ class Daemon:
                 Temporal address); a change forces a full ``up``.
             limiter: The backlog request-rate budget; a token bucket from the
                 sampling settings by default.
+            pollers: The budget of task queues asked about their pollers; the
+                loop's own from the settings by default.
             background: Run the engine on a thread of its own (:mod:`twc.loop.background`):
                 the loop keeps scaling and applying new workers early during a long
                 ``up``. ``twc run`` does; tests that step the loop run it inline.
@@ -140,6 +143,7 @@ class Daemon:
             metrics=self.metrics,
             stack=stack,
             clock=self.clocks.monotonic,
+            pollers=pollers,
         )
         self.reporter = Reporter(
             stack=stack,

@@ -49,7 +49,7 @@ from twc.loop.backlog import BacklogSource, SecretReader
 from twc.loop.faults import Fault, sample_fault
 from twc.loop.health import DaemonMetrics
 from twc.loop.rollouts import RolloutSource, observe_facts
-from twc.loop.sampling import RateLimiter, SampleResult, TaskQueueRef, sample_backlogs
+from twc.loop.sampling import Allowance, RateLimiter, SampleResult, TaskQueueRef, sample_backlogs
 from twc.loop.settings import DaemonSettings
 from twc.loop.versions import RolloutFacts
 from twc.native.status import PollerFacts
@@ -197,6 +197,7 @@ class Observer:
         metrics: DaemonMetrics,
         stack: str = "",
         clock: Callable[[], float] = time.monotonic,
+        pollers: Allowance | None = None,
     ) -> None:
         """Read from ``sources``.
 
@@ -208,6 +209,8 @@ class Observer:
             metrics: Where the backlogs sampled (and the failed samples) are published.
             stack: The stack's name, for logs.
             clock: Monotonic seconds (how old a poller count is).
+            pollers: The budget of task queues asked about their pollers; one of this
+                loop's own from the settings by default (a sharded daemon shares one).
         """
         self.sources = sources
         self._settings = settings
@@ -221,8 +224,9 @@ class Observer:
         self._pollers: dict[TaskQueueRef, tuple[PollerFacts, float, int]] = {}
         """Per task queue, its last poller count, when it was read, and how many answers
         in a row had no pollers."""
-        self._poller_budget = float(settings.pollers_burst)
-        self._poller_budget_at: float | None = None
+        self._poller_allowance = pollers or Allowance(
+            settings.pollers_rate_per_s, burst=settings.pollers_burst
+        )
         self._samples: dict[TaskQueueRef, tuple[SampleResult, float]] = {}
         """Per autoscaled task queue, its last good backlog sample and when it was taken."""
 
@@ -545,7 +549,7 @@ class Observer:
             (r for r in wanted if self._pollers_due(known.get(r), now)),
             key=lambda r: (known[r][1] if r in known else float("-inf"), str(r)),
         )
-        due = due[: self._poller_allowance(now, len(due))]
+        due = due[: self._poller_allowance.take(len(due), now)]
         concurrency = asyncio.Semaphore(max(1, self._settings.sampling.concurrency))
 
         async def one(ref: TaskQueueRef) -> PollerFacts:
@@ -579,17 +583,6 @@ class Observer:
             backoff = settings.pollers_recheck_interval * 2 ** min(max(misses - 1, 0), 16)
             interval = min(settings.pollers_interval, backoff)
         return now - read_at >= interval
-
-    def _poller_allowance(self, now: float, wanted: int) -> int:
-        """How many due queues may be asked about now, within the rate budget."""
-        settings = self._settings
-        if self._poller_budget_at is not None:
-            refill = (now - self._poller_budget_at) * settings.pollers_rate_per_s
-            self._poller_budget = min(float(settings.pollers_burst), self._poller_budget + refill)
-        self._poller_budget_at = now
-        allowed = min(wanted, int(self._poller_budget))
-        self._poller_budget -= allowed
-        return allowed
 
 
 def _placement(

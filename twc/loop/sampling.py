@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from types import MappingProxyType
 from typing import Protocol
 
 __all__ = [
+    "Allowance",
     "Backlog",
     "RateLimiter",
     "SampleResult",
@@ -109,6 +111,38 @@ class RateLimiter(Protocol):
     async def acquire(self) -> None:
         """Return when one more call fits the budget."""
         ...
+
+
+class Allowance:
+    """Calls taken in batches, without waiting: at most ``burst`` at once, refilled at
+    ``rate_per_s``. Thread-safe, so one allowance can be shared by every shard's loop
+    of a process: Temporal's capacity does not grow with the number of shards."""
+
+    def __init__(self, rate_per_s: float, *, burst: int) -> None:
+        """Create a full allowance.
+
+        Raises:
+            ValueError: On a non-positive rate or a burst below 1.
+        """
+        if rate_per_s <= 0:
+            raise ValueError(f"rate_per_s must be positive, got {rate_per_s}")
+        if burst < 1:
+            raise ValueError(f"burst must be at least 1, got {burst}")
+        self._rate = rate_per_s
+        self._burst = burst
+        self._left = float(burst)
+        self._at: float | None = None
+        self._lock = threading.Lock()
+
+    def take(self, wanted: int, now: float) -> int:
+        """Take up to ``wanted`` calls at monotonic time ``now``; returns how many."""
+        with self._lock:
+            if self._at is not None and now > self._at:
+                self._left = min(float(self._burst), self._left + (now - self._at) * self._rate)
+            self._at = now if self._at is None else max(self._at, now)
+            allowed = max(0, min(wanted, int(self._left)))
+            self._left -= allowed
+            return allowed
 
 
 class TokenBucket:

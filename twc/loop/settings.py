@@ -329,11 +329,15 @@ class DaemonSettings(_Settings):
     """The same for a task queue without pollers (a new worker, a broken one, or a
     failed call): asked again sooner, so a worker that starts polling shows it soon. The
     wait doubles with each answer without pollers, up to ``pollers_interval``."""
-    pollers_rate_per_s: float = Field(default=10.0, gt=0)
-    """Most task queues whose pollers one stack (or shard) asks about per second, on
-    average (two calls each: workflow and activity queues); the oldest answers are asked
-    again first. A thousand workers without pollers asked every few seconds overloaded
-    a Temporal dev server until the autoscaler's own samples timed out."""
+    pollers_rate_per_s: float = Field(default=20.0, gt=0)
+    """Most task queues whose pollers one daemon process asks about per second, on
+    average, however many shards it runs (two calls each: workflow and activity queues);
+    the oldest answers are asked again first. A thousand workers without pollers asked
+    every few seconds overloaded a Temporal dev server until the autoscaler's own
+    samples timed out, and so did 20 shards with a budget each. Past
+    ``pollers_rate_per_s * pollers_interval`` workers (600 by default) a count is older
+    than ``pollers_interval`` before it is asked again: raise this where Temporal can
+    take it."""
     pollers_burst: int = Field(default=50, ge=1)
     """Task queues asked about back to back before the rate applies (a daemon's first
     iteration, a burst of new workers)."""

@@ -400,6 +400,9 @@ class _RefusingEngine:
     def preempt(self, reason: str) -> bool:
         return False
 
+    def last_version(self) -> int | None:
+        return None
+
     def worker_urns(self) -> dict[str, list[str]]:
         return {}
 

@@ -130,6 +130,8 @@ class FakeEngine:
     yields: bool = True
     """Whether a refresh gives way when asked (it raises ``EngineYielded`` once it was)."""
     told: str | None = None
+    version: int = 0
+    """The stack's version in its history: each ``up`` and ``refresh`` adds one."""
     live: dict[str, int] | None = None
     """When set, a successful ``up`` writes replicas here as the cluster would show
     them: a worker's own count, and for a new autoscaled worker the API server's default
@@ -144,6 +146,7 @@ class FakeEngine:
         self.ups.append((inputs, targets))
         if self.during_up is not None:
             self.during_up()
+        self.version += 1  # a failed update is in the stack's history too
         if self.failures:
             raise self.failures.pop(0)
         if self.live is not None and inputs.fleet is not None:
@@ -156,7 +159,7 @@ class FakeEngine:
                 else:
                     self.live.setdefault(key, 1)
         found, self.up_recoveries = tuple(self.up_recoveries), []
-        return UpReport(changes={"update": 1}, recoveries=found)
+        return UpReport(changes={"update": 1}, recoveries=found, version=self.version)
 
     def refresh(self) -> Sequence[str]:
         self.refreshes += 1
@@ -166,7 +169,11 @@ class FakeEngine:
         if told is not None:
             raise EngineYielded(told)
         found, self.drift = self.drift, []
+        self.version += 1
         return found
+
+    def last_version(self) -> int | None:
+        return self.version
 
     def preempt(self, reason: str) -> bool:
         self.preempts.append(reason)

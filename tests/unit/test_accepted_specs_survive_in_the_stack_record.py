@@ -106,3 +106,26 @@ def test_record_names_and_the_control_namespace() -> None:
     assert control_namespace({}, {"TWC_CONTROL_NAMESPACE": "t", "POD_NAMESPACE": "x"}) == "t"
     assert control_namespace({}, {"POD_NAMESPACE": "x"}) == "x"
     assert control_namespace(None, {}) == "default"
+
+
+def test_what_an_up_applied_reads_back_and_a_damaged_record_reads_as_nothing() -> None:
+    from twc.kube.record import AppliedRecord
+
+    api = FakeConfigMaps()
+    store = RecordStore(api, namespace="ns", stack="prod")
+    assert store.load_applied() is None
+    applied = AppliedRecord(
+        fleet="f1", shared="s1", workers={"team/a": "h1"}, version=7, build="b1"
+    )
+
+    store.save_applied(applied)
+    assert store.load_applied() == applied
+    store.save_applied(AppliedRecord(**{**applied.to_json(), "version": 8}))
+    found = RecordStore(api, namespace="ns", stack="prod").load_applied()
+    assert found is not None
+    assert found.version == 8
+    kept = api.objects[("ns", "twc-stack-prod-applied")]
+    assert kept["metadata"]["labels"]["twc.temporal.io/stack"] == "prod"
+
+    kept["binaryData"]["applied.json.gz"] = "bm90IGd6aXA="  # "not gzip"
+    assert store.load_applied() is None

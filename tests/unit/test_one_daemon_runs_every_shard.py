@@ -138,6 +138,9 @@ class SlowEngine:
     def preempt(self, reason: str) -> bool:
         return False
 
+    def last_version(self) -> int | None:
+        return None
+
     def worker_urns(self) -> Mapping[str, Sequence[str]]:
         return {}
 

@@ -78,6 +78,9 @@ class _Engine:
     def preempt(self, reason: str) -> bool:
         return False
 
+    def last_version(self) -> int | None:
+        return None
+
     def worker_urns(self) -> Mapping[str, Sequence[str]]:
         return {}
 

@@ -26,6 +26,11 @@ thousand TemporalWorker objects take some 40 KiB; a ConfigMap holds 1 MiB. Beyon
 digest, written before the head that names them, so a reader never sees a half-written
 record (it checks the digest).
 
+A second ConfigMap, ``twc-stack-<stack>-applied``, holds what the daemon's last
+successful ``up`` applied (:class:`AppliedRecord`: the desired state's hashes, the
+stack's version in its history after that update, and the build of twc that rendered
+it), so a restarted daemon whose stack nobody changed since runs no ``up`` at all.
+
 Annotations carry the deletion guard's conversation with the operator:
 :data:`HELD_ANNOTATION` (the digest of the deletions the daemon holds, with the workers
 in ``data.held``) and :data:`APPROVE_ANNOTATION` (``twc approve`` writes the digest it
@@ -59,6 +64,7 @@ __all__ = [
     "CHUNK_BYTES",
     "HELD_ANNOTATION",
     "RECORD_LABEL",
+    "AppliedRecord",
     "HeldRecord",
     "RecordStore",
     "StackRecord",
@@ -137,6 +143,55 @@ class StackRecord:
     """The deletions the daemon holds now, if any."""
     approved: str | None = None
     """The digest of deletions an operator approved (``twc approve``), if any."""
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedRecord:
+    """What the daemon's last successful ``up`` applied, and where it left the stack."""
+
+    fleet: str
+    """The desired state's hash (equal hashes: the same desired fleet)."""
+    shared: str
+    """The hash of its part no single worker owns."""
+    workers: Mapping[str, str]
+    """Per worker key, its hash."""
+    version: int
+    """The stack's version in its history after that update (or a refresh after it
+    that found no drift): a later version means someone else changed the stack."""
+    build: str
+    """The build of twc that rendered it: another build may render the same desired
+    state differently."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as JSON data."""
+        return {
+            "fleet": self.fleet,
+            "shared": self.shared,
+            "workers": dict(self.workers),
+            "version": self.version,
+            "build": self.build,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> AppliedRecord | None:
+        """Read it back; ``None`` for anything that is not one (a restart then applies
+        the stack as if nothing were recorded)."""
+        try:
+            workers = data["workers"]
+            if not isinstance(workers, dict):
+                return None
+            return cls(
+                fleet=str(data["fleet"]),
+                shared=str(data["shared"]),
+                workers={str(k): str(v) for k, v in workers.items()},
+                version=int(data["version"]),
+                build=str(data["build"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+_APPLIED_KEY = "applied.json.gz"
 
 
 def _payload(accepted: Mapping[str, Any], fleet: Mapping[str, Any] | None) -> bytes:
@@ -321,6 +376,44 @@ class RecordStore:
             raise LookupError(f"{self} does not exist")
         self._patch(self.name, {"metadata": {"annotations": {APPROVE_ANNOTATION: digest}}})
 
+    # --------------------------------------------------------------- applied
+    @property
+    def applied_name(self) -> str:
+        """The name of the ConfigMap that holds :class:`AppliedRecord`."""
+        return f"{self.name}-applied"
+
+    def load_applied(self) -> AppliedRecord | None:
+        """What the last successful ``up`` applied; ``None`` when nothing (readable) is
+        recorded.
+
+        Raises:
+            Exception: The API server failed or access was denied.
+        """
+        found = self._read(self.applied_name)
+        text = ((found or {}).get("binaryData") or {}).get(_APPLIED_KEY)
+        if not text:
+            return None
+        try:
+            data = json.loads(gzip.decompress(base64.b64decode(text)))
+        except (ValueError, OSError, EOFError) as exc:
+            logger.warning("[%s] %s-applied is unreadable, ignored: %s", self.stack, self, exc)
+            return None
+        return AppliedRecord.from_json(data)
+
+    def save_applied(self, applied: AppliedRecord) -> None:
+        """Record what an ``up`` applied (replacing what was recorded).
+
+        Raises:
+            Exception: The API server failed or access was denied.
+        """
+        payload = json.dumps(applied.to_json(), sort_keys=True, separators=(",", ":"))
+        blob = base64.b64encode(gzip.compress(payload.encode(), mtime=0)).decode()
+        body = {"binaryData": {_APPLIED_KEY: blob}}
+        if self._read(self.applied_name) is None:
+            self._create(self.applied_name, body, role="applied")
+        else:
+            self._patch(self.applied_name, body)
+
     # -------------------------------------------------------------- helpers
     def _parts_of(self, head: Mapping[str, Any] | None) -> list[str]:
         annotations = ((head or {}).get("metadata") or {}).get("annotations") or {}
@@ -330,19 +423,19 @@ class RecordStore:
     def _read(self, name: str) -> dict[str, Any] | None:
         return read_json(self._core.read_namespaced_config_map, name, self.namespace)
 
-    def _metadata(self, name: str) -> dict[str, Any]:
+    def _metadata(self, name: str, role: str = "accepted") -> dict[str, Any]:
         return {
             "name": name,
             "namespace": self.namespace,
             "labels": {
                 RECORD_LABEL: label_value(self.stack),
-                _ROLE_LABEL: "accepted",
+                _ROLE_LABEL: role,
                 "app.kubernetes.io/managed-by": "twc",
             },
         }
 
-    def _create(self, name: str, body: Mapping[str, Any]) -> None:
-        meta = {**self._metadata(name), **dict(body.get("metadata") or {})}
+    def _create(self, name: str, body: Mapping[str, Any], role: str = "accepted") -> None:
+        meta = {**self._metadata(name, role), **dict(body.get("metadata") or {})}
         meta["annotations"] = {
             k: v for k, v in (meta.get("annotations") or {}).items() if v is not None
         }

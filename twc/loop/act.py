@@ -9,6 +9,8 @@ for it:
   (:mod:`twc.loop.early`) and released to the engine once the ``up`` succeeded;
 * ``up`` is targeted at the changed workers' resources when only a few changed;
 * ``refresh`` runs on schedule and reports the resources that drifted;
+* what each successful ``up`` applied is recorded with the stack's version, so a
+  restarted daemon whose stack nobody changed since runs no ``up`` (:meth:`Actor.resume`);
 * the generated TemporalWorker objects of Queue and fleet-file workers are kept as the
   plan says, on every iteration, engine run or not (:mod:`twc.loop.views`).
 * autoscaled workers are scaled through their Deployment's ``scale`` subresource
@@ -21,19 +23,21 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from twc.errors import TemporaryError
+from twc.kube.record import AppliedRecord
 from twc.kube.workloads import ObjectRef, ref_of
 from twc.kube.writer import ObjectWriter
 from twc.loop.backlog import SecretReader
-from twc.loop.decide import ReconcileAction, ReconcileDecision
+from twc.loop.decide import DesiredState, ReconcileAction, ReconcileDecision
 from twc.loop.early import EARLY_FIELD_MANAGER, EarlyApplier, early_objects, plan_release
 from twc.loop.health import DaemonMetrics, Liveness
 from twc.loop.plan import Plan
 from twc.loop.views import ViewSync, ViewWriter
 from twc.stackrun.automation import StackEngine
+from twc.stackrun.build import build_id
 
 __all__ = ["Actor", "Effects", "Scaler"]
 
@@ -69,6 +73,18 @@ class Effects:
     """Writes autoscaled workers' replicas; ``None`` (no cluster) scales nothing."""
 
 
+class AppliedStore(Protocol):
+    """Where what the last successful ``up`` applied is kept (:class:`RecordStore`)."""
+
+    def load_applied(self) -> AppliedRecord | None:
+        """What is recorded, if anything."""
+        ...
+
+    def save_applied(self, applied: AppliedRecord) -> None:
+        """Record it."""
+        ...
+
+
 class Actor:
     """Runs the engine for the loop."""
 
@@ -84,6 +100,7 @@ class Actor:
         early_apply: bool = True,
         liveness: Liveness | None = None,
         engine_window: float = 0.0,
+        applied: AppliedStore | None = None,
     ) -> None:
         """Act through ``effects``.
 
@@ -97,6 +114,8 @@ class Actor:
             early_apply: Whether new workers are applied ahead of the engine.
             liveness: Told how long each engine run may take (its deadline and grace).
             engine_window: That time, in seconds.
+            applied: Where what each successful ``up`` applied is recorded; ``None``
+                records nothing (a restart then runs a full ``up``).
         """
         self.engine = effects.engine
         self._scaler = effects.scaler
@@ -108,6 +127,11 @@ class Actor:
         self._may_apply = may_apply
         self._read_secret = read_secret
         self._recovered = False
+        self._repaired: Sequence[str] = ()
+        """What the last recovery repaired."""
+        self._applied_store = applied
+        self._applied: AppliedRecord | None = None
+        """What this daemon last recorded (or resumed from)."""
         self._early_pending: set[ObjectRef] | None = None
         self._views = (
             ViewSync(effects.views, stack=stack, metrics=metrics, events=effects.writer)
@@ -192,6 +216,7 @@ class Actor:
             owned = set(self._early_pending or ())
         with self._engine_running("up"):
             report = self.engine.up(plan.inputs, targets)
+        self._record_applied(plan.hashes, report.version)
         self._count_recoveries(report.recoveries)
         self.scale_new(plan, decision.added)
         self._release_early(plan, owned)
@@ -287,7 +312,12 @@ class Actor:
         if not self._recovered:
             self.recover()
         with self._engine_running("refresh"):
-            return list(self.engine.refresh())
+            drifted = list(self.engine.refresh())
+        if not drifted and self._applied is not None:
+            # Nothing drifted: the stack is still as the recorded up left it, one
+            # version later.
+            self._record(replace(self._applied, version=self.engine.last_version() or -1))
+        return drifted
 
     def give_way(self, reason: str) -> bool:
         """Stop the refresh in progress so a change runs first; whether one was told to."""
@@ -298,7 +328,77 @@ class Actor:
         with self._engine_running("recover"):
             actions = self.engine.recover()
         self._count_recoveries(actions)
+        self._repaired = tuple(actions)
         self._recovered = True
+
+    # -------------------------------------------------------------- resume
+    def recorded(self) -> AppliedRecord | None:
+        """What the last successful ``up`` of any earlier daemon recorded; ``None`` when
+        nothing is, or it cannot be read now (a full ``up`` then, as before)."""
+        if self._applied_store is None:
+            return None
+        try:
+            return self._applied_store.load_applied()
+        except Exception as exc:  # noqa: BLE001 - unreadable: the daemon applies the stack as if nothing were recorded
+            logger.warning("[%s] the last applied state could not be read: %s", self._stack, exc)
+            return None
+
+    def resume(self, record: AppliedRecord) -> bool:
+        """Whether the stack is exactly as ``record``'s ``up`` left it, so that a daemon
+        (re)starting on the same desired state needs no ``up``: the same build of twc
+        rendered it, no killed run left anything to repair, and no update of anyone
+        else's (a manual ``twc up``, plain ``pulumi up``, a refresh that found drift)
+        came after it. A full ``up`` of a 250-worker shard takes one to two minutes;
+        every shard ran one on every restart of the daemon.
+        """
+        if not self._may_apply():
+            return False
+        if record.build != build_id():
+            logger.info("[%s] not resuming: another build of twc applied the stack", self._stack)
+            return False
+        try:
+            if not self._recovered:
+                self.recover()
+            if self._repaired:
+                logger.info("[%s] not resuming: a killed run was repaired", self._stack)
+                return False
+            version = self.engine.last_version()
+        except Exception as exc:  # noqa: BLE001 - unsure: apply the stack as before
+            logger.info("[%s] not resuming: %s", self._stack, exc)
+            return False
+        if version != record.version:
+            logger.info(
+                "[%s] not resuming: the stack is at version %s, the last applied at %s",
+                self._stack,
+                version,
+                record.version,
+            )
+            return False
+        self._applied = record
+        return True
+
+    def _record_applied(self, hashes: DesiredState, version: int | None) -> None:
+        if version is None:
+            return
+        self._record(
+            AppliedRecord(
+                fleet=hashes.fleet,
+                shared=hashes.shared,
+                workers=dict(hashes.workers),
+                version=version,
+                build=build_id(),
+            )
+        )
+
+    def _record(self, applied: AppliedRecord) -> None:
+        if self._applied_store is None:
+            return
+        try:
+            self._applied_store.save_applied(applied)
+        except Exception as exc:  # noqa: BLE001 - a restart then runs a full up, as before
+            logger.warning("[%s] what the up applied was not recorded: %s", self._stack, exc)
+            return
+        self._applied = applied
 
     def _count_recoveries(self, actions: Sequence[str]) -> None:
         for action in actions:

@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from twc.connections import default_registry
@@ -33,7 +34,7 @@ from twc.desired import DesiredFleet
 from twc.kube.watch import QueueSource
 from twc.loop.act import Actor, Effects
 from twc.loop.background import BackgroundEngine
-from twc.loop.decide import ReconcileAction, ReconcileDecision
+from twc.loop.decide import DesiredState, ReconcileAction, ReconcileDecision, decide_reconcile
 from twc.loop.faults import BLOCKING, FaultBook
 from twc.loop.guard import DeletionGuard
 from twc.loop.health import DaemonMetrics, Liveness
@@ -173,7 +174,11 @@ class Daemon:
             early_apply=settings.early_apply,
             liveness=self.liveness,
             engine_window=settings.engine.deadline + settings.engine.interrupt_grace,
+            applied=sources.record,
         )
+        self._resuming = sources.record is not None
+        """Whether the first iteration that may apply still has to look at what the last
+        recorded ``up`` applied (:meth:`_resume`)."""
         self.rollouts = RolloutActor(
             sources.rollouts,
             stack=stack,
@@ -357,6 +362,8 @@ class Daemon:
         decision: ReconcileDecision | None = None
         try:
             plan = self.plan(state, now=started)
+            if self._resuming and state.applied is None:
+                state, plan = self._resume(state, plan, now=started)
             state = state.with_scaling(plan.scaling)
             self.reporter.planned(plan)
             # Replicas first, and never through the engine: a backlog burst is answered
@@ -380,7 +387,7 @@ class Daemon:
                 self.actor.apply_early(decision, plan)
                 if not self._engine.busy():
                     self._engine.start_up(decision, plan, started)
-                elif decision.workers:
+                elif decision.workers and self.settings.refresh_gives_way:
                     self._engine.give_way(decision.reason)
                 deferred = True
             else:
@@ -475,6 +482,37 @@ class Daemon:
         self._desired = dict(plan.replicas)
         self._observed = dict(seen.live or {})
         return plan
+
+    def _resume(self, state: LoopState, plan: Plan, *, now: float) -> tuple[LoopState, Plan]:
+        """A (re)started daemon takes what the last recorded ``up`` applied as applied,
+        when the stack is still exactly as that ``up`` left it (:meth:`Actor.resume`):
+        then only what changed since runs the engine (nothing, after a plain restart),
+        instead of a full ``up`` of every stack and shard."""
+        if not self._may_apply():
+            return state, plan  # a standby looks when it leads
+        self._resuming = False
+        record = self.actor.recorded()
+        if record is None or not self.actor.resume(record):
+            return state, plan
+        applied = DesiredState(
+            fleet=record.fleet,
+            shared=record.shared,
+            workers=MappingProxyType(dict(record.workers)),
+        )
+        state = replace(state, applied=applied)
+        decision = decide_reconcile(
+            applied,
+            plan.hashes,
+            target_threshold=self.settings.target_threshold,
+            blocked=state.blocked_hash(now=now, settings=self.settings),
+        )
+        logger.info(
+            "[%s] resumed: the stack is as the last recorded up left it (version %d); %s",
+            self.stack,
+            record.version,
+            decision.reason,
+        )
+        return state, replace(plan, decision=decision)
 
     def _collect(self, state: LoopState) -> LoopState:
         return state if self._engine is None else self._engine.collect(state)

@@ -321,6 +321,10 @@ class DaemonSettings(_Settings):
     """Seconds between full re-lists of Queue objects, a safety net under the watch."""
     refresh_interval: float = Field(default=600.0, gt=0)
     """Seconds between ``refresh`` runs that detect drift in the cluster."""
+    refresh_gives_way: bool = True
+    """Whether a refresh in progress stops for a change to the workers (and runs again
+    after the change's ``up``). Off, a change waits for the whole refresh: one to two
+    minutes at 250 workers (bench/refresh-yields/results.md measures both)."""
     pollers_interval: float = Field(default=30.0, gt=0)
     """Seconds a task queue's pollers (the ``Polling`` condition of its workers' status)
     are reused while it has some: an iteration does not ask Temporal about every worker

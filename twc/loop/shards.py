@@ -192,6 +192,10 @@ class SlotEngine:
         """See :meth:`StackEngine.worker_urns` (reads the state; needs no slot)."""
         return self.engine.worker_urns()
 
+    def last_version(self) -> int | None:
+        """See :meth:`StackEngine.last_version` (one page of history; needs no slot)."""
+        return self.engine.last_version()
+
     def _held(self, *, refresh: bool = False) -> _Held:
         return _Held(self, refresh=refresh)
 

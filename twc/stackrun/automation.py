@@ -80,6 +80,8 @@ class UpReport:
     """What the ``up`` repaired before it could run, as :meth:`StackEngine.recover` names
     it: a killed run's lock found only by the ``up`` itself (the run was stopped before it
     recorded a pending operation, so the recovery before it saw nothing to repair)."""
+    version: int | None = None
+    """The stack's version in its history after this update, when the engine said."""
 
 
 @dataclass
@@ -125,6 +127,10 @@ class StackEngine(Protocol):
 
     def worker_urns(self) -> Mapping[str, Sequence[str]]:
         """Per worker key, the URNs of its component and everything under it."""
+        ...
+
+    def last_version(self) -> int | None:
+        """The version of the stack's last update (``None``: none, or unreadable)."""
         ...
 
 
@@ -390,7 +396,12 @@ class AutomationEngine:
                 for k, n in (result.summary.resource_changes or {}).items()
             }
             self._remember(result, targets, known, changes)
-            return UpReport(changes=changes, recoveries=tuple(recoveries))
+            version = getattr(result.summary, "version", None)
+            return UpReport(
+                changes=changes,
+                recoveries=tuple(recoveries),
+                version=int(version) if version is not None else None,
+            )
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _remember(
@@ -459,6 +470,12 @@ class AutomationEngine:
             # change right after a refresh is still built alone.
             self._known = replace(known, version=int(version), checked=False)
         return drifted
+
+    def last_version(self) -> int | None:
+        """The version of the stack's last update, from one page of its history
+        (``None`` when it has none or the history cannot be read)."""
+        with self._operation():
+            return _last_version(engine.select_stack(self._ref_with_inputs()))
 
     def worker_urns(self) -> dict[str, list[str]]:
         """Per worker key, the URNs of its component and descendants.

@@ -155,6 +155,10 @@ class PruningEngine:
         """See :meth:`StackEngine.preempt`."""
         return self.engine.preempt(reason)
 
+    def last_version(self) -> int | None:
+        """See :meth:`StackEngine.last_version`."""
+        return self.engine.last_version()
+
     def worker_urns(self) -> Mapping[str, Sequence[str]]:
         """See :meth:`StackEngine.worker_urns`."""
         return self.engine.worker_urns()

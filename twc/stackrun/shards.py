@@ -87,6 +87,10 @@ class ShardEngine:
         """See :meth:`AutomationEngine.preempt`."""
         return self.engine.preempt(reason)
 
+    def last_version(self) -> int | None:
+        """See :meth:`AutomationEngine.last_version`."""
+        return self.engine.last_version()
+
     def worker_urns(self) -> Mapping[str, Sequence[str]]:
         """See :meth:`AutomationEngine.worker_urns`."""
         return self.engine.worker_urns()

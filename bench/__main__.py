@@ -98,6 +98,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="measure the state settings alone (no fleet sizes; e.g. with --out elsewhere)",
     )
     parser.add_argument(
+        "--refresh-only",
+        action="store_true",
+        help="measure a change during a refresh alone (e.g. with --out elsewhere)",
+    )
+    parser.add_argument(
         "--render", action="store_true", help="only re-render results.md from results.json"
     )
     return parser.parse_args(argv)
@@ -110,8 +115,9 @@ class Run:
         self.plan = plan_for(args.quick)
         if args.sizes:
             self.plan["sizes"] = [int(s) for s in args.sizes.split(",")]
-        if args.state_only:
+        if args.state_only or args.refresh_only:
             self.plan["sizes"] = []
+        self.refresh_only = args.refresh_only
         self.seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
         self.rng = random.Random(self.seed)
         started = datetime.now(UTC).replace(microsecond=0).isoformat()
@@ -121,7 +127,7 @@ class Run:
         self.results["settings"] = DAEMON_SETTINGS
         self.results["trials"] = self.plan["trials"]
         self.workdir = Path(tempfile.mkdtemp(prefix="twc-bench-"))
-        self.skip_state = args.skip_state
+        self.skip_state = args.skip_state or args.refresh_only
         self.t0 = time.monotonic()
 
     def progress(self, message: str) -> None:
@@ -193,6 +199,10 @@ class Run:
             self._size(entry, stack, env, kube, address)
         if not self.skip_state:
             self.results["state"] = self.stage("state settings", lambda: self._state(env, kube))
+        if self.refresh_only:
+            self.results["refresh_yields"] = self.stage(
+                "a change during a refresh", lambda: self._refresh_yields(env, kube)
+            )
         self.results["goals"] = report.evaluate_goals(
             self.results["sizes"], self.plan["middle"], self.plan["largest"]
         )
@@ -424,6 +434,40 @@ class Run:
         )
         results["choice"] = choose(results)
         return results
+
+    def _refresh_yields(self, env: Any, kube: Any) -> Any:
+        from bench.refreshbench import REFRESH_INTERVAL, measure_refresh_yields
+
+        workers = self.plan["state_workers"]
+        stack = BenchStack(
+            n=workers,
+            name="bench-refresh",
+            fleet_file=self.workdir / "fleet-refresh.yaml",
+            host_port=env.temporal_address(),
+            namespaces=("refresh",),
+            per_shard=None,
+            autoscale=False,
+            cluster_objects=False,
+        )
+        setup_stack(stack, kube=kube, parallel=SETUP_PARALLEL, progress=self.progress)
+
+        def start(gives_way: bool) -> DaemonProcess:
+            settings = {
+                **DAEMON_SETTINGS,
+                "refresh_interval": REFRESH_INTERVAL,
+                "refresh_gives_way": gives_way,
+            }
+            tag = "-gives-way" if gives_way else "-waits"
+            return self._daemon(stack, settings, tag=tag)
+
+        return measure_refresh_yields(
+            stack,
+            start,
+            kube,
+            trials=self.plan["trials"]["state"],
+            rng=self.rng,
+            progress=self.progress,
+        )
 
     def finish(self, out: Path, note: str | None) -> None:
         self.results["duration_s"] = time.monotonic() - self.t0

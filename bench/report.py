@@ -64,6 +64,8 @@ p95, max, mean, samples}}` (its p95 is rendered only from ≥ {P95_MIN} samples)
     `backlog_via_engine_s` (`computed`: the targeted `up` one replica change took before
     replicas left the engine, taken as this size's one-worker change).
 - `state`: `workers`, `results.<backend>.<variant>` (`up_s`, `bytes`), `choice`.
+- `refresh_yields` (`--refresh-only`): `workers`, `refresh_interval_s`, `refresh_s`,
+  `kinds`, `latency_s.<kind>`, `refreshes_given_way`.
 - `goals[]`: `{{key, words, limit, unit, measured, met}}` at the middle size, and the
   growth goals.
 - `errors[]`: `{{stage, error}}` for every stage that failed; the run went on.
@@ -395,6 +397,29 @@ def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
         choice = state.get("choice") or {}
         if choice:
             out += ["", f"Chosen: **{choice.get('choice')}** — {choice.get('reason')}."]
+    yields = results.get("refresh_yields")
+    if yields:
+        out += ["", "## A change during a refresh", ""]
+        out += [
+            f"One-worker changes of a {yields.get('workers')}-worker stack (a full shard), "
+            "until the new Deployment is Available; the daemon refreshes "
+            f"{_fmt(yields.get('refresh_interval_s'))} after its last refresh ended "
+            f"(each refresh seen from start to end: {_summary(yields.get('refresh_s'))}).",
+            "",
+            "| change made | latency |",
+            "|---|---|",
+        ]
+        kinds = yields.get("kinds") or {}
+        for kind, summary in (yields.get("latency_s") or {}).items():
+            out.append(f"| {kind}: {kinds.get(kind, '')} | {_summary(summary)} |")
+        given = yields.get("refreshes_given_way") or {}
+        if given:
+            out += [
+                "",
+                "Refreshes that stopped for a change: "
+                + ", ".join(f"{k} {v}" for k, v in given.items())
+                + ".",
+            ]
     errors = results.get("errors") or []
     if errors:
         out += ["", "## Stages that failed", ""]
@@ -406,8 +431,9 @@ def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
         "`make bench` (full: N = 100, 1000, 5000, at most 250 workers per shard) or "
         "`make bench BENCH_ARGS=--quick` (N = 20, 60 at 10 per shard; a check of the "
         "harness, not figures); `--state-only --out DIR` measures the state settings "
-        "alone. The harness starts its own embedded environment in a temporary directory "
-        "and stops it at the end.",
+        "alone, `--refresh-only --out DIR` a change during a refresh. The harness "
+        "starts its own embedded environment in a temporary directory and stops it at "
+        "the end.",
         "",
         "## results.json",
         "",

@@ -275,3 +275,28 @@ def test_a_state_only_run_measures_no_fleet_size() -> None:
         assert not run.skip_state
     finally:
         shutil.rmtree(run.workdir)
+
+
+def test_a_change_during_a_refresh_renders_each_kind_with_its_meaning() -> None:
+    from bench.refreshbench import KINDS
+
+    results = _results()
+    results["refresh_yields"] = {
+        "workers": 250,
+        "refresh_interval_s": 20.0,
+        "refresh_s": _summary(48.0),
+        "kinds": KINDS,
+        "latency_s": {
+            "idle": _summary(9.0),
+            "refreshing, gives way": _summary(12.0),
+            "refreshing, waits": _summary(55.0),
+        },
+        "refreshes_given_way": {"gives way": 5, "waits": 0},
+    }
+
+    md = report.render_markdown(results, None)
+
+    assert "## A change during a refresh" in md
+    assert "| refreshing, waits: the same, with `refresh_gives_way: false`" in md
+    assert "p50 55.0 s" in md
+    assert "Refreshes that stopped for a change: gives way 5, waits 0." in md

@@ -400,7 +400,7 @@ class _RefusingEngine:
     def preempt(self, reason: str) -> bool:
         return False
 
-    def last_version(self) -> int | None:
+    def last_update(self) -> str | None:
         return None
 
     def worker_urns(self) -> dict[str, list[str]]:

@@ -87,7 +87,7 @@ def test_a_restart_applies_only_what_changed_since_the_last_recorded_up(
     fourth = daemons.start(fs, settings=FAST, name="fourth")
     eventually(lambda: _ups(fourth, "full") == 1, timeout=120, message="no full up")
     wait_for_success(fourth, after=1)
-    assert "not resuming: the stack is at version" in fourth.text()
+    assert "not resuming: the stack's last update" in fourth.text()
     after = _identity(kube, namespace)
     assert {k: v[0] for k, v in after.items()} == {k: v[0] for k, v in now.items()}
     assert fourth.terminate() == 0

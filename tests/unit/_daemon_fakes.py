@@ -159,7 +159,7 @@ class FakeEngine:
                 else:
                     self.live.setdefault(key, 1)
         found, self.up_recoveries = tuple(self.up_recoveries), []
-        return UpReport(changes={"update": 1}, recoveries=found, version=self.version)
+        return UpReport(changes={"update": 1}, recoveries=found, update=self.last_update())
 
     def refresh(self) -> Sequence[str]:
         self.refreshes += 1
@@ -172,8 +172,8 @@ class FakeEngine:
         self.version += 1
         return found
 
-    def last_version(self) -> int | None:
-        return self.version
+    def last_update(self) -> str | None:
+        return f"update-{self.version}"
 
     def preempt(self, reason: str) -> bool:
         self.preempts.append(reason)

@@ -41,7 +41,7 @@ def test_a_restart_on_an_unchanged_stack_runs_no_up() -> None:
     _started(api, engine)
     recorded = RecordStore(api, namespace="twc-system", stack=STACK).load_applied()
     assert recorded is not None
-    assert recorded.version == engine.version
+    assert recorded.update == engine.last_update()
     assert recorded.build == build_id()
     assert set(recorded.workers) == {f"{NS}/{w['name']}" for w in WORKERS}
 
@@ -101,7 +101,7 @@ def test_a_refresh_that_found_no_drift_keeps_the_stack_resumable() -> None:
     assert engine.refreshes == 1
     recorded = RecordStore(api, namespace="twc-system", stack=STACK).load_applied()
     assert recorded is not None
-    assert recorded.version == engine.version
+    assert recorded.update == engine.last_update()
 
     _daemon(api, engine, _fleet(), settings=settings).step()
 

@@ -5,6 +5,7 @@ stack is as the engine's last update left it; otherwise the program builds every
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -35,9 +36,15 @@ def _resources(keys: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+def _at(update: int) -> datetime:
+    return datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=10 * update)
+
+
 @dataclass
 class History:
     version: int
+    start_time: datetime
+    end_time: datetime | None = None
 
 
 @dataclass
@@ -46,10 +53,16 @@ class FakeStack:
 
     keys: list[str]
     version: int = 1
+    """How many updates the stack had (each starts at its own time)."""
     exports: int = 0
+    numbered: bool = True
+    """Whether the history numbers the updates; the file backend numbers each one 0."""
+
+    def last(self) -> History:
+        return History(self.version if self.numbered else 0, _at(self.version))
 
     def history(self, page_size: int | None = None) -> list[History]:
-        return [History(self.version)]
+        return [self.last()]
 
     drift: list[str] = field(default_factory=list)
 
@@ -64,7 +77,7 @@ class FakeStack:
             meta.urn = urn  # type: ignore[attr-defined]
             on_event(type("Event", (), {"res_outputs_event": type("O", (), {"metadata": meta})}))
         self.version += 1
-        return type("Result", (), {"summary": History(self.version)})
+        return type("Result", (), {"summary": self.last()})
 
 
 @dataclass
@@ -88,7 +101,9 @@ class FakeEngine:
         stack = self.stack
 
         class Summary:
-            version = stack.version
+            version = stack.last().version
+            start_time = stack.last().start_time
+            end_time = None
             resource_changes = self.changes
 
         @dataclass
@@ -139,6 +154,22 @@ def test_an_update_by_someone_else_makes_the_program_build_everything(
     eng, fake = world
     eng.up(DesiredInputs(), None)
     fake.stack.version += 1  # a manual `twc up` from a laptop, say
+
+    _targeted(eng, "team/a")
+
+    assert fake.scopes[-1] is None
+    assert fake.stack.exports == 1
+
+
+def test_an_update_by_someone_else_is_seen_where_every_update_is_numbered_0(
+    world: tuple[AutomationEngine, FakeEngine],
+) -> None:
+    # The file backend numbers each update 0 in the history: the number alone took a
+    # plain `pulumi up` for the daemon's own last update.
+    eng, fake = world
+    fake.stack.numbered = False
+    eng.up(DesiredInputs(), None)
+    fake.stack.version += 1  # someone else's update, also numbered 0
 
     _targeted(eng, "team/a")
 

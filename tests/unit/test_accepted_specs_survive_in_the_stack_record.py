@@ -115,15 +115,15 @@ def test_what_an_up_applied_reads_back_and_a_damaged_record_reads_as_nothing() -
     store = RecordStore(api, namespace="ns", stack="prod")
     assert store.load_applied() is None
     applied = AppliedRecord(
-        fleet="f1", shared="s1", workers={"team/a": "h1"}, version=7, build="b1"
+        fleet="f1", shared="s1", workers={"team/a": "h1"}, update="7@t0", build="b1"
     )
 
     store.save_applied(applied)
     assert store.load_applied() == applied
-    store.save_applied(AppliedRecord(**{**applied.to_json(), "version": 8}))
+    store.save_applied(AppliedRecord(**{**applied.to_json(), "update": "8@t1"}))
     found = RecordStore(api, namespace="ns", stack="prod").load_applied()
     assert found is not None
-    assert found.version == 8
+    assert found.update == "8@t1"
     kept = api.objects[("ns", "twc-stack-prod-applied")]
     assert kept["metadata"]["labels"]["twc.temporal.io/stack"] == "prod"
 

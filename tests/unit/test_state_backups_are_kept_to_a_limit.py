@@ -78,7 +78,7 @@ class _Engine:
     def preempt(self, reason: str) -> bool:
         return False
 
-    def last_version(self) -> int | None:
+    def last_update(self) -> str | None:
         return None
 
     def worker_urns(self) -> Mapping[str, Sequence[str]]:

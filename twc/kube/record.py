@@ -27,9 +27,9 @@ digest, written before the head that names them, so a reader never sees a half-w
 record (it checks the digest).
 
 A second ConfigMap, ``twc-stack-<stack>-applied``, holds what the daemon's last
-successful ``up`` applied (:class:`AppliedRecord`: the desired state's hashes, the
-stack's version in its history after that update, and the build of twc that rendered
-it), so a restarted daemon whose stack nobody changed since runs no ``up`` at all.
+successful ``up`` applied (:class:`AppliedRecord`: the desired state's hashes, that
+update's identity in the stack's history, and the build of twc that rendered it), so a
+restarted daemon whose stack nobody changed since runs no ``up`` at all.
 
 Annotations carry the deletion guard's conversation with the operator:
 :data:`HELD_ANNOTATION` (the digest of the deletions the daemon holds, with the workers
@@ -155,9 +155,9 @@ class AppliedRecord:
     """The hash of its part no single worker owns."""
     workers: Mapping[str, str]
     """Per worker key, its hash."""
-    version: int
-    """The stack's version in its history after that update (or a refresh after it
-    that found no drift): a later version means someone else changed the stack."""
+    update: str
+    """The identity of the stack's last update after it (or after a refresh that found
+    no drift since): another one means someone else changed the stack."""
     build: str
     """The build of twc that rendered it: another build may render the same desired
     state differently."""
@@ -168,7 +168,7 @@ class AppliedRecord:
             "fleet": self.fleet,
             "shared": self.shared,
             "workers": dict(self.workers),
-            "version": self.version,
+            "update": self.update,
             "build": self.build,
         }
 
@@ -184,7 +184,7 @@ class AppliedRecord:
                 fleet=str(data["fleet"]),
                 shared=str(data["shared"]),
                 workers={str(k): str(v) for k, v in workers.items()},
-                version=int(data["version"]),
+                update=str(data["update"]),
                 build=str(data["build"]),
             )
         except (KeyError, TypeError, ValueError):

@@ -216,7 +216,7 @@ class Actor:
             owned = set(self._early_pending or ())
         with self._engine_running("up"):
             report = self.engine.up(plan.inputs, targets)
-        self._record_applied(plan.hashes, report.version)
+        self._record_applied(plan.hashes, report.update)
         self._count_recoveries(report.recoveries)
         self.scale_new(plan, decision.added)
         self._release_early(plan, owned)
@@ -315,8 +315,8 @@ class Actor:
             drifted = list(self.engine.refresh())
         if not drifted and self._applied is not None:
             # Nothing drifted: the stack is still as the recorded up left it, one
-            # version later.
-            self._record(replace(self._applied, version=self.engine.last_version() or -1))
+            # update later.
+            self._record(replace(self._applied, update=self.engine.last_update() or "-"))
         return drifted
 
     def give_way(self, reason: str) -> bool:
@@ -362,30 +362,30 @@ class Actor:
             if self._repaired:
                 logger.info("[%s] not resuming: a killed run was repaired", self._stack)
                 return False
-            version = self.engine.last_version()
+            update = self.engine.last_update()
         except Exception as exc:  # noqa: BLE001 - unsure: apply the stack as before
             logger.info("[%s] not resuming: %s", self._stack, exc)
             return False
-        if version != record.version:
+        if update != record.update:
             logger.info(
-                "[%s] not resuming: the stack is at version %s, the last applied at %s",
+                "[%s] not resuming: the stack's last update (%s) is not the last one applied (%s)",
                 self._stack,
-                version,
-                record.version,
+                update,
+                record.update,
             )
             return False
         self._applied = record
         return True
 
-    def _record_applied(self, hashes: DesiredState, version: int | None) -> None:
-        if version is None:
+    def _record_applied(self, hashes: DesiredState, update: str | None) -> None:
+        if update is None:
             return
         self._record(
             AppliedRecord(
                 fleet=hashes.fleet,
                 shared=hashes.shared,
                 workers=dict(hashes.workers),
-                version=version,
+                update=update,
                 build=build_id(),
             )
         )

@@ -507,9 +507,9 @@ class Daemon:
             blocked=state.blocked_hash(now=now, settings=self.settings),
         )
         logger.info(
-            "[%s] resumed: the stack is as the last recorded up left it (version %d); %s",
+            "[%s] resumed: the stack is as the last recorded up left it (update %s); %s",
             self.stack,
-            record.version,
+            record.update,
             decision.reason,
         )
         return state, replace(plan, decision=decision)

@@ -192,9 +192,9 @@ class SlotEngine:
         """See :meth:`StackEngine.worker_urns` (reads the state; needs no slot)."""
         return self.engine.worker_urns()
 
-    def last_version(self) -> int | None:
-        """See :meth:`StackEngine.last_version` (one page of history; needs no slot)."""
-        return self.engine.last_version()
+    def last_update(self) -> str | None:
+        """See :meth:`StackEngine.last_update` (one page of history; needs no slot)."""
+        return self.engine.last_update()
 
     def _held(self, *, refresh: bool = False) -> _Held:
         return _Held(self, refresh=refresh)

@@ -80,23 +80,23 @@ class UpReport:
     """What the ``up`` repaired before it could run, as :meth:`StackEngine.recover` names
     it: a killed run's lock found only by the ``up`` itself (the run was stopped before it
     recorded a pending operation, so the recovery before it saw nothing to repair)."""
-    version: int | None = None
-    """The stack's version in its history after this update, when the engine said."""
+    update: str | None = None
+    """This update's identity in the stack's history (:func:`update_id`), when known."""
 
 
 @dataclass
 class _Known:
-    """What this engine knows of its stack as of one update (``version`` in the stack's
+    """What this engine knows of its stack as of one update (``update`` in the stack's
     history): valid while that update is still the stack's last."""
 
-    version: int
-    """The update's version number in the stack's history."""
+    update: str
+    """The update's identity in the stack's history (:func:`update_id`)."""
     urns: dict[str, list[str]] | None = None
     """Per worker, its component's and descendants' URNs (:func:`worker_urns_from_state`)."""
     statuses: dict[str, Any] | None = None
     """The ``workers`` stack output that update recorded."""
     checked: bool = False
-    """Whether ``version`` was just found to be the last update (for the ``up`` next)."""
+    """Whether ``update`` was just found to be the last update (for the ``up`` next)."""
 
 
 _WORKER_SET_CHANGES = frozenset(
@@ -129,8 +129,8 @@ class StackEngine(Protocol):
         """Per worker key, the URNs of its component and everything under it."""
         ...
 
-    def last_version(self) -> int | None:
-        """The version of the stack's last update (``None``: none, or unreadable)."""
+    def last_update(self) -> str | None:
+        """The identity of the stack's last update (``None``: none, or unreadable)."""
         ...
 
 
@@ -206,15 +206,32 @@ def _holder_gone(
     return any(r.host == holder.host and holder.pid in r.pids for r in previous)
 
 
-def _last_version(stack: Any) -> int | None:
-    """The version of the stack's last update, ``None`` when it has none (or the
+def update_id(summary: Any) -> str | None:
+    """An update's identity in the stack's history: its version number with its start
+    and end time. The number alone is no identity: the file backend numbers every
+    update 0, so a foreign ``pulumi up`` would look like the daemon's own last one.
+    ``None`` when the summary says nothing."""
+    if summary is None or getattr(summary, "start_time", None) is None:
+        return None
+    end = getattr(summary, "end_time", None)
+    return "@".join(
+        (
+            str(getattr(summary, "version", None)),
+            summary.start_time.isoformat(),
+            end.isoformat() if end is not None else "-",
+        )
+    )
+
+
+def _last_update(stack: Any) -> str | None:
+    """The identity of the stack's last update, ``None`` when it has none (or the
     history cannot be read)."""
     try:
         history = stack.history(page_size=1)
     except Exception as exc:  # noqa: BLE001 - without it nothing is reused; the export answers
         logger.debug("stack history not read: %s", exc)
         return None
-    return int(history[0].version) if history else None
+    return update_id(history[0]) if history else None
 
 
 def worker_urns_from_state(resources: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
@@ -396,11 +413,11 @@ class AutomationEngine:
                 for k, n in (result.summary.resource_changes or {}).items()
             }
             self._remember(result, targets, known, changes)
-            version = getattr(result.summary, "version", None)
+            update = update_id(result.summary)
             return UpReport(
                 changes=changes,
                 recoveries=tuple(recoveries),
-                version=int(version) if version is not None else None,
+                update=update,
             )
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -411,12 +428,12 @@ class AutomationEngine:
         known: _Known | None,
         changes: Mapping[str, int],
     ) -> None:
-        """Keep what this up leaves behind: its version, the workers' statuses, and the
+        """Keep what this up leaves behind: its identity, the workers' statuses, and the
         workers' URNs when they cannot have changed (a targeted up that created,
         replaced or deleted nothing)."""
         workers = (getattr(result, "outputs", None) or {}).get("workers")
-        version = getattr(result.summary, "version", None)
-        if version is None or workers is None or workers.secret:
+        update = update_id(result.summary)
+        if update is None or workers is None or workers.secret:
             return
         keep_urns = (
             bool(targets)
@@ -424,7 +441,7 @@ class AutomationEngine:
             and not any(changes.get(op) for op in _WORKER_SET_CHANGES)
         )
         self._known = _Known(
-            version=int(version),
+            update=update,
             urns=known.urns if keep_urns and known is not None else None,
             statuses=dict(workers.value or {}),
         )
@@ -464,18 +481,18 @@ class AutomationEngine:
             drifted.clear()
             known = None
             result = stack.refresh(on_event=on_event, on_output=self._output, color="never")
-        version = getattr(getattr(result, "summary", None), "version", None)
-        if known is not None and not drifted and version is not None:
-            # Nothing drifted: the same resources, the same outputs, one version later. A
+        update = update_id(getattr(result, "summary", None))
+        if known is not None and not drifted and update is not None:
+            # Nothing drifted: the same resources, the same outputs, one update later. A
             # change right after a refresh is still built alone.
-            self._known = replace(known, version=int(version), checked=False)
+            self._known = replace(known, update=update, checked=False)
         return drifted
 
-    def last_version(self) -> int | None:
-        """The version of the stack's last update, from one page of its history
+    def last_update(self) -> str | None:
+        """The identity of the stack's last update, from one page of its history
         (``None`` when it has none or the history cannot be read)."""
         with self._operation():
-            return _last_version(engine.select_stack(self._ref_with_inputs()))
+            return _last_update(engine.select_stack(self._ref_with_inputs()))
 
     def worker_urns(self) -> dict[str, list[str]]:
         """Per worker key, the URNs of its component and descendants.
@@ -486,18 +503,18 @@ class AutomationEngine:
         """
         with self._operation():
             stack = engine.select_stack(self._ref_with_inputs())
-            last = _last_version(stack)
+            last = _last_update(stack)
             known = self._known
-            if known is not None and last == known.version and known.urns is not None:
+            if known is not None and last == known.update and known.urns is not None:
                 known.checked = True
                 return {k: list(v) for k, v in known.urns.items()}
             state = stack.export_stack().deployment or {}
         logger.info("%s the workers' URNs read from an export of the state", self._prefix)
         urns = worker_urns_from_state(state.get("resources") or [])
-        if known is not None and last == known.version:
+        if known is not None and last == known.update:
             known.urns, known.checked = urns, True
         else:
-            self._known = _Known(version=last, urns=urns) if last is not None else None
+            self._known = _Known(update=last, urns=urns) if last is not None else None
         return {k: list(v) for k, v in urns.items()}
 
     # ---------------------------------------------------------------- recovery

@@ -155,9 +155,9 @@ class PruningEngine:
         """See :meth:`StackEngine.preempt`."""
         return self.engine.preempt(reason)
 
-    def last_version(self) -> int | None:
-        """See :meth:`StackEngine.last_version`."""
-        return self.engine.last_version()
+    def last_update(self) -> str | None:
+        """See :meth:`StackEngine.last_update`."""
+        return self.engine.last_update()
 
     def worker_urns(self) -> Mapping[str, Sequence[str]]:
         """See :meth:`StackEngine.worker_urns`."""

@@ -87,9 +87,9 @@ class ShardEngine:
         """See :meth:`AutomationEngine.preempt`."""
         return self.engine.preempt(reason)
 
-    def last_version(self) -> int | None:
-        """See :meth:`AutomationEngine.last_version`."""
-        return self.engine.last_version()
+    def last_update(self) -> str | None:
+        """See :meth:`AutomationEngine.last_update`."""
+        return self.engine.last_update()
 
     def worker_urns(self) -> Mapping[str, Sequence[str]]:
         """See :meth:`AutomationEngine.worker_urns`."""

@@ -113,7 +113,26 @@ class RateLimiter(Protocol):
         ...
 
 
-class Allowance:
+class _Refill:
+    """``burst`` tokens at most, refilled at ``rate_per_s`` (what both budgets share)."""
+
+    def __init__(self, rate_per_s: float, burst: int) -> None:
+        if rate_per_s <= 0:
+            raise ValueError(f"rate_per_s must be positive, got {rate_per_s}")
+        if burst < 1:
+            raise ValueError(f"burst must be at least 1, got {burst}")
+        self._rate = rate_per_s
+        self._burst = burst
+        self._tokens = float(burst)
+        self._updated: float | None = None
+
+    def _refill(self, now: float) -> None:
+        if self._updated is not None and now > self._updated:
+            self._tokens = min(self._burst, self._tokens + (now - self._updated) * self._rate)
+        self._updated = now if self._updated is None else max(self._updated, now)
+
+
+class Allowance(_Refill):
     """Calls taken in batches, without waiting: at most ``burst`` at once, refilled at
     ``rate_per_s``. Thread-safe, so one allowance can be shared by every shard's loop
     of a process: Temporal's capacity does not grow with the number of shards."""
@@ -124,28 +143,19 @@ class Allowance:
         Raises:
             ValueError: On a non-positive rate or a burst below 1.
         """
-        if rate_per_s <= 0:
-            raise ValueError(f"rate_per_s must be positive, got {rate_per_s}")
-        if burst < 1:
-            raise ValueError(f"burst must be at least 1, got {burst}")
-        self._rate = rate_per_s
-        self._burst = burst
-        self._left = float(burst)
-        self._at: float | None = None
+        super().__init__(rate_per_s, burst)
         self._lock = threading.Lock()
 
     def take(self, wanted: int, now: float) -> int:
         """Take up to ``wanted`` calls at monotonic time ``now``; returns how many."""
         with self._lock:
-            if self._at is not None and now > self._at:
-                self._left = min(float(self._burst), self._left + (now - self._at) * self._rate)
-            self._at = now if self._at is None else max(self._at, now)
-            allowed = max(0, min(wanted, int(self._left)))
-            self._left -= allowed
+            self._refill(now)
+            allowed = max(0, min(wanted, int(self._tokens)))
+            self._tokens -= allowed
             return allowed
 
 
-class TokenBucket:
+class TokenBucket(_Refill):
     """A token bucket: ``burst`` calls back to back, then ``rate_per_s`` on average.
 
     Each :meth:`acquire` reserves a token at once (tokens may go negative) and sleeps until
@@ -173,23 +183,13 @@ class TokenBucket:
         Raises:
             ValueError: On a non-positive rate or a burst below 1.
         """
-        if rate_per_s <= 0:
-            raise ValueError(f"rate_per_s must be positive, got {rate_per_s}")
-        if burst < 1:
-            raise ValueError(f"burst must be at least 1, got {burst}")
-        self._rate = rate_per_s
-        self._burst = burst
+        super().__init__(rate_per_s, burst)
         self._clock = clock
         self._sleep = sleep
-        self._tokens = float(burst)
-        self._updated: float | None = None
 
     def reserve(self) -> float:
         """Take a token now and return how many seconds to wait before using it."""
-        now = self._clock()
-        if self._updated is not None and now > self._updated:
-            self._tokens = min(self._burst, self._tokens + (now - self._updated) * self._rate)
-        self._updated = now if self._updated is None else max(self._updated, now)
+        self._refill(self._clock())
         self._tokens -= 1.0
         # Refill arithmetic leaves float dust (1e-17 of a token); a wait shorter than a
         # nanosecond is no wait.

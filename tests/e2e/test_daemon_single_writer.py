@@ -62,5 +62,19 @@ def test_a_second_daemon_never_applies_while_the_first_holds_the_lease_and_takes
     eventually(lambda: second.value("twc_leader") == 1, timeout=30, message="never took over")
     assert time.monotonic() - released < LEASE["lease_duration"]
     wait_for_success(second, timeout=120)
-    assert second.count("twc_engine_runs_total", operation="up") >= 1
+    # The stack is as the old leader's last up left it (SIGTERM let that up finish):
+    # the new leader resumes from its record without an up of its own ...
+    assert "resumed: the stack is as the last recorded up left it" in second.text()
     assert kube.get_deployment(namespace, "worker-orders") is not None
+    # ... and applies the next change itself.
+    create_queue(kube, namespace, "billing")
+    eventually(
+        lambda: kube.get_deployment(namespace, "worker-billing"),
+        timeout=90,
+        message="the new leader never applied a new Queue",
+    )
+    eventually(
+        lambda: second.count("twc_engine_runs_total", operation="up") >= 1,
+        timeout=120,
+        message="the new leader never ran an up",
+    )

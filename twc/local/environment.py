@@ -114,8 +114,30 @@ def find_tool(name: str) -> str:
     raise ToolMissingError(f"{name} not found in .twc/bin or on PATH: run `make setup`")
 
 
+def _ephemeral_ports() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[:2]
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    """A TCP port on 127.0.0.1 that nothing listens on right now, outside the kernel's
+    ephemeral range. A port the kernel hands out (bind to 0) is one it also hands to
+    outgoing connections: one took Temporal's HTTP port between its choice and the dev
+    server's bind, in CI. Outside the range only another listener can take it."""
+    low, high = _ephemeral_ports()
+    pool = range(15000, low) if low > 16000 else range(high + 1, 65536)
+    chooser = secrets.SystemRandom()
+    for _ in range(100):
+        port = chooser.choice(pool)
+        with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])

@@ -194,3 +194,27 @@ def test_the_loop_sleeps_while_a_refresh_runs_in_the_background() -> None:
         h.daemon.request_stop()
         loop.join(10)
     assert not loop.is_alive()
+
+
+def test_a_change_that_could_not_stop_the_refresh_starts_as_soon_as_it_ends() -> None:
+    # The refresh's last steps (after its CLI) cannot be stopped; the change then waited
+    # for the next iteration, 30 s later by default (the benchmark's "idle" trials).
+    gate = Gate()
+    engine = FakeEngine(during_refresh=gate, yields=False)
+    h = make_daemon(engine=engine, background=True, settings=DaemonSettings(refresh_interval=60.0))
+    h.step()
+    _until(lambda: h.daemon.wakeup.is_set())
+    h.step()
+    h.clock.now += 61
+    h.step()  # the refresh starts, held at the gate
+    assert gate.entered.wait(10)
+    h.fleet["defaults"]["image"] = "registry.example/worker:2.0.0"
+    h.step()  # the change: the refresh is asked, and cannot give way
+    assert len(engine.preempts) == 1
+    ups = len(engine.ups)
+    h.daemon.wakeup.clear()
+
+    gate.open.set()
+    _until(lambda: h.daemon.wakeup.is_set())  # its end wakes the loop
+    h.step()
+    _until(lambda: len(engine.ups) == ups + 1)

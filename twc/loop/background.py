@@ -157,16 +157,17 @@ class BackgroundEngine:
 
     def start_refresh(self) -> None:
         """Start a ``refresh`` (drift detection)."""
-        started: list[EngineRun] = []
 
         def work() -> list[str]:
             try:
                 return self._actor.refresh()
             finally:
-                if started and started[0].yielded:
-                    self._wakeup.set()  # the change it gave way to starts at once
+                # The loop collects it at once: a change that came meanwhile (the one it
+                # gave way to, or one that came while it could not: its last steps
+                # after the CLI) starts now, not a `reconcile_interval` later.
+                self._wakeup.set()
 
-        started.append(self.thread.start("refresh", work, started=self._monotonic()))
+        self.thread.start("refresh", work, started=self._monotonic())
 
     def give_way(self, reason: str) -> None:
         """A change waits: stop the refresh in progress, if that is what runs.

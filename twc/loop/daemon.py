@@ -331,6 +331,8 @@ class Daemon:
                 )
                 self.liveness.expect(delay)
                 if self.clocks.sleep(delay, self.wakeup):
+                    state = self._answer(state)
+                    self.state = state
                     self._settle()
         except BaseException as exc:
             self._crashed = exc
@@ -361,19 +363,7 @@ class Daemon:
         plan: Plan | None = None
         decision: ReconcileDecision | None = None
         try:
-            plan = self.plan(state, now=started)
-            if self._resuming and state.applied is None:
-                state, plan = self._resume(state, plan, now=started)
-            state = state.with_scaling(plan.scaling)
-            self.reporter.planned(plan)
-            # Replicas first, and never through the engine: a backlog burst is answered
-            # in this iteration whatever the up below does.
-            written = self.actor.scale(plan)
-            self._last_replicas.update(
-                {k: plan.current[k] for k in plan.decisions if k in plan.current}
-            )
-            self._last_replicas.update(written)
-            self.actor.sync_views(plan)
+            state, plan = self._scaled(state, now=started)
             decision = plan.decision
             if decision.action is ReconcileAction.SKIP:
                 logger.debug("[%s] %s: nothing to do", self.stack, decision.reason)
@@ -420,6 +410,46 @@ class Daemon:
                 state = self._refresh(state)
             elif not self._engine.busy():
                 self._engine.start_refresh()
+        return state
+
+    def _scaled(self, state: LoopState, *, now: float) -> tuple[LoopState, Plan]:
+        """Observe and plan, then what needs no engine: replicas and views.
+
+        Raises:
+            Exception: Whatever a step raised (the caller makes it an outcome).
+        """
+        plan = self.plan(state, now=now)
+        if self._resuming and state.applied is None:
+            state, plan = self._resume(state, plan, now=now)
+        state = state.with_scaling(plan.scaling)
+        self.reporter.planned(plan)
+        # Replicas first, and never through the engine: a backlog burst is answered
+        # in this iteration whatever the up below does.
+        written = self.actor.scale(plan)
+        self._last_replicas.update(
+            {k: plan.current[k] for k in plan.decisions if k in plan.current}
+        )
+        self._last_replicas.update(written)
+        self.actor.sync_views(plan)
+        return state, plan
+
+    def _answer(self, state: LoopState) -> LoopState:
+        """What a wake needs at once, before its burst settles: new workers' objects
+        (early apply) and replicas. Only the ``up`` waits for the burst to end, so that
+        one ``up`` covers all of it; the settle is up to 2 s, and under steady wakes (a
+        busy fleet: file edits, other Queues, ends of engine runs) it was all 2 s of a
+        Queue's way to its Deployment. With the engine inline there is nothing to do
+        before the ``up``, so nothing is done here.
+        """
+        if self._engine is None or self._stop.is_set() or not self._may_apply():
+            return state
+        state = self._collect(state)
+        try:
+            state, plan = self._scaled(state, now=self.clocks.monotonic())
+            if plan.decision.added:
+                self.actor.apply_early(plan.decision, plan)
+        except Exception as exc:  # noqa: BLE001 - the iteration after the settle meets it and reports it
+            logger.debug("[%s] not answered before the settle: %s", self.stack, exc)
         return state
 
     def plan(self, state: LoopState, *, now: float) -> Plan:

@@ -321,7 +321,7 @@ def queue_to_polling(
             appeared = time.perf_counter()
             # Scheduled by the real scheduler, Running on a KWOK node: its worker
             # process starts from the pod's own env.
-            pod = WorkerPod.of_deployment(kube, namespace, worker, timeout=600)
+            pod = WorkerPod.of_deployment(kube, namespace, worker, timeout=600, interval=0.1)
             pod.start()
             with lock:
                 pods.append(pod)

@@ -73,9 +73,17 @@ class WorkerPod:
 
     @classmethod
     def of_deployment(
-        cls, kube: Kube, namespace: str, deployment: str, index: int = 0, timeout: float = 60
+        cls,
+        kube: Kube,
+        namespace: str,
+        deployment: str,
+        index: int = 0,
+        timeout: float = 60,
+        interval: float = 0.5,
     ) -> WorkerPod:
-        """The ``index``-th Running pod (by name) of a Deployment, once there is one.
+        """The ``index``-th Running pod (by name) of a Deployment, once there is one,
+        looking every ``interval`` seconds (a kubelet is told by its watch; a benchmark
+        looks often so as not to add its own wait).
 
         Raises:
             LookupError: no such pod became Running within ``timeout`` seconds.
@@ -97,7 +105,7 @@ class WorkerPod:
                     f"deployment {namespace}/{deployment} has no Running pod #{index} "
                     f"after {timeout:.0f} s"
                 )
-            time.sleep(0.5)
+            time.sleep(interval)
 
     # ------------------------------------------------------------------ env
     def build_env(self) -> dict[str, str]:

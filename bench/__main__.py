@@ -211,9 +211,13 @@ class Run:
         daemon = DaemonProcess(
             stack.name, stack.fleet_file, {}, self.workdir, settings=settings, tag=tag
         )
-        # Its first iteration of each shard is a full up (it has applied nothing yet).
-        daemon.wait_ready(timeout=3600)
-        daemon.wait_idle(timeout=3600)
+        try:
+            # Its first iteration of each shard is a full up (it has applied nothing yet).
+            daemon.wait_ready(timeout=3600)
+            daemon.wait_idle(timeout=3600)
+        except BaseException:
+            daemon.stop()  # a run stopped (or failed) while it started leaves no daemon
+            raise
         return daemon
 
     def _size(

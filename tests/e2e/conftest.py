@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,14 @@ def fleet_stack(
             fs.destroy()
         finally:
             fs.stack().workspace.remove_stack(fs.name, force=True)
+
+
+def plain_workers(namespace: str, names: Iterable[str]) -> list[dict[str, Any]]:
+    """Workers of the fleet file with nothing but a name and a task queue of their own."""
+    return [
+        {"name": name, "namespace": namespace, "taskQueueName": f"tq-{namespace}-{name}"}
+        for name in names
+    ]
 
 
 def fleet_doc(

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import fleet_doc
+from tests.e2e.conftest import fleet_doc, plain_workers
 from tests.e2e.daemon_process import FAST, DaemonProcess, Daemons, eventually, wait_for_success
 from tests.faults._checks import assert_state_clean
 from twc.local import LocalEnvironment
@@ -61,10 +61,7 @@ def test_an_edit_during_a_refresh_stops_the_refresh_and_is_applied_first(
     fleet = fleet_doc(
         namespace,
         host_port=local_env.temporal_address(),
-        workers=[
-            {"name": name, "namespace": namespace, "taskQueueName": f"tq-{name}"}
-            for name in WORKERS
-        ],
+        workers=plain_workers(namespace, WORKERS),
     )
     fleet["clusterObjects"] = False  # the file alone: no other test's object wakes the loop
     fs = daemons.stack(fleet)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import FleetStack, fleet_doc
+from tests.e2e.conftest import FleetStack, fleet_doc, plain_workers
 from tests.e2e.daemon_process import Daemons, eventually, wait_for_success
 from twc.local import LocalEnvironment
 
@@ -42,10 +42,7 @@ def test_an_image_change_builds_one_worker_and_keeps_the_rest_and_the_outputs(
     fleet = fleet_doc(
         namespace,
         host_port=local_env.temporal_address(),
-        workers=[
-            {"name": name, "namespace": namespace, "taskQueueName": f"tq-{namespace}-{name}"}
-            for name in WORKERS
-        ],
+        workers=plain_workers(namespace, WORKERS),
     )
     fleet["clusterObjects"] = False  # the file alone: no other test's objects join
     fs = daemons.stack(fleet)

@@ -13,7 +13,7 @@ from pulumi.automation import Deployment
 
 from twc.desired import DesiredInputs
 from twc.stackrun import engine as engine_module
-from twc.stackrun.automation import WORKER_TYPE, AutomationEngine
+from twc.stackrun.automation import WORKER_TYPE, AutomationEngine, new_worker_targets
 
 pytestmark = pytest.mark.unit
 
@@ -93,10 +93,13 @@ class FakeEngine:
     stack: FakeStack
     changes: dict[str, int] = field(default_factory=lambda: {"update": 2})
     scopes: list[Any] = field(default_factory=list)
+    dependents: list[bool] = field(default_factory=list)
+    """Per up, whether it targeted the targets' dependents too."""
 
     def up(self, ref: Any, **kwargs: Any) -> Any:
         inputs = DesiredInputs.from_file(ref.env["TWC_DESIRED_INPUTS"])
         self.scopes.append(inputs.scope)
+        self.dependents.append(bool(kwargs.get("target_dependents")))
         self.stack.version += 1
         stack = self.stack
 
@@ -274,3 +277,39 @@ def test_a_refresh_that_found_drift_reads_the_state_again(
 
     assert fake.scopes[-1] is None, "without the statuses the program builds everything"
     assert fake.stack.exports == 2
+
+
+def test_a_new_worker_is_built_alone_and_created_with_its_components_dependents(
+    world: tuple[AutomationEngine, FakeEngine],
+) -> None:
+    eng, fake = world
+    eng.up(DesiredInputs(), None)
+    _targeted(eng, "team/b")
+    assert fake.dependents[-1] is False, "a change to a held worker targets its URNs alone"
+
+    urns = eng.worker_urns()
+    new = new_worker_targets(f"urn:pulumi:{STACK}", "twc", "team/q-w", queue="team/q")
+    eng.up(DesiredInputs(), [*urns["team/a"], *new])
+
+    assert fake.scopes[-1].workers == ("team/a", "team/q-w")
+    assert sorted(fake.scopes[-1].statuses) == ["team/b", "team/c"]
+    assert fake.dependents[-1] is True, "the new components' children have no URNs yet"
+    assert new == [
+        f"urn:pulumi:{STACK}::twc::twc:kmsvc:Queue::team/q",
+        f"urn:pulumi:{STACK}::twc::twc:kmsvc:Queue${TYPE}::team/q-w",
+    ]
+
+
+def test_a_new_worker_named_like_a_held_one_or_an_unknown_urn_builds_everything(
+    world: tuple[AutomationEngine, FakeEngine],
+) -> None:
+    eng, fake = world
+    eng.up(DesiredInputs(), None)
+    eng.worker_urns()
+    held = new_worker_targets(f"urn:pulumi:{STACK}", "twc", "team/a", queue="team/q")
+    eng.up(DesiredInputs(), held)  # team/a under a queue: it moves, not a new worker
+    assert fake.scopes[-1] is None
+
+    eng.worker_urns()
+    eng.up(DesiredInputs(), [f"urn:pulumi:{STACK}::twc::kubernetes:core/v1:Secret::x"])
+    assert fake.scopes[-1] is None

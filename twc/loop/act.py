@@ -36,7 +36,7 @@ from twc.loop.early import EARLY_FIELD_MANAGER, EarlyApplier, early_objects, pla
 from twc.loop.health import DaemonMetrics, Liveness
 from twc.loop.plan import Plan
 from twc.loop.views import ViewSync, ViewWriter
-from twc.stackrun.automation import StackEngine
+from twc.stackrun.automation import StackEngine, new_worker_targets, under_queue
 from twc.stackrun.build import build_id
 
 __all__ = ["Actor", "Effects", "Scaler"]
@@ -98,6 +98,7 @@ class Actor:
         may_apply: Callable[[], bool],
         read_secret: SecretReader | None,
         early_apply: bool = True,
+        targeted_creates: bool = True,
         liveness: Liveness | None = None,
         engine_window: float = 0.0,
         applied: AppliedStore | None = None,
@@ -112,6 +113,7 @@ class Actor:
             may_apply: Whether this daemon may apply now (it leads).
             read_secret: Reads credential secrets for early-applied pod templates.
             early_apply: Whether new workers are applied ahead of the engine.
+            targeted_creates: Whether new workers are created by a targeted ``up``.
             liveness: Told how long each engine run may take (its deadline and grace).
             engine_window: That time, in seconds.
             applied: Where what each successful ``up`` applied is recorded; ``None``
@@ -120,6 +122,7 @@ class Actor:
         self.engine = effects.engine
         self._scaler = effects.scaler
         self._early = effects.early if early_apply else None
+        self._targeted_creates = targeted_creates
         self._temporal_address = effects.temporal_address
         self._stack = stack
         self._metrics = metrics
@@ -204,7 +207,9 @@ class Actor:
             # Before this daemon's first engine run (of each term as leader): a killed
             # predecessor may have left a lock and pending operations.
             self.recover()
-        targets = self._targets(decision) if decision.action is ReconcileAction.TARGETED else None
+        targets = (
+            self._targets(decision, plan) if decision.action is ReconcileAction.TARGETED else None
+        )
         mode = "targeted" if targets else "full"
         workers = ", ".join(sorted(decision.workers)) or "-"
         logger.info("[%s] up (%s): %s [%s]", self._stack, mode, decision.reason, workers)
@@ -244,17 +249,46 @@ class Actor:
             if self._liveness is not None:
                 self._liveness.expect()
 
-    def _targets(self, decision: ReconcileDecision) -> list[str] | None:
-        if decision.added:
-            # New workers have no URNs yet; only a full up creates them.
-            return None
+    def _targets(self, decision: ReconcileDecision, plan: Plan) -> list[str] | None:
+        """The URNs a targeted ``up`` names: every resource of each changed or removed
+        worker, and the component of each new one (its queue's too, when it hangs on
+        one). ``None``: a full ``up``."""
         urns = self.engine.worker_urns()
         targets: list[str] = []
-        for worker in sorted(decision.workers):
+        for worker in sorted(decision.workers - decision.added):
             found = urns.get(worker)
             if not found:
                 return None
+            now = plan.workers.get(worker)
+            hangs = under_queue(found[0])
+            if now is None and hangs:
+                # A Queue's worker going: its queue's component (and the Queue object
+                # a file's queue has twc create) goes with it, in a full up.
+                return None
+            if now is not None and hangs != (now.derived and now.queue is not None):
+                # It moves in or out from under a queue's component: a full up moves
+                # it by its alias (its new URN is no target).
+                return None
+            if hangs and now is not None and now.queue is not None and now.queue.create_object:
+                # Its queue's spec is in its hash, and the Queue object twc creates for
+                # it belongs to its queue's component, not to it: a full up updates it.
+                return None
             targets.extend(found)
+        if decision.added:
+            if not self._targeted_creates or not urns:
+                return None
+            # The stack's URNs all start alike: the new ones are named the same way.
+            scheme, project = next(iter(urns.values()))[0].split("::")[:2]
+            for key in sorted(decision.added):
+                new = plan.workers.get(key)
+                if new is None:
+                    return None
+                queue = (
+                    f"{new.queue.namespace}/{new.queue.name}"
+                    if new.derived and new.queue is not None
+                    else None
+                )
+                targets.extend(new_worker_targets(scheme, project, key, queue=queue))
         return targets
 
     # ------------------------------------------------------------- scaling

@@ -172,6 +172,7 @@ class Daemon:
             may_apply=lambda: self._leader is None or self._leader.is_leader(),
             read_secret=sources.secret_data or sources.secrets,
             early_apply=settings.early_apply,
+            targeted_creates=settings.targeted_creates,
             liveness=self.liveness,
             engine_window=settings.engine.deadline + settings.engine.interrupt_grace,
             applied=sources.record,

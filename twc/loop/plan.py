@@ -231,9 +231,21 @@ def make_plan(
     # ----------------------------------------------------------------------------------
     scaled = {k: d.replicas for k, d in decisions.items()}
     shared_fleet = desired.fleet.model_dump(
-        mode="json",
-        include={"cluster_connections", "connections", "custom_connections", "queues"},
+        mode="json", include={"cluster_connections", "connections", "custom_connections"}
     )
+    # A queue its derived worker hangs on is that worker's (its spec is in the worker's
+    # digest, and the program builds it with the worker): a new Queue object is one new
+    # worker, a targeted up, not a full up of the stack.
+    owned = {
+        (w.queue.namespace, w.queue.name)
+        for w in workers.values()
+        if w.derived and w.queue is not None
+    }
+    shared_fleet["queues"] = [
+        q.model_dump(mode="json")
+        for q in desired.fleet.queues
+        if (q.namespace, q.name) not in owned
+    ]
     hashes = desired_state(
         # Where a worker sits in the file (`source`, `connection_source`) is for
         # messages only: removing one worker must not change the hash of the rest.

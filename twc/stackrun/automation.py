@@ -58,8 +58,10 @@ __all__ = [
     "StackEngine",
     "UpReport",
     "lock_holders",
+    "new_worker_targets",
     "pid_alive",
     "stale_lock",
+    "under_queue",
     "worker_urns_from_state",
 ]
 
@@ -68,6 +70,45 @@ logger = logging.getLogger(__name__)
 # The Kubernetes provider's switch for server-side apply with force, for every resource.
 PATCH_FORCE_ENV = "PULUMI_K8S_ENABLE_PATCH_FORCE"
 WORKER_TYPE = "twc:temporal:TemporalWorker"
+QUEUE_TYPE = "twc:kmsvc:Queue"
+
+
+def new_worker_targets(scheme: str, project: str, key: str, *, queue: str | None) -> list[str]:
+    """The targets that create a worker the stack does not hold yet: its component's
+    URN, and its queue's component's when it hangs on one (a child's URN carries its
+    parents' types). Its children have no names to target before they exist: the ``up``
+    targets the components' dependents, and a child depends on its parent.
+
+    Args:
+        scheme: ``urn:pulumi:<stack>``, as the stack's URNs start.
+        project: The project's name, as its URNs have it.
+        key: The worker, ``<namespace>/<name>``.
+        queue: Its queue, ``<namespace>/<name>``, when it is derived from one.
+    """
+    prefix = f"{scheme}::{project}::"
+    if queue is None:
+        return [f"{prefix}{WORKER_TYPE}::{key}"]
+    return [f"{prefix}{QUEUE_TYPE}::{queue}", f"{prefix}{QUEUE_TYPE}${WORKER_TYPE}::{key}"]
+
+
+def under_queue(urn: str) -> bool:
+    """Whether a worker component's URN has it under a queue's component."""
+    parts = urn.split("::")
+    return len(parts) == 4 and parts[2] == f"{QUEUE_TYPE}${WORKER_TYPE}"
+
+
+def _created(urn: str) -> tuple[str, str] | None:
+    """``(kind, name)`` of a component :func:`new_worker_targets` names: ``worker``
+    and its key, or ``queue``; ``None`` for any other URN."""
+    parts = urn.split("::")
+    if len(parts) != 4:
+        return None
+    chain, name = parts[2], parts[3]
+    if chain in (WORKER_TYPE, f"{QUEUE_TYPE}${WORKER_TYPE}"):
+        return ("worker", name)
+    if chain == QUEUE_TYPE:
+        return ("queue", name)
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,9 +410,10 @@ class AutomationEngine:
                 len(scope.workers) + len(scope.statuses),
             )
         inputs.to_file(self.inputs_file)
+        creating = self._creating(targets)
         known, self._known = self._known, None  # whatever happens, it changes the stack
         with self._operation():
-            return self._up(targets, known)
+            return self._up(targets, known, creating=creating)
 
     def _scope(self, targets: Sequence[str] | None) -> BuildScope | None:
         """The workers a targeted up builds: exactly those whose URNs are the targets,
@@ -385,19 +427,44 @@ class AutomationEngine:
         wanted = set(targets)
         workers = sorted(k for k, urns in known.urns.items() if wanted & set(urns))
         covered = {u for k in workers for u in known.urns[k]}
-        if covered != wanted:
+        if not covered <= wanted:
             return None  # targets that are not whole workers: build everything
+        created = [_created(u) for u in wanted - covered]
+        if any(c is None or (c[0] == "worker" and c[1] in known.urns) for c in created):
+            return None
+        new = sorted(name for kind, name in filter(None, created) if kind == "worker")
+        workers = sorted({*workers, *new})
         statuses = {k: v for k, v in known.statuses.items() if k not in workers}
         return BuildScope(workers=tuple(workers), statuses=statuses)
 
-    def _up(self, targets: Sequence[str] | None, known: _Known | None) -> UpReport:
+    def _creating(self, targets: Sequence[str] | None) -> bool:
+        """Whether ``targets`` name components the stack does not hold yet (new
+        workers: :func:`new_worker_targets`)."""
+        if not targets:
+            return False
+        known = self._known
+        if known is None or known.urns is None:
+            return any(_created(u) is not None for u in targets)
+        held = {u for urns in known.urns.values() for u in urns}
+        return any(u not in held for u in targets)
+
+    def _up(
+        self, targets: Sequence[str] | None, known: _Known | None, *, creating: bool = False
+    ) -> UpReport:
         from pulumi.automation import CommandError, ConcurrentUpdateError
 
         ref = self._ref_with_inputs()
         recoveries: list[str] = []
         for attempt in (1, 2):
             try:
-                result = engine.up(ref, on_output=self._output, target=list(targets or []) or None)
+                result = engine.up(
+                    ref,
+                    on_output=self._output,
+                    target=list(targets or []) or None,
+                    # New components' children are their dependents (nothing else
+                    # depends on a worker's resources).
+                    target_dependents=creating,
+                )
             except ConcurrentUpdateError as exc:
                 if attempt == 2 or not self._break_stale_lock(str(exc)):
                     raise

@@ -152,10 +152,18 @@ def up(
     on_output: Callable[[str], Any] | None = None,
     on_event: Callable[[Any], Any] | None = None,
     target: list[str] | None = None,
+    target_dependents: bool = False,
 ) -> auto.UpResult:
-    """Run ``pulumi up`` on the stack."""
+    """Run ``pulumi up`` on the stack (``target_dependents``: the targets' dependents
+    too, among them a new component's children)."""
     stack = select_stack(ref)
-    return stack.up(on_output=on_output, on_event=on_event, target=target, color="never")
+    return stack.up(
+        on_output=on_output,
+        on_event=on_event,
+        target=target,
+        target_dependents=target_dependents or None,
+        color="never",
+    )
 
 
 def preview(

@@ -54,6 +54,10 @@ DAEMON_SETTINGS: dict[str, Any] = {
 """``twc run``'s settings in the run: its defaults (refresh every ten minutes)."""
 
 
+FIGURES = ("noop", "change", "backlog", "queue")
+"""The figures measured at each fleet size (``--figures`` picks some)."""
+
+
 def plan_for(quick: bool) -> dict[str, Any]:
     """Sizes and trial counts of a mode."""
     if quick:
@@ -93,6 +97,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--note", default=None, help="a note printed under the header")
     parser.add_argument("--skip-state", action="store_true", help="skip the state settings")
     parser.add_argument(
+        "--figures",
+        default=",".join(FIGURES),
+        help="comma-separated figures to measure at each size, and their baselines "
+        f"(default: all of {', '.join(FIGURES)})",
+    )
+    parser.add_argument(
         "--state-only",
         action="store_true",
         help="measure the state settings alone (no fleet sizes; e.g. with --out elsewhere)",
@@ -118,6 +128,10 @@ class Run:
         if args.state_only or args.refresh_only:
             self.plan["sizes"] = []
         self.refresh_only = args.refresh_only
+        self.figures = tuple(f for f in args.figures.split(",") if f)
+        unknown = set(self.figures) - set(FIGURES)
+        if unknown:
+            raise SystemExit(f"unknown figures: {', '.join(sorted(unknown))}")
         self.seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
         self.rng = random.Random(self.seed)
         started = datetime.now(UTC).replace(microsecond=0).isoformat()
@@ -126,6 +140,7 @@ class Run:
         self.results["versions"] = tool_versions()
         self.results["settings"] = DAEMON_SETTINGS
         self.results["trials"] = self.plan["trials"]
+        self.results["figures"] = list(self.figures)
         self.workdir = Path(tempfile.mkdtemp(prefix="twc-bench-"))
         self.skip_state = args.skip_state or args.refresh_only
         self.t0 = time.monotonic()
@@ -229,12 +244,13 @@ class Run:
         if daemon is None:
             return
         try:
-            entry["noop"] = self.stage(
-                f"no-op iteration N={n}",
-                lambda: noop_iteration(
-                    stack, DAEMON_SETTINGS, trials=trials["noop"], progress=self.progress
-                ),
-            )
+            if "noop" in self.figures:
+                entry["noop"] = self.stage(
+                    f"no-op iteration N={n}",
+                    lambda: noop_iteration(
+                        stack, DAEMON_SETTINGS, trials=trials["noop"], progress=self.progress
+                    ),
+                )
 
             def change() -> Any:
                 return one_worker_change(
@@ -278,7 +294,7 @@ class Run:
                 )
 
             figures = {"change": change, "backlog": backlog, "queue": queue}
-            order = list(figures)
+            order = [name for name in figures if name in self.figures]
             self.rng.shuffle(order)
             entry["figure_order"] = order
             for name in order:
@@ -298,9 +314,11 @@ class Run:
         change_p50 = report.get(entry, "change", "latency_s", "p50")
         if change_p50 is not None:
             out["backlog_via_engine_s"] = change_p50
-        out["preview_s"] = self.stage(f"baseline preview N={n}", lambda: self._preview(stack))
+        if "noop" in self.figures:
+            out["preview_s"] = self.stage(f"baseline preview N={n}", lambda: self._preview(stack))
         if n not in self.plan["baselines_at"]:
-            out["change_unsharded"] = self._computed_unsharded(n)
+            if "change" in self.figures:
+                out["change_unsharded"] = self._computed_unsharded(n)
             return out
         trials = self.plan["baseline_trials"]
 
@@ -322,10 +340,12 @@ class Run:
             finally:
                 daemon.stop()
 
-        out["queue_engine_only"] = self.stage(f"baseline Queue engine only N={n}", engine_only)
-        out["change_unsharded"] = self.stage(
-            f"baseline unsharded N={n}", lambda: self._unsharded(n, kube, address)
-        )
+        if "queue" in self.figures:
+            out["queue_engine_only"] = self.stage(f"baseline Queue engine only N={n}", engine_only)
+        if "change" in self.figures:
+            out["change_unsharded"] = self.stage(
+                f"baseline unsharded N={n}", lambda: self._unsharded(n, kube, address)
+            )
         return out
 
     def _preview(self, stack: BenchStack) -> Any:

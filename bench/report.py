@@ -43,7 +43,8 @@ incompatible change). Times are seconds, memory MiB, bytes bytes; a figure that 
 not be measured is `null` and the reason is in `errors`. A *summary* is `{{n, min, p50,
 p95, max, mean, samples}}` (its p95 is rendered only from ≥ {P95_MIN} samples).
 
-- `schema`, `mode` (`quick` or `full`), `started_at`, `duration_s`, `seed` (of the
+- `schema`, `mode` (`quick` or `full`), `figures` (those measured), `started_at`,
+  `duration_s`, `seed` (of the
   trials' random order), `machine` (`cores`, `memory_gib`, `cpu_model`, `os`,
   `load_average`, `load_average_end`), `versions`, `settings` (the daemon's, as run).
 - `sizes[]`, one per fleet size: `n`, `shards`, `namespaces`, `initial_up_s` (set-up,
@@ -265,6 +266,13 @@ def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
     ]
     if note:
         out += [f"> {note}", ""]
+    figures = results.get("figures")
+    if figures is not None and set(figures) != {"noop", "change", "backlog", "queue"}:
+        out += [
+            f"Measured in this run: {', '.join(figures)} (`--figures`), and their "
+            "baselines; the other figures are not measured.",
+            "",
+        ]
     out += [
         "Every figure is wall time on the embedded environment (etcd, kube-apiserver, "
         "kube-controller-manager, kube-scheduler, KWOK's simulated nodes, a Temporal dev "
@@ -431,7 +439,8 @@ def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
         "`make bench` (full: N = 100, 1000, 5000, at most 250 workers per shard) or "
         "`make bench BENCH_ARGS=--quick` (N = 20, 60 at 10 per shard; a check of the "
         "harness, not figures); `--state-only --out DIR` measures the state settings "
-        "alone, `--refresh-only --out DIR` a change during a refresh. The harness "
+        "alone, `--refresh-only --out DIR` a change during a refresh, `--figures "
+        "queue` (say) some figures and their baselines alone. The harness "
         "starts its own embedded environment in a temporary directory and stops it at "
         "the end.",
         "",

@@ -51,7 +51,8 @@ def test_a_labelled_queue_object_yields_a_worker_and_deleting_it_removes_the_wor
     )
     assert daemon.value("twc_cluster_queue_objects") == 1
     assert "invalid Queue object: kmsvc.io/v1 Queue" in daemon.text()
-    assert daemon.ups() > ups_before
+    # The Deployment is applied early, on the wake itself; the up follows the settle.
+    eventually(lambda: daemon.ups() > ups_before, timeout=60, message="no up for the Queue")
 
     kube.custom.delete_namespaced_custom_object("kmsvc.io", "v1", namespace, "queues", "orders")
 

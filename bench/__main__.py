@@ -157,6 +157,13 @@ class Run:
             log.exception("stage %s failed", name)
             self.results["errors"].append({"stage": name, "error": f"{type(exc).__name__}: {exc}"})
             return None
+        except (SystemExit, KeyboardInterrupt) as exc:
+            # Stopped by hand (SIGTERM, ^C): the results say where, and go on unwinding.
+            stopped = time.monotonic() - start
+            self.results["errors"].append(
+                {"stage": name, "error": f"stopped after {stopped:.0f} s ({type(exc).__name__})"}
+            )
+            raise
         self.progress(f"== {name} done in {time.monotonic() - start:.1f} s")
         return result
 
@@ -494,6 +501,11 @@ class Run:
         )
 
     def finish(self, out: Path, note: str | None) -> None:
+        if "goals" not in self.results:
+            # A run stopped before its end: the goals of what it measured.
+            self.results["goals"] = report.evaluate_goals(
+                self.results["sizes"], self.plan["middle"], self.plan["largest"]
+            )
         self.results["duration_s"] = time.monotonic() - self.t0
         self.results["machine"]["load_average_end"] = load_average()
         report.write_results(self.results, out, note)

@@ -117,6 +117,8 @@ def test_sigterm_makes_twc_run_exit_zero(tmp_path: Path) -> None:
             str(fleet),
             "--port",
             "0",
+            "--status-port",
+            "0",
         ],
         cwd=ROOT,
         env=env,

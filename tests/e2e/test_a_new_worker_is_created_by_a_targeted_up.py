@@ -15,6 +15,7 @@ full up).
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any
 
 import pytest
@@ -30,9 +31,20 @@ QUEUE = "twc:kmsvc:Queue"
 
 
 def _urns(fs: FleetStack) -> set[str]:
-    state = fs.stack().export_stack().deployment
-    assert state is not None
-    return {str(r["urn"]) for r in state["resources"]}
+    from pulumi.automation import CommandError
+
+    for _ in range(20):
+        try:
+            state = fs.stack().export_stack().deployment
+        except CommandError as exc:
+            # The file backend's checkpoint, read while the daemon's up rewrites it.
+            if "failed to load checkpoint" not in str(exc):
+                raise
+            time.sleep(0.5)
+            continue
+        assert state is not None
+        return {str(r["urn"]) for r in state["resources"]}
+    raise AssertionError("the state could not be read")
 
 
 def _same(kube: Any, namespace: str, before: dict[str, Any]) -> None:

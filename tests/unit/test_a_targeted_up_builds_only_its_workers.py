@@ -26,10 +26,12 @@ def _urn(key: str, child: str = "") -> str:
     return f"urn:pulumi:{STACK}::twc::{TYPE}{suffix}"
 
 
-def _resources(keys: list[str]) -> list[dict[str, Any]]:
+def _resources(keys: list[str], half: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for key in keys:
         out.append({"urn": _urn(key), "type": TYPE})
+        if key in half:
+            continue  # a killed up recorded its component, never its Deployment
         out.append(
             {"urn": _urn(key, "kubernetes:apps/v1:Deployment"), "parent": _urn(key), "type": "d"}
         )
@@ -66,9 +68,12 @@ class FakeStack:
 
     drift: list[str] = field(default_factory=list)
 
+    half: tuple[str, ...] = ()
+    """Workers a killed up left half created."""
+
     def export_stack(self) -> Deployment:
         self.exports += 1
-        return Deployment(version=3, deployment={"resources": _resources(self.keys)})
+        return Deployment(version=3, deployment={"resources": _resources(self.keys, self.half)})
 
     def refresh(self, *, on_event: Any, **_: Any) -> Any:
         """A refresh: a new version; the events say what drifted."""
@@ -285,7 +290,9 @@ def test_a_new_worker_is_built_alone_and_created_with_its_components_dependents(
     eng, fake = world
     eng.up(DesiredInputs(), None)
     _targeted(eng, "team/b")
-    assert fake.dependents[-1] is False, "a change to a held worker targets its URNs alone"
+    assert fake.scopes[-1].workers == ("team/b",)
+    eng.up(DesiredInputs(), [_urn("team/b", "kubernetes:apps/v1:Deployment")])
+    assert fake.dependents[-1] is False, "no component targeted, no dependents"
 
     urns = eng.worker_urns()
     new = new_worker_targets(f"urn:pulumi:{STACK}", "twc", "team/q-w", queue="team/q")
@@ -313,3 +320,23 @@ def test_a_new_worker_named_like_a_held_one_or_an_unknown_urn_builds_everything(
     eng.worker_urns()
     eng.up(DesiredInputs(), [f"urn:pulumi:{STACK}::twc::kubernetes:core/v1:Secret::x"])
     assert fake.scopes[-1] is None
+
+
+def test_a_worker_a_killed_up_left_half_created_is_created_with_its_dependents(
+    world: tuple[AutomationEngine, FakeEngine],
+) -> None:
+    # The killed up recorded the new worker's component and not its Deployment: the
+    # component's URN alone, without its dependents, created nothing ("no changes"),
+    # and the worker was taken as applied.
+    eng, fake = world
+    eng.up(DesiredInputs(), None)
+    fake.stack.keys.append("team/new")
+    fake.stack.half = ("team/new",)
+    fake.stack.version += 1  # the killed up's own update
+    assert eng.worker_urns()["team/new"] == [_urn("team/new")]
+
+    eng.up(
+        DesiredInputs(), new_worker_targets(f"urn:pulumi:{STACK}", "twc", "team/new", queue=None)
+    )
+
+    assert fake.dependents[-1] is True

@@ -438,15 +438,15 @@ class AutomationEngine:
         return BuildScope(workers=tuple(workers), statuses=statuses)
 
     def _creating(self, targets: Sequence[str] | None) -> bool:
-        """Whether ``targets`` name components the stack does not hold yet (new
-        workers: :func:`new_worker_targets`)."""
-        if not targets:
-            return False
-        known = self._known
-        if known is None or known.urns is None:
-            return any(_created(u) is not None for u in targets)
-        held = {u for urns in known.urns.values() for u in urns}
-        return any(u not in held for u in targets)
+        """Whether ``targets`` name a worker's or a queue's component, so that the ``up``
+        targets the components' dependents too. A new worker's children have no URNs to
+        name (:func:`new_worker_targets`); neither have those a killed ``up`` never
+        created of a worker whose component it did record, and from the URNs alone that
+        worker looks like one held whole (its component is all there is). Nothing but a
+        worker's own resources depends on them, so for a held worker, whose resources
+        are all targets already, its dependents add nothing.
+        """
+        return targets is not None and any(_created(u) is not None for u in targets)
 
     def _up(
         self, targets: Sequence[str] | None, known: _Known | None, *, creating: bool = False

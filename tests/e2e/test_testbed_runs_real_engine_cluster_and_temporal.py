@@ -126,3 +126,27 @@ def test_local_up_is_idempotent_and_reports_a_crashed_component(
     assert len(crashes) == 1
     assert crashes[0].startswith("kube-scheduler (pid")
     assert_eventually(lambda: all(s.running for s in local_env.status()), timeout=10)
+
+
+def test_the_test_beds_temporal_gives_each_task_queue_one_partition(
+    local_env: LocalEnvironment,
+) -> None:
+    # Asking about a queue loads all of its partitions; with the default four, the dev
+    # server could not hold the 5000 queues of the benchmark's largest fleet.
+    counts = asyncio.run(_partitions(local_env.temporal_address(), f"tq-{uuid.uuid4().hex[:8]}"))
+    assert counts == {"workflow": 1, "activity": 1}
+
+
+async def _partitions(address: str, task_queue: str) -> dict[str, int]:
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import ListTaskQueuePartitionsRequest
+    from temporalio.client import Client
+
+    client = await Client.connect(address)
+    response = await client.workflow_service.list_task_queue_partitions(
+        ListTaskQueuePartitionsRequest(namespace="default", task_queue=TaskQueue(name=task_queue))
+    )
+    return {
+        "workflow": len(response.workflow_task_queue_partitions),
+        "activity": len(response.activity_task_queue_partitions),
+    }

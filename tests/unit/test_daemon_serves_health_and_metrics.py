@@ -5,6 +5,11 @@ unknown names."""
 from __future__ import annotations
 
 import json
+import logging
+import socket
+import struct
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -194,3 +199,39 @@ def test_a_standby_is_live_while_its_election_rounds_go_on() -> None:
         h.daemon._standby()
 
     assert not h.daemon.live()[0]
+
+
+def test_a_probe_whose_caller_gave_up_is_logged_not_a_traceback(
+    capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # A busy daemon answered a probe after its caller's timeout: the write met a closed
+    # connection, and the server printed a BrokenPipeError traceback into the log.
+    asked, answer = threading.Event(), threading.Event()
+
+    def slow() -> tuple[bool, str]:
+        asked.set()
+        assert answer.wait(5), "the test never let the probe answer"
+        return True, "ok"
+
+    server = HealthServer(
+        DaemonMetrics("s"), port=0, live=slow, ready=slow, host="127.0.0.1"
+    ).start()
+    try:
+        with caplog.at_level(logging.INFO, logger="twc.loop.health"):
+            client = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+            client.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert asked.wait(5), "the probe was never asked"
+            # The caller gives up: its connection is reset, not closed gracefully.
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.close()
+            answer.set()
+            deadline = time.monotonic() + 5
+            while not any("went away" in r.getMessage() for r in caplog.records):
+                assert time.monotonic() < deadline, "the late answer was never logged"
+                time.sleep(0.01)
+        assert "Traceback" not in capfd.readouterr().err
+        answer.set()
+        assert _get(server.port, "/healthz") == (200, "ok\n"), "the server stopped serving"
+    finally:
+        answer.set()
+        server.stop()

@@ -388,11 +388,21 @@ class HealthServer:
                 self._send(200 if ok else 503, f"{text}\n".encode(), "text/plain")
 
             def _send(self, code: int, body: bytes, content_type: str) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.send_response(code)
+                    self.send_header("Content-Type", content_type)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError) as exc:
+                    # The caller's timeout passed first (a kubelet probe, a scrape): it
+                    # counts the probe as failed anyway. Say so in one line; the
+                    # server's default is a traceback that reads like a crash.
+                    logger.info(
+                        "http: the caller of %s went away before the answer (%s)",
+                        self.path,
+                        exc.__class__.__name__,
+                    )
 
             def log_message(self, format: str, *args: object) -> None:
                 logger.debug("http: %s", format % args)

@@ -3,6 +3,8 @@ fleet's parse is most of a no-op iteration, and the file changes rarely."""
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -56,6 +58,55 @@ def test_an_invalid_edit_raises_every_time_until_fixed(tmp_path: Path) -> None:
 
     _write(path, "registry.example/worker:3.0.0")
     assert read().defaults.image == "registry.example/worker:3.0.0"
+
+
+def test_an_invalid_edit_is_parsed_once_while_its_bytes_stay(tmp_path: Path) -> None:
+    # Every shard's loop reads the file on every iteration; a broken 5000-worker file
+    # was parsed again by each of them, each time, until someone fixed it.
+    path = tmp_path / "fleet.yaml"
+    path.write_text("apiVersion: twc.temporal.io/v1\nkind: Fleet\nworkers: [{name: 1}]\n")
+    read = CachedFleetFile(path)
+    messages = set()
+    for _ in range(3):
+        with pytest.raises(SpecError) as err:
+            read()
+        messages.add(str(err.value))
+    assert read.parses == 1
+    assert len(messages) == 1
+
+
+def test_loops_that_read_a_changed_file_at_once_share_one_parse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One edit wakes every shard's loop. At 5000 workers over 20 shards, each loop
+    # parsed the edit itself: 20 parses of the same bytes, most of the daemon's time
+    # (a profile of the benchmark's Queue figure: 68 % of the shard loops' samples).
+    from twc.loop import observe
+    from twc.spec import load_fleet_file as real
+
+    def slow(path: Path) -> object:
+        time.sleep(0.2)  # a large fleet's parse: long enough for every reader to arrive
+        return real(path)
+
+    monkeypatch.setattr(observe, "load_fleet_file", slow)
+    path = tmp_path / "fleet.yaml"
+    _write(path, "registry.example/worker:1.0.0")
+    read = CachedFleetFile(path)
+    start = threading.Barrier(8)
+    fleets: list[object] = []
+
+    def loop() -> None:
+        start.wait()
+        fleets.append(read())
+
+    threads = [threading.Thread(target=loop) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(fleets) == 8
+    assert read.parses == 1
+    assert all(fleet is fleets[0] for fleet in fleets)
 
 
 def test_an_unchanged_iteration_computes_the_desired_state_only_once(

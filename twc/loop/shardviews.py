@@ -8,8 +8,10 @@ views that show only the shard's namespaces (:func:`twc.shards.slice_fleet`,
 never sees another shard's workers. The namespaces come from :class:`ShardNamespaces`,
 which grows when the assignment gives the shard a new namespace.
 
-A change seen by a shared watch wakes every shard's loop (:class:`FanoutWakeup`); the
-shards it does not concern find their hash unchanged and go back to sleep.
+A change seen by a shared watch wakes the loops of the shards whose namespaces hold the
+object (:class:`FanoutWakeup`); a cluster-scoped object's change, a re-list and a fleet
+file edit wake every shard's loop, and the shards it does not concern find their slice
+unchanged and go back to sleep.
 """
 
 from __future__ import annotations
@@ -34,33 +36,46 @@ __all__ = [
 
 
 class FanoutWakeup(threading.Event):
-    """The wake-up event the shared watches set: it sets every subscribed loop's own."""
+    """The wake-up event the shared watches set: it sets the subscribed loops' own.
+
+    A change to one namespaced object (:meth:`set_for`) wakes only the loops whose
+    namespaces hold it; a change that names no namespace (a cluster-scoped object, a
+    re-list, a fleet-file edit: :meth:`set`) wakes every loop. A namespace no shard has
+    yet wakes none: the assignment gives it to a shard, which is woken then.
+    """
 
     def __init__(self) -> None:
         """No subscribers yet."""
         super().__init__()
         self._lock = threading.Lock()
-        self._subscribers: list[threading.Event] = []
+        self._subscribers: dict[threading.Event, Callable[[], tuple[str, ...]] | None] = {}
 
-    def subscribe(self, event: threading.Event) -> None:
-        """Set ``event`` whenever a shared watch sees a change."""
+    def subscribe(
+        self, event: threading.Event, namespaces: Callable[[], tuple[str, ...]] | None = None
+    ) -> None:
+        """Set ``event`` whenever a shared watch sees a change (in ``namespaces``, when
+        given: read at each change, so a shard's new namespace counts at once)."""
         with self._lock:
-            if event not in self._subscribers:
-                self._subscribers.append(event)
+            self._subscribers[event] = namespaces
 
     def unsubscribe(self, event: threading.Event) -> None:
         """Stop setting ``event``."""
         with self._lock:
-            if event in self._subscribers:
-                self._subscribers.remove(event)
+            self._subscribers.pop(event, None)
 
     def set(self) -> None:
         """Wake every subscriber."""
+        self.set_for(None)
+
+    def set_for(self, namespace: str | None) -> None:
+        """Wake the subscribers a change in ``namespace`` concerns (every one for
+        ``None``)."""
         super().set()
         with self._lock:
-            subscribers = list(self._subscribers)
-        for event in subscribers:
-            event.set()
+            subscribers = list(self._subscribers.items())
+        for event, namespaces in subscribers:
+            if namespace is None or namespaces is None or namespace in namespaces():
+                event.set()
 
 
 _V = TypeVar("_V")
@@ -159,7 +174,7 @@ class ShardQueues:
     def start(self, wakeup: threading.Event) -> None:
         """Subscribe the loop's wake-up (the shared watch is started once, elsewhere)."""
         self._wakeup = wakeup
-        self._fanout.subscribe(wakeup)
+        self._fanout.subscribe(wakeup, self._namespaces)
 
     def stop(self) -> None:
         """Unsubscribe."""
@@ -208,7 +223,7 @@ class ShardNative:
     def start(self, wakeup: threading.Event) -> None:
         """Subscribe the loop's wake-up."""
         self._wakeup = wakeup
-        self._fanout.subscribe(wakeup)
+        self._fanout.subscribe(wakeup, self._namespaces)
 
     def stop(self) -> None:
         """Unsubscribe."""

@@ -257,3 +257,46 @@ def test_a_new_queue_worker_is_applied_before_a_burst_of_wakes_settles() -> None
     assert deployment in during_settle[0][0], "the Deployment waited for the burst to settle"
     assert {n for _, n in during_settle} == {ups}, "an up started before the burst settled"
     assert h.engine.last_program().workers.keys() >= {f"{NS}/worker-orders"}
+
+
+def test_a_wake_applies_a_new_worker_before_it_reports_the_up_that_ended() -> None:
+    # Folding an ended up reports it: statuses written, Temporal asked about pollers.
+    # At 20 shards a new Queue's Deployment waited up to two minutes for that report.
+    gate = Gate()
+    applier = FakeApplier()
+    h = make_daemon(engine=FakeEngine(during_up=gate), early=applier, background=True)
+    gate.open.set()
+    h.step()
+    _until(lambda: h.daemon.wakeup.is_set())
+    h.step()
+    gate.open.clear()
+    gate.entered.clear()
+    assert h.state is not None
+    before = h.state.applied
+    h.fleet["defaults"]["image"] = "registry.example/worker:2.0.0"
+    h.step()  # an up in the background, held at the gate
+    assert gate.entered.wait(10)
+    deployment = ObjectRef("Deployment", NS, "worker-orders")
+    applied_when_reported: list[bool] = []
+    report = h.daemon.reporter.finished
+
+    def finished(*args: object, **kwargs: object) -> None:
+        applied_when_reported.append(deployment in applier.refs())
+        report(*args, **kwargs)  # type: ignore[arg-type]
+
+    h.daemon.reporter.finished = finished  # type: ignore[method-assign]
+    h.queues.replace([queue_object("orders")])  # the Queue arrives as the up ends
+    gate.open.set()
+    _until(lambda: _ended(h))
+
+    assert h.state is not None
+    h.state = h.daemon._answer(h.state)  # the wake's answer, before the settle
+
+    assert applied_when_reported == [True], "the ended up was reported before the new worker"
+    assert h.state.applied is not None
+    assert h.state.applied != before, "the ended up is folded in by the same answer"
+
+
+def _ended(h: object) -> bool:
+    run = h.daemon._engine.thread.current()  # type: ignore[attr-defined]
+    return run is not None and run.future.done()

@@ -419,11 +419,24 @@ class Daemon:
         Raises:
             Exception: Whatever a step raised (the caller makes it an outcome).
         """
+        state, plan = self._planned(state, now=now)
+        self._engine_free(plan)
+        return state, plan
+
+    def _planned(self, state: LoopState, *, now: float) -> tuple[LoopState, Plan]:
         plan = self.plan(state, now=now)
         if self._resuming and state.applied is None:
             state, plan = self._resume(state, plan, now=now)
         state = state.with_scaling(plan.scaling)
         self.reporter.planned(plan)
+        return state, plan
+
+    def _engine_free(self, plan: Plan) -> None:
+        """What changes the cluster without the engine: replicas, then views.
+
+        Raises:
+            Exception: Whatever a step raised (the caller makes it an outcome).
+        """
         # Replicas first, and never through the engine: a backlog burst is answered
         # in this iteration whatever the up below does.
         written = self.actor.scale(plan)
@@ -432,7 +445,6 @@ class Daemon:
         )
         self._last_replicas.update(written)
         self.actor.sync_views(plan)
-        return state, plan
 
     def _answer(self, state: LoopState) -> LoopState:
         """What a wake needs at once, before its burst settles: new workers' objects
@@ -444,14 +456,19 @@ class Daemon:
         """
         if self._engine is None or self._stop.is_set() or not self._may_apply():
             return state
-        state = self._collect(state)
         try:
-            state, plan = self._scaled(state, now=self.clocks.monotonic())
+            # New workers before anything else, and before an engine run that ended
+            # is folded in: folding reports it (statuses written, Temporal asked about
+            # pollers), and a new Queue's worker waited for that report. Workers that
+            # run's up created look new until it is folded; early apply finds them
+            # there and leaves them.
+            state, plan = self._planned(state, now=self.clocks.monotonic())
             if plan.decision.added:
                 self.actor.apply_early(plan.decision, plan)
+            self._engine_free(plan)
         except Exception as exc:  # noqa: BLE001 - the iteration after the settle meets it and reports it
             logger.debug("[%s] not answered before the settle: %s", self.stack, exc)
-        return state
+        return self._collect(state)
 
     def plan(self, state: LoopState, *, now: float) -> Plan:
         """Observe and plan, touching no engine.

@@ -11,6 +11,7 @@ import asyncio
 import functools
 import logging
 import math
+import os
 import random
 import threading
 import time
@@ -465,17 +466,24 @@ def noop_iteration(
         for loop in loops:
             state = loop.iterate(states[loop.stack])
             states[loop.stack] = replace(state, last_refresh_at=time.monotonic())
+        profile = _profiler()
         for _ in range(trials):
             round_start = time.perf_counter()
             for loop in loops:
+                if profile is not None:
+                    profile.enable()
                 start = time.perf_counter()
                 state = loop.iterate(states[loop.stack])
                 per_shard.append(time.perf_counter() - start)
+                if profile is not None:
+                    profile.disable()
                 outcome = state.last_outcome
                 if outcome is None or not outcome.ok:
                     raise RuntimeError(f"{loop.stack}: the no-op iteration failed: {outcome}")
                 states[loop.stack] = replace(state, last_refresh_at=time.monotonic())
             rounds.append(time.perf_counter() - round_start)
+        if profile is not None:
+            profile.dump_stats(f"{os.environ['TWC_BENCH_PROFILE']}-{stack.n}.prof")
         progress(
             f"N={stack.n} no-op iteration: p50 {summarize(per_shard)['p50'] * 1000:.1f} ms per "
             f"shard, {summarize(rounds)['p50'] * 1000:.1f} ms for all {len(loops)} shard(s)"
@@ -493,6 +501,17 @@ def noop_iteration(
                 loop.observer.sources.native.stop()
             loop.observer.close()
         wiring.close()
+
+
+def _profiler() -> Any:
+    """A profiler of the measured no-op iterations when ``TWC_BENCH_PROFILE`` names a
+    file prefix (one ``<prefix>-<N>.prof`` per size), else ``None``: the profile shows
+    where an iteration's time goes, and its call counts what grows with the fleet."""
+    if not os.environ.get("TWC_BENCH_PROFILE"):
+        return None
+    import cProfile
+
+    return cProfile.Profile()
 
 
 def daemon_memory(daemon: DaemonProcess) -> dict[str, float | None]:

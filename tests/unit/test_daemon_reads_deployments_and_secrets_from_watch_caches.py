@@ -89,6 +89,8 @@ def test_replicas_readiness_and_the_autoscalers_claim_are_read_from_one_list() -
         assert deployments.worker_replicas() == {"team/orders": 4, "team/billing": 1}
         assert deployments.worker_deployments() == {"team/orders": (4, 1), "team/billing": (1, 1)}
         assert deployments.scaled() == ["team/orders"]
+    # Derived once per change of the cache: every shard's loop reads it every iteration.
+    assert deployments.scaled() is deployments.scaled()
     assert len(listed.calls) == 1
     assert listed.calls[0]["label_selector"] == WORKER_SELECTOR
 

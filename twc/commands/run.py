@@ -75,6 +75,7 @@ from twc.loop.shardviews import (
     ShardNative,
     ShardQueues,
     shard_keyed,
+    shard_keys,
 )
 from twc.spec import Fleet
 from twc.stackrun import engine, retention
@@ -791,9 +792,7 @@ def _wire_shards(
                     read_secret=workloads.read_secret, temporal_address=temporal_address
                 ),
                 replicas=shard_keyed(deployments.worker_replicas, namespaces),
-                scaled=lambda: [
-                    k for k in deployments.scaled() if k.partition("/")[0] in namespaces()
-                ],
+                scaled=shard_keys(deployments.scaled, namespaces),
                 deployments=shard_keyed(deployments.worker_deployments, namespaces),
                 secrets=_secret_digests(secrets, workloads),
                 secret_data=workloads.read_secret,

@@ -226,11 +226,13 @@ class DeploymentCache(_Cache):
 
     def scaled(self) -> list[str]:
         """Worker Deployments whose ``spec.replicas`` the autoscaler's field manager owns."""
-        return sorted(
-            key
-            for key, dep in self._by_key().items()
-            if AUTOSCALER_FIELD_MANAGER in dep["replicaOwners"]
-        )
+        return self._memoised("scaled", _scaled)
+
+
+def _scaled(found: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    return sorted(
+        key for key, dep in found.items() if AUTOSCALER_FIELD_MANAGER in dep["replicaOwners"]
+    )
 
 
 def _worker_replicas(found: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:

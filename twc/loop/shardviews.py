@@ -17,7 +17,7 @@ unchanged and go back to sleep.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, TypeVar
 
 from twc.desired import ObjectList
@@ -32,6 +32,7 @@ __all__ = [
     "ShardNative",
     "ShardQueues",
     "shard_keyed",
+    "shard_keys",
 ]
 
 
@@ -79,6 +80,8 @@ class FanoutWakeup(threading.Event):
 
 
 _V = TypeVar("_V")
+_R = TypeVar("_R")
+_C = TypeVar("_C")
 
 
 def shard_keyed(
@@ -87,20 +90,42 @@ def shard_keyed(
     """``read`` (a shared cache's ``<namespace>/<name>`` keyed reading: replicas,
     Deployments) cut to the shard's namespaces: the deletion guard counts the workers
     the shard runs, and another shard's are not among them."""
+    return _cut(
+        read, namespaces, lambda found, mine: {k: v for k, v in found.items() if _ns(k) in mine}
+    )
 
-    last: list[tuple[Mapping[str, _V], tuple[str, ...], dict[str, _V]]] = []
 
-    def cut() -> dict[str, _V]:
+def shard_keys(
+    read: Callable[[], Collection[str]], namespaces: Callable[[], tuple[str, ...]]
+) -> Callable[[], frozenset[str]]:
+    """``read`` (a shared cache's ``<namespace>/<name>`` keys: the autoscaled
+    Deployments) cut to the shard's namespaces."""
+    return _cut(read, namespaces, lambda found, mine: frozenset(k for k in found if _ns(k) in mine))
+
+
+def _ns(key: str) -> str:
+    return key.partition("/")[0]
+
+
+def _cut(
+    read: Callable[[], _R],
+    namespaces: Callable[[], tuple[str, ...]],
+    cut: Callable[[_R, frozenset[str]], _C],
+) -> Callable[[], _C]:
+    last: list[tuple[_R, tuple[str, ...], _C]] = []
+
+    def cached() -> _C:
         found, wanted = read(), namespaces()
         if last and last[0][0] is found and last[0][1] == wanted:
-            # The shared cache hands out the same reading until its watch sees a change.
+            # The shared cache hands out the same reading until its watch sees a change:
+            # cutting 5000 workers' keys on every iteration of every shard grew a
+            # shard's iteration with the fleet.
             return last[0][2]
-        mine = set(wanted)
-        sliced = {k: v for k, v in found.items() if k.partition("/")[0] in mine}
-        last[:] = [(found, wanted, sliced)]
-        return sliced
+        value = cut(found, frozenset(wanted))
+        last[:] = [(found, wanted, value)]
+        return value
 
-    return cut
+    return cached
 
 
 class ShardNamespaces:

@@ -31,6 +31,7 @@ from twc.desired._inputs import (
     ObjectList,
     kind_key,
     object_key,
+    same_but_status,
     trimmed,
 )
 from twc.desired._merge import (
@@ -64,6 +65,7 @@ __all__ = [
     "kind_key",
     "object_key",
     "queue_native",
+    "same_but_status",
     "trimmed",
     "with_entries",
     "worker_native",

@@ -30,7 +30,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from twc.connections import default_registry
-from twc.desired import DesiredFleet
+from twc.desired import DesiredFleet, same_but_status
 from twc.kube.watch import QueueSource
 from twc.loop.act import Actor, Effects
 from twc.loop.background import BackgroundEngine
@@ -486,10 +486,12 @@ class Daemon:
         if (
             last is not None
             and last[0] is seen.fleet
-            and last[1:3] == (seen.cluster, self._accepted)
+            and last[2] == self._accepted
+            and same_but_status(last[1], seen.cluster)
         ):
-            # Same file (the cached parse), same objects, same accepted specs: the same
-            # desired fleet; computing it again is most of a no-op iteration.
+            # Same file (the cached parse), same objects but for the status the daemon
+            # writes itself, same accepted specs: the same desired fleet; computing it
+            # again is most of a no-op iteration.
             desired: DesiredFleet = last[3]
         else:
             desired = desired_from(

@@ -412,6 +412,20 @@ def _views(desired: DesiredFleet, found: ObjectList | None, stack: str) -> ViewP
     last = _VIEWS.get(stack)
     if last is not None and last[0] is desired and last[1] is found:
         return last[2]
+    if (
+        last is not None
+        and last[0] is desired
+        and last[1] is not None
+        and found is not None
+        and not last[2].writes
+        and not last[2].deletes
+        and last[1].same_but_status(found)
+    ):
+        # Only statuses changed (the daemon writes them): every view still says what
+        # it should. A plan with writes is made again, since each write is
+        # conditional on the resourceVersion it read.
+        _VIEWS[stack] = (desired, found, last[2])
+        return last[2]
     # Unknown TemporalWorker objects (their list failed): nothing is written, since a
     # view could not be told from a person's object of the same name.
     views, held = desired_views(

@@ -195,6 +195,7 @@ class ShardQueues:
         self._namespaces = namespaces
         self._fanout = fanout
         self._wakeup: threading.Event | None = None
+        self._last: ObjectList | None = None
 
     def start(self, wakeup: threading.Event) -> None:
         """Subscribe the loop's wake-up (the shared watch is started once, elsewhere)."""
@@ -212,11 +213,19 @@ class ShardQueues:
         return None if found is None else slice_objects(found, self._namespaces())
 
     def observed(self) -> ObjectList:
-        """The shard's objects as the desired state's input (unknown until listed)."""
+        """The shard's objects as the desired state's input (unknown until listed).
+
+        The same value, by identity, while the shard's Queues are the same (see
+        :meth:`ShardNative.observed`).
+        """
         found = self.snapshot()
         if found is None:
             return self._shared.observed()
-        return ObjectList.known(found, trim=False)
+        sliced = ObjectList.known(found, trim=False)
+        if self._last is not None and self._last == sliced:
+            return self._last
+        self._last = sliced
+        return sliced
 
     def failure(self) -> str | None:
         """The shared watch's last failure."""
@@ -287,6 +296,10 @@ class ShardNative:
                 out[key] = cached[2]
                 continue
             sliced = ObjectList.of_api(slice_objects(found.objects, namespaces))
+            if cached is not None and cached[1] == namespaces and cached[2] == sliced:
+                # Another shard's objects changed (its daemon wrote their status): this
+                # shard's are the same, and so is the value it derives from them.
+                sliced = cached[2]
             self._slices[key] = (found, namespaces, sliced)
             out[key] = sliced
         return out

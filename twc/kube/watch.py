@@ -115,6 +115,7 @@ class StaticQueues:
     def __init__(self, objects: Iterable[Mapping[str, Any]] = ()) -> None:
         """Hold ``objects``; :meth:`replace` changes them and wakes the loop."""
         self._objects = tuple(objects)
+        self._observed: ObjectList | None = None
         self._wakeup: threading.Event | None = None
 
     def start(self, wakeup: threading.Event) -> None:
@@ -129,12 +130,15 @@ class StaticQueues:
         return self._objects
 
     def observed(self) -> ObjectList:
-        """The objects, known."""
-        return ObjectList.known(self._objects, trim=False)
+        """The objects, known: the same value until :meth:`replace`, as a watch's."""
+        if self._observed is None:
+            self._observed = ObjectList.known(self._objects, trim=False)
+        return self._observed
 
     def replace(self, objects: Iterable[Mapping[str, Any]]) -> None:
         """Swap the objects, as a watch event would, and wake the loop."""
         self._objects = tuple(objects)
+        self._observed = None
         if self._wakeup is not None:
             self._wakeup.set()
 

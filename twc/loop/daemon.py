@@ -318,23 +318,14 @@ class Daemon:
                     self._standby()
                     continue
                 self.wakeup.clear()
+                seen = self._inputs()
                 state = self.iterate(state)
                 self.state = state
                 if once:
                     state = self._drain(state)
                     ok = state.last_outcome is not None and state.last_outcome.ok
                     return self.exit_code or (0 if ok else 1)
-                now = self.clocks.monotonic()
-                delay = state.next_delay(
-                    now=now,
-                    settings=self.settings,
-                    sample_due_in=self.observer.next_sample_in(now),
-                )
-                self.liveness.expect(delay)
-                if self.clocks.sleep(delay, self.wakeup):
-                    state = self._answer(state)
-                    self.state = state
-                    self._settle()
+                state = self._wait(state, seen)
         except BaseException as exc:
             self._crashed = exc
             raise
@@ -348,6 +339,51 @@ class Daemon:
             self.observer.close()
         logger.info("[%s] stopped", self.stack)
         return self.exit_code
+
+    def _wait(self, state: LoopState, seen: tuple[object, ...] | None) -> LoopState:
+        """Sleep until the next iteration is due, or a wake changed something.
+
+        A wake that changed nothing this loop reads is slept through: a sharded
+        daemon's fleet-file edit wakes every shard, and at 20 shards the 19 whose part
+        of the file stayed the same each planned and reported twice for it (the answer
+        and the iteration), which kept the one shard a new Queue was in waiting.
+        """
+        while True:
+            now = self.clocks.monotonic()
+            delay = state.next_delay(
+                now=now,
+                settings=self.settings,
+                sample_due_in=self.observer.next_sample_in(now),
+            )
+            self.liveness.expect(delay)
+            if not self.clocks.sleep(delay, self.wakeup):
+                return state  # due
+            if self._stop.is_set() or not self._quiet(seen):
+                break
+            self.wakeup.clear()
+            if not self._quiet(seen):
+                break  # changed while the flag was cleared: not slept through
+        state = self._answer(state)
+        self.state = state
+        self._settle()
+        return state
+
+    def _inputs(self) -> tuple[object, ...] | None:
+        # What the loop reads that a wake could have changed, by identity (each source
+        # hands out the same value until it changes), and whether it leads.
+        token = self.observer.inputs()
+        return None if token is None else (*token, self._may_apply())
+
+    def _quiet(self, seen: tuple[object, ...] | None) -> bool:
+        """Whether nothing a wake could have brought changed since ``seen``."""
+        if seen is None or (self._engine is not None and self._engine.ended()):
+            return False  # an engine run ended: it is folded in now
+        now = self._inputs()
+        return (
+            now is not None
+            and len(now) == len(seen)
+            and all(a is b for a, b in zip(now, seen, strict=True))
+        )
 
     def iterate(self, state: LoopState) -> LoopState:
         """Run one iteration from ``state``: observe, plan, act, report. Never raises for

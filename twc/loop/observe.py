@@ -286,6 +286,18 @@ class Observer:
                 logger.debug("[%s] could not read replica ownership: %s", self._stack, exc)
         return Observation(fleet=fleet, cluster=cluster, live=live, live_known=known, scaled=scaled)
 
+    def inputs(self) -> tuple[object, ...] | None:
+        """What a wake could have changed: the fleet and the watched objects, as their
+        sources hand them out (the same value until it changes, so they compare by
+        identity); ``None`` when the fleet cannot be read."""
+        try:
+            fleet = self.sources.fleet()
+        except Exception:  # noqa: BLE001 - the iteration reads it again and reports why
+            return None
+        native = self.sources.native
+        kinds = tuple(native.observed().values()) if native is not None else ()
+        return (fleet, self.sources.queues.observed(), *kinds)
+
     def _cluster(self) -> dict[str, ObjectList]:
         # A kind whose list failed (or never succeeded) is unknown, never empty: the
         # desired state keeps its last accepted objects, or refuses to be computed

@@ -54,6 +54,7 @@ from twc.loop.backlog import TemporalBacklogs, import_temporal
 from twc.loop.daemon import Daemon
 from twc.loop.filewatch import FleetFileWatch
 from twc.loop.freshness import CacheFreshness
+from twc.loop.gcpause import GcPauseLog
 from twc.loop.health import DaemonMetrics, HealthServer, MetricsSource, Probe
 from twc.loop.observe import CachedFleetFile, Sources
 from twc.loop.rollouts import RolloutSource
@@ -956,10 +957,13 @@ def run_daemon(options: RunOptions) -> int:
         on_fatal=fatal,
         grace=wiring.settle() + 30,
     )
+    pauses = GcPauseLog()
+    pauses.install()
     try:
         wiring.start()
         return supervisor.run(lambda: runner.run(once=options.once))
     finally:
+        pauses.uninstall()
         wiring.close()
         server.stop()
         status_server.stop()

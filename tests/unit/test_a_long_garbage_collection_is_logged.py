@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import gc
 import logging
+import time
 
 import pytest
 
-from twc.loop.gcpause import GcPauseLog
+from twc.loop.gcpause import GcFreezer, GcPauseLog
 
 
 class _Clock:
@@ -48,3 +49,21 @@ def test_a_short_collection_is_not_logged(caplog: pytest.LogCaptureFixture) -> N
 
     assert log.pauses == []
     assert "garbage collection" not in caplog.text
+
+
+def test_the_freezer_keeps_live_objects_out_of_collections_and_collects_them_all_at_times() -> None:
+    # At 5000 workers the collector walked every object the daemon holds, a second or
+    # more each time (18 such pauses, 26.5 s, in a daemon's first minutes); frozen, they
+    # are not walked, and everything is collected at once every collect_interval.
+    freezer = GcFreezer(freeze_interval=0.01, collect_interval=0.05)
+    kept = [{"worker": i} for i in range(1000)]
+    freezer.start()
+    try:
+        assert gc.get_freeze_count() >= len(kept)
+        deadline = time.monotonic() + 10
+        while freezer.collections < 1 or freezer.freezes < 3:
+            assert time.monotonic() < deadline, "the freezer never froze and collected again"
+            time.sleep(0.01)
+    finally:
+        freezer.stop()
+    assert gc.get_freeze_count() == 0, "stopping hands every object back to the collector"

@@ -54,7 +54,7 @@ from twc.loop.backlog import TemporalBacklogs, import_temporal
 from twc.loop.daemon import Daemon
 from twc.loop.filewatch import FleetFileWatch
 from twc.loop.freshness import CacheFreshness
-from twc.loop.gcpause import GcPauseLog
+from twc.loop.gcpause import GcFreezer, GcPauseLog
 from twc.loop.health import DaemonMetrics, HealthServer, MetricsSource, Probe
 from twc.loop.observe import CachedFleetFile, Sources
 from twc.loop.rollouts import RolloutSource
@@ -959,10 +959,13 @@ def run_daemon(options: RunOptions) -> int:
     )
     pauses = GcPauseLog()
     pauses.install()
+    freezer = GcFreezer()
+    freezer.start()
     try:
         wiring.start()
         return supervisor.run(lambda: runner.run(once=options.once))
     finally:
+        freezer.stop()
         pauses.uninstall()
         wiring.close()
         server.stop()

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["GcPauseLog"]
+__all__ = ["GcFreezer", "GcPauseLog"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,3 +65,50 @@ class GcPauseLog:
             took,
             int(info.get("collected", 0)),
         )
+
+
+class GcFreezer:
+    """Keeps the daemon's long-lived objects out of the collector's walks.
+
+    Every ``freeze_interval`` seconds the objects that exist are frozen
+    (:func:`gc.freeze`): the collector never walks them again, and a collection walks
+    only what came after. Frozen objects are still freed as soon as nothing refers to
+    them; only garbage that refers to itself in a cycle stays. The daemon's objects are
+    JSON values and models without cycles (the logged collections at 5000 workers
+    collected 0 objects), so every ``collect_interval`` seconds everything is unfrozen
+    and collected once, which frees such cycles at the price of one logged pause.
+    """
+
+    def __init__(self, *, freeze_interval: float = 5.0, collect_interval: float = 900.0) -> None:
+        """Freeze every ``freeze_interval`` s, collect it all every ``collect_interval`` s."""
+        self.freeze_interval = freeze_interval
+        self.collect_interval = collect_interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.freezes = 0
+        self.collections = 0
+
+    def start(self) -> None:
+        """Freeze now, then on a thread of its own."""
+        gc.freeze()
+        self.freezes += 1
+        self._thread = threading.Thread(target=self._run, name="twc-gc-freeze", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop freezing and hand every frozen object back to the collector."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+        gc.unfreeze()
+
+    def _run(self) -> None:
+        last_collect = time.monotonic()
+        while not self._stop.wait(self.freeze_interval):
+            if time.monotonic() - last_collect >= self.collect_interval:
+                gc.unfreeze()
+                gc.collect()
+                self.collections += 1
+                last_collect = time.monotonic()
+            gc.freeze()
+            self.freezes += 1

@@ -24,14 +24,18 @@ class _Clock:
         return self.now
 
 
-def test_a_collection_longer_than_the_threshold_is_logged(caplog: pytest.LogCaptureFixture) -> None:
-    log = GcPauseLog(threshold=1.0, clock=_Clock(step=2.5))  # each collection "takes" 2.5 s
+def _collect_with(log: GcPauseLog, caplog: pytest.LogCaptureFixture) -> None:
     log.install()
     try:
         with caplog.at_level(logging.WARNING, logger="twc.loop.gcpause"):
             gc.collect(2)
     finally:
         log.uninstall()
+
+
+def test_a_collection_longer_than_the_threshold_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    log = GcPauseLog(threshold=1.0, clock=_Clock(step=2.5))  # each collection "takes" 2.5 s
+    _collect_with(log, caplog)
 
     assert (2, 2.5) in log.pauses
     assert "garbage collection of generation 2 held every thread for 2.5 s" in caplog.text
@@ -40,12 +44,7 @@ def test_a_collection_longer_than_the_threshold_is_logged(caplog: pytest.LogCapt
 
 def test_a_short_collection_is_not_logged(caplog: pytest.LogCaptureFixture) -> None:
     log = GcPauseLog(threshold=1.0, clock=_Clock(step=0.001))
-    log.install()
-    try:
-        with caplog.at_level(logging.WARNING, logger="twc.loop.gcpause"):
-            gc.collect(2)
-    finally:
-        log.uninstall()
+    _collect_with(log, caplog)
 
     assert log.pauses == []
     assert "garbage collection" not in caplog.text

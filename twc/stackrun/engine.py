@@ -24,7 +24,7 @@ from typing import Any
 
 from pulumi import automation as auto
 
-from twc.stackrun import workspace
+from twc.stackrun import filebackend, workspace
 from twc.stackrun.guard import GUARD_MARK, install_wrapper
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,8 @@ CONFIG_PREFIX = "twc:"
 
 
 def engine_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment for the engine: the project's tools first on PATH."""
+    """Environment for the engine: the project's tools first on PATH, and a ``file://``
+    backend that writes every state file in one rename (:func:`filebackend.atomic_url`)."""
     path = os.pathsep.join(
         [str(ROOT / ".twc" / "bin"), str(ROOT / ".venv" / "bin"), os.environ.get("PATH", "")]
     )
@@ -44,6 +45,9 @@ def engine_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
         "PULUMI_DIY_BACKEND_NO_LEGACY_WARNING": "true",
     }
     env.update(extra or {})
+    url = env.get("PULUMI_BACKEND_URL") or os.environ.get("PULUMI_BACKEND_URL")
+    if url:
+        env["PULUMI_BACKEND_URL"] = filebackend.atomic_url(url)
     return env
 
 
@@ -97,9 +101,16 @@ def select_stack(ref: StackRef) -> auto.Stack:
 
     Selecting rewrites the CLI's workspace settings file, so it runs under
     :func:`twc.stackrun.workspace.selecting` (one select at a time on the host, and an
-    unreadable file left by an interrupted one removed first).
+    unreadable file left by an interrupted one removed first). Every command on the
+    stack starts here, so a state metadata file an interrupted CLI left unreadable is
+    removed here too (:func:`filebackend.repair_sidecars`).
     """
     env = engine_env(ref.env)
+    filebackend.repair_sidecars(
+        env.get("PULUMI_BACKEND_URL", ""),
+        project=workspace.project_name(ref.work_dir),
+        stack=ref.name,
+    )
     with workspace.selecting(ref.work_dir, env) as settings:
         try:
             stack = _create_or_select(ref, env)

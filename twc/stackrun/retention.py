@@ -20,9 +20,9 @@ import logging
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from urllib.parse import urlparse
 
 from twc.desired import DesiredInputs
+from twc.stackrun import filebackend
 from twc.stackrun.automation import StackEngine, UpReport
 
 __all__ = ["DEFAULT_KEEP_BACKUPS", "PruningEngine", "backend_url", "engine_env", "prune_backups"]
@@ -54,12 +54,6 @@ def engine_env(*, checkpoints: str, compression: str, parallel_diff: bool) -> di
     }
 
 
-def _root(backend_url: str) -> Path | None:
-    if not backend_url.startswith("file://"):
-        return None
-    return Path(urlparse(backend_url).path or backend_url.removeprefix("file://"))
-
-
 def _stamped(directory: Path, suffix: str) -> dict[int, list[Path]]:
     """Files of one kind in ``directory`` grouped by the nanosecond stamp in their name
     (a copy and its ``.attrs`` side file share one)."""
@@ -84,7 +78,7 @@ def prune_backups(backend_url: str, *, project: str, stack: str, keep: int) -> i
     Returns:
         How many files were removed.
     """
-    root = _root(backend_url)
+    root = filebackend.root(backend_url)
     if root is None or keep < 0:
         return 0
     removed = 0

@@ -26,7 +26,13 @@ from pathlib import Path
 
 import yaml
 
-__all__ = ["UNREADABLE_SETTINGS", "repair_settings", "selecting", "settings_file"]
+__all__ = [
+    "UNREADABLE_SETTINGS",
+    "project_name",
+    "repair_settings",
+    "selecting",
+    "settings_file",
+]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +47,11 @@ def _project_name(project_file: Path) -> str:
     if not isinstance(name, str) or not name:
         raise ValueError(f"{project_file} names no project")
     return name
+
+
+def project_name(work_dir: Path) -> str:
+    """The name of the Pulumi project in ``work_dir``."""
+    return _project_name(Path(work_dir).resolve() / "Pulumi.yaml")
 
 
 def settings_file(work_dir: Path, env: Mapping[str, str] | None = None) -> Path:

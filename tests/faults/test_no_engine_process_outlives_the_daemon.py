@@ -71,9 +71,14 @@ def test_no_engine_process_outlives_the_daemon_however_it_ends(
         running = daemon.engine_processes()
 
         ended = time.monotonic()
+        inputs = "twc-daemon-*/**/inputs-*.json"
         if ending == "SIGTERM":
+            assert list(daemon.tmpdir.glob(inputs)), "the up runs without an inputs file"
             daemon.proc.send_signal(signal.SIGTERM)
             assert daemon.proc.wait(timeout=180) == 0  # the step finished first
+            assert list(daemon.tmpdir.glob("twc-daemon-*/guard/journal/*.json"))
+            left = list(daemon.tmpdir.glob(inputs))
+            assert left == [], f"the daemon left its engine's inputs behind: {left}"
         else:
             daemon.kill_9(group=ending.endswith("group"))
         exited = time.monotonic() - ended

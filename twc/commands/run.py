@@ -80,7 +80,7 @@ from twc.loop.shardviews import (
 )
 from twc.spec import Fleet
 from twc.stackrun import engine, retention
-from twc.stackrun.automation import AutomationEngine
+from twc.stackrun.automation import INPUTS_PREFIX, AutomationEngine
 from twc.stackrun.guard import GuardChannel
 
 __all__ = [
@@ -300,6 +300,9 @@ class Wiring:
     """Set by :meth:`close`: whether the Leases may be released (no engine left)."""
     freshness: CacheFreshness | None = None
     """The watch caches' part of ``/healthz`` (``None`` without caches)."""
+    state_dir: Path | None = None
+    """The process's private directory (the engines' inputs files, the guards'
+    channels); :meth:`close` removes the inputs files once no engine is left."""
 
     @property
     def live(self) -> Probe:
@@ -345,6 +348,21 @@ class Wiring:
         for client in (self.kube, self.lease_kube):
             if client is not None:
                 client.close()
+        if self.state_dir is None:
+            return
+        if not self.release_leases:
+            logger.warning(
+                "[%s] an engine run is still ending: it keeps its inputs in %s",
+                self.stack,
+                self.state_dir,
+            )
+            return
+        # A fleet's inputs file is megabytes: daemons that come and go on a host
+        # (restarts, tests, benchmarks) would otherwise fill its temporary directory.
+        # The guards' journals stay: a few bytes per engine command, the record of what
+        # ran (the fault tests read it after the daemon ended).
+        for inputs in self.state_dir.rglob(f"{INPUTS_PREFIX}*.json"):
+            inputs.unlink(missing_ok=True)
 
 
 def _secret_cache(
@@ -630,6 +648,7 @@ def _wire_one(
         background=True,
     )
     wiring = Wiring(options.stack, settings, daemon, metrics, file, kube, [channel], lease_kube)
+    wiring.state_dir = state_dir
     _caches(wiring, [c for c in (deployments, secrets) if c is not None], metrics.registry)
     _watch_file(wiring, path, daemon.wakeup)
     if elector is not None:
@@ -846,6 +865,7 @@ def _wire_shards(
         lambda: [own, *(s.daemon.metrics.registry for s in sharded.shards.values())]
     )
     wiring = Wiring(options.stack, settings, sharded, metrics, file, kube, channels, lease_kube)
+    wiring.state_dir = state_root
 
     def start_watches() -> None:
         queue_watch.start(fanout)

@@ -52,6 +52,7 @@ from twc.stackrun.errors import (
 from twc.stackrun.guard import GuardChannel, pid_alive
 
 __all__ = [
+    "INPUTS_PREFIX",
     "PATCH_FORCE_ENV",
     "AutomationEngine",
     "LockHolder",
@@ -69,6 +70,9 @@ logger = logging.getLogger(__name__)
 
 # The Kubernetes provider's switch for server-side apply with force, for every resource.
 PATCH_FORCE_ENV = "PULUMI_K8S_ENABLE_PATCH_FORCE"
+INPUTS_PREFIX = "inputs-"
+"""The name of an engine's inputs file (the desired state handed to the program), before
+its stack's name."""
 WORKER_TYPE = "twc:temporal:TemporalWorker"
 QUEUE_TYPE = "twc:kmsvc:Queue"
 
@@ -350,7 +354,7 @@ class AutomationEngine:
         if state_dir is None:
             state_dir = Path(tempfile.mkdtemp(prefix="twc-daemon-"))
         state_dir.mkdir(parents=True, exist_ok=True)
-        self.inputs_file = state_dir / f"inputs-{ref.name}.json"
+        self.inputs_file = state_dir / f"{INPUTS_PREFIX}{ref.name}.json"
         self.channel = channel or GuardChannel(state_dir / "guard")
         self._hostname = hostname or socket.gethostname()
         self._alive = alive

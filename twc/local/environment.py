@@ -65,6 +65,8 @@ COMPONENTS = (
 )
 OPTIONAL = frozenset({"pod-workers"})
 """Started only when asked for (``--run-workers``), then kept like the others."""
+_BIND_ATTEMPTS = 3
+"""Ports PostgreSQL tries before its start fails (another environment may bind one first)."""
 STATE_PARTS = frozenset({"postgres"})
 """Started after the components, with ``--state postgres`` only (see ``_up_postgres``)."""
 CONTROLLERS = (
@@ -504,11 +506,25 @@ class LocalEnvironment:
                 progress(f"postgres: initialized {self.postgres.data}")
         except (FileNotFoundError, RuntimeError) as exc:
             raise LocalEnvError(f"postgres: {exc}") from None
-        progress(f"postgres: starting on 127.0.0.1:{state.ports.postgres}")
-        rec = self.postgres.start(state.ports.postgres)
-        state.processes["postgres"] = rec
-        self._save(state)
-        self._wait_ready(rec, lambda: self.postgres.ready(state.ports.postgres), 60)
+        for attempt in range(1, _BIND_ATTEMPTS + 1):
+            progress(f"postgres: starting on 127.0.0.1:{state.ports.postgres}")
+            rec = self.postgres.start(state.ports.postgres)
+            state.processes["postgres"] = rec
+            self._save(state)
+            try:
+                self._wait_ready(rec, lambda: self.postgres.ready(state.ports.postgres), 60)
+                break
+            except LocalEnvError as exc:
+                # A free port is free only until someone binds it: another environment
+                # on the host may have taken it meanwhile. Another port, then.
+                if attempt == _BIND_ATTEMPTS or "could not bind" not in str(exc):
+                    raise
+                taken = set(state.ports.__dict__.values())
+                port = free_port()
+                while port in taken:
+                    port = free_port()
+                progress(f"postgres: port {state.ports.postgres} was taken; trying {port}")
+                state.ports.postgres = port
         progress(f"postgres: ready in {time.monotonic() - t0:.1f} s")
         return crashes
 

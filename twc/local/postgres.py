@@ -171,7 +171,21 @@ class Postgres:
         return start_process("postgres", argv, self.log_file)
 
     def ready(self, port: int) -> bool:
-        """Whether the server accepts connections."""
+        """Whether this environment's server accepts connections on ``port``.
+
+        ``pg_isready`` alone answers for whatever listens there: when two environments
+        on one host (tests side by side) drew the same free port, the one whose server
+        could not bind took the other's for its own, and its clients then failed with
+        "password authentication failed". So the server of this data directory must say,
+        in its ``postmaster.pid``, that it is ready on that port.
+        """
+        try:
+            lines = (self.data / "postmaster.pid").read_text().splitlines()
+        except OSError:
+            return False
+        # Line 4 is the port, line 8 the status ("starting", "ready", ...).
+        if len(lines) < 8 or lines[3].strip() != str(port) or lines[7].strip() != "ready":
+            return False
         check = subprocess.run(
             [postgres_tool("pg_isready"), "-h", "127.0.0.1", "-p", str(port), "-d", DATABASE],
             capture_output=True,

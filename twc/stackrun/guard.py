@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "BACKGROUND_NICENESS",
     "CHANNEL_ENV",
     "GUARD_MARK",
     "PARENT_ENV",
@@ -77,6 +78,14 @@ TICK = 0.05
 """Seconds between the guard's checks (deadlines, its parent, exited processes)."""
 RECORD_TIMEOUT = 30.0
 """Seconds a guard waits, under a Lease, for its CLI's pid to be recorded."""
+BACKGROUND_NICENESS = 10
+"""Added to a ``refresh``'s niceness (the CLI and, inheriting it, every plugin it starts).
+
+A refresh is drift detection on a schedule: nobody waits for it, and at 20 shards of
+250 workers one is running nearly all the time. At equal priority it takes a core from
+the ``up`` of a change and from the daemon's own loops (Queue → Deployment, scaling);
+at niceness 10 the kernel gives it about a tenth of what a contending ``up`` gets, and
+all of an idle CPU."""
 LEFTOVER_GRACE = 0.5
 """Seconds processes left behind by a CLI that exited normally get to exit by themselves."""
 
@@ -647,6 +656,8 @@ class _Guard:
             os.dup2(null, 0)
             if not os.read(go_read, 2):
                 os._exit(126)
+            if _subcommand(self.args)[:1] == ("refresh",):
+                os.nice(BACKGROUND_NICENESS)
             os.execv(self.real, [self.real, *self.args])  # noqa: S606 - the CLI itself, no shell
         except BaseException:  # noqa: BLE001 - a forked child must never return into the guard
             os._exit(127)

@@ -4,6 +4,12 @@ A restarted daemon skips its first ``up`` only when its stack is as the last rec
 ``up`` left it *and* it would render the same desired state the same way: a new twc
 (another builder, another provider version) may not. The build is a digest of what
 renders: the program, twc's and the providers' sources, and the pinned requirements.
+
+Left out are the packages the program cannot import, by the layers contract
+(``pyproject.toml``): those above ``twc.program`` (the daemon, the engine runs, the
+verbs) and the test bed. A new twc that changes only how the daemon decides or runs the
+engine renders every stack the same, and at 20 shards of 250 workers the full ``up`` of
+every shard it would otherwise start takes ten minutes.
 """
 
 from __future__ import annotations
@@ -12,7 +18,10 @@ import functools
 import hashlib
 from pathlib import Path
 
-__all__ = ["build_id"]
+__all__ = ["NOT_RENDERING", "build_id"]
+
+NOT_RENDERING = ("cli", "commands", "loop", "stackrun", "local")
+"""twc's modules (``twc.<name>``) the program cannot import: left out of the build."""
 
 _ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,6 +33,10 @@ def build_id(root: Path = _ROOT) -> str:
     files = [root / "__main__.py", root / "Pulumi.yaml", root / "requirements.txt"]
     for package in ("twc", "providers"):
         files.extend(sorted((root / package).rglob("*.py")))
+    skipped = {root / "twc" / name for name in NOT_RENDERING}
+    files = [
+        path for path in files if not skipped.intersection((path.with_suffix(""), *path.parents))
+    ]
     for path in files:
         if not path.is_file():
             continue

@@ -193,6 +193,75 @@ def _max_by_name(memory: list[dict[str, Any]]) -> dict[str, float]:
 
 
 # --------------------------------------------------------------- backlog burst
+def _burst_samples(daemon: DaemonProcess, queue: str, replicas: int, target: int) -> set[float]:
+    """The Unix times of the daemon's samples of ``queue`` that ask for more than
+    ``replicas`` (value and time from one read of ``/metrics``)."""
+    metrics = daemon.metrics()
+
+    def one(name: str) -> float | None:
+        found = [v for labels, v in metrics.get(name, []) if labels.get("task_queue") == queue]
+        return found[0] if found else None
+
+    value = one("twc_task_queue_backlog")
+    sampled_at = one("twc_task_queue_backlog_sampled_at_seconds")
+    if value is None or sampled_at is None or math.ceil(value / target) <= replicas:
+        return set()
+    return {sampled_at}
+
+
+class ReplicasChange:
+    """When the API server's watch first shows a Deployment with other replicas.
+
+    The Unix time the event arrived, to the millisecond: a poll would round the moment up
+    to its interval, longer than the figure it is for.
+    """
+
+    def __init__(
+        self, kube: Any, namespace: str, name: str, replicas: int, resource_version: str
+    ) -> None:
+        """Watch ``namespace/name`` from ``resource_version`` for replicas other than these."""
+        self._args = (kube, namespace, name, replicas, resource_version)
+        self._at: float | None = None
+        self._error: BaseException | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="bench-replicas", daemon=True)
+
+    def start(self) -> ReplicasChange:
+        self._thread.start()
+        return self
+
+    def wait(self, timeout: float) -> float:
+        """The Unix time of the change; raises if the watch did not see one in time."""
+        if not self._done.wait(timeout):
+            raise TimeoutError("the Deployment's watch showed no replica change")
+        if self._at is None:
+            raise RuntimeError(f"the Deployment's watch ended without the change: {self._error}")
+        return self._at
+
+    def _watch(self) -> None:
+        from kubernetes import watch
+
+        kube, namespace, name, replicas, resource_version = self._args
+        stream = watch.Watch()
+        try:
+            for event in stream.stream(
+                kube.apps.list_namespaced_deployment,
+                namespace,
+                field_selector=f"metadata.name={name}",
+                resource_version=resource_version,
+                timeout_seconds=330,
+            ):
+                arrived = time.time()
+                if (event["object"].spec.replicas or 0) != replicas:
+                    self._at = arrived
+                    stream.stop()
+                    break
+        except Exception as exc:  # noqa: BLE001 - reported by wait()
+            self._error = exc
+        finally:
+            self._done.set()
+
+
 def backlog_to_replicas(
     stack: BenchStack,
     daemon: DaemonProcess,
@@ -206,11 +275,15 @@ def backlog_to_replicas(
 ) -> dict[str, Any]:
     """A burst of workflows on an autoscaled worker's queue until its replicas change.
 
-    Three moments per trial: the burst (the workflows started), the daemon's sample
-    (its ``twc_task_queue_backlog`` shows the burst: the daemon knows), and the replicas
-    changed in the API server. The ``up``s started meanwhile are counted (the scale
-    subresource needs none), and apart from them the refreshes, which run on their own
-    schedule in whichever shard is due and have nothing to do with the burst.
+    Three moments per trial: the burst (the workflows started), the daemon's sample that
+    showed it (``twc_task_queue_backlog_sampled_at_seconds`` beside a backlog that asks
+    for more replicas: the moment the daemon knew), and the replicas changed in the API
+    server (the arrival of the Deployment's watch event). The harness reads the metrics
+    every 50 ms, but the sample's own time comes with its value, so a sample and a scale
+    that fall between two reads are timed all the same. The ``up``s started meanwhile are
+    counted (the scale subresource needs none), and apart from them the refreshes, which
+    run on their own schedule in whichever shard is due and have nothing to do with the
+    burst.
     """
     autoscaled = [i for i in range(stack.n) if fleets.autoscaled(i, stack.namespaces, stack.n)]
     picks = rng.sample(autoscaled, k=min(trials, len(autoscaled)))
@@ -219,47 +292,60 @@ def backlog_to_replicas(
     runs: list[float] = []
     refreshes: list[float] = []
     target = fleets.AUTOSCALING["targetBacklogPerReplica"]
+    unsampled = 0
     for trial, index in enumerate(picks):
         namespace = fleets.worker_namespace(index, stack.namespaces)
         name = fleets.worker_name(index)
         queue = fleets.task_queue(index)
         before = _deployment(kube, namespace, name)
-        replicas = int((before or {}).get("spec", {}).get("replicas") or 1)
+        if before is None:
+            raise RuntimeError(f"N={stack.n}: Deployment {namespace}/{name} is missing")
+        replicas = int(before["spec"].get("replicas") or 1)
+        changed = ReplicasChange(
+            kube, namespace, name, replicas, before["metadata"]["resourceVersion"]
+        ).start()
         ups_before = daemon.engine_runs("up")
         refreshes_before = daemon.engine_runs("refresh")
         start = time.perf_counter()
         ids = asyncio.run(_start_workflows(address, queue, workflows))
-        sampled: list[float] = []
+        showed: set[float] = set()
 
         def seen(
             queue: str = queue,
-            sampled: list[float] = sampled,
+            showed: set[float] = showed,
             replicas: int = replicas,
             namespace: str = namespace,
             name: str = name,
         ) -> bool:
-            value = daemon.value("twc_task_queue_backlog", task_queue=queue)
-            if not sampled and value is not None and math.ceil(value / target) > replicas:
-                sampled.append(time.perf_counter())
+            showed.update(_burst_samples(daemon, queue, replicas, target))
             dep = _deployment(kube, namespace, name)
             return dep is not None and int(dep["spec"].get("replicas") or 0) != replicas
 
         wait(seen, 300, interval=0.05)
         done = time.perf_counter()
         burst_s.append(done - start)
-        if sampled:
-            sample_s.append(max(0.0, done - sampled[0]))
+        showed.update(_burst_samples(daemon, queue, replicas, target))
+        changed_at = changed.wait(timeout=30)
+        before_change = [t for t in showed if t <= changed_at]
+        if before_change:
+            sample_s.append(changed_at - max(before_change))
+        else:
+            # Only if a newer sample replaced the one that scaled within one 50 ms read:
+            # counted, never guessed.
+            unsampled += 1
         runs.append(daemon.engine_runs("up") - ups_before)
         refreshes.append(daemon.engine_runs("refresh") - refreshes_before)
         asyncio.run(_terminate(address, ids))
         progress(
             f"N={stack.n} backlog → replicas {trial + 1}/{len(picks)}: {burst_s[-1]:.1f} s "
-            f"after the burst, {sample_s[-1] if sample_s else float('nan'):.2f} s after the "
-            f"sample, {runs[-1]:.0f} ups ({refreshes[-1]:.0f} refreshes on their schedule)"
+            f"after the burst, "
+            f"{f'{sample_s[-1] * 1000:.1f} ms' if before_change else 'unknown'} after the sample, "
+            f"{runs[-1]:.0f} ups ({refreshes[-1]:.0f} refreshes on their schedule)"
         )
     return {
         "burst_to_replicas_s": summarize(burst_s),
         "sample_to_replicas_s": summarize(sample_s),
+        "trials_without_sample": unsampled,
         "up_runs": summarize(runs),
         "refresh_runs": summarize(refreshes),
         "workflows": workflows,

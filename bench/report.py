@@ -54,7 +54,7 @@ p95, max, mean, samples}}` (its p95 is rendered only from ≥ {P95_MIN} samples)
     (summaries), `engine_peak_total_mb`, `engine_peak_process_mb`,
     `engine_peak_by_name_mb`;
   - `backlog`: `burst_to_replicas_s`, `sample_to_replicas_s`, `up_runs`, `refresh_runs`
-    (summaries), `workflows`;
+    (summaries), `trials_without_sample` (a count), `workflows`;
   - `queue`: `latency_s`, `deployment_s` (summaries), `mean_gap_s`, `refreshes_during`,
     `busy`, `errors`;
   - `memory`: `daemon_peak_rss_mb`;
@@ -329,9 +329,9 @@ def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
         "template is Available (its rollout finished).",
         "- *backlog → replicas*: a burst of workflows on an autoscaled worker's task queue "
         "(nothing polls it); until the Deployment's replicas change. *After the sample* "
-        "starts when the daemon's `twc_task_queue_backlog` shows the burst (the harness "
-        "reads it every 50 ms, so a trial whose sample and scale fell between two reads "
-        "has no such figure); the burst waits for Temporal's statistics and for the "
+        "runs from the daemon's sample that showed the burst (the time it publishes with "
+        "`twc_task_queue_backlog`) to the arrival of the Deployment's watch event with the "
+        "new replicas; the burst waits for Temporal's statistics and for the "
         "daemon's next sample (`sampling.interval`). *Ups* is how many `up`s started "
         "meanwhile (the largest of the trials); refreshes, which run on their own "
         "schedule in whichever shard is due, are counted apart in `refresh_runs`.",

@@ -98,6 +98,12 @@ class DaemonMetrics:
             ["stack", "temporal_namespace", "task_queue"],
             registry=r,
         )
+        self.backlog_sampled_at = Gauge(
+            "twc_task_queue_backlog_sampled_at_seconds",
+            "Unix time of the sample twc_task_queue_backlog shows (taken from Temporal).",
+            ["stack", "temporal_namespace", "task_queue"],
+            registry=r,
+        )
         self.backlog_errors = Counter(
             "twc_backlog_sample_errors",
             "Failed backlog samples (the worker's replicas are held).",
@@ -210,15 +216,22 @@ class DaemonMetrics:
                 self.current_replicas.labels(self.stack, worker).set(now)
         self._known_workers = set(desired)
 
-    def set_backlogs(self, backlogs: Iterable[tuple[str, str, int]]) -> None:
-        """Publish ``(temporal namespace, task queue, backlog)`` triples; others drop."""
+    def set_backlogs(self, backlogs: Iterable[tuple[str, str, int, float]]) -> None:
+        """Publish ``(temporal namespace, task queue, backlog, sampled at)``; others drop.
+
+        The sample's time goes with its value, so whoever reads the backlog can tell a
+        new sample from an old one and time what followed it (the scale) from the
+        moment twc knew, not from when it happened to look.
+        """
         seen: set[tuple[str, str]] = set()
-        for namespace, queue, count in backlogs:
+        for namespace, queue, count, sampled_at in backlogs:
             self.backlog.labels(self.stack, namespace, queue).set(count)
+            self.backlog_sampled_at.labels(self.stack, namespace, queue).set(sampled_at)
             seen.add((namespace, queue))
         for namespace, queue in self._known_queues - seen:
-            with contextlib.suppress(KeyError):
-                self.backlog.remove(self.stack, namespace, queue)
+            for gauge in (self.backlog, self.backlog_sampled_at):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(self.stack, namespace, queue)
         self._known_queues = seen
 
     def render(self) -> bytes:

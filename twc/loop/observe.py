@@ -246,6 +246,8 @@ class Observer:
         )
         self._samples: dict[TaskQueueRef, tuple[SampleResult, float]] = {}
         """Per autoscaled task queue, its last good backlog sample and when it was taken."""
+        self._sampled_at: dict[TaskQueueRef, float] = {}
+        """Per autoscaled task queue, the Unix time of that sample (published with it)."""
 
     @property
     def registry(self) -> Registry:
@@ -436,6 +438,7 @@ class Observer:
         source = self.sources.backlogs
         if not autoscaled or source is None:
             self._samples = {}
+            self._sampled_at = {}
             self._metrics.set_backlogs(())
             self._sampling_faults({})
             return {}
@@ -445,6 +448,7 @@ class Observer:
         wanted = set(refs.values())
         # Queues no autoscaled worker uses any more are forgotten.
         self._samples = {r: v for r, v in self._samples.items() if r in wanted}
+        self._sampled_at = {r: v for r, v in self._sampled_at.items() if r in self._samples}
         results: dict[TaskQueueRef, SampleResult] = {
             ref: sample
             for ref, (sample, taken_at) in self._samples.items()
@@ -461,19 +465,24 @@ class Observer:
                 )
             )
             results.update(fresh)
+            wall = time.time()
             for ref, sample in fresh.items():
                 if sample.ok:
                     self._samples[ref] = (sample, now)
+                    self._sampled_at[ref] = wall
                 else:
                     self._samples.pop(ref, None)  # asked again next iteration
+                    self._sampled_at.pop(ref, None)
         out: dict[str, int | None] = {}
-        published: list[tuple[str, str, int]] = []
+        published: list[tuple[str, str, int, float]] = []
         errors: dict[str, BaseException] = {}
         for key, ref in refs.items():
             result = results.get(ref)
             if result is not None and result.ok and result.backlog is not None:
                 out[key] = result.backlog.count
-                published.append((ref.namespace, ref.name, result.backlog.count))
+                published.append(
+                    (ref.namespace, ref.name, result.backlog.count, self._sampled_at[ref])
+                )
             else:
                 out[key] = None
                 errors[key] = (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -66,3 +67,15 @@ def delete_twc_objects(kube: Any, namespace: str) -> None:
         except Exception as exc:  # a CRD this environment does not serve
             if getattr(exc, "status", None) != 404:
                 raise
+
+
+def guarded_cli(tmp_path: Path, script: str) -> Path:
+    """A stand-in ``pulumi`` (``script``, an executable text) behind the engine guard's
+    wrapper, exactly as the Automation API runs the real one: the wrapper's path."""
+    from twc.local import project_root
+    from twc.stackrun.guard import install_wrapper
+
+    cli = tmp_path / "fake-pulumi"
+    cli.write_text(script)
+    cli.chmod(0o755)
+    return install_wrapper(str(cli), root=project_root()) / "bin" / "pulumi"

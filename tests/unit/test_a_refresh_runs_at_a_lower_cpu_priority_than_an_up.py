@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from twc.local import project_root
-from twc.stackrun.guard import BACKGROUND_NICENESS, install_wrapper
+from tests.helpers import guarded_cli
+from twc.stackrun.guard import BACKGROUND_NICENESS
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs fork")
 
@@ -31,10 +31,7 @@ print(json.dumps({{"cli": os.nice(0), "plugin": int(plugin.stdout)}}))
 
 @pytest.fixture
 def wrapper(tmp_path: Path) -> Path:
-    cli = tmp_path / "fake-pulumi"
-    cli.write_text(NICENESS_CLI)
-    cli.chmod(0o755)
-    return install_wrapper(str(cli), root=project_root()) / "bin" / "pulumi"
+    return guarded_cli(tmp_path, NICENESS_CLI)
 
 
 def _niceness(wrapper: Path, *args: str) -> dict[str, int]:

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import assert_eventually
-from twc.local import project_root
+from tests.helpers import assert_eventually, guarded_cli
 from twc.stackrun.guard import (
     CHANNEL_ENV,
     PARENT_ENV,
@@ -25,7 +24,6 @@ from twc.stackrun.guard import (
     GuardAction,
     GuardChannel,
     Stop,
-    install_wrapper,
     next_action,
     stop_reason,
 )
@@ -59,10 +57,7 @@ def _gone(pid: int) -> bool:
 
 @pytest.fixture
 def wrapper(tmp_path: Path) -> Path:
-    cli = tmp_path / "fake-pulumi"
-    cli.write_text(FAKE_CLI)
-    cli.chmod(0o755)
-    return install_wrapper(str(cli), root=project_root()) / "bin" / "pulumi"
+    return guarded_cli(tmp_path, FAKE_CLI)
 
 
 def _pids(marker: Path) -> dict[str, int]:

@@ -216,11 +216,18 @@ class ReplicasChange:
     to its interval, longer than the figure it is for.
     """
 
-    def __init__(
-        self, kube: Any, namespace: str, name: str, replicas: int, resource_version: str
-    ) -> None:
-        """Watch ``namespace/name`` from ``resource_version`` for replicas other than these."""
-        self._args = (kube, namespace, name, replicas, resource_version)
+    def __init__(self, kube: Any, namespace: str, name: str, replicas: int) -> None:
+        """Watch ``namespace/name`` from now on for replicas other than these.
+
+        The watch starts at the resourceVersion of a list (the store's version now); the
+        Deployment's own one can be older than the API server's watch window, and the
+        watch then ends at once with 410 Gone (a full run lost its backlog figure so).
+        """
+        selector = f"metadata.name={name}"
+        listed = kube.apps.list_namespaced_deployment(namespace, field_selector=selector)
+        if [d.spec.replicas for d in listed.items] != [replicas]:
+            raise RuntimeError(f"{namespace}/{name}: replicas changed before the burst")
+        self._args = (kube, namespace, name, replicas, listed.metadata.resource_version)
         self._at: float | None = None
         self._error: BaseException | None = None
         self._done = threading.Event()
@@ -252,6 +259,8 @@ class ReplicasChange:
                 timeout_seconds=330,
             ):
                 arrived = time.time()
+                if event["type"] == "ERROR":
+                    raise RuntimeError(f"the watch failed: {event['raw_object']}")
                 if (event["object"].spec.replicas or 0) != replicas:
                     self._at = arrived
                     stream.stop()
@@ -301,9 +310,7 @@ def backlog_to_replicas(
         if before is None:
             raise RuntimeError(f"N={stack.n}: Deployment {namespace}/{name} is missing")
         replicas = int(before["spec"].get("replicas") or 1)
-        changed = ReplicasChange(
-            kube, namespace, name, replicas, before["metadata"]["resourceVersion"]
-        ).start()
+        changed = ReplicasChange(kube, namespace, name, replicas).start()
         ups_before = daemon.engine_runs("up")
         refreshes_before = daemon.engine_runs("refresh")
         start = time.perf_counter()

@@ -78,6 +78,7 @@ from twc.loop.shardviews import (
     shard_keyed,
     shard_keys,
 )
+from twc.shards import NamespaceGroups
 from twc.spec import Fleet
 from twc.stackrun import engine, retention
 from twc.stackrun.automation import INPUTS_PREFIX, AutomationEngine
@@ -699,6 +700,8 @@ def _wire_shards(
     native_watch = NativeWatch(
         kube.custom, registry.watched_kinds(), resync_interval=settings.resync_interval
     )
+    # Each shared list grouped by namespace once per version, for all the shards.
+    queue_groups, native_groups = NamespaceGroups(), NamespaceGroups()
     writer = NativeWriter(kube.custom, kube.core)
     # Every Queue and fleet-file worker shown as a TemporalWorker object.
     views = TemporalWorkerViews(kube.custom)
@@ -806,8 +809,8 @@ def _wire_shards(
             settings,
             Sources(
                 fleet=ShardFleet(fleet_file, namespaces),
-                queues=ShardQueues(queue_watch, namespaces, fanout),
-                native=ShardNative(native_watch, namespaces, fanout),
+                queues=ShardQueues(queue_watch, namespaces, fanout, queue_groups),
+                native=ShardNative(native_watch, namespaces, fanout, native_groups),
                 backlogs=TemporalBacklogs(
                     read_secret=workloads.read_secret, temporal_address=temporal_address
                 ),

@@ -118,12 +118,14 @@ class ObjectList(_Model):
         return cls(objects=tuple(items))
 
     @classmethod
-    def of_api(cls, objects: Iterable[Mapping[str, Any]]) -> ObjectList:
+    def of_api(cls, objects: Iterable[Mapping[str, Any]], *, copy: bool = True) -> ObjectList:
         """A successful observation of objects as decoded from the API server's JSON,
         kept whole and not validated again: they are JSON values by construction, and
         validating every field of every object was most of a daemon iteration (200 ms a
-        shard at 250 workers)."""
-        return cls.model_construct(objects=tuple(dict(o) for o in objects), failure=None)
+        shard at 250 workers). ``copy=False`` keeps the very dicts given (a caller that
+        made its own copies, and hands the same one out while its object is unchanged)."""
+        items: tuple[Any, ...] = tuple(dict(o) for o in objects) if copy else tuple(objects)
+        return cls.model_construct(objects=items, failure=None)
 
     def trimmed(self) -> ObjectList:
         """The same observation with every object trimmed."""

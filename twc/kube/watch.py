@@ -342,6 +342,8 @@ class ObjectWatcher:
         self._failure: str | None = None
         self._unknown: str | None = None
         self._observed: tuple[Mapping[str, Any], ObjectList] | None = None
+        self._copies: dict[str, tuple[Mapping[str, Any], dict[str, Any]]] = {}
+        """Per key, the object last observed and the copy handed out for it."""
         self._view: tuple[dict[str, Mapping[str, Any]], Mapping[str, Mapping[str, Any]]] | None
         self._view = None
         """The last :meth:`observed` and the mapping it was made of."""
@@ -399,7 +401,16 @@ class ObjectWatcher:
             # the loop compares the same value cheaply (by identity) iteration after
             # iteration.
             return cached[1]
-        found = ObjectList.of_api(objects[k] for k in sorted(objects))
+        # An unchanged object keeps the copy it was handed out as: a shard's daemon
+        # tells by identity that a write to another shard's objects left its own as
+        # they were (twc.shards.NamespaceGroups), instead of comparing them all.
+        before, copies = self._copies, {}
+        for key in sorted(objects):
+            obj = objects[key]
+            kept = before.get(key)
+            copies[key] = kept if kept is not None and kept[0] is obj else (obj, dict(obj))
+        self._copies = copies
+        found = ObjectList.of_api((c for _, c in copies.values()), copy=False)
         self._observed = (objects, found)
         return found
 

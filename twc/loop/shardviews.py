@@ -16,13 +16,14 @@ unchanged and go back to sleep.
 
 from __future__ import annotations
 
+import itertools
 import threading
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Hashable, Mapping
 from typing import Any, TypeVar
 
 from twc.desired import ObjectList
 from twc.kube.watch import NativeSnapshot, NativeSource, QueueSource
-from twc.shards import slice_fleet, slice_objects
+from twc.shards import NamespaceGroups, slice_fleet
 from twc.spec import Fleet
 
 __all__ = [
@@ -128,6 +129,17 @@ def _cut(
     return cached
 
 
+_QUEUES = "Queue"
+_WORKERS = "TemporalWorker"
+"""Keys of the shared lists in a :class:`~twc.shards.NamespaceGroups` (the native
+kinds' own keys are their CRD names, never these)."""
+
+
+def _same_parts(a: tuple[tuple[Any, ...], ...], b: tuple[tuple[Any, ...], ...]) -> bool:
+    """Whether two cuts are of the same groups, by identity (group by group)."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
 class ShardNamespaces:
     """The namespaces of one shard, as the assignment currently gives them."""
 
@@ -189,13 +201,16 @@ class ShardQueues:
         shared: QueueSource,
         namespaces: Callable[[], tuple[str, ...]],
         fanout: FanoutWakeup,
+        groups: NamespaceGroups | None = None,
     ) -> None:
-        """View ``shared`` through ``namespaces``; wake-ups come through ``fanout``."""
+        """View ``shared`` through ``namespaces``; wake-ups come through ``fanout``;
+        ``groups`` is shared by every shard's view of ``shared``."""
         self._shared = shared
         self._namespaces = namespaces
         self._fanout = fanout
+        self._groups = groups or NamespaceGroups()
         self._wakeup: threading.Event | None = None
-        self._last: ObjectList | None = None
+        self._last: tuple[tuple[tuple[Any, ...], ...], ObjectList] | None = None
 
     def start(self, wakeup: threading.Event) -> None:
         """Subscribe the loop's wake-up (the shared watch is started once, elsewhere)."""
@@ -209,8 +224,14 @@ class ShardQueues:
 
     def snapshot(self) -> tuple[Mapping[str, Any], ...] | None:
         """The shard's Queue objects, or ``None`` until the shared watch listed."""
+        parts = self._parts()
+        return None if parts is None else tuple(itertools.chain.from_iterable(parts))
+
+    def _parts(self) -> tuple[tuple[Any, ...], ...] | None:
         found = self._shared.snapshot()
-        return None if found is None else slice_objects(found, self._namespaces())
+        if found is None:
+            return None
+        return self._groups.parts(_QUEUES, found, self._namespaces())
 
     def observed(self) -> ObjectList:
         """The shard's objects as the desired state's input (unknown until listed).
@@ -218,13 +239,15 @@ class ShardQueues:
         The same value, by identity, while the shard's Queues are the same (see
         :meth:`ShardNative.observed`).
         """
-        found = self.snapshot()
-        if found is None:
+        parts = self._parts()
+        if parts is None:
             return self._shared.observed()
-        sliced = ObjectList.known(found, trim=False)
-        if self._last is not None and self._last == sliced:
-            return self._last
-        self._last = sliced
+        if self._last is not None and _same_parts(self._last[0], parts):
+            return self._last[1]
+        sliced = ObjectList.known(itertools.chain.from_iterable(parts), trim=False)
+        if self._last is not None and self._last[1] == sliced:
+            sliced = self._last[1]
+        self._last = (parts, sliced)
         return sliced
 
     def failure(self) -> str | None:
@@ -245,14 +268,17 @@ class ShardNative:
         shared: NativeSource,
         namespaces: Callable[[], tuple[str, ...]],
         fanout: FanoutWakeup,
+        groups: NamespaceGroups | None = None,
     ) -> None:
-        """View ``shared`` through ``namespaces``; wake-ups come through ``fanout``."""
+        """View ``shared`` through ``namespaces``; wake-ups come through ``fanout``;
+        ``groups`` is shared by every shard's view of ``shared``."""
         self._shared = shared
         self._namespaces = namespaces
         self._fanout = fanout
+        self._groups = groups or NamespaceGroups()
         self._wakeup: threading.Event | None = None
-        self._slices: dict[str, tuple[ObjectList, tuple[str, ...], ObjectList]] = {}
-        """Per kind key: the shared objects, the namespaces, and the slice made of them."""
+        self._slices: dict[str, tuple[tuple[tuple[Any, ...], ...], ObjectList]] = {}
+        """Per kind key: the groups the slice was made of, and the slice."""
 
     def start(self, wakeup: threading.Event) -> None:
         """Subscribe the loop's wake-up."""
@@ -270,20 +296,27 @@ class ShardNative:
         if found is None:
             return None
         namespaces = self._namespaces()
+
+        def cut(
+            key: Hashable, objects: tuple[Mapping[str, Any], ...]
+        ) -> tuple[Mapping[str, Any], ...]:
+            return tuple(
+                itertools.chain.from_iterable(self._groups.parts(key, objects, namespaces))
+            )
+
         return NativeSnapshot(
-            workers=slice_objects(found.workers, namespaces),
-            connections={
-                kind: slice_objects(objects, namespaces)
-                for kind, objects in found.connections.items()
-            },
+            workers=cut(_WORKERS, found.workers),
+            connections={kind: cut(kind, objects) for kind, objects in found.connections.items()},
         )
 
     def observed(self) -> dict[str, ObjectList]:
         """Per kind key, the shard's objects (a kind whose list failed stays unknown).
 
-        A kind's slice is made again only when the shared watch's objects or the
-        shard's namespaces changed: the same value, by identity, is what lets the loop
-        see at once that its desired state is unchanged.
+        A kind's slice is made again only when the objects of the shard's namespaces
+        (or its namespaces) changed: the same value, by identity, is what lets the loop
+        see at once that its desired state is unchanged. Another shard's status write
+        changes only that shard's group (:class:`~twc.shards.NamespaceGroups`), so this
+        costs the shard's namespaces, not the fleet.
         """
         namespaces = self._namespaces()
         out: dict[str, ObjectList] = {}
@@ -291,16 +324,16 @@ class ShardNative:
             if found.objects is None:
                 out[key] = found
                 continue
+            parts = self._groups.parts(key, found.objects, namespaces)
             cached = self._slices.get(key)
-            if cached is not None and cached[0] is found and cached[1] == namespaces:
-                out[key] = cached[2]
+            if cached is not None and _same_parts(cached[0], parts):
+                out[key] = cached[1]
                 continue
-            sliced = ObjectList.of_api(slice_objects(found.objects, namespaces))
-            if cached is not None and cached[1] == namespaces and cached[2] == sliced:
-                # Another shard's objects changed (its daemon wrote their status): this
-                # shard's are the same, and so is the value it derives from them.
-                sliced = cached[2]
-            self._slices[key] = (found, namespaces, sliced)
+            sliced = ObjectList.of_api(itertools.chain.from_iterable(parts), copy=False)
+            if cached is not None and cached[1] == sliced:
+                # Written again but equal (a status the same as before): the same value.
+                sliced = cached[1]
+            self._slices[key] = (parts, sliced)
             out[key] = sliced
         return out
 

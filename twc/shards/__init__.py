@@ -14,6 +14,8 @@ Everything here is pure:
   would have its workers deleted by one shard and created by another);
 * :func:`slice_fleet` and :func:`slice_objects` cut the fleet file and the cluster's
   objects down to one shard's namespaces (what that shard's daemon and program see);
+  :class:`NamespaceGroups` groups a list shared by a daemon's shards once per version,
+  so each shard's part costs its own size, not the fleet's;
 * :func:`restrict` cuts a desired fleet down to a shard's namespaces inside the program
   (a queue another shard owns may be referenced for resolution, never built).
 """
@@ -26,9 +28,10 @@ from twc.shards._assign import (
     shard_stack,
     shard_stacks,
 )
-from twc.shards._slice import restrict, slice_fleet, slice_inputs, slice_objects
+from twc.shards._slice import NamespaceGroups, restrict, slice_fleet, slice_inputs, slice_objects
 
 __all__ = [
+    "NamespaceGroups",
     "ShardMap",
     "assign",
     "namespace_load",

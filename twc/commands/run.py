@@ -800,7 +800,7 @@ def _wire_shards(
         )
         slot_engine = SlotEngine(_pruned(ShardEngine(automation, namespaces), ref, settings), slots)
         # The shard's own objects (it is a stack of its own) and its own record.
-        own = Workloads(kube, stack=ref.name)
+        own = Workloads(kube, stack=ref.name, namespaces=namespaces)
         record = RecordStore(
             kube.core, namespace=control_namespace(stack_config(ref)), stack=ref.name
         )

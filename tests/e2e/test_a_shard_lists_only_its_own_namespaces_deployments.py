@@ -15,14 +15,7 @@ from typing import Any
 
 import pytest
 
-from twc.builders import (
-    COMPONENT_WORKER,
-    LABEL_COMPONENT,
-    LABEL_MANAGED_BY,
-    LABEL_STACK,
-    LABEL_WORKER,
-    MANAGED_BY,
-)
+from twc.builders import COMPONENT_WORKER, LABEL_COMPONENT, LABEL_STACK, LABEL_WORKER, stack_labels
 from twc.kube.client import kube_client
 from twc.kube.workloads import ObjectRef, Workloads
 from twc.local import LocalEnvironment
@@ -35,12 +28,8 @@ BASE = f"shards-{uuid.uuid4().hex[:6]}"
 
 
 def _deployment(namespace: str, name: str) -> dict[str, Any]:
-    labels = {
-        LABEL_MANAGED_BY: MANAGED_BY,
-        LABEL_COMPONENT: COMPONENT_WORKER,
-        LABEL_STACK: BASE,
-        LABEL_WORKER: name,
-    }
+    # The base stack's labels, as every shard's worker Deployments carry them.
+    labels = {**stack_labels(f"{BASE}.s00"), LABEL_COMPONENT: COMPONENT_WORKER, LABEL_WORKER: name}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

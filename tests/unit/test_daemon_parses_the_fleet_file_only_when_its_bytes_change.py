@@ -141,3 +141,87 @@ def test_an_unchanged_iteration_computes_the_desired_state_only_once(
     assert h.engine.last_program().workers[
         f"{h.fleet['workers'][0]['namespace']}/payments"
     ].image == ("registry.example/worker:2.0.0")
+
+
+def _held_parse(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """Make each parse announce itself (``started``) and wait for ``release``."""
+    from twc.loop import observe
+    from twc.spec import load_fleet_file as real
+
+    started, release = threading.Event(), threading.Event()
+
+    def held(path: Path) -> object:
+        started.set()
+        assert release.wait(10), "the test never released the parse"
+        return real(path)
+
+    monkeypatch.setattr(observe, "load_fleet_file", held)
+    return started, release
+
+
+def test_a_reader_meeting_a_parse_in_progress_goes_on_with_the_last_fleet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # At 5000 workers a parse takes seconds on a busy machine; with the file edited
+    # every few seconds, every shard's loop queued behind parses of edits that had
+    # nothing to do with the Queue it was about to apply (20 to 60 s in a benchmark).
+    path = tmp_path / "fleet.yaml"
+    _write(path, "registry.example/worker:1.0.0")
+    woken = threading.Event()
+    read = CachedFleetFile(path, on_parsed=woken.set)
+    old = read()
+    started, release = _held_parse(monkeypatch)
+    _write(path, "registry.example/worker:2.0.0")
+    parsed: list[object] = []
+    parser = threading.Thread(target=lambda: parsed.append(read()))
+    parser.start()
+    assert started.wait(10)
+
+    assert read() is old  # not waited for: the last parse answers
+    assert read.stale_answers == 1
+    assert not woken.is_set()
+
+    release.set()
+    parser.join(10)
+    assert woken.is_set()  # the reader that went on is told the new fleet is there
+    new = read()
+    assert new is parsed[0]
+    assert new.defaults.image == "registry.example/worker:2.0.0"
+    assert read.parses == 2
+
+
+def test_no_wake_when_every_reader_waited_for_the_parse(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.yaml"
+    _write(path, "registry.example/worker:1.0.0")
+    woken = threading.Event()
+    read = CachedFleetFile(path, on_parsed=woken.set)
+    read()
+    _write(path, "registry.example/worker:2.0.0")
+    read()
+    assert read.parses == 2
+    assert read.stale_answers == 0
+    assert not woken.is_set()
+
+
+def test_while_a_fix_is_parsed_readers_get_the_last_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The last parse is what the readers know: an invalid file stays invalid to them
+    # until the fix is parsed, never a fleet older than the error.
+    path = tmp_path / "fleet.yaml"
+    path.write_text("apiVersion: twc.temporal.io/v1\nkind: Fleet\nworkers: [{name: 1}]\n")
+    read = CachedFleetFile(path)
+    with pytest.raises(SpecError):
+        read()
+    started, release = _held_parse(monkeypatch)
+    _write(path, "registry.example/worker:3.0.0")
+    parser = threading.Thread(target=read)
+    parser.start()
+    assert started.wait(10)
+
+    with pytest.raises(SpecError):
+        read()
+
+    release.set()
+    parser.join(10)
+    assert read().defaults.image == "registry.example/worker:3.0.0"

@@ -428,10 +428,16 @@ def _caches(wiring: Wiring, caches: list[Any], registry: CollectorRegistry) -> N
     wiring.stops.append(stop)
 
 
-def _watch_file(wiring: Wiring, path: str, wakeup: threading.Event) -> None:
+def _watch_file(
+    wiring: Wiring, path: str, wakeup: threading.Event, fleet_file: CachedFleetFile
+) -> None:
     """Wake the loop (every shard's) when the fleet file changes, not at the next
-    iteration."""
-    watch = FleetFileWatch(path, wakeup, interval=wiring.settings.file_poll_interval)
+    iteration: once the watch's thread has parsed it, and again after a parse a loop
+    did not wait for."""
+    fleet_file.on_parsed = wakeup.set
+    watch = FleetFileWatch(
+        path, wakeup, interval=wiring.settings.file_poll_interval, prepare=fleet_file
+    )
     wiring.starts.append(watch.start)
     wiring.stops.append(watch.stop)
 
@@ -600,11 +606,12 @@ def _wire_one(
         queues = StaticQueues(())
 
     temporal_address = (ref.config or {}).get("temporalAddress")
+    fleet_file = CachedFleetFile(path)
     daemon = Daemon(
         options.stack,
         settings,
         Sources(
-            fleet=CachedFleetFile(path),
+            fleet=fleet_file,
             queues=queues,
             native=native,
             backlogs=TemporalBacklogs(
@@ -651,7 +658,7 @@ def _wire_one(
     wiring = Wiring(options.stack, settings, daemon, metrics, file, kube, [channel], lease_kube)
     wiring.state_dir = state_dir
     _caches(wiring, [c for c in (deployments, secrets) if c is not None], metrics.registry)
-    _watch_file(wiring, path, daemon.wakeup)
+    _watch_file(wiring, path, daemon.wakeup, fleet_file)
     if elector is not None:
         lease = elector
 
@@ -895,7 +902,7 @@ def _wire_shards(
     wiring.stops.append(stop_watches)
     _caches(wiring, [c for c in (deployments, secrets) if c is not None], own)
     # An edit wakes every shard's loop, as the shared watches do (each reads its slice).
-    _watch_file(wiring, path, fanout)
+    _watch_file(wiring, path, fanout, fleet_file)
     return wiring
 
 

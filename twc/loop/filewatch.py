@@ -6,9 +6,12 @@ default): a one-worker image change spent most of its time waiting to be read. T
 watch compares the file's ``stat`` (inode, size, modification time) every
 ``file_poll_interval``: a ``stat`` costs microseconds whatever the fleet's size, and it
 sees a mounted ConfigMap's update too (the kubelet swaps a symlink, which changes the
-inode the path resolves to). What changed is read and parsed by the iteration itself
-(:class:`twc.loop.observe.CachedFleetFile`), so a touch without new bytes costs one
-cheap iteration and no engine run.
+inode the path resolves to). What changed is parsed here, on the watch's own thread
+(``prepare``: :class:`twc.loop.observe.CachedFleetFile`), before the loops are woken:
+a 5000-worker file's parse takes seconds on a busy machine, and a loop that meets a
+parse in progress goes on with the fleet before it rather than wait, so no shard's
+loop pays for an edit. A touch without new bytes costs one cheap iteration and no
+engine run.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["FleetFileWatch"]
@@ -40,12 +44,20 @@ class FleetFileWatch:
     """A thread that sets ``wakeup`` whenever the fleet file changes."""
 
     def __init__(
-        self, path: str | os.PathLike[str], wakeup: threading.Event, *, interval: float
+        self,
+        path: str | os.PathLike[str],
+        wakeup: threading.Event,
+        *,
+        interval: float,
+        prepare: Callable[[], object] | None = None,
     ) -> None:
-        """Watch ``path`` every ``interval`` seconds once :meth:`start`\\ ed."""
+        """Watch ``path`` every ``interval`` seconds once :meth:`start`\\ ed; on a
+        change, call ``prepare`` (the loops' fleet reader: it parses the new bytes
+        now), then wake the loops."""
         self.path = Path(path)
         self.interval = interval
         self._wakeup = wakeup
+        self._prepare = prepare
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.changes = 0
@@ -75,4 +87,9 @@ class FleetFileWatch:
             seen = now
             self.changes += 1
             logger.info("fleet file %s changed: reconciling now", self.path)
+            if self._prepare is not None:
+                try:
+                    self._prepare()
+                except Exception as exc:  # noqa: BLE001 - the loops read it again and report why
+                    logger.debug("fleet file %s not read ahead: %s", self.path, exc)
             self._wakeup.set()

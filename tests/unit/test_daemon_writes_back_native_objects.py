@@ -6,8 +6,10 @@ Everything outside is faked: the objects come from a fixed snapshot, writes are 
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from tests.unit._daemon_fakes import FakeBacklogs, FakeClock, FakeEngine, NoLimit, fleet_data
@@ -412,3 +414,44 @@ def test_a_restarted_daemon_keeps_a_ready_workers_last_poller_answer_until_it_as
     for key in ("team/a", "team/b"):
         written = _last_status(world.writer, key)
         assert written.get("phase", "Ready") == "Ready", (key, written)
+
+
+class SlowPollers(Pollers):
+    """Temporal answering about one task queue only after ``delay`` seconds."""
+
+    def __init__(self, slow: str, delay: float) -> None:
+        super().__init__()
+        self.slow, self.delay = slow, delay
+
+    async def pollers(self, ref: TaskQueueRef) -> int:
+        if ref.name == self.slow:
+            self.asked.append(ref.name)
+            await asyncio.sleep(self.delay)
+            return self.pollers_by_queue.get(ref.name, 0)
+        return await super().pollers(ref)
+
+
+def test_a_slow_poller_answer_does_not_hold_the_loop() -> None:
+    # A shard's loop asks about pollers while it reports; a dev server slow with 5000
+    # task queues held it 10 s, and a new Queue's early apply behind it.
+    settings = DaemonSettings(pollers_deadline=0.2)
+    world = World(
+        [worker_obj(n, ref=cluster_ref("prod")) for n in ("fast", "slow")],
+        [cluster_conn_obj("prod")],
+        settings=settings,
+    )
+    world.backlogs = SlowPollers("slow", delay=5.0)
+    world.daemon.observer.sources = replace(world.daemon.observer.sources, backlogs=world.backlogs)
+    world.deployments.update({"team/fast": (1, 1), "team/slow": (1, 1)})
+    world.backlogs.pollers_by_queue.update({"fast": 1, "slow": 1})
+
+    world.step()
+    assert sorted(world.backlogs.asked) == ["fast", "slow"]
+    assert _last_status(world.writer, "team/fast")["phase"] == "Ready"
+    assert _last_status(world.writer, "team/slow")["phase"] != "Ready"  # not answered in time
+
+    world.backlogs.delay = 0.0
+    world.step()
+    assert world.backlogs.asked.count("slow") == 2, "an unanswered queue is asked again"
+    assert world.backlogs.asked.count("fast") == 1, "an answered one is not"
+    assert _last_status(world.writer, "team/slow")["phase"] == "Ready"

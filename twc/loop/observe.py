@@ -625,7 +625,9 @@ class Observer:
         ``pollers_rate_per_s`` queues are asked about per second, oldest answer first:
         asking Temporal about every worker on every iteration made an iteration's cost
         grow with the fleet, and a watch event wakes every shard's loop. A worker whose
-        queue was not asked about yet is missing from the result (``NotChecked``).
+        queue was not asked about yet is missing from the result (``NotChecked``). Answers
+        not there within ``pollers_deadline`` are not waited for: those queues keep their
+        last answer and are asked again on a later iteration.
         """
         source = self.sources.backlogs
         if not keys or source is None or not hasattr(source, "pollers"):
@@ -651,8 +653,21 @@ class Observer:
                     return PollerFacts(None, reason, message)
 
         async def every() -> dict[TaskQueueRef, PollerFacts]:
-            results = await asyncio.gather(*(one(r) for r in due))
-            return dict(zip(due, results, strict=True))
+            # Within the deadline: what is not answered by then is asked again later.
+            asks = {asyncio.ensure_future(one(r)): r for r in due}
+            done, late = await asyncio.wait(asks, timeout=self._settings.pollers_deadline)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.gather(*late, return_exceptions=True)
+                logger.info(
+                    "[%s] %d of %d poller questions unanswered after %.1f s: asked again later",
+                    self._stack,
+                    len(late),
+                    len(asks),
+                    self._settings.pollers_deadline,
+                )
+            return {asks[task]: task.result() for task in done}
 
         if due:
             for ref, facts in self.event_loop().run_until_complete(every()).items():

@@ -342,6 +342,12 @@ class DaemonSettings(_Settings):
     ``pollers_rate_per_s * pollers_interval`` workers (600 by default) a count is older
     than ``pollers_interval`` before it is asked again: raise this where Temporal can
     take it."""
+    pollers_deadline: float = Field(default=2.0, gt=0)
+    """Seconds an iteration waits for Temporal's answers about pollers: the questions
+    still unanswered then are dropped and asked again on a later iteration (their last
+    answer stays). The loop asks while it reports, and a slow Temporal (5000 task
+    queues on a dev server, 10 s per call at worst) held a shard's loop, and a new
+    Queue's early apply behind it, for 10 s."""
     pollers_burst: int = Field(default=50, ge=1)
     """Task queues asked about back to back before the rate applies (a daemon's first
     iteration, a burst of new workers)."""

@@ -300,3 +300,39 @@ def test_a_wake_applies_a_new_worker_before_it_reports_the_up_that_ended() -> No
 def _ended(h: object) -> bool:
     run = h.daemon._engine.thread.current()  # type: ignore[attr-defined]
     return run is not None and run.future.done()
+
+
+def test_a_queue_deleted_during_an_up_that_did_not_have_its_worker_leaves_nothing() -> None:
+    # Seen at 5000 workers: the Queue's worker was applied early while an up for
+    # another worker ran, the Queue was deleted before that up ended, and the shard,
+    # with nothing left to apply, never ran the up that would have deleted it.
+    gate = Gate()
+    applier = FakeApplier()
+    h = make_daemon(engine=FakeEngine(during_up=gate), early=applier, background=True)
+    gate.open.set()
+    h.step()
+    _until(lambda: h.daemon.wakeup.is_set())
+    h.step()
+    gate.open.clear()
+    gate.entered.clear()
+    h.fleet["defaults"]["image"] = "registry.example/worker:2.0.0"
+    h.step()  # an up for the image change, held at the gate
+    assert gate.entered.wait(10)
+    h.queues.replace([queue_object("orders")])
+    h.step()  # the Queue's worker applied early, during that up
+    assert ObjectRef("Deployment", NS, "worker-orders") in applier.refs()
+    h.queues.replace([])  # and the Queue deleted before that up ends
+
+    ups = len(h.engine.ups)
+    gate.open.set()
+    _until(lambda: h.metrics.value("twc_engine_in_progress") == 0)
+    _until(lambda: h.daemon.wakeup.is_set())
+    h.step()  # folds the up; nothing left to apply
+    h.step()
+
+    assert len(h.engine.ups) == ups, "no up needed to remove what no up created"
+    assert sorted(applier.deleted) == [
+        ObjectRef("Deployment", NS, "worker-orders"),
+        ObjectRef("ServiceAccount", NS, "worker-orders"),
+    ]
+    assert applier.released == []

@@ -192,6 +192,21 @@ class Actor:
         if self._may_apply():
             self._apply_early(decision, plan)
 
+    def settle_early(self, plan: Plan) -> None:
+        """With nothing to apply and no engine run in progress: settle the objects still
+        applied early. Those of a worker this plan has belong to the engine already
+        (the stack holds the worker: nothing to apply), so they are released; those of
+        a worker it does not have were never the engine's, so they are deleted. Without
+        this, a Queue deleted while an up that did not have its worker ran (the worker
+        applied early during it) left its Deployment running until the shard's next up,
+        which a quiet shard may never run; so did a predecessor's objects when a
+        restarted daemon resumed without an up."""
+        if self._early is None or not self._may_apply():
+            return
+        pending = self._pending_early()
+        if pending:
+            self._release_early(plan, set(pending))
+
     def run_up(self, decision: ReconcileDecision, plan: Plan) -> None:
         """The engine's part of applying the plan: repair, ``up``, release the early
         objects it adopted (on the engine's own thread when the loop runs it in the

@@ -404,6 +404,8 @@ class Daemon:
             decision = plan.decision
             if decision.action is ReconcileAction.SKIP:
                 logger.debug("[%s] %s: nothing to do", self.stack, decision.reason)
+                if self._engine is None or not self._engine.busy():
+                    self.actor.settle_early(plan)
             elif self._stop.is_set():
                 # Stopping: do not start an engine run that could outlive the grace period.
                 logger.info("[%s] stopping: not starting an up (%s)", self.stack, decision.reason)

@@ -23,6 +23,17 @@ def _write(path: Path, image: str) -> None:
     path.write_text(yaml.safe_dump(doc))
 
 
+def _reading_watch(path: Path) -> tuple[CachedFleetFile, FleetFileWatch, threading.Event]:
+    """A fleet file read once, watched with the reader parsing its edits ahead."""
+    _write(path, "registry.example/worker:1.0.0")
+    read = CachedFleetFile(path)
+    read()
+    wakeup = threading.Event()
+    watch = FleetFileWatch(path, wakeup, interval=0.02, prepare=read)
+    watch.start()
+    return read, watch, wakeup
+
+
 def _watch(path: Path) -> tuple[FleetFileWatch, threading.Event]:
     wakeup = threading.Event()
     watch = FleetFileWatch(path, wakeup, interval=0.02)
@@ -92,12 +103,7 @@ def test_a_file_that_goes_and_comes_back_wakes_the_loop_each_time(tmp_path: Path
 def test_an_edit_is_parsed_on_the_watchs_thread_before_the_loop_wakes(tmp_path: Path) -> None:
     # So that no loop pays for an edit's parse (seconds at 5000 workers).
     path = tmp_path / "fleet.yaml"
-    _write(path, "registry.example/worker:1.0.0")
-    read = CachedFleetFile(path)
-    read()
-    wakeup = threading.Event()
-    watch = FleetFileWatch(path, wakeup, interval=0.02, prepare=read)
-    watch.start()
+    read, watch, wakeup = _reading_watch(path)
     try:
         _write(path, "registry.example/worker:2.0.0")
         assert wakeup.wait(5)
@@ -110,12 +116,7 @@ def test_an_edit_is_parsed_on_the_watchs_thread_before_the_loop_wakes(tmp_path: 
 
 def test_an_invalid_edit_still_wakes_the_loop(tmp_path: Path) -> None:
     path = tmp_path / "fleet.yaml"
-    _write(path, "registry.example/worker:1.0.0")
-    read = CachedFleetFile(path)
-    read()
-    wakeup = threading.Event()
-    watch = FleetFileWatch(path, wakeup, interval=0.02, prepare=read)
-    watch.start()
+    read, watch, wakeup = _reading_watch(path)
     try:
         path.write_text("apiVersion: twc.temporal.io/v1\nkind: Fleet\nworkers: [{name: 1}]\n")
         assert wakeup.wait(5)  # the loop reads it and reports why it is invalid

@@ -13,6 +13,7 @@ import pytest
 from tests.unit._daemon_fakes import (
     NS,
     FakeEngine,
+    Harness,
     autoscaled,
     fleet_data,
     make_daemon,
@@ -40,6 +41,22 @@ def _until(predicate: object, timeout: float = 10.0) -> None:
     while not predicate():  # type: ignore[operator]
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
+
+
+def _up_held_at_the_gate(applier: FakeApplier) -> tuple[Harness, Gate]:
+    """A daemon whose up for an image change runs in the background, held at the gate."""
+    gate = Gate()
+    h = make_daemon(engine=FakeEngine(during_up=gate), early=applier, background=True)
+    gate.open.set()
+    h.step()
+    _until(lambda: h.daemon.wakeup.is_set())
+    h.step()
+    gate.open.clear()
+    gate.entered.clear()
+    h.fleet["defaults"]["image"] = "registry.example/worker:2.0.0"
+    h.step()
+    assert gate.entered.wait(10)
+    return h, gate
 
 
 def test_a_queue_created_during_a_long_up_is_applied_at_once_and_upped_after() -> None:
@@ -262,20 +279,10 @@ def test_a_new_queue_worker_is_applied_before_a_burst_of_wakes_settles() -> None
 def test_a_wake_applies_a_new_worker_before_it_reports_the_up_that_ended() -> None:
     # Folding an ended up reports it: statuses written, Temporal asked about pollers.
     # At 20 shards a new Queue's Deployment waited up to two minutes for that report.
-    gate = Gate()
     applier = FakeApplier()
-    h = make_daemon(engine=FakeEngine(during_up=gate), early=applier, background=True)
-    gate.open.set()
-    h.step()
-    _until(lambda: h.daemon.wakeup.is_set())
-    h.step()
-    gate.open.clear()
-    gate.entered.clear()
+    h, gate = _up_held_at_the_gate(applier)
     assert h.state is not None
     before = h.state.applied
-    h.fleet["defaults"]["image"] = "registry.example/worker:2.0.0"
-    h.step()  # an up in the background, held at the gate
-    assert gate.entered.wait(10)
     deployment = ObjectRef("Deployment", NS, "worker-orders")
     applied_when_reported: list[bool] = []
     report = h.daemon.reporter.finished
@@ -306,18 +313,8 @@ def test_a_queue_deleted_during_an_up_that_did_not_have_its_worker_leaves_nothin
     # Seen at 5000 workers: the Queue's worker was applied early while an up for
     # another worker ran, the Queue was deleted before that up ended, and the shard,
     # with nothing left to apply, never ran the up that would have deleted it.
-    gate = Gate()
     applier = FakeApplier()
-    h = make_daemon(engine=FakeEngine(during_up=gate), early=applier, background=True)
-    gate.open.set()
-    h.step()
-    _until(lambda: h.daemon.wakeup.is_set())
-    h.step()
-    gate.open.clear()
-    gate.entered.clear()
-    h.fleet["defaults"]["image"] = "registry.example/worker:2.0.0"
-    h.step()  # an up for the image change, held at the gate
-    assert gate.entered.wait(10)
+    h, gate = _up_held_at_the_gate(applier)
     h.queues.replace([queue_object("orders")])
     h.step()  # the Queue's worker applied early, during that up
     assert ObjectRef("Deployment", NS, "worker-orders") in applier.refs()

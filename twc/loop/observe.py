@@ -102,8 +102,8 @@ class CachedFleetFile:
     and never waited for once there is a parse to answer with.
 
     Reading a file is cheap; parsing and validating a large fleet is not (half a
-    second at 1000 workers, one at 5000 on an idle machine and three to five on a busy
-    one), and it changes rarely. One edit wakes every shard's loop, and they read the
+    second at 1000 workers, about one at 5000 beside a running benchmark and three to
+    five while the shards' engines run), and it changes rarely. One edit wakes every shard's loop, and they read the
     file at once: one of them parses it. The others do not wait for that parse: they
     go on with the last one (the edit reaches them a parse later, as if it had been
     made a moment later) and are woken (``on_parsed``) when the new one is there. A

@@ -101,17 +101,17 @@ class CachedFleetFile:
     """The fleet file, parsed again only when its bytes change, once for all readers,
     and never waited for once there is a parse to answer with.
 
-    Reading a file is cheap; parsing and validating a large fleet is not (half a
-    second at 1000 workers, about one at 5000 beside a running benchmark and three to
-    five while the shards' engines run), and it changes rarely. One edit wakes every shard's loop, and they read the
-    file at once: one of them parses it. The others do not wait for that parse: they
-    go on with the last one (the edit reaches them a parse later, as if it had been
-    made a moment later) and are woken (``on_parsed``) when the new one is there. A
-    benchmark's Queues waited 20 to 60 s for their Deployments at 5000 workers with the
-    fleet file edited every few seconds: each shard's loop queued behind the parses of
-    edits that had nothing to do with the Queue. Only the first parse, with nothing
-    to answer with yet, is waited for. An invalid file is parsed once as well, and its
-    error raised to every reader until its bytes change.
+    Reading a file is cheap; parsing and validating a large fleet is not (half a second
+    at 1000 workers, about one at 5000 beside a running benchmark and three to five
+    while the shards' engines run), and it changes rarely. One edit wakes every shard's
+    loop, and they read the file at once: one of them parses it. The others do not wait
+    for that parse: they go on with the last one (the edit reaches them a parse later,
+    as if it had been made a moment later) and are woken (``on_parsed``) when the new
+    one is there. A benchmark's Queues waited 20 to 60 s for their Deployments at 5000
+    workers with the fleet file edited every few seconds: each shard's loop queued
+    behind the parses of edits that had nothing to do with the Queue. Only the first
+    parse, with nothing to answer with yet, is waited for. An invalid file is parsed
+    once as well, and its error raised to every reader until its bytes change.
     """
 
     def __init__(

@@ -41,6 +41,7 @@ from twc.loop.health import DaemonMetrics, Liveness
 from twc.loop.observe import Observer, Sources
 from twc.loop.outcome import Outcome, outcome_of
 from twc.loop.plan import Plan, desired_from, make_plan, with_conflicts
+from twc.loop.pollers import PollerAsker
 from twc.loop.report import FaultReporter, Reporter, shorten
 from twc.loop.rollouts import RolloutActor
 from twc.loop.sampling import Allowance, RateLimiter, TokenBucket
@@ -115,6 +116,8 @@ class Daemon:
             background: Run the engine on a thread of its own (:mod:`twc.loop.background`):
                 the loop keeps scaling and applying new workers early during a long
                 ``up``. ``twc run`` does; tests that step the loop run it inline.
+                It also asks Temporal about pollers on a thread of its own
+                (:mod:`twc.loop.pollers`): no iteration waits for those answers.
         """
         self.stack = stack
         self.settings = settings
@@ -145,6 +148,14 @@ class Daemon:
             stack=stack,
             clock=self.clocks.monotonic,
             pollers=pollers,
+            asker=PollerAsker(
+                name=stack,
+                concurrency=settings.sampling.concurrency,
+                deadline=settings.pollers_deadline,
+                wake=lambda: self.wakeup.set(),
+            )
+            if background
+            else None,
         )
         self.reporter = Reporter(
             stack=stack,
@@ -306,6 +317,11 @@ class Daemon:
             iteration succeeded; 1 after losing the Lease.
         """
         sources = self.observer.sources
+        if once and self.observer.asker is not None:
+            # No later iteration would take the answers in: ask and wait, as a loop
+            # stepped inline does.
+            self.observer.asker.close()
+            self.observer.asker = None
         sources.queues.start(self.wakeup)
         if sources.native is not None:
             sources.native.start(self.wakeup)

@@ -49,6 +49,7 @@ from twc.kube.workloads import ObjectRef
 from twc.loop.backlog import BacklogSource, SecretReader
 from twc.loop.faults import Fault, sample_fault
 from twc.loop.health import DaemonMetrics
+from twc.loop.pollers import PollerAsker
 from twc.loop.rollouts import RolloutSource, observe_facts
 from twc.loop.sampling import Allowance, RateLimiter, SampleResult, TaskQueueRef, sample_backlogs
 from twc.loop.settings import DaemonSettings
@@ -267,6 +268,7 @@ class Observer:
         stack: str = "",
         clock: Callable[[], float] = time.monotonic,
         pollers: Allowance | None = None,
+        asker: PollerAsker | None = None,
     ) -> None:
         """Read from ``sources``.
 
@@ -280,6 +282,9 @@ class Observer:
             clock: Monotonic seconds (how old a poller count is).
             pollers: The budget of task queues asked about their pollers; one of this
                 loop's own from the settings by default (a sharded daemon shares one).
+            asker: Asks the poller questions in the background (``twc run``'s loops):
+                an iteration never waits for their answers. Without one the iteration
+                asks and waits, at most ``pollers_deadline`` (a loop stepped inline).
         """
         self.sources = sources
         self._settings = settings
@@ -296,6 +301,7 @@ class Observer:
         self._poller_allowance = pollers or Allowance(
             settings.pollers_rate_per_s, burst=settings.pollers_burst
         )
+        self.asker = asker
         self._samples: dict[TaskQueueRef, tuple[SampleResult, float]] = {}
         """Per autoscaled task queue, its last good backlog sample and when it was taken."""
         self._sampled_at: dict[TaskQueueRef, float] = {}
@@ -307,7 +313,9 @@ class Observer:
         return self.sources.registry or default_registry()
 
     def close(self) -> None:
-        """Close the event loop the samples run on."""
+        """Close the event loop the samples run on (and the asker's)."""
+        if self.asker is not None:
+            self.asker.close()
         if self._loop is not None:
             self._loop.close()
             self._loop = None
@@ -341,16 +349,17 @@ class Observer:
         return Observation(fleet=fleet, cluster=cluster, live=live, live_known=known, scaled=scaled)
 
     def inputs(self) -> tuple[object, ...] | None:
-        """What a wake could have changed: the fleet and the watched objects, as their
-        sources hand them out (the same value until it changes, so they compare by
-        identity); ``None`` when the fleet cannot be read."""
+        """What a wake could have changed: the fleet, the watched objects and news among
+        the poller answers, as their sources hand them out (the same value until it
+        changes, so they compare by identity); ``None`` when the fleet cannot be read."""
         try:
             fleet = self.sources.fleet()
         except Exception:  # noqa: BLE001 - the iteration reads it again and reports why
             return None
         native = self.sources.native
         kinds = tuple(native.observed().values()) if native is not None else ()
-        return (fleet, self.sources.queues.observed(), *kinds)
+        news = (self.asker.news,) if self.asker is not None else ()
+        return (fleet, self.sources.queues.observed(), *kinds, *news)
 
     def _cluster(self) -> dict[str, ObjectList]:
         # A kind whose list failed (or never succeeded) is unknown, never empty: the
@@ -628,6 +637,11 @@ class Observer:
         queue was not asked about yet is missing from the result (``NotChecked``). Answers
         not there within ``pollers_deadline`` are not waited for: those queues keep their
         last answer and are asked again on a later iteration.
+
+        With an asker (``twc run``) the iteration waits for no answer at all: the due
+        questions go to the asker's thread, the answers are taken in by the next
+        iteration, and one that says something new wakes the loop
+        (:class:`~twc.loop.pollers.PollerAsker`).
         """
         source = self.sources.backlogs
         if not keys or source is None or not hasattr(source, "pollers"):
@@ -637,11 +651,24 @@ class Observer:
         now = self._clock()
         wanted = set(refs.values())
         known = {r: v for r, v in self._pollers.items() if r in wanted}
+        flying: frozenset[TaskQueueRef] = frozenset()
+        if self.asker is not None:
+            # The answers that came since the last iteration, before what is due.
+            for ref, (facts, asked_at) in self.asker.answers().items():
+                if ref in wanted:
+                    known[ref] = (facts, asked_at, self._misses(facts, known.get(ref)))
+            flying = self.asker.in_flight()
         due = sorted(
-            (r for r in wanted if self._pollers_due(known.get(r), now)),
+            (r for r in wanted if r not in flying and self._pollers_due(known.get(r), now)),
             key=lambda r: (known[r][1] if r in known else float("-inf"), str(r)),
         )
         due = due[: self._poller_allowance.take(len(due), now)]
+        if self.asker is not None:
+            if due:
+                self.asker.ask(due, source.pollers, now)
+            self.asker.forget(wanted)
+            self._pollers = known
+            return {key: known[ref][0] for key, ref in refs.items() if ref in known}
         concurrency = asyncio.Semaphore(max(1, self._settings.sampling.concurrency))
 
         async def one(ref: TaskQueueRef) -> PollerFacts:
@@ -671,11 +698,16 @@ class Observer:
 
         if due:
             for ref, facts in self.event_loop().run_until_complete(every()).items():
-                polling = facts.pollers is not None and facts.pollers > 0
-                misses = 0 if polling else (known[ref][2] if ref in known else 0) + 1
-                known[ref] = (facts, now, misses)
+                known[ref] = (facts, now, self._misses(facts, known.get(ref)))
         self._pollers = known  # queues no worker uses any more are forgotten
         return {key: known[ref][0] for key, ref in refs.items() if ref in known}
+
+    @staticmethod
+    def _misses(facts: PollerFacts, last: tuple[PollerFacts, float, int] | None) -> int:
+        """Answers in a row without pollers, this one included."""
+        if facts.pollers is not None and facts.pollers > 0:
+            return 0
+        return (last[2] if last is not None else 0) + 1
 
     def _pollers_due(self, cached: tuple[PollerFacts, float, int] | None, now: float) -> bool:
         if cached is None:

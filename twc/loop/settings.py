@@ -343,11 +343,12 @@ class DaemonSettings(_Settings):
     than ``pollers_interval`` before it is asked again: raise this where Temporal can
     take it."""
     pollers_deadline: float = Field(default=2.0, gt=0)
-    """Seconds an iteration waits for Temporal's answers about pollers: the questions
-    still unanswered then are dropped and asked again on a later iteration (their last
-    answer stays). The loop asks while it reports, and a slow Temporal (5000 task
-    queues on a dev server, 10 s per call at worst) held a shard's loop, and a new
-    Queue's early apply behind it, for 10 s."""
+    """Seconds a question to Temporal about a queue's pollers may take: unanswered then,
+    it is dropped and asked again when next due (the last answer stays). ``twc run``'s
+    loops ask on a thread of their own and never wait (:mod:`twc.loop.pollers`); a loop
+    stepped inline waits at most this long. A slow Temporal (5000 task queues on a dev
+    server, 10 s per call at worst) held a shard's loop, and a new Queue's early apply
+    behind it, for 10 s when loops waited without a deadline."""
     pollers_burst: int = Field(default=50, ge=1)
     """Task queues asked about back to back before the rate applies (a daemon's first
     iteration, a burst of new workers)."""

@@ -1,0 +1,201 @@
+"""``twc run``'s loops ask Temporal about pollers on a thread of their own.
+
+At 5000 workers a Temporal dev server answered slowly, and a shard's loop waited for the
+answers in every iteration that asked (the whole 2 s deadline, 88 times in one benchmark
+run), with a new Queue's early apply behind it. Here the loop hands its questions to a
+:class:`~twc.loop.pollers.PollerAsker` and goes on; answers that say something new wake
+it. The Temporal side is faked (an answer held until the test lets it through); the
+asker's thread and event loop are the real ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+
+from tests.unit._daemon_fakes import FakeEngine
+from tests.unit._native_objects import cluster_conn_obj, cluster_ref, worker_obj
+from tests.unit.test_daemon_writes_back_native_objects import (
+    Pollers,
+    World,
+    Writer,
+    _last_status,
+)
+from twc.loop import DaemonSettings, TaskQueueRef
+from twc.loop.act import Effects
+from twc.loop.daemon import Daemon
+from twc.loop.pollers import PollerAsker
+
+
+class HeldPollers(Pollers):
+    """Temporal holding its answer about ``held`` until :attr:`gate` opens."""
+
+    def __init__(self, held: str) -> None:
+        super().__init__()
+        self.held = held
+        self.gate = threading.Event()
+
+    async def pollers(self, ref: TaskQueueRef) -> int:
+        if ref.name == self.held:
+            self.asked.append(ref.name)
+            while not self.gate.is_set():
+                await asyncio.sleep(0.01)
+            return self.pollers_by_queue.get(ref.name, 0)
+        return await super().pollers(ref)
+
+
+@pytest.fixture
+def world(request: pytest.FixtureRequest) -> Iterator[World]:
+    settings = getattr(request, "param", None) or DaemonSettings(pollers_deadline=60.0)
+    world = World(
+        [worker_obj(n, ref=cluster_ref("prod")) for n in ("fast", "held")],
+        [cluster_conn_obj("prod")],
+        settings=settings,
+    )
+    world.backlogs = HeldPollers("held")
+    observer = world.daemon.observer
+    observer.sources = replace(observer.sources, backlogs=world.backlogs)
+    observer.asker = PollerAsker(
+        name="unit",
+        concurrency=4,
+        deadline=settings.pollers_deadline,
+        wake=world.daemon.wakeup.set,
+    )
+    world.deployments.update({"team/fast": (1, 1), "team/held": (1, 1)})
+    world.backlogs.pollers_by_queue.update({"fast": 1, "held": 1})
+    try:
+        yield world
+    finally:
+        _held(world).gate.set()
+        observer.close()
+
+
+def _held(world: World) -> HeldPollers:
+    assert isinstance(world.backlogs, HeldPollers)
+    return world.backlogs
+
+
+def _asker(world: World) -> PollerAsker:
+    asker = world.daemon.observer.asker
+    assert asker is not None
+    return asker
+
+
+def _step_in_thread(world: World) -> None:
+    # Stepped on a thread so that a loop that waited for the held answer fails the test
+    # (after 10 s) instead of hanging it.
+    done = threading.Event()
+
+    def step() -> None:
+        world.step()
+        done.set()
+
+    threading.Thread(target=step, daemon=True).start()
+    assert done.wait(10.0), "the iteration waited for an answer Temporal still holds"
+
+
+def test_an_iteration_does_not_wait_for_an_answer_temporal_holds(world: World) -> None:
+    _step_in_thread(world)
+    asker = _asker(world)
+    assert _answered(asker, "fast"), "the fast answer waited for the held one"
+    assert sorted(world.backlogs.asked) == ["fast", "held"]
+    assert {r.name for r in asker.in_flight()} == {"held"}
+    assert world.daemon.wakeup.is_set(), "the first answer about a queue wakes the loop"
+    world.daemon.wakeup.clear()
+    world.step()
+    assert _last_status(world.writer, "team/fast")["phase"] == "Ready"
+    assert _last_status(world.writer, "team/held")["phase"] != "Ready"
+
+    _held(world).gate.set()
+    assert asker.settle(10.0)
+    assert world.daemon.wakeup.is_set()
+    world.step()
+    assert _last_status(world.writer, "team/held")["phase"] == "Ready"
+    assert world.backlogs.asked.count("held") == 1, "asked once, answered once"
+
+
+def test_a_question_in_flight_is_not_asked_again(world: World) -> None:
+    asker = _asker(world)
+    world.step()
+    for _ in range(3):
+        assert _answered(asker, "fast")
+        world.clock.now += DaemonSettings().pollers_interval
+        world.step()
+    assert _answered(asker, "fast")
+    assert world.backlogs.asked.count("held") == 1
+    assert world.backlogs.asked.count("fast") >= 2, "the answered queue is asked on schedule"
+
+
+def test_an_answer_that_says_nothing_new_does_not_wake_the_loop(world: World) -> None:
+    _held(world).gate.set()
+    asker = _asker(world)
+    world.step()
+    assert asker.settle(10.0)
+    world.step()  # the answers taken in
+    news = asker.news
+    world.daemon.wakeup.clear()
+
+    world.clock.now += DaemonSettings().pollers_interval
+    world.step()
+    assert asker.settle(10.0)
+    assert world.backlogs.asked.count("fast") == 2, "asked again on schedule"
+    assert not world.daemon.wakeup.is_set(), "the same count again woke the loop"
+    assert asker.news is news
+
+    world.backlogs.pollers_by_queue["fast"] = 0  # its workers stopped polling
+    world.clock.now += DaemonSettings().pollers_interval
+    world.step()
+    assert asker.settle(10.0)
+    assert world.daemon.wakeup.is_set()
+    assert asker.news is not news, "a wake the loop's sleep would not see as a change"
+    world.step()
+    assert _last_status(world.writer, "team/fast")["phase"] != "Ready"
+
+
+@pytest.mark.parametrize("world", [DaemonSettings(pollers_deadline=0.2)], indirect=True)
+def test_an_unanswered_question_is_dropped_at_its_deadline_and_asked_again(world: World) -> None:
+    asker = _asker(world)
+    world.step()
+    assert asker.settle(10.0), "the held question was not dropped at its deadline"
+    assert asker.unanswered == 1
+    world.step()
+    assert _last_status(world.writer, "team/held")["phase"] != "Ready"
+
+    _held(world).gate.set()
+    world.step()
+    assert asker.settle(10.0)
+    assert world.backlogs.asked.count("held") == 2, "an unanswered queue is asked again"
+    world.step()
+    assert _last_status(world.writer, "team/held")["phase"] == "Ready"
+
+
+def test_twc_runs_loop_asks_in_the_background_and_a_stepped_one_waits() -> None:
+    stepped = World([worker_obj("a", ref=cluster_ref("prod"))], [cluster_conn_obj("prod")])
+    assert stepped.daemon.observer.asker is None
+    background = Daemon(
+        "bg",
+        DaemonSettings(),
+        stepped.daemon.observer.sources,
+        Effects(engine=FakeEngine(), writer=Writer()),
+        background=True,
+    )
+    try:
+        asker = background.observer.asker
+        assert asker is not None
+        assert asker.wake is not None
+        asker.wake()
+        assert background.wakeup.is_set(), "an answer with news wakes this loop"
+    finally:
+        background.observer.close()
+
+
+def _answered(asker: PollerAsker, name: str) -> bool:
+    for _ in range(1000):
+        if name not in {r.name for r in asker.in_flight()}:
+            return True
+        threading.Event().wait(0.01)
+    return False

@@ -56,6 +56,7 @@ from twc.loop.filewatch import FleetFileWatch
 from twc.loop.freshness import CacheFreshness
 from twc.loop.gcpause import GcFreezer, GcPauseLog
 from twc.loop.health import DaemonMetrics, HealthServer, MetricsSource, Probe
+from twc.loop.malloc import MallocTrimmer, cap_arenas
 from twc.loop.observe import CachedFleetFile, Sources
 from twc.loop.rollouts import RolloutSource
 from twc.loop.sampling import Allowance
@@ -915,6 +916,8 @@ def run_daemon(options: RunOptions) -> int:
         thread of the daemon that ended.
     """
     _configure_logging()
+    # Before any thread starts: arenas made before the cap stay (twc/loop/malloc.py).
+    cap_arenas()
     try:
         settings = load_settings(options)
     except (OSError, ValueError) as exc:
@@ -991,10 +994,13 @@ def run_daemon(options: RunOptions) -> int:
     pauses.install()
     freezer = GcFreezer()
     freezer.start()
+    trimmer = MallocTrimmer()
+    trimmer.start()
     try:
         wiring.start()
         return supervisor.run(lambda: runner.run(once=options.once))
     finally:
+        trimmer.stop()
         freezer.stop()
         pauses.uninstall()
         wiring.close()

@@ -294,6 +294,7 @@ def make_daemon(
     record: Any = None,
     objects: Any = None,
     background: bool = False,
+    refresh_turn: Callable[[str, float], bool] | None = None,
 ) -> Harness:
     """A daemon on fakes. ``fleet`` is re-read every iteration, so tests may edit it.
 
@@ -328,7 +329,7 @@ def make_daemon(
             record=record,
             objects=objects,
         ),
-        Effects(engine=fake_engine, early=early, scaler=scaler),
+        Effects(engine=fake_engine, early=early, scaler=scaler, refresh_turn=refresh_turn),
         leader=leader,
         metrics=metrics,
         clocks=Clocks(

@@ -726,7 +726,12 @@ def _wire_shards(
     )
     secrets = _secret_cache(kube, options, settings)
     scaler = ReplicaScaler(kube)
-    slots = EngineSlots(settings.shards.engine_concurrency)
+    slots = EngineSlots(
+        settings.shards.engine_concurrency,
+        refresh_share=settings.shards.refresh_share,
+        # A due shard asks every iteration; one that has not for a few is out of line.
+        claim_ttl=max(120.0, 4 * settings.reconcile_interval),
+    )
     # One backlog budget and one pollers budget for the process, whatever the number
     # of shards: Temporal's capacity does not grow with them (at 20 shards, a budget
     # each asked a dev server about 200 task queues a second, and its answers to the
@@ -840,6 +845,7 @@ def _wire_shards(
                 temporal_address=temporal_address,
                 scaler=scaler,
                 views=views,
+                refresh_turn=slots.refresh_turn,
             ),
             leader=leader,
             metrics=DaemonMetrics(ref.name),

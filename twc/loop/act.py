@@ -71,6 +71,10 @@ class Effects:
     ``None`` keeps none."""
     scaler: Scaler | None = None
     """Writes autoscaled workers' replicas; ``None`` (no cluster) scales nothing."""
+    refresh_turn: Callable[[str, float], bool] | None = None
+    """Whether the stack's refresh, due since the given time, may start now (the
+    process's refresh budget over its shards, :meth:`~twc.loop.shards.EngineSlots.refresh_turn`);
+    ``None``: whenever it is due."""
 
 
 class AppliedStore(Protocol):

@@ -199,6 +199,7 @@ class Daemon:
         )
         self._desired: dict[str, int] = {}
         self._observed: dict[str, int] = {}
+        self._turn = effects.refresh_turn
         self._engine = (
             BackgroundEngine(
                 stack,
@@ -463,9 +464,15 @@ class Daemon:
         ):
             if self._engine is None:
                 state = self._refresh(state)
-            elif not self._engine.busy():
+            elif not self._engine.busy() and self._refresh_turn(state):
                 self._engine.start_refresh()
         return state
+
+    def _refresh_turn(self, state: LoopState) -> bool:
+        # A due refresh waits for its turn in the process's budget (one shard's of
+        # many; EngineSlots.refresh_turn) without holding the engine: until it starts,
+        # the shard's changes and early objects go on as if none were due.
+        return self._turn is None or self._turn(self.stack, state.refresh_due_at(self.settings))
 
     def _scaled(self, state: LoopState, *, now: float) -> tuple[LoopState, Plan]:
         """Observe and plan, then what needs no engine: replicas and views.

@@ -307,6 +307,14 @@ class ShardSettings(_Settings):
     """Most engine runs (``up``, ``refresh``) in progress at once across this process's
     shards. Each run is a CLI, a language host and a provider process, so memory and CPU
     bound it: about 2 per core."""
+    refresh_share: float = Field(default=0.25, gt=0, le=1)
+    """The most of the process's time its shards' refreshes take together: after a
+    refresh of ``d`` seconds the next starts no sooner than ``d * (1 - share) / share``
+    later (the most overdue shard first). A shard's refreshes are then
+    ``refresh_interval`` apart or, in a large fleet, about ``shards * d / share``: at 20
+    shards of 250 workers (a refresh a minute or more each) every ten minutes would
+    need a refresh running at every moment, one engine's CPU beside every change. 1
+    lifts the limit (``engine_concurrency`` still bounds the runs)."""
     assignment_interval: float = Field(default=2.0, gt=0)
     """Seconds between checks for namespaces that need a shard (and for a Lease to hand
     back when this replica holds more than its share)."""

@@ -54,25 +54,58 @@ logger = logging.getLogger(__name__)
 
 
 class EngineSlots:
-    """At most ``n`` engine runs at once in this process, ups first.
+    """At most ``n`` engine runs at once in this process, ups first, and refreshes held
+    to a share of the time.
 
     A refresh (drift detection, minutes apart, and as long as a full ``up``) never takes
     a slot an ``up`` waits for, nor the last free one while there are two or more: a
     change never waits behind the shards' refreshes. At 20 shards of 250 workers the
     refreshes alone would otherwise keep both default slots busy.
+
+    Nor do the refreshes together take more than ``refresh_share`` of the process's
+    time: after a refresh of ``d`` seconds the next one (of any shard) starts no sooner
+    than ``d * (1 - share) / share`` later, and waiting refreshes start in the order
+    they came. A shard's refresh interval is then at least its ``refresh_interval`` and
+    stretches with the fleet (shards times a refresh's length, over the share), so the
+    background cost of drift detection stays bounded at any fleet size: at 20 shards,
+    refreshing each every ten minutes kept a refresh running at every moment, one core
+    of two, under every change and every worker start.
     """
 
-    def __init__(self, n: int) -> None:
-        """Allow ``n`` (at least 1) concurrent runs."""
+    def __init__(
+        self,
+        n: int,
+        *,
+        refresh_share: float = 1.0,
+        claim_ttl: float = 120.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Allow ``n`` (at least 1) concurrent runs, refreshes ``refresh_share`` (in
+        (0, 1]; 1 is no limit) of the time by ``clock``; a shard that has not asked for
+        its turn (:meth:`refresh_turn`) for ``claim_ttl`` seconds is out of the line."""
+        if not 0 < refresh_share <= 1:
+            raise ValueError(f"refresh_share must be in (0, 1], got {refresh_share}")
         self.limit = max(1, n)
+        self.refresh_share = refresh_share
+        self._clock = clock
         self._free = threading.Condition()
         self._ups_waiting = 0
+        self._refresh_line: list[int] = []
+        """Tickets of the refreshes waiting, in the order they came."""
+        self._tickets = 0
+        self._refresh_after = float("-inf")
+        """When the refresh budget lets the next refresh start."""
+        self._claims: dict[str, tuple[float, float]] = {}
+        """Per shard whose refresh is due: since when, and when it last asked."""
+        self._claim_ttl = claim_ttl
         self.running = 0
         """Runs in progress now."""
         self.refreshing = 0
         """Of those, refreshes."""
         self.peak = 0
         """The most runs that were ever in progress at once."""
+        self.refresh_seconds = 0.0
+        """How long the refreshes that ended took, all together."""
         self.closed = False
         """Whether the process is stopping: no run starts any more."""
 
@@ -83,12 +116,16 @@ class EngineSlots:
     def __exit__(self, *_exc: object) -> None:
         self.release(refresh=False)
 
-    def acquire(self, *, refresh: bool, give_way: Callable[[], bool] | None = None) -> None:
-        """Wait for a slot (a refresh also for one it may take).
+    def acquire(self, *, refresh: bool, give_way: Callable[[], bool] | None = None) -> float:
+        """Wait for a slot (a refresh also for one it may take, for the refresh budget
+        and for the refreshes that came before it).
 
         Args:
             refresh: Whether the run is a refresh.
             give_way: Asked while waiting (after :meth:`wake`): whether to stop waiting.
+
+        Returns:
+            When the run started (by the clock), for :meth:`release`.
 
         Raises:
             EngineNotStarted: The process is stopping (:meth:`close`), before or while
@@ -97,28 +134,66 @@ class EngineSlots:
             EngineYielded: ``give_way`` said so.
         """
         with self._free:
-            if not refresh:
-                self._ups_waiting += 1
+            ticket = self._enter_line(refresh)
             try:
-                while not self._may_start(refresh):
+                while not self._may_start(ticket):
                     if self.closed:
                         raise EngineNotStarted("the daemon is stopping: this run never started")
                     if give_way is not None and give_way():
                         raise EngineYielded("a change came while it waited for a slot")
-                    self._free.wait()
+                    self._free.wait(self._budget_left(ticket))
             finally:
-                if not refresh:
-                    self._ups_waiting -= 1
+                self._leave_line(ticket)
             self.running += 1
             self.refreshing += int(refresh)
             self.peak = max(self.peak, self.running)
+            return self._clock()
 
-    def release(self, *, refresh: bool) -> None:
-        """Give a slot back."""
+    def release(self, *, refresh: bool, started: float | None = None) -> None:
+        """Give a slot back; a refresh that ``started`` then spends its share of the
+        budget (the next refresh waits in proportion to how long this one took)."""
         with self._free:
             self.running -= 1
             self.refreshing -= int(refresh)
+            if refresh and started is not None:
+                now = self._clock()
+                took = max(0.0, now - started)
+                self.refresh_seconds += took
+                self._refresh_after = max(
+                    self._refresh_after,
+                    now + took * (1 - self.refresh_share) / self.refresh_share,
+                )
             self._free.notify_all()
+
+    def refresh_turn(self, stack: str, due_at: float) -> bool:
+        """Whether ``stack``'s refresh, due since ``due_at``, may start now: the budget
+        has room and no refresh due longer asks for it. Every shard whose refresh is
+        due asks each iteration; the most overdue goes first, so none waits behind
+        shards that came due after it.
+        """
+        with self._free:
+            now = self._clock()
+            self._claims[stack] = (due_at, now)
+            for other, (_, asked) in list(self._claims.items()):
+                if now - asked > self._claim_ttl:
+                    del self._claims[other]  # stopped asking: stopped, standby or failing
+            if self.closed or now < self._refresh_after or self._refresh_line:
+                return False
+            first = min(self._claims, key=lambda k: (self._claims[k][0], k))
+            if first != stack:
+                return False
+            del self._claims[stack]
+            return True
+
+    def refreshes_due(self) -> int:
+        """How many shards' refreshes wait for their turn."""
+        with self._free:
+            return len(self._claims)
+
+    def refresh_wait(self) -> float:
+        """Seconds until the refresh budget lets the next refresh start (0: now)."""
+        with self._free:
+            return max(0.0, self._refresh_after - self._clock())
 
     def wake(self) -> None:
         """Have every waiting run ask again whether to go on waiting."""
@@ -131,13 +206,42 @@ class EngineSlots:
             self.closed = True
             self._free.notify_all()
 
-    def _may_start(self, refresh: bool) -> bool:
+    def _enter_line(self, refresh: bool) -> int | None:
+        if not refresh:
+            self._ups_waiting += 1
+            return None
+        self._tickets += 1
+        self._refresh_line.append(self._tickets)
+        return self._tickets
+
+    def _leave_line(self, ticket: int | None) -> None:
+        if ticket is None:
+            self._ups_waiting -= 1
+            return
+        self._refresh_line.remove(ticket)
+        # The next refresh in line may start now (or the one behind one that gave way).
+        self._free.notify_all()
+
+    def _may_start(self, ticket: int | None) -> bool:
         if self.closed or self.running >= self.limit:
             return False
-        if not refresh:
+        if ticket is None:
             return True
         kept_free = 1 if self.limit >= 2 else 0
-        return self._ups_waiting == 0 and self.running + 1 <= self.limit - kept_free
+        return (
+            self._ups_waiting == 0
+            and self.running + 1 <= self.limit - kept_free
+            and self._refresh_line[0] == ticket
+            and self._clock() >= self._refresh_after
+        )
+
+    def _budget_left(self, ticket: int | None) -> float | None:
+        # A refresh held back by the budget alone wakes when it runs out; everything
+        # else it waits for (a slot, an up, its turn) notifies.
+        if ticket is None:
+            return None
+        left = self._refresh_after - self._clock()
+        return left if left > 0 else None
 
 
 class SlotEngine:
@@ -204,11 +308,12 @@ class _Held:
     def __init__(self, engine: SlotEngine, *, refresh: bool) -> None:
         self._engine = engine
         self._refresh = refresh
+        self._started: float | None = None
 
     def __enter__(self) -> None:
         self._engine.busy = True
         try:
-            self._engine.slots.acquire(
+            self._started = self._engine.slots.acquire(
                 refresh=self._refresh,
                 give_way=self._engine.give_way.is_set if self._refresh else None,
             )
@@ -217,7 +322,7 @@ class _Held:
             raise
 
     def __exit__(self, *exc: object) -> None:
-        self._engine.slots.release(refresh=self._refresh)
+        self._engine.slots.release(refresh=self._refresh, started=self._started)
         self._engine.busy = False
 
 
@@ -611,6 +716,10 @@ class ShardedDaemon:
                 "limit": self._slots.limit,
                 "running": self._slots.running,
                 "peak": self._slots.peak,
+                "refreshShare": self._slots.refresh_share,
+                "refreshesDue": self._slots.refreshes_due(),
+                "refreshWaitSeconds": round(self._slots.refresh_wait(), 1),
+                "refreshSeconds": round(self._slots.refresh_seconds, 1),
             },
             "shards": {s.stack: s.daemon.status() for s in self._all()},
             "at": time.time(),

@@ -137,6 +137,10 @@ class LoopState:
         """Whether a drift-detecting ``refresh`` should run now."""
         return now >= self._next_refresh_at(settings)
 
+    def refresh_due_at(self, settings: DaemonSettings) -> float:
+        """When the next ``refresh`` comes due (monotonic)."""
+        return self._next_refresh_at(settings)
+
     def next_delay(
         self, *, now: float, settings: DaemonSettings, sample_due_in: float | None = None
     ) -> float:

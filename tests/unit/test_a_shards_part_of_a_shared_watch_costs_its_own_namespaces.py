@@ -131,3 +131,57 @@ def test_a_namespaces_group_is_the_same_tuple_while_its_objects_are_the_same() -
 
     parts = groups.parts("kind", (a1, cluster, b1_written, a2), ("a", "c"))
     assert parts == ((cluster,), (a1, a2), ())
+
+
+def test_with_nothing_changed_no_shard_looks_at_the_shared_lists_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The shared watch's snapshot was a new sorted tuple on every call, so every shard
+    # grouped all the Queues again on every iteration: 17 ms of a no-op at 5000 Queues.
+    from twc.kube.watch import QueueWatcher
+    from twc.loop.shardviews import ShardQueues
+
+    queues = QueueWatcher(
+        _Api([queue_obj(f"q-{s}-{i}", f"ns-{s:02d}") for s in range(SHARDS) for i in range(3)]),
+        resync_interval=300,
+        crd_exists=lambda _: True,
+    )
+    queues.list_now()
+    native = _watched(_fleet())
+    groups = NamespaceGroups()
+    shard_queues = [
+        ShardQueues(queues, ShardNamespaces((f"ns-{s:02d}",)), FanoutWakeup(), groups)
+        for s in range(SHARDS)
+    ]
+    shard_native = _views(native, NamespaceGroups())
+
+    def look() -> list[Any]:
+        out: list[Any] = []
+        for q, n in zip(shard_queues, shard_native, strict=True):
+            out += [q.observed(), q.snapshot(), n.observed(), n.snapshot()]
+        return out
+
+    first = look()
+    looked_at: list[object] = []
+    namespace_of = _slice._namespace_of
+
+    def counted(obj: Mapping[str, Any]) -> str:
+        looked_at.append(obj)
+        return namespace_of(obj)
+
+    monkeypatch.setattr(_slice, "_namespace_of", counted)
+    again = look()
+    assert looked_at == []
+    assert queues.snapshot() is queues.snapshot()
+    assert [a == b for a, b in zip(first, again, strict=True)] == [True] * len(first)
+    assert first[0].objects is not None
+    assert {o["metadata"]["name"] for o in first[0].objects} == {"q-0-0", "q-0-1", "q-0-2"}
+
+
+def queue_obj(name: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "kmsvc.temporal.io/v1",
+        "kind": "Queue",
+        "metadata": {"name": name, "namespace": namespace, "labels": {}},
+        "spec": {"taskQueue": name},
+    }

@@ -755,12 +755,22 @@ def _wire_shards(
             settings=election,
         )
 
+    counted: list[tuple[tuple[object, ...], dict[str, int]]] = []
+
     def load() -> dict[str, int]:
+        # Asked every assignment_interval (2 s); the file's parse and the watches'
+        # snapshots are the same objects until something changes, so count again only
+        # then (5000 workers counted every 2 s for nothing, otherwise).
         fleet: Fleet = fleet_file()
         native = native_watch.snapshot()
-        return namespace_load(
-            fleet, queue_watch.snapshot() or (), native.workers if native is not None else ()
-        )
+        queues = queue_watch.snapshot() or ()
+        workers = native.workers if native is not None else ()
+        inputs = (fleet, queues, workers)
+        if counted and all(a is b for a, b in zip(counted[0][0], inputs, strict=True)):
+            return dict(counted[0][1])
+        found = namespace_load(fleet, queues, workers)
+        counted[:] = [(inputs, found)]
+        return dict(found)
 
     sharded: ShardedDaemon | None = None
 

@@ -342,6 +342,8 @@ class ObjectWatcher:
         self._failure: str | None = None
         self._unknown: str | None = None
         self._observed: tuple[Mapping[str, Any], ObjectList] | None = None
+        self._sorted: tuple[Mapping[str, Any], tuple[Mapping[str, Any], ...]] | None = None
+        """The last :meth:`snapshot` and the mapping it was made of."""
         self._copies: dict[str, tuple[Mapping[str, Any], dict[str, Any]]] = {}
         """Per key, the object last observed and the copy handed out for it."""
         self._view: tuple[dict[str, Mapping[str, Any]], Mapping[str, Mapping[str, Any]]] | None
@@ -368,11 +370,24 @@ class ObjectWatcher:
             self._thread.join(timeout=1.0)
 
     def snapshot(self) -> tuple[Mapping[str, Any], ...] | None:
-        """The current objects sorted by key, or ``None`` before the first list."""
+        """The current objects sorted by key, or ``None`` before the first list.
+
+        The same tuple, by identity, while nothing changed: every shard's view asks for
+        it every iteration and tells by identity that its part is as it was
+        (:class:`~twc.shards.NamespaceGroups`). Sorted afresh on every call, 5000 Queues
+        cost each shard's no-op iteration 17 ms (sorting, then grouping again a list
+        that was new each time), 2 ms at 1000.
+        """
         with self._lock:
-            if self._objects is None:
+            objects = self._objects
+            if objects is None:
                 return None
-            return tuple(self._objects[k] for k in sorted(self._objects))
+            cached = self._sorted
+            if cached is not None and cached[0] is objects:
+                return cached[1]
+            found = tuple(objects[k] for k in sorted(objects))
+            self._sorted = (objects, found)
+            return found
 
     def by_key(self) -> Mapping[str, Mapping[str, Any]] | None:
         """The current objects by key, unsorted and uncopied (a read-only view), or

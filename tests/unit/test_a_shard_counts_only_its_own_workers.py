@@ -43,3 +43,29 @@ def test_the_autoscaled_keys_are_cut_once_per_reading_of_the_shared_cache() -> N
     namespaces.update(("a", "b"))
     assert mine() == frozenset({"a/w1", "a/w2", "b/w3"})
     assert len(reads) == 4
+
+
+def test_every_shard_together_groups_a_new_reading_once() -> None:
+    # A Deployment's status change is a new reading of the whole cache: 20 shards each
+    # testing all of 5000 keys was 100 000 tests per reading; grouped once by namespace,
+    # each shard takes its own namespaces' keys.
+    from twc.loop.shardviews import KeyGroups
+
+    class Counted(dict[str, int]):
+        iterated = 0
+
+        def __iter__(self):  # type: ignore[no-untyped-def]
+            Counted.iterated += 1
+            return super().__iter__()
+
+    shared = Counted({f"ns-{s:02d}/w{i}": i for s in range(20) for i in range(5)})
+    groups = KeyGroups()
+    shards = [
+        shard_keyed(lambda: shared, ShardNamespaces((f"ns-{s:02d}",)), groups) for s in range(20)
+    ]
+
+    cuts = [mine() for mine in shards]
+
+    assert Counted.iterated == 1, "the reading was gone through once per shard"
+    assert cuts[3] == {f"ns-03/w{i}": i for i in range(5)}
+    assert sum(len(c) for c in cuts) == len(shared)

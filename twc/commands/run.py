@@ -72,6 +72,7 @@ from twc.loop.shards import (
 )
 from twc.loop.shardviews import (
     FanoutWakeup,
+    KeyGroups,
     ShardFleet,
     ShardNamespaces,
     ShardNative,
@@ -710,6 +711,8 @@ def _wire_shards(
     )
     # Each shared list grouped by namespace once per version, for all the shards.
     queue_groups, native_groups = NamespaceGroups(), NamespaceGroups()
+    # The Deployment cache's readings' keys by namespace, once per reading for them all.
+    keys = KeyGroups()
     writer = NativeWriter(kube.custom, kube.core)
     # Every Queue and fleet-file worker shown as a TemporalWorker object.
     views = TemporalWorkerViews(kube.custom)
@@ -837,9 +840,9 @@ def _wire_shards(
                 backlogs=TemporalBacklogs(
                     read_secret=workloads.read_secret, temporal_address=temporal_address
                 ),
-                replicas=shard_keyed(deployments.worker_replicas, namespaces),
-                scaled=shard_keys(deployments.scaled, namespaces),
-                deployments=shard_keyed(deployments.worker_deployments, namespaces),
+                replicas=shard_keyed(deployments.worker_replicas, namespaces, keys),
+                scaled=shard_keys(deployments.scaled, namespaces, keys),
+                deployments=shard_keyed(deployments.worker_deployments, namespaces, keys),
                 secrets=_secret_digests(secrets, workloads),
                 secret_data=workloads.read_secret,
                 objects=own.read,

@@ -87,28 +87,38 @@ def test_a_status_write_leaves_the_other_shards_values_as_they_were() -> None:
     }
 
 
-def test_every_shard_together_looks_at_the_shared_list_once_per_version(
+def test_a_status_write_costs_every_shard_together_its_own_namespace(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # Cut by each shard, it was every object for each of the 20 shards (4000 here);
+    # grouped once per version of the list, every object once (200); kept by namespace
+    # in the watch, the written object's namespace alone (10).
+    from twc.kube.watch import ObjectWatcher
+
     items = _fleet()
     watch = _watched(items)
     views = _views(watch, NamespaceGroups())
     _values(views)
-    looked_at: list[object] = []
+    looked_at: list[str] = []
+    handed_out = ObjectWatcher._handed_out
     namespace_of = _slice._namespace_of
 
-    def counted(obj: Mapping[str, Any]) -> str:
-        looked_at.append(obj)
+    def counted(self: ObjectWatcher, key: str, copies: bool) -> Mapping[str, Any]:
+        looked_at.append(key)
+        return handed_out(self, key, copies)
+
+    def grouped_again(obj: Mapping[str, Any]) -> str:
+        looked_at.append("grouped again")
         return namespace_of(obj)
 
-    monkeypatch.setattr(_slice, "_namespace_of", counted)
+    monkeypatch.setattr(ObjectWatcher, "_handed_out", counted)
+    monkeypatch.setattr(_slice, "_namespace_of", grouped_again)
     written = copy.deepcopy(items[0])
     written["status"] = {"phase": "Ready"}
     watch._workers._apply("MODIFIED", written)
     _values(views)
 
-    # Cut by each shard, it was every object for each of the 20 shards (4000 here).
-    assert len(looked_at) == SHARDS * PER_SHARD
+    assert sorted(looked_at) == sorted(f"ns-00/w-00-{i}" for i in range(PER_SHARD))
 
 
 def test_a_namespaces_group_is_the_same_tuple_while_its_objects_are_the_same() -> None:
@@ -185,3 +195,51 @@ def queue_obj(name: str, namespace: str) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": namespace, "labels": {}},
         "spec": {"taskQueue": name},
     }
+
+
+def test_a_watch_keeps_its_objects_by_namespace_through_every_kind_of_change() -> None:
+    a2, a1, b1 = (
+        worker_obj("a2", namespace="a"),
+        worker_obj("a1", namespace="a"),
+        worker_obj("b1", namespace="b"),
+    )
+    cluster = {"metadata": {"name": "shared"}, "spec": {}}
+    watch = _watched([a2, a1, b1, cluster])._workers
+    first = watch.grouped()
+    assert first is not None
+    assert {ns: [o["metadata"]["name"] for o in g] for ns, g in first.items()} == {
+        "a": ["a1", "a2"],
+        "b": ["b1"],
+        "": ["shared"],
+    }
+    copies = watch.grouped(copies=True)
+    assert copies is not None
+    assert copies["a"] == first["a"]
+    assert all(c is not o for c, o in zip(copies["a"], first["a"], strict=True))
+
+    watch._apply("ADDED", worker_obj("b2", namespace="b"))
+    second = watch.grouped()
+    assert second is not None
+    assert second["a"] is first["a"]
+    assert second[""] is first[""]
+    assert [o["metadata"]["name"] for o in second["b"]] == ["b1", "b2"]
+    again = watch.grouped(copies=True)
+    assert again is not None
+    assert again["a"] is copies["a"], "an unchanged namespace's copies are the same tuple"
+
+    watch._apply("DELETED", b1)
+    watch._apply("DELETED", watch.by_key()["b/b2"])  # type: ignore[index]
+    third = watch.grouped()
+    assert third is not None
+    assert "b" not in third
+    assert third["a"] is first["a"]
+
+    # A re-list is a new version of every object: every group is made again.
+    watch._replace({"a/a1": worker_obj("a1", namespace="a")})
+    listed = watch.grouped()
+    assert listed is not None
+    assert set(listed) == {"a"}
+    assert [o["metadata"]["name"] for o in listed["a"]] == ["a1"]
+
+    watch._unknown = "list failed"
+    assert watch.grouped() is None

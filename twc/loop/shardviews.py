@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Callable, Collection, Hashable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from twc.desired import ObjectList
 from twc.kube.watch import NativeSnapshot, NativeSource, QueueSource
@@ -184,6 +184,13 @@ _WORKERS = "TemporalWorker"
 kinds' own keys are their CRD names, never these)."""
 
 
+def _parts_of(
+    groups: Mapping[str, tuple[Any, ...]], namespaces: tuple[str, ...]
+) -> tuple[tuple[Any, ...], ...]:
+    """A shard's part of a watch's groups, shaped as :meth:`NamespaceGroups.parts`."""
+    return tuple(groups.get(ns, ()) for ns in (NamespaceGroups.CLUSTER, *namespaces))
+
+
 def _same_parts(a: tuple[tuple[Any, ...], ...], b: tuple[tuple[Any, ...], ...]) -> bool:
     """Whether two cuts are of the same groups, by identity (group by group)."""
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
@@ -277,6 +284,11 @@ class ShardQueues:
         return None if parts is None else tuple(itertools.chain.from_iterable(parts))
 
     def _parts(self) -> tuple[tuple[Any, ...], ...] | None:
+        grouped = getattr(self._shared, "grouped", None)
+        groups = grouped() if callable(grouped) else None
+        if groups is not None:
+            # The watch keeps its objects by namespace: a change cost its namespace.
+            return _parts_of(groups, self._namespaces())
         found = self._shared.snapshot()
         if found is None:
             return None
@@ -369,11 +381,14 @@ class ShardNative:
         """
         namespaces = self._namespaces()
         out: dict[str, ObjectList] = {}
-        for key, found in self._shared.observed().items():
-            if found.objects is None:
-                out[key] = found
-                continue
-            parts = self._groups.parts(key, found.objects, namespaces)
+        for key, found in self._found().items():
+            if isinstance(found, ObjectList):
+                if found.objects is None:
+                    out[key] = found
+                    continue
+                parts = self._groups.parts(key, found.objects, namespaces)
+            else:
+                parts = _parts_of(found, namespaces)
             cached = self._slices.get(key)
             if cached is not None and _same_parts(cached[0], parts):
                 out[key] = cached[1]
@@ -385,6 +400,14 @@ class ShardNative:
             self._slices[key] = (parts, sliced)
             out[key] = sliced
         return out
+
+    def _found(self) -> Mapping[str, ObjectList | Mapping[str, tuple[Any, ...]]]:
+        # The watches' groups by namespace where they keep them (a change then costs its
+        # namespace), else their lists, grouped here once per version.
+        grouped = getattr(self._shared, "grouped", None)
+        if callable(grouped):
+            return cast(Mapping[str, ObjectList | Mapping[str, tuple[Any, ...]]], grouped())
+        return self._shared.observed()
 
     def failure(self) -> str | None:
         """The shared watches' last failure."""

@@ -64,7 +64,10 @@ def _deployments(kube: Any, namespaces: list[str]) -> dict[str, tuple[str, Any]]
     for ns in namespaces:
         dep = kube.get_deployment(ns, "w")
         assert dep is not None, f"the worker of {ns} is gone"
-        out[ns] = (dep.metadata.uid, dep.spec.template.spec.containers[0].image)
+        out[ns] = (
+            dep["metadata"]["uid"],
+            dep["spec"]["template"]["spec"]["containers"][0]["image"],
+        )
     return out
 
 

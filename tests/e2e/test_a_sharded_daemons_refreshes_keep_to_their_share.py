@@ -6,23 +6,21 @@ no up ran for them and every worker's Deployment is as it was."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes.client.exceptions import ApiException
-from pulumi.automation import CommandError
 
-from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import FAST, DaemonProcess, Daemons, eventually
-from tests.helpers import delete_twc_objects
-from twc.kube.shardmap import shard_map_name
+from tests.e2e.sharded import (
+    fresh_namespaces,
+    one_worker_per_shard,
+    sharded_stack,
+    wait_for_workers,
+)
 from twc.local import LocalEnvironment
-from twc.stackrun import engine
 from twc.stackrun.guard import JournalEntry
 
 pytestmark = pytest.mark.e2e
@@ -40,12 +38,8 @@ SETTINGS = {
 
 @pytest.fixture
 def namespaces(kube: Any) -> Iterator[list[str]]:
-    made = sorted(f"r-{uuid.uuid4().hex[:6]}" for _ in range(SHARDS))
-    for ns in made:
-        kube.ensure_namespace(ns)
-    yield made
-    for ns in made:
-        delete_twc_objects(kube, ns)
+    with fresh_namespaces(kube, SHARDS, "r") as made:
+        yield made
 
 
 def _refreshes(daemon: DaemonProcess) -> list[tuple[str, JournalEntry]]:
@@ -74,23 +68,10 @@ def _deployments(kube: Any, namespaces: list[str]) -> dict[str, tuple[str, Any]]
 def test_refreshes_take_their_share_of_the_time_every_shard_in_turn(
     local_env: LocalEnvironment, kube: Any, namespaces: list[str], daemons: Daemons
 ) -> None:
-    fleet = fleet_doc(
-        "",
-        host_port=local_env.temporal_address(),
-        workers=[{"name": "w", "namespace": ns, "taskQueueName": f"tq-{ns}"} for ns in namespaces],
-    )
-    fleet["sharding"] = {"maxWorkersPerShard": 1}
-    fleet["clusterObjects"] = False
-    fs = daemons.stack(fleet)
-    shard_stacks = [f"{fs.name}.s{i:02d}" for i in range(SHARDS)]
-    try:
+    fleet = one_worker_per_shard(local_env, namespaces)
+    with sharded_stack(daemons, kube, fleet, SHARDS) as (fs, _):
         daemon = daemons.start(fs, settings=SETTINGS)
-        for ns in namespaces:
-            eventually(
-                lambda ns=ns: kube.get_deployment(ns, "w"),
-                timeout=300,
-                message=f"the shard of {ns} never created its worker",
-            )
+        wait_for_workers(kube, namespaces)
         eventually(
             lambda: all(
                 s.get("lastOutcome") is not None for s in daemon.status()["shards"].values()
@@ -128,15 +109,3 @@ def test_refreshes_take_their_share_of_the_time_every_shard_in_turn(
         assert daemon.ups() == ups
         assert _deployments(kube, namespaces) == before
         assert daemon.alive()
-    finally:
-        daemons.stop_all()
-        for name in shard_stacks:
-            ref = engine.StackRef(name=name, config={"fleetFile": str(fs.fleet_file)}, env=fs.env)
-            try:
-                with contextlib.suppress(CommandError):
-                    engine.select_stack(ref).cancel()
-                engine.destroy(ref)
-            finally:
-                engine.select_stack(ref).workspace.remove_stack(name, force=True)
-        with contextlib.suppress(ApiException):
-            kube.core.delete_namespaced_config_map(shard_map_name(fs.name), "default")

@@ -5,21 +5,20 @@ at most its share), and a Lease taken away from a replica stops only that shard 
 
 from __future__ import annotations
 
-import contextlib
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
-from pulumi.automation import CommandError
 
-from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import FAST, DaemonProcess, Daemons, eventually
-from tests.helpers import delete_twc_objects
-from twc.kube.shardmap import shard_map_name
+from tests.e2e.sharded import (
+    fresh_namespaces,
+    one_worker_per_shard,
+    sharded_stack,
+    wait_for_workers,
+)
 from twc.local import LocalEnvironment
-from twc.stackrun import engine
 
 pytestmark = pytest.mark.e2e
 
@@ -53,12 +52,8 @@ def _take_lease(kube: Any, lease_name: str) -> None:
 
 @pytest.fixture
 def namespaces(kube: Any) -> Iterator[list[str]]:
-    made = sorted(f"d-{uuid.uuid4().hex[:6]}" for _ in range(SHARDS))
-    for ns in made:
-        kube.ensure_namespace(ns)
-    yield made
-    for ns in made:
-        delete_twc_objects(kube, ns)
+    with fresh_namespaces(kube, SHARDS, "d") as made:
+        yield made
 
 
 def _leading(daemon: DaemonProcess) -> list[str]:
@@ -71,25 +66,10 @@ def _leading(daemon: DaemonProcess) -> list[str]:
 def test_replicas_share_the_shards_and_a_lost_lease_stops_only_its_shard(
     local_env: LocalEnvironment, kube: Any, namespaces: list[str], daemons: Daemons
 ) -> None:
-    fleet = fleet_doc(
-        "",
-        host_port=local_env.temporal_address(),
-        workers=[{"name": "w", "namespace": ns, "taskQueueName": f"tq-{ns}"} for ns in namespaces],
-    )
-    fleet["sharding"] = {"maxWorkersPerShard": 1}
-    # The fleet file alone: another test's Queue or TemporalWorker in the shared embedded
-    # cluster would join this stack as a namespace, and a shard, of its own.
-    fleet["clusterObjects"] = False
-    fs = daemons.stack(fleet)
-    shard_stacks = [f"{fs.name}.s{i:02d}" for i in range(SHARDS)]
-    try:
+    fleet = one_worker_per_shard(local_env, namespaces)
+    with sharded_stack(daemons, kube, fleet, SHARDS) as (fs, shard_stacks):
         first = daemons.start(fs, settings=SETTINGS, args=ELECT, name="first")
-        for ns in namespaces:
-            eventually(
-                lambda ns=ns: kube.get_deployment(ns, "w"),
-                timeout=300,
-                message=f"the shard of {ns} never created its worker",
-            )
+        wait_for_workers(kube, namespaces)
         eventually(
             lambda: len(_leading(first)) == SHARDS,
             timeout=60,
@@ -130,17 +110,3 @@ def test_replicas_share_the_shards_and_a_lost_lease_stops_only_its_shard(
         )
         assert first.status()["shards"][kept]["leading"] is True
         assert first.probe("/readyz") == 200
-    finally:
-        daemons.stop_all()
-        for name in shard_stacks:
-            ref = engine.StackRef(name=name, config={"fleetFile": str(fs.fleet_file)}, env=fs.env)
-            try:
-                # Every daemon is stopped: a lock left by one stopped mid-up is stale.
-                with contextlib.suppress(CommandError):
-                    engine.select_stack(ref).cancel()
-                engine.destroy(ref)
-            finally:
-                engine.select_stack(ref).workspace.remove_stack(name, force=True)
-        # Absent when no daemon got as far as assigning the shards.
-        with contextlib.suppress(ApiException):
-            kube.core.delete_namespaced_config_map(shard_map_name(fs.name), "default")

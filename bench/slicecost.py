@@ -1,14 +1,22 @@
-"""``python -m bench.slicecost``: what a status write costs the shards of one daemon.
+"""``python -m bench.slicecost``: what a status write, and an iteration with nothing
+changed, cost the shards of one daemon.
 
 Every status the daemon writes is a new version of the TemporalWorker list its shards
 share, and each shard's loop reads its part of it in its next iteration. This measures,
 in one process and without a cluster, the real :class:`~twc.kube.watch.NativeWatch`
 (fed by a stand-in list call) and 20 :class:`~twc.loop.shardviews.ShardNative` views of
-250 workers each: one status write, then every shard's ``observed()``. Two ways, in
-random order, round by round: the views sharing one
-:class:`~twc.shards.NamespaceGroups` (as ``twc run`` wires them), and each view grouping
-the whole list on its own (every shard looking at all 5000 objects, as each shard's cut
-did before). Wall time of the 20 reads per write; not an end-to-end figure.
+250 workers each: one status write, then every shard's ``observed()``. Three ways, in
+random order, round by round: the watch keeping its objects by namespace (as ``twc run``
+reads it now: the write rebuilds its namespace's group), the views sharing one
+:class:`~twc.shards.NamespaceGroups` over the watch's whole list (grouped once per
+version, as before), and each view grouping the whole list on its own (every shard
+looking at all 5000 objects, as each shard's cut did before that).
+
+Then the same for an iteration with nothing changed, on 20
+:class:`~twc.loop.shardviews.ShardQueues` views of 5000 Queues: every shard's
+``observed()`` and ``snapshot()``, with the watch's snapshot handed out again (now) and
+sorted afresh on every call (before). Wall time of the 20 shards' reads; not an
+end-to-end figure.
 """
 
 from __future__ import annotations
@@ -16,12 +24,14 @@ from __future__ import annotations
 import argparse
 import copy
 import random
+import threading
 import time
 from typing import Any
 
 from bench.stats import summarize
-from twc.kube.watch import NativeWatch
-from twc.loop.shardviews import FanoutWakeup, ShardNamespaces, ShardNative
+from twc.desired import ObjectList
+from twc.kube.watch import NativeSnapshot, NativeWatch, QueueWatcher
+from twc.loop.shardviews import FanoutWakeup, ShardNamespaces, ShardNative, ShardQueues
 from twc.shards import NamespaceGroups
 
 SHARDS = 20
@@ -69,6 +79,57 @@ def _worker(name: str, namespace: str) -> dict[str, Any]:
     }
 
 
+class _WholeList:
+    """The native watch as shards read it before it kept its objects by namespace: its
+    whole lists only (no ``grouped``)."""
+
+    def __init__(self, watch: NativeWatch) -> None:
+        self._watch = watch
+
+    def start(self, wakeup: threading.Event) -> None:
+        """Nothing to start: the test feeds the watch."""
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+    def observed(self) -> dict[str, ObjectList]:
+        return self._watch.observed()
+
+    def snapshot(self) -> NativeSnapshot | None:
+        return self._watch.snapshot()
+
+
+class _SortedAfresh:
+    """The Queue watch as shards read it before its snapshot was handed out again: the
+    objects sorted afresh on every call (and no ``grouped``)."""
+
+    def __init__(self, watch: QueueWatcher) -> None:
+        self._watch = watch
+
+    def start(self, wakeup: threading.Event) -> None:
+        """Nothing to start: the test feeds the watch."""
+
+    def stop(self) -> None:
+        """Nothing to stop."""
+
+    def snapshot(self) -> tuple[dict[str, Any], ...] | None:
+        found = self._watch.by_key()
+        return None if found is None else tuple(found[k] for k in sorted(found))  # type: ignore[misc]
+
+    def observed(self) -> ObjectList:
+        return self._watch.observed()
+
+
+def _queue(name: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "kmsvc.io/v1",
+        "kind": "Queue",
+        "metadata": {"name": name, "namespace": namespace, "resourceVersion": "1"},
+        "spec": {"taskQueue": f"tq-{name}"},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
 def measure(rounds: int, seed: int) -> dict[str, Any]:
     """``rounds`` writes for each way, in random order; per-write wall times."""
     items = [
@@ -79,13 +140,18 @@ def measure(rounds: int, seed: int) -> dict[str, Any]:
     watch = NativeWatch(_ListApi(items), (), resync_interval=300, crd_exists=lambda _: True)
     watch.list_now()
     shared = NamespaceGroups()
+    whole = _WholeList(watch)
     ways = {
-        "shared groups (twc run)": [
-            ShardNative(watch, ShardNamespaces((f"ns-{s:02d}",)), FanoutWakeup(), shared)
+        "kept by namespace in the watch (twc run)": [
+            ShardNative(watch, ShardNamespaces((f"ns-{s:02d}",)), FanoutWakeup(), NamespaceGroups())
+            for s in range(SHARDS)
+        ],
+        "the whole list grouped once per version, shared (before)": [
+            ShardNative(whole, ShardNamespaces((f"ns-{s:02d}",)), FanoutWakeup(), shared)
             for s in range(SHARDS)
         ],
         "each shard on its own": [
-            ShardNative(watch, ShardNamespaces((f"ns-{s:02d}",)), FanoutWakeup(), NamespaceGroups())
+            ShardNative(whole, ShardNamespaces((f"ns-{s:02d}",)), FanoutWakeup(), NamespaceGroups())
             for s in range(SHARDS)
         ],
     }
@@ -112,6 +178,51 @@ def measure(rounds: int, seed: int) -> dict[str, Any]:
     return {way: summarize(samples) for way, samples in times.items()}
 
 
+def measure_unchanged(rounds: int, seed: int) -> dict[str, Any]:
+    """``rounds`` rounds of every shard reading its Queues with nothing changed, for each
+    way, in random order; per-round wall times."""
+    queues = QueueWatcher(
+        _ListApi(
+            [
+                _queue(f"q-{s:02d}-{i:03d}", f"ns-{s:02d}")
+                for s in range(SHARDS)
+                for i in range(PER_SHARD)
+            ]
+        ),
+        resync_interval=300,
+        crd_exists=lambda _: True,
+    )
+    queues.list_now()
+    afresh = _SortedAfresh(queues)
+    ways = {
+        "the snapshot handed out again (twc run)": [
+            ShardQueues(
+                queues, ShardNamespaces((f"ns-{s:02d}",)), FanoutWakeup(), NamespaceGroups()
+            )
+            for s in range(SHARDS)
+        ],
+        "sorted afresh on every call (before)": [
+            ShardQueues(
+                afresh, ShardNamespaces((f"ns-{s:02d}",)), FanoutWakeup(), NamespaceGroups()
+            )
+            for s in range(SHARDS)
+        ],
+    }
+    for view in (v for views in ways.values() for v in views):
+        view.observed()
+    rng = random.Random(seed)
+    order = [way for way in ways for _ in range(rounds)]
+    rng.shuffle(order)
+    times: dict[str, list[float]] = {way: [] for way in ways}
+    for way in order:
+        start = time.perf_counter()
+        for view in ways[way]:
+            view.observed()
+            view.snapshot()
+        times[way].append(time.perf_counter() - start)
+    return {way: summarize(samples) for way, samples in times.items()}
+
+
 def main() -> None:
     """Measure and print the two ways' per-write costs."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -122,10 +233,20 @@ def main() -> None:
     print(
         f"{SHARDS} shards of {PER_SHARD} workers: every shard's observed() after one status write"
     )
+    _print(found, "writes")
+    unchanged = measure_unchanged(args.rounds, args.seed)
+    print(
+        f"{SHARDS} shards of {PER_SHARD} Queues: every shard's observed() and snapshot(), "
+        "nothing changed"
+    )
+    _print(unchanged, "rounds")
+
+
+def _print(found: dict[str, Any], what: str) -> None:
     for way, summary in found.items():
         print(
-            f"  {way}: p50 {summary['p50'] * 1000:.2f} ms, p95 {summary['p95'] * 1000:.2f} ms "
-            f"({summary['n']} writes)"
+            f"  {way}: p50 {summary['p50'] * 1000:.3f} ms, p95 {summary['p95'] * 1000:.3f} ms "
+            f"({summary['n']} {what})"
         )
 
 

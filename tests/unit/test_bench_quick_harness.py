@@ -300,3 +300,21 @@ def test_a_change_during_a_refresh_renders_each_kind_with_its_meaning() -> None:
     assert "| refreshing, waits: the same, with `refresh_gives_way: false`" in md
     assert "p50 55.0 s" in md
     assert "Refreshes that stopped for a change: gives way 5, waits 0." in md
+
+
+def test_the_slice_cost_harness_measures_every_way() -> None:
+    from bench import slicecost
+
+    writes = slicecost.measure(5, seed=3)
+    unchanged = slicecost.measure_unchanged(5, seed=3)
+
+    assert {way: s["n"] for way, s in writes.items()} == {
+        "kept by namespace in the watch (twc run)": 5,
+        "the whole list grouped once per version, shared (before)": 5,
+        "each shard on its own": 5,
+    }
+    assert {way: s["n"] for way, s in unchanged.items()} == {
+        "the snapshot handed out again (twc run)": 5,
+        "sorted afresh on every call (before)": 5,
+    }
+    assert all(s["min"] > 0 for s in (*writes.values(), *unchanged.values()))

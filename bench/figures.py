@@ -532,6 +532,7 @@ def noop_iteration(
         else:
             loops = [runner]
         per_shard: list[float] = []
+        per_shard_cpu: list[float] = []
         rounds: list[float] = []
         for loop in loops:
             loop.actor.engine = _RefusingEngine()
@@ -565,9 +566,12 @@ def noop_iteration(
             for loop in loops:
                 if profile is not None:
                     profile.enable()
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), time.thread_time()
                 state = loop.iterate(states[loop.stack])
                 per_shard.append(time.perf_counter() - start)
+                # The iterating thread's own CPU time: the work the iteration did,
+                # apart from waiting for the CPU, the GIL or an answer.
+                per_shard_cpu.append(time.thread_time() - cpu)
                 if profile is not None:
                     profile.disable()
                 outcome = state.last_outcome
@@ -579,10 +583,12 @@ def noop_iteration(
             profile.dump_stats(f"{os.environ['TWC_BENCH_PROFILE']}-{stack.n}.prof")
         progress(
             f"N={stack.n} no-op iteration: p50 {summarize(per_shard)['p50'] * 1000:.1f} ms per "
-            f"shard, {summarize(rounds)['p50'] * 1000:.1f} ms for all {len(loops)} shard(s)"
+            f"shard (CPU {summarize(per_shard_cpu)['p50'] * 1000:.1f} ms), "
+            f"{summarize(rounds)['p50'] * 1000:.1f} ms for all {len(loops)} shard(s)"
         )
         return {
             "per_shard_s": summarize(per_shard),
+            "per_shard_cpu_s": summarize(per_shard_cpu),
             "all_shards_s": summarize(rounds),
             "shards": len(loops),
             "parses": getattr(loops[0].observer.sources.fleet, "parses", None),

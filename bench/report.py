@@ -49,7 +49,8 @@ p95, max, mean, samples}}` (its p95 is rendered only from ≥ {P95_MIN} samples)
   `load_average`, `load_average_end`), `versions`, `settings` (the daemon's, as run).
 - `sizes[]`, one per fleet size: `n`, `shards`, `namespaces`, `initial_up_s` (set-up,
   per stack), `figure_order`;
-  - `noop`: `per_shard_s`, `all_shards_s` (summaries), `shards`;
+  - `noop`: `per_shard_s`, `per_shard_cpu_s` (the iterating thread's CPU time),
+    `all_shards_s` (summaries), `shards`;
   - `change`: `latency_s`, `engine_runs_per_change`, `state_bytes_per_change`
     (summaries), `engine_peak_total_mb`, `engine_peak_process_mb`,
     `engine_peak_by_name_mb`;
@@ -296,10 +297,10 @@ def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
     out += ["", "## Per fleet size", ""]
     out += [
         "| N | shards | one-worker change | backlog → replicas (after the burst) | "
-        "after the sample | ups | no-op, one shard | no-op, all shards | "
+        "after the sample | ups | no-op, one shard | its CPU time | no-op, all shards | "
         "Queue → polling worker | state bytes per change | daemon peak RSS | "
         "largest engine process |",
-        "|---:|---:|---|---|---|---:|---|---|---|---|---:|---:|",
+        "|---:|---:|---|---|---|---:|---|---|---|---|---|---:|---:|",
     ]
     for size in results.get("sizes", []):
         out.append(
@@ -313,6 +314,7 @@ def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
                     _summary(get(size, "backlog", "sample_to_replicas_s")),
                     _fmt(get(size, "backlog", "up_runs", "max"), ""),
                     _summary(get(size, "noop", "per_shard_s")),
+                    _summary(get(size, "noop", "per_shard_cpu_s")),
                     _summary(get(size, "noop", "all_shards_s")),
                     _summary(get(size, "queue", "latency_s")),
                     _summary(get(size, "change", "state_bytes_per_change"), "B"),
@@ -341,8 +343,11 @@ def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
         "written or read once). Backlog samples (`sampling.interval`) and poller counts "
         "(`pollers_interval`) are taken on their own schedules, as in the daemon, so most "
         "measured iterations reuse them; the p95 and max include those that did not. "
-        "*All shards* is one iteration of every shard's loop back to back (they run in "
-        "parallel threads in the daemon).",
+        "*Its CPU time* is the iterating thread's own (`time.thread_time`): the work "
+        "the iteration did, without its waits for a core, the GIL or an answer, so a "
+        "size whose wall time grows while this does not is a busier machine, not more "
+        "work. *All shards* is one iteration of every shard's loop back to back (they run "
+        "in parallel threads in the daemon).",
         "- *Queue → polling worker*: labelled Queue objects created at random (exponential "
         "gaps) while one-worker changes keep the daemon busy and refreshes run; until a "
         "real temporalio worker, started from the new Deployment's own env when it "

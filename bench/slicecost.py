@@ -15,23 +15,38 @@ looking at all 5000 objects, as each shard's cut did before that).
 Then the same for an iteration with nothing changed, on 20
 :class:`~twc.loop.shardviews.ShardQueues` views of 5000 Queues: every shard's
 ``observed()`` and ``snapshot()``, with the watch's snapshot handed out again (now) and
-sorted afresh on every call (before). Wall time of the 20 shards' reads; not an
-end-to-end figure.
+sorted afresh on every call (before).
+
+Then a Deployment event (the autoscaler's writes are such events) on a
+:class:`~twc.kube.caches.DeploymentCache` of 5000 worker Deployments, and every shard's
+three readings of it (replicas, Deployments, the autoscaled): derived per namespace and
+taken by namespace (now), and derived from the whole cache and cut from all its keys by
+each shard (before). Wall time of the 20 shards' reads; not an end-to-end figure.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import random
 import threading
 import time
+from functools import partial
 from typing import Any
 
 from bench.stats import summarize
 from twc.desired import ObjectList
+from twc.kube.caches import DeploymentCache
 from twc.kube.watch import NativeSnapshot, NativeWatch, QueueWatcher
-from twc.loop.shardviews import FanoutWakeup, ShardNamespaces, ShardNative, ShardQueues
+from twc.loop.shardviews import (
+    FanoutWakeup,
+    ShardNamespaces,
+    ShardNative,
+    ShardQueues,
+    shard_keyed,
+    shard_keys,
+)
 from twc.shards import NamespaceGroups
 
 SHARDS = 20
@@ -223,6 +238,96 @@ def measure_unchanged(rounds: int, seed: int) -> dict[str, Any]:
     return {way: summarize(samples) for way, samples in times.items()}
 
 
+class _DeploymentList:
+    """A ``list_deployment_for_all_namespaces`` answering fixed Deployments."""
+
+    def __init__(self, items: list[dict[str, Any]]) -> None:
+        self.items = items
+
+    def __call__(self, **_: Any) -> Any:
+        # Raw JSON, as the cache asks for it (``_preload_content=False``).
+        body = {"items": self.items, "metadata": {"resourceVersion": "1"}}
+        return type("Response", (), {"data": json.dumps(body).encode()})()
+
+
+def _deployment(name: str, namespace: str, replicas: int) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"twc.temporal.io/worker": name, "twc.temporal.io/stack": "bench"},
+        },
+        "spec": {"replicas": replicas},
+        "status": {"readyReplicas": replicas},
+    }
+
+
+def measure_deployment_event(rounds: int, seed: int) -> dict[str, Any]:
+    """``rounds`` Deployment events for each way, in random order; per-event wall times
+    of every shard's three readings."""
+    items = [
+        _deployment(f"w-{s:02d}-{i:03d}", f"ns-{s:02d}", 1)
+        for s in range(SHARDS)
+        for i in range(PER_SHARD)
+    ]
+    apps = type("Apps", (), {"list_deployment_for_all_namespaces": _DeploymentList(items)})
+    kube: Any = type("Kube", (), {"apps": apps()})()
+    cache = DeploymentCache(kube, resync_interval=300, stack="bench")
+    cache.watcher.list_now()
+
+    def whole_cut(read: Any, mine: tuple[str, ...]) -> Any:
+        # Each shard testing every key of a reading derived from the whole cache.
+        def cut() -> Any:
+            found = read()
+            keys = found.items() if isinstance(found, dict) else ((k, None) for k in found)
+            return {k: v for k, v in keys if k.partition("/")[0] in mine}
+
+        return cut
+
+    ways: dict[str, list[Any]] = {
+        "derived per namespace, taken by namespace (twc run)": [
+            reader
+            for s in range(SHARDS)
+            for reader in (
+                shard_keyed(
+                    partial(cache.by_namespace, "replicas"), ShardNamespaces((f"ns-{s:02d}",))
+                ),
+                shard_keys(
+                    partial(cache.by_namespace, "scaled"), ShardNamespaces((f"ns-{s:02d}",))
+                ),
+                shard_keyed(
+                    partial(cache.by_namespace, "deployments"), ShardNamespaces((f"ns-{s:02d}",))
+                ),
+            )
+        ],
+        "derived from the whole cache, cut by each shard (before)": [
+            whole_cut(read, (f"ns-{s:02d}",))
+            for s in range(SHARDS)
+            for read in (cache.worker_replicas, cache.scaled, cache.worker_deployments)
+        ],
+    }
+    rng = random.Random(seed)
+    order = [way for way in ways for _ in range(rounds)]
+    rng.shuffle(order)
+    times: dict[str, list[float]] = {way: [] for way in ways}
+    for readers in ways.values():
+        for read in readers:
+            read()
+    for n, way in enumerate(order):
+        picked = rng.choice(items)
+        meta = picked["metadata"]
+        cache.watcher._apply("MODIFIED", _deployment(meta["name"], meta["namespace"], n + 2))
+        for other, readers in ways.items():
+            if other != way:
+                for read in readers:
+                    read()
+        start = time.perf_counter()
+        for read in ways[way]:
+            read()
+        times[way].append(time.perf_counter() - start)
+    return {way: summarize(samples) for way, samples in times.items()}
+
+
 def main() -> None:
     """Measure and print the two ways' per-write costs."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -240,6 +345,12 @@ def main() -> None:
         "nothing changed"
     )
     _print(unchanged, "rounds")
+    events = measure_deployment_event(args.rounds, args.seed)
+    print(
+        f"{SHARDS} shards of {PER_SHARD} Deployments: every shard's three readings after one "
+        "Deployment event"
+    )
+    _print(events, "events")
 
 
 def _print(found: dict[str, Any], what: str) -> None:

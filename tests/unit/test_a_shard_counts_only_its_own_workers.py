@@ -11,7 +11,7 @@ pytestmark = pytest.mark.unit
 
 
 def test_a_shared_reading_is_cut_to_the_shards_namespaces_as_they_grow() -> None:
-    shared = {"a/w1": 2, "a/w2": 1, "b/w3": 4, "ab/w4": 1}
+    shared = {"a": {"a/w1": 2, "a/w2": 1}, "b": {"b/w3": 4}, "ab": {"ab/w4": 1}}
     namespaces = ShardNamespaces(("a",))
     mine = shard_keyed(lambda: shared, namespaces)
 
@@ -24,10 +24,10 @@ def test_a_shared_reading_is_cut_to_the_shards_namespaces_as_they_grow() -> None
 def test_the_autoscaled_keys_are_cut_once_per_reading_of_the_shared_cache() -> None:
     # Every shard's loop reads the keys on every iteration; cutting all of the fleet's
     # each time grew a shard's iteration with the fleet.
-    readings = [["a/w1", "b/w3"]]
+    readings: list[dict[str, list[str]]] = [{"a": ["a/w1"], "b": ["b/w3"]}]
     reads: list[int] = []
 
-    def read() -> list[str]:
+    def read() -> dict[str, list[str]]:
         reads.append(1)
         return readings[-1]
 
@@ -38,34 +38,8 @@ def test_the_autoscaled_keys_are_cut_once_per_reading_of_the_shared_cache() -> N
     assert first == frozenset({"a/w1"})
     assert mine() is first, "the same reading was cut again"
 
-    readings.append(["a/w1", "a/w2", "b/w3"])  # the cache saw a change
+    readings.append({"a": ["a/w1", "a/w2"], "b": ["b/w3"]})  # the cache saw a change
     assert mine() == frozenset({"a/w1", "a/w2"})
     namespaces.update(("a", "b"))
     assert mine() == frozenset({"a/w1", "a/w2", "b/w3"})
     assert len(reads) == 4
-
-
-def test_every_shard_together_groups_a_new_reading_once() -> None:
-    # A Deployment's status change is a new reading of the whole cache: 20 shards each
-    # testing all of 5000 keys was 100 000 tests per reading; grouped once by namespace,
-    # each shard takes its own namespaces' keys.
-    from twc.loop.shardviews import KeyGroups
-
-    class Counted(dict[str, int]):
-        iterated = 0
-
-        def __iter__(self):  # type: ignore[no-untyped-def]
-            Counted.iterated += 1
-            return super().__iter__()
-
-    shared = Counted({f"ns-{s:02d}/w{i}": i for s in range(20) for i in range(5)})
-    groups = KeyGroups()
-    shards = [
-        shard_keyed(lambda: shared, ShardNamespaces((f"ns-{s:02d}",)), groups) for s in range(20)
-    ]
-
-    cuts = [mine() for mine in shards]
-
-    assert Counted.iterated == 1, "the reading was gone through once per shard"
-    assert cuts[3] == {f"ns-03/w{i}": i for i in range(5)}
-    assert sum(len(c) for c in cuts) == len(shared)

@@ -317,4 +317,9 @@ def test_the_slice_cost_harness_measures_every_way() -> None:
         "the snapshot handed out again (twc run)": 5,
         "sorted afresh on every call (before)": 5,
     }
-    assert all(s["min"] > 0 for s in (*writes.values(), *unchanged.values()))
+    events = slicecost.measure_deployment_event(5, seed=3)
+    assert {way: s["n"] for way, s in events.items()} == {
+        "derived per namespace, taken by namespace (twc run)": 5,
+        "derived from the whole cache, cut by each shard (before)": 5,
+    }
+    assert all(s["min"] > 0 for s in (*writes.values(), *unchanged.values(), *events.values()))

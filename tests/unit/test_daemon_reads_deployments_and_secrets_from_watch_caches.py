@@ -227,3 +227,75 @@ def test_a_stacks_cache_leaves_another_stacks_workers_out() -> None:
 
     assert cache.worker_replicas() == {"team/mine": 1, "team/old": 1}
     assert set(cache.worker_deployments()) == {"team/mine", "team/old"}
+
+
+def _in(namespace: str, dep: dict[str, Any]) -> dict[str, Any]:
+    dep["metadata"]["namespace"] = namespace
+    return dep
+
+
+def test_the_readings_by_namespace_are_the_whole_readings_cut_by_namespace() -> None:
+    versioned = _deployment("w-v2", 2)
+    versioned["metadata"]["labels"] = {
+        "twc.temporal.io/worker": "w",
+        "temporal.io/build-id": "v2",
+    }
+    older = _deployment("w-v1", 1)
+    older["metadata"]["labels"] = {"twc.temporal.io/worker": "w", "temporal.io/build-id": "v1"}
+    deployments, _, _, _ = _caches(
+        [
+            _in("a", _deployment("plain", 3, scaled_by=AUTOSCALER_FIELD_MANAGER)),
+            _in("a", versioned),
+            _in("a", older),
+            _in("b", _deployment("other", None)),
+        ],
+        [],
+    )
+    deployments.watcher.list_now()
+
+    for reading, whole in (
+        ("replicas", deployments.worker_replicas()),
+        ("deployments", deployments.worker_deployments()),
+    ):
+        by_ns = deployments.by_namespace(reading)
+        assert {k: v for part in by_ns.values() for k, v in part.items()} == whole
+        assert set(by_ns["a"]) == {k for k in whole if k.startswith("a/")}
+    assert deployments.by_namespace("replicas")["a"]["a/w"] == 3  # versions summed
+    assert dict(deployments.by_namespace("scaled")) == {"a": ["a/plain"], "b": []}
+
+
+def test_a_deployment_event_derives_its_namespace_again_and_no_other(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Derived from the whole cache, the first shard to read after any event paid for
+    # every Deployment in the fleet; the autoscaler's own writes are such events.
+    from twc.kube import caches
+
+    deployments, _, _, _ = _caches(
+        [_in(ns, _deployment(f"w{i}", 1)) for ns in ("a", "b", "c") for i in range(3)], []
+    )
+    deployments.watcher.list_now()
+    before = deployments.by_namespace("replicas")
+    derived: list[list[str]] = []
+    derive = caches._READINGS["replicas"]
+
+    def counted(found: Any) -> Any:
+        derived.append(sorted(found))
+        return derive(found)
+
+    monkeypatch.setitem(caches._READINGS, "replicas", counted)
+    assert deployments.by_namespace("replicas") is before, "unchanged: the same reading"
+
+    deployments.watcher._apply("MODIFIED", _in("b", _deployment("w1", 5)))
+    after = deployments.by_namespace("replicas")
+
+    assert derived == [["b/w0", "b/w1", "b/w2"]]
+    assert after["a"] is before["a"]
+    assert after["c"] is before["c"]
+    assert after["b"] == {"b/w0": 1, "b/w1": 5, "b/w2": 1}
+
+
+def test_the_readings_by_namespace_are_unknown_until_the_first_list() -> None:
+    deployments, _, _, _ = _caches([], [])
+    with pytest.raises(LookupError, match="not listed yet"):
+        deployments.by_namespace("replicas")

@@ -72,7 +72,6 @@ from twc.loop.shards import (
 )
 from twc.loop.shardviews import (
     FanoutWakeup,
-    KeyGroups,
     ShardFleet,
     ShardNamespaces,
     ShardNative,
@@ -711,8 +710,6 @@ def _wire_shards(
     )
     # Each shared list grouped by namespace once per version, for all the shards.
     queue_groups, native_groups = NamespaceGroups(), NamespaceGroups()
-    # The Deployment cache's readings' keys by namespace, once per reading for them all.
-    keys = KeyGroups()
     writer = NativeWriter(kube.custom, kube.core)
     # Every Queue and fleet-file worker shown as a TemporalWorker object.
     views = TemporalWorkerViews(kube.custom)
@@ -840,9 +837,11 @@ def _wire_shards(
                 backlogs=TemporalBacklogs(
                     read_secret=workloads.read_secret, temporal_address=temporal_address
                 ),
-                replicas=shard_keyed(deployments.worker_replicas, namespaces, keys),
-                scaled=shard_keys(deployments.scaled, namespaces, keys),
-                deployments=shard_keyed(deployments.worker_deployments, namespaces, keys),
+                replicas=shard_keyed(lambda: deployments.by_namespace("replicas"), namespaces),
+                scaled=shard_keys(lambda: deployments.by_namespace("scaled"), namespaces),
+                deployments=shard_keyed(
+                    lambda: deployments.by_namespace("deployments"), namespaces
+                ),
                 secrets=_secret_digests(secrets, workloads),
                 secret_data=workloads.read_secret,
                 objects=own.read,

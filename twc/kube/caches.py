@@ -163,6 +163,11 @@ class DeploymentCache(_Cache):
         self._stack = label_value(owner_stack(stack)) if stack is not None else None
         self._memo: dict[str, tuple[object, Any]] = {}
         """What was derived from the watch's objects, with the objects it came from."""
+        self._ns_lock = threading.Lock()
+        self._ns_memo: dict[str, dict[str, tuple[object, Any]]] = {}
+        """Per reading and namespace: what was derived, with the group it came from."""
+        self._ns_whole: dict[str, tuple[object, dict[str, Any]]] = {}
+        """Per reading: the last :meth:`by_namespace`, with the groups it came from."""
         super().__init__(
             ObjectWatcher(
                 None,
@@ -206,6 +211,40 @@ class DeploymentCache(_Cache):
             for key, dep in found.items()
             if (dep["metadata"].get("labels") or {}).get(LABEL_STACK) in (self._stack, None)
         }
+
+    def by_namespace(self, reading: str) -> Mapping[str, Any]:
+        """One of the readings (``replicas``: :meth:`worker_replicas`, ``deployments``:
+        :meth:`worker_deployments`, ``scaled``: :meth:`scaled`) per namespace, each
+        namespace's made again only when its Deployments changed.
+
+        A Deployment's status change is a new version of the whole cache: derived from
+        all of it, the first shard to read after any event paid for every Deployment
+        (9.6 ms at 5000, 3.5 ms at 1000), and the autoscaler's own writes are such
+        events. The watch keeps its objects by namespace; so do these.
+
+        Raises:
+            LookupError: Not listed yet.
+        """
+        derive = _READINGS[reading]
+        self._objects()  # raises until the first list, as the whole readings do
+        groups = self.watcher.grouped(stale=True)
+        assert groups is not None  # listed (above)
+        with self._ns_lock:
+            whole = self._ns_whole.get(reading)
+            if whole is not None and whole[0] is groups:
+                return whole[1]
+            memo = self._ns_memo.setdefault(reading, {})
+            out: dict[str, Any] = {}
+            for ns, group in groups.items():
+                hit = memo.get(ns)
+                if hit is None or hit[0] is not group:
+                    mine = self._mine({f"{ns}/{d['metadata']['name']}": d for d in group})
+                    hit = memo[ns] = (group, derive(mine))
+                out[ns] = hit[1]
+            for gone in set(memo) - set(groups):
+                del memo[gone]
+            self._ns_whole[reading] = (groups, out)
+            return out
 
     def worker_replicas(self) -> dict[str, int]:
         """``spec.replicas`` of every running worker, keyed ``<namespace>/<worker>``.
@@ -258,6 +297,15 @@ def _worker_deployments(found: Mapping[str, Mapping[str, Any]]) -> dict[str, tup
         )
         for key, dep in found.items()
     }
+
+
+_READINGS: dict[str, Callable[[Mapping[str, Mapping[str, Any]]], Any]] = {
+    "replicas": _worker_replicas,
+    "deployments": _worker_deployments,
+    "scaled": _scaled,
+}
+""":meth:`DeploymentCache.by_namespace`'s readings: each derives within a namespace (a
+versioned worker's Deployments, summed, share their namespace)."""
 
 
 def digests_by_name(

@@ -412,11 +412,12 @@ class ObjectWatcher:
         return view[1]
 
     def grouped(
-        self, *, copies: bool = False
+        self, *, copies: bool = False, stale: bool = False
     ) -> Mapping[str, tuple[Mapping[str, Any], ...]] | None:
         """The objects by namespace (``""``: the cluster-scoped ones), each group sorted
-        by key; ``None`` while :meth:`observed` is unknown. ``copies``: the copies
-        :meth:`observed` hands out, else the objects as held.
+        by key; ``None`` while :meth:`observed` is unknown (``stale``: only before the
+        first list, as :meth:`by_key`). ``copies``: the copies :meth:`observed` hands
+        out, else the objects as held.
 
         Kept up to date by namespace: a change rebuilds only its namespace's group, and
         every other group stays the same tuple. Grouping the whole list again after each
@@ -425,7 +426,7 @@ class ObjectWatcher:
         watches them, 1.3 ms at 1000).
         """
         with self._lock:
-            if self._objects is None or self._unknown is not None:
+            if self._objects is None or (self._unknown is not None and not stale):
                 return None
             built = self._grouped.get(copies)
             if built is not None and built[0] == self._changes:

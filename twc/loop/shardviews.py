@@ -28,7 +28,6 @@ from twc.spec import Fleet
 
 __all__ = [
     "FanoutWakeup",
-    "KeyGroups",
     "ShardFleet",
     "ShardNamespaces",
     "ShardNative",
@@ -86,75 +85,33 @@ _R = TypeVar("_R")
 _C = TypeVar("_C")
 
 
-class KeyGroups:
-    """The keys of a shared cache's readings by namespace, grouped once per reading for
-    every shard that cuts it.
-
-    A Deployment's status change is a new reading of the whole cache: each of 20 shards
-    cutting its part out of 5000 keys (three readings: replicas, Deployments, the
-    autoscaled) was 300 000 key tests for one event; grouped once, each shard takes its
-    namespaces' keys. Thread-safe: the shards' loops cut from their own threads.
-    """
-
-    _KEPT = 8
-    """Readings remembered at once (a cache hands out a few kinds of them)."""
-
-    def __init__(self) -> None:
-        """No reading grouped yet."""
-        self._lock = threading.Lock()
-        self._last: dict[int, tuple[object, dict[str, list[str]]]] = {}
-
-    def of(self, found: Collection[str]) -> Mapping[str, list[str]]:
-        """``found``'s keys (``<namespace>/<name>``) by namespace."""
-        with self._lock:
-            hit = self._last.get(id(found))
-            if hit is not None and hit[0] is found:
-                return hit[1]
-            groups: dict[str, list[str]] = {}
-            for key in found:
-                groups.setdefault(_ns(key), []).append(key)
-            if len(self._last) >= self._KEPT:
-                self._last.pop(next(iter(self._last)))
-            self._last[id(found)] = (found, groups)
-            return groups
-
-
 def shard_keyed(
-    read: Callable[[], Mapping[str, _V]],
+    read: Callable[[], Mapping[str, Mapping[str, _V]]],
     namespaces: Callable[[], tuple[str, ...]],
-    groups: KeyGroups | None = None,
 ) -> Callable[[], dict[str, _V]]:
-    """``read`` (a shared cache's ``<namespace>/<name>`` keyed reading: replicas,
-    Deployments) cut to the shard's namespaces: the deletion guard counts the workers
-    the shard runs, and another shard's are not among them. ``groups`` is shared by
-    every shard's cut of the same cache."""
-    keys = groups or KeyGroups()
+    """``read`` (a shared cache's ``<namespace>/<name>`` keyed reading per namespace:
+    replicas, Deployments; :meth:`~twc.kube.caches.DeploymentCache.by_namespace`) cut to
+    the shard's namespaces: the deletion guard counts the workers the shard runs, and
+    another shard's are not among them. A shard takes its own namespaces' parts: a
+    Deployment event elsewhere costs it its own size, not the fleet's."""
 
-    def cut(found: Mapping[str, _V], mine: frozenset[str]) -> dict[str, _V]:
-        by_ns = keys.of(found)
-        return {k: found[k] for ns in sorted(mine) for k in by_ns.get(ns, ())}
+    def cut(found: Mapping[str, Mapping[str, _V]], mine: frozenset[str]) -> dict[str, _V]:
+        return {k: v for ns in sorted(mine) for k, v in (found.get(ns) or {}).items()}
 
     return _cut(read, namespaces, cut)
 
 
 def shard_keys(
-    read: Callable[[], Collection[str]],
+    read: Callable[[], Mapping[str, Collection[str]]],
     namespaces: Callable[[], tuple[str, ...]],
-    groups: KeyGroups | None = None,
 ) -> Callable[[], frozenset[str]]:
-    """``read`` (a shared cache's ``<namespace>/<name>`` keys: the autoscaled
-    Deployments) cut to the shard's namespaces."""
-    keys = groups or KeyGroups()
+    """``read`` (a shared cache's ``<namespace>/<name>`` keys per namespace: the
+    autoscaled Deployments) cut to the shard's namespaces."""
 
-    def cut(found: Collection[str], mine: frozenset[str]) -> frozenset[str]:
-        by_ns = keys.of(found)
-        return frozenset(k for ns in mine for k in by_ns.get(ns, ()))
+    def cut(found: Mapping[str, Collection[str]], mine: frozenset[str]) -> frozenset[str]:
+        return frozenset(k for ns in mine for k in found.get(ns, ()))
 
     return _cut(read, namespaces, cut)
-
-
-def _ns(key: str) -> str:
-    return key.partition("/")[0]
 
 
 def _cut(

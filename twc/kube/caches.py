@@ -218,9 +218,10 @@ class DeploymentCache(_Cache):
         namespace's made again only when its Deployments changed.
 
         A Deployment's status change is a new version of the whole cache: derived from
-        all of it, the first shard to read after any event paid for every Deployment
-        (9.6 ms at 5000, 3.5 ms at 1000), and the autoscaler's own writes are such
-        events. The watch keeps its objects by namespace; so do these.
+        all of it, the first shard to read after any event paid for every Deployment,
+        and the autoscaler's own writes are such events (20 shards' readings after one
+        event at 5000: 26.7 ms, now 2.6; bench/deployment-readings/slicecost.txt). The
+        watch keeps its objects by namespace; so do these.
 
         Raises:
             LookupError: Not listed yet.

@@ -295,8 +295,13 @@ def make_daemon(
     objects: Any = None,
     background: bool = False,
     refresh_turn: Callable[[str, float], bool] | None = None,
+    sampler: bool = False,
 ) -> Harness:
     """A daemon on fakes. ``fleet`` is re-read every iteration, so tests may edit it.
+
+    ``background`` runs the engine (and the poller questions) as ``twc run`` does; its
+    backlog samples stay inline, so that one step scales on the backlog the test set,
+    unless ``sampler`` (they are then answered on the asker's thread, a step later).
 
     ``source`` replaces the Queue source built from ``queues``; ``read_replicas`` reads
     the live replicas (given the fake cluster's dict), e.g. to make that read fail.
@@ -341,5 +346,7 @@ def make_daemon(
         limiter=NoLimit(),
         background=background,
     )
+    if daemon.observer.sampler is not None and not sampler:
+        daemon.observer.sampler = None  # the shared thread closes with the poller asker
     source.start(daemon.wakeup)
     return Harness(daemon, fake_engine, clock, source, fake_backlogs, metrics, doc, live, scaler)

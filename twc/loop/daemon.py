@@ -33,6 +33,7 @@ from twc.connections import default_registry
 from twc.desired import DesiredFleet, same_but_status
 from twc.kube.watch import QueueSource
 from twc.loop.act import Actor, Effects
+from twc.loop.asking import AskerThread, BacklogAsker
 from twc.loop.background import BackgroundEngine
 from twc.loop.decide import DesiredState, ReconcileAction, ReconcileDecision, decide_reconcile
 from twc.loop.faults import BLOCKING, FaultBook
@@ -116,8 +117,9 @@ class Daemon:
             background: Run the engine on a thread of its own (:mod:`twc.loop.background`):
                 the loop keeps scaling and applying new workers early during a long
                 ``up``. ``twc run`` does; tests that step the loop run it inline.
-                It also asks Temporal about pollers on a thread of its own
-                (:mod:`twc.loop.pollers`): no iteration waits for those answers.
+                It also asks Temporal about pollers and samples backlogs on a thread
+                of its own (:mod:`twc.loop.pollers`, :mod:`twc.loop.asking`): no
+                iteration waits for those answers.
         """
         self.stack = stack
         self.settings = settings
@@ -138,6 +140,9 @@ class Daemon:
         self.faults = FaultBook(self.clocks.monotonic, self.clocks.wall)
 
         fault_reporter = FaultReporter(stack=stack, metrics=self.metrics, book=self.faults)
+        # twc run's questions to Temporal (pollers, backlogs) run on one thread of the
+        # loop's own, sharing its clients: no iteration waits for an answer.
+        asking = AskerThread(stack) if background else None
         self.observer = Observer(
             sources,
             settings=settings,
@@ -153,8 +158,18 @@ class Daemon:
                 concurrency=settings.sampling.concurrency,
                 deadline=settings.pollers_deadline,
                 wake=lambda: self.wakeup.set(),
+                thread=asking,
             )
-            if background
+            if asking is not None
+            else None,
+            sampler=BacklogAsker(
+                thread=asking,
+                concurrency=settings.sampling.concurrency,
+                wake=lambda: self.wakeup.set(),
+                clock=self.clocks.monotonic,
+                wall=self.clocks.wall,
+            )
+            if asking is not None
             else None,
         )
         self.reporter = Reporter(
@@ -318,11 +333,14 @@ class Daemon:
             iteration succeeded; 1 after losing the Lease.
         """
         sources = self.observer.sources
-        if once and self.observer.asker is not None:
+        if once:
             # No later iteration would take the answers in: ask and wait, as a loop
             # stepped inline does.
-            self.observer.asker.close()
+            for asker in (self.observer.asker, self.observer.sampler):
+                if asker is not None:
+                    asker.close()
             self.observer.asker = None
+            self.observer.sampler = None
         sources.queues.start(self.wakeup)
         if sources.native is not None:
             sources.native.start(self.wakeup)

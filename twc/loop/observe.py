@@ -46,6 +46,7 @@ from twc.errors import SpecError, TemporaryError, TwcConnectionError
 from twc.kube.record import RecordStore, StackRecord
 from twc.kube.watch import NativeSource, QueueSource
 from twc.kube.workloads import ObjectRef
+from twc.loop.asking import BacklogAsker
 from twc.loop.backlog import BacklogSource, SecretReader
 from twc.loop.faults import Fault, sample_fault
 from twc.loop.health import DaemonMetrics
@@ -269,6 +270,7 @@ class Observer:
         clock: Callable[[], float] = time.monotonic,
         pollers: Allowance | None = None,
         asker: PollerAsker | None = None,
+        sampler: BacklogAsker | None = None,
     ) -> None:
         """Read from ``sources``.
 
@@ -285,6 +287,9 @@ class Observer:
             asker: Asks the poller questions in the background (``twc run``'s loops):
                 an iteration never waits for their answers. Without one the iteration
                 asks and waits, at most ``pollers_deadline`` (a loop stepped inline).
+            sampler: Samples backlogs in the background (``twc run``'s loops): an
+                iteration scales on the last answers and never waits for Temporal.
+                Without one the iteration samples and waits (a loop stepped inline).
         """
         self.sources = sources
         self._settings = settings
@@ -302,6 +307,10 @@ class Observer:
             settings.pollers_rate_per_s, burst=settings.pollers_burst
         )
         self.asker = asker
+        self.sampler = sampler
+        self._failed: dict[TaskQueueRef, SampleResult] = {}
+        """With a sampler: per task queue, its last answer when that was a failure (the
+        worker's replicas are held and the fault reported until a good one comes)."""
         self._samples: dict[TaskQueueRef, tuple[SampleResult, float]] = {}
         """Per autoscaled task queue, its last good backlog sample and when it was taken."""
         self._sampled_at: dict[TaskQueueRef, float] = {}
@@ -316,6 +325,8 @@ class Observer:
         """Close the event loop the samples run on (and the asker's)."""
         if self.asker is not None:
             self.asker.close()
+        if self.sampler is not None:
+            self.sampler.close()
         if self._loop is not None:
             self._loop.close()
             self._loop = None
@@ -358,7 +369,7 @@ class Observer:
             return None
         native = self.sources.native
         kinds = tuple(native.observed().values()) if native is not None else ()
-        news = (self.asker.news,) if self.asker is not None else ()
+        news = tuple(a.news for a in (self.asker, self.sampler) if a is not None)
         return (fleet, self.sources.queues.observed(), *kinds, *news)
 
     def _cluster(self) -> dict[str, ObjectList]:
@@ -500,6 +511,7 @@ class Observer:
         if not autoscaled or source is None:
             self._samples = {}
             self._sampled_at = {}
+            self._failed = {}
             self._metrics.set_backlogs(())
             self._sampling_faults({})
             return {}
@@ -510,7 +522,10 @@ class Observer:
         # Queues no autoscaled worker uses any more are forgotten.
         self._samples = {r: v for r, v in self._samples.items() if r in wanted}
         self._sampled_at = {r: v for r, v in self._sampled_at.items() if r in self._samples}
-        results: dict[TaskQueueRef, SampleResult] = {
+        if self.sampler is not None:
+            results = self._sampled_in_background(list(dict.fromkeys(refs.values())), now)
+            return self._publish(refs, results)
+        results = {
             ref: sample
             for ref, (sample, taken_at) in self._samples.items()
             if now - taken_at < interval
@@ -534,6 +549,62 @@ class Observer:
                 else:
                     self._samples.pop(ref, None)  # asked again next iteration
                     self._sampled_at.pop(ref, None)
+        return self._publish(refs, results)
+
+    def _sampled_in_background(
+        self, refs: Sequence[TaskQueueRef], now: float
+    ) -> dict[TaskQueueRef, SampleResult | None]:
+        """The sampler's answers taken in and what is due asked for, without waiting.
+
+        A queue's last good sample stands while its next one is in flight (so a backlog
+        is at most ``interval`` plus one answer old, as an inline sample's is at most
+        ``interval``); a failure stands until a good answer replaces it; a queue never
+        answered yet maps to ``None`` (replicas held, no fault: nothing failed).
+        """
+        assert self.sampler is not None
+        self._take_samples()
+        wanted = set(refs)
+        self._failed = {r: v for r, v in self._failed.items() if r in wanted}
+        flying = self.sampler.in_flight()
+        interval = self._settings.sampling.interval
+        due = [
+            ref
+            for ref in refs
+            if ref not in flying
+            and (ref not in self._samples or now - self._samples[ref][1] >= interval)
+        ]
+        if due:
+            source = self.sources.backlogs
+            assert source is not None
+            self.sampler.ask(due, source.describe, self._limiter)
+        self.sampler.forget(wanted)
+        results: dict[TaskQueueRef, SampleResult | None] = {}
+        for ref in refs:
+            good = self._samples.get(ref)
+            results[ref] = good[0] if good is not None else self._failed.get(ref)
+        return results
+
+    def _take_samples(self) -> None:
+        # The loop's thread only (an iteration, or its wait working out the next sample).
+        if self.sampler is None:
+            return
+        for ref, answer in self.sampler.answers().items():
+            if answer.result.ok:
+                self._samples[ref] = (answer.result, answer.at)
+                self._sampled_at[ref] = answer.wall
+                self._failed.pop(ref, None)
+            else:
+                self._samples.pop(ref, None)
+                self._sampled_at.pop(ref, None)
+                self._failed[ref] = answer.result
+
+    def _publish(
+        self,
+        refs: Mapping[str, TaskQueueRef],
+        results: Mapping[TaskQueueRef, SampleResult | None],
+    ) -> dict[str, int | None]:
+        """Per worker its backlog (``None``: unknown, replicas held), published with
+        each sample's time; failures counted and reported as faults."""
         out: dict[str, int | None] = {}
         published: list[tuple[str, str, int, float]] = []
         errors: dict[str, BaseException] = {}
@@ -544,6 +615,8 @@ class Observer:
                 published.append(
                     (ref.namespace, ref.name, result.backlog.count, self._sampled_at[ref])
                 )
+            elif result is None and ref in results:
+                out[key] = None  # its first sample is on its way (a sampler's)
             else:
                 out[key] = None
                 errors[key] = (
@@ -564,9 +637,19 @@ class Observer:
 
     def next_sample_in(self, now: float) -> float | None:
         """Seconds until an autoscaled queue's sample is due; ``None`` without any."""
-        if not self._samples:
+        flying: frozenset[TaskQueueRef] = frozenset()
+        if self.sampler is not None:
+            # Answers that changed nothing woke nobody: their times count here.
+            self._take_samples()
+            flying = self.sampler.in_flight()
+        taken = [at for ref, (_, at) in self._samples.items() if ref not in flying]
+        if flying:
+            # An answer on its way is taken no sooner than now; an unchanged one wakes
+            # nobody, so the loop looks again an interval from now at the latest.
+            taken.append(now)
+        if not taken:
             return None
-        oldest = min(taken_at for _, taken_at in self._samples.values())
+        oldest = min(taken)
         return max(0.0, oldest + self._settings.sampling.interval - now)
 
     def _sampling_faults(self, errors: Mapping[str, BaseException]) -> None:

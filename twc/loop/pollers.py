@@ -17,13 +17,12 @@ nobody, so a fleet of queues asked again on schedule does not keep the loop busy
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Collection, Sequence
 
 from twc.connections import poller_failure
+from twc.loop.asking import AskerThread
 from twc.loop.sampling import TaskQueueRef
 from twc.native.status import PollerFacts
 
@@ -48,6 +47,7 @@ class PollerAsker:
         concurrency: int,
         deadline: float,
         wake: Callable[[], None] | None = None,
+        thread: AskerThread | None = None,
     ) -> None:
         """Prepare the asker (its thread starts with the first question).
 
@@ -57,18 +57,18 @@ class PollerAsker:
             deadline: Seconds one question may take; unanswered by then, it is dropped
                 and the queue is asked again when it is next due.
             wake: Called when an answer says something new (the loop's wake-up).
+            thread: Where the questions run; one of its own by default (``twc run``
+                shares one with the loop's backlog samples, and so their clients).
         """
         self.name = name
         self.wake = wake
         self._concurrency = max(1, concurrency)
         self._deadline = deadline
+        self.thread = thread or AskerThread(name)
         self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
         self._flying: set[TaskQueueRef] = set()
         self._answers: dict[TaskQueueRef, tuple[PollerFacts, float]] = {}
         self._last: dict[TaskQueueRef, PollerFacts] = {}
-        self._batches: list[concurrent.futures.Future[None]] = []
         self.news: object = object()
         """Replaced by a new object whenever an answer says something new: the loop
         compares it by identity to tell such a wake from one that changed nothing."""
@@ -87,12 +87,8 @@ class PollerAsker:
         with self._lock:
             new = [r for r in dict.fromkeys(refs) if r not in self._flying]
             self._flying.update(new)
-            if not new:
-                return
-            loop = self._running()
-            batch = asyncio.run_coroutine_threadsafe(self._batch(new, pollers, asked_at), loop)
-            self._batches = [b for b in self._batches if not b.done()]
-            self._batches.append(batch)
+        if new:
+            self.thread.submit(self._batch(new, pollers, asked_at))
 
     def answers(self) -> dict[TaskQueueRef, tuple[PollerFacts, float]]:
         """The answers that came since the last call, with the time each was asked."""
@@ -116,45 +112,13 @@ class PollerAsker:
 
         The loop never calls this; ``twc run --once`` and tests that step the loop do.
         """
-        with self._lock:
-            batches = list(self._batches)
-        _, pending = concurrent.futures.wait(batches, timeout=timeout)
-        return not pending
+        return self.thread.settle(timeout)
 
     def close(self) -> None:
         """Stop the thread; questions in flight are cancelled."""
-        with self._lock:
-            loop, thread = self._loop, self._thread
-            self._loop = self._thread = None
-        if loop is None or thread is None:
-            return
-
-        async def cancel_all() -> None:
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-        # A stuck question must not hold the daemon's stop.
-        with contextlib.suppress(concurrent.futures.TimeoutError, RuntimeError):
-            asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(timeout=5.0)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=5.0)
-        if not thread.is_alive():
-            loop.close()
+        self.thread.close()
 
     # -------------------------------------------------------------- asker side
-    def _running(self) -> asyncio.AbstractEventLoop:
-        # Called with the lock held.
-        if self._loop is None:
-            loop = asyncio.new_event_loop()
-            thread = threading.Thread(
-                target=loop.run_forever, name=f"twc-pollers-{self.name}", daemon=True
-            )
-            thread.start()
-            self._loop, self._thread = loop, thread
-        return self._loop
-
     async def _batch(self, refs: Sequence[TaskQueueRef], pollers: Ask, asked_at: float) -> None:
         concurrency = asyncio.Semaphore(self._concurrency)
         late: list[TaskQueueRef] = []

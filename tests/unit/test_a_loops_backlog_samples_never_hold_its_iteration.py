@@ -1,0 +1,210 @@
+"""``twc run``'s loops sample backlogs on a thread of their own.
+
+The autoscaled workers' samples used to run inside the iteration: with a slow Temporal
+(5000 task queues on one dev server) each could take its RPC timeout, and a new Queue's
+early apply or another worker's scale write in the same shard waited behind it. Here
+the loop hands the due samples to a :class:`~twc.loop.asking.BacklogAsker` and scales on
+the answers it has; an answer that says something new wakes it. Temporal is faked (an
+answer held until the test lets it through); the asker's thread and event loop are the
+real ones, wired by the daemon as ``twc run`` wires it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+from tests.unit._daemon_fakes import NS, FakeBacklogs, Harness, autoscaled, fleet_data, make_daemon
+from twc.loop import DaemonSettings, TaskQueueRef
+from twc.loop.asking import BacklogAsker
+from twc.loop.faults import Fault
+from twc.loop.sampling import Backlog
+
+# Scale straight to ceil(backlog / target), no step policies in the way.
+SETTINGS = DaemonSettings.model_validate({"autoscale": {"scale_up": {"policies": []}}})
+
+
+class HeldBacklogs(FakeBacklogs):
+    """Temporal holding its answer about ``held`` until :attr:`gate` opens."""
+
+    def __init__(self, held: str, counts: Mapping[str, int | BaseException]) -> None:
+        super().__init__(counts)
+        self.held = held
+        self.gate = threading.Event()
+
+    async def describe(self, ref: TaskQueueRef) -> Backlog:
+        if ref.name == self.held:
+            while not self.gate.is_set():
+                await asyncio.sleep(0.01)
+        return await super().describe(ref)
+
+
+def _harness(names: list[str], counts: Mapping[str, int | BaseException]) -> Harness:
+    h = make_daemon(
+        fleet_data(workers=[autoscaled(n, target=10) for n in names]),
+        settings=SETTINGS,
+        backlogs=counts,
+        background=True,
+        sampler=True,
+    )
+    for name in names:
+        h.live[f"{NS}/{name}"] = 1
+    return h
+
+
+def _sampler(h: Harness) -> BacklogAsker:
+    sampler = h.daemon.observer.sampler
+    assert sampler is not None, "twc run's wiring has a backlog sampler"
+    return sampler
+
+
+def _eventually(check: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.01)
+    return check()
+
+
+def _step_in_thread(h: Harness) -> None:
+    # On a thread, so that an iteration that waited for the held answer fails the test
+    # (after 10 s) instead of hanging it.
+    done = threading.Event()
+
+    def step() -> None:
+        h.step()
+        done.set()
+
+    threading.Thread(target=step, daemon=True).start()
+    assert done.wait(10.0), "the iteration waited for a sample Temporal still holds"
+
+
+def _errors(h: Harness) -> float:
+    return h.metrics.count("twc_backlog_sample_errors_total", stack="unit")
+
+
+def test_an_iteration_does_not_wait_for_a_sample_temporal_holds() -> None:
+    h = _harness(["fast", "held"], {"fast": 70, "held": 90})
+    held = HeldBacklogs("held", {"fast": 70, "held": 90})
+    observer = h.daemon.observer
+    observer.sources = replace(observer.sources, backlogs=held)
+    try:
+        _step_in_thread(h)
+        sampler = _sampler(h)
+        # Nothing answered when the iteration planned: replicas held, and no fault,
+        # since nothing failed.
+        assert h.live == {f"{NS}/fast": 1, f"{NS}/held": 1}
+        assert _errors(h) == 0
+        assert _eventually(lambda: {r.name for r in sampler.in_flight()} == {"held"})
+        assert h.daemon.wakeup.is_set(), "the first answer about a queue wakes the loop"
+
+        h.step()
+        assert h.live == {f"{NS}/fast": 7, f"{NS}/held": 1}, "one held sample holds no other"
+
+        held.gate.set()
+        assert sampler.thread.settle(10.0)
+        assert h.daemon.wakeup.is_set()
+        h.step()
+        assert h.live == {f"{NS}/fast": 7, f"{NS}/held": 9}
+        assert held.described.count("held") == 1, "asked once while in flight, answered once"
+        assert _errors(h) == 0
+    finally:
+        held.gate.set()
+        observer.close()
+
+
+def test_an_unchanged_answer_wakes_nobody_and_the_next_sample_is_due_after_it() -> None:
+    h = _harness(["orders"], {"orders": 30})
+    sampler = _sampler(h)
+    observer = h.daemon.observer
+    interval = SETTINGS.sampling.interval
+    try:
+        h.step()
+        assert sampler.thread.settle(10.0)
+        assert h.daemon.wakeup.is_set()
+        h.step()
+        assert h.live[f"{NS}/orders"] == 3
+
+        h.clock.now += interval
+        h.step()  # due again: asked, not waited for
+        assert h.backlogs.described == ["orders", "orders"]
+        assert sampler.thread.settle(10.0)
+        assert not h.daemon.wakeup.is_set(), "the same backlog again is no news"
+        # Taken in by the wait's arithmetic: due an interval after this answer.
+        assert observer.next_sample_in(h.clock.now) == interval
+
+        h.backlogs.counts["orders"] = 50
+        h.clock.now += interval
+        h.step()
+        assert sampler.thread.settle(10.0)
+        assert h.daemon.wakeup.is_set(), "another backlog is news"
+        h.step()
+        assert h.live[f"{NS}/orders"] == 5
+    finally:
+        observer.close()
+
+
+def test_a_sample_in_flight_counts_as_sampled_now_for_the_next_wake() -> None:
+    h = _harness(["held"], {"held": 10})
+    held = HeldBacklogs("held", {"held": 10})
+    observer = h.daemon.observer
+    observer.sources = replace(observer.sources, backlogs=held)
+    try:
+        h.step()
+        assert _eventually(lambda: len(_sampler(h).in_flight()) == 1)
+        # Without it the loop would sleep its whole reconcile interval, and an
+        # unchanged answer would wake nobody: samples thrice as far apart.
+        assert observer.next_sample_in(h.clock.now) == SETTINGS.sampling.interval
+    finally:
+        held.gate.set()
+        observer.close()
+
+
+def test_a_failed_sample_holds_replicas_and_stands_until_a_good_answer() -> None:
+    h = _harness(["orders"], {"orders": RuntimeError("frontend refused")})
+    sampler = _sampler(h)
+    observer = h.daemon.observer
+    try:
+        h.step()
+        assert sampler.thread.settle(10.0)
+        assert h.daemon.wakeup.is_set(), "a first answer, even a failure, is news"
+        h.step()
+        assert h.live[f"{NS}/orders"] == 1
+        assert _errors(h) == 1
+        assert Fault.BACKLOG_SAMPLING_FAILED in h.daemon.faults.active()
+
+        h.backlogs.counts["orders"] = 40
+        h.step()  # asked again at once (no good sample to stand on); the failure stands
+        assert _errors(h) == 2
+        assert Fault.BACKLOG_SAMPLING_FAILED in h.daemon.faults.active()
+        assert sampler.thread.settle(10.0)
+        assert h.daemon.wakeup.is_set(), "the end of a failure is news"
+        h.step()
+        assert h.live[f"{NS}/orders"] == 4
+        assert Fault.BACKLOG_SAMPLING_FAILED not in h.daemon.faults.active()
+        assert _errors(h) == 2
+    finally:
+        observer.close()
+
+
+def test_the_sampler_spends_the_shared_budget() -> None:
+    class Counting:
+        def __init__(self) -> None:
+            self.acquired = 0
+
+        async def acquire(self) -> None:
+            self.acquired += 1
+
+    h = _harness(["a", "b", "c"], {"a": 10, "b": 20, "c": 30})
+    budget = Counting()
+    h.daemon.observer._limiter = budget  # the sharded daemon's one LockedBucket
+    try:
+        h.step()
+        assert _sampler(h).thread.settle(10.0)
+        assert budget.acquired == 3
+    finally:
+        h.daemon.observer.close()

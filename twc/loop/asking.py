@@ -1,0 +1,200 @@
+"""Questions to Temporal asked on a thread of their own, and backlog samples among them.
+
+A loop that waits for Temporal inside its iteration does nothing else meanwhile. At 5000
+workers a Temporal dev server answered slowly: poller questions went to a thread of
+their own first (:mod:`twc.loop.pollers`); the autoscaled workers' backlog samples went
+on waiting inside the iteration, each up to its RPC timeout and, with the budget spent,
+for its token, and a new Queue's early apply or a scale write in the same shard waited
+with them.
+
+:class:`AskerThread` is one event loop on one thread where a shard's questions run (its
+temporalio clients are cached per event loop, so the poller questions and the samples
+sharing it share the clients). :class:`BacklogAsker` takes the due samples and goes on;
+each answer is kept as it comes, and one that says something new (the first for a
+queue, another count, a failure or the end of one) wakes the loop, which scales on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import threading
+import time
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from twc.loop.sampling import Backlog, RateLimiter, SampleResult, TaskQueueRef
+
+__all__ = ["AskerThread", "BacklogAsker", "Sampled"]
+
+Describe = Callable[[TaskQueueRef], Awaitable[Backlog]]
+
+
+class AskerThread:
+    """An event loop on a daemon thread of its own, started by the first question."""
+
+    def __init__(self, name: str) -> None:
+        """Prepare the thread (``twc-ask-<name>``); nothing starts yet."""
+        self.name = name
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._batches: list[concurrent.futures.Future[None]] = []
+
+    def submit(self, batch: Coroutine[Any, Any, None]) -> None:
+        """Run ``batch`` on the thread and return at once."""
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(
+                    target=loop.run_forever, name=f"twc-ask-{self.name}", daemon=True
+                )
+                thread.start()
+                self._loop, self._thread = loop, thread
+            future = asyncio.run_coroutine_threadsafe(batch, self._loop)
+            self._batches = [b for b in self._batches if not b.done()]
+            self._batches.append(future)
+
+    def settle(self, timeout: float) -> bool:
+        """Wait until every batch submitted so far is done (at most ``timeout`` s);
+        whether they are. The loop never calls this; ``--once`` and tests do."""
+        with self._lock:
+            batches = list(self._batches)
+        _, pending = concurrent.futures.wait(batches, timeout=timeout)
+        return not pending
+
+    def close(self) -> None:
+        """Stop the thread; questions in flight are cancelled. Closing twice is fine."""
+        with self._lock:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is None or thread is None:
+            return
+
+        async def cancel_all() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        # A stuck question must not hold the daemon's stop.
+        with contextlib.suppress(concurrent.futures.TimeoutError, RuntimeError):
+            asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(timeout=5.0)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5.0)
+        if not thread.is_alive():
+            loop.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Sampled:
+    """One answer of :class:`BacklogAsker`: the sample and when it came."""
+
+    result: SampleResult
+    """The backlog, or the error that kept it."""
+    at: float
+    """Monotonic time of the answer (how old the sample is)."""
+    wall: float
+    """Unix time of the answer (published beside the backlog)."""
+
+
+class BacklogAsker:
+    """Samples backlogs in the background, within the sampling budget.
+
+    Thread-safe: the loop's thread calls :meth:`ask`, :meth:`answers` and
+    :meth:`in_flight`; the answers arrive on the :class:`AskerThread`.
+    """
+
+    def __init__(
+        self,
+        *,
+        thread: AskerThread,
+        concurrency: int,
+        wake: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        """Prepare the asker.
+
+        Args:
+            thread: Where the samples run (shared with the loop's poller questions).
+            concurrency: Most samples in flight at once (each takes its token from the
+                budget only once it has a slot, so a waiting sample spends none).
+            wake: Called when an answer says something new (the loop's wake-up).
+            clock: Monotonic time, recorded with each answer.
+            wall: Unix time, recorded with each answer.
+        """
+        self.thread = thread
+        self.wake = wake
+        self._concurrency = max(1, concurrency)
+        self._clock = clock
+        self._wall = wall
+        self._lock = threading.Lock()
+        self._flying: set[TaskQueueRef] = set()
+        self._answers: dict[TaskQueueRef, Sampled] = {}
+        self._last: dict[TaskQueueRef, int | None] = {}
+        self.news: object = object()
+        """Replaced by a new object whenever an answer says something new: the loop
+        compares it by identity to tell such a wake from one that changed nothing."""
+
+    def ask(self, refs: Sequence[TaskQueueRef], describe: Describe, limiter: RateLimiter) -> None:
+        """Sample ``refs`` (those not already in flight) and return at once."""
+        with self._lock:
+            new = [r for r in dict.fromkeys(refs) if r not in self._flying]
+            self._flying.update(new)
+        if new:
+            self.thread.submit(self._batch(new, describe, limiter))
+
+    def answers(self) -> dict[TaskQueueRef, Sampled]:
+        """The answers that came since the last call."""
+        with self._lock:
+            out, self._answers = self._answers, {}
+            return out
+
+    def in_flight(self) -> frozenset[TaskQueueRef]:
+        """The queues asked about and not answered yet."""
+        with self._lock:
+            return frozenset(self._flying)
+
+    def forget(self, keep: Collection[TaskQueueRef]) -> None:
+        """Forget the last answers of queues no autoscaled worker uses any more."""
+        with self._lock:
+            if len(self._last) > len(keep):
+                self._last = {r: c for r, c in self._last.items() if r in keep}
+
+    def close(self) -> None:
+        """Stop the thread (shared: the poller questions stop with it)."""
+        self.thread.close()
+
+    async def _batch(
+        self, refs: Sequence[TaskQueueRef], describe: Describe, limiter: RateLimiter
+    ) -> None:
+        slots = asyncio.Semaphore(self._concurrency)
+
+        async def one(ref: TaskQueueRef) -> None:
+            async with slots:
+                try:
+                    # The token inside the slot: see sample_backlogs.
+                    await limiter.acquire()
+                    result = SampleResult(ref, backlog=await describe(ref))
+                except Exception as exc:  # noqa: BLE001 - a failed sample holds that worker's replicas
+                    result = SampleResult(ref, error=exc)
+            self._answered(result)
+
+        await asyncio.gather(*(one(r) for r in refs))
+
+    def _answered(self, result: SampleResult) -> None:
+        # Each answer as it comes: one slow queue holds no other worker's scaling.
+        count = result.backlog.count if result.ok and result.backlog is not None else None
+        with self._lock:
+            # Answered and out of flight at once: the loop never sees the queue neither.
+            self._answers[result.queue] = Sampled(result, self._clock(), self._wall())
+            self._flying.discard(result.queue)
+            news = result.queue not in self._last or self._last[result.queue] != count
+            self._last[result.queue] = count
+            if news:
+                self.news = object()
+        if news and self.wake is not None:
+            self.wake()

@@ -81,14 +81,15 @@ def test_loops_that_read_a_changed_file_at_once_share_one_parse(
     # One edit wakes every shard's loop. At 5000 workers over 20 shards, each loop
     # parsed the edit itself: 20 parses of the same bytes, most of the daemon's time
     # (a profile of the benchmark's Queue figure: 68 % of the shard loops' samples).
-    from twc.loop import observe
-    from twc.spec import load_fleet_file as real
+    from twc.spec import FleetReader
 
-    def slow(path: Path) -> object:
+    real = FleetReader.load
+
+    def slow(self: FleetReader, raw: bytes) -> object:
         time.sleep(0.2)  # a large fleet's parse: long enough for every reader to arrive
-        return real(path)
+        return real(self, raw)
 
-    monkeypatch.setattr(observe, "load_fleet_file", slow)
+    monkeypatch.setattr(FleetReader, "load", slow)
     path = tmp_path / "fleet.yaml"
     _write(path, "registry.example/worker:1.0.0")
     read = CachedFleetFile(path)
@@ -145,17 +146,17 @@ def test_an_unchanged_iteration_computes_the_desired_state_only_once(
 
 def _held_parse(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
     """Make each parse announce itself (``started``) and wait for ``release``."""
-    from twc.loop import observe
-    from twc.spec import load_fleet_file as real
+    from twc.spec import FleetReader
 
+    real = FleetReader.load
     started, release = threading.Event(), threading.Event()
 
-    def held(path: Path) -> object:
+    def held(self: FleetReader, raw: bytes) -> object:
         started.set()
         assert release.wait(10), "the test never released the parse"
-        return real(path)
+        return real(self, raw)
 
-    monkeypatch.setattr(observe, "load_fleet_file", held)
+    monkeypatch.setattr(FleetReader, "load", held)
     return started, release
 
 

@@ -56,7 +56,7 @@ from twc.loop.sampling import Allowance, RateLimiter, SampleResult, TaskQueueRef
 from twc.loop.settings import DaemonSettings
 from twc.loop.versions import RolloutFacts
 from twc.native.status import PollerFacts
-from twc.spec import Fleet, ResolvedWorker, load_fleet_file
+from twc.spec import Fleet, FleetReader, ResolvedWorker, load_fleet_file
 
 __all__ = [
     "CachedFleetFile",
@@ -128,6 +128,7 @@ class CachedFleetFile:
         self.on_parsed = on_parsed
         """Wakes the readers that went on with the last parse (the loops' wake-up)."""
         self._changed = threading.Condition()
+        self._reader = FleetReader(str(self.path))
         self._last: _Parsed | None = None
         self._parsing = False
         self._owed = False
@@ -160,7 +161,10 @@ class CachedFleetFile:
         try:
             self.parses += 1
             try:
-                parsed = _Parsed(data, load_fleet_file(self.path), None)
+                # The bytes read above, parsed in part when one worker's entry is
+                # all that changed (FleetReader); unreadable, as a whole load says.
+                fleet = self._reader.load(data) if data is not None else load_fleet_file(self.path)
+                parsed = _Parsed(data, fleet, None)
             except SpecError as exc:
                 parsed = _Parsed(data, None, exc)
                 raise

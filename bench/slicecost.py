@@ -22,6 +22,10 @@ Then a Deployment event (the autoscaler's writes are such events) on a
 three readings of it (replicas, Deployments, the autoscaled): derived per namespace and
 taken by namespace (now), and derived from the whole cache and cut from all its keys by
 each shard (before). Wall time of the 20 shards' reads; not an end-to-end figure.
+
+Last, the daemon's load of its 5000-worker fleet file after a one-worker image change
+(the benchmark's busy load makes one every 2 s): by the entries that changed (now) and
+whole (before). Wall time of the load alone, in one process on whatever core is free.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ import threading
 import time
 from functools import partial
 from typing import Any
+
+import yaml
 
 from bench.stats import summarize
 from twc.desired import ObjectList
@@ -328,6 +334,51 @@ def measure_deployment_event(rounds: int, seed: int) -> dict[str, Any]:
     return {way: summarize(samples) for way, samples in times.items()}
 
 
+def measure_fleet_edit(rounds: int, seed: int, n: int = SHARDS * PER_SHARD) -> dict[str, Any]:
+    """``rounds`` one-worker image changes of the benchmark's ``n``-worker fleet file
+    (written as the benchmark's busy load writes it), loaded each way in random order:
+    by the daemon's :class:`~twc.spec.FleetReader` (the changed entry parsed alone,
+    unchanged workers not resolved again) and whole (parse, validation, resolution of
+    all, as before). The reader is brought to the version before each change first."""
+    from bench import fleets
+    from twc.spec import FleetReader, load_fleet
+    from twc.spec._yaml import parse_yaml
+
+    namespaces = fleets.namespaces_for(n, PER_SHARD)
+
+    def text(revisions: dict[int, int]) -> bytes:
+        doc = fleets.generate_fleet(
+            n,
+            namespaces=namespaces,
+            revisions=revisions,
+            max_workers_per_shard=PER_SHARD,
+            autoscale=True,
+        )
+        return yaml.safe_dump(doc, sort_keys=False).encode()
+
+    reader = FleetReader("fleet.yaml")
+    revisions: dict[int, int] = {}
+    before = text(revisions)
+    reader.load(before)
+    rng = random.Random(seed)
+    ways = ["only what changed (FleetReader, twc run)", "the whole file (before)"]
+    order = [way for way in ways for _ in range(rounds)]
+    rng.shuffle(order)
+    times: dict[str, list[float]] = {way: [] for way in ways}
+    for round_, way in enumerate(order, start=1):
+        revisions[rng.randrange(n)] = round_
+        after = text(revisions)
+        start = time.perf_counter()
+        if way == ways[0]:
+            reader.load(after)
+        else:
+            load_fleet(parse_yaml(after), "fleet.yaml")
+        times[way].append(time.perf_counter() - start)
+        if way != ways[0]:
+            reader.load(after)  # the reader's last version is the one before the next
+    return {way: summarize(samples) for way, samples in times.items()}
+
+
 def main() -> None:
     """Measure and print the two ways' per-write costs."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -351,6 +402,9 @@ def main() -> None:
         "Deployment event"
     )
     _print(events, "events")
+    edits = measure_fleet_edit(max(20, args.rounds // 10), args.seed)
+    print(f"{SHARDS * PER_SHARD}-worker fleet file: load after a one-worker image change")
+    _print(edits, "edits")
 
 
 def _print(found: dict[str, Any], what: str) -> None:

@@ -133,6 +133,19 @@ def test_an_entry_line_moved_back_to_the_sequences_column_is_read_as_the_whole_f
     assert _then(document, moved)[0] == _whole(moved)
 
 
+@pytest.mark.parametrize("instead", ["...\n", "---\n", "# gone\n", "\n"])
+def test_an_entry_replaced_by_a_marker_or_a_comment_reads_as_the_whole_file_reads(
+    instead: str,
+) -> None:
+    doc = _fleet(5)
+    raw = _text(doc)
+    document = YamlDocument.parse(raw)
+    entry = "- name: w-002\n  namespace: team-2\n  replicas: 1\n"
+    assert entry in raw.decode()
+    edited = raw.decode().replace(entry, instead, 1).encode()
+    assert _then(document, edited)[0] == _whole(edited)
+
+
 ALPHABET = [*" \n-:#'\"|>[]{}&*!,?%@`a1.\t", "\n- ", "\n  ", ": ", "- name: x\n"]
 
 

@@ -248,7 +248,7 @@ class YamlDocument:
         chunk = text[entry.start : entry.end + delta]
         if chunk and entry.end + delta < len(text) and not chunk.endswith("\n"):
             return None  # its last line runs on into the next entry's
-        if _REACHES_BACK(self.dash).search(chunk, 1) is not None:
+        if _reaches_back(self.dash).search(chunk, 1) is not None:
             return None
         try:
             node, data, loader = _compose(chunk, depth=1)
@@ -259,6 +259,8 @@ class YamlDocument:
             # The entry deleted (only blank lines or comments left in its place).
             if len(entries) == 1:
                 return None  # ``workers:`` with nothing after it is null, not a list
+            if any(line.strip() and line.lstrip()[0] != "#" for line in chunk.splitlines()):
+                return None  # a document marker ("...") is nothing on its own, not here
             found: tuple[_Entry, ...] = ()
             items: list[Any] = []
             if before:
@@ -290,7 +292,7 @@ _LINE_BREAKS = re.compile("[\r\x85\u2028\u2029]")
 """Line breaks other than a newline: YAML counts them, the offsets here would not."""
 
 
-def _REACHES_BACK(dash: int) -> re.Pattern[str]:
+def _reaches_back(dash: int) -> re.Pattern[str]:
     """A line after the first that is not blank and not indented past ``dash``, other
     than a new entry's ``-`` in that column (the parse then says how many there are)."""
     shallower = f" {{0,{dash - 1}}}[^ \\n]|" if dash > 0 else ""

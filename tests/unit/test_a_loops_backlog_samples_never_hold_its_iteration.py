@@ -131,8 +131,8 @@ def test_an_unchanged_answer_wakes_nobody_and_the_next_sample_is_due_after_it() 
 
         h.clock.now += interval
         h.step()  # due again: asked, not waited for
-        assert h.backlogs.described == ["orders", "orders"]
         assert sampler.thread.settle(10.0)
+        assert h.backlogs.described == ["orders", "orders"]
         assert not h.daemon.wakeup.is_set(), "the same backlog again is no news"
         # Taken in by the wait's arithmetic: due an interval after this answer.
         assert observer.next_sample_in(h.clock.now) == interval

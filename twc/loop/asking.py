@@ -23,11 +23,11 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from twc.loop.sampling import Backlog, RateLimiter, SampleResult, TaskQueueRef
 
-__all__ = ["AskerThread", "BacklogAsker", "Sampled"]
+__all__ = ["AskerThread", "BacklogAsker", "Questions", "Sampled"]
 
 Describe = Callable[[TaskQueueRef], Awaitable[Backlog]]
 
@@ -100,7 +100,74 @@ class Sampled:
     """Unix time of the answer (published beside the backlog)."""
 
 
-class BacklogAsker:
+AnswerT = TypeVar("AnswerT")
+LastT = TypeVar("LastT")
+
+
+class Questions(Generic[AnswerT, LastT]):
+    """What a loop's askers keep between its iterations: the queues in flight, the
+    answers not taken in yet, the last one of each queue (to tell news) and the news.
+
+    Thread-safe: the loop's thread asks and takes the answers in; they arrive on the
+    :class:`AskerThread`.
+    """
+
+    def __init__(self, *, thread: AskerThread, wake: Callable[[], None] | None) -> None:
+        """Answer on ``thread``; ``wake`` the loop when an answer says something new."""
+        self.thread = thread
+        self.wake = wake
+        self._lock = threading.Lock()
+        self._flying: set[TaskQueueRef] = set()
+        self._answers: dict[TaskQueueRef, AnswerT] = {}
+        self._last: dict[TaskQueueRef, LastT] = {}
+        self.news: object = object()
+        """Replaced by a new object whenever an answer says something new: the loop
+        compares it by identity to tell such a wake from one that changed nothing."""
+
+    def answers(self) -> dict[TaskQueueRef, AnswerT]:
+        """The answers that came since the last call."""
+        with self._lock:
+            out, self._answers = self._answers, {}
+            return out
+
+    def in_flight(self) -> frozenset[TaskQueueRef]:
+        """The queues asked about and not answered yet."""
+        with self._lock:
+            return frozenset(self._flying)
+
+    def forget(self, keep: Collection[TaskQueueRef]) -> None:
+        """Forget the last answers of queues no worker uses any more."""
+        with self._lock:
+            if len(self._last) > len(keep):
+                self._last = {r: v for r, v in self._last.items() if r in keep}
+
+    def close(self) -> None:
+        """Stop the thread (shared: every asker on it stops); questions in flight are
+        cancelled."""
+        self.thread.close()
+
+    def _take(self, refs: Sequence[TaskQueueRef]) -> list[TaskQueueRef]:
+        """Of ``refs``, those not in flight already, now marked in flight."""
+        with self._lock:
+            new = [r for r in dict.fromkeys(refs) if r not in self._flying]
+            self._flying.update(new)
+            return new
+
+    def _answered(self, ref: TaskQueueRef, answer: AnswerT, last: LastT) -> None:
+        # Each answer as it comes, not with its batch: one slow queue holds no other.
+        # Answered and out of flight at once: the loop never sees the queue neither.
+        with self._lock:
+            self._answers[ref] = answer
+            self._flying.discard(ref)
+            news = ref not in self._last or self._last[ref] != last
+            self._last[ref] = last
+            if news:
+                self.news = object()
+        if news and self.wake is not None:
+            self.wake()
+
+
+class BacklogAsker(Questions[Sampled, int | None]):
     """Samples backlogs in the background, within the sampling budget.
 
     Thread-safe: the loop's thread calls :meth:`ask`, :meth:`answers` and
@@ -126,47 +193,16 @@ class BacklogAsker:
             clock: Monotonic time, recorded with each answer.
             wall: Unix time, recorded with each answer.
         """
-        self.thread = thread
-        self.wake = wake
+        super().__init__(thread=thread, wake=wake)
         self._concurrency = max(1, concurrency)
         self._clock = clock
         self._wall = wall
-        self._lock = threading.Lock()
-        self._flying: set[TaskQueueRef] = set()
-        self._answers: dict[TaskQueueRef, Sampled] = {}
-        self._last: dict[TaskQueueRef, int | None] = {}
-        self.news: object = object()
-        """Replaced by a new object whenever an answer says something new: the loop
-        compares it by identity to tell such a wake from one that changed nothing."""
 
     def ask(self, refs: Sequence[TaskQueueRef], describe: Describe, limiter: RateLimiter) -> None:
         """Sample ``refs`` (those not already in flight) and return at once."""
-        with self._lock:
-            new = [r for r in dict.fromkeys(refs) if r not in self._flying]
-            self._flying.update(new)
+        new = self._take(refs)
         if new:
             self.thread.submit(self._batch(new, describe, limiter))
-
-    def answers(self) -> dict[TaskQueueRef, Sampled]:
-        """The answers that came since the last call."""
-        with self._lock:
-            out, self._answers = self._answers, {}
-            return out
-
-    def in_flight(self) -> frozenset[TaskQueueRef]:
-        """The queues asked about and not answered yet."""
-        with self._lock:
-            return frozenset(self._flying)
-
-    def forget(self, keep: Collection[TaskQueueRef]) -> None:
-        """Forget the last answers of queues no autoscaled worker uses any more."""
-        with self._lock:
-            if len(self._last) > len(keep):
-                self._last = {r: c for r, c in self._last.items() if r in keep}
-
-    def close(self) -> None:
-        """Stop the thread (shared: the poller questions stop with it)."""
-        self.thread.close()
 
     async def _batch(
         self, refs: Sequence[TaskQueueRef], describe: Describe, limiter: RateLimiter
@@ -181,20 +217,7 @@ class BacklogAsker:
                     result = SampleResult(ref, backlog=await describe(ref))
                 except Exception as exc:  # noqa: BLE001 - a failed sample holds that worker's replicas
                     result = SampleResult(ref, error=exc)
-            self._answered(result)
+            count = result.backlog.count if result.ok and result.backlog is not None else None
+            self._answered(ref, Sampled(result, self._clock(), self._wall()), count)
 
         await asyncio.gather(*(one(r) for r in refs))
-
-    def _answered(self, result: SampleResult) -> None:
-        # Each answer as it comes: one slow queue holds no other worker's scaling.
-        count = result.backlog.count if result.ok and result.backlog is not None else None
-        with self._lock:
-            # Answered and out of flight at once: the loop never sees the queue neither.
-            self._answers[result.queue] = Sampled(result, self._clock(), self._wall())
-            self._flying.discard(result.queue)
-            news = result.queue not in self._last or self._last[result.queue] != count
-            self._last[result.queue] = count
-            if news:
-                self.news = object()
-        if news and self.wake is not None:
-            self.wake()

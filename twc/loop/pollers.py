@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from twc.connections import poller_failure
-from twc.loop.asking import AskerThread
+from twc.loop.asking import AskerThread, Questions
 from twc.loop.sampling import TaskQueueRef
 from twc.native.status import PollerFacts
 
@@ -33,7 +32,7 @@ logger = logging.getLogger(__name__)
 Ask = Callable[[TaskQueueRef], Awaitable[int]]
 
 
-class PollerAsker:
+class PollerAsker(Questions[tuple[PollerFacts, float], PollerFacts]):
     """Asks Temporal about pollers in the background, one batch per iteration's due queues.
 
     Thread-safe: the loop's thread calls :meth:`ask`, :meth:`answers` and
@@ -60,18 +59,10 @@ class PollerAsker:
             thread: Where the questions run; one of its own by default (``twc run``
                 shares one with the loop's backlog samples, and so their clients).
         """
+        super().__init__(thread=thread or AskerThread(name), wake=wake)
         self.name = name
-        self.wake = wake
         self._concurrency = max(1, concurrency)
         self._deadline = deadline
-        self.thread = thread or AskerThread(name)
-        self._lock = threading.Lock()
-        self._flying: set[TaskQueueRef] = set()
-        self._answers: dict[TaskQueueRef, tuple[PollerFacts, float]] = {}
-        self._last: dict[TaskQueueRef, PollerFacts] = {}
-        self.news: object = object()
-        """Replaced by a new object whenever an answer says something new: the loop
-        compares it by identity to tell such a wake from one that changed nothing."""
         self.unanswered = 0
         """Questions dropped at the deadline so far."""
 
@@ -84,28 +75,9 @@ class PollerAsker:
             pollers: The question (``TemporalBacklogs.pollers``).
             asked_at: The loop's monotonic time, recorded with each answer.
         """
-        with self._lock:
-            new = [r for r in dict.fromkeys(refs) if r not in self._flying]
-            self._flying.update(new)
+        new = self._take(refs)
         if new:
             self.thread.submit(self._batch(new, pollers, asked_at))
-
-    def answers(self) -> dict[TaskQueueRef, tuple[PollerFacts, float]]:
-        """The answers that came since the last call, with the time each was asked."""
-        with self._lock:
-            out, self._answers = self._answers, {}
-            return out
-
-    def in_flight(self) -> frozenset[TaskQueueRef]:
-        """The queues asked about and not answered yet."""
-        with self._lock:
-            return frozenset(self._flying)
-
-    def forget(self, keep: Collection[TaskQueueRef]) -> None:
-        """Forget the last answers of queues no worker uses any more."""
-        with self._lock:
-            if len(self._last) > len(keep):
-                self._last = {r: f for r, f in self._last.items() if r in keep}
 
     def settle(self, timeout: float) -> bool:
         """Wait until no question is in flight (at most ``timeout`` s); whether none is.
@@ -113,10 +85,6 @@ class PollerAsker:
         The loop never calls this; ``twc run --once`` and tests that step the loop do.
         """
         return self.thread.settle(timeout)
-
-    def close(self) -> None:
-        """Stop the thread; questions in flight are cancelled."""
-        self.thread.close()
 
     # -------------------------------------------------------------- asker side
     async def _batch(self, refs: Sequence[TaskQueueRef], pollers: Ask, asked_at: float) -> None:
@@ -135,7 +103,7 @@ class PollerAsker:
                 finally:
                     with self._lock:
                         self._flying.discard(ref)
-            self._answered(ref, facts, asked_at)
+            self._answered(ref, (facts, asked_at), facts)
 
         await asyncio.gather(*(one(r) for r in refs))
         if late:
@@ -148,14 +116,3 @@ class PollerAsker:
                 len(refs),
                 self._deadline,
             )
-
-    def _answered(self, ref: TaskQueueRef, facts: PollerFacts, asked_at: float) -> None:
-        # Each answer as it comes, not with its batch: one slow queue holds no other.
-        with self._lock:
-            self._answers[ref] = (facts, asked_at)
-            news = self._last.get(ref) != facts
-            self._last[ref] = facts
-            if news:
-                self.news = object()
-        if news and self.wake is not None:
-            self.wake()

@@ -71,11 +71,14 @@ def _four_workers(
 def _held(kube: Any, daemon: Any, fs: Any, namespace: str) -> tuple[float, dict[str, Any]]:
     deleted = time.monotonic()
     kube.extensions.delete_custom_resource_definition(CRD)
-    held = eventually(
-        lambda: daemon.status()["heldDeletions"],
-        timeout=90,
-        message="the deletions were never held",
-    )
+
+    def all_held() -> Any:
+        # The CRD's deletion removes its objects one by one: an iteration between two
+        # removals holds the deletions seen so far, the next one all of them.
+        found = daemon.status()["heldDeletions"]
+        return found if found and len(found["workers"]) == len(NATIVE) else None
+
+    held = eventually(all_held, timeout=90, message="the deletions were never all held")
     took = time.monotonic() - deleted
     assert sorted(held["workers"]) == sorted(f"{namespace}/{n}" for n in NATIVE)
     assert metric(daemon, "twc_deletions_held") == 3

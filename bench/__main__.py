@@ -231,6 +231,15 @@ class Run:
             self.results["sizes"], self.plan["middle"], self.plan["largest"]
         )
 
+    @staticmethod
+    def _processes(env: Any, daemon: DaemonProcess) -> dict[str, int]:
+        """The processes whose CPU time a figure reads: the embedded environment's
+        and the daemon (with the engine runs it has waited for)."""
+        state = env.load_state()
+        found = {name: rec.pid for name, rec in (state.processes if state else {}).items()}
+        found["twc run and its ended engine runs"] = daemon.pid
+        return found
+
     def _daemon(self, stack: BenchStack, settings: dict[str, Any], tag: str = "") -> DaemonProcess:
         daemon = DaemonProcess(
             stack.name, stack.fleet_file, {}, self.workdir, settings=settings, tag=tag
@@ -300,6 +309,7 @@ class Run:
                     mean_gap_s=self.plan["queue_gap_s"],
                     busy=busy,
                     progress=self.progress,
+                    processes=self._processes(env, daemon),
                 )
 
             figures = {"change": change, "backlog": backlog, "queue": queue}
@@ -312,11 +322,11 @@ class Run:
             entry["memory"] = daemon_memory(daemon)
         finally:
             daemon.stop()
-        entry["baselines"] = self._baselines(entry, stack, kube, address)
+        entry["baselines"] = self._baselines(entry, stack, env, kube, address)
 
     # ------------------------------------------------------------- baselines
     def _baselines(
-        self, entry: dict[str, Any], stack: BenchStack, kube: Any, address: str
+        self, entry: dict[str, Any], stack: BenchStack, env: Any, kube: Any, address: str
     ) -> dict[str, Any]:
         n = stack.n
         out: dict[str, Any] = {}
@@ -345,6 +355,7 @@ class Run:
                     busy=None,
                     progress=self.progress,
                     tag="-e",
+                    processes=self._processes(env, daemon),
                 )
             finally:
                 daemon.stop()

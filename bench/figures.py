@@ -22,7 +22,8 @@ from typing import Any, TypeVar
 
 from bench import fleets
 from bench.daemon import DaemonProcess
-from bench.procs import StateWrites, TreeMemory, peak_rss_mb, wait
+from bench.procs import CpuShare, StateWrites, TreeMemory, cpu_seconds, peak_rss_mb, wait
+from bench.report import QUEUE_STEPS
 from bench.stacks import BenchStack
 from bench.stats import summarize
 
@@ -80,14 +81,40 @@ async def _retried(call: Callable[[], Awaitable[_T]], attempts: int = 5) -> _T:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-async def _describe(address: str, task_queue: str) -> tuple[int, int]:
+class _Temporal:
+    """One temporalio client on an event loop of its own thread, for a figure that asks
+    Temporal every 50 ms from several trials at once: a connection per question would
+    cost the loaded machine more than the question, and add its own wait to the trial."""
+
+    def __init__(self, address: str) -> None:
+        from temporalio.client import Client
+
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self.client = self.run(Client.connect(address))
+
+    def run(self, coro: Awaitable[_T], timeout: float = 120) -> _T:
+        async def wrapped() -> _T:
+            return await coro
+
+        return asyncio.run_coroutine_threadsafe(wrapped(), self._loop).result(timeout)
+
+    def pollers(self, task_queue: str) -> int:
+        """How many pollers Temporal lists on the task queue's workflow tasks."""
+        return self.run(_describe(self.client, task_queue))[1]
+
+    def close(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+
+async def _describe(client: Any, task_queue: str) -> tuple[int, int]:
     """``(backlog, pollers)`` of a task queue's workflow tasks."""
     from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
     from temporalio.api.taskqueue.v1 import TaskQueue
     from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-    from temporalio.client import Client
 
-    client = await Client.connect(address)
     request = DescribeTaskQueueRequest(
         namespace="default",
         task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
@@ -360,6 +387,39 @@ def backlog_to_replicas(
 
 
 # --------------------------------------------------------- Queue → polling worker
+
+
+def _first_running_pod(
+    kube: Any, namespace: str, deployment: str, marks: dict[str, float], timeout: float
+) -> dict[str, Any]:
+    """The Deployment's first Running pod, looking every 50 ms; meanwhile ``marks``
+    gets the moments a pod of it was first listed and first on a node."""
+    from twc.local.workerpod import is_running, list_pods
+
+    deadline = time.monotonic() + timeout
+    selector: str | None = None
+    while True:
+        if selector is None:
+            dep = _deployment(kube, namespace, deployment)
+            if dep is not None:
+                labels = dep["spec"]["selector"].get("matchLabels") or {}
+                selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        pods = list_pods(kube, namespace, selector) if selector else []
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        now = time.perf_counter()
+        if live:
+            marks.setdefault("pod", now)
+        if any((p.get("spec") or {}).get("nodeName") for p in live):
+            marks.setdefault("scheduled", now)
+        running = sorted((p for p in live if is_running(p)), key=lambda p: p["metadata"]["name"])
+        if running:
+            marks["running"] = now
+            return running[0]
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no Running pod of {namespace}/{deployment} in {timeout:.0f} s")
+        time.sleep(0.05)
+
+
 def queue_to_polling(
     stack: BenchStack,
     daemon: DaemonProcess,
@@ -372,6 +432,7 @@ def queue_to_polling(
     busy: Callable[[], None] | None,
     progress: Progress,
     tag: str = "",
+    processes: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """Labelled Queues arriving at random (exponential gaps) until each one's worker
     polls its task queue.
@@ -379,15 +440,20 @@ def queue_to_polling(
     When a new worker's pod is Running (the real scheduler, a KWOK node), a real
     temporalio worker process starts from the pod's own env (``WorkerPod``).
     Meanwhile ``busy`` keeps the daemon busy (one-worker changes in other shards), and
-    refreshes run on the daemon's schedule.
+    refreshes run on the daemon's schedule. Each trial also records when it passed each
+    of :data:`QUEUE_STEPS` (looking every 50 ms), and ``processes`` (name → pid) whose
+    CPU time over the figure is read, with the worker processes' and the share of all
+    cores busy: where the time goes, and who had the cores meanwhile.
     """
     from twc.local.workerpod import WorkerPod
 
     latencies: list[float] = []
     deployment_s: list[float] = []
+    steps: dict[str, list[float]] = {key: [] for key, _ in QUEUE_STEPS}
     errors: list[str] = []
     pods: list[Any] = []
     lock = threading.Lock()
+    temporal = _Temporal(address)
     refresh_before = daemon.value("twc_engine_runs_total", operation="refresh") or 0.0
     stop_busy = threading.Event()
     busy_thread = None
@@ -410,28 +476,37 @@ def queue_to_polling(
             "kmsvc.io", "v1", namespace, "queues", fleets.queue_object(name, namespace)
         )
         worker = f"worker-{name}"
+        marks: dict[str, float] = {}
         try:
             wait(lambda: _deployment(kube, namespace, worker) is not None, 600, interval=0.05)
-            appeared = time.perf_counter()
+            marks["deployment"] = time.perf_counter()
             # Scheduled by the real scheduler, Running on a KWOK node: its worker
             # process starts from the pod's own env.
-            pod = WorkerPod.of_deployment(kube, namespace, worker, timeout=600, interval=0.1)
+            pod = WorkerPod(kube, _first_running_pod(kube, namespace, worker, marks, 600))
             pod.start()
+            marks["started"] = time.perf_counter()
             with lock:
                 pods.append(pod)
-            wait(lambda: asyncio.run(_describe(address, name))[1] > 0, 600, interval=0.1)
-            done = time.perf_counter()
+            wait(lambda: temporal.pollers(name) > 0, 600, interval=0.05)
+            marks["polling"] = time.perf_counter()
         except Exception as exc:  # noqa: BLE001 - a failed trial is recorded, the others go on
             with lock:
                 errors.append(f"{namespace}/{name}: {exc}")
             return
+        done = marks["polling"]
         with lock:
             latencies.append(done - created)
-            deployment_s.append(appeared - created)
+            deployment_s.append(marks["deployment"] - created)
+            before = created
+            for key, _ in QUEUE_STEPS:
+                steps[key].append(marks[key] - before)
+                before = marks[key]
         progress(f"N={stack.n} Queue → polling{tag} {namespace}/{name}: {done - created:.2f} s")
 
     threads: list[threading.Thread] = []
     created: list[tuple[str, str]] = []
+    cpu = CpuShare(dict(processes or {})).start()
+    cpu_reading: dict[str, Any] | None = None
     try:
         for trial in range(trials):
             namespace = rng.choice(stack.namespaces)
@@ -443,10 +518,14 @@ def queue_to_polling(
             time.sleep(rng.expovariate(1.0 / mean_gap_s))
         for thread in threads:
             thread.join(timeout=900)
+        workers = [cpu_seconds(p.proc.pid, children=False) for p in pods if p.proc is not None]
+        known = [w for w in workers if w is not None]
+        cpu_reading = cpu.stop({"worker processes": sum(known)} if known else None)
     finally:
         stop_busy.set()
         if busy_thread is not None:
             busy_thread.join(timeout=900)
+        temporal.close()
         for pod in pods:
             pod.stop()
         for namespace, name in created:
@@ -470,6 +549,8 @@ def queue_to_polling(
     return {
         "latency_s": summarize(latencies),
         "deployment_s": summarize(deployment_s),
+        "steps_s": {key: summarize(values) for key, values in steps.items()},
+        "cpu": cpu_reading,
         "mean_gap_s": mean_gap_s,
         "refreshes_during": refreshes,
         "busy": busy is not None,

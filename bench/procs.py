@@ -13,6 +13,7 @@ it starts, and the bytes written to the state backend.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -20,7 +21,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["StateWrites", "TreeMemory", "children", "peak_rss_mb", "rss_mb", "wal_lsn"]
+__all__ = [
+    "CpuShare",
+    "StateWrites",
+    "TreeMemory",
+    "children",
+    "cpu_seconds",
+    "peak_rss_mb",
+    "rss_mb",
+    "wal_lsn",
+]
 
 
 def _status_kb(pid: int, key: str) -> int | None:
@@ -43,6 +53,68 @@ def peak_rss_mb(pid: int) -> float | None:
     """The process's peak resident set (``VmHWM``), in MiB."""
     kb = _status_kb(pid, "VmHWM")
     return kb / 1024 if kb is not None else None
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int, *, children: bool = True) -> float | None:
+    """CPU time (user + system) the process has used so far; with ``children``, also
+    that of its descendants it has waited for (an engine run that ended is the daemon's).
+    ``None`` when the process is gone or unreadable."""
+    try:
+        rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # After the name: state ppid ... utime(11) stime(12) cutime(13) cstime(14).
+    ticks = int(rest[11]) + int(rest[12])
+    if children:
+        ticks += int(rest[13]) + int(rest[14])
+    return ticks / _TICKS
+
+
+def _machine_ticks() -> tuple[int, int]:
+    """``(busy, total)`` ticks of all cores since boot (``/proc/stat``'s ``cpu`` line)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = values[3] + values[4]  # idle and iowait
+    total = sum(values[:8])  # guest time is already in user
+    return total - idle, total
+
+
+@dataclass
+class CpuShare:
+    """Who used the machine's cores during a stretch of a benchmark: each named
+    process's CPU seconds (read at both ends; a process not readable at both is
+    ``None``, never 0) and the share of all cores busy."""
+
+    pids: dict[str, int]
+    _start: dict[str, float | None] = field(default_factory=dict)
+    _machine: tuple[int, int] = (0, 0)
+    _wall: float = 0.0
+
+    def start(self) -> CpuShare:
+        self._start = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        self._machine = _machine_ticks()
+        self._wall = time.perf_counter()
+        return self
+
+    def stop(self, extra: dict[str, float] | None = None) -> dict[str, object]:
+        """The readings since :meth:`start`; ``extra`` adds CPU seconds measured apart
+        (processes that started and ended within the stretch)."""
+        cpu: dict[str, float | None] = {}
+        for name, pid in self.pids.items():
+            before, after = self._start.get(name), cpu_seconds(pid)
+            cpu[name] = None if before is None or after is None else after - before
+        cpu.update(extra or {})
+        busy0, total0 = self._machine
+        busy1, total1 = _machine_ticks()
+        wall = time.perf_counter() - self._wall
+        return {
+            "wall_s": wall,
+            "cpu_s": cpu,
+            "machine_busy": (busy1 - busy0) / (total1 - total0) if total1 > total0 else None,
+            "machine_cpu_s": (busy1 - busy0) / _TICKS,
+        }
 
 
 def _name(pid: int) -> str:

@@ -18,6 +18,17 @@ SCHEMA_VERSION = 2
 P95_MIN = 20
 """Trials below which a p95 is not reported (it would be the maximum, or noise)."""
 
+QUEUE_STEPS = (
+    ("deployment", "twc: Queue → its Deployment"),
+    ("pod", "controller-manager: Deployment → pod"),
+    ("scheduled", "kube-scheduler: pod → on a node"),
+    ("running", "KWOK: on a node → Running"),
+    ("started", "kubelet's part: Running → worker process started"),
+    ("polling", "worker process: started → Temporal lists its poller"),
+)
+"""A Queue trial's moments after its creation, in order, and who is waited for between
+one and the next (``queue.steps_s``)."""
+
 GOALS = (
     # (key, words, figure path, limit, unit)
     ("change", "one-worker change, p50", ("change", "latency_s", "p50"), 15.0, "s"),
@@ -56,8 +67,10 @@ p95, max, mean, samples}}` (its p95 is rendered only from ≥ {P95_MIN} samples)
     `engine_peak_by_name_mb`;
   - `backlog`: `burst_to_replicas_s`, `sample_to_replicas_s`, `up_runs`, `refresh_runs`
     (summaries), `trials_without_sample` (a count), `workflows`;
-  - `queue`: `latency_s`, `deployment_s` (summaries), `mean_gap_s`, `refreshes_during`,
-    `busy`, `errors`;
+  - `queue`: `latency_s`, `deployment_s` (summaries), `steps_s.<step>` (a summary per
+    step of `QUEUE_STEPS`), `cpu` (`wall_s`, `cpu_s.<process>`: CPU seconds over the
+    figure, `null` when not readable at both ends; `machine_busy`: the share of all cores
+    busy; `machine_cpu_s`), `mean_gap_s`, `refreshes_during`, `busy`, `errors`;
   - `memory`: `daemon_peak_rss_mb`;
   - `baselines`: engine only, on the same architecture: `preview_s` (a shard's
     `pulumi preview`, measured), `queue_engine_only` (the daemon with early apply off,
@@ -124,6 +137,58 @@ def _summary(summary: Mapping[str, Any] | None, unit: str = "s") -> str:
     if summary["n"] >= P95_MIN:
         text += f", p95 {_fmt(summary.get('p95'), unit)}"
     return f"{text} ({summary['n']} trials)"
+
+
+def _queue_steps(sizes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Where a Queue's time goes at each size, and who had the cores meanwhile."""
+    measured = [s for s in sizes if get(s, "queue", "steps_s")]
+    if not measured:
+        return []
+    head = " | ".join(f"N={s['n']}" for s in measured)
+    out = [
+        "",
+        "### Queue → polling worker: where the time goes",
+        "",
+        "Each trial's moments, looked for every 50 ms; the p50 of each step (the steps' "
+        "p50s need not add up to the whole's).",
+        "",
+        f"| step | {head} |",
+        "|---|" + "---:|" * len(measured),
+    ]
+    for key, words in QUEUE_STEPS:
+        cells = [_fmt(get(s, "queue", "steps_s", key, "p50")) for s in measured]
+        out.append(f"| {words} | {' | '.join(cells)} |")
+    whole = [_fmt(get(s, "queue", "latency_s", "p50")) for s in measured]
+    out.append(f"| the whole | {' | '.join(whole)} |")
+    names: list[str] = []
+    for s in measured:
+        for name in get(s, "queue", "cpu", "cpu_s") or {}:
+            if name not in names:
+                names.append(name)
+    if not names:
+        return out
+    out += [
+        "",
+        "Cores each process used over the figure (its CPU seconds ÷ the figure's wall "
+        "time; the machine has "
+        "the cores the header says):",
+        "",
+        f"| process | {head} |",
+        "|---|" + "---:|" * len(measured),
+    ]
+
+    def cores(size: Mapping[str, Any], name: str) -> str:
+        used, wall = get(size, "queue", "cpu", "cpu_s", name), get(size, "queue", "cpu", "wall_s")
+        return "—" if used is None or not wall else f"{used / wall:.2f}"
+
+    for name in names:
+        out.append(f"| {name} | {' | '.join(cores(s, name) for s in measured)} |")
+    busy = []
+    for s in measured:
+        share = get(s, "queue", "cpu", "machine_busy")
+        busy.append("—" if share is None else f"{share:.0%} busy")
+    out.append(f"| all cores | {' | '.join(busy)} |")
+    return out
 
 
 def evaluate_goals(
@@ -324,6 +389,7 @@ def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
             )
             + " |"
         )
+    out += _queue_steps(results.get("sizes", []))
     out += ["", "What each figure is:", ""]
     out += [
         "- *one-worker change*: the fleet file gives one worker (at random, so a random "

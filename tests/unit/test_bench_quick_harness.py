@@ -7,6 +7,7 @@ renders what it measures correctly.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -168,6 +169,13 @@ def _size(n: int, shards: int, scale: float) -> dict[str, Any]:
         "queue": {
             "latency_s": _summary(*[2.0 * scale] * 20),
             "deployment_s": _summary(0.4),
+            "steps_s": {key: _summary(0.1 * scale) for key, _ in report.QUEUE_STEPS},
+            "cpu": {
+                "wall_s": 100.0,
+                "cpu_s": {"kwok": 30.0 * scale, "twc run": None},
+                "machine_busy": 0.5 * scale,
+                "machine_cpu_s": 100.0 * scale,
+            },
             "mean_gap_s": 8.0,
             "refreshes_during": 1.0,
             "busy": True,
@@ -234,6 +242,42 @@ def test_results_render_goals_baselines_labels_and_p95_only_from_enough_trials()
     assert "with early apply off (measured)" in md
     assert "through a targeted up (computed)" in md
     assert "Top-level keys of `bench/results.json`" in md
+
+
+def test_a_queues_steps_and_the_cores_used_render_per_size() -> None:
+    md = report.render_markdown(_results())
+
+    assert "| KWOK: on a node → Running | 50.0 ms | 100.0 ms | 200.0 ms |" in md
+    assert "| the whole | 1.0 s | 2.0 s | 4.0 s |" in md
+    assert "| kwok | 0.15 | 0.30 | 0.60 |" in md
+    # A process not readable at both ends is unknown, not idle.
+    assert "| twc run | — | — | — |" in md
+    assert "| all cores | 25% busy | 50% busy | 100% busy |" in md
+
+
+def test_a_processes_cpu_time_is_read_and_a_gone_one_is_unknown() -> None:
+    import os
+    import subprocess
+    import sys
+
+    from bench.procs import CpuShare, cpu_seconds
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    share = CpuShare({"this": os.getpid(), "gone": child.pid}).start()
+    deadline = time.process_time() + 0.2
+    while time.process_time() < deadline:
+        pass  # spend CPU time for the reading to see
+    reading = share.stop({"apart": 1.5})
+
+    cpu = reading["cpu_s"]
+    assert isinstance(cpu, dict)
+    assert cpu["this"] is not None and cpu["this"] >= 0.1
+    assert cpu["gone"] is None
+    assert cpu["apart"] == 1.5
+    assert cpu_seconds(child.pid) is None
+    busy = reading["machine_busy"]
+    assert isinstance(busy, float) and 0.0 < busy <= 1.0
 
 
 def test_results_round_trip_through_json(tmp_path: Any) -> None:

@@ -272,12 +272,14 @@ def test_a_processes_cpu_time_is_read_and_a_gone_one_is_unknown() -> None:
 
     cpu = reading["cpu_s"]
     assert isinstance(cpu, dict)
-    assert cpu["this"] is not None and cpu["this"] >= 0.1
+    assert cpu["this"] is not None
+    assert cpu["this"] >= 0.1
     assert cpu["gone"] is None
     assert cpu["apart"] == 1.5
     assert cpu_seconds(child.pid) is None
     busy = reading["machine_busy"]
-    assert isinstance(busy, float) and 0.0 < busy <= 1.0
+    assert isinstance(busy, float)
+    assert 0.0 < busy <= 1.0
 
 
 def test_results_round_trip_through_json(tmp_path: Any) -> None:

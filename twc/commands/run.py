@@ -545,7 +545,10 @@ def _wire_one(
     state_dir = Path(tempfile.mkdtemp(prefix="twc-daemon-"))
     # The engine guard's channel: with election, no engine runs outside a Lease term.
     channel = GuardChannel(
-        state_dir / "guard", grace=settings.engine.interrupt_grace, leased=election.enabled
+        state_dir / "guard",
+        grace=settings.engine.interrupt_grace,
+        leased=election.enabled,
+        niceness=settings.engine.niceness,
     )
     elector: LeaseElector | None = None
     lease_kube: KubeClient | None = None
@@ -779,7 +782,10 @@ def _wire_shards(
         state_dir = state_root / f"shard-{index}"
         # Each shard's engine guard: with election, no engine runs outside its Lease's term.
         channel = GuardChannel(
-            state_dir / "guard", grace=settings.engine.interrupt_grace, leased=election.enabled
+            state_dir / "guard",
+            grace=settings.engine.interrupt_grace,
+            leased=election.enabled,
+            niceness=settings.engine.niceness,
         )
         channels.append(channel)
         leader: ShardLeader | None = None

@@ -54,6 +54,7 @@ __all__ = [
     "BACKGROUND_NICENESS",
     "CHANNEL_ENV",
     "GUARD_MARK",
+    "NICENESS_ENV",
     "PARENT_ENV",
     "Control",
     "GuardAction",
@@ -72,6 +73,9 @@ CHANNEL_ENV = "TWC_ENGINE_GUARD"
 PARENT_ENV = "TWC_ENGINE_GUARD_PARENT"
 """The pid of the process the channel belongs to: a guard whose parent is another
 process (or already gone) must not run under that channel."""
+NICENESS_ENV = "TWC_ENGINE_NICENESS"
+"""Added to every engine run's niceness under the channel (``twc run``'s
+``engine.niceness``); a refresh adds :data:`BACKGROUND_NICENESS` on top."""
 GUARD_MARK = "twc-engine-guard"
 """In the wrapper's path, so the guard is recognisable in a process list."""
 TICK = 0.05
@@ -94,6 +98,16 @@ _PR_SET_NAME = 15
 _PR_SET_CHILD_SUBREAPER = 36
 _DEATH_SIGNAL = signal.SIGUSR1
 _PARENT_DIED = "the process that started the engine is gone"
+
+
+def _niceness(value: str | None) -> int:
+    """The channel's engine niceness (``NICENESS_ENV``); anything but a small
+    non-negative number is none, so a stray value never raises an engine's priority."""
+    try:
+        niceness = int(value or 0)
+    except ValueError:
+        return 0
+    return niceness if 0 <= niceness <= 19 else 0
 
 
 def _parent_died(detail: str = "") -> Stop:
@@ -205,6 +219,7 @@ class GuardChannel:
         *,
         grace: float = 3.0,
         leased: bool = False,
+        niceness: int = 0,
         clock: Any = time.monotonic,
     ) -> None:
         """Create the channel.
@@ -215,9 +230,11 @@ class GuardChannel:
             leased: Whether a Lease fences the runs: then no engine runs until the first
                 term is granted (:meth:`lease_renewed`), and each CLI waits until its pid
                 is recorded.
+            niceness: Added to every run's niceness (``twc run``'s ``engine.niceness``).
             clock: Monotonic time (the host's, shared with the guards).
         """
         self.directory = Path(directory)
+        self.niceness = niceness
         for sub in ("announce", "guards", "journal"):
             (self.directory / sub).mkdir(parents=True, exist_ok=True)
         self._clock = clock
@@ -233,7 +250,10 @@ class GuardChannel:
 
     def env(self) -> dict[str, str]:
         """The variables that put an engine command under this channel."""
-        return {CHANNEL_ENV: str(self.directory), PARENT_ENV: str(os.getpid())}
+        env = {CHANNEL_ENV: str(self.directory), PARENT_ENV: str(os.getpid())}
+        if self.niceness:
+            env[NICENESS_ENV] = str(self.niceness)
+        return env
 
     def lease_renewed(self, valid_until: float, recorded: Sequence[int]) -> None:
         """The Lease was written: the term lasts until ``valid_until`` and records
@@ -656,8 +676,11 @@ class _Guard:
             os.dup2(null, 0)
             if not os.read(go_read, 2):
                 os._exit(126)
+            niceness = _niceness(os.environ.get(NICENESS_ENV))
             if _subcommand(self.args)[:1] == ("refresh",):
-                os.nice(BACKGROUND_NICENESS)
+                niceness += BACKGROUND_NICENESS
+            if niceness:
+                os.nice(niceness)
             os.execv(self.real, [self.real, *self.args])  # noqa: S606 - the CLI itself, no shell
         except BaseException:  # noqa: BLE001 - a forked child must never return into the guard
             os._exit(127)

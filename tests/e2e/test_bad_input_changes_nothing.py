@@ -457,6 +457,9 @@ def test_the_daemon_skips_invalid_queue_objects_in_the_cluster_without_blocking_
                     stack=fs.name,
                     fleet_file=str(fs.fleet_file),
                     port=free_port(),
+                    # Its own /status port too: the default one may be another test's
+                    # daemon's on the same machine.
+                    status_port=free_port(),
                     once=True,
                 )
             )

@@ -35,6 +35,8 @@ from bench.figures import (
     queue_to_polling,
 )
 from bench.machine import load_average, machine_info, tool_versions
+from bench.procs import Part
+from bench.profile import DaemonProfile
 from bench.stacks import BenchStack, setup_stack
 from bench.stats import summarize
 
@@ -117,6 +119,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--render", action="store_true", help="only re-render results.md from results.json"
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="sample twc run's threads with py-spy during the Queue figure",
+    )
     return parser.parse_args(argv)
 
 
@@ -145,6 +152,9 @@ class Run:
         self.results["figures"] = list(self.figures)
         self.workdir = Path(tempfile.mkdtemp(prefix="twc-bench-"))
         self.skip_state = args.skip_state or args.refresh_only
+        self.profile_dir: Path | None = args.out if args.profile else None
+        if args.profile:
+            DaemonProfile.executable()  # missing, the run stops now, not an hour in
         self.t0 = time.monotonic()
 
     def progress(self, message: str) -> None:
@@ -232,12 +242,18 @@ class Run:
         )
 
     @staticmethod
-    def _processes(env: Any, daemon: DaemonProcess) -> dict[str, int]:
-        """The processes whose CPU time a figure reads: the embedded environment's
-        and the daemon (with the engine runs it has waited for)."""
+    def _processes(env: Any, daemon: DaemonProcess) -> dict[str, int | tuple[int, Part]]:
+        """The processes whose CPU time a figure reads: the embedded environment's,
+        the daemon's own threads, and the engine runs it has waited for."""
         state = env.load_state()
-        found = {name: rec.pid for name, rec in (state.processes if state else {}).items()}
-        found["twc run and its ended engine runs"] = daemon.pid
+        found: dict[str, int | tuple[int, Part]] = {
+            name: rec.pid for name, rec in (state.processes if state else {}).items()
+        }
+        found["twc run (its own threads)"] = (daemon.pid, "own")
+        found["engine runs twc run ended"] = (daemon.pid, "ended children")
+        # The harness shares the cores too: its trials' looks every 50 ms and the busy
+        # load's fleet edits.
+        found["the benchmark harness"] = (os.getpid(), "own")
         return found
 
     def _daemon(self, stack: BenchStack, settings: dict[str, Any], tag: str = "") -> DaemonProcess:
@@ -299,18 +315,27 @@ class Run:
                 stack.write(changed=self.rng.choice(candidates))
 
             def queue() -> Any:
-                return queue_to_polling(
-                    stack,
-                    daemon,
-                    kube,
-                    address,
-                    trials=trials["queue"],
-                    rng=self.rng,
-                    mean_gap_s=self.plan["queue_gap_s"],
-                    busy=busy,
-                    progress=self.progress,
-                    processes=self._processes(env, daemon),
-                )
+                def measure() -> dict[str, Any]:
+                    return queue_to_polling(
+                        stack,
+                        daemon,
+                        kube,
+                        address,
+                        trials=trials["queue"],
+                        rng=self.rng,
+                        mean_gap_s=self.plan["queue_gap_s"],
+                        busy=busy,
+                        progress=self.progress,
+                        processes=self._processes(env, daemon),
+                    )
+
+                if self.profile_dir is None:
+                    return measure()
+                out = self.profile_dir / f"profile-n{n}.txt"
+                with DaemonProfile(daemon.pid, out) as profile:
+                    found = measure()
+                found["profile"] = profile.summary
+                return found
 
             figures = {"change": change, "backlog": backlog, "queue": queue}
             order = [name for name in figures if name in self.figures]

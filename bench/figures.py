@@ -22,7 +22,15 @@ from typing import Any, TypeVar
 
 from bench import fleets
 from bench.daemon import DaemonProcess
-from bench.procs import CpuShare, StateWrites, TreeMemory, cpu_seconds, peak_rss_mb, wait
+from bench.procs import (
+    CpuShare,
+    Part,
+    StateWrites,
+    TreeMemory,
+    cpu_seconds,
+    peak_rss_mb,
+    wait,
+)
 from bench.report import QUEUE_STEPS
 from bench.stacks import BenchStack
 from bench.stats import summarize
@@ -81,6 +89,23 @@ async def _retried(call: Callable[[], Awaitable[_T]], attempts: int = 5) -> _T:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def _worker_marks(pod: Any, started: float, started_wall: float) -> dict[str, float]:
+    """The steps the worker process printed as it started, on the figure's clock
+    (``started``/``started_wall``: the same moment on both clocks).
+
+    Raises:
+        ValueError: The worker did not print one of them (a trial without its steps is
+            a failed trial, never one whose steps read as 0).
+    """
+    from twc.local.workerpod import marks
+
+    printed = marks(pod.log_text())
+    missing = [step for step in ("imported", "connected", "built") if step not in printed]
+    if missing:
+        raise ValueError(f"the worker process printed no mark for {', '.join(missing)}")
+    return {step: started + (wall - started_wall) for step, wall in printed.items()}
+
+
 class _Temporal:
     """One temporalio client on an event loop of its own thread, for a figure that asks
     Temporal every 50 ms from several trials at once: a connection per question would
@@ -102,15 +127,16 @@ class _Temporal:
 
     def pollers(self, task_queue: str) -> int:
         """How many pollers Temporal lists on the task queue's workflow tasks."""
-        return self.run(_describe(self.client, task_queue))[1]
+        return self.run(_pollers(self.client, task_queue))
 
     def close(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
 
 
-async def _describe(client: Any, task_queue: str) -> tuple[int, int]:
-    """``(backlog, pollers)`` of a task queue's workflow tasks."""
+async def _pollers(client: Any, task_queue: str) -> int:
+    """How many pollers a task queue's workflow tasks have (no statistics asked for:
+    they cost Temporal more and this figure does not read them)."""
     from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
     from temporalio.api.taskqueue.v1 import TaskQueue
     from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
@@ -119,10 +145,9 @@ async def _describe(client: Any, task_queue: str) -> tuple[int, int]:
         namespace="default",
         task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
         task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-        report_stats=True,
     )
     response = await _retried(lambda: client.workflow_service.describe_task_queue(request))
-    return int(response.stats.approximate_backlog_count), len(response.pollers)
+    return len(response.pollers)
 
 
 async def _start_workflows(address: str, task_queue: str, count: int) -> list[str]:
@@ -432,7 +457,7 @@ def queue_to_polling(
     busy: Callable[[], None] | None,
     progress: Progress,
     tag: str = "",
-    processes: dict[str, int] | None = None,
+    processes: dict[str, int | tuple[int, Part]] | None = None,
 ) -> dict[str, Any]:
     """Labelled Queues arriving at random (exponential gaps) until each one's worker
     polls its task queue.
@@ -449,6 +474,7 @@ def queue_to_polling(
 
     latencies: list[float] = []
     deployment_s: list[float] = []
+    answers: list[float] = []
     steps: dict[str, list[float]] = {key: [] for key, _ in QUEUE_STEPS}
     errors: list[str] = []
     pods: list[Any] = []
@@ -484,11 +510,19 @@ def queue_to_polling(
             # process starts from the pod's own env.
             pod = WorkerPod(kube, _first_running_pod(kube, namespace, worker, marks, 600))
             pod.start()
-            marks["started"] = time.perf_counter()
+            marks["started"], started_wall = time.perf_counter(), time.time()
             with lock:
                 pods.append(pod)
-            wait(lambda: temporal.pollers(name) > 0, 600, interval=0.05)
+            asked: list[float] = []
+
+            def listed() -> bool:
+                asked.append(time.perf_counter())
+                return temporal.pollers(name) > 0
+
+            wait(listed, 600, interval=0.05)
             marks["polling"] = time.perf_counter()
+            answer = marks["polling"] - asked[-1]
+            marks.update(_worker_marks(pod, marks["started"], started_wall))
         except Exception as exc:  # noqa: BLE001 - a failed trial is recorded, the others go on
             with lock:
                 errors.append(f"{namespace}/{name}: {exc}")
@@ -497,6 +531,7 @@ def queue_to_polling(
         with lock:
             latencies.append(done - created)
             deployment_s.append(marks["deployment"] - created)
+            answers.append(answer)
             before = created
             for key, _ in QUEUE_STEPS:
                 steps[key].append(marks[key] - before)
@@ -518,7 +553,7 @@ def queue_to_polling(
             time.sleep(rng.expovariate(1.0 / mean_gap_s))
         for thread in threads:
             thread.join(timeout=900)
-        workers = [cpu_seconds(p.proc.pid, children=False) for p in pods if p.proc is not None]
+        workers = [cpu_seconds(p.proc.pid, "own") for p in pods if p.proc is not None]
         known = [w for w in workers if w is not None]
         cpu_reading = cpu.stop({"worker processes": sum(known)} if known else None)
     finally:
@@ -550,6 +585,7 @@ def queue_to_polling(
         "latency_s": summarize(latencies),
         "deployment_s": summarize(deployment_s),
         "steps_s": {key: summarize(values) for key, values in steps.items()},
+        "answer_s": summarize(answers),
         "cpu": cpu_reading,
         "mean_gap_s": mean_gap_s,
         "refreshes_during": refreshes,

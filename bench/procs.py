@@ -20,9 +20,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 __all__ = [
     "CpuShare",
+    "Part",
     "StateWrites",
     "TreeMemory",
     "children",
@@ -58,18 +60,21 @@ def peak_rss_mb(pid: int) -> float | None:
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int, *, children: bool = True) -> float | None:
-    """CPU time (user + system) the process has used so far; with ``children``, also
-    that of its descendants it has waited for (an engine run that ended is the daemon's).
-    ``None`` when the process is gone or unreadable."""
+Part = Literal["all", "own", "ended children"]
+"""Whose CPU time :func:`cpu_seconds` reads: the process's own threads, the descendants
+it has waited for (an engine run that ended is the daemon's), or both."""
+
+
+def cpu_seconds(pid: int, part: Part = "all") -> float | None:
+    """CPU time (user + system) the process (``part``) has used so far; ``None`` when
+    the process is gone or unreadable."""
     try:
         rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
     # After the name: state ppid ... utime(11) stime(12) cutime(13) cstime(14).
-    ticks = int(rest[11]) + int(rest[12])
-    if children:
-        ticks += int(rest[13]) + int(rest[14])
+    own, ended = int(rest[11]) + int(rest[12]), int(rest[13]) + int(rest[14])
+    ticks = {"all": own + ended, "own": own, "ended children": ended}[part]
     return ticks / _TICKS
 
 
@@ -87,13 +92,14 @@ class CpuShare:
     process's CPU seconds (read at both ends; a process not readable at both is
     ``None``, never 0) and the share of all cores busy."""
 
-    pids: dict[str, int]
+    pids: dict[str, int | tuple[int, Part]]
+    """Name → pid (all its CPU time), or ``(pid, part)``."""
     _start: dict[str, float | None] = field(default_factory=dict)
     _machine: tuple[int, int] = (0, 0)
     _wall: float = 0.0
 
     def start(self) -> CpuShare:
-        self._start = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        self._start = {name: _read(which) for name, which in self.pids.items()}
         self._machine = _machine_ticks()
         self._wall = time.perf_counter()
         return self
@@ -102,8 +108,8 @@ class CpuShare:
         """The readings since :meth:`start`; ``extra`` adds CPU seconds measured apart
         (processes that started and ended within the stretch)."""
         cpu: dict[str, float | None] = {}
-        for name, pid in self.pids.items():
-            before, after = self._start.get(name), cpu_seconds(pid)
+        for name, which in self.pids.items():
+            before, after = self._start.get(name), _read(which)
             cpu[name] = None if before is None or after is None else after - before
         cpu.update(extra or {})
         busy0, total0 = self._machine
@@ -115,6 +121,10 @@ class CpuShare:
             "machine_busy": (busy1 - busy0) / (total1 - total0) if total1 > total0 else None,
             "machine_cpu_s": (busy1 - busy0) / _TICKS,
         }
+
+
+def _read(which: int | tuple[int, Part]) -> float | None:
+    return cpu_seconds(*which) if isinstance(which, tuple) else cpu_seconds(which)
 
 
 def _name(pid: int) -> str:

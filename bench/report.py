@@ -24,7 +24,10 @@ QUEUE_STEPS = (
     ("scheduled", "kube-scheduler: pod → on a node"),
     ("running", "KWOK: on a node → Running"),
     ("started", "kubelet's part: Running → worker process started"),
-    ("polling", "worker process: started → Temporal lists its poller"),
+    ("imported", "worker process: started → temporalio imported"),
+    ("connected", "worker process: → its client connected to Temporal"),
+    ("built", "worker process: → its Worker built (workflows validated)"),
+    ("polling", "Temporal: worker polling → its poller listed"),
 )
 """A Queue trial's moments after its creation, in order, and who is waited for between
 one and the next (``queue.steps_s``)."""
@@ -68,9 +71,13 @@ p95, max, mean, samples}}` (its p95 is rendered only from ≥ {P95_MIN} samples)
   - `backlog`: `burst_to_replicas_s`, `sample_to_replicas_s`, `up_runs`, `refresh_runs`
     (summaries), `trials_without_sample` (a count), `workflows`;
   - `queue`: `latency_s`, `deployment_s` (summaries), `steps_s.<step>` (a summary per
-    step of `QUEUE_STEPS`), `cpu` (`wall_s`, `cpu_s.<process>`: CPU seconds over the
-    figure, `null` when not readable at both ends; `machine_busy`: the share of all cores
-    busy; `machine_cpu_s`), `mean_gap_s`, `refreshes_during`, `busy`, `errors`;
+    step of `QUEUE_STEPS`; the worker process's own steps from the marks it prints),
+    `answer_s` (the round trip of the question that found the poller), `cpu`
+    (`wall_s`, `cpu_s.<process>`: CPU seconds over the figure, `null` when not readable
+    at both ends; `machine_busy`: the share of all cores busy; `machine_cpu_s`),
+    `mean_gap_s`, `refreshes_during`, `busy`, `errors`; with `--profile`, `profile`
+    (`samples`, `rate_hz`, `active_thread_s`, `twc_inclusive` and `leaves`: the top
+    frames with their share of the samples; or `error`);
   - `memory`: `daemon_peak_rss_mb`;
   - `baselines`: engine only, on the same architecture: `preview_s` (a shard's
     `pulumi preview`, measured), `queue_engine_only` (the daemon with early apply off,
@@ -160,6 +167,12 @@ def _queue_steps(sizes: Sequence[Mapping[str, Any]]) -> list[str]:
         out.append(f"| {words} | {' | '.join(cells)} |")
     whole = [_fmt(get(s, "queue", "latency_s", "p50")) for s in measured]
     out.append(f"| the whole | {' | '.join(whole)} |")
+    if any(get(s, "queue", "answer_s") is not None for s in measured):
+        answer = [_fmt(get(s, "queue", "answer_s", "p50")) for s in measured]
+        out.append(
+            "| within the last step: the harness's answering question to Temporal "
+            f"(its round trip) | {' | '.join(answer)} |"
+        )
     names: list[str] = []
     for s in measured:
         for name in get(s, "queue", "cpu", "cpu_s") or {}:
@@ -188,6 +201,54 @@ def _queue_steps(sizes: Sequence[Mapping[str, Any]]) -> list[str]:
         share = get(s, "queue", "cpu", "machine_busy")
         busy.append("—" if share is None else f"{share:.0%} busy")
     out.append(f"| all cores | {' | '.join(busy)} |")
+    return out
+
+
+def _queue_profile(sizes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What ``twc run``'s own threads were doing during the Queue figure (``--profile``)."""
+    measured = [s for s in sizes if get(s, "queue", "profile")]
+    if not measured:
+        return []
+    sampled = [s for s in measured if "error" not in get(s, "queue", "profile")]
+    head = " | ".join(f"N={s['n']}" for s in sampled)
+    out = [
+        "",
+        "### twc run's own threads during the Queue figure (py-spy)",
+        "",
+        "Sampled without pausing the daemon; a sample is one running thread's stack. "
+        "*Active* is the samples ÷ the rate: thread-seconds running or ready to run (a "
+        "thread waiting for the GIL or an answer is not sampled).",
+        "",
+    ]
+    for s in measured:
+        profile = get(s, "queue", "profile")
+        if "error" in profile:
+            out.append(f"- N={s['n']}: {profile['error']}")
+            continue
+        wall = get(s, "queue", "cpu", "wall_s")
+        over = f" over the figure's {wall:.0f} s" if wall else ""
+        out.append(
+            f"- N={s['n']}: {profile['samples']} samples at {profile['rate_hz']} Hz, "
+            f"{profile['active_thread_s']:.0f} thread-seconds active{over}."
+        )
+    for key, words in (
+        ("twc_inclusive", "twc's functions: share of the samples with it on the stack"),
+        ("leaves", "where the CPU was (the leaf frame): share of the samples"),
+    ):
+        frames: list[str] = []
+        for s in sampled:
+            for frame, _share in get(s, "queue", "profile", key) or []:
+                if frame not in frames:
+                    frames.append(frame)
+        if not frames:
+            continue
+        out += ["", f"| {words} | {head} |", "|---|" + "---:|" * len(sampled)]
+        for frame in frames:
+            cells = []
+            for s in sampled:
+                shares = dict(get(s, "queue", "profile", key) or [])
+                cells.append(f"{shares[frame]:.0%}" if frame in shares else "(not in top)")
+            out.append(f"| `{frame}` | {' | '.join(cells)} |")
     return out
 
 
@@ -390,6 +451,7 @@ def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
             + " |"
         )
     out += _queue_steps(results.get("sizes", []))
+    out += _queue_profile(results.get("sizes", []))
     out += ["", "What each figure is:", ""]
     out += [
         "- *one-worker change*: the fleet file gives one worker (at random, so a random "

@@ -26,6 +26,13 @@ log = logging.getLogger(__name__)
 PROJECT = "twc"
 
 
+def _dump(value: Any) -> str:
+    """``yaml.safe_dump`` (``sort_keys=False``), through libyaml when it is there (the
+    same text, four times faster)."""
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    return str(yaml.dump(value, Dumper=dumper, sort_keys=False))
+
+
 @dataclass
 class BenchStack:
     """One generated fleet and its stack (or shard stacks)."""
@@ -40,6 +47,7 @@ class BenchStack:
     cluster_objects: bool = True
     revisions: dict[int, int] = field(default_factory=dict)
     initial_up_s: dict[str, float] = field(default_factory=dict)
+    _entries: dict[int, tuple[dict[str, Any], str]] = field(default_factory=dict, repr=False)
 
     def document(self) -> dict[str, Any]:
         return fleets.generate_fleet(
@@ -56,10 +64,34 @@ class BenchStack:
         """Write the fleet file; ``changed`` gets a new image (the others keep theirs)."""
         if changed is not None:
             self.revisions[changed] = max(self.revisions.values(), default=0) + 1
-        text = yaml.safe_dump(self.document(), sort_keys=False)
+        text = self.render()
         tmp = self.fleet_file.with_suffix(".tmp")
         tmp.write_text(text)
         tmp.replace(self.fleet_file)  # the daemon never reads half a file
+
+    def render(self) -> str:
+        """The fleet file's text: ``yaml.safe_dump`` of :meth:`document`, byte for byte,
+        with each worker's entry rendered again only when it changed.
+
+        The busy load rewrites the fleet file every 2 s; dumped whole by PyYAML that
+        cost this harness 0.44 s of CPU at N=5000 (0.08 s at N=1000), on the cores the
+        figures measure the daemon on. A fleet edit in a cluster comes from git, not
+        from a process on the daemon's cores, so the harness's own cost should not grow
+        with N.
+        """
+        out: list[str] = []
+        for key, value in self.document().items():
+            if key != "workers" or not value:
+                out.append(_dump({key: value}))
+                continue
+            out.append("workers:\n")
+            for i, worker in enumerate(value):
+                cached = self._entries.get(i)
+                if cached is None or cached[0] != worker:
+                    cached = (worker, _dump([worker]))
+                    self._entries[i] = cached
+                out.append(cached[1])
+        return "".join(out)
 
     @property
     def sharded(self) -> bool:

@@ -255,6 +255,33 @@ def test_a_queues_steps_and_the_cores_used_render_per_size() -> None:
     assert "| all cores | 25% busy | 50% busy | 100% busy |" in md
 
 
+def test_a_daemon_profile_renders_per_size_and_a_frame_out_of_a_sizes_top_says_so() -> None:
+    results = _results()
+    results["sizes"][1]["queue"]["profile"] = {
+        "samples": 500,
+        "rate_hz": 50,
+        "active_thread_s": 10.0,
+        "twc_inclusive": [["twc/loop/early.py apply", 0.4]],
+        "leaves": [["json/decoder.py raw_decode", 0.1]],
+    }
+    results["sizes"][2]["queue"]["profile"] = {
+        "samples": 900,
+        "rate_hz": 50,
+        "active_thread_s": 18.0,
+        "twc_inclusive": [["twc/loop/early.py apply", 0.25], ["twc/loop/observe.py report", 0.3]],
+        "leaves": [["json/decoder.py raw_decode", 0.2]],
+    }
+    results["sizes"][0]["queue"]["profile"] = {"error": "py-spy wrote no stacks: denied"}
+
+    md = report.render_markdown(results)
+
+    assert "- N=100: py-spy wrote no stacks: denied" in md
+    assert "- N=1000: 500 samples at 50 Hz, 10 thread-seconds active over the figure's 100 s." in md
+    assert "| `twc/loop/early.py apply` | 40% | 25% |" in md
+    assert "| `twc/loop/observe.py report` | (not in top) | 30% |" in md
+    assert "| `json/decoder.py raw_decode` | 10% | 20% |" in md
+
+
 def test_a_processes_cpu_time_is_read_and_a_gone_one_is_unknown() -> None:
     import os
     import subprocess
@@ -369,3 +396,133 @@ def test_the_slice_cost_harness_measures_every_way() -> None:
         "derived from the whole cache, cut by each shard (before)": 5,
     }
     assert all(s["min"] > 0 for s in (*writes.values(), *unchanged.values(), *events.values()))
+
+
+def test_a_daemons_own_cpu_is_read_apart_from_its_ended_children() -> None:
+    import os
+    import subprocess
+    import sys
+
+    from bench.procs import CpuShare
+
+    share = CpuShare(
+        {"own": (os.getpid(), "own"), "ended": (os.getpid(), "ended children")}
+    ).start()
+    # A child that spends CPU time and is waited for: its time becomes this process's
+    # "ended children", not its own.
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import time\nt=time.process_time()+0.3\nwhile time.process_time()<t: pass",
+        ],
+        check=True,
+    )
+    reading = share.stop()
+
+    cpu = reading["cpu_s"]
+    assert isinstance(cpu, dict)
+    assert cpu["ended"] is not None
+    assert cpu["ended"] >= 0.25
+    assert cpu["own"] is not None
+    assert cpu["own"] < cpu["ended"]
+
+
+def test_a_worker_processs_start_marks_are_read_and_a_missing_one_fails_the_trial() -> None:
+    from bench.figures import _worker_marks
+    from twc.local.workerpod import MARK, marks
+
+    log = (
+        f"{MARK} imported 100.250000\nsome other line\n{MARK} connected 100.500000\n"
+        f"{MARK} built 100.750000\nworker polling q on localhost:7233\n"
+    )
+    assert marks(log) == {"imported": 100.25, "connected": 100.5, "built": 100.75}
+
+    class Pod:
+        def __init__(self, text: str) -> None:
+            self.text = text
+
+        def log_text(self) -> str:
+            return self.text
+
+    # started at 100.0 on the wall clock, 5.0 on the figure's
+    assert _worker_marks(Pod(log), 5.0, 100.0) == {
+        "imported": 5.25,
+        "connected": 5.5,
+        "built": 5.75,
+    }
+    with pytest.raises(ValueError, match="built"):
+        _worker_marks(Pod(log.replace(f"{MARK} built", "built")), 5.0, 100.0)
+
+
+def test_py_spy_samples_a_busy_process_and_names_where_its_cpu_went(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    from bench.profile import DaemonProfile
+
+    busy = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "def spin_here():\n    while True: sum(range(1000))\nspin_here()",
+        ]
+    )
+    try:
+        time.sleep(0.3)
+        with DaemonProfile(busy.pid, tmp_path / "profile.txt", rate=100) as profile:
+            time.sleep(1.5)
+    finally:
+        busy.kill()
+        busy.wait()
+
+    summary = profile.summary
+    assert summary is not None
+    assert "error" not in summary, summary
+    assert summary["samples"] >= 50
+    assert summary["active_thread_s"] > 0.5
+    leaves = dict(summary["leaves"])
+    assert any("spin_here" in frame for frame in leaves), leaves
+    assert summary["twc_inclusive"] == []  # nothing of twc's ran in that process
+
+
+def test_a_profile_of_nothing_is_refused_and_twcs_frames_are_counted_once_per_sample() -> None:
+    from bench.profile import summarize_stacks
+
+    with pytest.raises(ValueError, match="no running thread"):
+        summarize_stacks("", rate=50)
+    raw = (
+        "thread (0x1);run (/x/twc/loop/daemon.py:10);step (/x/twc/loop/daemon.py:20);"
+        "run (/x/twc/loop/daemon.py:12);loads (/usr/lib/python3/json/decoder.py:5) 3\n"
+        "thread (0x2);wait (/x/lib/threading.py:1) 1\n"
+    )
+    summary = summarize_stacks(raw, rate=50)
+    assert summary["samples"] == 4
+    assert dict(summary["twc_inclusive"]) == {
+        "twc/loop/daemon.py run": 0.75,
+        "twc/loop/daemon.py step": 0.75,
+    }
+    assert dict(summary["leaves"]) == {"json/decoder.py loads": 0.75, "lib/threading.py wait": 0.25}
+
+
+def test_the_fleet_file_the_busy_load_rewrites_is_safe_dumps_text_byte_for_byte(
+    tmp_path: Any,
+) -> None:
+    import yaml
+
+    from bench.stacks import BenchStack
+
+    stack = BenchStack(
+        n=120,
+        name="x",
+        fleet_file=tmp_path / "fleet.yaml",
+        host_port="localhost:7233",
+        namespaces=("ns-a", "ns-b", "ns-c"),
+        per_shard=50,
+    )
+    for changed in (None, 3, 3, 119, 0):
+        stack.write(changed=changed)
+        text = stack.fleet_file.read_text()
+        assert text == yaml.safe_dump(stack.document(), sort_keys=False)
+    assert "bench-worker" in text
+    assert text.count("- name: w-") == 120

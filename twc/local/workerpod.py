@@ -340,6 +340,28 @@ def is_running(pod: Mapping[str, Any]) -> bool:
     )
 
 
+MARK = "twc-worker-mark"
+"""The prefix of the lines a worker process prints as it passes each step of its start
+(:func:`marks`): where a benchmark's "started → polling" goes."""
+
+
+def _mark(step: str) -> None:
+    print(f"{MARK} {step} {time.time():.6f}", flush=True)
+
+
+def marks(log_text: str) -> dict[str, float]:
+    """The steps a worker process printed in its log, each with its wall-clock time:
+    ``imported`` (Python, temporalio and the sample workflows loaded), ``connected``
+    (its client connected to Temporal), ``built`` (its ``Worker`` built, the workflows
+    validated), in that order; a step not printed is absent."""
+    found: dict[str, float] = {}
+    for line in log_text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == MARK:
+            found.setdefault(parts[1], float(parts[2]))
+    return found
+
+
 async def _serve() -> None:
     import asyncio
 
@@ -349,25 +371,29 @@ async def _serve() -> None:
 
     from twc.local.sample import EchoWorkflow, GateWorkflow, WaitWorkflow, echo
 
+    _mark("imported")
     profile = ClientConfigProfile.load()  # from TEMPORAL_* env, as a worker image would
     identity = None
     if os.environ.get("POD_NAME"):
         # pod@node, as the SDK's default is pid@host: the poller list names the pods.
         identity = f"{os.environ['POD_NAME']}@{os.environ.get('NODE_NAME', '')}"
     client = await Client.connect(**profile.to_client_connect_config(), identity=identity)
+    _mark("connected")
     task_queue = os.environ["TEMPORAL_TASK_QUEUE"]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     loop.add_signal_handler(signal.SIGINT, stop.set)
     config = deployment_config(os.environ)
-    async with Worker(
+    worker = Worker(
         client,
         task_queue=task_queue,
         workflows=[EchoWorkflow, GateWorkflow, WaitWorkflow],
         activities=[echo],
         deployment_config=config,
-    ):
+    )
+    _mark("built")
+    async with worker:
         version = f" as {config.version.to_canonical_string()}" if config else ""
         print(f"worker polling {task_queue} on {profile.address}{version}", flush=True)
         await stop.wait()

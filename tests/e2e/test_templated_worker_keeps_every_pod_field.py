@@ -24,7 +24,7 @@ from tests.helpers import assert_eventually
 from twc.commands import preview as preview_cmd
 from twc.commands import up as up_cmd
 from twc.kube.client import status_of
-from twc.local import LocalEnvironment
+from twc.local import LocalEnvironment, workerpod
 
 pytestmark = pytest.mark.e2e
 
@@ -200,6 +200,11 @@ def test_a_templated_worker_gets_every_field_beside_twcs_env_and_polls(
         timeout=60,
         message=f"the worker never polled: {started.log_text()}",
     )
+    # It printed each step of its start, in order (what the benchmark's Queue figure
+    # reads to say where a worker's start goes).
+    steps = workerpod.marks(started.log_text())
+    assert list(steps) == ["imported", "connected", "built"]
+    assert steps["imported"] <= steps["connected"] <= steps["built"]
     _assert_pollers(local_env, task_queue)
 
     # Neither the preview of a change nor the stack's state holds the Secret's value.

@@ -72,6 +72,7 @@ from twc.loop.shards import (
 )
 from twc.loop.shardviews import (
     FanoutWakeup,
+    FleetEditWakeup,
     ShardFleet,
     ShardNamespaces,
     ShardNative,
@@ -430,14 +431,21 @@ def _caches(wiring: Wiring, caches: list[Any], registry: CollectorRegistry) -> N
 
 
 def _watch_file(
-    wiring: Wiring, path: str, wakeup: threading.Event, fleet_file: CachedFleetFile
+    wiring: Wiring,
+    path: str,
+    wakeup: threading.Event,
+    fleet_file: CachedFleetFile,
+    edits: FleetEditWakeup | None = None,
 ) -> None:
-    """Wake the loop (every shard's) when the fleet file changes, not at the next
-    iteration: once the watch's thread has parsed it, and again after a parse a loop
-    did not wait for."""
+    """Wake the loop when the fleet file changes, not at the next iteration: once the
+    watch's thread has parsed it (``edits``: only the shards' loops whose part it
+    changed), and again after a parse a loop did not wait for (every loop)."""
     fleet_file.on_parsed = wakeup.set
     watch = FleetFileWatch(
-        path, wakeup, interval=wiring.settings.file_poll_interval, prepare=fleet_file
+        path,
+        edits if edits is not None else wakeup,
+        interval=wiring.settings.file_poll_interval,
+        prepare=fleet_file,
     )
     wiring.starts.append(watch.start)
     wiring.stops.append(watch.stop)
@@ -926,8 +934,9 @@ def _wire_shards(
     wiring.starts.append(start_watches)
     wiring.stops.append(stop_watches)
     _caches(wiring, [c for c in (deployments, secrets) if c is not None], own)
-    # An edit wakes every shard's loop, as the shared watches do (each reads its slice).
-    _watch_file(wiring, path, fanout, fleet_file)
+    # An edit wakes the loops of the shards whose part of the file it changed.
+    edits = FleetEditWakeup(fanout, fleet_file, unassigned=sharded.wakeup.set)
+    _watch_file(wiring, path, fanout, fleet_file, edits)
     return wiring
 
 

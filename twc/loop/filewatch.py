@@ -21,10 +21,20 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 __all__ = ["FleetFileWatch"]
 
 logger = logging.getLogger(__name__)
+
+
+class Wakeup(Protocol):
+    """What an edit sets: the loop's event, or a sharded daemon's
+    :class:`~twc.loop.shardviews.FleetEditWakeup`."""
+
+    def set(self) -> None:
+        """Wake."""
+
 
 Signature = tuple[int, int, int] | None
 """``(inode, size, mtime in ns)`` of the file the path resolves to; ``None`` while the
@@ -46,7 +56,7 @@ class FleetFileWatch:
     def __init__(
         self,
         path: str | os.PathLike[str],
-        wakeup: threading.Event,
+        wakeup: Wakeup,
         *,
         interval: float,
         prepare: Callable[[], object] | None = None,

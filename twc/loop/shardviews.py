@@ -9,9 +9,10 @@ never sees another shard's workers. The namespaces come from :class:`ShardNamesp
 which grows when the assignment gives the shard a new namespace.
 
 A change seen by a shared watch wakes the loops of the shards whose namespaces hold the
-object (:class:`FanoutWakeup`); a cluster-scoped object's change, a re-list and a fleet
-file edit wake every shard's loop, and the shards it does not concern find their slice
-unchanged and go back to sleep.
+object (:class:`FanoutWakeup`), and a fleet-file edit those of the shards whose part of
+the file it changed (:class:`FleetEditWakeup`); a cluster-scoped object's change, a
+re-list and an edit outside the namespaced lists wake every shard's loop, and the shards
+it does not concern find their slice unchanged and go back to sleep.
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from typing import Any, TypeVar, cast
 
 from twc.desired import ObjectList
 from twc.kube.watch import NativeSnapshot, NativeSource, QueueSource
-from twc.shards import NamespaceGroups, slice_fleet
+from twc.shards import NamespaceGroups, namespaces_changed, slice_fleet
 from twc.spec import Fleet
 
 __all__ = [
     "FanoutWakeup",
+    "FleetEditWakeup",
     "ShardFleet",
     "ShardNamespaces",
     "ShardNative",
@@ -78,6 +80,64 @@ class FanoutWakeup(threading.Event):
         for event, namespaces in subscribers:
             if namespace is None or namespaces is None or namespace in namespaces():
                 event.set()
+
+    def set_each(self, changed: Collection[str]) -> frozenset[str]:
+        """Wake the subscribers holding any of ``changed``; the namespaces of
+        ``changed`` that no subscriber holds (yet) are returned."""
+        if not changed:
+            return frozenset()
+        super().set()
+        with self._lock:
+            subscribers = list(self._subscribers.items())
+        held: set[str] = set()
+        for event, namespaces in subscribers:
+            mine = set(changed) if namespaces is None else set(changed) & set(namespaces())
+            if mine:
+                held |= mine
+                event.set()
+        return frozenset(changed) - held
+
+
+class FleetEditWakeup:
+    """What a fleet-file edit wakes in a sharded daemon: the loops of the shards whose
+    part of the file changed (:func:`twc.shards.namespaces_changed`), not every loop.
+
+    The file watch calls :meth:`set` once it has parsed the new bytes; this compares
+    that parse with the one before. An edit that may concern every shard (the
+    defaults, a cluster-scoped connection), an invalid file, or the first edit seen
+    wakes every loop, as before. A namespace no shard holds yet wakes ``unassigned``
+    (the assignment's own loop), which gives it to a shard and wakes that one.
+    """
+
+    def __init__(
+        self,
+        fanout: FanoutWakeup,
+        fleet: Callable[[], Fleet],
+        unassigned: Callable[[], None] | None = None,
+    ) -> None:
+        """Wake through ``fanout``; ``fleet`` is the loops' cached reader (already
+        holding the new parse when :meth:`set` is called)."""
+        self._fanout = fanout
+        self._fleet = fleet
+        self._unassigned = unassigned
+        self._last: Fleet | None = None
+        self.targeted = 0
+        """Edits that woke only the shards they concern (for tests)."""
+
+    def set(self) -> None:
+        """Wake the loops the last edit concerns."""
+        try:
+            new: Fleet | None = self._fleet()
+        except Exception:  # noqa: BLE001 - every loop reads it and reports why
+            new = None
+        old, self._last = self._last, new
+        changed = None if old is None or new is None else namespaces_changed(old, new)
+        if changed is None:
+            self._fanout.set()
+            return
+        self.targeted += 1
+        if self._fanout.set_each(changed) and self._unassigned is not None:
+            self._unassigned()
 
 
 _V = TypeVar("_V")

@@ -28,13 +28,21 @@ from twc.shards._assign import (
     shard_stack,
     shard_stacks,
 )
-from twc.shards._slice import NamespaceGroups, restrict, slice_fleet, slice_inputs, slice_objects
+from twc.shards._slice import (
+    NamespaceGroups,
+    namespaces_changed,
+    restrict,
+    slice_fleet,
+    slice_inputs,
+    slice_objects,
+)
 
 __all__ = [
     "NamespaceGroups",
     "ShardMap",
     "assign",
     "namespace_load",
+    "namespaces_changed",
     "parse_shard_stack",
     "restrict",
     "shard_stack",

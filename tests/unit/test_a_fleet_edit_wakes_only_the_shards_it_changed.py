@@ -114,54 +114,78 @@ class _Loops:
         return out
 
 
+class _File:
+    """The cached reader as the edits see it: its current parse and its parse count."""
+
+    def __init__(self) -> None:
+        self.fleet: Fleet | Exception = _fleet()
+        self.parses = 1
+
+    def parsed(self, fleet: Fleet | Exception, parses: int = 1) -> None:
+        self.fleet = fleet
+        self.parses += parses
+
+    def __call__(self) -> Fleet:
+        if isinstance(self.fleet, Exception):
+            raise self.fleet
+        return self.fleet
+
+
+def _edits(loops: _Loops, file: _File) -> FleetEditWakeup:
+    return FleetEditWakeup(
+        loops.fanout, file, parses=lambda: file.parses, unassigned=loops.unassigned.set
+    )
+
+
 def test_an_edit_wakes_the_loop_of_the_shard_it_changed_and_no_other() -> None:
-    loops = _Loops()
-    current = {"fleet": _fleet()}
-
-    def read() -> Fleet:
-        return current["fleet"]
-
-    edits = FleetEditWakeup(loops.fanout, read, unassigned=loops.unassigned.set)
+    loops, file = _Loops(), _File()
+    edits = _edits(loops, file)
     edits.set()  # the first edit seen: nothing to compare with, every loop
     assert loops.woken() == {"a", "b"}
 
-    current["fleet"] = _fleet(_worker("w3"))
+    file.parsed(_fleet(_worker("w3")))
     edits.set()
     assert loops.woken() == {"b"}
     assert edits.targeted == 1
 
-    current["fleet"] = _fleet(_worker("w3"))  # the same content again: nobody
+    file.parsed(_fleet(_worker("w3")))  # the same content again: nobody
     edits.set()
     assert loops.woken() == set()
     assert not loops.unassigned.is_set()
 
 
+def test_a_version_a_loop_parsed_between_two_edits_wakes_every_loop() -> None:
+    loops, file = _Loops(), _File()
+    edits = _edits(loops, file)
+    edits.set()
+    loops.woken()
+
+    # w1 (shard a) changed and set back before the watch looked, a loop having parsed
+    # the first write: shard a may hold the first one, so it must be woken too.
+    file.parsed(_fleet(), parses=2)
+    edits.set()
+    assert loops.woken() == {"a", "b"}
+    assert edits.targeted == 0
+
+
 def test_a_new_namespace_wakes_the_assignment_and_an_invalid_file_every_loop() -> None:
-    loops = _Loops()
-    current: dict[str, Fleet | Exception] = {"fleet": _fleet()}
-
-    def read() -> Fleet:
-        found = current["fleet"]
-        if isinstance(found, Exception):
-            raise found
-        return found
-
-    edits = FleetEditWakeup(loops.fanout, read, unassigned=loops.unassigned.set)
+    loops, file = _Loops(), _File()
+    edits = _edits(loops, file)
     edits.set()
     loops.woken()
 
     def add(doc: dict[str, Any]) -> None:
         doc["workers"].append({"name": "w9", "namespace": "c", "taskQueueName": "w9"})
 
-    current["fleet"] = _fleet(add)
+    file.parsed(_fleet(add))
     edits.set()
     assert loops.woken() == set()
     assert loops.unassigned.is_set()
 
-    current["fleet"] = RuntimeError("fleet.yaml: line 3: not a mapping")
+    file.parsed(RuntimeError("fleet.yaml: line 3: not a mapping"))
     edits.set()
     assert loops.woken() == {"a", "b"}
-    current["fleet"] = _fleet(add)
+    file.parsed(_fleet(add))
     edits.set()  # back from an invalid file: every loop reads it again
     assert loops.woken() == {"a", "b"}
 

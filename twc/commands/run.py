@@ -935,7 +935,9 @@ def _wire_shards(
     wiring.stops.append(stop_watches)
     _caches(wiring, [c for c in (deployments, secrets) if c is not None], own)
     # An edit wakes the loops of the shards whose part of the file it changed.
-    edits = FleetEditWakeup(fanout, fleet_file, unassigned=sharded.wakeup.set)
+    edits = FleetEditWakeup(
+        fanout, fleet_file, parses=lambda: fleet_file.parses, unassigned=sharded.wakeup.set
+    )
     _watch_file(wiring, path, fanout, fleet_file, edits)
     return wiring
 

@@ -105,22 +105,31 @@ class FleetEditWakeup:
     The file watch calls :meth:`set` once it has parsed the new bytes; this compares
     that parse with the one before. An edit that may concern every shard (the
     defaults, a cluster-scoped connection), an invalid file, or the first edit seen
-    wakes every loop, as before. A namespace no shard holds yet wakes ``unassigned``
-    (the assignment's own loop), which gives it to a shard and wakes that one.
+    wakes every loop, as before. So does a version this never compared: two writes
+    within one look of the watch, the first parsed by a loop woken meanwhile (``parses``
+    counted more than one parse since the last edit), since that loop may have used a
+    part of the file the second write set back. A namespace no shard holds yet wakes
+    ``unassigned`` (the assignment's own loop), which gives it to a shard and wakes
+    that one.
     """
 
     def __init__(
         self,
         fanout: FanoutWakeup,
         fleet: Callable[[], Fleet],
+        *,
+        parses: Callable[[], int],
         unassigned: Callable[[], None] | None = None,
     ) -> None:
         """Wake through ``fanout``; ``fleet`` is the loops' cached reader (already
-        holding the new parse when :meth:`set` is called)."""
+        holding the new parse when :meth:`set` is called), ``parses`` how many parses
+        it has made."""
         self._fanout = fanout
         self._fleet = fleet
+        self._parses = parses
         self._unassigned = unassigned
         self._last: Fleet | None = None
+        self._last_parses = -1
         self.targeted = 0
         """Edits that woke only the shards they concern (for tests)."""
 
@@ -130,8 +139,10 @@ class FleetEditWakeup:
             new: Fleet | None = self._fleet()
         except Exception:  # noqa: BLE001 - every loop reads it and reports why
             new = None
+        parses, self._last_parses = self._last_parses, self._parses()
         old, self._last = self._last, new
-        changed = None if old is None or new is None else namespaces_changed(old, new)
+        unseen = self._last_parses - parses > 1
+        changed = None if old is None or new is None or unseen else namespaces_changed(old, new)
         if changed is None:
             self._fanout.set()
             return

@@ -29,9 +29,23 @@ def _fleet(n: int, *, image: str = "registry.example/worker:1.0.0") -> dict[str,
         "apiVersion": "twc.temporal.io/v1",
         "kind": "Fleet",
         "clusterConnections": [{"name": "prod", "hostPort": "temporal.example:7233"}],
-        "defaults": {"image": image, "connectionRef": {"name": "prod"}},
+        "defaults": {
+            "image": image,
+            "connectionRef": {
+                "objectRef": {
+                    "apiGroup": "temporal.io",
+                    "kind": "ClusterConnection",
+                    "name": "prod",
+                }
+            },
+        },
         "workers": [
-            {"name": f"w-{i:03d}", "namespace": f"team-{i % 3}", "replicas": 1 + i % 2}
+            {
+                "name": f"w-{i:03d}",
+                "namespace": f"team-{i % 3}",
+                "replicas": 1 + i % 2,
+                "taskQueueName": f"tq-{i:03d}",
+            }
             for i in range(n)
         ],
     }
@@ -125,8 +139,8 @@ def test_an_entry_line_moved_back_to_the_sequences_column_is_read_as_the_whole_f
     document = YamlDocument.parse(raw)
     # "  replicas: 2" of one entry at the column of the "-": the whole file refuses it.
     moved = raw.replace(
-        b"- name: w-011\n  namespace: team-2\n  replicas: 2",
-        b"- name: w-011\n  namespace: team-2\nreplicas: 2",
+        b"- name: w-011\n  namespace: team-2\n  replicas: 2\n",
+        b"- name: w-011\n  namespace: team-2\nreplicas: 2\n",
         1,
     )
     assert moved != raw
@@ -140,7 +154,7 @@ def test_an_entry_replaced_by_a_marker_or_a_comment_reads_as_the_whole_file_read
     doc = _fleet(5)
     raw = _text(doc)
     document = YamlDocument.parse(raw)
-    entry = "- name: w-002\n  namespace: team-2\n  replicas: 1\n"
+    entry = "- name: w-002\n  namespace: team-2\n  replicas: 1\n  taskQueueName: tq-002\n"
     assert entry in raw.decode()
     edited = raw.decode().replace(entry, instead, 1).encode()
     assert _then(document, edited)[0] == _whole(edited)
@@ -186,9 +200,11 @@ def test_a_reader_resolves_as_a_whole_load_through_a_run_of_edits() -> None:
     rng = random.Random(20261203)
     doc = _fleet(40)
     reader = FleetReader("fleet.yaml")
-    whole_parses = 0
+    whole_parses = loaded = 0
     for _ in range(150):
-        action = rng.choice(["image", "image", "replicas", "add", "delete", "defaults", "bad"])
+        action = rng.choice(
+            ["image", "image", "replicas", "add", "delete", "defaults", "bad", "invalid"]
+        )
         workers = doc["workers"]
         if action == "image":
             rng.choice(workers)["image"] = f"registry.example/worker:{rng.randrange(100)}"
@@ -197,13 +213,20 @@ def test_a_reader_resolves_as_a_whole_load_through_a_run_of_edits() -> None:
         elif action == "add":
             workers.insert(
                 rng.randrange(len(workers) + 1),
-                {"name": f"n-{rng.randrange(10**6)}", "namespace": "team-1"},
+                {
+                    "name": f"n-{rng.randrange(10**6)}",
+                    "namespace": "team-1",
+                    "taskQueueName": "tq-new",
+                },
             )
         elif action == "delete" and len(workers) > 2:
             del workers[rng.randrange(len(workers))]
         elif action == "defaults":
             doc["defaults"]["image"] = f"registry.example/default:{rng.randrange(100)}"
         raw = _text(doc)
+        if action == "invalid":
+            # Valid YAML, an invalid worker: the one entry parsed again fails validation.
+            raw = raw.replace(b"replicas: ", b"replicas: -", 1)
         if action == "bad":
             raw = raw.replace(b"replicas: ", b"replicas: [", 1)
         try:
@@ -211,12 +234,55 @@ def test_a_reader_resolves_as_a_whole_load_through_a_run_of_edits() -> None:
         except (SpecError, YamlRejected):
             expected = None
         if expected is None:
-            with pytest.raises(SpecError):
+            with pytest.raises(SpecError) as refused:
                 reader.load(raw)
+            if action == "invalid":
+                with pytest.raises(SpecError) as whole:
+                    load_fleet(parse_yaml(raw), "fleet.yaml")
+                assert refused.value.lines() == whole.value.lines()
             continue
         got = reader.load(raw)
+        loaded += 1
         assert got == expected
         assert got.resolved_workers() == expected.resolved_workers()
         assert reader.document is not None
         whole_parses += reader.document.parsed == len(reader.document.text)
+    assert loaded > 75, "most versions are valid fleets, compared with a whole load"
     assert whole_parses < 75, "most single-worker edits parse that worker alone"
+
+
+def test_a_reader_validates_only_the_worker_entries_it_parsed_again() -> None:
+    doc = _fleet(30)
+    reader = FleetReader("fleet.yaml")
+    first = reader.load(_text(doc))
+    doc["workers"][7]["image"] = "registry.example/worker:2.0.0"
+    raw = _text(doc)
+
+    second = reader.load(raw)
+
+    assert reader.document is not None
+    assert reader.document.parsed < len(reader.document.text), "one entry parsed again"
+    kept = [i for i in range(30) if second.workers[i] is first.workers[i]]
+    assert kept == [i for i in range(30) if i != 7], "unchanged entries keep their workers"
+    assert second.workers[7].image == "registry.example/worker:2.0.0"
+    assert second == load_fleet(parse_yaml(raw), "fleet.yaml")
+    assert second.resolved_workers() == load_fleet(parse_yaml(raw), "fleet.yaml").resolved_workers()
+
+
+def test_an_invalid_edit_then_its_fix_reads_as_whole_loads_do() -> None:
+    doc = _fleet(12)
+    reader = FleetReader("fleet.yaml")
+    reader.load(_text(doc))
+    doc["workers"][3]["replicas"] = -2
+    bad = _text(doc)
+
+    with pytest.raises(SpecError) as refused:
+        reader.load(bad)
+    with pytest.raises(SpecError) as whole:
+        load_fleet(parse_yaml(bad), "fleet.yaml")
+    assert refused.value.lines() == whole.value.lines()
+    assert any("workers[3]" in line or "workers.3" in line for line in refused.value.lines())
+
+    doc["workers"][3]["replicas"] = 3
+    fixed = _text(doc)
+    assert reader.load(fixed) == load_fleet(parse_yaml(fixed), "fleet.yaml")

@@ -210,7 +210,7 @@ def check_fleet(
             served.add((queue.namespace, queue.name))
         path = f"workers[{index}]"
         before = known.get((worker.namespace, worker.name))
-        if before is not None and before[0] == worker:
+        if before is not None and (before[0] is worker or before[0] == worker):
             same = before[1]
             resolved.append(
                 same if same.source == path else same.model_copy(update={"source": path})

@@ -82,7 +82,7 @@ def plan_for(quick: bool) -> dict[str, Any]:
         "per_shard": 250,
         "middle": 1000,
         "largest": 5000,
-        "trials": {"noop": 30, "change": 5, "backlog": 8, "queue": 20, "state": 5},
+        "trials": {"noop": 30, "change": 10, "backlog": 8, "queue": 20, "state": 5},
         "baselines_at": [100, 1000],
         "baseline_trials": 5,
         "queue_gap_s": 8.0,

@@ -1,7 +1,7 @@
 """A change to a worker does not wait for the drift-detecting refresh in progress.
 
 At 1000 workers a refresh of a 250-worker shard takes one to two minutes, and a change
-that came meanwhile waited all of it (bench/results.md). A refresh only reads, so it
+that came meanwhile waited all of it (bench/refresh-yields/results.md). A refresh only reads, so it
 gives way: the engine guard sends the CLI its SIGINT, the CLI ends the refresh cleanly
 (lock released), the change's ``up`` runs, and the refresh, still due, runs after it.
 Here, on the real engine, a daemon refreshes back to back (every second) while the file

@@ -60,7 +60,8 @@ p95, max, mean, samples}}` (its p95 is rendered only from ≥ {P95_MIN} samples)
 - `schema`, `mode` (`quick` or `full`), `figures` (those measured), `started_at`,
   `duration_s`, `seed` (of the
   trials' random order), `machine` (`cores`, `memory_gib`, `cpu_model`, `os`,
-  `load_average`, `load_average_end`), `versions`, `settings` (the daemon's, as run).
+  `load_average`, `load_average_end`), `versions`, `settings` (the daemon's, as run),
+  `note` (`--note`, when given).
 - `sizes[]`, one per fleet size: `n`, `shards`, `namespaces`, `initial_up_s` (set-up,
   per stack), `figure_order`;
   - `noop`: `per_shard_s`, `per_shard_cpu_s` (the iterating thread's CPU time),
@@ -375,7 +376,9 @@ def _short(error: str, limit: int = 400) -> str:
 
 
 def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
-    """The results as Markdown; every sentence from ``results`` alone."""
+    """The results as Markdown; every sentence from ``results`` alone (the run's own
+    ``note`` included, unless ``note`` replaces it)."""
+    note = note or results.get("note")
     machine = results.get("machine") or {}
     versions = results.get("versions") or {}
     out = [
@@ -585,7 +588,12 @@ def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
 
 
 def write_results(results: Mapping[str, Any], out: Path, note: str | None) -> None:
-    """Write ``results.json`` and ``results.md`` into ``out``."""
+    """Write ``results.json`` and ``results.md`` into ``out``.
+
+    The JSON keeps the note and the run's own order of keys (the processes' rows, the
+    versions), so ``--render`` makes the same ``results.md`` from it alone.
+    """
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
-    (out / "results.md").write_text(render_markdown(results, note))
+    recorded = {**results, "note": note} if note else results
+    (out / "results.json").write_text(json.dumps(recorded, indent=2) + "\n")
+    (out / "results.md").write_text(render_markdown(recorded))

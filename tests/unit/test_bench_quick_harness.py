@@ -318,6 +318,26 @@ def test_results_round_trip_through_json(tmp_path: Any) -> None:
     assert (tmp_path / "results.md").read_text() == report.render_markdown(results, None)
 
 
+def test_results_md_is_made_again_from_results_json_alone(tmp_path: Any) -> None:
+    results = _results()
+    # Not in sorted order: the run's order of processes and versions is kept.
+    results["versions"] = {"pulumi": "3.260.0", "etcd": "3.6.16", "kube_apiserver": "1.36.3"}
+    results["sizes"][1]["queue"]["cpu"] = {
+        "wall_s": 10.0,
+        "cpu_s": {"temporal": 1.0, "engine runs twc run ended": 14.0, "etcd": 0.2},
+        "machine_busy": 0.97,
+    }
+
+    report.write_results(results, tmp_path, note="the run's own note")
+
+    written = (tmp_path / "results.md").read_text()
+    again = report.render_markdown(json.loads((tmp_path / "results.json").read_text()))
+    assert again == written
+    assert "> the run's own note" in written
+    assert written.index("| temporal |") < written.index("| engine runs twc run ended |")
+    assert written.index("| engine runs twc run ended |") < written.index("| etcd |")
+
+
 def _state(p50: dict[str, float]) -> dict[str, Any]:
     return {
         "results": {"file": {name: {"up_s": _summary(v), "bytes": None} for name, v in p50.items()}}

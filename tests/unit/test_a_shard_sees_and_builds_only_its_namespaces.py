@@ -4,7 +4,6 @@ program on a shard stack builds only those."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pulumi
@@ -210,23 +209,3 @@ def test_a_shard_without_workers_builds_nothing(namespaces: list[str]) -> None:
     desired = desired_fleet(fleet, DesiredInputs(), registry=default_registry(), file="fleet.yaml")
 
     assert restrict(desired, namespaces).workers == {}
-
-
-def test_an_edit_in_another_shards_namespace_keeps_this_shards_fleet_object() -> None:
-    # One edit wakes every shard's loop; a shard whose part is unchanged must see the very
-    # same fleet object, so it does not compute its desired state again.
-    from twc.loop.shardviews import ShardFleet
-
-    doc = json.loads(json.dumps(FLEET))
-    current = {"fleet": load_fleet(doc, "fleet.yaml")}
-    shard_a = ShardFleet(lambda: current["fleet"], lambda: ("a",))
-    shard_b = ShardFleet(lambda: current["fleet"], lambda: ("b",))
-    a1, b1 = shard_a(), shard_b()
-
-    doc["workers"][2]["image"] = "registry.example/worker:2.0.0"  # w3, namespace b
-    current["fleet"] = load_fleet(doc, "fleet.yaml")
-    a2, b2 = shard_a(), shard_b()
-
-    assert a2 is a1
-    assert b2 is not b1
-    assert [w.image for w in b2.workers if w.name == "w3"] == ["registry.example/worker:2.0.0"]

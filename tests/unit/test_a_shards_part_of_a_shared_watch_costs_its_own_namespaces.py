@@ -59,34 +59,6 @@ def _values(views: list[ShardNative]) -> list[Any]:
     return [next(iter(v.observed().values())) for v in views]
 
 
-def test_a_status_write_leaves_the_other_shards_values_as_they_were() -> None:
-    items = _fleet()
-    watch = _watched(items)
-    views = _views(watch, NamespaceGroups())
-    before = _values(views)
-    handed_out = watch._workers.observed().objects
-
-    written = copy.deepcopy(items[3 * PER_SHARD])
-    written["status"] = {"phase": "Ready"}
-    watch._workers._apply("MODIFIED", written)
-    after = _values(views)
-
-    # The watch hands out the same copy of every object but the one written.
-    again = watch._workers.observed().objects
-    assert handed_out is not None
-    assert again is not None
-    assert sum(a is not b for a, b in zip(handed_out, again, strict=True)) == 1
-
-    assert [a is b for a, b in zip(before, after, strict=True)] == [s != 3 for s in range(SHARDS)]
-    assert after[3].objects is not None
-    assert {o["metadata"]["name"] for o in after[3].objects} == {
-        f"w-03-{i}" for i in range(PER_SHARD)
-    }
-    assert next(o for o in after[3].objects if o["metadata"]["name"] == "w-03-0")["status"] == {
-        "phase": "Ready"
-    }
-
-
 def test_a_status_write_costs_every_shard_together_its_own_namespace(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -9,11 +9,8 @@ real one does for these calls (an apply keeps fields another manager added).
 from __future__ import annotations
 
 import copy
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
-
-import pytest
 
 from tests.unit._daemon_fakes import NS, FakeClock, FakeEngine, NoLimit, fleet_data, queue_object
 from tests.unit._native_objects import CLUSTER_CONNECTION, CONNECTION, cluster_conn_obj
@@ -274,54 +271,3 @@ def test_a_view_goes_with_its_worker_and_a_standby_writes_none() -> None:
     calls = len(world.server.calls)
     world.daemon.actor.sync_views(world.daemon.plan(world.state, now=world.clock.now))
     assert len(world.server.calls) == calls
-
-
-def test_a_status_write_alone_derives_neither_the_desired_fleet_nor_the_views_again(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # The daemon writes the status of every view; at 250 workers a shard deriving its
-    # desired fleet and views again after each of those writes spent 30 ms an iteration.
-    import twc.loop.daemon
-    import twc.loop.plan
-
-    world = World(
-        [{"name": "payments", "namespace": NS, "taskQueueName": "payments"}], [_queue("orders")]
-    )
-    parsed = load_fleet(world.doc, "fleet.yaml")  # the daemon's cached parse
-    sources = world.daemon.observer.sources
-    world.daemon.observer.sources = dataclasses.replace(sources, fleet=lambda: parsed)
-    for _ in range(3):
-        world.step()
-    derived = {"desired": 0, "views": 0}
-
-    def counted(name: str, module: Any, attribute: str) -> None:
-        real = getattr(module, attribute)
-
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            derived[name] += 1
-            return real(*args, **kwargs)
-
-        monkeypatch.setattr(module, attribute, wrapper)
-
-    counted("desired", twc.loop.daemon, "desired_from")
-    counted("views", twc.loop.plan, "desired_views")
-    for obj in world.server.objects.values():  # a status write, as the API server keeps it
-        obj["status"] = {"phase": "Ready", "observedGeneration": 1}
-        obj["metadata"]["managedFields"].append(
-            {"manager": "twc-status", "operation": "Update", "subresource": "status"}
-        )
-        world.server._bump(obj)
-    world.native.replace(world.snapshot())
-    calls = len(world.server.calls)
-    world.step()
-
-    assert derived == {"desired": 0, "views": 0}
-    assert len(world.server.calls) == calls
-
-    # A spec change is derived again, and the edit put back.
-    key = f"{NS}/payments"
-    world.server.edit(key, "kubectl-edit", image="registry.example/hacked:6")
-    world.native.replace(world.snapshot())
-    world.step()
-    assert derived == {"desired": 1, "views": 1}
-    assert world.server.objects[key]["spec"]["image"] == "registry.example/worker:1.0.0"

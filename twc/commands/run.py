@@ -36,8 +36,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from prometheus_client import CollectorRegistry
-
 from twc.commands.common import fleet_file_for, stack_config, stack_ref
 from twc.connections import default_registry
 from twc.kube.caches import DeploymentCache, SecretCache, digests_by_name
@@ -53,10 +51,7 @@ from twc.loop.act import Effects
 from twc.loop.backlog import TemporalBacklogs, import_temporal
 from twc.loop.daemon import Daemon
 from twc.loop.filewatch import FleetFileWatch
-from twc.loop.freshness import CacheFreshness
-from twc.loop.gcpause import GcFreezer, GcPauseLog
 from twc.loop.health import DaemonMetrics, HealthServer, MetricsSource, Probe
-from twc.loop.malloc import MallocTrimmer, cap_arenas
 from twc.loop.observe import CachedFleetFile, Sources
 from twc.loop.rollouts import RolloutSource
 from twc.loop.sampling import Allowance
@@ -72,7 +67,6 @@ from twc.loop.shards import (
 )
 from twc.loop.shardviews import (
     FanoutWakeup,
-    FleetEditWakeup,
     ShardFleet,
     ShardNamespaces,
     ShardNative,
@@ -81,7 +75,6 @@ from twc.loop.shardviews import (
     shard_keys,
 )
 from twc.shards import NamespaceGroups
-from twc.spec import Fleet
 from twc.stackrun import engine, retention
 from twc.stackrun.automation import INPUTS_PREFIX, AutomationEngine
 from twc.stackrun.guard import GuardChannel
@@ -301,18 +294,14 @@ class Wiring:
     stops: list[Callable[[], None]] = field(default_factory=list)
     release_leases: bool = False
     """Set by :meth:`close`: whether the Leases may be released (no engine left)."""
-    freshness: CacheFreshness | None = None
-    """The watch caches' part of ``/healthz`` (``None`` without caches)."""
     state_dir: Path | None = None
     """The process's private directory (the engines' inputs files, the guards'
     channels); :meth:`close` removes the inputs files once no engine is left."""
 
     @property
     def live(self) -> Probe:
-        """``/healthz``: the loop's progress, and the watch caches' answers."""
-        if self.freshness is None:
-            return self.runner.live
-        return self.freshness.probe(self.runner.live)
+        """``/healthz``: the loop's progress."""
+        return self.runner.live
 
     def start(self) -> None:
         """Start the watch caches (waiting a moment for their first lists) and the
@@ -379,11 +368,7 @@ def _secret_cache(
             options.stack,
         )
         return None
-    return SecretCache(
-        kube,
-        resync_interval=settings.resync_interval,
-        watch_timeout=_cache_watch_timeout(settings),
-    )
+    return SecretCache(kube, resync_interval=settings.resync_interval)
 
 
 def _secret_digests(
@@ -398,18 +383,7 @@ def _secret_digests(
     return secrets.reader(workloads.read_secret)
 
 
-def _cache_watch_timeout(settings: DaemonSettings) -> int:
-    """The caches' watch requests end on the server's timeout this often: each end is an
-    answer, so a hung API server shows within this plus the liveness timeout."""
-    return int(max(5.0, min(60.0, settings.liveness_allowance)))
-
-
-def _caches(wiring: Wiring, caches: list[Any], registry: CollectorRegistry) -> None:
-    wiring.freshness = CacheFreshness(
-        wiring.stack, caches, allowance=wiring.settings.liveness_allowance
-    )
-    registry.register(wiring.freshness)
-
+def _caches(wiring: Wiring, caches: list[Any]) -> None:
     def start() -> None:
         for cache in caches:
             cache.start()
@@ -430,23 +404,9 @@ def _caches(wiring: Wiring, caches: list[Any], registry: CollectorRegistry) -> N
     wiring.stops.append(stop)
 
 
-def _watch_file(
-    wiring: Wiring,
-    path: str,
-    wakeup: threading.Event,
-    fleet_file: CachedFleetFile,
-    edits: FleetEditWakeup | None = None,
-) -> None:
-    """Wake the loop when the fleet file changes, not at the next iteration: once the
-    watch's thread has parsed it (``edits``: only the shards' loops whose part it
-    changed), and again after a parse a loop did not wait for (every loop)."""
-    fleet_file.on_parsed = wakeup.set
-    watch = FleetFileWatch(
-        path,
-        edits if edits is not None else wakeup,
-        interval=wiring.settings.file_poll_interval,
-        prepare=fleet_file,
-    )
+def _watch_file(wiring: Wiring, path: str, wakeup: threading.Event) -> None:
+    """Wake the loop when the fleet file changes, not at the next iteration."""
+    watch = FleetFileWatch(path, wakeup, interval=wiring.settings.file_poll_interval)
     wiring.starts.append(watch.start)
     wiring.stops.append(watch.stop)
 
@@ -556,7 +516,6 @@ def _wire_one(
         state_dir / "guard",
         grace=settings.engine.interrupt_grace,
         leased=election.enabled,
-        niceness=settings.engine.niceness,
     )
     elector: LeaseElector | None = None
     lease_kube: KubeClient | None = None
@@ -611,7 +570,6 @@ def _wire_one(
             kube,
             resync_interval=settings.resync_interval,
             stack=options.stack,
-            watch_timeout=_cache_watch_timeout(settings),
         )
         secrets = _secret_cache(kube, options, settings)
     else:
@@ -669,8 +627,8 @@ def _wire_one(
     )
     wiring = Wiring(options.stack, settings, daemon, metrics, file, kube, [channel], lease_kube)
     wiring.state_dir = state_dir
-    _caches(wiring, [c for c in (deployments, secrets) if c is not None], metrics.registry)
-    _watch_file(wiring, path, daemon.wakeup, fleet_file)
+    _caches(wiring, [c for c in (deployments, secrets) if c is not None])
+    _watch_file(wiring, path, daemon.wakeup)
     if elector is not None:
         lease = elector
 
@@ -725,15 +683,11 @@ def _wire_shards(
     # Every Queue and fleet-file worker shown as a TemporalWorker object.
     views = TemporalWorkerViews(kube.custom)
     workloads = Workloads(kube)
-    watch_timeout = _cache_watch_timeout(settings)
     # The stack's Deployments only (a shard's carry its base stack's label): each shard
     # then cuts them to its namespaces, and another stack's workers in a namespace this
     # stack shares are never counted as this stack's (its deletion guard held them).
     deployments = DeploymentCache(
-        kube,
-        resync_interval=settings.resync_interval,
-        watch_timeout=watch_timeout,
-        stack=options.stack,
+        kube, resync_interval=settings.resync_interval, stack=options.stack
     )
     secrets = _secret_cache(kube, options, settings)
     scaler = ReplicaScaler(kube)
@@ -766,22 +720,10 @@ def _wire_shards(
             settings=election,
         )
 
-    counted: list[tuple[tuple[object, ...], dict[str, int]]] = []
-
     def load() -> dict[str, int]:
-        # Asked every assignment_interval (2 s); the file's parse and the watches'
-        # snapshots are the same objects until something changes, so count again only
-        # then (5000 workers counted every 2 s for nothing, otherwise).
-        fleet: Fleet = fleet_file()
         native = native_watch.snapshot()
-        queues = queue_watch.snapshot() or ()
         workers = native.workers if native is not None else ()
-        inputs = (fleet, queues, workers)
-        if counted and all(a is b for a, b in zip(counted[0][0], inputs, strict=True)):
-            return dict(counted[0][1])
-        found = namespace_load(fleet, queues, workers)
-        counted[:] = [(inputs, found)]
-        return dict(found)
+        return namespace_load(fleet_file(), queue_watch.snapshot() or (), workers)
 
     sharded: ShardedDaemon | None = None
 
@@ -793,7 +735,6 @@ def _wire_shards(
             state_dir / "guard",
             grace=settings.engine.interrupt_grace,
             leased=election.enabled,
-            niceness=settings.engine.niceness,
         )
         channels.append(channel)
         leader: ShardLeader | None = None
@@ -902,11 +843,7 @@ def _wire_shards(
         interval=settings.shards.assignment_interval,
         slots=slots,
     )
-    # The process's own metrics (the watch caches'), then every shard's.
-    own = CollectorRegistry()
-    metrics = MergedMetrics(
-        lambda: [own, *(s.daemon.metrics.registry for s in sharded.shards.values())]
-    )
+    metrics = MergedMetrics(lambda: [s.daemon.metrics.registry for s in sharded.shards.values()])
     wiring = Wiring(options.stack, settings, sharded, metrics, file, kube, channels, lease_kube)
     wiring.state_dir = state_root
 
@@ -933,12 +870,10 @@ def _wire_shards(
 
     wiring.starts.append(start_watches)
     wiring.stops.append(stop_watches)
-    _caches(wiring, [c for c in (deployments, secrets) if c is not None], own)
-    # An edit wakes the loops of the shards whose part of the file it changed.
-    edits = FleetEditWakeup(
-        fanout, fleet_file, parses=lambda: fleet_file.parses, unassigned=sharded.wakeup.set
-    )
-    _watch_file(wiring, path, fanout, fleet_file, edits)
+    _caches(wiring, [c for c in (deployments, secrets) if c is not None])
+    # An edit wakes every shard's loop, and the assignment (a new namespace needs a shard).
+    fanout.subscribe(sharded.wakeup, lambda: ())
+    _watch_file(wiring, path, fanout)
     return wiring
 
 
@@ -951,8 +886,6 @@ def run_daemon(options: RunOptions) -> int:
         thread of the daemon that ended.
     """
     _configure_logging()
-    # Before any thread starts: arenas made before the cap stay (twc/loop/malloc.py).
-    cap_arenas()
     try:
         settings = load_settings(options)
     except (OSError, ValueError) as exc:
@@ -1025,19 +958,10 @@ def run_daemon(options: RunOptions) -> int:
         on_fatal=fatal,
         grace=wiring.settle() + 30,
     )
-    pauses = GcPauseLog()
-    pauses.install()
-    freezer = GcFreezer()
-    freezer.start()
-    trimmer = MallocTrimmer()
-    trimmer.start()
     try:
         wiring.start()
         return supervisor.run(lambda: runner.run(once=options.once))
     finally:
-        trimmer.stop()
-        freezer.stop()
-        pauses.uninstall()
         wiring.close()
         server.stop()
         status_server.stop()

@@ -120,9 +120,6 @@ class Questions(Generic[AnswerT, LastT]):
         self._flying: set[TaskQueueRef] = set()
         self._answers: dict[TaskQueueRef, AnswerT] = {}
         self._last: dict[TaskQueueRef, LastT] = {}
-        self.news: object = object()
-        """Replaced by a new object whenever an answer says something new: the loop
-        compares it by identity to tell such a wake from one that changed nothing."""
 
     def answers(self) -> dict[TaskQueueRef, AnswerT]:
         """The answers that came since the last call."""
@@ -161,8 +158,6 @@ class Questions(Generic[AnswerT, LastT]):
             self._flying.discard(ref)
             news = ref not in self._last or self._last[ref] != last
             self._last[ref] = last
-            if news:
-                self.news = object()
         if news and self.wake is not None:
             self.wake()
 

@@ -142,11 +142,6 @@ class BackgroundEngine:
         """Whether an engine run is in progress (or ended and not collected yet)."""
         return self.thread.busy()
 
-    def ended(self) -> bool:
-        """Whether a run ended and was not collected yet."""
-        run = self.thread.current()
-        return run is not None and run.future.done()
-
     def start_up(self, decision: ReconcileDecision, plan: Plan, started: float) -> None:
         """Start the ``up`` that carries out ``decision``."""
 

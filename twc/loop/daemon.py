@@ -30,7 +30,6 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from twc.connections import default_registry
-from twc.desired import DesiredFleet, same_but_status
 from twc.kube.watch import QueueSource
 from twc.loop.act import Actor, Effects
 from twc.loop.asking import AskerThread, BacklogAsker
@@ -228,7 +227,6 @@ class Daemon:
             if background
             else None
         )
-        self._last_desired: tuple[Any, Any, Any, DesiredFleet] | None = None
         self.metrics.leader.labels(stack).set(0)
 
     @property
@@ -353,14 +351,13 @@ class Daemon:
                     self._standby()
                     continue
                 self.wakeup.clear()
-                seen = self._inputs()
                 state = self.iterate(state)
                 self.state = state
                 if once:
                     state = self._drain(state)
                     ok = state.last_outcome is not None and state.last_outcome.ok
                     return self.exit_code or (0 if ok else 1)
-                state = self._wait(state, seen)
+                state = self._wait(state)
         except BaseException as exc:
             self._crashed = exc
             raise
@@ -375,50 +372,20 @@ class Daemon:
         logger.info("[%s] stopped", self.stack)
         return self.exit_code
 
-    def _wait(self, state: LoopState, seen: tuple[object, ...] | None) -> LoopState:
-        """Sleep until the next iteration is due, or a wake changed something.
-
-        A wake that changed nothing this loop reads is slept through: a sharded
-        daemon's fleet-file edit wakes every shard, and at 20 shards the 19 whose part
-        of the file stayed the same each planned and reported twice for it (the answer
-        and the iteration), which kept the one shard a new Queue was in waiting.
-        """
-        while True:
-            now = self.clocks.monotonic()
-            delay = state.next_delay(
-                now=now,
-                settings=self.settings,
-                sample_due_in=self.observer.next_sample_in(now),
-            )
-            self.liveness.expect(delay)
-            if not self.clocks.sleep(delay, self.wakeup):
-                return state  # due
-            if self._stop.is_set() or not self._quiet(seen):
-                break
-            self.wakeup.clear()
-            if not self._quiet(seen):
-                break  # changed while the flag was cleared: not slept through
+    def _wait(self, state: LoopState) -> LoopState:
+        """Sleep until the next iteration is due, or a wake (then answer it at once and
+        let its burst settle)."""
+        now = self.clocks.monotonic()
+        delay = state.next_delay(
+            now=now, settings=self.settings, sample_due_in=self.observer.next_sample_in(now)
+        )
+        self.liveness.expect(delay)
+        if not self.clocks.sleep(delay, self.wakeup):
+            return state  # due
         state = self._answer(state)
         self.state = state
         self._settle()
         return state
-
-    def _inputs(self) -> tuple[object, ...] | None:
-        # What the loop reads that a wake could have changed, by identity (each source
-        # hands out the same value until it changes), and whether it leads.
-        token = self.observer.inputs()
-        return None if token is None else (*token, self._may_apply())
-
-    def _quiet(self, seen: tuple[object, ...] | None) -> bool:
-        """Whether nothing a wake could have brought changed since ``seen``."""
-        if seen is None or (self._engine is not None and self._engine.ended()):
-            return False  # an engine run ended: it is folded in now
-        now = self._inputs()
-        return (
-            now is not None
-            and len(now) == len(seen)
-            and all(a is b for a, b in zip(now, seen, strict=True))
-        )
 
     def iterate(self, state: LoopState) -> LoopState:
         """Run one iteration from ``state``: observe, plan, act, report. Never raises for
@@ -561,25 +528,12 @@ class Daemon:
             recalled = self.observer.recall()
             self.guard.remember(recalled.accepted, recalled.fleet)
             self._accepted = {k: dict(v) for k, v in recalled.accepted.items()}
-        last = self._last_desired
-        if (
-            last is not None
-            and last[0] is seen.fleet
-            and last[2] == self._accepted
-            and same_but_status(last[1], seen.cluster)
-        ):
-            # Same file (the cached parse), same objects but for the status the daemon
-            # writes itself, same accepted specs: the same desired fleet; computing it
-            # again is most of a no-op iteration.
-            desired: DesiredFleet = last[3]
-        else:
-            desired = desired_from(
-                seen,
-                accepted=self._accepted,
-                registry=self.observer.registry,
-                file=self.observer.sources.file,
-            )
-            self._last_desired = (seen.fleet, seen.cluster, self._accepted, desired)
+        desired = desired_from(
+            seen,
+            accepted=self._accepted,
+            registry=self.observer.registry,
+            file=self.observer.sources.file,
+        )
         existing = seen.live.keys() if seen.live is not None else None
         desired = self.guard.guard(seen.fleet, desired, existing, now=now, wall=self.clocks.wall())
         known = self.guard.previous.workers if self.guard.previous is not None else ()

@@ -1,17 +1,8 @@
 """Wake the loop when the fleet file changes.
 
-The cluster's objects wake the loop through their watches; the fleet file had nothing
-of the kind, so an edit waited for the next iteration (``reconcile_interval``, 30 s by
-default): a one-worker image change spent most of its time waiting to be read. The
-watch compares the file's ``stat`` (inode, size, modification time) every
-``file_poll_interval``: a ``stat`` costs microseconds whatever the fleet's size, and it
-sees a mounted ConfigMap's update too (the kubelet swaps a symlink, which changes the
-inode the path resolves to). What changed is parsed here, on the watch's own thread
-(``prepare``: :class:`twc.loop.observe.CachedFleetFile`), before the loops are woken:
-a 5000-worker file's parse takes seconds on a busy machine, and a loop that meets a
-parse in progress goes on with the fleet before it rather than wait, so no shard's
-loop pays for an edit. A touch without new bytes costs one cheap iteration and no
-engine run.
+Every ``file_poll_interval`` the watch compares the file's ``stat`` (inode, size,
+modification time; a mounted ConfigMap's symlink swap changes the inode) with the last
+one and, when it differs, wakes the loop; the loop reads and parses the file itself.
 """
 
 from __future__ import annotations
@@ -19,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -30,7 +20,7 @@ logger = logging.getLogger(__name__)
 
 class Wakeup(Protocol):
     """What an edit sets: the loop's event, or a sharded daemon's
-    :class:`~twc.loop.shardviews.FleetEditWakeup`."""
+    :class:`~twc.loop.shardviews.FanoutWakeup`."""
 
     def set(self) -> None:
         """Wake."""
@@ -59,15 +49,11 @@ class FleetFileWatch:
         wakeup: Wakeup,
         *,
         interval: float,
-        prepare: Callable[[], object] | None = None,
     ) -> None:
-        """Watch ``path`` every ``interval`` seconds once :meth:`start`\\ ed; on a
-        change, call ``prepare`` (the loops' fleet reader: it parses the new bytes
-        now), then wake the loops."""
+        """Watch ``path`` every ``interval`` seconds once :meth:`start`\\ ed."""
         self.path = Path(path)
         self.interval = interval
         self._wakeup = wakeup
-        self._prepare = prepare
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.changes = 0
@@ -97,9 +83,4 @@ class FleetFileWatch:
             seen = now
             self.changes += 1
             logger.info("fleet file %s changed: reconciling now", self.path)
-            if self._prepare is not None:
-                try:
-                    self._prepare()
-                except Exception as exc:  # noqa: BLE001 - the loops read it again and report why
-                    logger.debug("fleet file %s not read ahead: %s", self.path, exc)
             self._wakeup.set()

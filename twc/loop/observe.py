@@ -56,7 +56,7 @@ from twc.loop.sampling import Allowance, RateLimiter, SampleResult, TaskQueueRef
 from twc.loop.settings import DaemonSettings
 from twc.loop.versions import RolloutFacts
 from twc.native.status import PollerFacts
-from twc.spec import Fleet, FleetReader, ResolvedWorker, load_fleet_file
+from twc.spec import Fleet, ResolvedWorker, load_fleet_file
 
 __all__ = [
     "CachedFleetFile",
@@ -82,137 +82,43 @@ class FaultSink(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class _Parsed:
-    """One parse of the fleet file: the bytes it read, and the fleet or the error."""
-
-    data: bytes | None
-    fleet: Fleet | None
-    error: SpecError | None
-
-    def answer(self) -> Fleet:
-        if self.fleet is not None:
-            return self.fleet
-        assert self.error is not None
-        # A new one: one exception raised from several threads would collect all of
-        # their tracebacks.
-        raise SpecError(self.error.issues)
-
-
-_RACY_NS = 2_000_000_000
-"""How long after a file's modification time its bytes are trusted to match its ``stat``
-(coarser filesystem timestamps than this are not expected)."""
-
-
 class CachedFleetFile:
-    """The fleet file, parsed again only when its bytes change, once for all readers,
-    and never waited for once there is a parse to answer with.
+    """The fleet file, parsed again only when its bytes change (one parse for every
+    reader: a sharded daemon's loops share one). An invalid file's error is raised to
+    every reader until its bytes change."""
 
-    Reading a file is cheap; parsing and validating a large fleet is not (half a second
-    at 1000 workers, about one at 5000 beside a running benchmark and three to five
-    while the shards' engines run), and it changes rarely. One edit wakes every shard's
-    loop, and they read the file at once: one of them parses it. The others do not wait
-    for that parse: they go on with the last one (the edit reaches them a parse later,
-    as if it had been made a moment later) and are woken (``on_parsed``) when the new
-    one is there. A benchmark's Queues waited 20 to 60 s for their Deployments at 5000
-    workers with the fleet file edited every few seconds: each shard's loop queued
-    behind the parses of edits that had nothing to do with the Queue. Only the first
-    parse, with nothing to answer with yet, is waited for. An invalid file is parsed
-    once as well, and its error raised to every reader until its bytes change.
-    """
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        on_parsed: Callable[[], None] | None = None,
-    ) -> None:
-        """Read ``path`` on each call; call ``on_parsed`` after a parse some reader did
-        not wait for (it answered with the one before)."""
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        """Read ``path`` on each call."""
         self.path = Path(path)
-        self.on_parsed = on_parsed
-        """Wakes the readers that went on with the last parse (the loops' wake-up)."""
-        self._changed = threading.Condition()
-        self._reader = FleetReader(str(self.path))
-        self._last: _Parsed | None = None
-        self._bytes: tuple[tuple[int, int, int], bytes, int] | None = None
-        """The last bytes read, the ``stat`` they were read under, and when."""
-        self._parsing = False
-        self._owed = False
+        self._lock = threading.Lock()
+        self._last: tuple[bytes | None, Fleet | SpecError] | None = None
         self.parses = 0
-        """How often the file was parsed (for tests and benchmarks)."""
-        self.stale_answers = 0
-        """Reads answered with the last parse while a newer one was in progress."""
+        """How often the file was parsed."""
 
     def __call__(self) -> Fleet:
-        """The fleet (the last parse's while another reader parses new bytes).
+        """The fleet.
 
         Raises:
             SpecError: The file is invalid (or unreadable).
         """
-        data = self._read()
-        with self._changed:
-            while True:
-                last = self._last
-                if last is not None and data is not None and data == last.data:
-                    return last.answer()
-                if not self._parsing:
-                    self._parsing = True
-                    break
-                if last is not None:
-                    self._owed = True
-                    self.stale_answers += 1
-                    return last.answer()
-                self._changed.wait()
-        parsed: _Parsed | None = None
         try:
-            self.parses += 1
-            try:
-                # The bytes read above, parsed in part when one worker's entry is
-                # all that changed (FleetReader); unreadable, as a whole load says.
-                fleet = self._reader.load(data) if data is not None else load_fleet_file(self.path)
-                parsed = _Parsed(data, fleet, None)
-            except SpecError as exc:
-                parsed = _Parsed(data, None, exc)
-                raise
-        finally:
-            with self._changed:
-                self._parsing = False
-                if parsed is not None:
-                    self._last = parsed
-                owed, self._owed = self._owed, False
-                self._changed.notify_all()
-            if owed and self.on_parsed is not None:
-                self.on_parsed()
-        assert parsed.fleet is not None  # an error was raised above
-        return parsed.fleet
-
-    def _read(self) -> bytes | None:
-        """The file's bytes; read again only when its ``stat`` changed.
-
-        Every iteration of every shard's loop asks for the fleet: at 5000 workers each
-        read copied 400 KB, and 20 loops read it after every edit. The ``stat``
-        (inode, size, modification time) tells a new version, as the file watch's
-        does, but a write within the filesystem's time resolution of the last read
-        could keep all three: bytes read less than ``_RACY_NS`` after the file's
-        modification time are read again on each call until they are older (git's
-        answer to its racily clean index entries).
-        """
-        try:
-            st = os.stat(self.path)
+            data: bytes | None = self.path.read_bytes()
         except OSError:
-            return None
-        key = (st.st_ino, st.st_size, st.st_mtime_ns)
-        cached = self._bytes
-        if cached is not None and cached[0] == key and cached[2] - key[2] > _RACY_NS:
-            return cached[1]
-        read_at = time.time_ns()
-        try:
-            data = self.path.read_bytes()
-        except OSError:
-            return None
-        self._bytes = (key, data, read_at)
-        return data
+            data = None
+        with self._lock:
+            if self._last is None or data is None or self._last[0] != data:
+                self.parses += 1
+                try:
+                    answer: Fleet | SpecError = load_fleet_file(self.path)
+                except SpecError as exc:
+                    answer = exc
+                self._last = (data, answer)
+            answer = self._last[1]
+        if isinstance(answer, SpecError):
+            # A new one each time: one exception raised from several threads would
+            # collect all of their tracebacks.
+            raise SpecError(answer.issues)
+        return answer
 
 
 @dataclass(frozen=True)
@@ -390,19 +296,6 @@ class Observer:
             except Exception as exc:  # noqa: BLE001 - unknown ownership is only not re-claimed
                 logger.debug("[%s] could not read replica ownership: %s", self._stack, exc)
         return Observation(fleet=fleet, cluster=cluster, live=live, live_known=known, scaled=scaled)
-
-    def inputs(self) -> tuple[object, ...] | None:
-        """What a wake could have changed: the fleet, the watched objects and news among
-        the poller answers, as their sources hand them out (the same value until it
-        changes, so they compare by identity); ``None`` when the fleet cannot be read."""
-        try:
-            fleet = self.sources.fleet()
-        except Exception:  # noqa: BLE001 - the iteration reads it again and reports why
-            return None
-        native = self.sources.native
-        kinds = tuple(native.observed().values()) if native is not None else ()
-        news = tuple(a.news for a in (self.asker, self.sampler) if a is not None)
-        return (fleet, self.sources.queues.observed(), *kinds, *news)
 
     def _cluster(self) -> dict[str, ObjectList]:
         # A kind whose list failed (or never succeeded) is unknown, never empty: the

@@ -401,31 +401,7 @@ def _native_plan(
     )
 
 
-_VIEWS: dict[str, tuple[DesiredFleet, ObjectList | None, ViewPlan]] = {}
-"""Per stack, the last view plan and the values it was made of. Memoisation only: the
-plan depends on those two immutable values alone, and a no-op iteration passes the very
-same ones (the loop reuses its desired state, the watch its objects, while nothing
-changed); deriving every worker's view again was a third of such an iteration."""
-
-
 def _views(desired: DesiredFleet, found: ObjectList | None, stack: str) -> ViewPlan:
-    last = _VIEWS.get(stack)
-    if last is not None and last[0] is desired and last[1] is found:
-        return last[2]
-    if (
-        last is not None
-        and last[0] is desired
-        and last[1] is not None
-        and found is not None
-        and not last[2].writes
-        and not last[2].deletes
-        and last[1].same_but_status(found)
-    ):
-        # Only statuses changed (the daemon writes them): every view still says what
-        # it should. A plan with writes is made again, since each write is
-        # conditional on the resourceVersion it read.
-        _VIEWS[stack] = (desired, found, last[2])
-        return last[2]
     # Unknown TemporalWorker objects (their list failed): nothing is written, since a
     # view could not be told from a person's object of the same name.
     views, held = desired_views(
@@ -434,6 +410,4 @@ def _views(desired: DesiredFleet, found: ObjectList | None, stack: str) -> ViewP
         desired.accepted_objects(QUEUE_KIND_KEY),
         stack=stack,
     )
-    plan = plan_views(views, held, found.objects if found is not None else None, stack=stack)
-    _VIEWS[stack] = (desired, found, plan)
-    return plan
+    return plan_views(views, held, found.objects if found is not None else None, stack=stack)

@@ -254,14 +254,6 @@ class EngineSettings(_Settings):
     """Seconds between the SIGINT that asks the engine to stop (it then cancels, waits
     for in-flight steps and releases its lock) and the SIGKILL of every process the run
     started."""
-    niceness: int = Field(default=5, ge=0, le=19)
-    """Added to the niceness of every engine run ``twc run`` starts (the CLI and, inheriting
-    it, every plugin; a refresh gets its own background niceness on top). The daemon's
-    own loops answer in milliseconds and are waited for: a new Queue's early apply, a
-    scale write, a status. At equal priority an ``up`` of 250 workers (about a core and a
-    half on a busy two-core machine) takes the core they wait for; at 5 the kernel gives
-    the loops about three times an ``up``'s share when both want a core, and the ``up``
-    every idle cycle. 0 runs the engine at the daemon's own priority."""
 
 
 class DeletionGuardSettings(_Settings):

@@ -33,7 +33,6 @@ import logging
 import re
 import socket
 import tempfile
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
@@ -53,14 +52,12 @@ from twc.stackrun.errors import (
 from twc.stackrun.guard import GuardChannel, pid_alive
 
 __all__ = [
-    "EXPORTS_AT_ONCE",
     "INPUTS_PREFIX",
     "PATCH_FORCE_ENV",
     "AutomationEngine",
     "LockHolder",
     "StackEngine",
     "UpReport",
-    "exported",
     "lock_holders",
     "new_worker_targets",
     "pid_alive",
@@ -73,9 +70,6 @@ logger = logging.getLogger(__name__)
 
 # The Kubernetes provider's switch for server-side apply with force, for every resource.
 PATCH_FORCE_ENV = "PULUMI_K8S_ENABLE_PATCH_FORCE"
-EXPORTS_AT_ONCE = 2
-"""Whole states a process parses at once (:func:`exported`)."""
-_EXPORTS = threading.BoundedSemaphore(EXPORTS_AT_ONCE)
 
 INPUTS_PREFIX = "inputs-"
 """The name of an engine's inputs file (the desired state handed to the program), before
@@ -314,20 +308,6 @@ def worker_urns_from_state(resources: Iterable[Mapping[str, Any]]) -> dict[str, 
             todo.extend(children.get(child, []))
         out[urn.rsplit("::", 1)[-1]] = found
     return out
-
-
-def exported(stack: Any) -> Any:
-    """``stack.export_stack()``, with at most :data:`EXPORTS_AT_ONCE` of the process's
-    shards parsing a whole state at a time.
-
-    A 250-worker shard's state is megabytes of JSON and tens of megabytes once parsed;
-    each shard reads it when it starts (pending operations a killed run left) and before
-    a targeted ``up`` it cannot name from memory. Twenty shards doing so at once held
-    them all: a memory profile of a starting daemon found these exports among its
-    largest allocations.
-    """
-    with _EXPORTS:
-        return stack.export_stack()
 
 
 class AutomationEngine:
@@ -600,7 +580,7 @@ class AutomationEngine:
             if known is not None and last == known.update and known.urns is not None:
                 known.checked = True
                 return {k: list(v) for k, v in known.urns.items()}
-            state = exported(stack).deployment or {}
+            state = stack.export_stack().deployment or {}
         logger.info("%s the workers' URNs read from an export of the state", self._prefix)
         urns = worker_urns_from_state(state.get("resources") or [])
         if known is not None and last == known.update:
@@ -656,7 +636,7 @@ class AutomationEngine:
         from pulumi.automation import Deployment
 
         stack = engine.select_stack(self._ref_with_inputs())
-        found = exported(stack)
+        found = stack.export_stack()
         state = dict(found.deployment or {})
         pending = state.get("pending_operations") or []
         if not pending:

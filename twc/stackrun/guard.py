@@ -51,10 +51,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "BACKGROUND_NICENESS",
     "CHANNEL_ENV",
     "GUARD_MARK",
-    "NICENESS_ENV",
     "PARENT_ENV",
     "Control",
     "GuardAction",
@@ -73,23 +71,12 @@ CHANNEL_ENV = "TWC_ENGINE_GUARD"
 PARENT_ENV = "TWC_ENGINE_GUARD_PARENT"
 """The pid of the process the channel belongs to: a guard whose parent is another
 process (or already gone) must not run under that channel."""
-NICENESS_ENV = "TWC_ENGINE_NICENESS"
-"""Added to every engine run's niceness under the channel (``twc run``'s
-``engine.niceness``); a refresh adds :data:`BACKGROUND_NICENESS` on top."""
 GUARD_MARK = "twc-engine-guard"
 """In the wrapper's path, so the guard is recognisable in a process list."""
 TICK = 0.05
 """Seconds between the guard's checks (deadlines, its parent, exited processes)."""
 RECORD_TIMEOUT = 30.0
 """Seconds a guard waits, under a Lease, for its CLI's pid to be recorded."""
-BACKGROUND_NICENESS = 10
-"""Added to a ``refresh``'s niceness (the CLI and, inheriting it, every plugin it starts).
-
-A refresh is drift detection on a schedule: nobody waits for it, and at 20 shards of
-250 workers one is running nearly all the time. At equal priority it takes a core from
-the ``up`` of a change and from the daemon's own loops (Queue → Deployment, scaling);
-at niceness 10 the kernel gives it about a tenth of what a contending ``up`` gets, and
-all of an idle CPU."""
 LEFTOVER_GRACE = 0.5
 """Seconds processes left behind by a CLI that exited normally get to exit by themselves."""
 
@@ -98,16 +85,6 @@ _PR_SET_NAME = 15
 _PR_SET_CHILD_SUBREAPER = 36
 _DEATH_SIGNAL = signal.SIGUSR1
 _PARENT_DIED = "the process that started the engine is gone"
-
-
-def _niceness(value: str | None) -> int:
-    """The channel's engine niceness (``NICENESS_ENV``); anything but a small
-    non-negative number is none, so a stray value never raises an engine's priority."""
-    try:
-        niceness = int(value or 0)
-    except ValueError:
-        return 0
-    return niceness if 0 <= niceness <= 19 else 0
 
 
 def _parent_died(detail: str = "") -> Stop:
@@ -219,7 +196,6 @@ class GuardChannel:
         *,
         grace: float = 3.0,
         leased: bool = False,
-        niceness: int = 0,
         clock: Any = time.monotonic,
     ) -> None:
         """Create the channel.
@@ -230,11 +206,9 @@ class GuardChannel:
             leased: Whether a Lease fences the runs: then no engine runs until the first
                 term is granted (:meth:`lease_renewed`), and each CLI waits until its pid
                 is recorded.
-            niceness: Added to every run's niceness (``twc run``'s ``engine.niceness``).
             clock: Monotonic time (the host's, shared with the guards).
         """
         self.directory = Path(directory)
-        self.niceness = niceness
         for sub in ("announce", "guards", "journal"):
             (self.directory / sub).mkdir(parents=True, exist_ok=True)
         self._clock = clock
@@ -250,10 +224,7 @@ class GuardChannel:
 
     def env(self) -> dict[str, str]:
         """The variables that put an engine command under this channel."""
-        env = {CHANNEL_ENV: str(self.directory), PARENT_ENV: str(os.getpid())}
-        if self.niceness:
-            env[NICENESS_ENV] = str(self.niceness)
-        return env
+        return {CHANNEL_ENV: str(self.directory), PARENT_ENV: str(os.getpid())}
 
     def lease_renewed(self, valid_until: float, recorded: Sequence[int]) -> None:
         """The Lease was written: the term lasts until ``valid_until`` and records
@@ -676,11 +647,6 @@ class _Guard:
             os.dup2(null, 0)
             if not os.read(go_read, 2):
                 os._exit(126)
-            niceness = _niceness(os.environ.get(NICENESS_ENV))
-            if _subcommand(self.args)[:1] == ("refresh",):
-                niceness += BACKGROUND_NICENESS
-            if niceness:
-                os.nice(niceness)
             os.execv(self.real, [self.real, *self.args])  # noqa: S606 - the CLI itself, no shell
         except BaseException:  # noqa: BLE001 - a forked child must never return into the guard
             os._exit(127)

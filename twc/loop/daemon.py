@@ -198,8 +198,6 @@ class Daemon:
             read_secret=sources.secret_data or sources.secrets,
             early_apply=settings.early_apply,
             targeted_creates=settings.targeted_creates,
-            liveness=self.liveness,
-            engine_window=settings.engine.deadline + settings.engine.interrupt_grace,
             applied=sources.record,
         )
         self._resuming = sources.record is not None
@@ -379,7 +377,6 @@ class Daemon:
         delay = state.next_delay(
             now=now, settings=self.settings, sample_due_in=self.observer.next_sample_in(now)
         )
-        self.liveness.expect(delay)
         if not self.clocks.sleep(delay, self.wakeup):
             return state  # due
         state = self._answer(state)
@@ -389,11 +386,18 @@ class Daemon:
 
     def iterate(self, state: LoopState) -> LoopState:
         """Run one iteration from ``state``: observe, plan, act, report. Never raises for
-        a failed step.
+        a failed step. A completed iteration is the loop's progress (``/healthz``): the
+        next is due within the sleep the new state asks for.
 
         Returns:
             The state after the iteration.
         """
+        state = self._iterate(state)
+        now = self.clocks.monotonic()
+        self.liveness.expect(state.next_delay(now=now, settings=self.settings))
+        return state
+
+    def _iterate(self, state: LoopState) -> LoopState:
         clock = self.clocks.monotonic
         state = self._collect(state)
         started = clock()
@@ -601,6 +605,8 @@ class Daemon:
         return state if self._engine is None else self._engine.collect(state)
 
     def _drain(self, state: LoopState) -> LoopState:
+        # Waiting for the engine run (a stop, --once) is the loop's step: at most its deadline.
+        self.liveness.expect(self.settings.engine.deadline + self.settings.engine.interrupt_grace)
         return state if self._engine is None else self._engine.drain(state)
 
     def _refresh(self, state: LoopState) -> LoopState:

@@ -305,12 +305,11 @@ def sample_names(families: Iterable[tuple[str, str]]) -> dict[str, str]:
 class Liveness:
     """When the loop must next show progress; ``/healthz`` fails once that passed.
 
-    The loop says how long its next step may take: after an iteration, its sleep; as a
-    standby, one election round; before an engine run, that run's deadline and grace
-    (the engine guard enforces it). ``allowance`` is added to each, so a slow but
-    working step does not count as hung, while a loop stuck in a call that never
-    returns (a hung API server), or a step that never ends, fails the probe and the
-    kubelet restarts the daemon.
+    Progress is a completed iteration (or, as a standby, an election round): the loop
+    then says how long it will sleep, and the next must complete within that plus
+    ``allowance``. An engine run in progress is no progress: the loop iterates while it
+    runs on its own thread, so a loop stuck in a call fails the probe whatever the
+    engine does.
     """
 
     def __init__(self, clock: Callable[[], float], allowance: float) -> None:

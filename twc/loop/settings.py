@@ -393,10 +393,10 @@ class DaemonSettings(_Settings):
     engine: EngineSettings = Field(default_factory=EngineSettings)
     """Deadline and interruption of engine runs."""
     liveness_timeout: float | None = Field(default=None, gt=0)
-    """``/healthz`` fails when the loop has not made progress (finished an iteration, or
-    as a standby an election round) for this many seconds past the moment it should have:
-    after its sleep, or an engine run's deadline. ``None``: four reconcile intervals, at
-    least 60 s (one Kubernetes call may legitimately take its 30 s read timeout)."""
+    """``/healthz`` fails when the loop has not completed an iteration (as a standby, an
+    election round) for this many seconds past the moment the next was due (after its
+    sleep), whether or not an engine run is in progress. ``None``: four reconcile
+    intervals, at least 60 s (one Kubernetes call may take its 30 s read timeout)."""
     state: StateSettings = Field(default_factory=StateSettings)
     """How the state is written and how many old copies are kept."""
     shards: ShardSettings = Field(default_factory=ShardSettings)

@@ -27,7 +27,6 @@ pytestmark = pytest.mark.e2e
 REFRESHING: dict[str, Any] = {
     **FAST,
     "reconcile_interval": 3600.0,
-    "file_poll_interval": 0.3,
     "refresh_interval": 1.0,
 }
 """Nothing but the file watch wakes the loop for a change, and a refresh is due a second

@@ -83,7 +83,7 @@ def test_a_crash_mid_up_loses_what_the_setting_says_and_the_stack_converges(
     fs.write(fleet(("alpha", "beta", *NEW)))
     fs.extra_config["waitForPollersSeconds"] = "60"
     fs.stack()
-    second = backend_daemons.start(fs, settings={**settings, "early_apply": False}, name="second")
+    second = backend_daemons.start(fs, settings=settings, name="second")
 
     def created() -> int:
         return sum(1 for n in NEW if kube.get_deployment(namespace, n) is not None)

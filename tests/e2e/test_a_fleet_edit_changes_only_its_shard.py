@@ -1,6 +1,6 @@
 """A sharded ``twc run``: a fleet-file edit is applied in the shard it changed and leaves
 the other shards' Deployments as they were, and a worker in a namespace no shard holds
-yet is assigned and applied at once, not at the assignment's next round (an hour here)."""
+yet is assigned and applied at once."""
 
 from __future__ import annotations
 
@@ -24,11 +24,8 @@ pytestmark = pytest.mark.e2e
 SHARDS = 3
 SETTINGS = {
     **FAST,
-    # Nothing but a wake-up makes a loop iterate: no timer, no poller question due.
     "reconcile_interval": 3600.0,
-    "pollers_interval": 3600.0,
-    "pollers_recheck_interval": 3600.0,
-    "shards": {"engine_concurrency": 2, "assignment_interval": 3600.0},
+    "shards": {"engine_concurrency": 2},
 }
 
 

@@ -15,7 +15,7 @@ from twc.local import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
 
-HOURLY: dict[str, Any] = {**FAST, "reconcile_interval": 3600.0, "file_poll_interval": 0.5}
+HOURLY: dict[str, Any] = {**FAST, "reconcile_interval": 3600.0}
 
 
 def test_an_image_edit_is_applied_while_the_loop_sleeps_for_an_hour(

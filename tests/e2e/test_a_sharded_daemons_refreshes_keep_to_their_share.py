@@ -1,5 +1,5 @@
 """A real `twc run` over a sharded stack whose refreshes are always due: the real CLI's
-refreshes, as the engine guards journal them, keep to `shards.refresh_share` of the
+refreshes, as the engine guards journal them, keep to the refresh share of the
 time (each one's next starts no sooner than its length times (1 - share) / share after
 it ended), every shard takes its turn before any takes a second, and nothing is lost:
 no up ran for them and every worker's Deployment is as it was."""
@@ -20,19 +20,20 @@ from tests.e2e.sharded import (
     sharded_stack,
     wait_for_workers,
 )
+from twc.commands.run import REFRESH_SHARE
 from twc.local import LocalEnvironment
 from twc.stackrun.guard import JournalEntry
 
 pytestmark = pytest.mark.e2e
 
 SHARDS = 3
-SHARE = 0.25
+SHARE = REFRESH_SHARE
 SETTINGS = {
     **FAST,
     # Due one second after the last: without the budget, the one refresh slot is never
     # idle.
     "refresh_interval": 1.0,
-    "shards": {"engine_concurrency": 2, "assignment_interval": 1.0, "refresh_share": SHARE},
+    "shards": {"engine_concurrency": 2},
 }
 
 

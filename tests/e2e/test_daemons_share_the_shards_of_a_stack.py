@@ -29,7 +29,7 @@ SETTINGS = {
     "leader_election": {"lease_duration": 6.0, "renew_deadline": 4.0, "retry_period": 1.0},
     # A shard's engine is gone before its Lease may be taken: renew deadline + grace + kill.
     "engine": {"interrupt_grace": 0.5},
-    "shards": {"engine_concurrency": 2, "assignment_interval": 1.0},
+    "shards": {"engine_concurrency": 2},
 }
 
 

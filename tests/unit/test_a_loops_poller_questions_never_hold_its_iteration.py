@@ -28,6 +28,7 @@ from tests.unit.test_daemon_writes_back_native_objects import (
 from twc.loop import DaemonSettings, TaskQueueRef
 from twc.loop.act import Effects
 from twc.loop.daemon import Daemon
+from twc.loop.observe import POLLERS_INTERVAL
 from twc.loop.pollers import PollerAsker
 
 
@@ -50,11 +51,10 @@ class HeldPollers(Pollers):
 
 @pytest.fixture
 def world(request: pytest.FixtureRequest) -> Iterator[World]:
-    settings = getattr(request, "param", None) or DaemonSettings(pollers_deadline=60.0)
+    deadline = getattr(request, "param", None) or 60.0
     world = World(
         [worker_obj(n, ref=cluster_ref("prod")) for n in ("fast", "held")],
         [cluster_conn_obj("prod")],
-        settings=settings,
     )
     world.backlogs = HeldPollers("held")
     observer = world.daemon.observer
@@ -62,7 +62,7 @@ def world(request: pytest.FixtureRequest) -> Iterator[World]:
     observer.asker = PollerAsker(
         name="unit",
         concurrency=4,
-        deadline=settings.pollers_deadline,
+        deadline=deadline,
         wake=world.daemon.wakeup.set,
     )
     world.deployments.update({"team/fast": (1, 1), "team/held": (1, 1)})
@@ -123,7 +123,7 @@ def test_a_question_in_flight_is_not_asked_again(world: World) -> None:
     world.step()
     for _ in range(3):
         assert _answered(asker, "fast")
-        world.clock.now += DaemonSettings().pollers_interval
+        world.clock.now += POLLERS_INTERVAL
         world.step()
     assert _answered(asker, "fast")
     assert world.backlogs.asked.count("held") == 1
@@ -138,14 +138,14 @@ def test_an_answer_that_says_nothing_new_does_not_wake_the_loop(world: World) ->
     world.step()  # the answers taken in
     world.daemon.wakeup.clear()
 
-    world.clock.now += DaemonSettings().pollers_interval
+    world.clock.now += POLLERS_INTERVAL
     world.step()
     assert asker.settle(10.0)
     assert world.backlogs.asked.count("fast") == 2, "asked again on schedule"
     assert not world.daemon.wakeup.is_set(), "the same count again woke the loop"
 
     world.backlogs.pollers_by_queue["fast"] = 0  # its workers stopped polling
-    world.clock.now += DaemonSettings().pollers_interval
+    world.clock.now += POLLERS_INTERVAL
     world.step()
     assert asker.settle(10.0)
     assert world.daemon.wakeup.is_set()
@@ -153,7 +153,7 @@ def test_an_answer_that_says_nothing_new_does_not_wake_the_loop(world: World) ->
     assert _last_status(world.writer, "team/fast")["phase"] != "Ready"
 
 
-@pytest.mark.parametrize("world", [DaemonSettings(pollers_deadline=0.2)], indirect=True)
+@pytest.mark.parametrize("world", [0.2], indirect=True)
 def test_an_unanswered_question_is_dropped_at_its_deadline_and_asked_again(world: World) -> None:
     asker = _asker(world)
     world.step()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from tests.unit._daemon_fakes import NS, STACK, FakeEngine, fleet_data, make_daemon, queue_object
-from twc.loop.settings import DaemonSettings
 from twc.stackrun.automation import WORKER_TYPE, new_worker_targets
 
 pytestmark = pytest.mark.unit
@@ -48,18 +47,6 @@ def test_a_worker_added_to_the_file_is_created_by_a_targeted_up() -> None:
     h.step()
 
     assert engine.ups[-1][1] == [f"{SCHEME}::twc::{WORKER_TYPE}::{NS}/billing"]
-
-
-def test_with_targeted_creates_off_a_new_worker_is_a_full_up() -> None:
-    engine = _engine()
-    h = make_daemon(engine=engine, settings=DaemonSettings(targeted_creates=False))
-    h.step()
-
-    h.queues.replace([queue_object("orders")])
-    h.step()
-
-    assert len(engine.ups) == 2
-    assert engine.ups[-1][1] is None
 
 
 def test_a_worker_moving_under_a_queue_is_a_full_up() -> None:

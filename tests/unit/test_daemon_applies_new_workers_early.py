@@ -12,7 +12,6 @@ import pytest
 from tests.unit._daemon_fakes import NS, FakeEngine, fleet_data, make_daemon, queue_object
 from tests.unit.pulumi_mocks import RecordingMocks, pulumi_test
 from twc.loop.early import EARLY_FIELD_MANAGER, ObjectRef, early_objects, plan_release
-from twc.loop.settings import DaemonSettings
 from twc.spec import load_fleet
 
 ORDERS_SA = ObjectRef("ServiceAccount", NS, "worker-orders")
@@ -157,16 +156,6 @@ def test_a_worker_whose_objects_exist_already_is_left_to_the_engine() -> None:
     assert applier.released == []
     assert applier.deleted == []
     assert len(h.engine.ups) == 2
-
-
-def test_early_apply_can_be_turned_off() -> None:
-    applier = FakeApplier()
-    h = make_daemon(early=applier, settings=DaemonSettings(early_apply=False))
-    h.step()
-    h.queues.replace([queue_object("orders")])
-    h.step()
-    assert applier.applied == []
-    assert applier.released == []
 
 
 def test_release_plan_splits_desired_from_gone_workers() -> None:

@@ -10,7 +10,7 @@ from twc.loop import BackoffSettings, DaemonSettings, OutcomeKind, PermanentErro
 
 SETTINGS = DaemonSettings(
     reconcile_interval=30,
-    backoff=BackoffSettings(base=2, factor=2, max_delay=60, jitter=0, concurrent_update_delay=7),
+    backoff=BackoffSettings(base=2, max_delay=60, concurrent_update_delay=7),
 )
 
 

@@ -23,7 +23,7 @@ from twc.loop.act import Effects
 from twc.loop.daemon import Clocks, Daemon
 from twc.loop.decide import ReconcileAction
 from twc.loop.health import DaemonMetrics
-from twc.loop.observe import Sources
+from twc.loop.observe import POLLERS_RECHECK_INTERVAL, Sources
 from twc.loop.views import VIEW_OVERWRITTEN
 from twc.native.views import VIEW_FIELD_MANAGER, VIEW_LABEL
 from twc.spec import Fleet, load_fleet
@@ -199,7 +199,7 @@ def test_views_appear_with_status_and_cost_nothing_once_they_say_what_they_shoul
     world.deployments[f"{NS}/worker-orders"] = (1, 1)
     world.pollers.pollers_by_queue["orders"] = 1
     # A queue without pollers is asked again once its recheck interval has passed.
-    world.clock.now += DaemonSettings().pollers_recheck_interval
+    world.clock.now += POLLERS_RECHECK_INTERVAL
     ups, calls = len(world.engine.ups), len(world.server.calls)
     world.step()
     status = world.status(f"{NS}/worker-orders")

@@ -51,7 +51,7 @@ def test_changing_one_worker_in_the_file_targets_only_that_workers_resources() -
             {"name": "b", "namespace": NS, "taskQueueName": "b"},
         ]
     )
-    h = make_daemon(fleet, settings=DaemonSettings(target_threshold=3))
+    h = make_daemon(fleet, settings=DaemonSettings())
     h.engine.urns = {
         f"{NS}/a": ["urn:a", "urn:a-deployment"],
         f"{NS}/b": ["urn:b", "urn:b-deployment"],
@@ -103,7 +103,7 @@ def test_removing_the_last_worker_of_a_namespace_runs_a_full_up_for_its_connecti
             {"name": "b", "namespace": NS, "taskQueueName": "b"},
         ]
     )
-    h = make_daemon(fleet, settings=DaemonSettings(target_threshold=3))
+    h = make_daemon(fleet, settings=DaemonSettings())
     h.engine.urns = {f"{NS}/a": ["urn:a"], f"{NS}/b": ["urn:b"], "other/c": ["urn:c"]}
     h.step()
 
@@ -122,7 +122,7 @@ def test_removing_the_last_worker_of_a_namespace_runs_a_full_up_for_its_connecti
 def test_removing_a_worker_from_the_middle_of_the_file_targets_only_that_worker() -> None:
     # The others move up in the list; where a worker sits is not what it is.
     fleet = fleet_data(workers=[{"name": n, "namespace": NS, "taskQueueName": n} for n in "abcde"])
-    h = make_daemon(fleet, settings=DaemonSettings(target_threshold=3))
+    h = make_daemon(fleet, settings=DaemonSettings())
     h.engine.urns = {f"{NS}/{n}": [f"urn:{n}"] for n in "abcde"}
     h.step()
 

@@ -106,7 +106,7 @@ def test_temporary_failure_counts_up_and_sleeps_its_backoff() -> None:
     outcome = outcome_of(
         RuntimeError("x"),
         attempt=state.next_attempt,
-        settings=BackoffSettings(base=1, factor=2, max_delay=300, jitter=0),
+        settings=BackoffSettings(base=1, max_delay=300),
     )
 
     after = state.finished(outcome, now=10, attempted=NEXT)
@@ -120,7 +120,7 @@ def test_temporary_failure_counts_up_and_sleeps_its_backoff() -> None:
 def test_a_failed_up_forgets_what_was_applied_so_the_next_up_is_full() -> None:
     # The failed up may have applied part of NEXT: returning to APPLIED is a change too.
     state = LoopState(started_at=0, applied=APPLIED)
-    outcome = outcome_of(RuntimeError("x"), attempt=1, settings=BackoffSettings(jitter=0))
+    outcome = outcome_of(RuntimeError("x"), attempt=1, settings=BackoffSettings())
 
     after = state.finished(outcome, now=10, attempted=NEXT)
 
@@ -129,7 +129,7 @@ def test_a_failed_up_forgets_what_was_applied_so_the_next_up_is_full() -> None:
 
 def test_a_failure_before_any_up_keeps_what_was_applied() -> None:
     state = LoopState(started_at=0, applied=APPLIED)
-    outcome = outcome_of(RuntimeError("x"), attempt=1, settings=BackoffSettings(jitter=0))
+    outcome = outcome_of(RuntimeError("x"), attempt=1, settings=BackoffSettings())
 
     after = state.finished(outcome, now=10)
 

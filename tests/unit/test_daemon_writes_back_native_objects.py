@@ -27,7 +27,7 @@ from twc.loop import DaemonSettings, LoopState, TaskQueueRef
 from twc.loop.act import Effects
 from twc.loop.daemon import Clocks, Daemon
 from twc.loop.health import DaemonMetrics
-from twc.loop.observe import Sources
+from twc.loop.observe import POLLERS_INTERVAL, POLLERS_RECHECK_INTERVAL, Sources
 from twc.loop.sampling import Allowance
 from twc.native.objects import FINALIZER, NativeObject
 from twc.spec import Fleet, load_fleet
@@ -153,7 +153,7 @@ def test_native_objects_reach_the_program_and_their_status_turns_ready() -> None
     world.deployments["team/orders"] = (1, 1)
     world.backlogs.pollers_by_queue["orders"] = 1
     # A queue without pollers is asked again once its recheck interval has passed.
-    world.clock.now += DaemonSettings().pollers_recheck_interval
+    world.clock.now += POLLERS_RECHECK_INTERVAL
     ups = len(world.engine.ups)
     world.step()
 
@@ -296,7 +296,6 @@ def test_pollers_are_asked_again_only_when_their_answer_is_old() -> None:
     world = World([worker_obj("orders", ref=cluster_ref("prod"))], [cluster_conn_obj("prod")])
     world.deployments["team/orders"] = (1, 1)
     world.backlogs.pollers_by_queue["orders"] = 1
-    settings = DaemonSettings()
     world.step()
     assert world.backlogs.asked == ["orders"]
     assert _last_status(world.writer, "team/orders")["phase"] == "Ready"
@@ -305,7 +304,7 @@ def test_pollers_are_asked_again_only_when_their_answer_is_old() -> None:
         world.step()
     assert world.backlogs.asked == ["orders"], "a polling queue's count is reused"
 
-    world.clock.now += settings.pollers_interval
+    world.clock.now += POLLERS_INTERVAL
     world.backlogs.pollers_by_queue["orders"] = 0  # its workers stopped polling
     world.step()
     assert world.backlogs.asked == ["orders", "orders"]
@@ -313,7 +312,7 @@ def test_pollers_are_asked_again_only_when_their_answer_is_old() -> None:
 
     world.step()
     assert len(world.backlogs.asked) == 2, "the count without pollers is reused a moment"
-    world.clock.now += settings.pollers_recheck_interval
+    world.clock.now += POLLERS_RECHECK_INTERVAL
     world.backlogs.pollers_by_queue["orders"] = 1
     world.step()
     assert len(world.backlogs.asked) == 3
@@ -325,7 +324,6 @@ def test_a_queue_without_pollers_is_asked_less_and_less_often() -> None:
     # started) workers no longer asks Temporal about each of them every few seconds.
     world = World([worker_obj("orders", ref=cluster_ref("prod"))], [cluster_conn_obj("prod")])
     world.deployments["team/orders"] = (1, 1)
-    settings = DaemonSettings()
     world.step()
     asked_at = [world.clock.now]
     for _ in range(120):
@@ -335,17 +333,16 @@ def test_a_queue_without_pollers_is_asked_less_and_less_often() -> None:
         if len(world.backlogs.asked) > before:
             asked_at.append(world.clock.now)
     gaps = [b - a for a, b in itertools.pairwise(asked_at)]
-    recheck, most = settings.pollers_recheck_interval, settings.pollers_interval
+    recheck, most = POLLERS_RECHECK_INTERVAL, POLLERS_INTERVAL
     assert gaps[:3] == [recheck, 2 * recheck, 4 * recheck]
     assert set(gaps[3:]) == {most}
 
 
 def test_pollers_are_asked_within_a_rate_budget_oldest_answer_first() -> None:
-    settings = DaemonSettings(pollers_burst=2, pollers_rate_per_s=1.0)
     world = World(
         [worker_obj(n, ref=cluster_ref("prod")) for n in ("a", "b", "c", "d", "e")],
         [cluster_conn_obj("prod")],
-        settings=settings,
+        pollers=Allowance(1.0, burst=2),
     )
     world.step()
     assert len(world.backlogs.asked) == 2  # the burst
@@ -360,14 +357,12 @@ def test_pollers_are_asked_within_a_rate_budget_oldest_answer_first() -> None:
 def test_the_shards_of_one_process_share_one_pollers_budget() -> None:
     # At 20 shards a budget each asked a Temporal dev server about 200 task queues a
     # second; its answers to the autoscaler's samples timed out.
-    settings = DaemonSettings(pollers_burst=3, pollers_rate_per_s=1.0)
-    shared = Allowance(settings.pollers_rate_per_s, burst=settings.pollers_burst)
+    shared = Allowance(1.0, burst=3)
     clock = FakeClock()
     shards = [
         World(
             [worker_obj(f"{shard}-{n}", ref=cluster_ref("prod")) for n in "abcd"],
             [cluster_conn_obj("prod")],
-            settings=settings,
             pollers=shared,
             clock=clock,
         )
@@ -397,14 +392,13 @@ def test_a_restarted_daemon_keeps_a_ready_workers_last_poller_answer_until_it_as
             }
         ],
     }
-    settings = DaemonSettings(pollers_burst=1, pollers_rate_per_s=0.001)
     world = World(
         [
             worker_obj("a", ref=cluster_ref("prod"), status=ready),
             worker_obj("b", ref=cluster_ref("prod"), status=ready),
         ],
         [cluster_conn_obj("prod")],
-        settings=settings,
+        pollers=Allowance(0.001, burst=1),
     )
     world.deployments.update({"team/a": (1, 1), "team/b": (1, 1)})
     world.backlogs.pollers_by_queue.update({"a": 1, "b": 1})
@@ -434,11 +428,9 @@ class SlowPollers(Pollers):
 def test_a_slow_poller_answer_does_not_hold_the_loop() -> None:
     # A shard's loop asks about pollers while it reports; a dev server slow with 5000
     # task queues held it 10 s, and a new Queue's early apply behind it.
-    settings = DaemonSettings(pollers_deadline=0.2)
     world = World(
         [worker_obj(n, ref=cluster_ref("prod")) for n in ("fast", "slow")],
         [cluster_conn_obj("prod")],
-        settings=settings,
     )
     world.backlogs = SlowPollers("slow", delay=5.0)
     world.daemon.observer.sources = replace(world.daemon.observer.sources, backlogs=world.backlogs)

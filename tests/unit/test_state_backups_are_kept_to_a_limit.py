@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from twc.commands.run import KEEP_BACKUPS
 from twc.desired import DesiredInputs
 from twc.loop import DaemonSettings
 from twc.stackrun.automation import UpReport
@@ -102,12 +103,10 @@ def test_the_daemons_engine_prunes_after_each_up(tmp_path: Path) -> None:
 def test_the_default_keeps_ten_and_checkpoints_every_step() -> None:
     state = DaemonSettings().state
 
-    assert state.keep_backups == 10
-    assert engine_env(
-        checkpoints=state.checkpoints,
-        compression=state.compression,
-        parallel_diff=state.parallel_diff,
-    )["PULUMI_SKIP_CHECKPOINTS"] == ("true" if state.checkpoints == "final" else "false")
+    assert KEEP_BACKUPS == 10
+    assert engine_env(checkpoints=state.checkpoints, compression="none", parallel_diff=False)[
+        "PULUMI_SKIP_CHECKPOINTS"
+    ] == ("true" if state.checkpoints == "final" else "false")
 
 
 @pytest.mark.parametrize(

@@ -52,9 +52,9 @@ from twc.loop.backlog import TemporalBacklogs, import_temporal
 from twc.loop.daemon import Daemon
 from twc.loop.filewatch import FleetFileWatch
 from twc.loop.health import DaemonMetrics, HealthServer, MetricsSource, Probe
-from twc.loop.observe import CachedFleetFile, Sources
+from twc.loop.observe import POLLERS_BURST, POLLERS_RATE_PER_S, CachedFleetFile, Sources
 from twc.loop.rollouts import RolloutSource
-from twc.loop.sampling import Allowance
+from twc.loop.sampling import SAMPLE_BURST, SAMPLE_RATE_PER_S, Allowance
 from twc.loop.settings import KILL_MARGIN, DaemonSettings
 from twc.loop.shards import (
     EngineSlots,
@@ -92,6 +92,12 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 PROJECT = "twc"
+KEEP_BACKUPS = 10
+"""The file backend writes a backup of the state and a copy into the stack's history on
+every ``up`` and never removes them: the newest this many of each are kept per stack."""
+REFRESH_SHARE = 0.25
+"""The most of a sharded daemon's time its shards' refreshes take together
+(:class:`~twc.loop.shards.EngineSlots`)."""
 
 
 @dataclass(frozen=True)
@@ -190,7 +196,6 @@ def _rollout_source(
         clients=WorkerClients(
             read_secret=workloads.read_secret,
             temporal_address=temporal_address,
-            identity=settings.rollout.identity,
         ),
         read_input=lambda namespace, source: read_gate_input(cluster, namespace, source),
     )
@@ -406,7 +411,7 @@ def _caches(wiring: Wiring, caches: list[Any]) -> None:
 
 def _watch_file(wiring: Wiring, path: str, wakeup: threading.Event) -> None:
     """Wake the loop when the fleet file changes, not at the next iteration."""
-    watch = FleetFileWatch(path, wakeup, interval=wiring.settings.file_poll_interval)
+    watch = FleetFileWatch(path, wakeup)
     wiring.starts.append(watch.start)
     wiring.stops.append(watch.stop)
 
@@ -448,9 +453,7 @@ def wire(options: RunOptions, settings: DaemonSettings) -> Wiring:
     state = settings.state
     # How the engine writes the state (the daemon's settings, chosen by measurement).
     tuning = retention.engine_env(
-        checkpoints=state.checkpoints,
-        compression=state.compression,
-        parallel_diff=state.parallel_diff,
+        checkpoints=state.checkpoints, compression="none", parallel_diff=False
     )
     ref = replace(ref, env={**tuning, **(ref.env or {})})
 
@@ -476,7 +479,7 @@ def _pruned(engine_: Any, ref: engine.StackRef, settings: DaemonSettings) -> Any
         engine_,
         stack=ref.name,
         project=PROJECT,
-        keep=settings.state.keep_backups,
+        keep=KEEP_BACKUPS,
         env=ref.env,
     )
 
@@ -693,7 +696,7 @@ def _wire_shards(
     scaler = ReplicaScaler(kube)
     slots = EngineSlots(
         settings.shards.engine_concurrency,
-        refresh_share=settings.shards.refresh_share,
+        refresh_share=REFRESH_SHARE,
         # A due shard asks every iteration; one that has not for a few is out of line.
         claim_ttl=max(120.0, 4 * settings.reconcile_interval),
     )
@@ -701,8 +704,8 @@ def _wire_shards(
     # of shards: Temporal's capacity does not grow with them (at 20 shards, a budget
     # each asked a dev server about 200 task queues a second, and its answers to the
     # autoscaler's samples timed out).
-    limiter = LockedBucket(settings.sampling.rate_per_s, burst=settings.sampling.burst)
-    pollers = Allowance(settings.pollers_rate_per_s, burst=settings.pollers_burst)
+    limiter = LockedBucket(SAMPLE_RATE_PER_S, burst=SAMPLE_BURST)
+    pollers = Allowance(POLLERS_RATE_PER_S, burst=POLLERS_BURST)
     temporal_address = (base.config or {}).get("temporalAddress")
     election = settings.leader_election
     identity = _identity()
@@ -840,7 +843,6 @@ def _wire_shards(
         make_shard=make_shard,
         max_workers_per_shard=sharding.max_workers_per_shard,
         share=(lambda shards: fair_share(shards, roster.count())) if roster is not None else None,
-        interval=settings.shards.assignment_interval,
         slots=slots,
     )
     metrics = MergedMetrics(lambda: [s.daemon.metrics.registry for s in sharded.shards.values()])

@@ -101,8 +101,6 @@ class Actor:
         clock: Callable[[], float],
         may_apply: Callable[[], bool],
         read_secret: SecretReader | None,
-        early_apply: bool = True,
-        targeted_creates: bool = True,
         applied: AppliedStore | None = None,
     ) -> None:
         """Act through ``effects``.
@@ -114,15 +112,12 @@ class Actor:
             clock: Monotonic time, for the durations logged.
             may_apply: Whether this daemon may apply now (it leads).
             read_secret: Reads credential secrets for early-applied pod templates.
-            early_apply: Whether new workers are applied ahead of the engine.
-            targeted_creates: Whether new workers are created by a targeted ``up``.
             applied: Where what each successful ``up`` applied is recorded; ``None``
                 records nothing (a restart then runs a full ``up``).
         """
         self.engine = effects.engine
         self._scaler = effects.scaler
-        self._early = effects.early if early_apply else None
-        self._targeted_creates = targeted_creates
+        self._early = effects.early
         self._temporal_address = effects.temporal_address
         self._stack = stack
         self._metrics = metrics
@@ -283,7 +278,7 @@ class Actor:
                 return None
             targets.extend(found)
         if decision.added:
-            if not self._targeted_creates or not urns:
+            if not urns:
                 return None
             # The stack's URNs all start alike: the new ones are named the same way.
             scheme, project = next(iter(urns.values()))[0].split("::")[:2]

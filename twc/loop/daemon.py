@@ -38,13 +38,20 @@ from twc.loop.decide import DesiredState, ReconcileAction, ReconcileDecision, de
 from twc.loop.faults import BLOCKING, FaultBook
 from twc.loop.guard import DeletionGuard
 from twc.loop.health import DaemonMetrics, Liveness
-from twc.loop.observe import Observer, Sources
+from twc.loop.observe import POLLERS_DEADLINE, Observer, Sources
 from twc.loop.outcome import Outcome, outcome_of
 from twc.loop.plan import Plan, desired_from, make_plan, with_conflicts
 from twc.loop.pollers import PollerAsker
 from twc.loop.report import FaultReporter, Reporter, shorten
 from twc.loop.rollouts import RolloutActor
-from twc.loop.sampling import Allowance, RateLimiter, TokenBucket
+from twc.loop.sampling import (
+    SAMPLE_BURST,
+    SAMPLE_CONCURRENCY,
+    SAMPLE_RATE_PER_S,
+    Allowance,
+    RateLimiter,
+    TokenBucket,
+)
 from twc.loop.settings import DaemonSettings
 from twc.loop.state import LoopState
 from twc.loop.state import sleep as interruptible_sleep
@@ -146,16 +153,15 @@ class Daemon:
             sources,
             settings=settings,
             faults=fault_reporter,
-            limiter=limiter
-            or TokenBucket(settings.sampling.rate_per_s, burst=settings.sampling.burst),
+            limiter=limiter or TokenBucket(SAMPLE_RATE_PER_S, burst=SAMPLE_BURST),
             metrics=self.metrics,
             stack=stack,
             clock=self.clocks.monotonic,
             pollers=pollers,
             asker=PollerAsker(
                 name=stack,
-                concurrency=settings.sampling.concurrency,
-                deadline=settings.pollers_deadline,
+                concurrency=SAMPLE_CONCURRENCY,
+                deadline=POLLERS_DEADLINE,
                 wake=lambda: self.wakeup.set(),
                 thread=asking,
             )
@@ -163,7 +169,7 @@ class Daemon:
             else None,
             sampler=BacklogAsker(
                 thread=asking,
-                concurrency=settings.sampling.concurrency,
+                concurrency=SAMPLE_CONCURRENCY,
                 wake=lambda: self.wakeup.set(),
                 clock=self.clocks.monotonic,
                 wall=self.clocks.wall,
@@ -196,8 +202,6 @@ class Daemon:
             clock=self.clocks.monotonic,
             may_apply=lambda: self._leader is None or self._leader.is_leader(),
             read_secret=sources.secret_data or sources.secrets,
-            early_apply=settings.early_apply,
-            targeted_creates=settings.targeted_creates,
             applied=sources.record,
         )
         self._resuming = sources.record is not None
@@ -422,7 +426,7 @@ class Daemon:
                 self.actor.apply_early(decision, plan)
                 if not self._engine.busy():
                     self._engine.start_up(decision, plan, started)
-                elif decision.workers and self.settings.refresh_gives_way:
+                elif decision.workers:
                     self._engine.give_way(decision.reason)
                 deferred = True
             else:
@@ -590,7 +594,6 @@ class Daemon:
         decision = decide_reconcile(
             applied,
             plan.hashes,
-            target_threshold=self.settings.target_threshold,
             blocked=state.blocked_hash(now=now, settings=self.settings),
         )
         logger.info(

@@ -190,11 +190,16 @@ class ReconcileDecision:
         return self.added | self.removed | self.modified
 
 
+TARGET_THRESHOLD = 50
+"""An ``up`` is targeted at the changed workers when at most this many changed: a
+targeted ``up`` builds only its workers, a full one the whole stack (shard)."""
+
+
 def decide_reconcile(
     previous: DesiredState | None,
     new: DesiredState,
     *,
-    target_threshold: int,
+    target_threshold: int = TARGET_THRESHOLD,
     force: bool = False,
     blocked: str | None = None,
 ) -> ReconcileDecision:

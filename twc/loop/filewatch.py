@@ -40,6 +40,10 @@ def signature(path: Path) -> Signature:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+FILE_POLL_INTERVAL = 1.0
+"""Seconds between two looks at the fleet file (a ``stat``)."""
+
+
 class FleetFileWatch:
     """A thread that sets ``wakeup`` whenever the fleet file changes."""
 
@@ -48,7 +52,7 @@ class FleetFileWatch:
         path: str | os.PathLike[str],
         wakeup: Wakeup,
         *,
-        interval: float,
+        interval: float = FILE_POLL_INTERVAL,
     ) -> None:
         """Watch ``path`` every ``interval`` seconds once :meth:`start`\\ ed."""
         self.path = Path(path)

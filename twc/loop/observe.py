@@ -52,7 +52,14 @@ from twc.loop.faults import Fault, sample_fault
 from twc.loop.health import DaemonMetrics
 from twc.loop.pollers import PollerAsker
 from twc.loop.rollouts import RolloutSource, observe_facts
-from twc.loop.sampling import Allowance, RateLimiter, SampleResult, TaskQueueRef, sample_backlogs
+from twc.loop.sampling import (
+    SAMPLE_CONCURRENCY,
+    Allowance,
+    RateLimiter,
+    SampleResult,
+    TaskQueueRef,
+    sample_backlogs,
+)
 from twc.loop.settings import DaemonSettings
 from twc.loop.versions import RolloutFacts
 from twc.native.status import PollerFacts
@@ -68,6 +75,19 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+POLLERS_INTERVAL = 30.0
+"""Seconds a task queue's poller count (its workers' ``Polling`` condition) is reused
+while it has pollers."""
+POLLERS_RECHECK_INTERVAL = 5.0
+"""The same for a task queue without pollers, doubling with each such answer up to
+:data:`POLLERS_INTERVAL`: a worker that starts polling shows it soon."""
+POLLERS_RATE_PER_S = 20.0
+"""Task queues one daemon process asks about per second, on average, oldest first."""
+POLLERS_BURST = 50
+"""Task queues asked about back to back before the rate applies."""
+POLLERS_DEADLINE = 2.0
+"""Seconds one poller question may take; unanswered, it is asked again when next due."""
 
 
 class FaultSink(Protocol):
@@ -241,9 +261,7 @@ class Observer:
         self._pollers: dict[TaskQueueRef, tuple[PollerFacts, float, int]] = {}
         """Per task queue, its last poller count, when it was read, and how many answers
         in a row had no pollers."""
-        self._poller_allowance = pollers or Allowance(
-            settings.pollers_rate_per_s, burst=settings.pollers_burst
-        )
+        self._poller_allowance = pollers or Allowance(POLLERS_RATE_PER_S, burst=POLLERS_BURST)
         self.asker = asker
         self.sampler = sampler
         self._failed: dict[TaskQueueRef, SampleResult] = {}
@@ -398,7 +416,7 @@ class Observer:
                 self.sources.rollouts,
                 desired,
                 self.event_loop(),
-                concurrency=self._settings.sampling.concurrency,
+                concurrency=SAMPLE_CONCURRENCY,
             ),
         )
 
@@ -461,7 +479,7 @@ class Observer:
                 sample_backlogs(
                     due,
                     source.describe,
-                    concurrency=self._settings.sampling.concurrency,
+                    concurrency=SAMPLE_CONCURRENCY,
                     limiter=self._limiter,
                 )
             )
@@ -677,7 +695,7 @@ class Observer:
             self.asker.forget(wanted)
             self._pollers = known
             return {key: known[ref][0] for key, ref in refs.items() if ref in known}
-        concurrency = asyncio.Semaphore(max(1, self._settings.sampling.concurrency))
+        concurrency = asyncio.Semaphore(max(1, SAMPLE_CONCURRENCY))
 
         async def one(ref: TaskQueueRef) -> PollerFacts:
             async with concurrency:
@@ -690,7 +708,7 @@ class Observer:
         async def every() -> dict[TaskQueueRef, PollerFacts]:
             # Within the deadline: what is not answered by then is asked again later.
             asks = {asyncio.ensure_future(one(r)): r for r in due}
-            done, late = await asyncio.wait(asks, timeout=self._settings.pollers_deadline)
+            done, late = await asyncio.wait(asks, timeout=POLLERS_DEADLINE)
             for task in late:
                 task.cancel()
             if late:
@@ -700,7 +718,7 @@ class Observer:
                     self._stack,
                     len(late),
                     len(asks),
-                    self._settings.pollers_deadline,
+                    POLLERS_DEADLINE,
                 )
             return {asks[task]: task.result() for task in done}
 
@@ -721,12 +739,11 @@ class Observer:
         if cached is None:
             return True
         facts, read_at, misses = cached
-        settings = self._settings
         if facts.pollers is not None and facts.pollers > 0:
-            interval = settings.pollers_interval
+            interval = POLLERS_INTERVAL
         else:
-            backoff = settings.pollers_recheck_interval * 2 ** min(max(misses - 1, 0), 16)
-            interval = min(settings.pollers_interval, backoff)
+            backoff = POLLERS_RECHECK_INTERVAL * 2 ** min(max(misses - 1, 0), 16)
+            interval = min(POLLERS_INTERVAL, backoff)
         return now - read_at >= interval
 
 

@@ -206,6 +206,12 @@ def _classify_one(exc: BaseException) -> Classification | None:
     return None
 
 
+BACKOFF_FACTOR = 2.0
+"""Multiplier of the backoff delay per further consecutive failure."""
+BACKOFF_JITTER = 0.1
+"""Relative spread of a backoff delay: ``d`` becomes uniform in ``[0.9 d, 1.1 d]``."""
+
+
 def backoff_delay(
     attempt: int, settings: BackoffSettings, jitter: Callable[[], float] | None = None
 ) -> float:
@@ -213,12 +219,12 @@ def backoff_delay(
 
     Args:
         attempt: Consecutive failures so far, counting the latest; at least 1.
-        settings: Base, factor, cap and jitter spread.
+        settings: Base and cap.
         jitter: Source of uniform numbers in ``[0, 1]`` (e.g. ``random.random``);
             ``None`` gives the exact schedule.
 
     Returns:
-        ``min(max_delay, base * factor ** (attempt - 1))``, spread by the jitter and
+        ``min(max_delay, base * 2 ** (attempt - 1))``, spread by the jitter and
         never above ``max_delay``.
 
     Raises:
@@ -227,16 +233,16 @@ def backoff_delay(
     if attempt < 1:
         raise ValueError(f"attempt counts from 1, got {attempt}")
     try:
-        raw = settings.base * settings.factor ** (attempt - 1)
+        raw = settings.base * BACKOFF_FACTOR ** (attempt - 1)
     except OverflowError:
         # A daemon failing for days reaches exponents floats cannot hold; it is capped.
         raw = math.inf
     delay = min(raw, settings.max_delay)
-    if jitter is not None and settings.jitter:
+    if jitter is not None:
         u = jitter()
         if not 0.0 <= u <= 1.0:
             raise ValueError(f"jitter source must return values in [0, 1], got {u}")
-        delay *= 1.0 + settings.jitter * (2.0 * u - 1.0)
+        delay *= 1.0 + BACKOFF_JITTER * (2.0 * u - 1.0)
     return min(delay, settings.max_delay)
 
 

@@ -263,7 +263,6 @@ def make_plan(
     decision = decide_reconcile(
         state.applied,
         hashes,
-        target_threshold=settings.target_threshold,
         blocked=state.blocked_hash(now=now, settings=settings),
     )
     replicas = {k: scaled.get(k, w.replicas) for k, w in workers.items()}

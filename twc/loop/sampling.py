@@ -24,6 +24,9 @@ from types import MappingProxyType
 from typing import Protocol
 
 __all__ = [
+    "SAMPLE_BURST",
+    "SAMPLE_CONCURRENCY",
+    "SAMPLE_RATE_PER_S",
     "Allowance",
     "Backlog",
     "RateLimiter",
@@ -34,6 +37,13 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+SAMPLE_CONCURRENCY = 8
+"""Most backlog samples (DescribeTaskQueue calls) in flight at once."""
+SAMPLE_RATE_PER_S = 20.0
+"""Backlog samples per second one daemon process asks for, on average."""
+SAMPLE_BURST = 20
+"""Backlog samples asked for back to back before the rate applies."""
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]

@@ -1,12 +1,10 @@
-"""Settings of the daemon: intervals, backoff, autoscaling behaviour, sampling, leases.
+"""The settings a user of ``twc run`` sets: intervals, backoff bounds, autoscaling
+behaviour, lease durations, the deletion guard's share, engine bounds, shard concurrency.
 
-Every knob the reconcile loop reads lives here, as frozen pydantic models with a docstring
-on every field, so the defaults are documented in one place and a test can build a variant
-with ``model_copy(update=...)``. Nothing here reads the environment or the clock: the CLI
-builds a :class:`DaemonSettings` from flags and hands it down.
-
-The autoscaling defaults are Kubernetes' HorizontalPodAutoscaler defaults (``autoscaling/v2``
-``behavior``), so operators who know HPA can predict what the daemon does.
+Frozen pydantic models with a docstring on every field; nothing here reads the
+environment or the clock (the CLI builds a :class:`DaemonSettings` from a file and
+flags). The autoscaling defaults are Kubernetes' HorizontalPodAutoscaler defaults
+(``autoscaling/v2`` ``behavior``). Tuning no user sets is a constant next to its use.
 """
 
 from __future__ import annotations
@@ -45,19 +43,14 @@ class _Settings(BaseModel):
 class BackoffSettings(_Settings):
     """Exponential backoff after failed reconcile steps.
 
-    The n-th consecutive failure waits ``min(max_delay, base * factor ** (n - 1))``
-    seconds, spread by ``jitter``.
+    The n-th consecutive failure waits ``min(max_delay, base * 2 ** (n - 1))`` seconds,
+    spread by 10 % either way so daemons that failed together do not retry in lockstep.
     """
 
     base: float = Field(default=1.0, gt=0)
     """Delay in seconds after the first failure."""
-    factor: float = Field(default=2.0, ge=1)
-    """Multiplier applied per further consecutive failure."""
     max_delay: float = Field(default=300.0, gt=0)
     """Upper bound in seconds of any backoff delay, jitter included."""
-    jitter: float = Field(default=0.1, ge=0, le=1)
-    """Relative spread: a delay ``d`` becomes uniform in ``[d*(1-jitter), d*(1+jitter)]``,
-    so daemons that failed together do not retry in lockstep."""
     concurrent_update_delay: float = Field(default=15.0, ge=0)
     """Seconds to wait before retrying when another update holds the stack's lock
     (Pulumi's ``ConcurrentUpdateError``)."""
@@ -172,22 +165,13 @@ class AutoscaleBehavior(_Settings):
 
 
 class SamplingSettings(_Settings):
-    """Limits on how hard the daemon queries Temporal for task-queue backlogs."""
+    """How often the daemon asks Temporal for task-queue backlogs."""
 
     interval: float = Field(default=10.0, gt=0)
     """Seconds between two samples of one task queue's backlog (KEDA's
-    ``pollingInterval``, 30 s by default there). The loop wakes when a sample is due;
-    an iteration woken sooner (a watch event, a file edit) reuses the last sample, so
-    Temporal's load depends on the autoscaled queues, not on how often the cluster
-    changes. A failed sample is tried again on the next iteration."""
-    concurrency: int = Field(default=8, ge=1, le=256)
-    """Most DescribeTaskQueue calls in flight at once."""
-    rate_per_s: float = Field(default=20.0, gt=0)
-    """Request budget: on average at most this many calls per second."""
-    burst: int = Field(default=20, ge=1)
-    """Calls allowed back to back before the rate budget applies: one second's worth by
-    default, so an iteration that samples a few queues does not wait for the budget
-    (the average stays ``rate_per_s``; the bucket refills between iterations)."""
+    ``pollingInterval``). The loop wakes when a sample is due; an iteration woken sooner
+    uses the last sample, so Temporal's load depends on the autoscaled queues, not on
+    how often the cluster changes."""
 
 
 class LeaderElectionSettings(_Settings):
@@ -228,8 +212,6 @@ class VersionedRolloutSettings(_Settings):
     time_scale: float = Field(default=1.0, gt=0, le=1)
     """Multiplies every rollout duration (step pauses, sunset delays): below 1 only on
     test beds and in demos, so a rollout written for production runs in seconds."""
-    identity: str = Field(default="twc", min_length=1, max_length=200)
-    """The identity Temporal records on each routing change the daemon makes."""
 
 
 KILL_MARGIN = 1.0
@@ -283,21 +265,13 @@ class DeletionGuardSettings(_Settings):
 
 
 class StateSettings(_Settings):
-    """How the engine writes the stack's state, and how many old copies are kept."""
+    """How the engine writes the stack's state."""
 
     checkpoints: Literal["every-step", "final"] = "every-step"
     """``every-step``: the engine records the state after each resource it changes (a
     crash loses only what was in flight). ``final``: once, when the ``up`` ends
     (``PULUMI_SKIP_CHECKPOINTS``; a crash loses the record of the whole ``up``, which
     the next one re-applies). See docs/daemon.md for what each costs."""
-    compression: Literal["none", "gzip"] = "none"
-    """Compress the state the DIY backends write (``PULUMI_DIY_BACKEND_GZIP``)."""
-    parallel_diff: bool = False
-    """Diff resources in parallel (``PULUMI_PARALLEL_DIFF``)."""
-    keep_backups: int = Field(default=10, ge=0)
-    """The file backend writes a backup of the state and a copy into the stack's
-    history on every ``up`` and never removes them: keep the newest this many of each
-    per stack."""
 
 
 class ShardSettings(_Settings):
@@ -307,17 +281,6 @@ class ShardSettings(_Settings):
     """Most engine runs (``up``, ``refresh``) in progress at once across this process's
     shards. Each run is a CLI, a language host and a provider process, so memory and CPU
     bound it: about 2 per core."""
-    refresh_share: float = Field(default=0.25, gt=0, le=1)
-    """The most of the process's time its shards' refreshes take together: after a
-    refresh of ``d`` seconds the next starts no sooner than ``d * (1 - share) / share``
-    later (the most overdue shard first). A shard's refreshes are then
-    ``refresh_interval`` apart or, in a large fleet, about ``shards * d / share``: at 20
-    shards of 250 workers (a refresh a minute or more each) every ten minutes would
-    need a refresh running at every moment, one engine's CPU beside every change. 1
-    lifts the limit (``engine_concurrency`` still bounds the runs)."""
-    assignment_interval: float = Field(default=2.0, gt=0)
-    """Seconds between checks for namespaces that need a shard (and for a Lease to hand
-    back when this replica holds more than its share)."""
 
 
 class DaemonSettings(_Settings):
@@ -329,55 +292,6 @@ class DaemonSettings(_Settings):
     """Seconds between full re-lists of Queue objects, a safety net under the watch."""
     refresh_interval: float = Field(default=600.0, gt=0)
     """Seconds between ``refresh`` runs that detect drift in the cluster."""
-    refresh_gives_way: bool = True
-    """Whether a refresh in progress stops for a change to the workers (and runs again
-    after the change's ``up``). Off, a change waits for the whole refresh: one to two
-    minutes at 250 workers (bench/refresh-yields/results.md measures both)."""
-    pollers_interval: float = Field(default=30.0, gt=0)
-    """Seconds a task queue's pollers (the ``Polling`` condition of its workers' status)
-    are reused while it has some: an iteration does not ask Temporal about every worker
-    of the fleet again, only about those whose answer is this old."""
-    pollers_recheck_interval: float = Field(default=5.0, gt=0)
-    """The same for a task queue without pollers (a new worker, a broken one, or a
-    failed call): asked again sooner, so a worker that starts polling shows it soon. The
-    wait doubles with each answer without pollers, up to ``pollers_interval``."""
-    pollers_rate_per_s: float = Field(default=20.0, gt=0)
-    """Most task queues whose pollers one daemon process asks about per second, on
-    average, however many shards it runs (two calls each: workflow and activity queues);
-    the oldest answers are asked again first. A thousand workers without pollers asked
-    every few seconds overloaded a Temporal dev server until the autoscaler's own
-    samples timed out, and so did 20 shards with a budget each. Past
-    ``pollers_rate_per_s * pollers_interval`` workers (600 by default) a count is older
-    than ``pollers_interval`` before it is asked again: raise this where Temporal can
-    take it."""
-    pollers_deadline: float = Field(default=2.0, gt=0)
-    """Seconds a question to Temporal about a queue's pollers may take: unanswered then,
-    it is dropped and asked again when next due (the last answer stays). ``twc run``'s
-    loops ask on a thread of their own and never wait (:mod:`twc.loop.pollers`); a loop
-    stepped inline waits at most this long. A slow Temporal (5000 task queues on a dev
-    server, 10 s per call at worst) held a shard's loop, and a new Queue's early apply
-    behind it, for 10 s when loops waited without a deadline."""
-    pollers_burst: int = Field(default=50, ge=1)
-    """Task queues asked about back to back before the rate applies (a daemon's first
-    iteration, a burst of new workers)."""
-    file_poll_interval: float = Field(default=1.0, gt=0)
-    """Seconds between looks at the fleet file (a ``stat``): a change wakes the loop at
-    once instead of waiting for the next iteration."""
-    early_apply: bool = True
-    """Apply a new worker's ServiceAccount and Deployment before the engine's ``up``
-    (which adopts them), so it appears within a second instead of one engine run."""
-    target_threshold: int = Field(default=50, ge=0)
-    """Use a targeted ``up`` when at most this many workers changed; 0 always runs a
-    full ``up``. A targeted ``up`` builds only its workers, so it costs what it
-    targets; a full ``up`` costs the whole stack (shard). The default was 3: in the
-    benchmark's busy fleet (a one-worker change every 2 s) the changes made during one
-    ``up`` of a 250-worker shard were 5 to 13 by the next one, each batch then ran a
-    full ``up`` (90 to 160 s under load), and more changes piled up meanwhile."""
-    targeted_creates: bool = True
-    """New workers (a new Queue object, a worker added to the file) are created by a
-    targeted ``up`` like any other change: their components are targeted with their
-    dependents. Off: a new worker costs a full ``up`` of its stack (shard), as it
-    always did before (95 s at 250 workers under load in the benchmark)."""
     metrics_port: int = Field(default=8080, ge=0, le=65535)
     """TCP port of ``/healthz``, ``/readyz`` and ``/metrics``; 0 picks a free port."""
     backoff: BackoffSettings = Field(default_factory=BackoffSettings)
@@ -385,11 +299,11 @@ class DaemonSettings(_Settings):
     autoscale: AutoscaleBehavior = Field(default_factory=AutoscaleBehavior)
     """Defaults for turning backlogs into replica counts."""
     sampling: SamplingSettings = Field(default_factory=SamplingSettings)
-    """Limits on backlog queries."""
+    """How often backlogs are sampled."""
     leader_election: LeaderElectionSettings = Field(default_factory=LeaderElectionSettings)
     """Single-writer protection beyond the backend's lock."""
     rollout: VersionedRolloutSettings = Field(default_factory=VersionedRolloutSettings)
-    """Versioned rollouts' time scale and identity."""
+    """Versioned rollouts' time scale."""
     engine: EngineSettings = Field(default_factory=EngineSettings)
     """Deadline and interruption of engine runs."""
     liveness_timeout: float | None = Field(default=None, gt=0)
@@ -398,9 +312,9 @@ class DaemonSettings(_Settings):
     sleep), whether or not an engine run is in progress. ``None``: four reconcile
     intervals, at least 60 s (one Kubernetes call may take its 30 s read timeout)."""
     state: StateSettings = Field(default_factory=StateSettings)
-    """How the state is written and how many old copies are kept."""
+    """How the engine writes the state."""
     shards: ShardSettings = Field(default_factory=ShardSettings)
-    """For a sharded stack: engine concurrency and assignment checks."""
+    """For a sharded stack: engine concurrency."""
 
     @property
     def liveness_allowance(self) -> float:

@@ -88,9 +88,7 @@ class VersionsPlan:
 
 def rollout_settings(settings: DaemonSettings) -> RolloutSettings:
     """The planner's settings from the daemon's."""
-    return RolloutSettings(
-        time_scale=settings.rollout.time_scale, identity=settings.rollout.identity
-    )
+    return RolloutSettings(time_scale=settings.rollout.time_scale)
 
 
 def plan_rollouts(

@@ -6,8 +6,10 @@ can drive iterations on virtual time and count exactly what reached the "engine"
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,9 +18,11 @@ from twc.desired import QUEUE_KIND_KEY, DesiredFleet, DesiredInputs, desired_fle
 from twc.kube.watch import StaticQueues
 from twc.loop import Backlog, DaemonSettings, LoopState, TaskQueueRef
 from twc.loop.act import Effects
+from twc.loop.asking import AskerThread
 from twc.loop.daemon import Clocks, Daemon
 from twc.loop.health import DaemonMetrics
 from twc.loop.observe import Sources
+from twc.loop.sampling import Budgets
 from twc.spec import Fleet, ResolvedWorker, load_fleet
 from twc.stackrun.automation import UpReport
 from twc.stackrun.errors import EngineYielded
@@ -87,6 +91,66 @@ def queue_object(
         },
         "spec": spec,
     }
+
+
+class StepExecutor(Executor):
+    """Runs the engine's work at once on the caller's thread, so one step of the loop is
+    one whole engine run; :attr:`hold` keeps the work until :meth:`release`."""
+
+    def __init__(self) -> None:
+        self.hold = False
+        self.held: list[tuple[Future[Any], Callable[[], Any]]] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        self.held.append((future, lambda: fn(*args, **kwargs)))
+        if not self.hold:
+            self.release()
+        return future
+
+    def release(self) -> None:
+        """Run every held piece of work now."""
+        self.hold = False
+        while self.held:
+            future, work = self.held.pop(0)
+            try:
+                future.set_result(work())
+            except BaseException as exc:  # noqa: BLE001 - the future carries it, as a thread's would
+                future.set_exception(exc)
+
+
+class InlineAskerThread(AskerThread):
+    """Answers each batch of questions to Temporal before :meth:`submit` returns."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self._events = asyncio.new_event_loop()
+
+    def submit(self, batch: Coroutine[Any, Any, None]) -> None:
+        self._events.run_until_complete(batch)
+
+    def settle(self, timeout: float) -> bool:
+        return True
+
+    def close(self) -> None:
+        self._events.close()
+
+
+def fake_clocks(
+    clock: FakeClock, *, engine_thread: bool = False, asker_thread: bool = False
+) -> Clocks:
+    """Virtual time; the engine and the questions to Temporal answered within the step,
+    unless the real threads are asked for."""
+    real = Clocks()
+    executor = StepExecutor()
+    return Clocks(
+        monotonic=clock,
+        wall=lambda: 1_700_000_000.0 + clock.now,
+        sleep=clock.sleep,
+        jitter=None,
+        engine=real.engine if engine_thread else lambda _: executor,
+        asker=real.asker if asker_thread else InlineAskerThread,
+    )
 
 
 class FakeClock:
@@ -293,15 +357,16 @@ def make_daemon(
     read_replicas: Callable[[dict[str, int]], Mapping[str, int]] | None = None,
     record: Any = None,
     objects: Any = None,
-    background: bool = False,
+    engine_thread: bool = False,
     refresh_turn: Callable[[str, float], bool] | None = None,
-    sampler: bool = False,
+    asker_thread: bool = False,
+    budgets: Budgets | None = None,
 ) -> Harness:
     """A daemon on fakes. ``fleet`` is re-read every iteration, so tests may edit it.
 
-    ``background`` runs the engine (and the poller questions) as ``twc run`` does; its
-    backlog samples stay inline, so that one step scales on the backlog the test set,
-    unless ``sampler`` (they are then answered on the asker's thread, a step later).
+    The engine runs and the questions to Temporal are answered within each step
+    (:class:`StepExecutor`, :class:`InlineAskerThread`); ``engine_thread`` and
+    ``asker_thread`` give the daemon its real threads instead.
 
     ``source`` replaces the Queue source built from ``queues``; ``read_replicas`` reads
     the live replicas (given the fake cluster's dict), e.g. to make that read fail.
@@ -337,16 +402,8 @@ def make_daemon(
         Effects(engine=fake_engine, early=early, scaler=scaler, refresh_turn=refresh_turn),
         leader=leader,
         metrics=metrics,
-        clocks=Clocks(
-            monotonic=clock,
-            wall=lambda: 1_700_000_000.0 + clock.now,
-            sleep=clock.sleep,
-            jitter=None,
-        ),
-        limiter=NoLimit(),
-        background=background,
+        clocks=fake_clocks(clock, engine_thread=engine_thread, asker_thread=asker_thread),
+        budgets=budgets or Budgets(samples=NoLimit()),
     )
-    if daemon.observer.sampler is not None and not sampler:
-        daemon.observer.sampler = None  # the shared thread closes with the poller asker
     source.start(daemon.wakeup)
     return Harness(daemon, fake_engine, clock, source, fake_backlogs, metrics, doc, live, scaler)

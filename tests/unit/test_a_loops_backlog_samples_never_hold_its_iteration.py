@@ -21,7 +21,7 @@ from tests.unit._daemon_fakes import NS, FakeBacklogs, Harness, autoscaled, flee
 from twc.loop import DaemonSettings, TaskQueueRef
 from twc.loop.asking import BacklogAsker
 from twc.loop.faults import Fault
-from twc.loop.sampling import Backlog
+from twc.loop.sampling import Backlog, Budgets
 
 # Scale straight to ceil(backlog / target), no step policies in the way.
 SETTINGS = DaemonSettings.model_validate({"autoscale": {"scale_up": {"policies": []}}})
@@ -42,13 +42,16 @@ class HeldBacklogs(FakeBacklogs):
         return await super().describe(ref)
 
 
-def _harness(names: list[str], counts: Mapping[str, int | BaseException]) -> Harness:
+def _harness(
+    names: list[str], counts: Mapping[str, int | BaseException], budgets: Budgets | None = None
+) -> Harness:
     h = make_daemon(
         fleet_data(workers=[autoscaled(n, target=10) for n in names]),
         settings=SETTINGS,
         backlogs=counts,
-        background=True,
-        sampler=True,
+        engine_thread=True,
+        asker_thread=True,
+        budgets=budgets,
     )
     for name in names:
         h.live[f"{NS}/{name}"] = 1
@@ -199,9 +202,8 @@ def test_the_sampler_spends_the_shared_budget() -> None:
         async def acquire(self) -> None:
             self.acquired += 1
 
-    h = _harness(["a", "b", "c"], {"a": 10, "b": 20, "c": 30})
-    budget = Counting()
-    h.daemon.observer._limiter = budget  # the sharded daemon's one LockedBucket
+    budget = Counting()  # the sharded daemon's one LockedBucket
+    h = _harness(["a", "b", "c"], {"a": 10, "b": 20, "c": 30}, Budgets(samples=budget))
     try:
         h.step()
         assert _sampler(h).thread.settle(10.0)

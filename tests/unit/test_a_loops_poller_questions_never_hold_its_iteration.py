@@ -17,17 +17,13 @@ from dataclasses import replace
 
 import pytest
 
-from tests.unit._daemon_fakes import FakeEngine
 from tests.unit._native_objects import cluster_conn_obj, cluster_ref, worker_obj
 from tests.unit.test_daemon_writes_back_native_objects import (
     Pollers,
     World,
-    Writer,
     _last_status,
 )
-from twc.loop import DaemonSettings, TaskQueueRef
-from twc.loop.act import Effects
-from twc.loop.daemon import Daemon
+from twc.loop import TaskQueueRef, pollers
 from twc.loop.observe import POLLERS_INTERVAL
 from twc.loop.pollers import PollerAsker
 
@@ -50,21 +46,16 @@ class HeldPollers(Pollers):
 
 
 @pytest.fixture
-def world(request: pytest.FixtureRequest) -> Iterator[World]:
-    deadline = getattr(request, "param", None) or 60.0
+def world(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    monkeypatch.setattr(pollers, "POLLERS_DEADLINE", getattr(request, "param", None) or 60.0)
     world = World(
         [worker_obj(n, ref=cluster_ref("prod")) for n in ("fast", "held")],
         [cluster_conn_obj("prod")],
+        asker_thread=True,
     )
     world.backlogs = HeldPollers("held")
     observer = world.daemon.observer
     observer.sources = replace(observer.sources, backlogs=world.backlogs)
-    observer.asker = PollerAsker(
-        name="unit",
-        concurrency=4,
-        deadline=deadline,
-        wake=world.daemon.wakeup.set,
-    )
     world.deployments.update({"team/fast": (1, 1), "team/held": (1, 1)})
     world.backlogs.pollers_by_queue.update({"fast": 1, "held": 1})
     try:
@@ -111,7 +102,7 @@ def test_an_iteration_does_not_wait_for_an_answer_temporal_holds(world: World) -
     assert _last_status(world.writer, "team/held")["phase"] != "Ready"
 
     _held(world).gate.set()
-    assert asker.settle(10.0)
+    assert asker.thread.settle(10.0)
     assert world.daemon.wakeup.is_set()
     world.step()
     assert _last_status(world.writer, "team/held")["phase"] == "Ready"
@@ -134,20 +125,20 @@ def test_an_answer_that_says_nothing_new_does_not_wake_the_loop(world: World) ->
     _held(world).gate.set()
     asker = _asker(world)
     world.step()
-    assert asker.settle(10.0)
+    assert asker.thread.settle(10.0)
     world.step()  # the answers taken in
     world.daemon.wakeup.clear()
 
     world.clock.now += POLLERS_INTERVAL
     world.step()
-    assert asker.settle(10.0)
+    assert asker.thread.settle(10.0)
     assert world.backlogs.asked.count("fast") == 2, "asked again on schedule"
     assert not world.daemon.wakeup.is_set(), "the same count again woke the loop"
 
     world.backlogs.pollers_by_queue["fast"] = 0  # its workers stopped polling
     world.clock.now += POLLERS_INTERVAL
     world.step()
-    assert asker.settle(10.0)
+    assert asker.thread.settle(10.0)
     assert world.daemon.wakeup.is_set()
     world.step()
     assert _last_status(world.writer, "team/fast")["phase"] != "Ready"
@@ -157,37 +148,17 @@ def test_an_answer_that_says_nothing_new_does_not_wake_the_loop(world: World) ->
 def test_an_unanswered_question_is_dropped_at_its_deadline_and_asked_again(world: World) -> None:
     asker = _asker(world)
     world.step()
-    assert asker.settle(10.0), "the held question was not dropped at its deadline"
+    assert asker.thread.settle(10.0), "the held question was not dropped at its deadline"
     assert asker.unanswered == 1
     world.step()
     assert _last_status(world.writer, "team/held")["phase"] != "Ready"
 
     _held(world).gate.set()
     world.step()
-    assert asker.settle(10.0)
+    assert asker.thread.settle(10.0)
     assert world.backlogs.asked.count("held") == 2, "an unanswered queue is asked again"
     world.step()
     assert _last_status(world.writer, "team/held")["phase"] == "Ready"
-
-
-def test_twc_runs_loop_asks_in_the_background_and_a_stepped_one_waits() -> None:
-    stepped = World([worker_obj("a", ref=cluster_ref("prod"))], [cluster_conn_obj("prod")])
-    assert stepped.daemon.observer.asker is None
-    background = Daemon(
-        "bg",
-        DaemonSettings(),
-        stepped.daemon.observer.sources,
-        Effects(engine=FakeEngine(), writer=Writer()),
-        background=True,
-    )
-    try:
-        asker = background.observer.asker
-        assert asker is not None
-        assert asker.wake is not None
-        asker.wake()
-        assert background.wakeup.is_set(), "an answer with news wakes this loop"
-    finally:
-        background.observer.close()
 
 
 def _answered(asker: PollerAsker, name: str) -> bool:

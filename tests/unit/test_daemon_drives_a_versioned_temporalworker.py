@@ -9,9 +9,17 @@ second daemon — a restart, a new leader — continues from what it reads, noth
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any, cast
 
-from tests.unit._daemon_fakes import FakeBacklogs, FakeClock, FakeEngine, NoLimit, fleet_data
+from tests.unit._daemon_fakes import (
+    FakeBacklogs,
+    FakeClock,
+    FakeEngine,
+    NoLimit,
+    fake_clocks,
+    fleet_data,
+)
 from tests.unit._native_objects import (
     CLUSTER_CONNECTION,
     CONNECTION,
@@ -24,10 +32,11 @@ from twc.kube.versions import ObservedVersion
 from twc.kube.watch import NativeSnapshot, StaticNative, StaticQueues
 from twc.loop import DaemonSettings, LoopState
 from twc.loop.act import Effects
-from twc.loop.daemon import Clocks, Daemon
+from twc.loop.daemon import Daemon
 from twc.loop.health import DaemonMetrics
 from twc.loop.observe import Sources
 from twc.loop.rollouts import RolloutSource
+from twc.loop.sampling import Budgets
 from twc.native.objects import NativeObject
 from twc.rollout import (
     GateRun,
@@ -163,13 +172,8 @@ class World:
             ),
             Effects(engine=self.engine, writer=self.writer),
             metrics=DaemonMetrics("unit"),
-            clocks=Clocks(
-                monotonic=self.clock,
-                wall=lambda: WALL + self.clock.now,
-                sleep=self.clock.sleep,
-                jitter=None,
-            ),
-            limiter=NoLimit(),
+            clocks=replace(fake_clocks(self.clock), wall=lambda: WALL + self.clock.now),
+            budgets=Budgets(samples=NoLimit()),
         )
 
     def apply_versions(self) -> None:

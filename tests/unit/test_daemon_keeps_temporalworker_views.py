@@ -12,7 +12,15 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from tests.unit._daemon_fakes import NS, FakeClock, FakeEngine, NoLimit, fleet_data, queue_object
+from tests.unit._daemon_fakes import (
+    NS,
+    FakeClock,
+    FakeEngine,
+    NoLimit,
+    fake_clocks,
+    fleet_data,
+    queue_object,
+)
 from tests.unit._native_objects import CLUSTER_CONNECTION, CONNECTION, cluster_conn_obj
 from tests.unit.test_daemon_writes_back_native_objects import Pollers, Writer
 from twc.connections import Registry
@@ -20,10 +28,11 @@ from twc.desired import WORKER_KIND_KEY
 from twc.kube.watch import NativeSnapshot, StaticNative, StaticQueues
 from twc.loop import DaemonSettings, LoopState
 from twc.loop.act import Effects
-from twc.loop.daemon import Clocks, Daemon
+from twc.loop.daemon import Daemon
 from twc.loop.decide import ReconcileAction
 from twc.loop.health import DaemonMetrics
 from twc.loop.observe import POLLERS_RECHECK_INTERVAL, Sources
+from twc.loop.sampling import Budgets
 from twc.loop.views import VIEW_OVERWRITTEN
 from twc.native.views import VIEW_FIELD_MANAGER, VIEW_LABEL
 from twc.spec import Fleet, load_fleet
@@ -141,13 +150,8 @@ class World:
             Effects(engine=self.engine, writer=self.writer, views=self.server),
             leader=self,
             metrics=DaemonMetrics("prod"),
-            clocks=Clocks(
-                monotonic=self.clock,
-                wall=lambda: 1_700_000_000.0 + self.clock.now,
-                sleep=self.clock.sleep,
-                jitter=None,
-            ),
-            limiter=NoLimit(),
+            clocks=fake_clocks(self.clock),
+            budgets=Budgets(samples=NoLimit()),
         )
         self.state = LoopState(started_at=self.clock.now)
 

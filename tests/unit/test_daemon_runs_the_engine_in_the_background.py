@@ -36,6 +36,9 @@ class Gate:
         assert self.open.wait(10), "the test never let the up finish"
 
 
+REFRESH_EVERY_MINUTE = DaemonSettings(refresh_interval=60.0)
+
+
 def _until(predicate: object, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():  # type: ignore[operator]
@@ -46,7 +49,7 @@ def _until(predicate: object, timeout: float = 10.0) -> None:
 def _up_held_at_the_gate(applier: FakeApplier) -> tuple[Harness, Gate]:
     """A daemon whose up for an image change runs in the background, held at the gate."""
     gate = Gate()
-    h = make_daemon(engine=FakeEngine(during_up=gate), early=applier, background=True)
+    h = make_daemon(engine=FakeEngine(during_up=gate), early=applier, engine_thread=True)
     gate.open.set()
     h.step()
     _until(lambda: h.daemon.wakeup.is_set())
@@ -62,7 +65,7 @@ def _up_held_at_the_gate(applier: FakeApplier) -> tuple[Harness, Gate]:
 def test_a_queue_created_during_a_long_up_is_applied_at_once_and_upped_after() -> None:
     gate = Gate()
     applier = FakeApplier()
-    h = make_daemon(engine=FakeEngine(during_up=gate), early=applier, background=True)
+    h = make_daemon(engine=FakeEngine(during_up=gate), early=applier, engine_thread=True)
     gate.open.set()
     h.step()  # the daemon's first up (it applies nothing early)
     _until(lambda: h.daemon.wakeup.is_set())
@@ -107,7 +110,7 @@ def test_scaling_goes_on_while_an_up_is_in_progress() -> None:
         settings=settings,
         backlogs={"orders": 0},
         engine=FakeEngine(during_up=gate),
-        background=True,
+        engine_thread=True,
     )
     h.live[f"{NS}/orders"] = 1
     h.step()
@@ -123,7 +126,7 @@ def test_scaling_goes_on_while_an_up_is_in_progress() -> None:
 
 
 def test_a_failed_background_up_is_folded_into_the_state_as_a_failure() -> None:
-    h = make_daemon(engine=FakeEngine(failures=[RuntimeError("boom")]), background=True)
+    h = make_daemon(engine=FakeEngine(failures=[RuntimeError("boom")]), engine_thread=True)
     h.step()
     _until(lambda: h.daemon.wakeup.is_set())
     state = h.step()
@@ -135,7 +138,7 @@ def test_a_failed_background_up_is_folded_into_the_state_as_a_failure() -> None:
 
 def test_a_stop_waits_for_the_up_in_progress() -> None:
     gate = Gate()
-    h = make_daemon(engine=FakeEngine(during_up=gate), background=True)
+    h = make_daemon(engine=FakeEngine(during_up=gate), engine_thread=True)
     done: list[int] = []
     loop = threading.Thread(target=lambda: done.append(h.daemon.run()), daemon=True)
     loop.start()
@@ -158,7 +161,9 @@ def test_a_change_stops_the_refresh_in_progress_and_the_refresh_runs_after_it(
     # At 1000 workers a change waited behind its shard's one-to-two-minute refresh.
     gate = Gate()
     engine = FakeEngine(during_refresh=gate)
-    h = make_daemon(engine=engine, background=True, settings=DaemonSettings(refresh_interval=60.0))
+    h = make_daemon(
+        engine=engine, engine_thread=True, settings=DaemonSettings(refresh_interval=60.0)
+    )
     h.step()  # the first up
     _until(lambda: h.daemon.wakeup.is_set())
     h.step()  # collects it
@@ -197,7 +202,9 @@ def test_the_loop_sleeps_while_a_refresh_runs_in_the_background() -> None:
     # observing and planning without pause, for the minutes a large shard's refresh takes.
     gate = Gate()
     engine = FakeEngine(during_refresh=gate)
-    h = make_daemon(engine=engine, background=True, settings=DaemonSettings(refresh_interval=60.0))
+    h = make_daemon(
+        engine=engine, engine_thread=True, settings=DaemonSettings(refresh_interval=60.0)
+    )
     loop = threading.Thread(target=h.daemon.run, daemon=True)
     loop.start()
     try:
@@ -218,7 +225,9 @@ def test_a_change_that_could_not_stop_the_refresh_starts_as_soon_as_it_ends() ->
     # for the next iteration, 30 s later by default (the benchmark's "idle" trials).
     gate = Gate()
     engine = FakeEngine(during_refresh=gate, yields=False)
-    h = make_daemon(engine=engine, background=True, settings=DaemonSettings(refresh_interval=60.0))
+    h = make_daemon(
+        engine=engine, engine_thread=True, settings=DaemonSettings(refresh_interval=60.0)
+    )
     h.step()
     _until(lambda: h.daemon.wakeup.is_set())
     h.step()
@@ -242,7 +251,7 @@ def test_a_new_queue_worker_is_applied_before_a_burst_of_wakes_settles() -> None
     # steady wakes (a busy fleet: file edits, other Queues, ends of engine runs) that
     # was all 2 s of a Queue's way to its Deployment; only the up needs to wait.
     applier = FakeApplier()
-    h = make_daemon(early=applier, background=True)
+    h = make_daemon(early=applier, engine_thread=True)
     armed = threading.Event()
     during_settle: list[tuple[list[ObjectRef], int]] = []
 
@@ -280,9 +289,7 @@ def test_a_wake_applies_a_new_worker_before_it_reports_the_up_that_ended() -> No
     # Folding an ended up reports it: statuses written, Temporal asked about pollers.
     # At 20 shards a new Queue's Deployment waited up to two minutes for that report.
     applier = FakeApplier()
-    h, gate = _up_held_at_the_gate(applier)
-    assert h.state is not None
-    before = h.state.applied
+    h = make_daemon(early=applier, engine_thread=True)
     deployment = ObjectRef("Deployment", NS, "worker-orders")
     applied_when_reported: list[bool] = []
     report = h.daemon.reporter.finished
@@ -292,21 +299,35 @@ def test_a_wake_applies_a_new_worker_before_it_reports_the_up_that_ended() -> No
         report(*args, **kwargs)  # type: ignore[arg-type]
 
     h.daemon.reporter.finished = finished  # type: ignore[method-assign]
-    h.queues.replace([queue_object("orders")])  # the Queue arrives as the up ends
-    gate.open.set()
-    _until(lambda: _ended(h))
+    gate = Gate()
 
-    assert h.state is not None
-    h.state = h.daemon._answer(h.state)  # the wake's answer, before the settle
+    def up() -> None:  # the second up holds; the Queue arrives as it ends
+        if len(h.engine.ups) == 2:
+            gate()
+            h.queues.replace([queue_object("orders")])
 
-    assert applied_when_reported == [True], "the ended up was reported before the new worker"
-    assert h.state.applied is not None
-    assert h.state.applied != before, "the ended up is folded in by the same answer"
+    def on_sleep() -> None:
+        if h.clock.slept[-1] != 0.3:
+            h.daemon.wakeup.wait(5)
 
+    h.engine.during_up = up
+    h.clock.on_sleep = on_sleep
+    loop = threading.Thread(target=h.daemon.run, daemon=True)
+    loop.start()
+    try:
+        _until(lambda: h.daemon.state is not None and h.daemon.state.applied is not None)
+        h.fleet["defaults"]["image"] = "registry.example/worker:2.0.0"
+        h.daemon.wakeup.set()
+        assert gate.entered.wait(10)
+        applied_when_reported.clear()
+        gate.open.set()
+        _until(lambda: len(applied_when_reported) >= 1)
+    finally:
+        gate.open.set()
+        h.daemon.request_stop()
+        loop.join(10)
 
-def _ended(h: object) -> bool:
-    run = h.daemon._engine.thread.current()  # type: ignore[attr-defined]
-    return run is not None and run.future.done()
+    assert applied_when_reported[0], "the ended up was reported before the new worker"
 
 
 def test_a_queue_deleted_during_an_up_that_did_not_have_its_worker_leaves_nothing() -> None:

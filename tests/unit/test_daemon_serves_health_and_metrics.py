@@ -169,17 +169,21 @@ def test_a_standby_is_live_while_its_election_rounds_go_on() -> None:
             return self.rounds
 
     gate = Standby()
-    settings = DaemonSettings(liveness_timeout=10.0)
-    h = make_daemon(settings=settings, leader=gate)
+    h = make_daemon(settings=DaemonSettings(liveness_timeout=10.0), leader=gate)
+    live: list[bool] = []
 
-    for _ in range(20):  # rounds go on: live all along
-        gate.rounds = h.clock.now
-        h.daemon._standby()
-        assert h.daemon.live()[0]
-    for _ in range(6):  # the elector stopped completing rounds (retry period 2 s)
-        h.daemon._standby()
+    def on_sleep() -> None:  # one election round's wait (retry period 2 s) each
+        if len(h.clock.slept) <= 20:
+            gate.rounds = h.clock.now  # rounds go on; then the elector stops completing them
+        live.append(h.daemon.live()[0])
+        if len(h.clock.slept) == 30:
+            h.daemon.request_stop()
 
-    assert not h.daemon.live()[0]
+    h.clock.on_sleep = on_sleep
+    assert h.daemon.run() == 0
+
+    assert all(live[:21])
+    assert not live[-1]
 
 
 def test_a_probe_whose_caller_gave_up_is_logged_not_a_traceback(

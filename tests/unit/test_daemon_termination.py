@@ -16,6 +16,7 @@ from twc.loop import DaemonSettings
 from twc.loop.act import Effects
 from twc.loop.daemon import Daemon
 from twc.loop.observe import Sources
+from twc.loop.sampling import Budgets
 from twc.spec import load_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +29,7 @@ def _daemon(engine: FakeEngine, settings: DaemonSettings) -> Daemon:
         settings,
         Sources(fleet=lambda: load_fleet(doc, "fleet.yaml"), queues=StaticQueues(())),
         Effects(engine=engine),
-        limiter=NoLimit(),
+        budgets=Budgets(samples=NoLimit()),
     )
 
 

@@ -12,7 +12,14 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from tests.unit._daemon_fakes import FakeBacklogs, FakeClock, FakeEngine, NoLimit, fleet_data
+from tests.unit._daemon_fakes import (
+    FakeBacklogs,
+    FakeClock,
+    FakeEngine,
+    NoLimit,
+    fake_clocks,
+    fleet_data,
+)
 from tests.unit._native_objects import (
     CLUSTER_CONNECTION,
     CONNECTION,
@@ -25,10 +32,10 @@ from twc.desired import WORKER_KIND_KEY
 from twc.kube.watch import NativeSnapshot, StaticNative, StaticQueues
 from twc.loop import DaemonSettings, LoopState, TaskQueueRef
 from twc.loop.act import Effects
-from twc.loop.daemon import Clocks, Daemon
+from twc.loop.daemon import Daemon
 from twc.loop.health import DaemonMetrics
 from twc.loop.observe import POLLERS_INTERVAL, POLLERS_RECHECK_INTERVAL, Sources
-from twc.loop.sampling import Allowance
+from twc.loop.sampling import Allowance, Budgets
 from twc.native.objects import FINALIZER, NativeObject
 from twc.spec import Fleet, load_fleet
 
@@ -76,6 +83,7 @@ class World:
         settings: DaemonSettings | None = None,
         pollers: Allowance | None = None,
         clock: FakeClock | None = None,
+        asker_thread: bool = False,
     ) -> None:
         self.clock = clock or FakeClock()
         self.engine = FakeEngine()
@@ -102,14 +110,11 @@ class World:
             ),
             Effects(engine=self.engine, writer=self.writer),
             metrics=DaemonMetrics("unit"),
-            clocks=Clocks(
-                monotonic=self.clock,
+            clocks=replace(
+                fake_clocks(self.clock, asker_thread=asker_thread),
                 wall=lambda: 1_700_000_000.0 + self.clock.now,
-                sleep=self.clock.sleep,
-                jitter=None,
             ),
-            limiter=NoLimit(),
-            pollers=pollers,
+            budgets=Budgets(samples=NoLimit(), pollers=pollers or Budgets().pollers),
         )
         self.state = LoopState(started_at=self.clock.now)
 

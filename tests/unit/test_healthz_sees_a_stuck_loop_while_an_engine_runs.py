@@ -33,7 +33,7 @@ def _long_up() -> tuple[FakeEngine, threading.Event, threading.Event]:
 
 def test_a_loop_that_stops_iterating_fails_healthz_while_an_up_runs() -> None:
     engine, started, release = _long_up()
-    h = make_daemon(settings=SETTINGS, engine=engine, background=True)
+    h = make_daemon(settings=SETTINGS, engine=engine, engine_thread=True)
     try:
         h.step()  # starts the up on the engine's thread
         assert started.wait(10)
@@ -50,7 +50,7 @@ def test_a_loop_that_stops_iterating_fails_healthz_while_an_up_runs() -> None:
 
 def test_a_loop_that_iterates_during_a_long_up_stays_live() -> None:
     engine, started, release = _long_up()
-    h = make_daemon(settings=SETTINGS, engine=engine, background=True)
+    h = make_daemon(settings=SETTINGS, engine=engine, engine_thread=True)
     seen: list[bool] = []
     try:
         h.step()

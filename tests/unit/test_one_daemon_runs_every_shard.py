@@ -337,6 +337,8 @@ def test_sigterm_to_a_sharded_daemon_closes_its_engine_slots() -> None:
 
 
 def test_a_run_that_never_started_is_folded_without_a_report() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
     from twc.loop.background import BackgroundEngine
     from twc.loop.outcome import EngineNotStarted
     from twc.loop.settings import DaemonSettings
@@ -355,9 +357,9 @@ def test_a_run_that_never_started_is_folded_without_a_report() -> None:
         actor=Actor(),  # type: ignore[arg-type]
         reporter=Silent(),  # type: ignore[arg-type]
         settings=DaemonSettings(),
-        monotonic=time.monotonic,
-        jitter=None,
+        clocks=(time.monotonic, None),
         wakeup=threading.Event(),
+        executor=ThreadPoolExecutor(max_workers=1),
     )
     state = LoopState(started_at=0.0)
     engine.start_refresh()

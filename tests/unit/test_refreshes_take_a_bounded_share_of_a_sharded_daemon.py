@@ -136,7 +136,7 @@ def test_a_due_refresh_without_its_turn_starts_no_engine_run_and_a_change_still_
     engine = FakeEngine()
     h = make_daemon(
         engine=engine,
-        background=True,
+        engine_thread=True,
         settings=DaemonSettings(refresh_interval=60.0),
         refresh_turn=turn,
     )

@@ -52,9 +52,16 @@ from twc.loop.backlog import TemporalBacklogs, import_temporal
 from twc.loop.daemon import Daemon
 from twc.loop.filewatch import FleetFileWatch
 from twc.loop.health import DaemonMetrics, HealthServer, MetricsSource, Probe
-from twc.loop.observe import POLLERS_BURST, POLLERS_RATE_PER_S, CachedFleetFile, Sources
+from twc.loop.observe import CachedFleetFile, Sources
 from twc.loop.rollouts import RolloutSource
-from twc.loop.sampling import SAMPLE_BURST, SAMPLE_RATE_PER_S, Allowance
+from twc.loop.sampling import (
+    POLLERS_BURST,
+    POLLERS_RATE_PER_S,
+    SAMPLE_BURST,
+    SAMPLE_RATE_PER_S,
+    Allowance,
+    Budgets,
+)
 from twc.loop.settings import KILL_MARGIN, DaemonSettings
 from twc.loop.shards import (
     EngineSlots,
@@ -182,7 +189,6 @@ def _rollout_source(
     kube: KubeClient | None,
     workloads: Workloads | None,
     temporal_address: str | None,
-    settings: DaemonSettings,
 ) -> RolloutSource | None:
     """Versioned workers' versions (from the cluster) and routing (through Temporal)."""
     if kube is None or workloads is None:
@@ -599,8 +605,9 @@ def _wire_one(
             objects=workloads.read if workloads is not None else None,
             registry=registry,
             file=file,
-            rollouts=_rollout_source(kube, workloads, temporal_address, settings),
+            rollouts=_rollout_source(kube, workloads, temporal_address),
             record=record,
+            program={"config": dict(ref.config or {})},
         ),
         Effects(
             engine=_pruned(
@@ -623,10 +630,6 @@ def _wire_one(
         ),
         leader=elector,
         metrics=metrics,
-        program={"config": dict(ref.config or {})},
-        # The engine on a thread of its own: scaling and early applies go on during a
-        # long up (twc.loop.background).
-        background=True,
     )
     wiring = Wiring(options.stack, settings, daemon, metrics, file, kube, [channel], lease_kube)
     wiring.state_dir = state_dir
@@ -704,8 +707,10 @@ def _wire_shards(
     # of shards: Temporal's capacity does not grow with them (at 20 shards, a budget
     # each asked a dev server about 200 task queues a second, and its answers to the
     # autoscaler's samples timed out).
-    limiter = LockedBucket(SAMPLE_RATE_PER_S, burst=SAMPLE_BURST)
-    pollers = Allowance(POLLERS_RATE_PER_S, burst=POLLERS_BURST)
+    budgets = Budgets(
+        samples=LockedBucket(SAMPLE_RATE_PER_S, burst=SAMPLE_BURST),
+        pollers=Allowance(POLLERS_RATE_PER_S, burst=POLLERS_BURST),
+    )
     temporal_address = (base.config or {}).get("temporalAddress")
     election = settings.leader_election
     identity = _identity()
@@ -805,8 +810,9 @@ def _wire_shards(
                 objects=own.read,
                 registry=registry,
                 file=file,
-                rollouts=_rollout_source(kube, own, temporal_address, settings),
+                rollouts=_rollout_source(kube, own, temporal_address),
                 record=record,
+                program={"config": dict(base.config or {})},
             ),
             Effects(
                 engine=slot_engine,
@@ -819,10 +825,7 @@ def _wire_shards(
             ),
             leader=leader,
             metrics=DaemonMetrics(ref.name),
-            program={"config": dict(base.config or {})},
-            limiter=limiter,
-            pollers=pollers,
-            background=True,
+            budgets=budgets,
         )
 
         def others() -> frozenset[Any]:

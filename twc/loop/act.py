@@ -166,18 +166,6 @@ class Actor:
         self._views.sync(views)
 
     # ------------------------------------------------------------------ up
-    def apply(self, decision: ReconcileDecision, plan: Plan) -> None:
-        """Run the ``up`` the plan decided (early apply first, release after).
-
-        Raises:
-            TemporaryError: This daemon does not lead any more.
-            Exception: Whatever the engine raised.
-        """
-        if not self._may_apply():
-            raise TemporaryError("not leading any more; not applying")
-        self._apply_early(decision, plan)
-        self.run_up(decision, plan)
-
     def apply_early(self, decision: ReconcileDecision, plan: Plan) -> None:
         """Apply new workers' objects now: ahead of an ``up`` started next, or while
         one is in progress (a Queue created during a long ``up`` gets its Deployment

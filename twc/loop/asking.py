@@ -25,7 +25,14 @@ from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from twc.loop.sampling import Backlog, RateLimiter, SampleResult, TaskQueueRef
+from twc.loop.sampling import (
+    SAMPLE_CONCURRENCY,
+    Backlog,
+    RateLimiter,
+    SampleResult,
+    TaskQueueRef,
+    sample_backlogs,
+)
 
 __all__ = ["AskerThread", "BacklogAsker", "Questions", "Sampled"]
 
@@ -173,7 +180,6 @@ class BacklogAsker(Questions[Sampled, int | None]):
         self,
         *,
         thread: AskerThread,
-        concurrency: int,
         wake: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
@@ -182,14 +188,11 @@ class BacklogAsker(Questions[Sampled, int | None]):
 
         Args:
             thread: Where the samples run (shared with the loop's poller questions).
-            concurrency: Most samples in flight at once (each takes its token from the
-                budget only once it has a slot, so a waiting sample spends none).
             wake: Called when an answer says something new (the loop's wake-up).
             clock: Monotonic time, recorded with each answer.
             wall: Unix time, recorded with each answer.
         """
         super().__init__(thread=thread, wake=wake)
-        self._concurrency = max(1, concurrency)
         self._clock = clock
         self._wall = wall
 
@@ -202,17 +205,10 @@ class BacklogAsker(Questions[Sampled, int | None]):
     async def _batch(
         self, refs: Sequence[TaskQueueRef], describe: Describe, limiter: RateLimiter
     ) -> None:
-        slots = asyncio.Semaphore(self._concurrency)
-
-        async def one(ref: TaskQueueRef) -> None:
-            async with slots:
-                try:
-                    # The token inside the slot: see sample_backlogs.
-                    await limiter.acquire()
-                    result = SampleResult(ref, backlog=await describe(ref))
-                except Exception as exc:  # noqa: BLE001 - a failed sample holds that worker's replicas
-                    result = SampleResult(ref, error=exc)
+        def answered(result: SampleResult) -> None:
             count = result.backlog.count if result.ok and result.backlog is not None else None
-            self._answered(ref, Sampled(result, self._clock(), self._wall()), count)
+            self._answered(result.queue, Sampled(result, self._clock(), self._wall()), count)
 
-        await asyncio.gather(*(one(r) for r in refs))
+        await sample_backlogs(
+            refs, describe, concurrency=SAMPLE_CONCURRENCY, limiter=limiter, answered=answered
+        )

@@ -14,22 +14,20 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from twc.loop.act import Actor
 from twc.loop.decide import DesiredState, ReconcileDecision
 from twc.loop.outcome import EngineNotStarted, Outcome, outcome_of
 from twc.loop.plan import Plan
+from twc.loop.report import Reporter
 from twc.loop.settings import DaemonSettings
 from twc.loop.state import LoopState
 from twc.stackrun.errors import EngineYielded
 
 logger = logging.getLogger(__name__)
-
-if TYPE_CHECKING:
-    from twc.loop.act import Actor
-    from twc.loop.report import Reporter
 
 __all__ = ["BackgroundEngine", "EngineRun", "EngineThread"]
 
@@ -57,9 +55,9 @@ class EngineRun:
 class EngineThread:
     """At most one engine run at a time, on a thread of its own."""
 
-    def __init__(self, name: str) -> None:
-        """Name the thread after the stack."""
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"twc-engine-{name}")
+    def __init__(self, executor: Executor) -> None:
+        """Run on ``executor`` (one thread: :attr:`Clocks.engine <twc.loop.daemon.Clocks>`)."""
+        self._executor = executor
         self._lock = threading.Lock()
         self._run: EngineRun | None = None
 
@@ -124,13 +122,15 @@ class BackgroundEngine:
         actor: Actor,
         reporter: Reporter,
         settings: DaemonSettings,
-        monotonic: Callable[[], float],
-        jitter: Callable[[], float] | None,
+        clocks: tuple[Callable[[], float], Callable[[], float] | None],
         wakeup: threading.Event,
+        executor: Executor,
     ) -> None:
-        """Run ``actor``'s engine calls on a thread named after ``stack``."""
+        """Run ``actor``'s engine calls on ``executor``; ``clocks`` are the loop's
+        monotonic clock and backoff jitter."""
         self.stack = stack
-        self.thread = EngineThread(stack)
+        self.thread = EngineThread(executor)
+        monotonic, jitter = clocks
         self._actor = actor
         self._reporter = reporter
         self._settings = settings
@@ -144,30 +144,29 @@ class BackgroundEngine:
 
     def start_up(self, decision: ReconcileDecision, plan: Plan, started: float) -> None:
         """Start the ``up`` that carries out ``decision``."""
-
-        def work() -> None:
-            try:
-                self._actor.run_up(decision, plan)
-            finally:
-                self._wakeup.set()  # the loop collects the outcome at once
-
+        work = self._waking(lambda: self._actor.run_up(decision, plan))
         self.thread.start(
             "up", work, started=started, plan=plan, decision=decision, attempted=plan.hashes
         )
 
     def start_refresh(self) -> None:
         """Start a ``refresh`` (drift detection)."""
+        self.thread.start("refresh", self._waking(self._actor.refresh), started=self._monotonic())
 
-        def work() -> list[str]:
+    def _waking(self, run: Callable[[], Any]) -> Callable[[], Any]:
+        """``run``, waking the loop when it ends on a thread of its own: the loop folds
+        it at once, and a change that came meanwhile starts now. A run that ended within
+        the loop's own call (an executor that runs it there) is folded by that call."""
+        loop = threading.get_ident()
+
+        def work() -> Any:
             try:
-                return self._actor.refresh()
+                return run()
             finally:
-                # The loop collects it at once: a change that came meanwhile (the one it
-                # gave way to, or one that came while it could not: its last steps
-                # after the CLI) starts now, not a `reconcile_interval` later.
-                self._wakeup.set()
+                if threading.get_ident() != loop:
+                    self._wakeup.set()
 
-        self.thread.start("refresh", work, started=self._monotonic())
+        return work
 
     def give_way(self, reason: str) -> None:
         """A change waits: stop the refresh in progress, if that is what runs.

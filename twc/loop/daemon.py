@@ -24,7 +24,8 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -38,20 +39,13 @@ from twc.loop.decide import DesiredState, ReconcileAction, ReconcileDecision, de
 from twc.loop.faults import BLOCKING, FaultBook
 from twc.loop.guard import DeletionGuard
 from twc.loop.health import DaemonMetrics, Liveness
-from twc.loop.observe import POLLERS_DEADLINE, Observer, Sources
+from twc.loop.observe import Observer, Sources
 from twc.loop.outcome import Outcome, outcome_of
 from twc.loop.plan import Plan, desired_from, make_plan, with_conflicts
-from twc.loop.pollers import PollerAsker
+from twc.loop.pollers import POLLERS_DEADLINE, PollerAsker
 from twc.loop.report import FaultReporter, Reporter, shorten
 from twc.loop.rollouts import RolloutActor
-from twc.loop.sampling import (
-    SAMPLE_BURST,
-    SAMPLE_CONCURRENCY,
-    SAMPLE_RATE_PER_S,
-    Allowance,
-    RateLimiter,
-    TokenBucket,
-)
+from twc.loop.sampling import Budgets
 from twc.loop.settings import DaemonSettings
 from twc.loop.state import LoopState
 from twc.loop.state import sleep as interruptible_sleep
@@ -71,9 +65,14 @@ class LeaderGate(Protocol):
         ...
 
 
+def _engine_thread(stack: str) -> Executor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"twc-engine-{stack}")
+
+
 @dataclass(frozen=True)
 class Clocks:
-    """The loop's sense of time, injected so tests run on virtual time."""
+    """The loop's time and the threads it hands work to, injected so that tests run on
+    virtual time with deterministic stand-ins for the threads."""
 
     monotonic: Callable[[], float] = time.monotonic
     """Seconds on a monotonic clock: the only clock decisions read."""
@@ -83,6 +82,10 @@ class Clocks:
     """The interruptible sleep (a fake advances a fake clock)."""
     jitter: Callable[[], float] | None = field(default=random.random)
     """Source of backoff jitter in ``[0, 1]``; ``None`` for none."""
+    engine: Callable[[str], Executor] = _engine_thread
+    """Given the stack, where its engine runs go (one at a time): a thread of their own."""
+    asker: Callable[[str], AskerThread] = AskerThread
+    """Given the stack, where its questions to Temporal run: an event loop of their own."""
 
 
 class Daemon:
@@ -98,34 +101,21 @@ class Daemon:
         leader: LeaderGate | None = None,
         metrics: DaemonMetrics | None = None,
         clocks: Clocks | None = None,
-        program: Mapping[str, Any] | None = None,
-        limiter: RateLimiter | None = None,
-        pollers: Allowance | None = None,
-        background: bool = False,
+        budgets: Budgets | None = None,
     ) -> None:
         """Wire the loop.
 
         Args:
             stack: The stack's name (logs and metrics).
-            settings: Intervals, backoff, autoscaling behaviour, sampling limits.
-            sources: What the loop reads (fleet file, cluster, Temporal).
+            settings: Intervals, backoff, autoscaling behaviour.
+            sources: What the loop reads (fleet file, cluster, Temporal, config).
             effects: What the loop changes (the engine, the cluster's objects).
             leader: The Lease elector with ``--leader-elect``; ``None`` means this
                 daemon always may apply (the backend's lock still serialises ``up``\\ s).
             metrics: Where to publish; a private set by default.
-            clocks: Time and sleep; the real ones by default.
-            program: Inputs of the program outside the fleet (config such as the
-                Temporal address); a change forces a full ``up``.
-            limiter: The backlog request-rate budget; a token bucket from the
-                sampling settings by default.
-            pollers: The budget of task queues asked about their pollers; the
-                loop's own from the settings by default.
-            background: Run the engine on a thread of its own (:mod:`twc.loop.background`):
-                the loop keeps scaling and applying new workers early during a long
-                ``up``. ``twc run`` does; tests that step the loop run it inline.
-                It also asks Temporal about pollers and samples backlogs on a thread
-                of its own (:mod:`twc.loop.pollers`, :mod:`twc.loop.asking`): no
-                iteration waits for those answers.
+            clocks: Time, sleep and threads; the real ones by default.
+            budgets: The request budgets for Temporal; the loop's own by default (a
+                sharded daemon's loops share one).
         """
         self.stack = stack
         self.settings = settings
@@ -135,7 +125,6 @@ class Daemon:
         self.wakeup = threading.Event()
         self.exit_code = 0
         self._leader = leader
-        self._program = dict(program or {})
         self._stop = threading.Event()
         self._crashed: BaseException | None = None
         self._was_leader: bool | None = None
@@ -144,38 +133,27 @@ class Daemon:
         self.liveness = Liveness(self.clocks.monotonic, settings.liveness_allowance)
         self._rounds_seen: float | None = None
         self.faults = FaultBook(self.clocks.monotonic, self.clocks.wall)
-
+        budgets = budgets or Budgets()
         fault_reporter = FaultReporter(stack=stack, metrics=self.metrics, book=self.faults)
-        # twc run's questions to Temporal (pollers, backlogs) run on one thread of the
-        # loop's own, sharing its clients: no iteration waits for an answer.
-        asking = AskerThread(stack) if background else None
+        # Questions to Temporal (pollers, backlogs) run on one thread of the loop's own,
+        # sharing its clients: no iteration waits for an answer.
+        asking = self.clocks.asker(stack)
         self.observer = Observer(
             sources,
             settings=settings,
             faults=fault_reporter,
-            limiter=limiter or TokenBucket(SAMPLE_RATE_PER_S, burst=SAMPLE_BURST),
+            limiter=budgets.samples,
             metrics=self.metrics,
             stack=stack,
             clock=self.clocks.monotonic,
-            pollers=pollers,
-            asker=PollerAsker(
-                name=stack,
-                concurrency=SAMPLE_CONCURRENCY,
-                deadline=POLLERS_DEADLINE,
-                wake=lambda: self.wakeup.set(),
-                thread=asking,
-            )
-            if asking is not None
-            else None,
+            pollers=budgets.pollers,
+            asker=PollerAsker(name=stack, thread=asking, wake=self.wakeup.set),
             sampler=BacklogAsker(
                 thread=asking,
-                concurrency=SAMPLE_CONCURRENCY,
-                wake=lambda: self.wakeup.set(),
+                wake=self.wakeup.set,
                 clock=self.clocks.monotonic,
                 wall=self.clocks.wall,
-            )
-            if asking is not None
-            else None,
+            ),
         )
         self.reporter = Reporter(
             stack=stack,
@@ -216,18 +194,14 @@ class Daemon:
         self._desired: dict[str, int] = {}
         self._observed: dict[str, int] = {}
         self._turn = effects.refresh_turn
-        self._engine = (
-            BackgroundEngine(
-                stack,
-                actor=self.actor,
-                reporter=self.reporter,
-                settings=settings,
-                monotonic=self.clocks.monotonic,
-                jitter=self.clocks.jitter,
-                wakeup=self.wakeup,
-            )
-            if background
-            else None
+        self._engine = BackgroundEngine(
+            stack,
+            actor=self.actor,
+            reporter=self.reporter,
+            settings=settings,
+            clocks=(self.clocks.monotonic, self.clocks.jitter),
+            wakeup=self.wakeup,
+            executor=self.clocks.engine(stack),
         )
         self.metrics.leader.labels(stack).set(0)
 
@@ -334,13 +308,8 @@ class Daemon:
         """
         sources = self.observer.sources
         if once:
-            # No later iteration would take the answers in: ask and wait, as a loop
-            # stepped inline does.
-            for asker in (self.observer.asker, self.observer.sampler):
-                if asker is not None:
-                    asker.close()
-            self.observer.asker = None
-            self.observer.sampler = None
+            # No later iteration would take the answers in: the one iteration waits.
+            self.observer.wait_for_answers = POLLERS_DEADLINE
         sources.queues.start(self.wakeup)
         if sources.native is not None:
             sources.native.start(self.wakeup)
@@ -405,7 +374,6 @@ class Daemon:
         clock = self.clocks.monotonic
         state = self._collect(state)
         started = clock()
-        attempted = None
         deferred = False
         plan: Plan | None = None
         decision: ReconcileDecision | None = None
@@ -414,24 +382,20 @@ class Daemon:
             decision = plan.decision
             if decision.action is ReconcileAction.SKIP:
                 logger.debug("[%s] %s: nothing to do", self.stack, decision.reason)
-                if self._engine is None or not self._engine.busy():
+                if not self._engine.busy():
                     self.actor.settle_early(plan)
             elif self._stop.is_set():
                 # Stopping: do not start an engine run that could outlive the grace period.
                 logger.info("[%s] stopping: not starting an up (%s)", self.stack, decision.reason)
-            elif self._engine is not None:
-                # In the background: new workers now, the up on the engine's thread
-                # (or, while one is in progress, after it; a refresh in progress
-                # gives way to a change to the workers).
+            else:
+                # New workers now, the up on the engine's thread (or, while one is in
+                # progress, after it; a refresh in progress gives way to a change).
                 self.actor.apply_early(decision, plan)
                 if not self._engine.busy():
                     self._engine.start_up(decision, plan, started)
                 elif decision.workers:
                     self._engine.give_way(decision.reason)
                 deferred = True
-            else:
-                attempted = plan.hashes
-                self.actor.apply(decision, plan)
             if not self._stop.is_set():
                 # Routing needs no engine run: gates, ramps and promotions every iteration.
                 self.rollouts.act(plan.versions, plan.desired)
@@ -445,21 +409,19 @@ class Daemon:
                 jitter=self.clocks.jitter,
             )
         if deferred and outcome.ok:
-            # The up's outcome is this iteration's: reported when it ends (_fold), as if
-            # it had run inline.
-            return state
-        state = state.finished(outcome, now=clock(), attempted=attempted)
+            # The up's outcome is this iteration's: reported when it ends (_fold).
+            return self._collect(state)
+        state = state.finished(outcome, now=clock())
         self.reporter.finished(plan, decision, outcome, state, started=started, now=clock())
         if (
             outcome.ok
             and not self._stop.is_set()
             and state.refresh_due(now=clock(), settings=self.settings)
+            and not self._engine.busy()
+            and self._refresh_turn(state)
         ):
-            if self._engine is None:
-                state = self._refresh(state)
-            elif not self._engine.busy() and self._refresh_turn(state):
-                self._engine.start_refresh()
-        return state
+            self._engine.start_refresh()
+        return self._collect(state)
 
     def _refresh_turn(self, state: LoopState) -> bool:
         # A due refresh waits for its turn in the process's budget (one shard's of
@@ -503,12 +465,8 @@ class Daemon:
     def _answer(self, state: LoopState) -> LoopState:
         """What a wake needs at once, before its burst settles: new workers' objects
         (early apply) and replicas. Only the ``up`` waits for the burst to end, so that
-        one ``up`` covers all of it; the settle is up to 2 s, and under steady wakes (a
-        busy fleet: file edits, other Queues, ends of engine runs) it was all 2 s of a
-        Queue's way to its Deployment. With the engine inline there is nothing to do
-        before the ``up``, so nothing is done here.
-        """
-        if self._engine is None or self._stop.is_set() or not self._may_apply():
+        one ``up`` covers all of it."""
+        if self._stop.is_set() or not self._may_apply():
             return state
         try:
             # New workers before anything else, and before an engine run that ended
@@ -563,7 +521,7 @@ class Daemon:
             now=now,
             last_replicas=self._last_replicas,
             watched=self.observer.watched_kinds(),
-            program=self._program,
+            program=self.observer.sources.program,
             native=self.observer.sources.native is not None,
             wall=self.clocks.wall(),
             views_of=self.stack if self.actor.keeps_views else None,
@@ -605,28 +563,12 @@ class Daemon:
         return state, replace(plan, decision=decision)
 
     def _collect(self, state: LoopState) -> LoopState:
-        return state if self._engine is None else self._engine.collect(state)
+        return self._engine.collect(state)
 
     def _drain(self, state: LoopState) -> LoopState:
         # Waiting for the engine run (a stop, --once) is the loop's step: at most its deadline.
         self.liveness.expect(self.settings.engine.deadline + self.settings.engine.interrupt_grace)
-        return state if self._engine is None else self._engine.drain(state)
-
-    def _refresh(self, state: LoopState) -> LoopState:
-        try:
-            drifted = self.actor.refresh()
-        except Exception as exc:  # noqa: BLE001 - nothing escapes an iteration: it becomes an outcome
-            self.reporter.refreshed(None, exc)
-            self.reporter.faults.engine_faults(
-                outcome_of(exc, attempt=1, settings=self.settings.backoff)
-            )
-            return state.refreshed(now=self.clocks.monotonic())
-        state = state.refreshed(now=self.clocks.monotonic())
-        self.reporter.refreshed(drifted, None)
-        if not drifted:
-            return state
-        self.wakeup.set()
-        return replace(state, applied=None)
+        return self._engine.drain(state)
 
     # ------------------------------------------------------------ leadership
     def _settle(self, quiet: float = 0.3, limit: float = 2.0) -> None:

@@ -21,11 +21,10 @@ import asyncio
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from twc.builders import connection_name, foreign_owner
 from twc.connections import (
@@ -33,7 +32,6 @@ from twc.connections import (
     ResolvedConnection,
     WatchedKind,
     default_registry,
-    poller_failure,
 )
 from twc.desired import (
     QUEUE_KIND_KEY,
@@ -58,7 +56,6 @@ from twc.loop.sampling import (
     RateLimiter,
     SampleResult,
     TaskQueueRef,
-    sample_backlogs,
 )
 from twc.loop.settings import DaemonSettings
 from twc.loop.versions import RolloutFacts
@@ -82,12 +79,6 @@ while it has pollers."""
 POLLERS_RECHECK_INTERVAL = 5.0
 """The same for a task queue without pollers, doubling with each such answer up to
 :data:`POLLERS_INTERVAL`: a worker that starts polling shows it soon."""
-POLLERS_RATE_PER_S = 20.0
-"""Task queues one daemon process asks about per second, on average, oldest first."""
-POLLERS_BURST = 50
-"""Task queues asked about back to back before the rate applies."""
-POLLERS_DEADLINE = 2.0
-"""Seconds one poller question may take; unanswered, it is asked again when next due."""
 
 
 class FaultSink(Protocol):
@@ -180,6 +171,9 @@ class Sources:
     objects: Callable[[ObjectRef], Mapping[str, object] | None] | None = None
     """Reads a worker's Deployment or ServiceAccount (``None`` when absent), to find new
     workers whose names someone else's objects have; ``None`` skips that check."""
+    program: Mapping[str, Any] = field(default_factory=dict)
+    """Inputs of the program outside the fleet (config such as the Temporal address);
+    a change forces a full ``up``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,30 +218,26 @@ class Observer:
         faults: FaultSink,
         limiter: RateLimiter,
         metrics: DaemonMetrics,
-        stack: str = "",
-        clock: Callable[[], float] = time.monotonic,
-        pollers: Allowance | None = None,
-        asker: PollerAsker | None = None,
-        sampler: BacklogAsker | None = None,
+        stack: str,
+        clock: Callable[[], float],
+        pollers: Allowance,
+        asker: PollerAsker,
+        sampler: BacklogAsker,
     ) -> None:
         """Read from ``sources``.
 
         Args:
             sources: The fleet file, cluster and Temporal readers.
-            settings: Sampling limits.
+            settings: The sampling interval.
             faults: Where faults seen while reading go.
             limiter: The backlog request-rate budget.
             metrics: Where the backlogs sampled (and the failed samples) are published.
             stack: The stack's name, for logs.
-            clock: Monotonic seconds (how old a poller count is).
-            pollers: The budget of task queues asked about their pollers; one of this
-                loop's own from the settings by default (a sharded daemon shares one).
-            asker: Asks the poller questions in the background (``twc run``'s loops):
-                an iteration never waits for their answers. Without one the iteration
-                asks and waits, at most ``pollers_deadline`` (a loop stepped inline).
-            sampler: Samples backlogs in the background (``twc run``'s loops): an
-                iteration scales on the last answers and never waits for Temporal.
-                Without one the iteration samples and waits (a loop stepped inline).
+            clock: Monotonic seconds (how old an answer is).
+            pollers: The budget of task queues asked about their pollers.
+            asker: Asks the poller questions on its thread: an iteration takes in the
+                answers that came and never waits for the others.
+            sampler: Samples backlogs on its thread, likewise.
         """
         self.sources = sources
         self._settings = settings
@@ -261,12 +251,15 @@ class Observer:
         self._pollers: dict[TaskQueueRef, tuple[PollerFacts, float, int]] = {}
         """Per task queue, its last poller count, when it was read, and how many answers
         in a row had no pollers."""
-        self._poller_allowance = pollers or Allowance(POLLERS_RATE_PER_S, burst=POLLERS_BURST)
+        self._poller_allowance = pollers
         self.asker = asker
         self.sampler = sampler
+        self.wait_for_answers = 0.0
+        """Seconds an iteration waits for the answers to its questions (``--once``: no
+        later iteration takes them in); 0 for none."""
         self._failed: dict[TaskQueueRef, SampleResult] = {}
-        """With a sampler: per task queue, its last answer when that was a failure (the
-        worker's replicas are held and the fault reported until a good one comes)."""
+        """Per task queue, its last answer when that was a failure (the worker's
+        replicas are held and the fault reported until a good one comes)."""
         self._samples: dict[TaskQueueRef, tuple[SampleResult, float]] = {}
         """Per autoscaled task queue, its last good backlog sample and when it was taken."""
         self._sampled_at: dict[TaskQueueRef, float] = {}
@@ -278,11 +271,8 @@ class Observer:
         return self.sources.registry or default_registry()
 
     def close(self) -> None:
-        """Close the event loop the samples run on (and the asker's)."""
-        if self.asker is not None:
-            self.asker.close()
-        if self.sampler is not None:
-            self.sampler.close()
+        """Close the askers' thread and the rollouts' event loop."""
+        self.asker.close()
         if self._loop is not None:
             self._loop.close()
             self._loop = None
@@ -460,51 +450,23 @@ class Observer:
             return {}
         refs = source.refs(fleet, autoscaled.values())
         now = self._clock()
-        interval = self._settings.sampling.interval
         wanted = set(refs.values())
         # Queues no autoscaled worker uses any more are forgotten.
         self._samples = {r: v for r, v in self._samples.items() if r in wanted}
         self._sampled_at = {r: v for r, v in self._sampled_at.items() if r in self._samples}
-        if self.sampler is not None:
-            results = self._sampled_in_background(list(dict.fromkeys(refs.values())), now)
-            return self._publish(refs, results)
-        results = {
-            ref: sample
-            for ref, (sample, taken_at) in self._samples.items()
-            if now - taken_at < interval
-        }
-        due = [ref for ref in dict.fromkeys(refs.values()) if ref not in results]
-        if due:
-            fresh = self.event_loop().run_until_complete(
-                sample_backlogs(
-                    due,
-                    source.describe,
-                    concurrency=SAMPLE_CONCURRENCY,
-                    limiter=self._limiter,
-                )
-            )
-            results.update(fresh)
-            wall = time.time()
-            for ref, sample in fresh.items():
-                if sample.ok:
-                    self._samples[ref] = (sample, now)
-                    self._sampled_at[ref] = wall
-                else:
-                    self._samples.pop(ref, None)  # asked again next iteration
-                    self._sampled_at.pop(ref, None)
+        results = self._sampled(list(dict.fromkeys(refs.values())), now)
         return self._publish(refs, results)
 
-    def _sampled_in_background(
+    def _sampled(
         self, refs: Sequence[TaskQueueRef], now: float
     ) -> dict[TaskQueueRef, SampleResult | None]:
         """The sampler's answers taken in and what is due asked for, without waiting.
 
-        A queue's last good sample stands while its next one is in flight (so a backlog
-        is at most ``interval`` plus one answer old, as an inline sample's is at most
-        ``interval``); a failure stands until a good answer replaces it; a queue never
-        answered yet maps to ``None`` (replicas held, no fault: nothing failed).
+        A queue's last good sample stands while its next one is in flight (a backlog is
+        at most ``interval`` plus one answer old); a failure stands until a good answer
+        replaces it; a queue never answered yet maps to ``None`` (replicas held, no
+        fault: nothing failed).
         """
-        assert self.sampler is not None
         self._take_samples()
         wanted = set(refs)
         self._failed = {r: v for r, v in self._failed.items() if r in wanted}
@@ -520,6 +482,8 @@ class Observer:
             source = self.sources.backlogs
             assert source is not None
             self.sampler.ask(due, source.describe, self._limiter)
+            self._settle()
+            self._take_samples()
         self.sampler.forget(wanted)
         results: dict[TaskQueueRef, SampleResult | None] = {}
         for ref in refs:
@@ -529,8 +493,6 @@ class Observer:
 
     def _take_samples(self) -> None:
         # The loop's thread only (an iteration, or its wait working out the next sample).
-        if self.sampler is None:
-            return
         for ref, answer in self.sampler.answers().items():
             if answer.result.ok:
                 self._samples[ref] = (answer.result, answer.at)
@@ -580,11 +542,9 @@ class Observer:
 
     def next_sample_in(self, now: float) -> float | None:
         """Seconds until an autoscaled queue's sample is due; ``None`` without any."""
-        flying: frozenset[TaskQueueRef] = frozenset()
-        if self.sampler is not None:
-            # Answers that changed nothing woke nobody: their times count here.
-            self._take_samples()
-            flying = self.sampler.in_flight()
+        # Answers that changed nothing woke nobody: their times count here.
+        self._take_samples()
+        flying = self.sampler.in_flight()
         taken = [at for ref, (_, at) in self._samples.items() if ref not in flying]
         if flying:
             # An answer on its way is taken no sooner than now; an unchanged one wakes
@@ -655,19 +615,12 @@ class Observer:
     def pollers(self, desired: DesiredFleet, keys: Sequence[str]) -> dict[str, PollerFacts]:
         """The pollers of the named workers' task queues (what ``twc status`` checks).
 
-        A count is reused for ``pollers_interval`` while the queue has pollers (for
-        ``pollers_recheck_interval``, doubling, while it has none), and at most
-        ``pollers_rate_per_s`` queues are asked about per second, oldest answer first:
-        asking Temporal about every worker on every iteration made an iteration's cost
-        grow with the fleet, and a watch event wakes every shard's loop. A worker whose
-        queue was not asked about yet is missing from the result (``NotChecked``). Answers
-        not there within ``pollers_deadline`` are not waited for: those queues keep their
-        last answer and are asked again on a later iteration.
-
-        With an asker (``twc run``) the iteration waits for no answer at all: the due
-        questions go to the asker's thread, the answers are taken in by the next
-        iteration, and one that says something new wakes the loop
-        (:class:`~twc.loop.pollers.PollerAsker`).
+        A count is reused for :data:`POLLERS_INTERVAL` while the queue has pollers (for
+        :data:`POLLERS_RECHECK_INTERVAL`, doubling, while it has none), and the queues
+        asked about keep to the pollers allowance, oldest answer first. The due
+        questions go to the asker's thread; the answers that came are taken in, and one
+        that says something new wakes the loop. A worker whose queue was not answered
+        yet is missing from the result (``NotChecked``).
         """
         source = self.sources.backlogs
         if not keys or source is None or not hasattr(source, "pollers"):
@@ -676,57 +629,32 @@ class Observer:
         refs = source.refs(desired.fleet, workers)
         now = self._clock()
         wanted = set(refs.values())
-        known = {r: v for r, v in self._pollers.items() if r in wanted}
-        flying: frozenset[TaskQueueRef] = frozenset()
-        if self.asker is not None:
-            # The answers that came since the last iteration, before what is due.
-            for ref, (facts, asked_at) in self.asker.answers().items():
-                if ref in wanted:
-                    known[ref] = (facts, asked_at, self._misses(facts, known.get(ref)))
-            flying = self.asker.in_flight()
+        known = self._take_pollers({r: v for r, v in self._pollers.items() if r in wanted}, wanted)
+        flying = self.asker.in_flight()
         due = sorted(
             (r for r in wanted if r not in flying and self._pollers_due(known.get(r), now)),
             key=lambda r: (known[r][1] if r in known else float("-inf"), str(r)),
         )
         due = due[: self._poller_allowance.take(len(due), now)]
-        if self.asker is not None:
-            if due:
-                self.asker.ask(due, source.pollers, now)
-            self.asker.forget(wanted)
-            self._pollers = known
-            return {key: known[ref][0] for key, ref in refs.items() if ref in known}
-        concurrency = asyncio.Semaphore(max(1, SAMPLE_CONCURRENCY))
-
-        async def one(ref: TaskQueueRef) -> PollerFacts:
-            async with concurrency:
-                try:
-                    return PollerFacts(await source.pollers(ref))
-                except Exception as exc:  # noqa: BLE001 - what cannot be read is held and reported as a fault
-                    reason, message = poller_failure(exc)
-                    return PollerFacts(None, reason, message)
-
-        async def every() -> dict[TaskQueueRef, PollerFacts]:
-            # Within the deadline: what is not answered by then is asked again later.
-            asks = {asyncio.ensure_future(one(r)): r for r in due}
-            done, late = await asyncio.wait(asks, timeout=POLLERS_DEADLINE)
-            for task in late:
-                task.cancel()
-            if late:
-                await asyncio.gather(*late, return_exceptions=True)
-                logger.info(
-                    "[%s] %d of %d poller questions unanswered after %.1f s: asked again later",
-                    self._stack,
-                    len(late),
-                    len(asks),
-                    POLLERS_DEADLINE,
-                )
-            return {asks[task]: task.result() for task in done}
-
         if due:
-            for ref, facts in self.event_loop().run_until_complete(every()).items():
-                known[ref] = (facts, now, self._misses(facts, known.get(ref)))
+            self.asker.ask(due, source.pollers, now)
+            self._settle()
+            known = self._take_pollers(known, wanted)
+        self.asker.forget(wanted)
         self._pollers = known  # queues no worker uses any more are forgotten
         return {key: known[ref][0] for key, ref in refs.items() if ref in known}
+
+    def _take_pollers(
+        self, known: dict[TaskQueueRef, tuple[PollerFacts, float, int]], wanted: set[TaskQueueRef]
+    ) -> dict[TaskQueueRef, tuple[PollerFacts, float, int]]:
+        for ref, (facts, asked_at) in self.asker.answers().items():
+            if ref in wanted:
+                known[ref] = (facts, asked_at, self._misses(facts, known.get(ref)))
+        return known
+
+    def _settle(self) -> None:
+        if self.wait_for_answers:
+            self.asker.thread.settle(self.wait_for_answers)
 
     @staticmethod
     def _misses(facts: PollerFacts, last: tuple[PollerFacts, float, int] | None) -> int:

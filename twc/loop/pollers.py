@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from twc.connections import poller_failure
 from twc.loop.asking import AskerThread, Questions
-from twc.loop.sampling import TaskQueueRef
+from twc.loop.sampling import SAMPLE_CONCURRENCY, TaskQueueRef
 from twc.native.status import PollerFacts
 
 __all__ = ["PollerAsker"]
@@ -30,6 +30,9 @@ __all__ = ["PollerAsker"]
 logger = logging.getLogger(__name__)
 
 Ask = Callable[[TaskQueueRef], Awaitable[int]]
+
+POLLERS_DEADLINE = 2.0
+"""Seconds one poller question may take; unanswered, it is asked again when next due."""
 
 
 class PollerAsker(Questions[tuple[PollerFacts, float], PollerFacts]):
@@ -43,26 +46,19 @@ class PollerAsker(Questions[tuple[PollerFacts, float], PollerFacts]):
         self,
         *,
         name: str,
-        concurrency: int,
-        deadline: float,
+        thread: AskerThread,
         wake: Callable[[], None] | None = None,
-        thread: AskerThread | None = None,
     ) -> None:
         """Prepare the asker (its thread starts with the first question).
 
         Args:
-            name: The stack, for the thread's name and the log.
-            concurrency: Most questions in flight at once.
-            deadline: Seconds one question may take; unanswered by then, it is dropped
-                and the queue is asked again when it is next due.
+            name: The stack, for the log.
+            thread: Where the questions run (shared with the loop's backlog samples,
+                and so their clients).
             wake: Called when an answer says something new (the loop's wake-up).
-            thread: Where the questions run; one of its own by default (``twc run``
-                shares one with the loop's backlog samples, and so their clients).
         """
-        super().__init__(thread=thread or AskerThread(name), wake=wake)
+        super().__init__(thread=thread, wake=wake)
         self.name = name
-        self._concurrency = max(1, concurrency)
-        self._deadline = deadline
         self.unanswered = 0
         """Questions dropped at the deadline so far."""
 
@@ -79,22 +75,15 @@ class PollerAsker(Questions[tuple[PollerFacts, float], PollerFacts]):
         if new:
             self.thread.submit(self._batch(new, pollers, asked_at))
 
-    def settle(self, timeout: float) -> bool:
-        """Wait until no question is in flight (at most ``timeout`` s); whether none is.
-
-        The loop never calls this; ``twc run --once`` and tests that step the loop do.
-        """
-        return self.thread.settle(timeout)
-
     # -------------------------------------------------------------- asker side
     async def _batch(self, refs: Sequence[TaskQueueRef], pollers: Ask, asked_at: float) -> None:
-        concurrency = asyncio.Semaphore(self._concurrency)
+        concurrency = asyncio.Semaphore(SAMPLE_CONCURRENCY)
         late: list[TaskQueueRef] = []
 
         async def one(ref: TaskQueueRef) -> None:
             async with concurrency:
                 try:
-                    facts = PollerFacts(await asyncio.wait_for(pollers(ref), self._deadline))
+                    facts = PollerFacts(await asyncio.wait_for(pollers(ref), POLLERS_DEADLINE))
                 except TimeoutError:
                     late.append(ref)  # no answer: asked again when next due
                     return
@@ -114,5 +103,5 @@ class PollerAsker(Questions[tuple[PollerFacts, float], PollerFacts]):
                 self.name,
                 len(late),
                 len(refs),
-                self._deadline,
+                POLLERS_DEADLINE,
             )

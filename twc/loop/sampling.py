@@ -24,11 +24,14 @@ from types import MappingProxyType
 from typing import Protocol
 
 __all__ = [
+    "POLLERS_BURST",
+    "POLLERS_RATE_PER_S",
     "SAMPLE_BURST",
     "SAMPLE_CONCURRENCY",
     "SAMPLE_RATE_PER_S",
     "Allowance",
     "Backlog",
+    "Budgets",
     "RateLimiter",
     "SampleResult",
     "TaskQueueRef",
@@ -44,6 +47,10 @@ SAMPLE_RATE_PER_S = 20.0
 """Backlog samples per second one daemon process asks for, on average."""
 SAMPLE_BURST = 20
 """Backlog samples asked for back to back before the rate applies."""
+POLLERS_RATE_PER_S = 20.0
+"""Task queues one daemon process asks about their pollers per second, on average."""
+POLLERS_BURST = 50
+"""Task queues asked about back to back before that rate applies."""
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -223,6 +230,7 @@ async def sample_backlogs(
     limiter: RateLimiter | None = None,
     clock: Clock = time.monotonic,
     sleep: Sleep = asyncio.sleep,
+    answered: Callable[[SampleResult], None] | None = None,
 ) -> Mapping[TaskQueueRef, SampleResult]:
     """Sample every queue's backlog, within a concurrency bound and a rate budget.
 
@@ -236,6 +244,7 @@ async def sample_backlogs(
         limiter: A long-lived limiter to share the budget across calls.
         clock: Monotonic time in seconds, for the new bucket.
         sleep: Awaitable sleep matching ``clock``, for the new bucket.
+        answered: Called with each result as it comes (one slow queue holds no other).
 
     Returns:
         Read-only mapping from each distinct queue, in first-seen order, to its result.
@@ -264,9 +273,29 @@ async def sample_backlogs(
                 backlog = await describe(queue)
             except Exception as err:  # one queue failing must not hide the others  # noqa: BLE001 - a failed sample holds that worker's replicas
                 logger.warning("[%s] backlog sample failed: %s", queue, err)
-                return SampleResult(queue, error=err)
-        return SampleResult(queue, backlog=backlog)
+                result = SampleResult(queue, error=err)
+            else:
+                result = SampleResult(queue, backlog=backlog)
+        if answered is not None:
+            answered(result)
+        return result
 
     async with asyncio.TaskGroup() as group:
         tasks = [group.create_task(sample(queue)) for queue in distinct]
     return MappingProxyType({task.result().queue: task.result() for task in tasks})
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """What a loop may ask Temporal for: backlog samples at a rate, poller questions
+    within an allowance. A sharded daemon's loops share one (Temporal's capacity does
+    not grow with the shards)."""
+
+    samples: RateLimiter = field(
+        default_factory=lambda: TokenBucket(SAMPLE_RATE_PER_S, burst=SAMPLE_BURST)
+    )
+    """The backlog samples' rate."""
+    pollers: Allowance = field(
+        default_factory=lambda: Allowance(POLLERS_RATE_PER_S, burst=POLLERS_BURST)
+    )
+    """The poller questions' allowance."""

@@ -125,6 +125,7 @@ class InlineAskerThread(AskerThread):
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self._events = asyncio.new_event_loop()
+        self.wait = 1.0  # answered before submit returns: the asking step takes them in
 
     def submit(self, batch: Coroutine[Any, Any, None]) -> None:
         self._events.run_until_complete(batch)

@@ -171,9 +171,24 @@ def test_a_failed_sample_holds_replicas_and_stands_until_a_good_answer() -> None
     h = _harness(["orders"], {"orders": RuntimeError("frontend refused")})
     sampler = _sampler(h)
     observer = h.daemon.observer
+    gate = threading.Event()  # an answer comes only once the test lets it through
+    answer = h.backlogs.describe
+
+    async def held(ref: TaskQueueRef) -> Backlog:
+        while not gate.is_set():
+            await asyncio.sleep(0.01)
+        return await answer(ref)
+
+    h.backlogs.describe = held  # type: ignore[method-assign]
+
+    def answered() -> None:
+        gate.set()
+        assert sampler.thread.settle(10.0)
+        gate.clear()
+
     try:
         h.step()
-        assert sampler.thread.settle(10.0)
+        answered()
         assert h.daemon.wakeup.is_set(), "a first answer, even a failure, is news"
         h.step()
         assert h.live[f"{NS}/orders"] == 1
@@ -184,13 +199,14 @@ def test_a_failed_sample_holds_replicas_and_stands_until_a_good_answer() -> None
         h.step()  # asked again at once (no good sample to stand on); the failure stands
         assert _errors(h) == 2
         assert Fault.BACKLOG_SAMPLING_FAILED in h.daemon.faults.active()
-        assert sampler.thread.settle(10.0)
+        answered()
         assert h.daemon.wakeup.is_set(), "the end of a failure is news"
         h.step()
         assert h.live[f"{NS}/orders"] == 4
         assert Fault.BACKLOG_SAMPLING_FAILED not in h.daemon.faults.active()
         assert _errors(h) == 2
     finally:
+        gate.set()
         observer.close()
 
 

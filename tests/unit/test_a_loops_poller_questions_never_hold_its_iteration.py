@@ -3,7 +3,7 @@
 At 5000 workers a Temporal dev server answered slowly, and a shard's loop waited for the
 answers in every iteration that asked (the whole 2 s deadline, 88 times in one benchmark
 run), with a new Queue's early apply behind it. Here the loop hands its questions to a
-:class:`~twc.loop.pollers.PollerAsker` and goes on; answers that say something new wake
+:class:`~twc.loop.asking.PollerAsker` and goes on; answers that say something new wake
 it. The Temporal side is faked (an answer held until the test lets it through); the
 asker's thread and event loop are the real ones.
 """
@@ -23,9 +23,9 @@ from tests.unit.test_daemon_writes_back_native_objects import (
     World,
     _last_status,
 )
-from twc.loop import TaskQueueRef, pollers
+from twc.loop import TaskQueueRef, asking
+from twc.loop.asking import PollerAsker
 from twc.loop.observe import POLLERS_INTERVAL
-from twc.loop.pollers import PollerAsker
 
 
 class HeldPollers(Pollers):
@@ -47,7 +47,7 @@ class HeldPollers(Pollers):
 
 @pytest.fixture
 def world(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
-    monkeypatch.setattr(pollers, "POLLERS_DEADLINE", getattr(request, "param", None) or 60.0)
+    monkeypatch.setattr(asking, "POLLERS_DEADLINE", getattr(request, "param", None) or 60.0)
     world = World(
         [worker_obj(n, ref=cluster_ref("prod")) for n in ("fast", "held")],
         [cluster_conn_obj("prod")],

@@ -1,8 +1,7 @@
 """``twc run``: wire the daemon to the real engine, cluster, Temporal and HTTP server.
 
 The loop itself (:mod:`twc.loop.daemon`) only sees injected collaborators; this
-module builds the real ones from the command line (:func:`wire`, which the benchmark
-reuses so it measures exactly what ``twc run`` runs), installs the SIGTERM/SIGINT
+module builds the real ones from the command line (:func:`wire`), installs the SIGTERM/SIGINT
 handler (finish the current step, then exit 0) and serves ``/healthz``, ``/readyz``,
 ``/metrics`` and ``/status``.
 
@@ -704,9 +703,7 @@ def _wire_shards(
         claim_ttl=max(120.0, 4 * settings.reconcile_interval),
     )
     # One backlog budget and one pollers budget for the process, whatever the number
-    # of shards: Temporal's capacity does not grow with them (at 20 shards, a budget
-    # each asked a dev server about 200 task queues a second, and its answers to the
-    # autoscaler's samples timed out).
+    # of shards: Temporal's capacity does not grow with them.
     budgets = Budgets(
         samples=LockedBucket(SAMPLE_RATE_PER_S, burst=SAMPLE_BURST),
         pollers=Allowance(POLLERS_RATE_PER_S, burst=POLLERS_BURST),

@@ -7,7 +7,8 @@ argument: replica math (:mod:`~twc.loop.autoscale`), sampling limits
 and the ``up`` decision (:mod:`~twc.loop.decide`), the loop's state
 (:mod:`~twc.loop.state`) and the plan (:mod:`~twc.loop.plan`). The I/O is injected:
 what the loop reads (:class:`~twc.loop.observe.Sources`), what it changes
-(:class:`~twc.loop.act.Effects`), its clocks (:class:`~twc.loop.daemon.Clocks`).
+(:class:`~twc.loop.act.Effects`), its clocks and threads
+(:class:`~twc.loop.daemon.Clocks`).
 ``twc.commands.run`` wires the real ones. This package re-exports the pure core.
 """
 

@@ -373,8 +373,7 @@ class Actor:
         (re)starting on the same desired state needs no ``up``: the same build of twc
         rendered it, no killed run left anything to repair, and no update of anyone
         else's (a manual ``twc up``, plain ``pulumi up``, a refresh that found drift)
-        came after it. A full ``up`` of a 250-worker shard takes one to two minutes;
-        every shard ran one on every restart of the daemon.
+        came after it.
         """
         if not self._may_apply():
             return False

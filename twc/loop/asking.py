@@ -1,17 +1,11 @@
-"""Questions to Temporal asked on a thread of their own, and backlog samples among them.
+"""Questions to Temporal (backlog samples, pollers), asked on a thread of their own.
 
-A loop that waits for Temporal inside its iteration does nothing else meanwhile. At 5000
-workers a Temporal dev server answered slowly: poller questions went to a thread of
-their own first (:mod:`twc.loop.pollers`); the autoscaled workers' backlog samples went
-on waiting inside the iteration, each up to its RPC timeout and, with the budget spent,
-for its token, and a new Queue's early apply or a scale write in the same shard waited
-with them.
-
-:class:`AskerThread` is one event loop on one thread where a shard's questions run (its
-temporalio clients are cached per event loop, so the poller questions and the samples
-sharing it share the clients). :class:`BacklogAsker` takes the due samples and goes on;
-each answer is kept as it comes, and one that says something new (the first for a
-queue, another count, a failure or the end of one) wakes the loop, which scales on it.
+:class:`AskerThread` is one event loop on one thread where a loop's questions run (its
+temporalio clients are cached per event loop, so the questions share them). An asker
+(:class:`BacklogAsker`, :class:`PollerAsker`) takes the due questions and returns at
+once; each answer is kept as it comes, and one that says something new (the first for
+a queue, another count, a failure or the end of one) wakes the loop. The loop never
+waits for an answer.
 """
 
 from __future__ import annotations
@@ -19,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from twc.connections import poller_failure
 from twc.loop.sampling import (
     SAMPLE_CONCURRENCY,
     Backlog,
@@ -33,10 +29,14 @@ from twc.loop.sampling import (
     TaskQueueRef,
     sample_backlogs,
 )
+from twc.native.status import PollerFacts
 
-__all__ = ["AskerThread", "BacklogAsker", "Questions", "Sampled"]
+__all__ = ["POLLERS_DEADLINE", "AskerThread", "BacklogAsker", "PollerAsker", "Questions", "Sampled"]
+
+logger = logging.getLogger(__name__)
 
 Describe = Callable[[TaskQueueRef], Awaitable[Backlog]]
+Ask = Callable[[TaskQueueRef], Awaitable[int]]
 
 
 class AskerThread:
@@ -49,6 +49,9 @@ class AskerThread:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._batches: list[concurrent.futures.Future[None]] = []
+        self.wait = 0.0
+        """Seconds whoever asks waits for the answers (:meth:`settle`): none in the
+        loop, which takes them in later; ``twc run --once`` waits."""
 
     def submit(self, batch: Coroutine[Any, Any, None]) -> None:
         """Run ``batch`` on the thread and return at once."""
@@ -212,3 +215,79 @@ class BacklogAsker(Questions[Sampled, int | None]):
         await sample_backlogs(
             refs, describe, concurrency=SAMPLE_CONCURRENCY, limiter=limiter, answered=answered
         )
+
+
+POLLERS_DEADLINE = 2.0
+"""Seconds one poller question may take; unanswered, it is asked again when next due."""
+
+
+class PollerAsker(Questions[tuple[PollerFacts, float], PollerFacts]):
+    """Asks Temporal about pollers, one batch per iteration's due queues.
+
+    Thread-safe: the loop's thread calls :meth:`ask`, :meth:`answers` and
+    :meth:`in_flight`; the answers arrive on the asker's own thread.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        thread: AskerThread,
+        wake: Callable[[], None] | None = None,
+    ) -> None:
+        """Prepare the asker (its thread starts with the first question).
+
+        Args:
+            name: The stack, for the log.
+            thread: Where the questions run (shared with the loop's backlog samples,
+                and so their clients).
+            wake: Called when an answer says something new (the loop's wake-up).
+        """
+        super().__init__(thread=thread, wake=wake)
+        self.name = name
+        self.unanswered = 0
+        """Questions dropped at the deadline so far."""
+
+    # ------------------------------------------------------------------ loop side
+    def ask(self, refs: Sequence[TaskQueueRef], pollers: Ask, asked_at: float) -> None:
+        """Ask about ``refs`` (those not already in flight) and return at once.
+
+        Args:
+            refs: The queues to ask about.
+            pollers: The question (``TemporalBacklogs.pollers``).
+            asked_at: The loop's monotonic time, recorded with each answer.
+        """
+        new = self._take(refs)
+        if new:
+            self.thread.submit(self._batch(new, pollers, asked_at))
+
+    # -------------------------------------------------------------- asker side
+    async def _batch(self, refs: Sequence[TaskQueueRef], pollers: Ask, asked_at: float) -> None:
+        concurrency = asyncio.Semaphore(SAMPLE_CONCURRENCY)
+        late: list[TaskQueueRef] = []
+
+        async def one(ref: TaskQueueRef) -> None:
+            async with concurrency:
+                try:
+                    facts = PollerFacts(await asyncio.wait_for(pollers(ref), POLLERS_DEADLINE))
+                except TimeoutError:
+                    late.append(ref)  # no answer: asked again when next due
+                    return
+                except Exception as exc:  # noqa: BLE001 - what cannot be read is reported on the worker
+                    facts = PollerFacts(None, *poller_failure(exc))
+                finally:
+                    with self._lock:
+                        self._flying.discard(ref)
+            self._answered(ref, (facts, asked_at), facts)
+
+        await asyncio.gather(*(one(r) for r in refs))
+        if late:
+            with self._lock:
+                self.unanswered += len(late)
+            logger.info(
+                "[%s] %d of %d poller questions unanswered after %.1f s: asked again later",
+                self.name,
+                len(late),
+                len(refs),
+                POLLERS_DEADLINE,
+            )

@@ -1,12 +1,10 @@
-"""The engine on a thread of its own, so an ``up`` never holds the loop up.
+"""The engine on a thread of its own: the loop never waits for an ``up`` or ``refresh``.
 
-An ``up`` of a large shard takes tens of seconds, a ``refresh`` as long. Run inline,
-everything else waits for it: a Queue created meanwhile gets its Deployment only after
-that ``up``, a backlog burst its replicas only after it. So ``twc run`` starts engine
-runs here, one at a time, and the loop goes on iterating meanwhile: it observes, scales
-(the scale subresource needs no engine) and applies new workers' objects early; it only
-starts no second engine run. When the run ends, its outcome is folded into the loop's
-state at the next iteration (:meth:`Daemon._collect`), exactly as if it had run inline.
+At most one engine run at a time per stack; while it runs the loop goes on iterating
+(observes, scales, applies new workers early) but starts no second run. The run that
+ended is folded into the loop's state by the next iteration (or the one that started
+it, when it ended within that call): its outcome recorded and reported, a drift found
+by a refresh waking the loop.
 """
 
 from __future__ import annotations
@@ -169,13 +167,10 @@ class BackgroundEngine:
         return work
 
     def give_way(self, reason: str) -> None:
-        """A change waits: stop the refresh in progress, if that is what runs.
-
-        A refresh of a 250-worker shard takes one to two minutes; a change that waited
-        for it would take as long (measured at 1000 workers, bench/results.md). A
-        refresh only reads, so it stops (the guard's SIGINT: the CLI ends cleanly, its
-        lock released), the change's ``up`` starts, and the refresh, still due, runs
-        after it. An ``up`` is never stopped this way.
+        """A change waits: stop the refresh in progress, if that is what runs. A refresh
+        only reads, so it stops cleanly (the guard's SIGINT; its lock released), the
+        change's ``up`` starts, and the refresh, still due, runs after it. An ``up`` is
+        never stopped this way.
         """
         run = self.thread.current()
         if run is None or run.kind != "refresh" or run.future.done() or run.yielded:

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from twc.connections import default_registry
 from twc.kube.watch import QueueSource
 from twc.loop.act import Actor, Effects
-from twc.loop.asking import AskerThread, BacklogAsker
+from twc.loop.asking import POLLERS_DEADLINE, AskerThread, BacklogAsker, PollerAsker
 from twc.loop.background import BackgroundEngine
 from twc.loop.decide import DesiredState, ReconcileAction, ReconcileDecision, decide_reconcile
 from twc.loop.faults import BLOCKING, FaultBook
@@ -42,7 +42,6 @@ from twc.loop.health import DaemonMetrics, Liveness
 from twc.loop.observe import Observer, Sources
 from twc.loop.outcome import Outcome, outcome_of
 from twc.loop.plan import Plan, desired_from, make_plan, with_conflicts
-from twc.loop.pollers import POLLERS_DEADLINE, PollerAsker
 from twc.loop.report import FaultReporter, Reporter, shorten
 from twc.loop.rollouts import RolloutActor
 from twc.loop.sampling import Budgets
@@ -309,7 +308,7 @@ class Daemon:
         sources = self.observer.sources
         if once:
             # No later iteration would take the answers in: the one iteration waits.
-            self.observer.wait_for_answers = POLLERS_DEADLINE
+            self.observer.asker.thread.wait = POLLERS_DEADLINE
         sources.queues.start(self.wakeup)
         if sources.native is not None:
             sources.native.start(self.wakeup)

@@ -1,31 +1,18 @@
 """A new worker's ServiceAccount and Deployment, applied before the engine runs.
 
-A new worker (a labelled Queue created, a worker added to the file) otherwise waits for
-a whole engine run: engine start, the program registering every resource of the fleet,
-and the engine walking them, before its Deployment is created (about 9 s at 100
-workers, bench/results.md). The daemon knows the worker's objects already: the same
-builders the program uses give the same ServiceAccount and Deployment (and the same
-connection fingerprint), so it server-side-applies them under its own field manager
-first and runs the ``up`` right after. The engine's create is a server-side apply too,
-an upsert: it finds the objects, takes ownership of every field (the values are equal,
-so nothing changes and no pod rolls), and records them in the stack.
+The daemon builds a new worker's objects with the same builders the program uses (the
+same ServiceAccount, Deployment and connection fingerprint) and server-side-applies
+them under its own field manager, so the worker starts without waiting for an engine
+run; the ``up`` that follows takes ownership of every field (a server-side apply is an
+upsert: equal values, nothing changes, no pod rolls) and records them in the stack.
 
-Only objects that do not exist yet are applied: an object already there belongs to the
-engine (the program may have read a newer fleet file than the daemon's last hash, and
-created the worker already), or to someone else entirely, and applying over it could
-change what they set. Everything applied early carries the stack's label
-(``twc.temporal.io/stack``), and the objects a killed daemon left are found by that
-label and the field manager, so one stack's daemon never releases or deletes another
-stack's objects.
-
-Once that ``up`` succeeded, the daemon gives up its field manager (an apply of an empty
-body under it), so the engine is the only owner again and a field it later drops is
-really removed. An object applied early whose worker is gone by then (a Queue deleted
-before the ``up``) is deleted. Objects a killed daemon applied early are found by their
-field manager when the next one starts.
-
-The engine's ``up`` stays the truth: when the two disagree (the program computes
-something the daemon cannot see), the ``up`` corrects the object in the same iteration.
+Only objects that do not exist yet are applied: one already there belongs to the
+engine or to someone else. Everything applied early carries the stack's label
+(``twc.temporal.io/stack``), and objects a killed daemon left are found by that label
+and the field manager, so one stack's daemon never releases or deletes another's.
+Once the ``up`` succeeded the daemon gives up its field manager (an apply of an empty
+body), so the engine is the only owner again; an object whose worker is gone by then
+is deleted. The engine's ``up`` stays the truth when the two disagree.
 """
 
 from __future__ import annotations

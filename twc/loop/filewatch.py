@@ -61,7 +61,7 @@ class FleetFileWatch:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.changes = 0
-        """How many changes woke the loop (for tests and benchmarks)."""
+        """How many changes woke the loop."""
 
     def start(self) -> None:
         """Take the file as it is now, then watch it."""

@@ -44,11 +44,10 @@ from twc.errors import SpecError, TemporaryError, TwcConnectionError
 from twc.kube.record import RecordStore, StackRecord
 from twc.kube.watch import NativeSource, QueueSource
 from twc.kube.workloads import ObjectRef
-from twc.loop.asking import BacklogAsker
+from twc.loop.asking import BacklogAsker, PollerAsker
 from twc.loop.backlog import BacklogSource, SecretReader
 from twc.loop.faults import Fault, sample_fault
 from twc.loop.health import DaemonMetrics
-from twc.loop.pollers import PollerAsker
 from twc.loop.rollouts import RolloutSource, observe_facts
 from twc.loop.sampling import (
     SAMPLE_CONCURRENCY,
@@ -254,9 +253,6 @@ class Observer:
         self._poller_allowance = pollers
         self.asker = asker
         self.sampler = sampler
-        self.wait_for_answers = 0.0
-        """Seconds an iteration waits for the answers to its questions (``--once``: no
-        later iteration takes them in); 0 for none."""
         self._failed: dict[TaskQueueRef, SampleResult] = {}
         """Per task queue, its last answer when that was a failure (the worker's
         replicas are held and the fault reported until a good one comes)."""
@@ -482,8 +478,8 @@ class Observer:
             source = self.sources.backlogs
             assert source is not None
             self.sampler.ask(due, source.describe, self._limiter)
-            self._settle()
-            self._take_samples()
+            if self._answered():
+                self._take_samples()
         self.sampler.forget(wanted)
         results: dict[TaskQueueRef, SampleResult | None] = {}
         for ref in refs:
@@ -638,8 +634,8 @@ class Observer:
         due = due[: self._poller_allowance.take(len(due), now)]
         if due:
             self.asker.ask(due, source.pollers, now)
-            self._settle()
-            known = self._take_pollers(known, wanted)
+            if self._answered():
+                known = self._take_pollers(known, wanted)
         self.asker.forget(wanted)
         self._pollers = known  # queues no worker uses any more are forgotten
         return {key: known[ref][0] for key, ref in refs.items() if ref in known}
@@ -652,9 +648,10 @@ class Observer:
                 known[ref] = (facts, asked_at, self._misses(facts, known.get(ref)))
         return known
 
-    def _settle(self) -> None:
-        if self.wait_for_answers:
-            self.asker.thread.settle(self.wait_for_answers)
+    def _answered(self) -> bool:
+        """Whether the questions just asked were waited for (the thread's ``wait``)."""
+        thread = self.asker.thread
+        return thread.wait > 0 and thread.settle(thread.wait)
 
     @staticmethod
     def _misses(facts: PollerFacts, last: tuple[PollerFacts, float, int] | None) -> int:

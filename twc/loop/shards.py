@@ -57,19 +57,11 @@ class EngineSlots:
     """At most ``n`` engine runs at once in this process, ups first, and refreshes held
     to a share of the time.
 
-    A refresh (drift detection, minutes apart, and as long as a full ``up``) never takes
-    a slot an ``up`` waits for, nor the last free one while there are two or more: a
-    change never waits behind the shards' refreshes. At 20 shards of 250 workers the
-    refreshes alone would otherwise keep both default slots busy.
-
-    Nor do the refreshes together take more than ``refresh_share`` of the process's
-    time: after a refresh of ``d`` seconds the next one (of any shard) starts no sooner
-    than ``d * (1 - share) / share`` later, and waiting refreshes start in the order
-    they came. A shard's refresh interval is then at least its ``refresh_interval`` and
-    stretches with the fleet (shards times a refresh's length, over the share), so the
-    background cost of drift detection stays bounded at any fleet size: at 20 shards,
-    refreshing each every ten minutes kept a refresh running at every moment, one core
-    of two, under every change and every worker start.
+    A refresh never takes a slot an ``up`` waits for, nor the last free one while there
+    are two or more: a change never waits behind the shards' refreshes. Nor do the
+    refreshes together take more than ``refresh_share`` of the process's time: after a
+    refresh of ``d`` seconds the next one (of any shard) starts no sooner than
+    ``d * (1 - share) / share`` later, waiting refreshes in the order they came.
     """
 
     def __init__(

@@ -149,11 +149,8 @@ class LoopState:
         A temporary failure waits its backoff delay; otherwise the reconcile interval,
         or less when an autoscaled queue's backlog sample is due sooner
         (``sample_due_in``). Either is shortened so a ``refresh`` coming due is not
-        late. One already due was not started because something holds it (the engine
-        runs: its end wakes the loop; the last step failed: the retry or the next input
-        does): sleeping 0 s for it would spin the loop, observing and planning without
-        pause, for as long as the engine runs (a refresh in progress is due until it
-        ends: minutes at 250 workers).
+        late. One already due and not started (the engine runs: its end wakes the loop)
+        does not shorten the sleep, so the loop never spins.
         """
         outcome = self.last_outcome
         if outcome is not None and outcome.kind is OutcomeKind.TEMPORARY:

@@ -218,7 +218,7 @@ def test_the_sampler_spends_the_shared_budget() -> None:
         async def acquire(self) -> None:
             self.acquired += 1
 
-    budget = Counting()  # the sharded daemon's one LockedBucket
+    budget = Counting()  # the sharded daemon's one shared bucket
     h = _harness(["a", "b", "c"], {"a": 10, "b": 20, "c": 30}, Budgets(samples=budget))
     try:
         h.step()

@@ -60,11 +60,11 @@ from twc.loop.sampling import (
     SAMPLE_RATE_PER_S,
     Allowance,
     Budgets,
+    TokenBucket,
 )
 from twc.loop.settings import KILL_MARGIN, DaemonSettings
 from twc.loop.shards import (
     EngineSlots,
-    LockedBucket,
     MergedMetrics,
     Shard,
     ShardedDaemon,
@@ -705,7 +705,7 @@ def _wire_shards(
     # One backlog budget and one pollers budget for the process, whatever the number
     # of shards: Temporal's capacity does not grow with them.
     budgets = Budgets(
-        samples=LockedBucket(SAMPLE_RATE_PER_S, burst=SAMPLE_BURST),
+        samples=TokenBucket(SAMPLE_RATE_PER_S, burst=SAMPLE_BURST),
         pollers=Allowance(POLLERS_RATE_PER_S, burst=POLLERS_BURST),
     )
     temporal_address = (base.config or {}).get("temporalAddress")

@@ -179,6 +179,7 @@ class TokenBucket(_Refill):
     the reservation matures, so concurrent callers are served first come, first served and
     the budget holds over any window: at most ``burst + rate_per_s * T`` calls in ``T``
     seconds. Keep one bucket for the daemon's lifetime so the budget spans iterations.
+    Thread-safe: a sharded daemon's loops ask on threads of their own and share one.
     """
 
     def __init__(
@@ -203,14 +204,16 @@ class TokenBucket(_Refill):
         super().__init__(rate_per_s, burst)
         self._clock = clock
         self._sleep = sleep
+        self._lock = threading.Lock()
 
     def reserve(self) -> float:
         """Take a token now and return how many seconds to wait before using it."""
-        self._refill(self._clock())
-        self._tokens -= 1.0
-        # Refill arithmetic leaves float dust (1e-17 of a token); a wait shorter than a
-        # nanosecond is no wait.
-        wait = -self._tokens / self._rate
+        with self._lock:
+            self._refill(self._clock())
+            self._tokens -= 1.0
+            # Refill arithmetic leaves float dust (1e-17 of a token); a wait shorter than
+            # a nanosecond is no wait.
+            wait = -self._tokens / self._rate
         return 0.0 if wait < 1e-9 else wait
 
     async def acquire(self) -> None:

@@ -33,7 +33,6 @@ from prometheus_client.metrics_core import Metric
 from twc.desired import DesiredInputs
 from twc.loop.daemon import Daemon
 from twc.loop.outcome import EngineNotStarted
-from twc.loop.sampling import TokenBucket
 from twc.loop.shardviews import ShardNamespaces
 from twc.shards import ShardMap
 from twc.stackrun.automation import StackEngine, UpReport
@@ -42,7 +41,6 @@ from twc.stackrun.errors import EngineYielded
 __all__ = [
     "AssignmentStore",
     "EngineSlots",
-    "LockedBucket",
     "MergedMetrics",
     "Shard",
     "ShardLeader",
@@ -316,20 +314,6 @@ class _Held:
     def __exit__(self, *exc: object) -> None:
         self._engine.slots.release(refresh=self._refresh, started=self._started)
         self._engine.busy = False
-
-
-class LockedBucket(TokenBucket):
-    """One backlog-sampling budget for every shard's loop (each on its own thread)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """See :class:`TokenBucket`."""
-        super().__init__(*args, **kwargs)
-        self._lock = threading.Lock()
-
-    def reserve(self) -> float:
-        """See :meth:`TokenBucket.reserve`; serialised across threads."""
-        with self._lock:
-            return super().reserve()
 
 
 class Elector(Protocol):

@@ -132,28 +132,8 @@ class Daemon:
         self.liveness = Liveness(self.clocks.monotonic, settings.liveness_allowance)
         self._rounds_seen: float | None = None
         self.faults = FaultBook(self.clocks.monotonic, self.clocks.wall)
-        budgets = budgets or Budgets()
         fault_reporter = FaultReporter(stack=stack, metrics=self.metrics, book=self.faults)
-        # Questions to Temporal (pollers, backlogs) run on one thread of the loop's own,
-        # sharing its clients: no iteration waits for an answer.
-        asking = self.clocks.asker(stack)
-        self.observer = Observer(
-            sources,
-            settings=settings,
-            faults=fault_reporter,
-            limiter=budgets.samples,
-            metrics=self.metrics,
-            stack=stack,
-            clock=self.clocks.monotonic,
-            pollers=budgets.pollers,
-            asker=PollerAsker(name=stack, thread=asking, wake=self.wakeup.set),
-            sampler=BacklogAsker(
-                thread=asking,
-                wake=self.wakeup.set,
-                clock=self.clocks.monotonic,
-                wall=self.clocks.wall,
-            ),
-        )
+        self.observer = self._observer(sources, fault_reporter, budgets)
         self.reporter = Reporter(
             stack=stack,
             metrics=self.metrics,
@@ -172,37 +152,63 @@ class Daemon:
             stack=stack,
             on_verdict=self.reporter.report_held,
         )
-        self.actor = Actor(
-            effects,
-            stack=stack,
-            metrics=self.metrics,
-            clock=self.clocks.monotonic,
-            may_apply=lambda: self._leader is None or self._leader.is_leader(),
-            read_secret=sources.secret_data or sources.secrets,
-            applied=sources.record,
-        )
         self._resuming = sources.record is not None
         """Whether the first iteration that may apply still has to look at what the last
         recorded ``up`` applied (:meth:`_resume`)."""
-        self.rollouts = RolloutActor(
-            sources.rollouts,
-            stack=stack,
-            may_apply=lambda: self._leader is None or self._leader.is_leader(),
-            loop=self.observer.event_loop,
-        )
         self._desired: dict[str, int] = {}
         self._observed: dict[str, int] = {}
         self._turn = effects.refresh_turn
+        self._act(sources, effects)
+        self.metrics.leader.labels(stack).set(0)
+
+    def _act(self, sources: Sources, effects: Effects) -> None:
+        may_apply = self._may_apply_now
+        self.actor = Actor(
+            effects,
+            stack=self.stack,
+            metrics=self.metrics,
+            clock=self.clocks.monotonic,
+            may_apply=may_apply,
+            read_secret=sources.secret_data or sources.secrets,
+            applied=sources.record,
+        )
+        self.rollouts = RolloutActor(
+            sources.rollouts, stack=self.stack, may_apply=may_apply, loop=self.observer.event_loop
+        )
         self._engine = BackgroundEngine(
-            stack,
+            self.stack,
             actor=self.actor,
             reporter=self.reporter,
-            settings=settings,
+            settings=self.settings,
             clocks=(self.clocks.monotonic, self.clocks.jitter),
             wakeup=self.wakeup,
-            executor=self.clocks.engine(stack),
+            executor=self.clocks.engine(self.stack),
         )
-        self.metrics.leader.labels(stack).set(0)
+
+    def _may_apply_now(self) -> bool:
+        return self._leader is None or self._leader.is_leader()
+
+    def _observer(
+        self, sources: Sources, faults: FaultReporter, budgets: Budgets | None
+    ) -> Observer:
+        # Questions to Temporal (pollers, backlogs) run on one thread of the loop's own,
+        # sharing its clients: no iteration waits for an answer.
+        asking = self.clocks.asker(self.stack)
+        return Observer(
+            sources,
+            settings=self.settings,
+            faults=faults,
+            metrics=self.metrics,
+            clock=self.clocks.monotonic,
+            budgets=budgets or Budgets(),
+            asker=PollerAsker(name=self.stack, thread=asking, wake=self.wakeup.set),
+            sampler=BacklogAsker(
+                thread=asking,
+                wake=self.wakeup.set,
+                clock=self.clocks.monotonic,
+                wall=self.clocks.wall,
+            ),
+        )
 
     @property
     def queues(self) -> QueueSource:

@@ -49,13 +49,7 @@ from twc.loop.backlog import BacklogSource, SecretReader
 from twc.loop.faults import Fault, sample_fault
 from twc.loop.health import DaemonMetrics
 from twc.loop.rollouts import RolloutSource, observe_facts
-from twc.loop.sampling import (
-    SAMPLE_CONCURRENCY,
-    Allowance,
-    RateLimiter,
-    SampleResult,
-    TaskQueueRef,
-)
+from twc.loop.sampling import SAMPLE_CONCURRENCY, Budgets, SampleResult, TaskQueueRef
 from twc.loop.settings import DaemonSettings
 from twc.loop.versions import RolloutFacts
 from twc.native.status import PollerFacts
@@ -215,11 +209,9 @@ class Observer:
         *,
         settings: DaemonSettings,
         faults: FaultSink,
-        limiter: RateLimiter,
         metrics: DaemonMetrics,
-        stack: str,
         clock: Callable[[], float],
-        pollers: Allowance,
+        budgets: Budgets,
         asker: PollerAsker,
         sampler: BacklogAsker,
     ) -> None:
@@ -229,11 +221,10 @@ class Observer:
             sources: The fleet file, cluster and Temporal readers.
             settings: The sampling interval.
             faults: Where faults seen while reading go.
-            limiter: The backlog request-rate budget.
-            metrics: Where the backlogs sampled (and the failed samples) are published.
-            stack: The stack's name, for logs.
+            metrics: Where the backlogs sampled (and the failed samples) are published;
+                its stack names the logs.
             clock: Monotonic seconds (how old an answer is).
-            pollers: The budget of task queues asked about their pollers.
+            budgets: The backlog samples' rate and the poller questions' allowance.
             asker: Asks the poller questions on its thread: an iteration takes in the
                 answers that came and never waits for the others.
             sampler: Samples backlogs on its thread, likewise.
@@ -241,16 +232,16 @@ class Observer:
         self.sources = sources
         self._settings = settings
         self._faults = faults
-        self._limiter = limiter
+        self._limiter = budgets.samples
         self._metrics = metrics
-        self._stack = stack
+        self._stack = metrics.stack
         self._digests: dict[str, str] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._clock = clock
         self._pollers: dict[TaskQueueRef, tuple[PollerFacts, float, int]] = {}
         """Per task queue, its last poller count, when it was read, and how many answers
         in a row had no pollers."""
-        self._poller_allowance = pollers
+        self._poller_allowance = budgets.pollers
         self.asker = asker
         self.sampler = sampler
         self._failed: dict[TaskQueueRef, SampleResult] = {}

@@ -14,10 +14,15 @@ PYTEST_ARGS ?=
 # so two processes keep both cores busy.
 TEST_PROCS ?= 2
 
-.PHONY: setup run test test-faults lint unit e2e bench local-up local-down clean chart-crds
+.PHONY: setup setup-test run test test-faults lint unit e2e bench local-up local-down clean chart-crds
 
+# The virtualenv and the embedded environment's tools (what `make run` uses).
 setup:
 	bash tools/setup.sh
+
+# Plus what only the tests use: helm, actionlint and Debian's PostgreSQL 15.
+setup-test:
+	bash tools/setup.sh test
 
 # The main job: start the embedded environment (with a real temporalio worker process
 # per Running pod), `twc up` the local stack (stacks/local.yaml) on it, then show live
@@ -41,12 +46,12 @@ e2e:
 
 # Everything CI runs: lint, then every test (unit, end-to-end and fault injection on the
 # real tools; the fault tests are under tests/faults, so they are part of it).
-test: setup lint
+test: setup-test lint
 	$(PY) -m pytest tests -n $(TEST_PROCS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 # Only the fault-injection tests: each starts an embedded environment of its
 # own, then stops Temporal or kube-apiserver or makes the state backend read-only.
-test-faults: setup
+test-faults: setup-test
 	$(PY) -m pytest tests/faults -m faults $(PYTEST_ARGS)
 
 bench: setup

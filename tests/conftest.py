@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import delete_twc_objects
-from twc.local import LocalEnvironment, ToolMissingError, find_tool, project_root
+from twc.local import LocalEnvironment, ToolMissingError, find_tool, processes, project_root
 
 ROOT = project_root()
 # The project's tools come first, as under `make`.
@@ -51,6 +51,28 @@ SESSION_MARK = uuid.uuid4().hex[:12]
 _TEST_NUMBERS = itertools.count(1)
 LEFTOVER_WAIT = 20.0
 """Seconds a test's engine processes get to end after it (a guard's grace included)."""
+
+
+def _stop_the_session(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A stopped run (SIGTERM or Ctrl-C) leaves no embedded environment behind.
+
+    SIGTERM ends a test process as Ctrl-C does (KeyboardInterrupt), so the session's
+    fixtures tear their environments down. An xdist worker gets SIGTERM when its
+    controller ends (the controller itself keeps the default SIGTERM: its own interrupt
+    handling would kill the workers mid-teardown). Whatever still ends a process
+    abruptly, the environment processes it started end with it
+    (:func:`processes.end_with_this_process`).
+    """
+    processes.end_with_this_process()
+    worker = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+    if worker:
+        processes.end_with_parent(signal.SIGTERM)
+    if worker or not config.getoption("numprocesses", None):
+        signal.signal(signal.SIGTERM, _stop_the_session)
 
 
 def engine_processes(mark_prefix: str) -> list[tuple[int, str, str]]:
@@ -184,7 +206,7 @@ def postgres_env(local_env: LocalEnvironment) -> dict[str, str]:
     from twc.local.postgres import PG_BIN
 
     if not (PG_BIN / "postgres").exists():
-        message = f"PostgreSQL 15 not installed in {PG_BIN}: run `make setup`"
+        message = f"PostgreSQL 15 not installed in {PG_BIN}: run `make setup-test`"
         if IN_CI:
             pytest.fail(message, pytrace=False)
         pytest.skip(message)

@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# `make setup`: the project's virtualenv plus the real tools twc is proven against,
+# `make setup`: the project's virtualenv plus the real tools of the embedded environment,
 # each pinned in tools/versions.env and cached by version outside the work tree
 # (default ~/.cache/twc/tools/<name>-<version>/), then linked into .twc/bin, which the
-# Makefile puts first on PATH.
+# Makefile puts first on PATH. `tools/setup.sh test` (`make test`) adds what only the
+# tests use: helm, actionlint and Debian's PostgreSQL 15.
+#
+# It first checks the prerequisites (Go 1.26.6 or a later 1.26, python3 with venv, make,
+# disk space for a cold build) and stops with one line naming what to install.
 #
 # For each tool: a binary already in the cache or on PATH at the pinned version is
 # used; otherwise an official release download is tried (real users' machines);
 # otherwise the tool is built from its Go module (one tool per step, CGO_ENABLED=0,
 # progress lines while it builds). A warm run finishes in seconds.
 #
-# Usage: tools/setup.sh [venv|pulumi|kubernetes|temporal|etcd|kube-apiserver|kube-controller-manager|kubectl
-#                        |kube-scheduler|kwok|postgres|helm|actionlint ...]
+# Usage: tools/setup.sh [test | venv|pulumi|kubernetes|temporal|etcd|kube-apiserver
+#                        |kube-controller-manager|kubectl|kube-scheduler|kwok|postgres|helm|actionlint ...]
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,6 +36,38 @@ export GOFLAGS="-mod=readonly"
 
 say() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 die() { say "error: $*" >&2; exit 1; }
+
+GO_MIN=1.26.6     # the newest `go` line of tools/go/*/go.mod; GOTOOLCHAIN=local fetches none
+DISK_GB=16        # Go's module and build caches after a cold build of every tool
+
+# check_prerequisites STEP...: stop with one line naming what is missing.
+check_prerequisites() {
+  local have
+  command -v make >/dev/null || die "make is missing: apt-get install make"
+  "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
+    || die "$PYTHON 3.11 or newer is missing: apt-get install python3"
+  case " $* " in *" venv "*)
+    "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null \
+      || die "$PYTHON cannot make a virtualenv: apt-get install python3-venv" ;;
+  esac
+  command -v go >/dev/null || die "go is missing: install Go $GO_MIN or a later 1.26 (go.dev/dl) and put it on PATH"
+  have=$(go env GOVERSION | sed 's/^go//')
+  case $have in
+    1.26|1.26.*) [ "$(printf '%s\n' "$GO_MIN" "$have" | sort -V | head -n1)" = "$GO_MIN" ] ;;
+    *) false ;;
+  esac || die "go $have cannot build the tools under GOTOOLCHAIN=local: install Go $GO_MIN or a later 1.26"
+}
+
+# need_build_space: before the first Go build of a run, check the disk holding Go's caches.
+need_build_space() {
+  [ -z "${SPACE_CHECKED:-}" ] || return 0
+  SPACE_CHECKED=1
+  local dir free
+  dir=$(go env GOCACHE)
+  mkdir -p "$dir"
+  free=$(df -Pk "$dir" | awk 'NR == 2 {print int($4 / 1048576)}')
+  [ "$free" -ge "$DISK_GB" ] || die "$free GB free where Go caches builds ($dir): a cold build needs about $DISK_GB GB"
+}
 
 # run_logged NAME CMD...: run a long step with its output in a log file, printing a
 # progress line every 30 seconds; on failure print the log's tail and stop.
@@ -116,6 +152,7 @@ setup_pulumi() {
       say "pulumi $PULUMI_VERSION: official release"
       tar -xzf "$BUILD/pulumi.tgz" -C "$dir/bin" --strip-components=1 && touch "$dir/OFFICIAL"
     else
+      need_build_space
       say "pulumi $PULUMI_VERSION: building the CLI from github.com/pulumi/pulumi/pkg/v3"
       (cd "$ROOT/tools/go/pulumi" && run_logged pulumi go build -trimpath -tags osusergo,grpcnotrace \
         -ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=v$PULUMI_VERSION" \
@@ -153,6 +190,7 @@ setup_kubernetes_provider() {
     mkdir -p "$dir/bin" && tar -xzf "$BUILD/kubernetes.tgz" -C "$dir/bin"
     say "pulumi-resource-kubernetes $v: official release"
   else
+    need_build_space
     say "pulumi-resource-kubernetes $v: building from github.com/pulumi/pulumi-kubernetes/provider/v4"
     src=$(module_dir "github.com/pulumi/pulumi-kubernetes/provider/v4@$PULUMI_KUBERNETES_MODULE_VERSION")
     sdk=$(module_dir "github.com/pulumi/pulumi-kubernetes/sdk/v4@$PULUMI_KUBERNETES_SDK_VERSION")
@@ -189,6 +227,7 @@ build_wrapped() {
   if [ -x "$dir/bin/$binary" ]; then
     say "$name $v: cached"
   else
+    need_build_space
     say "$name $v: building $pkg"
     mkdir -p "$dir/bin"
     (cd "$ROOT/tools/go/$wrapper" && run_logged "$name" go build -trimpath -ldflags "-s -w $ldflags" \
@@ -239,9 +278,9 @@ setup_kubectl() {
     "$(k8s_ldflags)" kube-apiserver
 }
 
-# PostgreSQL 15 from Debian's packages: `twc local up --state postgres` runs it as the
-# Pulumi state backend (its own data dir under .twc/, started by twc, never a system
-# service). CI machines start without it, so it is installed here when missing.
+# PostgreSQL 15 from Debian 12's packages, for the tests and `twc local up --state
+# postgres` only, which run it as the Pulumi state backend (its own data dir under .twc/,
+# started by twc, never a system service). Installed here when missing (root or sudo).
 setup_postgres() {
   local bin=/usr/lib/postgresql/15/bin
   if [ -x "$bin/postgres" ] && [ -x "$bin/initdb" ]; then
@@ -250,13 +289,15 @@ setup_postgres() {
   fi
   local sudo=""
   if [ "$(id -u)" != 0 ]; then
-    command -v sudo >/dev/null || die "postgresql-15 is missing; install it (apt-get install postgresql-15) or run setup as root"
+    command -v sudo >/dev/null || die "postgresql-15 is missing: apt-get install postgresql-15 (Debian 12), or run setup as root"
     sudo="sudo"
   fi
   say "postgresql 15: installing Debian's postgresql-15"
   # No cluster of the package's own: twc makes and starts its own data dir.
   $sudo mkdir -p /etc/postgresql-common
   echo "create_main_cluster = false" | $sudo tee /etc/postgresql-common/createcluster.conf >/dev/null
+  grep -qx 'VERSION_ID="12"' /etc/os-release 2>/dev/null \
+    || die "postgresql-15 is missing: install PostgreSQL 15 into $bin (Debian 12's postgresql-15 package)"
   run_logged postgres sh -c "$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq \
     -o Dpkg::Options::=--force-confold --no-install-recommends postgresql-15"
   [ -x "$bin/postgres" ] || die "postgresql-15 installed, but $bin/postgres is missing"
@@ -299,10 +340,13 @@ setup_kwok() {
 # ---------------------------------------------------------------------------
 main() {
   local steps=("$@") t0
-  [ ${#steps[@]} -gt 0 ] || steps=(venv pulumi kubernetes temporal etcd kube-apiserver kube-controller-manager kubectl
-    kube-scheduler kwok postgres)
-  [ $# -gt 0 ] || steps+=(helm actionlint)
-  command -v go >/dev/null || die "go is required to build the tools (see README)"
+  local environment=(venv pulumi kubernetes temporal etcd kube-apiserver kube-controller-manager kubectl
+    kube-scheduler kwok)
+  case "${1:-}" in
+    "") steps=("${environment[@]}") ;;
+    test) steps=("${environment[@]}" helm actionlint postgres) ;;
+  esac
+  check_prerequisites "${steps[@]}"
   t0=$(date +%s)
   for step in "${steps[@]}"; do
     case $step in

@@ -1,7 +1,7 @@
 """PostgreSQL as the embedded environment's Pulumi state backend (``--state postgres``).
 
-Debian's PostgreSQL 15 (``/usr/lib/postgresql/15/bin``; ``make setup`` installs it when
-missing) runs as one more real part of the environment:
+Debian's PostgreSQL 15 (``/usr/lib/postgresql/15/bin``; ``tools/setup.sh postgres``
+installs it when missing) runs as one more real part of the environment:
 
 * its own data directory, ``<env>/postgres/data``, made by ``initdb`` on first use, with
   a database ``pulumi`` for the state;
@@ -41,13 +41,13 @@ def postgres_tool(name: str) -> str:
     """A PostgreSQL 15 binary (``initdb``, ``postgres``, ``pg_isready``).
 
     Raises:
-        FileNotFoundError: PostgreSQL 15 is not installed (``make setup`` installs it).
+        FileNotFoundError: PostgreSQL 15 is not installed (``tools/setup.sh postgres`` installs it).
     """
     candidate = PG_BIN / name
     if candidate.exists():
         return str(candidate)
     raise FileNotFoundError(
-        f"{candidate} not found: install Debian's postgresql-15 (`make setup` does)"
+        f"{candidate} not found: install Debian 12's postgresql-15 (`tools/setup.sh postgres` does)"
     )
 
 

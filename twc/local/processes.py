@@ -5,11 +5,16 @@ server (and, with ``--run-workers``, one worker process per Running pod) and ret
 ``twc local down`` (possibly from another shell) stops exactly those processes. A pid
 alone is not enough to know a process is still ours (pids are reused), so each record
 keeps the process start time from ``/proc`` and the check compares both.
+
+A test session's environments must not outlive the session, however it ends: after
+:func:`end_with_this_process`, every process :func:`start` starts is killed by the
+kernel when the process that started it ends (Linux's parent-death signal).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -20,6 +25,43 @@ from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+_owner: int | None = None
+"""The pid whose children :func:`start` ties to it (see :func:`end_with_this_process`)."""
+
+
+def end_with_parent(signum: int = signal.SIGKILL) -> None:
+    """Have the kernel send ``signum`` to this process when its parent ends.
+
+    Raises:
+        OSError: the kernel refused (not Linux).
+    """
+    if _prctl()(_PR_SET_PDEATHSIG, signum) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+
+
+def _prctl() -> Callable[[int, int], int]:
+    prctl: Callable[[int, int], int] = ctypes.CDLL(None, use_errno=True).prctl
+    return prctl
+
+
+def end_with_this_process() -> None:
+    """Tie every process :func:`start` starts from now on to this process: it is killed
+    when this process ends, even by SIGKILL. The test session calls it; ``twc local up``
+    does not, since its environment outlives the command."""
+    global _owner
+    _owner = os.getpid()
+
+
+def _tie_to(parent: int) -> Callable[[], None]:
+    prctl = _prctl()  # looked up here: the child must not load libraries after fork
+
+    def tie() -> None:  # runs in the child between fork and exec
+        if prctl(_PR_SET_PDEATHSIG, signal.SIGKILL) != 0 or os.getppid() != parent:
+            os._exit(1)  # untied, or the parent ended before the tie held
+
+    return tie
 
 
 @dataclass(frozen=True)
@@ -89,6 +131,7 @@ def start(
             env=dict(env) if env is not None else None,
             cwd=cwd,
             start_new_session=True,
+            preexec_fn=_tie_to(_owner) if _owner == os.getpid() else None,
         )
     log.debug("started %s pid %d: %s", name, proc.pid, " ".join(argv))
     return record(name, proc.pid, argv, log_file)

@@ -113,3 +113,21 @@ def test_the_image_user_is_the_one_the_chart_runs_as() -> None:
     assert pulumi_yaml["runtime"]["options"]["virtualenv"] == ".venv"
     assert "WORKDIR /app" in DOCKERFILE
     assert "python -m venv /app/.venv" in DOCKERFILE
+
+
+def test_the_image_copies_as_its_user_and_only_the_python_language_host() -> None:
+    values = yaml.safe_load((ROOT / "deploy" / "chart" / "values.yaml").read_text())
+    uid = values["podSecurityContext"]["runAsUser"]
+    image_stage = DOCKERFILE.split("FROM ${PYTHON_IMAGE}", 1)[1]
+    copies = [line for line in _logical_lines() if line.startswith("COPY ")]
+    image_copies = [line for line in copies if line in re.sub(r"\\\n", " ", image_stage)]
+    assert image_copies
+    for line in image_copies:
+        assert f"--chown={uid}:{uid}" in line, line
+    # Owned as copied: no second, chowned copy of /app in another layer.
+    assert "chown -R" not in DOCKERFILE
+    tools = next(line for line in _logical_lines() if "tools/setup.sh pulumi" in line)
+    copied_tools = re.search(r"cp -L (.*?) /out/bin/", tools)
+    assert copied_tools is not None, tools
+    hosts = {w for w in copied_tools.group(1).split() if w.startswith("pulumi-language-")}
+    assert hosts == {"pulumi-language-python", "pulumi-language-python-exec"}

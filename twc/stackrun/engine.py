@@ -29,7 +29,11 @@ from twc.stackrun.guard import GUARD_MARK, install_wrapper
 
 log = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parents[2]
+_IMPORT_ROOT = Path(__file__).resolve().parents[2]
+"""Where ``twc`` is imported from: the checkout, or site-packages when twc is installed."""
+ROOT = _IMPORT_ROOT if (_IMPORT_ROOT / "Pulumi.yaml").is_file() else Path.cwd()
+"""The Pulumi project (``Pulumi.yaml``, ``__main__.py``, ``stacks/``): the checkout twc
+runs from, or the current directory for an installed twc (``pip install .``)."""
 CONFIG_PREFIX = "twc:"
 
 
@@ -85,7 +89,7 @@ def pulumi_command() -> auto.PulumiCommand | None:
     real = real_pulumi()
     if real is None:
         return None
-    return auto.PulumiCommand(root=str(install_wrapper(real, root=ROOT)))
+    return auto.PulumiCommand(root=str(install_wrapper(real, root=_IMPORT_ROOT)))
 
 
 def _create_or_select(ref: StackRef, env: dict[str, str]) -> auto.Stack:

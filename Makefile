@@ -14,15 +14,10 @@ PYTEST_ARGS ?=
 # so two processes keep both cores busy.
 TEST_PROCS ?= 2
 
-.PHONY: setup setup-test run test test-faults lint unit e2e bench local-up local-down clean chart-crds
+.PHONY: setup run test test-faults lint unit e2e bench local-up local-down clean chart-crds
 
-# The virtualenv and the embedded environment's tools (what `make run` uses).
 setup:
 	bash tools/setup.sh
-
-# Plus what only the tests use: helm, actionlint and Debian's PostgreSQL 15.
-setup-test:
-	bash tools/setup.sh test
 
 # The main job: start the embedded environment (with a real temporalio worker process
 # per Running pod), `twc up` the local stack (stacks/local.yaml) on it, then show live
@@ -43,6 +38,10 @@ unit:
 
 e2e:
 	$(PY) -m pytest tests -m e2e $(PYTEST_ARGS)
+
+# `make setup`, plus what only the tests use: helm, actionlint and Debian's PostgreSQL 15.
+setup-test:
+	bash tools/setup.sh test
 
 # Everything CI runs: lint, then every test (unit, end-to-end and fault injection on the
 # real tools; the fault tests are under tests/faults, so they are part of it).

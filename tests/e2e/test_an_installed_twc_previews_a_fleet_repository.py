@@ -37,7 +37,12 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``pip install .`` of this checkout into a directory of its own (no dependencies:
     the project's virtualenv provides them)."""
     base = tmp_path_factory.mktemp("package")
-    _pip("wheel", "--no-deps", "-q", "-w", str(base / "dist"), str(ROOT))
+    source = base / "source"  # a copy: the build writes into its source tree
+    for name in ("twc", "providers"):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "requirements.txt", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    _pip("wheel", "--no-deps", "-q", "-w", str(base / "dist"), str(source))
     [wheel] = (base / "dist").glob("twc-*.whl")
     _pip("install", "--no-deps", "-q", "--target", str(base / "site"), str(wheel))
     return base

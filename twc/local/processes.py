@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import logging
 import os
 import signal
@@ -27,41 +28,27 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
-_owner: int | None = None
-"""The pid whose children :func:`start` ties to it (see :func:`end_with_this_process`)."""
+_prctl: Callable[[int, int], int] = ctypes.CDLL(None, use_errno=True).prctl
+_owner: int | None = None  # the pid whose children start() ties to it
 
 
-def end_with_parent(signum: int = signal.SIGKILL) -> None:
-    """Have the kernel send ``signum`` to this process when its parent ends.
-
-    Raises:
-        OSError: the kernel refused (not Linux).
-    """
-    if _prctl()(_PR_SET_PDEATHSIG, signum) != 0:
+def end_with_parent(signum: int) -> None:
+    """Have the kernel send ``signum`` to this process when its parent ends."""
+    if _prctl(_PR_SET_PDEATHSIG, signum) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
 
 
-def _prctl() -> Callable[[int, int], int]:
-    prctl: Callable[[int, int], int] = ctypes.CDLL(None, use_errno=True).prctl
-    return prctl
-
-
 def end_with_this_process() -> None:
-    """Tie every process :func:`start` starts from now on to this process: it is killed
-    when this process ends, even by SIGKILL. The test session calls it; ``twc local up``
-    does not, since its environment outlives the command."""
+    """Have every process :func:`start` starts from now on killed when this one ends,
+    even by SIGKILL. The test session does this; ``twc local up`` does not, since its
+    environment outlives the command."""
     global _owner
     _owner = os.getpid()
 
 
-def _tie_to(parent: int) -> Callable[[], None]:
-    prctl = _prctl()  # looked up here: the child must not load libraries after fork
-
-    def tie() -> None:  # runs in the child between fork and exec
-        if prctl(_PR_SET_PDEATHSIG, signal.SIGKILL) != 0 or os.getppid() != parent:
-            os._exit(1)  # untied, or the parent ended before the tie held
-
-    return tie
+def _tied(parent: int) -> None:  # in the child, between fork and exec
+    if _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL) != 0 or os.getppid() != parent:
+        os._exit(1)  # untied, or the parent ended before the tie held
 
 
 @dataclass(frozen=True)
@@ -131,7 +118,7 @@ def start(
             env=dict(env) if env is not None else None,
             cwd=cwd,
             start_new_session=True,
-            preexec_fn=_tie_to(_owner) if _owner == os.getpid() else None,
+            preexec_fn=functools.partial(_tied, _owner) if _owner == os.getpid() else None,
         )
     log.debug("started %s pid %d: %s", name, proc.pid, " ".join(argv))
     return record(name, proc.pid, argv, log_file)

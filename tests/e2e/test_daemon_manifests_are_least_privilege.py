@@ -265,7 +265,6 @@ def test_the_queue_crd_is_shipped_only_when_asked_and_kept_on_uninstall() -> Non
     ("sets", "message"),
     [
         (["rbac.scope=namespaced"], "rbac.scope=namespaced needs rbac.namespaces"),
-        (["rbac.scope=everywhere"], "rbac.scope must be cluster or namespaced"),
         (["leaderElection.enabled=false"], "replicas > 1 needs leaderElection.enabled"),
     ],
 )

@@ -53,11 +53,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 {{- end -}}
 
-{{/* Fail the render on settings that would give a daemon that cannot work. */}}
+{{/* Fail the render on settings that would give a daemon that cannot work (each value
+     alone is checked by values.schema.json). */}}
 {{- define "twc.validate" -}}
-{{- if not (has .Values.rbac.scope (list "cluster" "namespaced")) -}}
-{{- fail (printf "rbac.scope must be cluster or namespaced, not %q" .Values.rbac.scope) -}}
-{{- end -}}
 {{- if and .Values.rbac.create (eq .Values.rbac.scope "namespaced") (not .Values.rbac.namespaces) -}}
 {{- fail "rbac.scope=namespaced needs rbac.namespaces: every namespace with workers (and each ClusterConnection's secretSource namespace)" -}}
 {{- end -}}

@@ -12,7 +12,11 @@ computes what should run with the one desired-state function,
   itself through :func:`twc.kube.observe.observe_inputs`, as ``twc up`` would.
 
 So a stack the daemon manages keeps its Queue- and TemporalWorker-derived workers
-whichever way it is applied. ``build()`` does the Pulumi part from a computed desired
+whichever way it is applied. Deletions are judged alike too: the daemon and ``twc up``
+judge before they hand the inputs over; under plain ``pulumi up`` the program judges
+(:func:`guard_deletions`) and fails, registering nothing, when the plan would delete more
+than the fleet's ``deletionGuard`` allows without an approval, or when what runs or the
+stack's record cannot be read. ``build()`` does the Pulumi part from a computed desired
 state, so unit tests drive it under Pulumi mocks with an injected secret reader.
 
 Pulumi config: ``twc:fleetFile`` (default ``stacks/<stack>.yaml``),
@@ -42,14 +46,30 @@ from twc.components.connection import ConnectionArgs, ConnectionComponent, Secre
 from twc.components.queue import QUEUE_TYPE, QueueComponent
 from twc.components.worker import TEMPORAL_WORKER_TYPE, TemporalWorkerComponent, WorkerArgs
 from twc.connections import ResolvedConnection, default_registry
-from twc.desired import BuildScope, DesiredFleet, DesiredInputs, ObjectsUnknown, desired_fleet
+from twc.desired import (
+    INPUTS_ENV,
+    BuildScope,
+    DesiredFleet,
+    DesiredInputs,
+    ObjectsUnknown,
+    deletion_verdict,
+    desired_fleet,
+    refusal,
+)
 from twc.errors import SpecError, TwcConnectionError
 from twc.kube.lease import DAEMON_LEASE_ENV, DAEMON_LEASE_OUTPUT
 from twc.spec import Fleet, load_fleet, load_fleet_file
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ProgramOptions", "build", "default_secret_reader", "main", "program_inputs"]
+__all__ = [
+    "ProgramOptions",
+    "build",
+    "default_secret_reader",
+    "guard_deletions",
+    "main",
+    "program_inputs",
+]
 
 
 @dataclass(frozen=True)
@@ -255,6 +275,45 @@ def program_inputs(
         return fleet, observe_inputs(kube, default_registry().watched_kinds(), record=record)
 
 
+def guard_deletions(
+    desired: DesiredFleet, fleet: Fleet, *, stack: str, config: Mapping[str, str] | None
+) -> None:
+    """Under plain ``pulumi up``: the deletion verdict every entry point gives, with
+    nobody to ask. Deletions beyond the share go only with an approval on the stack's
+    record (``twc approve``), which this run spends; otherwise the held set is put on the
+    record for ``twc approve`` (a preview writes nothing).
+
+    Raises:
+        pulumi.RunError: The deletions are held, or what runs or the record cannot be
+            read; raised before any resource is registered, so nothing is applied.
+    """
+    from twc.kube.client import kube_client
+    from twc.kube.record import HeldRecord, RecordStore, control_namespace
+    from twc.kube.workloads import Workloads
+
+    try:
+        with kube_client() as kube:
+            record = RecordStore(kube.core, namespace=control_namespace(config), stack=stack)
+            approved = record.approved()
+            running = Workloads(kube, stack=stack).worker_replicas()
+            verdict = deletion_verdict(
+                running, desired.workers, fleet.deletion_guard, lambda: approved
+            )
+            hold = verdict.hold
+            if (verdict.released or hold) and not pulumi.runtime.is_dry_run():
+                record.publish_held(
+                    HeldRecord(hold.digest, tuple(sorted(hold.workers)), hold.reason)
+                    if hold
+                    else None
+                )
+    except Exception as exc:  # noqa: BLE001 - a guard that cannot judge holds
+        raise pulumi.RunError(
+            f"cannot tell what this up would delete ({exc}); nothing was changed"
+        ) from None
+    if hold is not None:
+        raise pulumi.RunError(refusal(hold, stack))
+
+
 def main() -> None:
     """Entry point of ``__main__.py``."""
     cfg = pulumi.Config("twc")
@@ -268,15 +327,17 @@ def main() -> None:
     )
     try:
         control = cfg.get("controlNamespace")
-        fleet, inputs = program_inputs(
-            file, stack=stack, config={"controlNamespace": control} if control else None
-        )
+        config = {"controlNamespace": control} if control else None
+        fleet, inputs = program_inputs(file, stack=stack, config=config)
         desired = desired_fleet(fleet, inputs, registry=default_registry(), file=file)
         if options.shard_namespaces is not None:
             from twc.shards import restrict
 
             # A shard builds its own namespaces only; the rest belongs to other shards.
             desired = restrict(desired, options.shard_namespaces)
+        if not os.environ.get(INPUTS_ENV):
+            # Nobody judged these deletions before handing the inputs over.
+            guard_deletions(desired, fleet, stack=stack, config=config)
         for rejected in desired.rejected:
             what = (
                 f"{rejected.obj.kind} object {rejected.key}: {rejected.reason}: {rejected.message}"

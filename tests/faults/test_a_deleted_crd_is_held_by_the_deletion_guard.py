@@ -3,8 +3,8 @@ real daemon, the three workers they derived (of the stack's four) are *held* by 
 deletion guard — more than 25 % of the stack at once — instead of deleted by the next
 ``up``: ``DeletionsHeld`` names them (``/status``, ``twc_deletions_held``, an Event on
 the stack's record, the log) and their Deployments stay byte for byte. The deletions
-proceed once the same set was wanted for the confirmation period (shortened here), or
-at once when an operator runs ``twc approve``."""
+proceed at once when an operator runs ``twc approve``, or, when the fleet opts in
+(``deletionGuard.releaseAfter``), once the same set was still wanted after that period."""
 
 from __future__ import annotations
 
@@ -40,17 +40,14 @@ def _four_workers(
     namespace: str,
     task_queue: str,
     daemons: Daemons,
-    confirm_after: float,
+    release_after: float | None,
 ) -> tuple[Any, Any]:
     worker = {"name": "static", "namespace": namespace, "taskQueueName": task_queue}
-    fs = daemons.stack(
-        fleet_doc(namespace, host_port=local_env.temporal_address(), workers=[worker])
-    )
-    settings = {
-        **FAST,
-        "deletion_guard": {"confirm_after": confirm_after, "confirm_observations": 3},
-    }
-    daemon = daemons.start(fs, settings=settings)
+    doc = fleet_doc(namespace, host_port=local_env.temporal_address(), workers=[worker])
+    if release_after is not None:
+        doc["deletionGuard"] = {"releaseAfter": release_after}
+    fs = daemons.stack(doc)
+    daemon = daemons.start(fs, settings=FAST)
     wait_for_success(daemon, timeout=120)
     ref = object_ref("ClusterConnection", "local")
     for name in NATIVE:
@@ -92,7 +89,7 @@ def _held(kube: Any, daemon: Any, fs: Any, namespace: str) -> tuple[float, dict[
     return took, held
 
 
-def test_a_deleted_crds_workers_are_held_until_the_confirmation_period_passed(
+def test_a_deleted_crds_workers_are_held_until_the_period_the_fleet_opts_into_passed(
     local_env: LocalEnvironment,
     kube: Any,
     namespace: str,
@@ -112,7 +109,7 @@ def test_a_deleted_crds_workers_are_held_until_the_confirmation_period_passed(
     eventually(
         lambda: sorted(deployment_bytes(kube, namespace)) == ["static"],
         timeout=120,
-        message="the held deletions never proceeded after the confirmation period",
+        message="the held deletions never proceeded after the period",
     )
     waited = time.monotonic() - released + 20
     assert "(confirmed)" in daemon.text()
@@ -123,7 +120,7 @@ def test_a_deleted_crds_workers_are_held_until_the_confirmation_period_passed(
     assert_converged(kube, daemon, fs, namespace, {"static"})
     print(
         f"TemporalWorker CRD deleted: 3 of 4 deletions held {took:.1f} s after the delete; "
-        f"deleted {waited:.1f} s after being held (confirmation period 30 s, "
+        f"deleted {waited:.1f} s after being held (releaseAfter 30 s, "
         f"{held['observations']} observations when first seen)"
     )
 
@@ -136,7 +133,7 @@ def test_an_operators_approval_releases_the_held_deletions_at_once(
     daemons: Daemons,
     pulumi_env: dict[str, str],
 ) -> None:
-    fs, daemon = _four_workers(local_env, kube, namespace, task_queue, daemons, 3600.0)
+    fs, daemon = _four_workers(local_env, kube, namespace, task_queue, daemons, None)
     took, _ = _held(kube, daemon, fs, namespace)
 
     approved = time.monotonic()

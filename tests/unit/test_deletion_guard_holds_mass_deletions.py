@@ -1,6 +1,7 @@
-"""One up deletes at most a share of the stack's workers; more is held until the same
-deletions were wanted long enough, or an operator approves them. Held workers stay in
-the desired state exactly as they were, from the inputs they last came from."""
+"""One up deletes at most a share of the stack's workers; more is held until a person
+approves exactly that set (or, when the fleet opts in, the same deletions were wanted
+long enough). An approval is spent once. Held workers stay in the desired state exactly
+as they were, from the inputs they last came from."""
 
 from __future__ import annotations
 
@@ -17,20 +18,22 @@ from twc.desired import (
     WORKER_KIND_KEY,
     DesiredFleet,
     DesiredInputs,
+    Hold,
     ObjectList,
+    deletion_digest,
     desired_fleet,
     held_objects,
+    judge_deletions,
     kind_key,
 )
 from twc.kube.record import RecordStore
-from twc.loop import DaemonSettings, DeletionGuardSettings
-from twc.loop.guard import Hold, deletion_digest, judge_deletions
-from twc.spec import load_fleet
+from twc.spec import DeletionGuard, load_fleet
 
 REGISTRY = Registry.with_builtins()
 CC_KEY = kind_key("ClusterConnection", "temporal.io")
 CONN_KEY = kind_key("Connection", "temporal.io")
-GUARD = DeletionGuardSettings(max_share=0.25, confirm_after=120, confirm_observations=3)
+GUARD = DeletionGuard()
+RELEASING = DeletionGuard.model_validate({"releaseAfter": 120})
 
 
 # ------------------------------------------------------------------ the decision
@@ -54,29 +57,35 @@ def test_deletions_beyond_the_share_are_held(deleting: int, total: int, held: bo
     assert verdict.deleting == frozenset(gone)
 
 
-def test_a_hold_proceeds_after_the_period_and_the_observations_and_restarts_on_change() -> None:
+def test_a_hold_waits_for_a_person_unless_the_fleet_opts_into_a_period() -> None:
     gone = ["team/a", "team/b"]
 
-    def judge(previous: Hold | None, now: float, which: list[str] = gone) -> Any:
-        return judge_deletions(which, 4, previous, now=now, wall=now, settings=GUARD, approved=None)
+    def judge(
+        previous: Hold | None, now: float, settings: DeletionGuard, which: list[str] = gone
+    ) -> Any:
+        return judge_deletions(
+            which, 4, previous, now=now, wall=now, settings=settings, approved=None
+        )
 
-    first = judge(None, 0)
+    # By default nothing but an approval releases a hold, however long it lasts.
+    held = judge(None, 0, GUARD)
+    for now in (200, 10_000, 1e9):
+        held = judge(held.hold, now, GUARD)
+        assert held.hold is not None
+    assert held.hold.since == 0
+    assert held.hold.observations == 4
+
+    # Opted in: the same set still wanted after the period goes.
+    first = judge(None, 0, RELEASING)
     assert first.hold is not None
-    assert first.hold.observations == 1
-    second = judge(first.hold, 200)  # long enough, but only two observations
-    assert second.hold is not None
-    assert second.hold.observations == 2
-    third = judge(second.hold, 201)
-    assert third.hold is None
-    assert third.released == "confirmed"
-
-    # Three quick observations are not enough without the period.
-    quick = judge(judge(judge(None, 0).hold, 1).hold, 2)
-    assert quick.hold is not None
-    assert quick.hold.observations == 3
+    early = judge(first.hold, 119, RELEASING)
+    assert early.hold is not None
+    late = judge(early.hold, 121, RELEASING)
+    assert late.hold is None
+    assert late.released == "confirmed"
 
     # A different set starts the wait again.
-    other = judge(second.hold, 202, ["team/a", "team/c"])
+    other = judge(early.hold, 202, RELEASING, ["team/a", "team/c"])
     assert other.hold is not None
     assert other.hold.since == 202
     assert other.hold.observations == 1
@@ -166,9 +175,15 @@ def _four_workers() -> list[dict[str, Any]]:
     return [{"name": f"w{i}", "namespace": NS, "taskQueueName": f"q{i}"} for i in range(4)]
 
 
-def _guarded_daemon(record: RecordStore | None = None) -> Any:
-    settings = DaemonSettings(deletion_guard=GUARD)
-    h = make_daemon(fleet_data(workers=_four_workers()), settings=settings, record=record)
+def _guarded_fleet(workers: list[dict[str, Any]], release_after: float | None = None) -> Any:
+    doc = fleet_data(workers=workers)
+    if release_after is not None:
+        doc["deletionGuard"] = {"releaseAfter": release_after}
+    return doc
+
+
+def _guarded_daemon(record: RecordStore | None = None, release_after: float | None = None) -> Any:
+    h = make_daemon(_guarded_fleet(_four_workers(), release_after), record=record)
     h.step()
     assert len(h.engine.ups) == 1
     h.live.update({f"{NS}/w{i}": 1 for i in range(4)})
@@ -179,7 +194,7 @@ def _program_workers(h: Any) -> set[str]:
     return set(h.engine.last_program().workers)
 
 
-def test_the_daemon_holds_three_of_four_deletions_until_the_period_passed() -> None:
+def test_the_daemon_holds_three_of_four_deletions_until_a_person_approves() -> None:
     h = _guarded_daemon()
     h.fleet["workers"] = _four_workers()[:1]
 
@@ -190,10 +205,23 @@ def test_the_daemon_holds_three_of_four_deletions_until_the_period_passed() -> N
     assert held["workers"] == [f"{NS}/w1", f"{NS}/w2", f"{NS}/w3"]
     assert h.metrics.value("twc_deletions_held", stack="unit") == 3
 
+    h.clock.now += 86_400
+    h.step()
+    h.step()
+    assert len(h.engine.ups) == 1
+    assert h.daemon.status()["heldDeletions"]["workers"] == held["workers"]
+
+
+def test_the_daemon_releases_held_deletions_after_the_period_the_fleet_opts_into() -> None:
+    h = _guarded_daemon(release_after=120)
+    h.fleet["workers"] = _four_workers()[:1]
+
+    h.step()
     h.clock.now += 60
     h.step()
+    assert len(h.engine.ups) == 1
     h.clock.now += 61
-    h.step()  # 121 s, three observations: confirmed
+    h.step()  # 121 s: released
     assert len(h.engine.ups) == 2
     assert _program_workers(h) == {f"{NS}/w0"}
     assert h.daemon.status()["heldDeletions"] is None
@@ -239,16 +267,51 @@ def test_an_operators_approval_releases_the_held_deletions_at_once() -> None:
     assert after.approved is None
 
 
+def test_an_approval_is_spent_once_and_the_same_deletions_coming_back_are_held_again() -> None:
+    api = FakeConfigMaps()
+    h = _guarded_daemon(RecordStore(api, namespace="twc", stack="unit"))
+    two = _four_workers()[:2]
+    h.fleet["workers"] = two
+    h.step()
+    published = RecordStore(api, namespace="twc", stack="unit").load()
+    assert published is not None
+    assert published.held is not None
+    RecordStore(api, namespace="twc", stack="unit").approve(published.held.digest)
+    h.step()
+    assert len(h.engine.ups) == 2
+
+    # Until the approved deletions are done (an up that failed midway) they stay released.
+    h.live.update({f"{NS}/w2": 1, f"{NS}/w3": 1})
+    h.step()
+    assert h.daemon.status()["heldDeletions"] is None
+    for gone in (2, 3):
+        del h.live[f"{NS}/w{gone}"]
+    h.step()
+
+    # The same two workers come back, run, and go again: held again.
+    h.fleet["workers"] = _four_workers()
+    h.step()
+    ups = len(h.engine.ups)
+    assert set(h.live) == {f"{NS}/w{i}" for i in range(4)}
+    h.fleet["workers"] = two
+    h.step()
+
+    assert len(h.engine.ups) == ups
+    assert h.daemon.status()["heldDeletions"]["workers"] == [f"{NS}/w2", f"{NS}/w3"]
+    again = RecordStore(api, namespace="twc", stack="unit").load()
+    assert again is not None
+    assert again.held is not None
+    assert again.held.digest == published.held.digest
+    assert again.approved is None
+
+
 def test_a_restarted_daemon_holds_from_the_record_it_left() -> None:
     api = FakeConfigMaps()
     h = _guarded_daemon(RecordStore(api, namespace="twc", stack="unit"))
     live = dict(h.live)
 
-    settings = DaemonSettings(deletion_guard=GUARD)
     doc = fleet_data(workers=_four_workers()[:1])
-    again = make_daemon(
-        doc, settings=settings, record=RecordStore(api, namespace="twc", stack="unit")
-    )
+    again = make_daemon(doc, record=RecordStore(api, namespace="twc", stack="unit"))
     again.live.update(live)
     again.step()
 
@@ -258,9 +321,8 @@ def test_a_restarted_daemon_holds_from_the_record_it_left() -> None:
 
 def test_held_workers_nobody_remembers_stop_the_up_rather_than_go() -> None:
     # A restarted daemon without a record: the three missing workers cannot be put back,
-    # so nothing is applied (they are not deleted) until the deletions are confirmed.
-    settings = DaemonSettings(deletion_guard=GUARD)
-    h = make_daemon(fleet_data(workers=_four_workers()[:1]), settings=settings)
+    # so nothing is applied (they are not deleted) until the deletions are approved.
+    h = make_daemon(fleet_data(workers=_four_workers()[:1]))
     h.live.update({f"{NS}/w{i}": 1 for i in range(4)})
 
     state = h.step()

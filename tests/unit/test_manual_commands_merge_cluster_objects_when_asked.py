@@ -28,10 +28,7 @@ def _inputs(run: engine.StackRef | None) -> DesiredInputs:
     return DesiredInputs.from_file(run.env[INPUTS_ENV])
 
 
-def test_the_file_alone_when_asked_or_when_the_fleet_opts_out(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(common, "_running_workers", lambda ref: None)
+def test_the_file_alone_when_asked_or_when_the_fleet_opts_out(tmp_path: Path) -> None:
     ref, file = _ref(tmp_path)
     with common.desired_inputs(ref, file, False) as run:
         inputs = _inputs(run)

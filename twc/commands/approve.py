@@ -1,10 +1,12 @@
-"""``twc approve``: confirm the deletions the daemon holds for a stack.
+"""``twc approve``: confirm the deletions held for a stack.
 
-The daemon holds deletions of more workers than one ``up`` may delete at once
-(``DeletionsHeld``) and publishes them, with their digest, on the stack's record. This
-verb shows them and writes that digest back as the approval; the daemon's next iteration
-deletes exactly those workers. A different set (more objects went meanwhile) has another
-digest, so an approval never covers deletions the operator did not see.
+Every entry point holds deletions of more workers than one apply may delete at once
+and puts them, with their digest, on the stack's record (the daemon's
+``DeletionsHeld``, a refused ``twc up`` or plain ``pulumi up``). This verb shows them and
+writes that digest back as the approval (what ``kubectl annotate`` of the record with
+``twc.temporal.io/approve-deletions=<digest>`` does too); the next apply deletes exactly
+those workers and spends the approval. A different set (more objects went meanwhile) has
+another digest, so an approval never covers deletions the operator did not see.
 """
 
 from __future__ import annotations
@@ -47,8 +49,8 @@ def run_approve(stack: str, *, out: TextIO | None = None, err: TextIO | None = N
         print(f"twc approve: cannot read or write the stack's record: {exc}", file=err)
         return 1
     print(
-        f"approved ({held.digest}): the daemon deletes these {len(held.workers)} workers "
-        "on its next iteration",
+        f"approved ({held.digest}): the next apply of stack {stack} (the daemon's next "
+        f"iteration, twc up or pulumi up) deletes these {len(held.workers)} workers",
         file=out,
     )
     return 0

@@ -6,13 +6,12 @@ from __future__ import annotations
 import dataclasses
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from twc.desired import INPUTS_ENV, DesiredInputs
+from twc.desired import INPUTS_ENV, DesiredInputs, GuardVerdict, Hold
 from twc.errors import SpecError, TwcError
 from twc.native.views import is_view
 from twc.rollout import RolloutSettings
@@ -24,18 +23,19 @@ if TYPE_CHECKING:
     from twc.spec import Fleet
 
 __all__ = [
-    "Deletions",
     "cluster_adds_a_source",
-    "deletions",
+    "deletion_verdict",
     "desired_inputs",
     "dry_run_or_report",
     "ensure_local_namespaces",
     "fleet_file_for",
     "fleet_path",
+    "publish_hold",
     "stack_config",
     "stack_kube",
     "stack_record",
     "stack_ref",
+    "stack_workers",
     "summary",
     "validate_or_report",
 ]
@@ -114,66 +114,61 @@ def stack_record(ref: engine.StackRef, kube: KubeClient) -> RecordStore:
     return RecordStore(kube.core, namespace=control_namespace(stack_config(ref)), stack=ref.name)
 
 
-@dataclass(frozen=True)
-class Deletions:
-    """What a run would delete of the workers the stack runs."""
+def deletion_verdict(ref: engine.StackRef, file: str) -> GuardVerdict:
+    """What the run :func:`desired_inputs` prepared would delete of the workers the stack
+    runs (its Deployments), judged by the fleet's ``deletionGuard`` and the approval on
+    the stack's record.
 
-    deleting: frozenset[str] = frozenset()
-    """Workers the stack runs that this run would delete."""
-    running: int = 0
-    """Workers the stack runs (their Deployments in the cluster)."""
-    allowed: int = 1
-    """How many of them one run may delete without confirmation (the daemon's share)."""
-
-    @property
-    def beyond_share(self) -> frozenset[str]:
-        """The deletions when they are more than the share allows (else none): what the
-        daemon would hold, and what ``twc up`` asks about."""
-        return self.deleting if len(self.deleting) > self.allowed else frozenset()
-
-
-def deletions(ref: engine.StackRef, file: str) -> Deletions:
-    """What the run :func:`desired_inputs` prepared would delete, judged by the daemon's
-    share: the stack's running workers (their Deployments, a versioned worker's under
-    its own name) that its desired state no longer has."""
+    Raises:
+        Exception: What runs, the desired state or the approval cannot be read: the
+            caller applies nothing (a guard that cannot judge holds).
+    """
     from twc.connections import default_registry
+    from twc.desired import deletion_verdict as verdict
     from twc.desired import desired_fleet
-    from twc.loop.settings import DeletionGuardSettings
-    from twc.rollout import version_deployment_name
-    from twc.spec import load_fleet_file
+    from twc.spec import load_fleet, load_fleet_file
 
     inputs_file = (ref.env or {}).get(INPUTS_ENV)
     inputs = DesiredInputs.from_file(inputs_file) if inputs_file else DesiredInputs()
-    deployments = inputs.replicas if inputs.cluster is not None else _running_workers(ref)
-    if not deployments:
-        return Deletions()
-    running = set(deployments)
-    for worker, versions in inputs.versions.items():
-        namespace, _, name = worker.partition("/")
-        version_names = {
-            f"{namespace}/{version_deployment_name(name, build)}" for build in versions.versions
-        }
-        if running & version_names:
-            running = (running - version_names) | {worker}
-    try:
-        fleet = load_fleet_file(fleet_path(file))
-        desired = desired_fleet(fleet, inputs, registry=default_registry(), file=file)
-    except Exception:  # noqa: BLE001 - the engine's run reports why the desired state fails
-        return Deletions()
-    gone = frozenset(running - set(desired.workers))
-    allowed = DeletionGuardSettings().allowed(len(running))
-    return Deletions(deleting=gone, running=len(running), allowed=allowed)
+    fleet = load_fleet(inputs.fleet, file) if inputs.fleet else load_fleet_file(fleet_path(file))
+    desired = desired_fleet(fleet, inputs, registry=default_registry(), file=file)
+    with stack_kube(ref) as kube:
+        return verdict(
+            stack_workers(ref, kube),
+            desired.workers,
+            fleet.deletion_guard,
+            lambda: stack_record(ref, kube).approved(),
+        )
 
 
-def _running_workers(ref: engine.StackRef) -> Mapping[str, int] | None:
-    """The worker Deployments the stack runs, when the cluster can tell (else ``None``)."""
+def stack_workers(ref: engine.StackRef, kube: KubeClient) -> set[str]:
+    """The workers the stack runs: its worker Deployments (a versioned worker's count
+    as that one worker), keyed ``<namespace>/<name>``.
+
+    Raises:
+        Exception: The API server failed or access was denied.
+    """
     from twc.kube.workloads import Workloads
 
-    try:
-        with stack_kube(ref) as kube:
-            return Workloads(kube, stack=ref.name).worker_replicas()
-    except Exception:  # noqa: BLE001 - without a cluster there is nothing to delete from
-        return None
+    return set(Workloads(kube, stack=ref.name).worker_replicas())
+
+
+def publish_hold(ref: engine.StackRef, hold: Hold | None) -> None:
+    """Put the held deletions on the stack's record for ``twc approve`` (``None``: none
+    held, which spends an approval); a stack without a record gets one only to hold.
+
+    Raises:
+        Exception: The record cannot be read or written.
+    """
+    from twc.kube.record import HeldRecord
+
+    with stack_kube(ref) as kube:
+        record = stack_record(ref, kube)
+        if hold is None and record.load() is None:
+            return
+        record.publish_held(
+            HeldRecord(hold.digest, tuple(sorted(hold.workers)), hold.reason) if hold else None
+        )
 
 
 @contextmanager

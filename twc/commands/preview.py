@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from twc.commands import common
 from twc.commands.stack_lease import guarded
+from twc.desired import Hold
 from twc.preview import (
     EXIT_ERROR,
     HeldDeletions,
@@ -78,16 +79,25 @@ def run_preview(
         # Under the engine guard with its deadline; no Lease (a preview takes no lock).
         with guarded(merged) as run:
             report = preview_report(run)
-        deleting = common.deletions(merged, file)
-    if deleting.beyond_share:
-        held = HeldDeletions(
-            workers=sorted(deleting.beyond_share),
-            running=deleting.running,
-            allowed=deleting.allowed,
-        )
+        hold = _held(merged, file, err)
+    if hold is not None:
+        held = HeldDeletions(workers=sorted(hold.workers), running=hold.total, allowed=hold.allowed)
         report = report.model_copy(update={"held_deletions": held})
     print(render(report, fmt), end="", file=out, flush=True)
     return exit_code(report, detailed)
+
+
+def _held(ref: engine.StackRef, file: str, err: TextIO) -> Hold | None:
+    """The deletions an ``up`` of this preview would hold (see :mod:`twc.commands.up`)."""
+    from twc.kube.client import NoClusterError
+
+    try:
+        return common.deletion_verdict(ref, file).hold
+    except NoClusterError:
+        return None  # no cluster, nothing running to delete
+    except Exception as exc:  # noqa: BLE001 - an up would apply nothing; say why
+        print(f"cannot tell what an up would delete: {exc}", file=err)
+        return None
 
 
 def preview_report(ref: engine.StackRef) -> PreviewReport:

@@ -1,9 +1,12 @@
 """``twc up``: validate, then apply the stack with the engine's progress, then a status
 table.
 
-Before the engine runs, ``twc up`` judges its deletions as the daemon does: deleting more
-than the deletion guard's share of the stack's running workers (25 %, at least one) at
-once needs a yes — typed at the prompt, or ``--yes``. Without one nothing is applied.
+Before the engine runs, ``twc up`` judges its deletions as every entry point does
+(:func:`twc.desired.judge_deletions`): deleting more than the fleet's
+``deletionGuard.maxShare`` of the stack's running workers at once needs a person — an
+approval on the stack's record (``twc approve``, spent by this run), a yes typed at the
+prompt, or ``--yes``. Without one, or when what runs cannot be read, nothing is applied
+and the held set is put on the record for ``twc approve``.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import TextIO
 from twc.commands import common
 from twc.commands.stack_lease import DEFAULT_WAIT, stack_lease
 from twc.commands.status import format_status_table
-from twc.desired import INPUTS_ENV, DesiredInputs
+from twc.desired import INPUTS_ENV, DesiredInputs, GuardVerdict, Hold, refusal
 from twc.rollout import RolloutSettings
 from twc.stackrun import engine
 from twc.stackrun.errors import engine_failure
@@ -74,16 +77,13 @@ def run_up(
             with common.desired_inputs(leased, file, cluster_objects, rollouts=settings) as run:
                 if run is None or not common.dry_run_or_report(run, file):
                     return 1
-                deleting = common.deletions(run, file)
-                if deleting.beyond_share and not yes and not _confirmed(deleting, ask):
-                    print(
-                        "nothing was applied: rerun with --yes to delete them "
-                        "(the daemon holds such deletions until `twc approve`)",
-                        file=sys.stderr,
-                    )
+                verdict = _judged(run, file, yes, ask)
+                if verdict is None:
                     return 1
                 inputs = DesiredInputs.from_file((run.env or {})[INPUTS_ENV])
                 result = engine.up(run, on_output=lambda line: print(line, file=out, flush=True))
+                if verdict.released or verdict.hold is not None:
+                    _spend_approval(ref)
     except CommandError as exc:
         print(engine_failure(exc).text, file=sys.stderr)
         return 1
@@ -131,12 +131,45 @@ def _drive(
         print(f"rollouts not driven: {exc}", file=sys.stderr)
 
 
-def _confirmed(run: common.Deletions, ask: Callable[[str], str] | None) -> bool:
+def _judged(
+    run: engine.StackRef, file: str, yes: bool, ask: Callable[[str], str] | None
+) -> GuardVerdict | None:
+    """The deletion verdict of this run, confirmed; ``None`` (after saying why, and
+    putting the held set on the stack's record for ``twc approve``) when it may not go."""
+    try:
+        verdict = common.deletion_verdict(run, file)
+    except Exception as exc:  # noqa: BLE001 - a guard that cannot judge holds
+        print(
+            f"cannot tell what this up would delete ({exc}); nothing was applied",
+            file=sys.stderr,
+        )
+        return None
+    hold = verdict.hold
+    if hold is None or yes or _confirmed(hold, ask):
+        return verdict
+    try:
+        common.publish_hold(run, hold)
+    except Exception as exc:  # noqa: BLE001 - the refusal stands; only twc approve lacks it
+        print(f"could not put the held deletions on the stack's record: {exc}", file=sys.stderr)
+    print(refusal(hold, run.name), file=sys.stderr)
+    return None
+
+
+def _spend_approval(ref: engine.StackRef) -> None:
+    """Deletions beyond the share went through: the hold and the approval are spent, so
+    the same set coming back is held again."""
+    try:
+        common.publish_hold(ref, None)
+    except Exception as exc:  # noqa: BLE001 - the up stands
+        print(f"could not clear the approval on the stack's record: {exc}", file=sys.stderr)
+
+
+def _confirmed(hold: Hold, ask: Callable[[str], str] | None) -> bool:
     """Ask whether to delete more workers than the share allows."""
-    names = ", ".join(sorted(run.beyond_share))
     print(
-        f"this up deletes {len(run.beyond_share)} of the {run.running} running workers "
-        f"(more than the {run.allowed} one up may delete without confirmation): {names}",
+        f"this up deletes {len(hold.workers)} of the {hold.total} running workers "
+        f"(more than the {hold.allowed} one up may delete without confirmation): "
+        f"{', '.join(sorted(hold.workers))}",
         file=sys.stderr,
     )
     if ask is None:

@@ -12,14 +12,23 @@ Every entry point computes what should run the same way — the daemon each iter
 Safety is part of the function, not of its callers: an object that turns invalid keeps
 its last accepted spec (its workers run on unchanged), a kind whose list failed keeps
 all of its accepted objects, and only an observation that succeeded removes an object.
-Workers whose deletion the deletion guard holds come back with the inputs they last came
-from (:func:`held_objects` finds them, ``inputs.held`` carries them), so the program
-keeps them too.
+Deleting more than a share of the stack's workers at once needs a person
+(:func:`judge_deletions`); workers whose deletion the daemon holds come back with the
+inputs they last came from (:func:`held_objects` finds them, ``inputs.held`` carries
+them), so the program keeps them too.
 
 Pure: no client, no engine, no clock. :class:`DesiredInputs` is the one schema that
 carries the inputs into the program's process.
 """
 
+from twc.desired._deletions import (
+    GuardVerdict,
+    Hold,
+    deletion_digest,
+    deletion_verdict,
+    judge_deletions,
+    refusal,
+)
 from twc.desired._held import held_objects
 from twc.desired._inputs import (
     INPUTS_ENV,
@@ -53,18 +62,24 @@ __all__ = [
     "BuildScope",
     "DesiredFleet",
     "DesiredInputs",
+    "GuardVerdict",
     "HeldObjects",
+    "Hold",
     "HoldFailed",
     "KindMerge",
     "ObjectList",
     "ObjectsUnknown",
     "Rejection",
     "connection_native",
+    "deletion_digest",
+    "deletion_verdict",
     "desired_fleet",
     "held_objects",
+    "judge_deletions",
     "kind_key",
     "object_key",
     "queue_native",
+    "refusal",
     "same_but_status",
     "trimmed",
     "with_entries",

@@ -145,7 +145,6 @@ class Daemon:
             record=sources.record,
         )
         self.guard = DeletionGuard(
-            settings.deletion_guard,
             registry=sources.registry or default_registry(),
             file=sources.file,
             record=sources.record,

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from twc.desired import QUEUE_KIND_KEY, DesiredFleet, Rejection
-from twc.kube.record import RecordStore
+from twc.kube.record import HeldRecord, RecordStore
 from twc.kube.writer import ObjectWriter
 from twc.loop.decide import DesiredState, ReconcileAction, ReconcileDecision
 from twc.loop.faults import Fault, FaultBook, FaultChange, engine_fault
@@ -268,7 +268,11 @@ class Reporter:
             self._hold_published = digest
             return
         try:
-            self._record.publish_held(hold.record() if hold is not None else None)
+            self._record.publish_held(
+                HeldRecord(hold.digest, tuple(sorted(hold.workers)), hold.reason)
+                if hold is not None
+                else None
+            )
         except Exception as exc:  # noqa: BLE001 - write-back never fails the loop; the next iteration retries
             logger.warning("[%s] could not publish held deletions: %s", self.stack, exc)
             return

@@ -18,7 +18,6 @@ __all__ = [
     "AutoscaleBehavior",
     "BackoffSettings",
     "DaemonSettings",
-    "DeletionGuardSettings",
     "EngineSettings",
     "LeaderElectionSettings",
     "PolicyType",
@@ -238,32 +237,6 @@ class EngineSettings(_Settings):
     started."""
 
 
-class DeletionGuardSettings(_Settings):
-    """How many workers one ``up`` may delete before the deletions wait for confirmation.
-
-    A deleted CRD, a list that answered wrongly, a fleet file cut in half: each would
-    remove many running workers at once. More deletions than ``max_share`` of the
-    stack's workers are held (the workers keep running, everything else is applied)
-    until the same deletions were wanted for ``confirm_after`` seconds over at least
-    ``confirm_observations`` iterations, or an operator confirms them
-    (``twc approve --stack S``).
-    """
-
-    enabled: bool = True
-    """Whether deletions beyond the share are held at all."""
-    max_share: float = Field(default=0.25, ge=0, le=1)
-    """Share of the stack's workers one ``up`` may delete without confirmation (at
-    least one worker is always allowed)."""
-    confirm_after: float = Field(default=120.0, ge=0)
-    """Seconds the same deletions must be wanted before they proceed on their own."""
-    confirm_observations: int = Field(default=3, ge=1)
-    """Iterations that must have wanted the same deletions before they proceed."""
-
-    def allowed(self, total: int) -> int:
-        """How many of ``total`` workers one ``up`` may delete (at least one)."""
-        return max(1, int(self.max_share * total))
-
-
 class StateSettings(_Settings):
     """How the engine writes the stack's state."""
 
@@ -339,8 +312,6 @@ class DaemonSettings(_Settings):
             )
         return self
 
-    deletion_guard: DeletionGuardSettings = Field(default_factory=DeletionGuardSettings)
-    """How many workers one ``up`` may delete before confirmation."""
     status_host: str = "127.0.0.1"
     """Address ``/status`` listens on: loopback unless configured, because it names
     every worker and object of the stack (every tenant's); reach it with

@@ -847,6 +847,27 @@ class Sharding(SpecModel):
     that ConfigMap and the shards' Leases)."""
 
 
+class DeletionGuard(SpecModel):
+    """How many of the stack's workers one apply may delete without a person's yes.
+
+    More deletions than ``maxShare`` of the workers the stack runs (a deleted CRD, a
+    list that answered wrongly, a fleet file cut in half) are held: no entry point
+    deletes them until someone approves that exact set (``twc approve``, ``twc up
+    --yes``, or the approval annotation on the stack's record).
+    """
+
+    max_share: float = Field(default=0.25, ge=0, le=1)
+    """Share of the stack's workers one apply may delete (at least one is always
+    allowed); ``1`` turns the guard off."""
+    release_after: float | None = Field(default=None, ge=0)
+    """Seconds after which the daemon deletes held workers still wanted on its own;
+    unset (the default): never, only an approval releases them."""
+
+    def allowed(self, total: int) -> int:
+        """How many of ``total`` workers one apply may delete (at least one)."""
+        return max(1, int(self.max_share * total))
+
+
 class Fleet(SpecModel):
     """A fleet file: every Temporal worker of one environment."""
 
@@ -862,6 +883,8 @@ class Fleet(SpecModel):
     the fleet file alone."""
     sharding: Sharding | None = None
     """Split the stack into shards by namespace (``None``: one stack for the fleet)."""
+    deletion_guard: DeletionGuard = Field(default_factory=DeletionGuard)
+    """How many workers one apply may delete before a person must approve."""
     defaults: Defaults = Field(default_factory=Defaults)
     """Values for derived workers and workers that omit a field."""
     cluster_connections: tuple[ClusterConnection, ...] = ()

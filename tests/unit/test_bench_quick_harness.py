@@ -395,29 +395,6 @@ def test_a_change_during_a_refresh_renders_each_kind_with_its_meaning() -> None:
     assert "Refreshes that stopped for a change: gives way 5, waits 0." in md
 
 
-def test_the_slice_cost_harness_measures_every_way() -> None:
-    from bench import slicecost
-
-    writes = slicecost.measure(5, seed=3)
-    unchanged = slicecost.measure_unchanged(5, seed=3)
-
-    assert {way: s["n"] for way, s in writes.items()} == {
-        "kept by namespace in the watch (twc run)": 5,
-        "the whole list grouped once per version, shared (before)": 5,
-        "each shard on its own": 5,
-    }
-    assert {way: s["n"] for way, s in unchanged.items()} == {
-        "the snapshot handed out again (twc run)": 5,
-        "sorted afresh on every call (before)": 5,
-    }
-    events = slicecost.measure_deployment_event(5, seed=3)
-    assert {way: s["n"] for way, s in events.items()} == {
-        "derived per namespace, taken by namespace (twc run)": 5,
-        "derived from the whole cache, cut by each shard (before)": 5,
-    }
-    assert all(s["min"] > 0 for s in (*writes.values(), *unchanged.values(), *events.values()))
-
-
 def test_a_daemons_own_cpu_is_read_apart_from_its_ended_children() -> None:
     import os
     import subprocess

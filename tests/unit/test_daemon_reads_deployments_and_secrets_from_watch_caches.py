@@ -89,8 +89,6 @@ def test_replicas_readiness_and_the_autoscalers_claim_are_read_from_one_list() -
         assert deployments.worker_replicas() == {"team/orders": 4, "team/billing": 1}
         assert deployments.worker_deployments() == {"team/orders": (4, 1), "team/billing": (1, 1)}
         assert deployments.scaled() == ["team/orders"]
-    # Derived once per change of the cache: every shard's loop reads it every iteration.
-    assert deployments.scaled() is deployments.scaled()
     assert len(listed.calls) == 1
     assert listed.calls[0]["label_selector"] == WORKER_SELECTOR
 
@@ -262,37 +260,6 @@ def test_the_readings_by_namespace_are_the_whole_readings_cut_by_namespace() -> 
         assert set(by_ns["a"]) == {k for k in whole if k.startswith("a/")}
     assert deployments.by_namespace("replicas")["a"]["a/w"] == 3  # versions summed
     assert dict(deployments.by_namespace("scaled")) == {"a": ["a/plain"], "b": []}
-
-
-def test_a_deployment_event_derives_its_namespace_again_and_no_other(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # Derived from the whole cache, the first shard to read after any event paid for
-    # every Deployment in the fleet; the autoscaler's own writes are such events.
-    from twc.kube import caches
-
-    deployments, _, _, _ = _caches(
-        [_in(ns, _deployment(f"w{i}", 1)) for ns in ("a", "b", "c") for i in range(3)], []
-    )
-    deployments.watcher.list_now()
-    before = deployments.by_namespace("replicas")
-    derived: list[list[str]] = []
-    derive = caches._READINGS["replicas"]
-
-    def counted(found: Any) -> Any:
-        derived.append(sorted(found))
-        return derive(found)
-
-    monkeypatch.setitem(caches._READINGS, "replicas", counted)
-    assert deployments.by_namespace("replicas") is before, "unchanged: the same reading"
-
-    deployments.watcher._apply("MODIFIED", _in("b", _deployment("w1", 5)))
-    after = deployments.by_namespace("replicas")
-
-    assert derived == [["b/w0", "b/w1", "b/w2"]]
-    assert after["a"] is before["a"]
-    assert after["c"] is before["c"]
-    assert after["b"] == {"b/w0": 1, "b/w1": 5, "b/w2": 1}
 
 
 def test_the_readings_by_namespace_are_unknown_until_the_first_list() -> None:

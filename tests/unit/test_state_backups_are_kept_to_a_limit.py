@@ -3,16 +3,18 @@ newest few; the state settings become the CLI's switches."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from twc.commands.run import KEEP_BACKUPS
 from twc.desired import DesiredInputs
 from twc.loop import DaemonSettings
-from twc.stackrun.automation import UpReport
-from twc.stackrun.retention import PruningEngine, engine_env, prune_backups
+from twc.stackrun import engine as engine_module
+from twc.stackrun.automation import AutomationEngine
+from twc.stackrun.retention import engine_env, prune_backups
 
 STACK = "prod.s01"
 
@@ -62,41 +64,25 @@ def test_other_backends_are_not_touched(tmp_path: Path) -> None:
     assert len(list(backups.glob("*.json"))) == 12
 
 
-class _Engine:
-    def __init__(self) -> None:
-        self.ups = 0
-
-    def recover(self) -> Sequence[str]:
-        return []
-
-    def up(self, inputs: DesiredInputs, targets: Sequence[str] | None) -> UpReport:
-        self.ups += 1
-        return UpReport(changes={"update": 1})
-
-    def refresh(self) -> Sequence[str]:
-        return []
-
-    def preempt(self, reason: str) -> bool:
-        return False
-
-    def last_update(self) -> str | None:
-        return None
-
-    def worker_urns(self) -> Mapping[str, Sequence[str]]:
-        return {}
-
-
-def test_the_daemons_engine_prunes_after_each_up(tmp_path: Path) -> None:
+def test_the_daemons_engine_prunes_after_each_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     backups, _ = _layout(tmp_path, list(range(1796120000000000000, 1796120000000000012)))
-    inner = _Engine()
-    engine = PruningEngine(
-        inner, stack=STACK, project="twc", keep=3, env={"PULUMI_BACKEND_URL": f"file://{tmp_path}"}
-    )
+    summary = SimpleNamespace(resource_changes={"update": 1}, start_time=None)
+    ups: list[str] = []
+
+    def fake_up(ref: engine_module.StackRef, **_: object) -> SimpleNamespace:
+        ups.append(ref.name)
+        return SimpleNamespace(summary=summary, outputs={})
+
+    monkeypatch.setattr(engine_module, "up", fake_up)
+    ref = engine_module.StackRef(name=STACK, env={"PULUMI_BACKEND_URL": f"file://{tmp_path}"})
+    engine = AutomationEngine(ref, state_dir=tmp_path / "state", keep_backups=3)
 
     report = engine.up(DesiredInputs(), None)
 
     assert report.changes == {"update": 1}
-    assert inner.ups == 1
+    assert ups == [STACK]
     assert len(list(backups.glob("*.json"))) == 3
 
 

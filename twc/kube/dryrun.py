@@ -1,21 +1,4 @@
-"""The API server's own validation of worker Deployments, before anything is applied.
-
-A worker's ``template`` is a Kubernetes PodTemplateSpec that twc passes through: twc
-checks its own rules, but whether Kubernetes accepts the pod (requests above limits, a
-probe without a handler, an unknown field, an immutable change) only the API server can
-say. ``twc preview`` and ``twc up`` therefore send each changed worker's Deployment, as
-the program would apply it, to the API server as a dry run (``dryRun=All``,
-``fieldValidation=Strict``: a create, or a replace of the live object) and report every
-refusal with the fleet file, the worker and the field, translated back to where the user
-wrote it (``workers[2].template.spec.containers[0].resources.requests``).
-
-"Changed" means the live Deployment does not already hold every field twc would send
-(a Deployment that exists exactly as desired was accepted before and is skipped); when
-in doubt a worker is checked, which costs one request.
-
-Nothing here writes: a dry run persists nothing, and the request carries only what the
-Deployment carries (Secret values are references, never read).
-"""
+"""The API server's own validation of worker Deployments, before anything is applied."""
 
 from __future__ import annotations
 
@@ -91,11 +74,7 @@ class DryRunTarget:
 def _naming(
     worker: ResolvedWorker, origin: str | None
 ) -> tuple[str | None, str | None, str | None]:
-    """(file, source, template source) for a worker that is not the fleet file's own.
-
-    A TemporalWorker object's fields are named in the object (``spec.template...``); a
-    template inherited from the fleet's ``defaults`` is named there whatever the origin.
-    """
+    """(file, source, template source) for a worker that is not the fleet file's own."""
     if origin is None or origin == "file":
         return None, None, None
     kind, _, key = origin.partition(" ")
@@ -127,10 +106,6 @@ def dry_run_targets(
     origins: Mapping[str, str] | None = None,
 ) -> list[DryRunTarget]:
     """Every worker's Deployment, built as the program builds it.
-
-    The connection fingerprint is a placeholder (it is an annotation value, which the
-    API server does not judge); a worker whose connection does not resolve is left out
-    (validation has reported it already).
 
     Args:
         fleet: The fleet (the desired state's, cluster objects merged in).
@@ -243,13 +218,7 @@ def _request(
     query: list[tuple[str, str]],
     body: Mapping[str, Any] | None = None,
 ) -> tuple[int, str]:
-    """One request with JSON in and out, exactly as written.
-
-    Sent through the client's transport rather than its typed API: the typed API checks
-    a body against its own models first and would refuse an unknown field itself, hiding
-    what the API server says (and which version of Kubernetes it is), and its models
-    make reading a list slow.
-    """
+    """One request with JSON in and out, exactly as written."""
     method, url, headers, payload, post = api_client.param_serialize(
         method=method,
         resource_path=path,
@@ -375,14 +344,7 @@ def issues_from_status(body: str, target: DryRunTarget, file: str) -> list[SpecI
 
 
 def template_field_path(api_field: str, target: DryRunTarget) -> str | None:
-    """Where the user wrote a Deployment field: a path under the worker's ``template``.
-
-    ``spec.template.spec.containers[0].resources.requests`` of the Deployment becomes
-    ``workers[2].template.spec.containers[1].resources.requests`` when the worker
-    container is the template's second (twc puts it first); list items are matched by
-    ``name`` where they have one. None when the field is not in the user's template
-    (twc's own, or from a shorthand field).
-    """
+    """Where the user wrote a Deployment field: a path under the worker's ``template``."""
     template = target.template_where
     if template is None or not api_field.startswith(_TEMPLATE_PREFIX):
         return None

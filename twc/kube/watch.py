@@ -341,22 +341,6 @@ class ObjectWatcher:
         self._watch: Any = None
         self._failure: str | None = None
         self._unknown: str | None = None
-        self._observed: tuple[Mapping[str, Any], ObjectList] | None = None
-        self._sorted: tuple[Mapping[str, Any], tuple[Mapping[str, Any], ...]] | None = None
-        """The last :meth:`snapshot` and the mapping it was made of."""
-        self._ns_keys: dict[str, set[str]] = {}
-        """Per namespace (``""``: cluster-scoped), the keys of its objects."""
-        self._changes = 0
-        """Changes seen (an event, a list): what :meth:`grouped` builds up to."""
-        self._ns_changed: dict[str, int] = {}
-        """Per namespace, the change that last touched its objects."""
-        self._grouped: dict[bool, tuple[int, dict[str, tuple[Mapping[str, Any], ...]]]] = {}
-        """Per kind of group (copies or not): the change it was built at, and the groups."""
-        self._copies: dict[str, tuple[Mapping[str, Any], dict[str, Any]]] = {}
-        """Per key, the object last observed and the copy handed out for it."""
-        self._view: tuple[dict[str, Mapping[str, Any]], Mapping[str, Mapping[str, Any]]] | None
-        self._view = None
-        """The last :meth:`observed` and the mapping it was made of."""
         self._crd_exists = crd_exists or crd_lookup(custom_api)
         self._answered = clock()
 
@@ -378,103 +362,18 @@ class ObjectWatcher:
             self._thread.join(timeout=1.0)
 
     def snapshot(self) -> tuple[Mapping[str, Any], ...] | None:
-        """The current objects sorted by key, or ``None`` before the first list.
-
-        The same tuple, by identity, while nothing changed: every shard's view asks for
-        it every iteration and tells by identity that its part is as it was
-        (:class:`~twc.shards.NamespaceGroups`). Sorted afresh on every call, 5000 Queues
-        cost each shard's no-op iteration 17 ms (sorting, then grouping again a list
-        that was new each time), 2 ms at 1000.
-        """
+        """The current objects sorted by key, or ``None`` before the first list."""
         with self._lock:
             objects = self._objects
-            if objects is None:
-                return None
-            cached = self._sorted
-            if cached is not None and cached[0] is objects:
-                return cached[1]
-            found = tuple(objects[k] for k in sorted(objects))
-            self._sorted = (objects, found)
-            return found
+        return None if objects is None else tuple(objects[k] for k in sorted(objects))
 
     def by_key(self) -> Mapping[str, Mapping[str, Any]] | None:
-        """The current objects by key, unsorted and uncopied (a read-only view), or
-        ``None`` before the first list. Cheap at any size: every change publishes a new
-        mapping, so a view never changes under its reader, and the same view is
-        returned while nothing changed (readers may memoise what they derive from it)."""
+        """The current objects by key as a read-only view, or ``None`` before the first
+        list. Every change publishes a new mapping, so a view never changes under its
+        reader."""
         with self._lock:
             found = self._objects
-            if found is None:
-                return None
-            view = self._view
-            if view is None or view[0] is not found:
-                view = self._view = (found, MappingProxyType(found))
-        return view[1]
-
-    def grouped(
-        self, *, copies: bool = False, stale: bool = False
-    ) -> Mapping[str, tuple[Mapping[str, Any], ...]] | None:
-        """The objects by namespace (``""``: the cluster-scoped ones), each group sorted
-        by key; ``None`` while :meth:`observed` is unknown (``stale``: only before the
-        first list, as :meth:`by_key`). ``copies``: the copies :meth:`observed` hands
-        out, else the objects as held.
-
-        Kept up to date by namespace: a change rebuilds only its namespace's group, and
-        every other group stays the same tuple. Grouping the whole list again after each
-        change cost every change the fleet's size (a status write at 5000
-        TemporalWorkers: 11 ms of sorting, copying and grouping in each process that
-        watches them, 1.3 ms at 1000).
-        """
-        with self._lock:
-            if self._objects is None or (self._unknown is not None and not stale):
-                return None
-            built = self._grouped.get(copies)
-            if built is not None and built[0] == self._changes:
-                return built[1]
-            since, before = built if built is not None else (-1, {})
-            groups: dict[str, tuple[Mapping[str, Any], ...]] = {}
-            for ns, keys in self._ns_keys.items():
-                old = before.get(ns)
-                if old is not None and self._ns_changed.get(ns, 0) <= since:
-                    groups[ns] = old
-                    continue
-                items = tuple(self._handed_out(k, copies) for k in sorted(keys))
-                same = (
-                    old is not None
-                    and len(old) == len(items)
-                    and all(a is b for a, b in zip(old, items, strict=True))
-                )
-                groups[ns] = old if same and old is not None else items
-            self._grouped[copies] = (self._changes, groups)
-            return groups
-
-    def _handed_out(self, key: str, copies: bool) -> Mapping[str, Any]:
-        # Under the lock. An unchanged object keeps the copy it was handed out as.
-        assert self._objects is not None
-        obj = self._objects[key]
-        if not copies:
-            return obj
-        kept = self._copies.get(key)
-        if kept is not None and kept[0] is obj:
-            return kept[1]
-        copy = dict(obj)
-        self._copies[key] = (obj, copy)
-        return copy
-
-    def _changed(self, keys: Iterable[str], *, added: bool) -> None:
-        # Under the lock: index the keys by namespace and mark their namespaces changed.
-        self._changes += 1
-        for key in keys:
-            ns, sep, _ = key.partition("/")
-            ns = ns if sep else ""
-            held = self._ns_keys.setdefault(ns, set())
-            if added:
-                held.add(key)
-            else:
-                held.discard(key)
-                if not held:
-                    del self._ns_keys[ns]
-            self._ns_changed[ns] = self._changes
+        return None if found is None else MappingProxyType(found)
 
     def observed(self) -> ObjectList:
         """The objects as the desired state's input: unknown until the first list, and
@@ -483,25 +382,7 @@ class ObjectWatcher:
             objects, unknown = self._objects, self._unknown
         if objects is None or unknown is not None:
             return ObjectList.unknown(f"{self.plural}.{self.group}: {unknown or 'not listed yet'}")
-        cached = self._observed
-        if cached is not None and cached[0] is objects:
-            # Every change publishes a new mapping: the same one is the same objects, and
-            # the loop compares the same value cheaply (by identity) iteration after
-            # iteration.
-            return cached[1]
-        # An unchanged object keeps the copy it was handed out as: a shard's daemon
-        # tells by identity that a write to another shard's objects left its own as
-        # they were (twc.shards.NamespaceGroups), instead of comparing them all.
-        with self._lock:
-            before, copies = self._copies, {}
-            for key in sorted(objects):
-                obj = objects[key]
-                kept = before.get(key)
-                copies[key] = kept if kept is not None and kept[0] is obj else (obj, dict(obj))
-            self._copies = copies
-        found = ObjectList.of_api((c for _, c in copies.values()), copy=False)
-        self._observed = (objects, found)
-        return found
+        return ObjectList.of_api(objects[k] for k in sorted(objects))
 
     @property
     def crd(self) -> str:
@@ -659,8 +540,6 @@ class ObjectWatcher:
     def _replace(self, items: dict[str, Mapping[str, Any]]) -> None:
         with self._lock:
             changed = self._objects is None or self._content(self._objects) != self._content(items)
-            self._changed(set(self._objects or ()) - set(items), added=False)
-            self._changed(items, added=True)
             self._objects = items
         if changed:
             self._wakeup.set()
@@ -676,10 +555,8 @@ class ObjectWatcher:
             before = current.get(key)
             if kind == "DELETED":
                 current.pop(key, None)
-                self._copies.pop(key, None)
             else:
                 current[key] = obj
-            self._changed((key,), added=kind != "DELETED")
             self._objects = current
         if (
             kind == "DELETED"
@@ -964,16 +841,6 @@ class NativeWatch:
         out = {kind_key("TemporalWorker", WORKER_GROUP): self._workers.observed()}
         for kind, watcher in self._kinds.items():
             out[kind_key(kind.kind, kind.api_group)] = watcher.observed()
-        return out
-
-    def grouped(self) -> dict[str, ObjectList | Mapping[str, tuple[Mapping[str, Any], ...]]]:
-        """Per kind key, the copies :meth:`observed` hands out by namespace
-        (:meth:`ObjectWatcher.grouped`), or the unknown observation of a kind not
-        listed (or failing)."""
-        out: dict[str, ObjectList | Mapping[str, tuple[Mapping[str, Any], ...]]] = {}
-        for key, watcher in self.watchers().items():
-            groups = watcher.grouped(copies=True)
-            out[key] = watcher.observed() if groups is None else groups
         return out
 
     def snapshot(self) -> NativeSnapshot | None:

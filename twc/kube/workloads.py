@@ -25,6 +25,7 @@ from twc.builders import (
     MANAGED_BY,
 )
 from twc.kube.client import KubeClient, read_json, status_of
+from twc.kube.scale import scale_owner_of
 from twc.rollout import BUILD_ID_LABEL
 from twc.spec import label_value
 from twc.spec.labels import owner_stack
@@ -33,11 +34,14 @@ __all__ = [
     "WORKER_SELECTOR",
     "ObjectRef",
     "Workloads",
+    "deployment_kept",
     "ensure_namespace",
     "read_deployment",
     "read_secret_data",
     "ref_of",
     "stack_selector",
+    "worker_deployments",
+    "worker_replicas",
 ]
 
 WORKER_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_COMPONENT}={COMPONENT_WORKER}"
@@ -108,6 +112,58 @@ def read_deployment(kube: KubeClient, namespace: str, name: str) -> dict[str, An
     return read_json(kube.apps.read_namespaced_deployment, name, namespace)
 
 
+_DEPLOYMENT_LABELS = (LABEL_STACK, LABEL_WORKER, BUILD_ID_LABEL)
+"""What of a worker Deployment's labels the daemon reads: its stack, worker and version."""
+
+
+def deployment_kept(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What the daemon reads of a worker Deployment: its name, namespace, stack, worker
+    and build-ID labels, ``spec.replicas``, ``status.readyReplicas`` and the field
+    managers that own ``spec.replicas``."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "labels": {k: labels[k] for k in _DEPLOYMENT_LABELS if k in labels},
+        },
+        "replicas": (obj.get("spec") or {}).get("replicas"),
+        "readyReplicas": (obj.get("status") or {}).get("readyReplicas"),
+        "replicaOwners": tuple(scale_owner_of(obj)),
+    }
+
+
+def worker_replicas(found: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    """``spec.replicas`` per worker, keyed ``<namespace>/<worker>``, of Deployments kept
+    by :func:`deployment_kept`. A versioned worker's Deployments (one per version) count
+    as that one worker, their replicas summed: a new version is no deletion of the old."""
+    out: dict[str, int] = {}
+    for key, dep in found.items():
+        meta = dep["metadata"]
+        labels = meta.get("labels") or {}
+        count = int(1 if dep["replicas"] is None else dep["replicas"])
+        worker = labels.get(LABEL_WORKER)
+        if labels.get(BUILD_ID_LABEL) and worker:
+            versioned = f"{meta.get('namespace')}/{worker}"
+            out[versioned] = out.get(versioned, 0) + count
+        else:
+            out[key] = count
+    return out
+
+
+def worker_deployments(found: Mapping[str, Mapping[str, Any]]) -> dict[str, tuple[int, int]]:
+    """``(spec.replicas, status.readyReplicas)`` per Deployment kept by
+    :func:`deployment_kept`."""
+    return {
+        key: (
+            int(1 if dep["replicas"] is None else dep["replicas"]),
+            int(dep["readyReplicas"] or 0),
+        )
+        for key, dep in found.items()
+    }
+
+
 def _stack_of(obj: Mapping[str, Any]) -> str | None:
     labels = (obj.get("metadata") or {}).get("labels") or {}
     value = labels.get(LABEL_STACK)
@@ -134,18 +190,13 @@ class Workloads:
                 apply's clean-up) touch only objects carrying this stack's label.
                 ``None``: every twc worker Deployment.
             namespaces: A shard's namespaces (read at each list): its lists ask for
-                those alone. A shard stack's Deployments carry its base stack's label,
-                so a shard that listed by label alone read every shard's: at 20 shards
-                of 250 workers, 20 lists of all 5000 whole Deployments at once when the
-                daemon started, 730 MB of a 990 MB peak (bench/memory-n5000).
+                those alone (a shard's Deployments carry its base stack's label).
         """
         self.kube = kube
         self.stack = stack
         self.namespaces = namespaces
 
     def _worker_deployments(self, *, strict: bool = False) -> list[dict[str, Any]]:
-        # Read the raw JSON: turning every Deployment into the client's models was half
-        # of a no-op iteration at 100 workers, for one integer each (bench/results.md).
         selector = WORKER_SELECTOR
         if self.stack is not None and strict:
             selector = stack_selector(self.stack)
@@ -167,39 +218,18 @@ class Workloads:
         return [d for d in found if _stack_of(d) in (ours, None)]
 
     def worker_replicas(self) -> dict[str, int]:
-        """``spec.replicas`` of every running twc worker, keyed ``<namespace>/<worker>``.
-
-        A worker's in-place Deployment has the worker's name. A versioned worker's
-        Deployments (one per version, ``<worker>-<buildID>``) count as that one worker,
-        with their replicas summed: the deletion guard and ``twc up`` compare these keys
-        with the desired workers, and a new version is no deletion of the old ones.
-        """
-        out: dict[str, int] = {}
-        for dep in self._worker_deployments():
-            meta = dep.get("metadata") or {}
-            labels = meta.get("labels") or {}
-            replicas = (dep.get("spec") or {}).get("replicas")
-            count = int(1 if replicas is None else replicas)
-            worker = labels.get(LABEL_WORKER)
-            if labels.get(BUILD_ID_LABEL) and worker:
-                key = f"{meta.get('namespace')}/{worker}"
-                out[key] = out.get(key, 0) + count
-            else:
-                out[f"{meta.get('namespace')}/{meta.get('name')}"] = count
-        return out
+        """``spec.replicas`` of every running twc worker (see :func:`worker_replicas`)."""
+        return worker_replicas(self._kept())
 
     def worker_deployments(self) -> dict[str, tuple[int, int]]:
         """``(spec.replicas, status.readyReplicas)`` of every twc worker Deployment."""
-        out: dict[str, tuple[int, int]] = {}
-        for dep in self._worker_deployments():
-            meta = dep.get("metadata") or {}
-            replicas = (dep.get("spec") or {}).get("replicas")
-            ready = (dep.get("status") or {}).get("readyReplicas")
-            out[f"{meta.get('namespace')}/{meta.get('name')}"] = (
-                int(1 if replicas is None else replicas),
-                int(ready or 0),
-            )
-        return out
+        return worker_deployments(self._kept())
+
+    def _kept(self) -> dict[str, dict[str, Any]]:
+        return {
+            f"{d['metadata'].get('namespace')}/{d['metadata'].get('name')}": deployment_kept(d)
+            for d in self._worker_deployments()
+        }
 
     def read_secret(self, namespace: str, name: str) -> dict[str, bytes]:
         """A Secret's decoded data (see :func:`read_secret_data`)."""
@@ -224,11 +254,7 @@ class Workloads:
 
     def exists(self, ref: ObjectRef) -> bool:
         """Whether the object is in the API server."""
-        return self._read(ref) is not None
-
-    def read(self, ref: ObjectRef) -> dict[str, Any] | None:
-        """The object as the API returns it, or ``None`` when it does not exist."""
-        return self._read(ref)
+        return self.read(ref) is not None
 
     def release(self, ref: ObjectRef, field_manager: str) -> bool:
         """Drop ``field_manager``'s fields of the object: apply an empty body under it.
@@ -239,7 +265,7 @@ class Workloads:
         Returns:
             False when the object is gone.
         """
-        current = self._read(ref)
+        current = self.read(ref)
         if current is None:
             return False
         managers = {m.get("manager") for m in current["metadata"].get("managedFields") or []}
@@ -276,7 +302,8 @@ class Workloads:
                 found += [ObjectRef("ServiceAccount", ns, name), ObjectRef("Deployment", ns, name)]
         return found
 
-    def _read(self, ref: ObjectRef) -> dict[str, Any] | None:
+    def read(self, ref: ObjectRef) -> dict[str, Any] | None:
+        """The object as the API returns it, or ``None`` when it does not exist."""
         try:
             if ref.kind == "Deployment":
                 response = self.kube.apps.read_namespaced_deployment(

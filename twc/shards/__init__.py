@@ -4,8 +4,7 @@ A stack with ``sharding: {by: namespace, maxWorkersPerShard: N}`` is applied as 
 stacks ``<stack>.s00``, ``<stack>.s01``... Each shard is its own Pulumi stack, with its
 own state, lock and Lease, and holds everything its namespaces need: their workers,
 their queues, and the connections those workers use (the secret copies in its
-namespaces, the fingerprints). So a change costs what its shard costs, and shards never
-wait on each other.
+namespaces, the fingerprints).
 
 Everything here is pure:
 
@@ -14,8 +13,7 @@ Everything here is pure:
   would have its workers deleted by one shard and created by another);
 * :func:`slice_fleet` and :func:`slice_objects` cut the fleet file and the cluster's
   objects down to one shard's namespaces (what that shard's daemon and program see);
-  :class:`NamespaceGroups` groups a list shared by a daemon's shards once per version,
-  so each shard's part costs its own size, not the fleet's;
+  :class:`NamespaceGroups` cuts a list shared by a daemon's shards by namespace;
 * :func:`restrict` cuts a desired fleet down to a shard's namespaces inside the program
   (a queue another shard owns may be referenced for resolution, never built).
 """

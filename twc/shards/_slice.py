@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -109,61 +108,26 @@ def _namespace_of(obj: Mapping[str, Any]) -> str:
 
 
 class NamespaceGroups:
-    """A shared list's objects by namespace, grouped once per version of the list for
-    every shard that reads it.
-
-    Cutting a shard's part out of the whole list costs the fleet's size, and every
-    status the daemon writes is a new version of the list: at 20 shards of 250 workers
-    each shard cut 5000 objects after every write, so a shard's iteration grew with the
-    fleet. Grouped once per version, a shard's part is its namespaces' groups. A group
-    whose objects are the same ones (by identity: the watch keeps an unchanged object's
-    dict) stays the same tuple from one version to the next, so a shard sees at once,
-    by identity, that a write elsewhere left its part as it was.
-
-    Thread-safe: the shards' loops read it from their own threads.
-    """
+    """Cuts a shared list of objects into one shard's part, by namespace."""
 
     CLUSTER = ""
     """The group of cluster-scoped objects (every shard's)."""
-
-    def __init__(self) -> None:
-        """No list grouped yet."""
-        self._lock = threading.Lock()
-        self._last: dict[
-            Hashable, tuple[Sequence[Mapping[str, Any]], dict[str, tuple[Any, ...]]]
-        ] = {}
 
     def of(
         self, key: Hashable, objects: Sequence[Mapping[str, Any]]
     ) -> Mapping[str, tuple[Any, ...]]:
         """The groups of ``objects`` (the list of kind ``key``), by namespace; the
         cluster-scoped objects under :attr:`CLUSTER`."""
-        with self._lock:
-            last = self._last.get(key)
-            if last is not None and last[0] is objects:
-                return last[1]
-            grouped: dict[str, list[Mapping[str, Any]]] = {}
-            for obj in objects:
-                grouped.setdefault(_namespace_of(obj), []).append(obj)
-            before = last[1] if last is not None else {}
-            groups: dict[str, tuple[Any, ...]] = {}
-            for ns, items in grouped.items():
-                old = before.get(ns)
-                same = (
-                    old is not None
-                    and len(old) == len(items)
-                    and all(a is b for a, b in zip(old, items, strict=True))
-                )
-                groups[ns] = old if same and old is not None else tuple(items)
-            self._last[key] = (objects, groups)
-            return groups
+        grouped: dict[str, list[Mapping[str, Any]]] = {}
+        for obj in objects:
+            grouped.setdefault(_namespace_of(obj), []).append(obj)
+        return {ns: tuple(items) for ns, items in grouped.items()}
 
     def parts(
         self, key: Hashable, objects: Sequence[Mapping[str, Any]], namespaces: Collection[str]
     ) -> tuple[tuple[Any, ...], ...]:
         """One shard's part of ``objects``: the cluster-scoped group, then its
-        namespaces' groups in the order given (empty ones included, so that two parts
-        of the same namespaces compare group by group)."""
+        namespaces' groups in the order given (empty ones included)."""
         groups = self.of(key, objects)
         return tuple(groups.get(ns, ()) for ns in (self.CLUSTER, *namespaces))
 

@@ -18,9 +18,9 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from twc.errors import SpecError, SpecIssue
-from twc.spec._models import Fleet, Queue, TemporalWorker
+from twc.spec._models import Fleet, Queue
 from twc.spec._resolve import check_fleet
-from twc.spec._yaml import MAX_BYTES, YamlDocument, YamlRejected, parse_yaml
+from twc.spec._yaml import MAX_BYTES, YamlRejected, parse_yaml
 
 __all__ = [
     "QUEUE_API_VERSION",
@@ -30,6 +30,7 @@ __all__ = [
     "fleet_json_schema",
     "format_path",
     "load_fleet",
+    "load_fleet_bytes",
     "load_fleet_file",
     "load_queue_object",
 ]
@@ -159,28 +160,12 @@ def _issues(
     return issues
 
 
-ValidatedEntries = Mapping[int, tuple[object, TemporalWorker]]
-"""Worker entries validated before, by the ``id`` of the parsed entry: the entry itself
-(kept alive, so the ``id`` stays its own) and the worker it validated to."""
-
-
-def load_fleet(
-    data: object,
-    file: str,
-    previous: Fleet | None = None,
-    *,
-    validated: ValidatedEntries | None = None,
-) -> Fleet:
+def load_fleet(data: object, file: str) -> Fleet:
     """Validate a parsed fleet document and resolve its workers.
 
     Args:
         data: The parsed YAML/JSON document.
         file: Name used in error messages (usually the file path).
-        previous: The last fleet loaded from the same file: its unchanged workers are
-            not resolved again (see :func:`check_fleet`).
-        validated: Worker entries of ``data`` that are the very objects an earlier
-            load validated (a partial parse keeps the entries it did not parse again):
-            their workers are taken as they are, not validated again.
 
     Returns:
         The fleet; :meth:`Fleet.resolved_workers` is ready and cannot fail.
@@ -193,14 +178,11 @@ def load_fleet(
     if not isinstance(data, Mapping):
         raise SpecError([SpecIssue(file, "", f"expected a Fleet mapping, got {_type_name(data)}")])
     try:
-        # dict(): pydantic takes only real dicts as model input, YAML libraries may
-        # hand us other mappings.
-        fleet = _validated(dict(data), validated) if validated else None
-        if fleet is None:
-            fleet = Fleet.model_validate(dict(data))
+        # dict(): pydantic takes only real dicts as model input.
+        fleet = Fleet.model_validate(dict(data))
     except ValidationError as err:
         raise SpecError(_issues(err, file, Fleet)) from None
-    workers, issues = check_fleet(fleet, file, previous)
+    workers, issues = check_fleet(fleet, file)
     if issues:
         raise SpecError(issues)
     fleet._resolved = tuple(workers)
@@ -208,55 +190,12 @@ def load_fleet(
     return fleet
 
 
-def _validated(data: dict[str, Any], known: ValidatedEntries) -> Fleet | None:
-    """``Fleet.model_validate(data)``, validating only the worker entries not in
-    ``known``; ``None`` when one of them is invalid (the whole validation then says
-    what is wrong, in the whole file's terms).
-
-    Validating a 5000-worker fleet is about a fifth of a second of Python on a busy
-    daemon, holding the interpreter its shard loops need, for an edit of one worker.
-    Nothing in :class:`Fleet` validates across its workers (cross-object rules live
-    in :func:`check_fleet`), so a worker validated alone is the one the whole
-    validation makes.
-    """
-    entries = data.get("workers")
-    if not isinstance(entries, list):
-        return None
-    workers: list[TemporalWorker] = []
-    for entry in entries:
-        found = known.get(id(entry))
-        if found is not None and found[0] is entry:
-            workers.append(found[1])
-            continue
-        try:
-            workers.append(TemporalWorker.model_validate(entry))
-        except ValidationError:
-            return None
-    rest = Fleet.model_validate({**data, "workers": []})
-    return rest.model_copy(update={"workers": tuple(workers)})
-
-
-def load_fleet_file(path: str | os.PathLike[str]) -> Fleet:
-    """Read, parse and validate a fleet file.
-
-    Args:
-        path: Path to the YAML file.
-
-    Returns:
-        The validated fleet.
+def load_fleet_bytes(raw: bytes, file: str) -> Fleet:
+    """Parse (see :mod:`twc.spec._yaml`) and validate a fleet file's bytes.
 
     Raises:
-        SpecError: If the file cannot be read, is not acceptable YAML (see
-            :mod:`twc.spec._yaml`), or fails validation.
+        SpecError: ``raw`` is not acceptable YAML or not a valid fleet.
     """
-    file = os.fspath(path)
-    try:
-        with open(file, "rb") as handle:
-            # Read one byte past the limit so an oversized file is detected without
-            # loading all of it.
-            raw = handle.read(MAX_BYTES + 1)
-    except OSError as err:
-        raise SpecError([SpecIssue(file, "", f"cannot read file: {err.strerror}")]) from None
     try:
         data = parse_yaml(raw)
     except YamlRejected as err:
@@ -264,54 +203,31 @@ def load_fleet_file(path: str | os.PathLike[str]) -> Fleet:
     return load_fleet(data, file)
 
 
-class FleetReader:
-    """Loads one fleet file's successive versions, each at the cost of what changed.
+def load_fleet_file(path: str | os.PathLike[str]) -> Fleet:
+    """Read, parse and validate a fleet file.
 
-    The daemon reads its fleet file again after every edit. At 5000 workers a whole
-    load is about half a second of Python (parse 0.27 s, resolution 0.23 s on an idle
-    core), holding the interpreter every other process thread needs, for an edit of one
-    line. A reader keeps the last version: a change within one worker's entry is parsed
-    alone (:class:`~twc.spec._yaml.YamlDocument`), only the entries parsed again are
-    validated again, and a worker equal to its last version is not resolved again
-    (:func:`check_fleet`). An invalid entry sends the whole document through
-    validation, so every error is reported as a whole load reports it.
+    Raises:
+        SpecError: If the file cannot be read, is not acceptable YAML, or fails validation.
     """
+    file = os.fspath(path)
+    try:
+        with open(file, "rb") as handle:
+            # One byte past the limit: an oversized file is detected without reading it all.
+            raw = handle.read(MAX_BYTES + 1)
+    except OSError as err:
+        raise SpecError([SpecIssue(file, "", f"cannot read file: {err.strerror}")]) from None
+    return load_fleet_bytes(raw, file)
+
+
+class FleetReader:
+    """Loads successive versions of one fleet file (``file``: its name in messages)."""
 
     def __init__(self, file: str) -> None:
-        """Load versions of ``file`` (its name in error messages)."""
         self.file = file
-        self._document: YamlDocument | None = None
-        self._fleet: Fleet | None = None
-        self._validated: dict[int, tuple[object, TemporalWorker]] = {}
-
-    @property
-    def document(self) -> YamlDocument | None:
-        """The last version parsed (how much of it was: ``parsed``)."""
-        return self._document
 
     def load(self, raw: bytes) -> Fleet:
-        """The fleet ``raw`` holds.
-
-        Raises:
-            SpecError: ``raw`` is not acceptable YAML or not a valid fleet.
-        """
-        try:
-            if self._document is None:
-                document = YamlDocument.parse(raw)
-            else:
-                document = self._document.then(raw)
-        except YamlRejected as err:
-            raise SpecError([SpecIssue(self.file, "", str(err))]) from None
-        self._document = document
-        fleet = load_fleet(document.data, self.file, self._fleet, validated=self._validated)
-        self._fleet = fleet
-        entries = document.data.get("workers") if isinstance(document.data, dict) else None
-        self._validated = (
-            {id(e): (e, w) for e, w in zip(entries, fleet.workers, strict=True)}
-            if isinstance(entries, list) and len(entries) == len(fleet.workers)
-            else {}
-        )
-        return fleet
+        """The fleet ``raw`` holds (see :func:`load_fleet_bytes`)."""
+        return load_fleet_bytes(raw, self.file)
 
 
 def load_queue_object(obj: Mapping[str, Any]) -> Queue:

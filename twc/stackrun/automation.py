@@ -1,29 +1,15 @@
-"""The daemon's engine: ``up``/``refresh`` of one stack, plus repair after a killed run.
+"""The daemon's engine: ``up``/``refresh`` of one stack, and repair after a killed run.
 
-:class:`AutomationEngine` wraps :mod:`twc.stackrun.engine` for the loop. Before each
-``up`` it writes the desired state's inputs (:class:`~twc.desired.DesiredInputs`: the
-fleet document, the cluster's objects, the replicas, the last accepted specs) to a file
-the program reads through ``TWC_DESIRED_INPUTS``, so the program computes exactly the
-desired state the daemon decided on. It turns a program that refuses its input into a
-:class:`~twc.errors.PermanentError`, reports drift from ``refresh`` events, and lists
-each worker's resource URNs (from the stack's state) for targeted ``up``\\ s.
+:class:`AutomationEngine` writes the desired state's inputs to the file the program
+reads (``TWC_DESIRED_INPUTS``) before each ``up``, so the program computes exactly the
+desired state the caller decided on; a program that refuses its input is a
+:class:`~twc.errors.PermanentError`. Every operation runs under the engine guard's
+channel with a deadline and inside the Lease's ``hold``; a run the guard stopped raises
+:class:`~twc.stackrun.errors.EngineInterrupted` (or a subclass).
 
-Every engine operation (``up``, ``refresh``, the repair, the state export for targets)
-runs under the engine guard's channel (:mod:`twc.stackrun.guard`) with a deadline, and,
-with leader election, inside :meth:`~twc.kube.lease.LeaseElector.hold`, so the Lease is
-never handed over in the middle of one. A run the guard interrupted raises
-:class:`~twc.stackrun.errors.EngineDeadlineExceeded` or
-:class:`~twc.stackrun.errors.EngineInterrupted` instead of the engine's error.
-
-A daemon killed during an ``up`` leaves the stack locked and its state with pending
-operations. The lock is broken only when its holder is provably gone
-(:func:`stale_lock`): the lock's process ran on this host and is dead, or it is the CLI
-of an earlier Lease holder, which the Lease records and proves gone. A lock of a live
-process, or of anyone the Lease does not record (a manual ``pulumi up`` or ``twc up``
-elsewhere), is never broken. Pending operations are then dropped from the state: the
-next full ``up`` re-applies every resource; the Kubernetes provider's server-side apply
-(forced, see :class:`AutomationEngine`) adopts objects a killed run created but never
-recorded.
+A killed run's lock is broken only when its holder is provably gone (:func:`stale_lock`);
+its pending operations are then dropped, and the next ``up``'s forced server-side apply
+adopts what it created.
 """
 
 from __future__ import annotations
@@ -42,7 +28,7 @@ from typing import Any, Protocol
 from twc.desired import INPUTS_ENV, BuildScope, DesiredInputs
 from twc.errors import PermanentError
 from twc.kube.lease import EngineRecord
-from twc.stackrun import engine
+from twc.stackrun import engine, workspace
 from twc.stackrun.errors import (
     EngineDeadlineExceeded,
     EngineInterrupted,
@@ -50,6 +36,7 @@ from twc.stackrun.errors import (
     engine_failure,
 )
 from twc.stackrun.guard import GuardChannel, pid_alive
+from twc.stackrun.retention import backend_url, prune_backups
 
 __all__ = [
     "INPUTS_PREFIX",
@@ -80,9 +67,8 @@ QUEUE_TYPE = "twc:kmsvc:Queue"
 
 def new_worker_targets(scheme: str, project: str, key: str, *, queue: str | None) -> list[str]:
     """The targets that create a worker the stack does not hold yet: its component's
-    URN, and its queue's component's when it hangs on one (a child's URN carries its
-    parents' types). Its children have no names to target before they exist: the ``up``
-    targets the components' dependents, and a child depends on its parent.
+    URN, and its queue's component's when it hangs on one (the ``up`` then targets their
+    dependents, the worker's children).
 
     Args:
         scheme: ``urn:pulumi:<stack>``, as the stack's URNs start.
@@ -123,9 +109,7 @@ class UpReport:
     changes: Mapping[str, int] = field(default_factory=dict)
     """Operation (``create``, ``update``, ``same``...) to resource count."""
     recoveries: Sequence[str] = ()
-    """What the ``up`` repaired before it could run, as :meth:`StackEngine.recover` names
-    it: a killed run's lock found only by the ``up`` itself (the run was stopped before it
-    recorded a pending operation, so the recovery before it saw nothing to repair)."""
+    """What the ``up`` repaired before it could run (as :meth:`StackEngine.recover`)."""
     update: str | None = None
     """This update's identity in the stack's history (:func:`update_id`), when known."""
 
@@ -217,13 +201,9 @@ def stale_lock(
 ) -> bool:
     """Whether every lock is provably left behind by a process that is gone.
 
-    A lock on this host is gone when its pid is. A lock on another host is gone only if
-    it names the CLI of an earlier Lease holder: the Lease records the host and CLI pids
-    of each holder's engine commands before they start, and a holder the Lease has moved
-    on from (it expired, or was released or handed over) has no engine left, because its
-    engine guard stopped it by the end of its term. Nothing else is ever proof: a
-    manual ``twc up`` or ``pulumi up`` elsewhere that the Lease does not record keeps its
-    lock, however long it runs.
+    A lock on this host is gone when its pid is; one on another host only if it names
+    the CLI of an earlier Lease holder (whose engine guard stopped it by the end of its
+    term). Nothing else is proof: a manual ``up`` elsewhere keeps its lock.
 
     Args:
         holders: The locks, from :func:`lock_holders`.
@@ -253,10 +233,9 @@ def _holder_gone(
 
 
 def update_id(summary: Any) -> str | None:
-    """An update's identity in the stack's history: its version number with its start
-    and end time. The number alone is no identity: the file backend numbers every
-    update 0, so a foreign ``pulumi up`` would look like the daemon's own last one.
-    ``None`` when the summary says nothing."""
+    """An update's identity in the stack's history: its version with its start and end
+    time (the file backend numbers every update 0). ``None`` when the summary says
+    nothing."""
     if summary is None or getattr(summary, "start_time", None) is None:
         return None
     end = getattr(summary, "end_time", None)
@@ -324,8 +303,7 @@ class AutomationEngine:
         hold: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
         channel: GuardChannel | None = None,
         deadline: float = 1800.0,
-        log_prefix: str | None = None,
-        force_conflicts: bool = True,
+        keep_backups: int | None = None,
     ) -> None:
         """Prepare the engine.
 
@@ -335,21 +313,15 @@ class AutomationEngine:
                 private temporary directory by default.
             hostname: This host's name as the backend records it in locks.
             alive: Whether a pid is alive on this host.
-            previous_engines: The engine records of earlier Lease holders while this
-                daemon holds the Lease (``LeaseElector.inherited_engines``), else empty.
-            hold: Entered around each engine operation (``LeaseElector.hold``: the
-                Lease is not handed over during it, and none starts without a term).
+            previous_engines: Earlier Lease holders' engine records (see :func:`stale_lock`).
+            hold: Entered around each engine operation (``LeaseElector.hold``).
             channel: The engine guard's channel; an unleased one in ``state_dir`` by
                 default.
             deadline: Seconds one engine operation may take before the guard
                 interrupts it.
-            log_prefix: Prefix of the engine output lines logged.
-            force_conflicts: Let the Kubernetes provider take over fields another
-                field manager owns (server-side apply with force). The daemon is the
-                single writer of its objects: without this, an object created by a
-                killed run (whose field manager name died with it) or edited by hand
-                (``kubectl scale``) fails every later ``up`` with a conflict, and
-                neither recovery nor drift repair could ever succeed.
+            keep_backups: After each ``up``, prune the file backend's backups and
+                history copies of the stack to this many (:func:`prune_backups`);
+                ``None`` keeps them all.
         """
         self.ref = ref
         if state_dir is None:
@@ -362,12 +334,10 @@ class AutomationEngine:
         self._previous = previous_engines
         self._hold = hold
         self._deadline = deadline
-        self._prefix = log_prefix or f"[{ref.name}]"
-        self._force_conflicts = force_conflicts
+        self._prefix = f"[{ref.name}]"
+        self.keep_backups = keep_backups
         self._known: _Known | None = None
-        """The stack as this engine's last update left it, while no one else changed it:
-        a targeted up then needs neither an export of the whole state (the targets'
-        URNs) nor a program that builds every worker (:class:`BuildScope`)."""
+        """The stack as this engine's last update left it, while no one else changed it."""
 
     @contextlib.contextmanager
     def _operation(self, *, preemptible: bool = False) -> Iterator[None]:
@@ -389,9 +359,8 @@ class AutomationEngine:
                 raise error(str(last.interrupted)) from exc
 
     def preempt(self, reason: str) -> bool:
-        """Stop the refresh in progress so a change can run first (a refresh only reads,
-        and the guard's SIGINT lets the CLI end it cleanly, lock released); returns
-        whether one was running. Ups and repairs are never stopped this way."""
+        """Stop the refresh in progress so a change can run first; returns whether one
+        was running. Ups and repairs are never stopped this way."""
         return self.channel.preempt(reason)
 
     # ------------------------------------------------------------------ engine
@@ -418,7 +387,21 @@ class AutomationEngine:
         creating = self._creating(targets)
         known, self._known = self._known, None  # whatever happens, it changes the stack
         with self._operation():
-            return self._up(targets, known, creating=creating)
+            report = self._up(targets, known, creating=creating)
+        if self.keep_backups is not None:
+            self._prune(self.keep_backups)
+        return report
+
+    def _prune(self, keep: int) -> None:
+        url = backend_url(self.ref.env)
+        project = workspace.project_name(self.ref.work_dir)
+        try:
+            removed = prune_backups(url, project=project, stack=self.ref.name, keep=keep)
+        except OSError as exc:
+            logger.warning("%s could not prune old backups: %s", self._prefix, exc)
+        else:
+            if removed:
+                logger.debug("%s removed %d old backup file(s)", self._prefix, removed)
 
     def _scope(self, targets: Sequence[str] | None) -> BuildScope | None:
         """The workers a targeted up builds: exactly those whose URNs are the targets,
@@ -444,13 +427,7 @@ class AutomationEngine:
 
     def _creating(self, targets: Sequence[str] | None) -> bool:
         """Whether ``targets`` name a worker's or a queue's component, so that the ``up``
-        targets the components' dependents too. A new worker's children have no URNs to
-        name (:func:`new_worker_targets`); neither have those a killed ``up`` never
-        created of a worker whose component it did record, and from the URNs alone that
-        worker looks like one held whole (its component is all there is). Nothing but a
-        worker's own resources depends on them, so for a held worker, whose resources
-        are all targets already, its dependents add nothing.
-        """
+        targets the components' dependents (their children, which may not exist yet)."""
         return targets is not None and any(_created(u) is not None for u in targets)
 
     def _up(
@@ -567,12 +544,9 @@ class AutomationEngine:
             return _last_update(engine.select_stack(self._ref_with_inputs()))
 
     def worker_urns(self) -> dict[str, list[str]]:
-        """Per worker key, the URNs of its component and descendants.
-
-        From what this engine's last update left, when that update is still the stack's
-        last (one look at the stack's history); otherwise from an export of the whole
-        state (seconds at a few hundred workers).
-        """
+        """Per worker key, the URNs of its component and descendants: from what this
+        engine's last update left while that is still the stack's last update, else from
+        an export of the state."""
         with self._operation():
             stack = engine.select_stack(self._ref_with_inputs())
             last = _last_update(stack)
@@ -655,9 +629,15 @@ class AutomationEngine:
 
     # ----------------------------------------------------------------- helpers
     def _ref_with_inputs(self) -> engine.StackRef:
-        env = {**(self.ref.env or {}), **self.channel.env(), INPUTS_ENV: str(self.inputs_file)}
-        if self._force_conflicts:
-            env[PATCH_FORCE_ENV] = "true"
+        # Server-side apply with force: the daemon is the single writer of its objects,
+        # and an object a killed run created (its field manager gone) or edited by hand
+        # would otherwise fail every later ``up`` with a conflict.
+        env = {
+            **(self.ref.env or {}),
+            **self.channel.env(),
+            INPUTS_ENV: str(self.inputs_file),
+            PATCH_FORCE_ENV: "true",
+        }
         return replace(self.ref, env=env)
 
     def _output(self, line: str) -> None:

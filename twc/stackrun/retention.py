@@ -17,13 +17,13 @@ history's small update records, which ``pulumi stack history`` lists, stay).
 from __future__ import annotations
 
 import logging
+import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-from twc.desired import DesiredInputs
 from twc.stackrun import filebackend
-from twc.stackrun.automation import StackEngine, UpReport
 
 __all__ = ["DEFAULT_KEEP_BACKUPS", "PruningEngine", "backend_url", "engine_env", "prune_backups"]
 
@@ -99,60 +99,13 @@ def prune_backups(backend_url: str, *, project: str, stack: str, keep: int) -> i
 
 def backend_url(env: Mapping[str, str] | None) -> str:
     """The backend URL the engine uses (the stack's environment, else the process's)."""
-    import os
-
     return (env or {}).get("PULUMI_BACKEND_URL") or os.environ.get("PULUMI_BACKEND_URL", "")
 
 
-class PruningEngine:
-    """A stack's engine that prunes the stack's old backups after each ``up``."""
-
-    def __init__(
-        self,
-        engine: StackEngine,
-        *,
-        stack: str,
-        project: str,
-        keep: int,
-        env: Mapping[str, str] | None = None,
-    ) -> None:
-        """Prune ``stack``'s backups to ``keep`` after every ``up`` of ``engine``."""
-        self.engine = engine
-        self._stack = stack
-        self._project = project
-        self._keep = keep
-        self._url = backend_url(env)
-
-    def recover(self) -> Sequence[str]:
-        """See :meth:`StackEngine.recover`."""
-        return self.engine.recover()
-
-    def up(self, inputs: DesiredInputs, targets: Sequence[str] | None) -> UpReport:
-        """See :meth:`StackEngine.up`; then prune."""
-        report = self.engine.up(inputs, targets)
-        try:
-            removed = prune_backups(
-                self._url, project=self._project, stack=self._stack, keep=self._keep
-            )
-        except OSError as exc:
-            logger.warning("[%s] could not prune old backups: %s", self._stack, exc)
-        else:
-            if removed:
-                logger.debug("[%s] removed %d old backup file(s)", self._stack, removed)
-        return report
-
-    def refresh(self) -> Sequence[str]:
-        """See :meth:`StackEngine.refresh`."""
-        return self.engine.refresh()
-
-    def preempt(self, reason: str) -> bool:
-        """See :meth:`StackEngine.preempt`."""
-        return self.engine.preempt(reason)
-
-    def last_update(self) -> str | None:
-        """See :meth:`StackEngine.last_update`."""
-        return self.engine.last_update()
-
-    def worker_urns(self) -> Mapping[str, Sequence[str]]:
-        """See :meth:`StackEngine.worker_urns`."""
-        return self.engine.worker_urns()
+def PruningEngine(  # compat: `twc run`'s wiring calls it by this name
+    engine: Any, *, stack: str, project: str, keep: int, env: Mapping[str, str] | None = None
+) -> Any:
+    """``engine`` itself, its :class:`~twc.stackrun.automation.AutomationEngine` told to
+    keep ``keep`` backups (``stack``, ``project`` and ``env`` are the engine's own)."""
+    getattr(engine, "engine", engine).keep_backups = keep
+    return engine

@@ -14,7 +14,7 @@ import pytest
 
 from twc import builders
 from twc.connections import ConnectionIdentity, ResolvedConnection, TLSSettings
-from twc.kube.dryrun import DryRunTarget, _covers, issues_from_status, template_field_path
+from twc.kube.dryrun import DryRunTarget, _difference, issues_from_status, template_field_path
 from twc.spec import load_fleet
 
 PLAIN = ResolvedConnection(
@@ -171,7 +171,7 @@ def test_a_refusal_without_fields_is_one_issue_at_the_worker() -> None:
 def test_a_live_deployment_is_unchanged_when_it_holds_every_desired_value(
     live: Any, desired: Any, covered: bool
 ) -> None:
-    assert _covers(live, desired) is covered
+    assert (_difference(live, desired, "") is None) is covered
 
 
 def test_a_temporalworker_objects_refusal_is_named_in_the_object() -> None:

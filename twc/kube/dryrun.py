@@ -1,4 +1,11 @@
-"""The API server's own validation of worker Deployments, before anything is applied."""
+"""The API server's own validation of worker Deployments, before anything is applied.
+
+Whether Kubernetes accepts a worker's pod only the API server can say, so ``twc preview``
+and ``twc up`` send each changed worker's Deployment as a dry run (``dryRun=All``,
+``fieldValidation=Strict``) and report every refusal at the field where the user wrote
+it (``workers[2].template.spec.containers[0].resources.requests``). A live Deployment
+that already holds every field twc would send is skipped. Nothing is persisted.
+"""
 
 from __future__ import annotations
 
@@ -105,7 +112,8 @@ def dry_run_targets(
     registry: Registry | None = None,
     origins: Mapping[str, str] | None = None,
 ) -> list[DryRunTarget]:
-    """Every worker's Deployment, built as the program builds it.
+    """Every worker's Deployment, built as the program builds it (a placeholder
+    fingerprint; a worker whose connection does not resolve is left out).
 
     Args:
         fleet: The fleet (the desired state's, cluster objects merged in).
@@ -218,7 +226,8 @@ def _request(
     query: list[tuple[str, str]],
     body: Mapping[str, Any] | None = None,
 ) -> tuple[int, str]:
-    """One request with JSON in and out, exactly as written."""
+    """One request with JSON in and out, exactly as written (the typed API would refuse
+    an unknown field itself, hiding what the API server says)."""
     method, url, headers, payload, post = api_client.param_serialize(
         method=method,
         resource_path=path,
@@ -264,13 +273,9 @@ def _with_live_fingerprint(
     return body
 
 
-def _covers(live: object, desired: object) -> bool:
-    """Whether ``live`` holds every value of ``desired`` (the server only adds defaults)."""
-    return _difference(live, desired, "") is None
-
-
 def _difference(live: object, desired: object, path: str) -> str | None:
-    """The first path where ``live`` lacks a value of ``desired``, or None."""
+    """The first path where ``live`` lacks a value of ``desired``, or None (``live`` may
+    hold more: the server adds defaults)."""
     if isinstance(desired, Mapping):
         if not isinstance(live, Mapping):
             return path or "."
@@ -344,7 +349,8 @@ def issues_from_status(body: str, target: DryRunTarget, file: str) -> list[SpecI
 
 
 def template_field_path(api_field: str, target: DryRunTarget) -> str | None:
-    """Where the user wrote a Deployment field: a path under the worker's ``template``."""
+    """Where the user wrote a Deployment field: a path under the worker's ``template``
+    (list items matched by ``name``), or None when twc set the field."""
     template = target.template_where
     if template is None or not api_field.startswith(_TEMPLATE_PREFIX):
         return None

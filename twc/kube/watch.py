@@ -1,30 +1,17 @@
 """Watches: the cluster's objects kept in memory, one list + watch per kind.
 
-:class:`ObjectWatcher` keeps one custom resource's objects from a list + watch in a
-background thread and sets the loop's wake-up event on every change that matters (spec,
-labels; not status), so a new object is reconciled at once; a periodic re-list is the
-safety net under the watch. Every list and watch request carries a client-side timeout,
-so a hung API server fails the watch (reported, retried) instead of stalling its thread.
+:class:`ObjectWatcher` keeps one kind's objects from a list + watch in a background
+thread and wakes the loop on every change that matters (spec, labels; not status); a
+periodic re-list is the safety net. Every request has a client-side timeout. Because the
+desired state deletes whatever a successful observation no longer holds:
 
-What a watcher knows is kept apart from what it merely remembers, because the desired
-state deletes whatever an observation that succeeded no longer holds:
+* a failed list makes the kind *unknown* until a list succeeds again;
+* a list answering 404 means "no objects" only when the CRD itself is gone;
+* an object leaves only when observed deleted: a ``DELETED`` event, or a re-list without
+  it *and* a GET that answers 404 (or shows it no longer matches the selector).
 
-* a list that fails (any status, a timeout) makes the kind *unknown* until a list
-  succeeds again (:meth:`ObjectWatcher.observed` says so, naming the failure); the
-  objects last seen are not offered as if they were current;
-* a list answering 404 means "no objects" only when the CRD itself is gone (a GET of
-  the CustomResourceDefinition answers 404 too); right after an API server restart the
-  custom resource endpoints can answer 404 while the CRD exists, and that is unknown;
-* an object leaves only when it is observed deleted: a watch ``DELETED`` event, or a
-  re-list that no longer holds it *and* a GET of the object that answers 404 (or shows it
-  no longer matches the label selector).
-
-:class:`QueueWatcher` tracks the labelled kmsvc Queue objects; :class:`NativeWatch`
-tracks TemporalWorker objects and the objects of every connection kind the provider
-registry knows (plugin kinds included). :meth:`NativeWatch.observed` and
-:meth:`QueueWatcher.observed` give them as the desired state's
-:class:`~twc.desired.ObjectList`. ``Static*`` sources hold fixed objects, for a daemon
-without a cluster and for tests.
+:class:`QueueWatcher` tracks labelled kmsvc Queues; :class:`NativeWatch` TemporalWorkers
+and every connection kind the registry knows. ``Static*`` sources hold fixed objects.
 """
 
 from __future__ import annotations
@@ -116,7 +103,6 @@ class StaticQueues:
     def __init__(self, objects: Iterable[Mapping[str, Any]] = ()) -> None:
         """Hold ``objects``; :meth:`replace` changes them and wakes the loop."""
         self._objects = tuple(objects)
-        self._observed: ObjectList | None = None
         self._wakeup: threading.Event | None = None
 
     def start(self, wakeup: threading.Event) -> None:
@@ -131,35 +117,20 @@ class StaticQueues:
         return self._objects
 
     def observed(self) -> ObjectList:
-        """The objects, known: the same value until :meth:`replace`, as a watch's."""
-        if self._observed is None:
-            self._observed = ObjectList.known(self._objects, trim=False)
-        return self._observed
+        """The objects, known."""
+        return ObjectList.known(self._objects, trim=False)
 
     def replace(self, objects: Iterable[Mapping[str, Any]]) -> None:
         """Swap the objects, as a watch event would, and wake the loop."""
         self._objects = tuple(objects)
-        self._observed = None
         if self._wakeup is not None:
             self._wakeup.set()
 
 
-class ScopedWakeup(Protocol):
-    """A wake-up that can be told where the change is (a sharded daemon's fanout)."""
-
-    def set_for(self, namespace: str | None) -> None:
-        """Wake the loops a change in ``namespace`` concerns (``None``: all of them)."""
-        ...
-
-
 def wake(event: threading.Event, namespace: str | None) -> None:
     """Set ``event`` for a change to one object in ``namespace`` (``None``: a
-    cluster-scoped object).
-
-    A sharded daemon's event wakes only the shards that own the namespace: a Queue
-    created in one namespace woke all 20 shards' loops of a 5000-worker daemon, each of
-    them iterated for nothing, and the one shard it concerned waited for the others.
-    """
+    cluster-scoped object); an event with ``set_for`` (a sharded daemon's fanout) wakes
+    only the shards that own the namespace."""
     set_for = getattr(event, "set_for", None)
     if callable(set_for):
         set_for(namespace)
@@ -243,11 +214,8 @@ def custom_lister(custom_api: Any, group: str, version: str, plural: str) -> Lis
 
 
 def builtin_lister(list_for_all_namespaces: Callable[..., Any]) -> Lister:
-    """The lister of a built-in kind from its typed ``list_*_for_all_namespaces`` call.
-
-    The list is read as raw JSON: building the client's models of thousands of objects
-    (managed fields included) costs more than the rest of an iteration.
-    """
+    """The lister of a built-in kind from its typed ``list_*_for_all_namespaces`` call
+    (read as raw JSON, not the client's models)."""
 
     def list_objects(**kwargs: Any) -> Any:
         if kwargs.get("watch"):
@@ -301,12 +269,11 @@ class ObjectWatcher:
                 also bounds how long :meth:`stop` may take to be noticed.
             retry_delay: Seconds to wait after a failed list or watch.
             clock: Monotonic time.
-            content: What of an object matters to the loop; a change of anything else
-                (its status, bookkeeping) does not wake it. Labels and spec by default.
-            request_timeout: Client-side read timeout of a list, in seconds; a watch
-                waits this much longer than its server-side timeout. A hung API server
-                (connections accepted, no answer) then fails the list or watch, which
-                is reported and retried, instead of stalling the thread for good.
+            content: What of an object wakes the loop when it changes (labels and spec
+                by default).
+            request_timeout: Client-side read timeout of a list, in seconds (a watch
+                waits this much longer than its server-side timeout), so a hung API
+                server fails the request instead of stalling the thread.
             crd_exists: Whether the resource's CRD is installed, asked when a list
                 answers 404 (a GET of the CRD over the same client by default).
             lister: Lists (and watches) the kind; the custom resource
@@ -398,9 +365,7 @@ class ObjectWatcher:
 
     def last_answer(self) -> float:
         """When (``clock``) the API server last answered: a list, a watch event or
-        bookmark, a watch ending on its own timeout, or an error with a client-error
-        status (a denial answers too). Timeouts, refused connections and server errors
-        do not count, nor does a list or watch still waiting for its answer. Before the
+        bookmark, a watch ending on its own timeout, or a client-error status. Before the
         first request: when the watcher was made."""
         with self._lock:
             return self._answered
@@ -446,14 +411,9 @@ class ObjectWatcher:
         return version
 
     def _pages(self) -> tuple[dict[str, Mapping[str, Any]], str]:
-        """List page by page, trimming each page as it arrives; the objects and the
-        list's resourceVersion.
-
-        One answer of every object of a kind was the daemon's largest allocation: at
-        5000 workers the Deployments alone, managed fields and all, parsed at once on
-        every re-list. Pages of a consistent list (the API server's ``continue``) hold
-        only ``page_size`` untrimmed objects at a time, as client-go's reflector does.
-        """
+        """List page by page (the API server's ``continue``), trimming each page as it
+        arrives, as client-go's reflector does; the objects and the list's
+        resourceVersion."""
         items: dict[str, Mapping[str, Any]] = {}
         token = ""
         while True:
@@ -626,17 +586,14 @@ class ObjectWatcher:
                     continue
                 if self._stop.is_set():
                     break
-                # Once per failure, not every retry: the daemon reports it as a fault.
-                # Keyed by status and reason, since an API error's text carries the
-                # response headers (an audit id, the date) that differ on every retry.
+                # Logged once per failure (by status and reason), not every retry.
                 failure = list_failure(exc)
                 log = logger.warning if failure != self._failure else logger.debug
                 log("%s.%s watch failed (retrying): %s", self.plural, self.group, exc)
                 self._failure = failure
-                # A built-in kind's cache denied (a daemon that may read Secrets only in
-                # some namespaces reads them directly instead): RBAC must change, so try
-                # again at the next resync. A custom kind's denial makes it unknown and
-                # holds its workers: retried soon, so a fixed Role is noticed at once.
+                # A built-in kind's denial waits for the next resync (its readers fall
+                # back to direct reads); a custom kind's is retried soon, as it holds
+                # its workers.
                 forbidden = status == 403 and not self._custom
                 self._stop.wait(
                     max(self._retry_delay, self._resync) if forbidden else self._retry_delay

@@ -1,35 +1,22 @@
-"""Generated TemporalWorker objects: every worker twc runs, visible to ``kubectl``.
+"""Generated TemporalWorker objects ("views"): every worker twc runs, visible to ``kubectl``.
 
-A worker that comes from a labelled kmsvc Queue or from the fleet file has no object of
-its own in the cluster, so ``kubectl get temporalworkers -A`` would list only the
-workers people applied as TemporalWorker objects. The daemon therefore keeps one
-TemporalWorker object per such worker: a **view** of the worker, never a second source
-of it.
+A worker from a labelled Queue or the fleet file gets one TemporalWorker object showing
+it, never a second source of it:
 
-* Its ``spec`` is the worker twc runs (defaults applied, references followed), written
-  as a TemporalWorker spec; its status is written back as for any TemporalWorker.
-* It carries the label :data:`VIEW_LABEL` (``Queue`` or ``Fleet``), the stack label
-  :data:`STACK_LABEL` and ``app.kubernetes.io/managed-by: twc``. A Queue's view has an
-  owner reference to the Queue, so the cluster's garbage collector deletes it with the
-  Queue; a fleet-file worker's view has no owner in the cluster (owner references
-  cannot point outside the namespace, and a stack is no object) and twc deletes it when
-  the worker leaves the file.
-* The desired state skips every object labelled :data:`VIEW_LABEL` (:func:`is_view`):
-  read as a source it would clash with the very worker it shows.
-* An edit of a view's spec is undone (the spec comes from elsewhere) and an Event on the
-  object says where to make the change instead.
+* its ``spec`` is the worker as resolved; its status is written back as for any
+  TemporalWorker;
+* it carries :data:`VIEW_LABEL`, :data:`STACK_LABEL` and ``managed-by: twc``; a Queue's
+  view is owned by the Queue (garbage-collected with it), a file worker's view is
+  deleted by twc when the worker leaves the file;
+* the desired state skips every object labelled :data:`VIEW_LABEL` (:func:`is_view`);
+* an edit of a view's spec is undone, and an Event says where to make it instead.
 
-This module decides, purely, which views should exist with what content
-(:func:`desired_views`) and what to write to get there (:func:`plan_views`); the
-daemon's act step carries that out through the API server.
-
+:func:`desired_views` decides which views should exist; :func:`plan_views` what to write.
 Pure: no client, no clock.
 """
 
 from __future__ import annotations
 
-import json
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,12 +84,8 @@ def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def is_view(obj: Mapping[str, Any]) -> bool:
-    """Whether a TemporalWorker object is a view twc generated (of any stack).
-
-    The label decides, not the owner reference: labels are what every entry point sees
-    (the inputs that cross into the program keep labels, not owner references), and a
-    TemporalWorker someone else's controller owns is still a source.
-    """
+    """Whether a TemporalWorker object is a view twc generated (of any stack): the
+    label decides, as every entry point sees labels."""
     return _labels(obj).get(VIEW_LABEL) in _SOURCES
 
 
@@ -119,8 +102,6 @@ def _json(value: Any) -> Any:
 
 def _pruned(value: Any) -> Any:
     """Without empty mappings and lists, so a view reads like a hand-written object."""
-    # Plain JSON values only (dict and list, not the abstract types): this runs over
-    # every worker on every iteration.
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, item in value.items():
@@ -140,38 +121,15 @@ def _connection_ref(worker: ResolvedWorker) -> dict[str, Any]:
     return {"objectRef": {"apiGroup": target.api_group, "kind": target.kind, "name": target.name}}
 
 
-_SPECS: OrderedDict[str, str] = OrderedDict()
-"""Derived specs (JSON) by resolved worker (JSON): the daemon derives every view on every
-iteration, and a worker changes rarely. Memoisation only: the result depends on the
-worker alone."""
-_SPECS_MAX = 10_000
-
-
 def view_spec(worker: ResolvedWorker) -> dict[str, Any]:
     """The TemporalWorker spec of the worker twc runs: every setting as resolved.
 
-    Fields the resolved worker shares with the TemporalWorker spec are copied by name,
-    so a field added to both appears in views without a change here; the fields whose
-    resolved form differs (the connection, the queue, the DLQ, replicas while
-    autoscaled) are written back in the spec's form.
+    Shared fields are copied by name; the connection, queue, DLQ and replicas (left
+    out while autoscaled) are written back in the spec's form.
 
     Raises:
         ValueError: The result is not a valid TemporalWorker spec.
     """
-    key = worker.model_dump_json()
-    known = _SPECS.get(key)
-    if known is None:
-        known = json.dumps(_derive_spec(worker))
-        _SPECS[key] = known
-        if len(_SPECS) > _SPECS_MAX:
-            _SPECS.popitem(last=False)
-    else:
-        _SPECS.move_to_end(key)
-    spec: dict[str, Any] = json.loads(known)
-    return spec
-
-
-def _derive_spec(worker: ResolvedWorker) -> dict[str, Any]:
     data: dict[str, Any] = {}
     for name, info in TemporalWorker.model_fields.items():
         if name in ("name", "namespace"):
@@ -229,12 +187,8 @@ def _model(spec: object, name: str, namespace: str) -> TemporalWorker | None:
 
 
 def spec_matches(obj: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
-    """Whether ``obj``'s spec says what ``spec`` says.
-
-    Compared as worker models, not as dicts: the API server fills in the CRD's defaults
-    (``minReplicas: 1``, ``automountToken: false``...) and the view leaves empty fields
-    out; neither is a difference.
-    """
+    """Whether ``obj``'s spec says what ``spec`` says, compared as worker models (the
+    API server fills in the CRD's defaults, the view leaves empty fields out)."""
     current_spec = obj.get("spec") if isinstance(obj, Mapping) else None
     if current_spec == spec:
         return True  # the common case, without building two models
@@ -327,9 +281,7 @@ def desired_views(
                 "kind": QUEUE_KIND,
                 "name": queue.name,
                 "uid": queue.uid,
-                # The Queue's content is what the view shows: its controller, as
-                # `kubectl describe` says. Deleting the Queue never waits for the view
-                # (no blockOwnerDeletion, which would also need a grant on the Queue).
+                # No blockOwnerDeletion: deleting the Queue never waits for the view.
                 "controller": True,
             }
         elif origin == _FILE_ORIGIN:
@@ -414,14 +366,8 @@ class ViewPlan:
 
 
 def _owned_by(obj: Mapping[str, Any], stack: str, *, adopt: bool = False) -> bool:
-    """Whether ``obj`` is a view this stack keeps: its labels say so, the same labels
-    every entry point reads (so the daemon never treats as its view what the desired
-    state reads as a source).
-
-    With ``adopt``, a view that lost only its stack label counts too (twc puts it back);
-    it is never deleted on that ground alone. An object whose ``derived-from`` label was
-    removed is an ordinary TemporalWorker from then on: a source, left alone.
-    """
+    """Whether ``obj`` is a view this stack keeps, by its labels; with ``adopt``, also
+    a view that lost only its stack label (put back, never deleted on that ground)."""
     if not is_view(obj):
         return False
     found = _labels(obj).get(STACK_LABEL)
@@ -429,11 +375,8 @@ def _owned_by(obj: Mapping[str, Any], stack: str, *, adopt: bool = False) -> boo
 
 
 def _metadata_matches(obj: Mapping[str, Any], view: View) -> bool:
-    """Whether ``obj`` carries twc's labels, annotation and owner reference.
-
-    Only what twc sets is compared: labels, annotations and owners others added stay
-    and never cause a write (an apply could not remove them anyway).
-    """
+    """Whether ``obj`` carries twc's labels, annotation and owner reference (what others
+    added is ignored)."""
     raw = obj.get("metadata") if isinstance(obj, Mapping) else None
     meta: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     labels = _labels(obj)

@@ -119,11 +119,9 @@ class ObjectList(_Model):
 
     @classmethod
     def of_api(cls, objects: Iterable[Mapping[str, Any]], *, copy: bool = True) -> ObjectList:
-        """A successful observation of objects as decoded from the API server's JSON,
-        kept whole and not validated again: they are JSON values by construction, and
-        validating every field of every object was most of a daemon iteration (200 ms a
-        shard at 250 workers). ``copy=False`` keeps the very dicts given (a caller that
-        made its own copies, and hands the same one out while its object is unchanged)."""
+        """A successful observation of objects decoded from the API server's JSON, kept
+        whole and not validated again (they are JSON values by construction);
+        ``copy=False`` keeps the very dicts given."""
         items: tuple[Any, ...] = tuple(dict(o) for o in objects) if copy else tuple(objects)
         return cls.model_construct(objects=items, failure=None)
 
@@ -145,10 +143,8 @@ class ObjectList(_Model):
 
     def same_but_status(self, other: ObjectList) -> bool:
         """Whether ``other`` holds the same objects but for their status and its
-        bookkeeping (``resourceVersion``, ``managedFields``): what a status write
-        changes. Nothing twc derives from an observation reads those (the status it
-        writes back is read from the objects of each iteration), so a daemon whose
-        status writes were all that changed can keep what it derived."""
+        bookkeeping (``resourceVersion``, ``managedFields``), which nothing twc derives
+        from an observation reads."""
         if self is other:
             return True
         if self.failure != other.failure or (self.objects is None) != (other.objects is None):
@@ -205,12 +201,10 @@ class HeldObjects(_Model):
 class BuildScope(_Model):
     """A targeted ``up``'s part of the program: which workers it builds.
 
-    The desired state is computed whole as always; the program then registers only
-    these workers' components (with the connections and queues they hang on). In a
-    targeted ``up`` the engine keeps every resource the program does not register and
-    does not target exactly as it is, so a change to one worker costs one worker's
-    resources, not the whole stack's. The stack's outputs are kept whole from
-    ``statuses``.
+    The desired state is computed whole; the program registers only these workers'
+    components (with their connections and queues), and the engine keeps every
+    resource it neither registers nor targets as it is. The stack's outputs are kept
+    whole from ``statuses``.
     """
 
     workers: tuple[str, ...]

@@ -164,7 +164,6 @@ def dry_run_fleet(
     live: dict[str, dict[str, Any]] = {}
     selector = f"{builders.LABEL_MANAGED_BY}={builders.MANAGED_BY}"
     for namespace in sorted({t.worker.namespace for t in targets}):
-        # The list as JSON: the typed client's models cost ~10 ms per Deployment.
         status, text = _request(
             api_client,
             "GET",

@@ -1,10 +1,8 @@
 """Versioned workers in a preview: the rollout plan in words and time.
 
-A worker with ``rollout`` has one Deployment per version. Each carries its build ID
-(label ``temporal.io/build-id``), the rollout policy in effect (annotation
-``twc.temporal.io/rollout``) and, on the target version only,
-``twc.temporal.io/target-version: "true"``. From the old and new state of those
-Deployments this says what the update starts:
+From the old and new state of a versioned worker's Deployments (each labelled with its
+build ID, annotated with the rollout policy, the target marked) this says what the
+update starts:
 
 * a new version's Deployment and a target moving to it: the new version, its steps
   with their pauses (and gates), and how the version it replaces drains, scales down and

@@ -148,12 +148,9 @@ def namespace_load(
     """Workers per namespace: the fleet file's (explicit and derived), one per labelled
     Queue object and one per TemporalWorker object.
 
-    An estimate is enough (a Queue object the file also declares counts twice): it only
-    decides where a *new* namespace goes. With ``clusterObjects: false`` the cluster's
-    objects are no part of the stack, so their namespaces get no shard. A TemporalWorker
-    twc generated to show a worker (a view, of this stack or another) is no source of
-    workers, so it opens no shard either: another stack's views used to give its
-    namespaces shards of this stack, whose deletion guard then held that stack's workers.
+    An estimate: it only decides where a *new* namespace goes. With
+    ``clusterObjects: false`` the cluster's objects count for nothing, and views (of any
+    stack) never do: they are no source of workers.
     """
     load: dict[str, int] = {}
     for worker in fleet.resolved_workers():

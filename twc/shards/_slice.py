@@ -49,12 +49,7 @@ def namespaces_changed(old: Fleet, new: Fleet) -> frozenset[str] | None:
     """The namespaces whose part of the fleet file an edit from ``old`` to ``new``
     changed: a shard holding none of them has the same :func:`slice_fleet` before and
     after. ``None`` when the edit may change every shard's slice (the defaults, the
-    cluster-scoped connections, anything outside the namespaced lists).
-
-    A one-worker change at 5000 workers woke all 20 shards' loops, and each computed
-    its plan again to find nothing new, on the same cores and under the same lock as
-    the one loop the edit concerned.
-    """
+    cluster-scoped connections, anything outside the namespaced lists)."""
     empty: dict[str, Any] = {"workers": (), "queues": (), "connections": ()}
     if old.model_copy(update=empty) != new.model_copy(update=empty):
         return None

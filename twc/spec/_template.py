@@ -115,13 +115,6 @@ class Level(IntEnum):
     """From the worker itself."""
 
 
-def _path(*parts: str | int) -> str:
-    out = ""
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
-    return out
-
-
 def worker_container_index(containers: Sequence[Any]) -> int | None:
     """Index of the worker container: the one named ``worker``, else the only one.
 

@@ -1,15 +1,9 @@
 """Which build of twc renders a stack.
 
 A restarted daemon skips its first ``up`` only when its stack is as the last recorded
-``up`` left it *and* it would render the same desired state the same way: a new twc
-(another builder, another provider version) may not. The build is a digest of what
-renders: the program, twc's and the providers' sources, and the pinned requirements.
-
-Left out are the packages the program cannot import, by the layers contract
-(``pyproject.toml``): those above ``twc.program`` (the daemon, the engine runs, the
-verbs) and the test bed. A new twc that changes only how the daemon decides or runs the
-engine renders every stack the same, and at 20 shards of 250 workers the full ``up`` of
-every shard it would otherwise start takes ten minutes.
+``up`` left it *and* this build renders the same way. The build is a digest of what
+renders: the program, twc's and the providers' sources and the pinned requirements,
+leaving out the packages the program cannot import (:data:`NOT_RENDERING`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """What a failed engine run said, in the few forms twc shows it.
 
-The Automation API raises a ``CommandError`` whose text is ``code: N``, then the whole
-``stdout`` of the CLI (progress, outputs, diagnostics), then ``stderr``. Users need much
-less: the program's own refusal when it rejected its input ("invalid fleet; nothing was
-changed"), else the engine's error lines. Events and TemporalWorker status, which every
-tenant of a namespace can read, get only the first of those lines: the progress output
-names other namespaces' resources and must not reach them.
+A ``CommandError``'s text is the CLI's whole output. Users get the program's own
+refusal when it rejected its input, else the engine's error lines; Events and
+TemporalWorker status (readable by every tenant of a namespace) get only the first of
+those lines, as the progress output names other namespaces' resources.
 
 Pure: text in, text out (no engine import), so the daemon's pure core uses it too.
 """

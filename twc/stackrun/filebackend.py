@@ -1,25 +1,14 @@
 """The file backend's state files, made safe for an engine that may be killed.
 
-The CLI's ``file://`` backend writes each state file to a temporary file and renames it
-into place, so a checkpoint is never half written. But beside each file it also writes a
-metadata "sidecar" (``<file>.attrs``: a content type and an MD5) by truncating it and
-writing it again, and it reads that sidecar before every read of the file. A CLI killed
-between the two steps (a daemon's engine taken down by ``kill -9``, an engine guard
-stopping a killed daemon's commands, a laptop's ``pulumi up`` stopped by its owner)
-leaves an empty sidecar beside an intact state, and from then on every command on the
-stack fails with "failed to load checkpoint: EOF": the daemon would retry forever and
-never reconcile the stack again.
+The CLI's ``file://`` backend writes each state file by rename, but rewrites its
+metadata sidecar (``<file>.attrs``) in place and reads it before every read: a CLI killed
+in between leaves an empty sidecar, and every later command fails with "failed to load
+checkpoint: EOF". So twc
 
-twc therefore
-
-* hands the engine its ``file://`` backend with ``metadata=skip`` (:func:`atomic_url`),
-  so the engine writes no sidecars at all: every state file it writes is replaced in
-  one rename. The CLI never uses the sidecars' contents, and reads a missing one as
-  "no metadata";
-* removes, before each selection of a stack, any sidecar of that stack (its state, its
-  backup, its locks) and of the backend's ``meta.yaml`` that does not parse
-  (:func:`repair_sidecars`), saying so. Such a sidecar can only come from a writer that
-  did not skip them: an earlier twc, or the plain CLI.
+* hands the engine its backend with ``metadata=skip`` (:func:`atomic_url`): no sidecars
+  are written (the CLI reads a missing one as "no metadata");
+* removes, before each selection of a stack, any of its sidecars (and ``meta.yaml``'s)
+  that does not parse (:func:`repair_sidecars`), saying so.
 """
 
 from __future__ import annotations

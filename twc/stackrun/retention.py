@@ -1,17 +1,13 @@
 """How the engine writes a stack's state, and how many old copies the file backend keeps.
 
-**Writing.** The engine checkpoints the whole state after every step by default; with
-the file backend each checkpoint rewrites the whole file (25 MB at 1000 workers), so an
-``up`` that changes k resources writes k times that. :func:`engine_env` turns the
-daemon's ``state`` settings into the CLI's switches: ``PULUMI_SKIP_CHECKPOINTS`` (write
-once, at the end), ``PULUMI_DIY_BACKEND_GZIP`` (compress what is written) and
-``PULUMI_PARALLEL_DIFF`` (diff resources in parallel). What a crash in the middle of an
-``up`` loses with each is in docs/daemon.md.
+**Writing.** :func:`engine_env` turns the daemon's ``state`` settings into the CLI's
+switches: ``PULUMI_SKIP_CHECKPOINTS`` (write once, at the end),
+``PULUMI_DIY_BACKEND_GZIP`` and ``PULUMI_PARALLEL_DIFF``. What a crash in the middle of
+an ``up`` loses with each is in docs/daemon.md.
 
-**Keeping.** Every ``up`` on a DIY backend also writes a backup copy of the state and a
-copy into the stack's history, and never removes either: a daemon's thousands of ``up``s
-fill a disk. :func:`prune_backups` keeps the newest ``keep`` of each per stack (the
-history's small update records, which ``pulumi stack history`` lists, stay).
+**Keeping.** Every ``up`` on a DIY backend writes a backup and a history copy of the
+state and never removes either; :func:`prune_backups` keeps the newest ``keep`` of each
+per stack (the small update records ``pulumi stack history`` lists stay).
 """
 
 from __future__ import annotations

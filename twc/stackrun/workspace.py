@@ -1,15 +1,10 @@
 """The Pulumi CLI's workspace settings file, made safe for several engines on one host.
 
-``pulumi stack select`` rewrites ``<PULUMI_HOME>/workspaces/<project>-<sha1 of the
-Pulumi.yaml path>-workspace.json`` (the stack selected per backend) in place: it
-truncates the file, then writes it. Two selects at once (a daemon and a manual ``twc up``
-on one host, several shards' engines, tests side by side) or a select stopped between the
-two steps (the engine guard taking a killed daemon's commands down) leave the file empty
-or half written, and from then on every ``stack select`` of the project fails with
-"unable to read workspace settings": a daemon restarted on the same host could never
-select its stack again. The other commands never read the file's choice, because twc
-passes the stack to each of them. So twc serialises its selects with a lock file beside
-the settings file, and removes an unreadable settings file (saying so) before selecting.
+``pulumi stack select`` rewrites the project's workspace settings file in place; two
+selects at once, or one stopped half-way, leave it unreadable, and every later select
+fails with "unable to read workspace settings". twc serialises its selects with a lock
+file beside it and removes an unreadable settings file (saying so) before selecting;
+no other command reads it, as twc names the stack to each.
 """
 
 from __future__ import annotations

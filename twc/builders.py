@@ -291,12 +291,11 @@ def _pod_template(
 ) -> dict[str, Any]:
     """The user's pod (``worker.pod_template``) with twc's parts merged in.
 
-    twc adds, and owns: its env at the head of the worker container's env, its labels,
-    the ServiceAccount, the wait-for-frontend init container (last, so the user's own
-    init containers and native sidecars start first) and, through the connection, the
-    address/TLS env, the mTLS volume and the fingerprint annotation. twc's defaults
+    twc owns its env (first in the worker container), its labels, the ServiceAccount,
+    the wait-for-frontend init container (last) and, through the connection, the
+    address/TLS env, the mTLS volume and the fingerprint annotation. Its defaults
     (restricted security contexts, no service links, the grace period) fill only what
-    the template leaves unset. Everything else is the user's, kept as written.
+    the template leaves unset; the rest is the user's, kept as written.
     """
     user = copy.deepcopy(worker.pod_template)
     spec: dict[str, Any] = dict(user.get("spec") or {})
@@ -329,18 +328,6 @@ def _pod_template(
     if k8s_resources:
         container["resources"] = k8s_resources
 
-    wait: dict[str, Any] = {
-        "name": WAIT_CONTAINER,
-        "image": options.wait_image,
-        "imagePullPolicy": "IfNotPresent",
-        "command": ["sh", "-c", WAIT_SCRIPT],
-        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "32Mi"}},
-        "securityContext": {
-            **_RESTRICTED_CONTAINER,
-            "runAsNonRoot": True,
-            "runAsUser": 65534,
-        },
-    }
     spec["serviceAccountName"] = worker.name
     spec.setdefault("automountServiceAccountToken", worker.service_account.automount_token)
     spec.setdefault("terminationGracePeriodSeconds", worker.termination_grace_period_seconds)
@@ -351,7 +338,7 @@ def _pod_template(
         "seccompProfile": {"type": "RuntimeDefault"},
         **(spec.get("securityContext") or {}),
     }
-    spec["initContainers"] = [*(spec.get("initContainers") or []), wait]
+    spec["initContainers"] = [*(spec.get("initContainers") or []), _wait_container(options)]
     # The worker container first: the preview and the test bed's kubelet read it there.
     spec["containers"] = [container, *containers]
 
@@ -370,6 +357,18 @@ def _pod_template(
             init_containers=frozenset({WAIT_CONTAINER}),
         ),
     )
+
+
+def _wait_container(options: PodTemplateOptions) -> dict[str, Any]:
+    """The init container that waits for the Temporal frontend (:data:`WAIT_SCRIPT`)."""
+    return {
+        "name": WAIT_CONTAINER,
+        "image": options.wait_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["sh", "-c", WAIT_SCRIPT],
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "32Mi"}},
+        "securityContext": {**_RESTRICTED_CONTAINER, "runAsNonRoot": True, "runAsUser": 65534},
+    }
 
 
 def _field_env(name: str, field_path: str) -> dict[str, Any]:
@@ -507,11 +506,9 @@ def versioned_deployment(
     connection_name: str | None = None,
     stack: str | None = None,
 ) -> dict[str, Any]:
-    """One version's Deployment of a worker with versioned rollouts:
-    ``<worker>-<buildID>``, selecting only its own pods, whose worker container learns
-    its Temporal worker deployment and build ID from ``TEMPORAL_DEPLOYMENT_NAME`` and
-    ``TEMPORAL_WORKER_BUILD_ID`` (a worker builds its ``WorkerDeploymentConfig`` from
-    them).
+    """One version's Deployment of a versioned worker: ``<worker>-<buildID>``, selecting
+    only its own pods, whose worker container gets ``TEMPORAL_DEPLOYMENT_NAME`` and
+    ``TEMPORAL_WORKER_BUILD_ID``.
 
     Args:
         worker: The worker as it is at this version (for an older version: its

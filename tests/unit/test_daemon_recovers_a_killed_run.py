@@ -7,6 +7,7 @@ import json
 import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
+from unittest import mock
 
 import pytest
 from pulumi.automation import ConcurrentUpdateError, Deployment
@@ -114,7 +115,8 @@ def fake_stack(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 def _engine(tmp_path: Any, *, alive: bool) -> AutomationEngine:
     ref = engine_module.StackRef(name="s", config={"fleetFile": "f.yaml"})
-    return AutomationEngine(ref, state_dir=tmp_path, hostname="box-1", alive=lambda _p: alive)
+    with mock.patch("socket.gethostname", return_value="box-1"):  # the locks' host
+        return AutomationEngine(ref, state_dir=tmp_path, alive=lambda _p: alive)
 
 
 def test_a_dead_holders_lock_is_cancelled_and_pending_operations_dropped(

@@ -162,23 +162,7 @@ def _merge_kind(
     """The merge every kind shares (see the module docstring)."""
     known = observed.objects is not None
     current = list(observed.objects) if observed.objects is not None else list(accepted.values())
-    rows: list[tuple[str, _Candidate | Exception | None, _Candidate | None, NativeObject]] = []
-    for obj in sorted(current, key=object_key):
-        key = object_key(obj)
-        nat = native(obj)
-        primary: _Candidate | Exception | None
-        try:
-            primary = convert(obj)
-        except (SpecError, TwcConnectionError) as exc:
-            primary = exc
-        fallback: _Candidate | None = None
-        last = accepted.get(key)
-        if last is not None and trimmed(last) != trimmed(obj):
-            try:
-                fallback = convert(last)
-            except (SpecError, TwcConnectionError):
-                fallback = None
-        rows.append((key, primary, fallback, nat))
+    rows = [_row(obj, accepted, convert, native) for obj in sorted(current, key=object_key)]
 
     chosen: list[_Candidate] = []
     rejected: list[Rejection] = []
@@ -239,6 +223,33 @@ def _merge_kind(
         known=known,
         identities={c.obj.key: c.identity for c in chosen if c.identity is not None},
     )
+
+
+_Row = tuple[str, "_Candidate | Exception | None", "_Candidate | None", NativeObject]
+
+
+def _row(
+    obj: Mapping[str, Any],
+    accepted: Mapping[str, Mapping[str, Any]],
+    convert: _Convert,
+    native: Callable[[Mapping[str, Any]], NativeObject],
+) -> _Row:
+    """An object's key, its current spec as a candidate (or why not), its last accepted
+    spec as a candidate when that differs, and its bookkeeping."""
+    key = object_key(obj)
+    primary: _Candidate | Exception | None
+    try:
+        primary = convert(obj)
+    except (SpecError, TwcConnectionError) as exc:
+        primary = exc
+    fallback: _Candidate | None = None
+    last = accepted.get(key)
+    if last is not None and trimmed(last) != trimmed(obj):
+        try:
+            fallback = convert(last)
+        except (SpecError, TwcConnectionError):
+            fallback = None
+    return key, primary, fallback, native(obj)
 
 
 def _try(

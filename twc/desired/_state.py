@@ -159,58 +159,12 @@ def desired_fleet(
         ObjectsUnknown: A kind is unknown and none of its objects was ever accepted.
         HoldFailed: A held worker could not be kept.
     """
-    kinds: dict[str, KindMerge] = {}
     held = inputs.held
     if held is not None and held.file:
         fleet = _with_held_entries(fleet, held, file)
+    kinds: dict[str, KindMerge] = {}
     if inputs.cluster is not None:
-        cluster = inputs.cluster
-        watched = sorted(registry.watched_kinds(), key=_watched_key)
-        order = [kind_key(w.kind, w.api_group) for w in watched]
-        missing = {
-            key: (cluster[key].failure if key in cluster else "not observed") or "unknown"
-            for key in [*order, QUEUE_KIND_KEY, WORKER_KIND_KEY]
-            if (key not in cluster or not cluster[key].is_known) and key not in inputs.accepted
-        }
-        if missing:
-            raise ObjectsUnknown(missing)
-
-        def observed(key: str) -> ObjectList:
-            found = cluster.get(key) or ObjectList.unknown("not observed")
-            kept = (held.cluster.get(key) if held is not None else None) or {}
-            if not kept or found.objects is None:
-                return found
-            # Held objects were observed gone: they stay as if still observed.
-            present = {object_key(o) for o in found.objects}
-            extra = tuple(dict(o) for k, o in sorted(kept.items()) if k not in present)
-            return ObjectList(objects=(*found.objects, *extra))
-
-        def accepted(key: str) -> Mapping[str, Mapping[str, Any]]:
-            store = inputs.accepted.get(key, {})
-            kept = (held.cluster.get(key) if held is not None else None) or {}
-            if kept and not (cluster.get(key) or ObjectList.unknown("")).is_known:
-                return {**kept, **store}
-            return store
-
-        for watch, key in zip(watched, order, strict=True):
-            merge = merge_connections(fleet, watch, observed(key), accepted(key), file=file)
-            kinds[key] = merge
-            fleet = merge.fleet
-        merge = merge_queues(
-            fleet, observed(QUEUE_KIND_KEY), accepted(QUEUE_KIND_KEY), file=file, registry=registry
-        )
-        kinds[QUEUE_KIND_KEY] = merge
-        fleet = merge.fleet
-        resolve_fleet_connections(fleet, file=file, registry=registry)
-        merge = merge_workers(
-            fleet,
-            observed(WORKER_KIND_KEY),
-            accepted(WORKER_KIND_KEY),
-            registry=registry,
-            file=file,
-        )
-        kinds[WORKER_KIND_KEY] = merge
-        fleet = merge.fleet
+        fleet, kinds = _merge_cluster(fleet, inputs, registry=registry, file=file)
     else:
         resolve_fleet_connections(fleet, file=file, registry=registry)
 
@@ -220,17 +174,7 @@ def desired_fleet(
         workers = {k: w for k, w in workers.items() if k not in conflicts}
         if WORKER_KIND_KEY in kinds:
             kinds[WORKER_KIND_KEY] = _without(kinds[WORKER_KIND_KEY], conflicts)
-    object_workers = set(kinds[WORKER_KIND_KEY].accepted) if WORKER_KIND_KEY in kinds else set()
-    origins: dict[str, str] = {}
-    for key, worker in workers.items():
-        if key in object_workers:
-            origins[key] = f"TemporalWorker {key}"
-        elif worker.derived and worker.queue is not None and QUEUE_KIND_KEY in kinds:
-            queue_key = f"{worker.queue.namespace}/{worker.queue.name}"
-            from_object = queue_key in kinds[QUEUE_KIND_KEY].accepted
-            origins[key] = f"Queue {queue_key}" if from_object else "file"
-        else:
-            origins[key] = "file"
+    origins = _origins(workers, kinds)
     references: dict[str, IdentityKey] = {}
     for key, worker in workers.items():
         try:
@@ -253,6 +197,71 @@ def desired_fleet(
         held=kept,
         conflicts=conflicts,
     )
+
+
+def _merge_cluster(
+    fleet: Fleet, inputs: DesiredInputs, *, registry: Registry, file: str
+) -> tuple[Fleet, dict[str, KindMerge]]:
+    """``fleet`` with the cluster's objects merged in, kind by kind (connections, then
+    Queues, then TemporalWorkers), and what each kind contributed."""
+    cluster, held = inputs.cluster, inputs.held
+    assert cluster is not None
+    kinds: dict[str, KindMerge] = {}
+    watched = sorted(registry.watched_kinds(), key=_watched_key)
+    order = [kind_key(w.kind, w.api_group) for w in watched]
+    missing = {
+        key: (cluster[key].failure if key in cluster else "not observed") or "unknown"
+        for key in [*order, QUEUE_KIND_KEY, WORKER_KIND_KEY]
+        if (key not in cluster or not cluster[key].is_known) and key not in inputs.accepted
+    }
+    if missing:
+        raise ObjectsUnknown(missing)
+
+    def observed(key: str) -> ObjectList:
+        found = cluster.get(key) or ObjectList.unknown("not observed")
+        kept = (held.cluster.get(key) if held is not None else None) or {}
+        if not kept or found.objects is None:
+            return found
+        # Held objects were observed gone: they stay as if still observed.
+        present = {object_key(o) for o in found.objects}
+        extra = tuple(dict(o) for k, o in sorted(kept.items()) if k not in present)
+        return ObjectList(objects=(*found.objects, *extra))
+
+    def accepted(key: str) -> Mapping[str, Mapping[str, Any]]:
+        store = inputs.accepted.get(key, {})
+        kept = (held.cluster.get(key) if held is not None else None) or {}
+        if kept and not (cluster.get(key) or ObjectList.unknown("")).is_known:
+            return {**kept, **store}
+        return store
+
+    for watch, key in zip(watched, order, strict=True):
+        kinds[key] = merge_connections(fleet, watch, observed(key), accepted(key), file=file)
+        fleet = kinds[key].fleet
+    q, w = QUEUE_KIND_KEY, WORKER_KIND_KEY
+    kinds[q] = merge_queues(fleet, observed(q), accepted(q), file=file, registry=registry)
+    fleet = kinds[q].fleet
+    resolve_fleet_connections(fleet, file=file, registry=registry)
+    kinds[w] = merge_workers(fleet, observed(w), accepted(w), registry=registry, file=file)
+    return kinds[w].fleet, kinds
+
+
+def _origins(
+    workers: Mapping[str, ResolvedWorker], kinds: Mapping[str, KindMerge]
+) -> dict[str, str]:
+    """Per worker, where it comes from: ``file``, ``Queue <ns>/<name>`` or
+    ``TemporalWorker <ns>/<name>``."""
+    object_workers = set(kinds[WORKER_KIND_KEY].accepted) if WORKER_KIND_KEY in kinds else set()
+    origins: dict[str, str] = {}
+    for key, worker in workers.items():
+        if key in object_workers:
+            origins[key] = f"TemporalWorker {key}"
+        elif worker.derived and worker.queue is not None and QUEUE_KIND_KEY in kinds:
+            queue_key = f"{worker.queue.namespace}/{worker.queue.name}"
+            from_object = queue_key in kinds[QUEUE_KIND_KEY].accepted
+            origins[key] = f"Queue {queue_key}" if from_object else "file"
+        else:
+            origins[key] = "file"
+    return origins
 
 
 def _without(merge: KindMerge, conflicts: Mapping[str, str]) -> KindMerge:

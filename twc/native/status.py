@@ -153,36 +153,7 @@ def accepted_status(
             "ReplicasReady" if ok else "ReplicasNotReady",
             f"{ready}/{replicas} replicas ready",
         )
-    earlier = next(
-        (
-            c
-            for c in previous.get("conditions") or ()
-            if isinstance(c, Mapping)
-            and c.get("type") == QUEUE_REGISTERED
-            and c.get("reason") in ("PollersRegistered", "WaitingForPollers")
-        ),
-        None,
-    )
-    if pollers is None and earlier is not None:
-        # Not asked about this time (the pollers are asked on a schedule and a budget;
-        # a restarted daemon starts over): the last answer stands, so a Ready worker
-        # does not turn Pending for a moment after every restart.
-        queue = {k: earlier[k] for k in ("type", "status", "reason", "message") if k in earlier}
-    elif pollers is None:
-        queue = {
-            "type": QUEUE_REGISTERED,
-            "status": "Unknown",
-            "reason": "NotChecked",
-            "message": "the task queue has not been checked yet",
-        }
-    elif pollers.pollers is None:
-        queue = _condition(QUEUE_REGISTERED, False, pollers.reason, pollers.message)
-    elif pollers.pollers > 0:
-        queue = _condition(
-            QUEUE_REGISTERED, True, "PollersRegistered", f"{pollers.pollers} poller(s)"
-        )
-    else:
-        queue = _condition(QUEUE_REGISTERED, False, "WaitingForPollers", "no poller yet")
+    queue = _queue_condition(previous, pollers)
     if dep["status"] == "True" and queue["status"] == "True":
         phase = "Ready"
     elif queue.get("reason") in FAILED_REASONS:
@@ -209,6 +180,37 @@ def accepted_status(
         if connection_ref is not None:
             status["observedConnectionRef"] = dict(connection_ref)
     return status
+
+
+def _queue_condition(previous: Mapping[str, Any], pollers: PollerFacts | None) -> dict[str, Any]:
+    """The task-queue condition; when not asked this time (pollers are asked on a
+    schedule), the last answer stands, so a Ready worker stays Ready across restarts."""
+    earlier = next(
+        (
+            c
+            for c in previous.get("conditions") or ()
+            if isinstance(c, Mapping)
+            and c.get("type") == QUEUE_REGISTERED
+            and c.get("reason") in ("PollersRegistered", "WaitingForPollers")
+        ),
+        None,
+    )
+    if pollers is None and earlier is not None:
+        return {k: earlier[k] for k in ("type", "status", "reason", "message") if k in earlier}
+    if pollers is None:
+        return {
+            "type": QUEUE_REGISTERED,
+            "status": "Unknown",
+            "reason": "NotChecked",
+            "message": "the task queue has not been checked yet",
+        }
+    if pollers.pollers is None:
+        return _condition(QUEUE_REGISTERED, False, pollers.reason, pollers.message)
+    if pollers.pollers > 0:
+        return _condition(
+            QUEUE_REGISTERED, True, "PollersRegistered", f"{pollers.pollers} poller(s)"
+        )
+    return _condition(QUEUE_REGISTERED, False, "WaitingForPollers", "no poller yet")
 
 
 def rejected_status(

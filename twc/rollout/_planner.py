@@ -299,20 +299,7 @@ def _route(
     scale: float,
 ) -> _Step:
     if routing is not None and routing.current == target:
-        if routing.ramping:
-            # A ramp left over (the rollout was rolled back before it completed).
-            return _Step(
-                Phase.PROGRESSING,
-                "RolloutComplete",
-                f"version {target} is Current; removing the ramp of {routing.ramping}",
-                routing=RoutingChange(
-                    RoutingKind.CLEAR_RAMP,
-                    routing.ramping,
-                    routing.conflict_token,
-                    reason="the target is Current",
-                ),
-            )
-        return _Step(Phase.COMPLETE, "RolloutComplete", f"version {target} is Current")
+        return _complete(target, routing)
     if (
         routing is None
         or routing.status(target) is VersionStatus.NOT_REGISTERED
@@ -370,6 +357,24 @@ def _route(
             ),
         )
     return _progressive(policy, target, routing, runs, now=now, scale=scale)
+
+
+def _complete(target: str, routing: Routing) -> _Step:
+    """The target is Current: done, once a ramp left over (a rollout rolled back before
+    it completed) is removed."""
+    if not routing.ramping:
+        return _Step(Phase.COMPLETE, "RolloutComplete", f"version {target} is Current")
+    return _Step(
+        Phase.PROGRESSING,
+        "RolloutComplete",
+        f"version {target} is Current; removing the ramp of {routing.ramping}",
+        routing=RoutingChange(
+            RoutingKind.CLEAR_RAMP,
+            routing.ramping,
+            routing.conflict_token,
+            reason="the target is Current",
+        ),
+    )
 
 
 def _progressive(

@@ -273,13 +273,9 @@ def _resolve(
 ) -> ResolvedWorker | None:
     """Resolve one worker; ``worker`` is None for a worker derived from ``queue``."""
     s = _merged(worker, c.fleet.defaults)
-    explicit = worker is not None
-    before = len(c.issues)
-    # Derived workers have no fields of their own, so their issues point at the queue
-    # and name the setting to add to defaults.
+    explicit, before = worker is not None, len(c.issues)
+    # A derived worker's issues point at its queue and name the setting for defaults.
     subject = "" if explicit else f"derived worker {name!r}: "
-
-    # Where to fix a missing setting: the worker itself, or defaults for a derived one.
     fix = "set it here or in defaults" if explicit else "set it in defaults"
     pod_template, template_source = _pod_template(worker, c.fleet.defaults, path)
     image = _worker_image(pod_template)
@@ -288,66 +284,31 @@ def _resolve(
             f"{path}.image" if explicit else path,
             f"{subject}no image: {fix}.image (or in the template's worker container)",
         )
-
-    own_ref = worker is not None and worker.connection_ref is not None
-    ref_source = f"{path}.connectionRef" if own_ref else "defaults.connectionRef"
-    target: ConnectionTarget | None = None
-    if s.connection_ref is None:
-        c.add(
-            f"{path}.connectionRef" if explicit else path,
-            f"{subject}no connectionRef: {fix}.connectionRef",
-        )
-    else:
-        ref_source += ".name" if s.connection_ref.name is not None else ".objectRef"
-        target = s.connection_ref.target(namespace)
-        where = ref_source if own_ref else path
-        inherited = "" if own_ref else f"connectionRef (from {ref_source}): "
-        _check_connection_exists(c, where, f"{subject}{inherited}", target)
-
+    target, ref_source = _connection(c, path, worker, s, namespace, subject, fix)
     task_queue = (worker.task_queue_name if worker is not None else None) or (
         queue.name if queue is not None else None
     )
-
-    # Replicas: the worker's own, else one per queue partition, else the default.
-    if worker is not None and worker.replicas is not None:
-        replicas = worker.replicas
-    elif queue is not None and queue.partitions is not None:
-        replicas = queue.partitions
-    elif c.fleet.defaults.replicas is not None:
-        replicas = c.fleet.defaults.replicas
-    else:
-        replicas = 1
-    if s.autoscaling is not None:
-        # `replicas` is ignored while autoscaling; start at the floor until the daemon
-        # has sampled the backlog.
-        replicas = s.autoscaling.min_replicas
-
     resources = s.resources or Resources.model_validate({})
     dlq: ResolvedDLQ | None = None
-    if s.dlq is not None and s.dlq.enabled:
-        if len(name) > MAX_DLQ_WORKER_NAME:
-            c.add(
-                f"{path}.name" if explicit else path,
-                f"{subject}with dlq enabled the worker name must be at most "
-                f"{MAX_DLQ_WORKER_NAME} characters (its StatefulSet is '<name>-dlq')",
-            )
-        elif image is not None and task_queue is not None:
-            dlq = ResolvedDLQ(
-                image=s.dlq.image or image,
-                replicas=s.dlq.replicas,
-                task_queue_name=s.dlq.task_queue_name or f"{task_queue}-dlq",
-                resources=s.dlq.resources or resources,
-            )
-
-    sunset: Sunset | None = None
-    if s.rollout is not None:
-        sunset = s.sunset or Sunset.model_validate({})
-    elif worker is not None and worker.sunset is not None:
+    if s.dlq is not None and s.dlq.enabled and len(name) > MAX_DLQ_WORKER_NAME:
+        c.add(
+            f"{path}.name" if explicit else path,
+            f"{subject}with dlq enabled the worker name must be at most "
+            f"{MAX_DLQ_WORKER_NAME} characters (its StatefulSet is '<name>-dlq')",
+        )
+    elif s.dlq is not None and s.dlq.enabled and image is not None and task_queue is not None:
+        dlq = ResolvedDLQ(
+            image=s.dlq.image or image,
+            replicas=s.dlq.replicas,
+            task_queue_name=s.dlq.task_queue_name or f"{task_queue}-dlq",
+            resources=s.dlq.resources or resources,
+        )
+    sunset = s.sunset or Sunset.model_validate({}) if s.rollout is not None else None
+    if s.rollout is None and worker is not None and worker.sunset is not None:
         c.add(
             f"{path}.sunset",
             "sunset applies only to versioned rollouts: set rollout here or in defaults",
         )
-
     if len(c.issues) > before or image is None or target is None or task_queue is None:
         return None
     return ResolvedWorker(
@@ -362,7 +323,7 @@ def _resolve(
         connection_source=ref_source,
         image=image,
         image_pull_policy=s.image_pull_policy or DEFAULT_IMAGE_PULL_POLICY,
-        replicas=replicas,
+        replicas=_replicas(worker, queue, c.fleet.defaults, s),
         autoscaling=s.autoscaling,
         resources=resources,
         node_selector=dict(s.node_selector or {}),
@@ -382,6 +343,43 @@ def _resolve(
         rollout=s.rollout,
         sunset=sunset,
     )
+
+
+def _connection(
+    c: _Checker,
+    path: str,
+    worker: TemporalWorker | None,
+    s: WorkerSettings,
+    namespace: str,
+    subject: str,
+    fix: str,
+) -> tuple[ConnectionTarget | None, str]:
+    """The worker's connection, checked, and the field path it is set at."""
+    own_ref = worker is not None and worker.connection_ref is not None
+    ref_source = f"{path}.connectionRef" if own_ref else "defaults.connectionRef"
+    if s.connection_ref is None:
+        where = f"{path}.connectionRef" if worker is not None else path
+        c.add(where, f"{subject}no connectionRef: {fix}.connectionRef")
+        return None, ref_source
+    ref_source += ".name" if s.connection_ref.name is not None else ".objectRef"
+    target = s.connection_ref.target(namespace)
+    inherited = "" if own_ref else f"connectionRef (from {ref_source}): "
+    _check_connection_exists(c, ref_source if own_ref else path, f"{subject}{inherited}", target)
+    return target, ref_source
+
+
+def _replicas(
+    worker: TemporalWorker | None, queue: Queue | None, defaults: Defaults, s: WorkerSettings
+) -> int:
+    """The worker's own count, else one per queue partition, else the default; the
+    autoscaler's floor while autoscaled (until the daemon has sampled the backlog)."""
+    if s.autoscaling is not None:
+        return s.autoscaling.min_replicas
+    if worker is not None and worker.replicas is not None:
+        return worker.replicas
+    if queue is not None and queue.partitions is not None:
+        return queue.partitions
+    return defaults.replicas if defaults.replicas is not None else 1
 
 
 def _pod_template(

@@ -297,7 +297,6 @@ class AutomationEngine:
         ref: engine.StackRef,
         *,
         state_dir: Path | None = None,
-        hostname: str | None = None,
         alive: Callable[[int], bool] = pid_alive,
         previous_engines: Callable[[], Sequence[EngineRecord]] = tuple,
         hold: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
@@ -311,7 +310,6 @@ class AutomationEngine:
             ref: The stack, its ``twc:`` config and extra environment.
             state_dir: Where to write the inputs file (and the guard's channel); a
                 private temporary directory by default.
-            hostname: This host's name as the backend records it in locks.
             alive: Whether a pid is alive on this host.
             previous_engines: Earlier Lease holders' engine records (see :func:`stale_lock`).
             hold: Entered around each engine operation (``LeaseElector.hold``).
@@ -329,7 +327,7 @@ class AutomationEngine:
         state_dir.mkdir(parents=True, exist_ok=True)
         self.inputs_file = state_dir / f"{INPUTS_PREFIX}{ref.name}.json"
         self.channel = channel or GuardChannel(state_dir / "guard")
-        self._hostname = hostname or socket.gethostname()
+        self._hostname = socket.gethostname()  # as the backend records it in locks
         self._alive = alive
         self._previous = previous_engines
         self._hold = hold

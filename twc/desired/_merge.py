@@ -13,10 +13,8 @@ Connection object). For every object of a kind:
 
 A kind whose list failed is *unknown*: every object of it keeps its last accepted spec,
 nothing of that kind is created, changed or deleted. An object leaves the desired state
-only when an observation that succeeded no longer holds it.
-
-The common case (everything valid) costs one validation of the merged fleet; only when
-that fails are objects tried one by one to find the culprits.
+only when an observation that succeeded no longer holds it. Objects are tried one by one
+only when the merged fleet as a whole does not validate.
 """
 
 from __future__ import annotations

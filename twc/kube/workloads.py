@@ -1,11 +1,6 @@
 """Worker Deployments, their ServiceAccounts and credential Secrets, as the daemon reads
-and writes them outside the engine.
-
-The daemon's own calls are exactly those the daemon's ClusterRole grants: list
-Deployments (replicas, readiness), get Secrets (credential digests), and for a new
-worker's early apply get/patch/delete of Deployments and ServiceAccounts, which the
-engine needs anyway. Each call goes through :mod:`twc.kube.client`, so each has a
-timeout.
+and writes them outside the engine: only calls its ClusterRole grants, each with the
+client's timeout (:mod:`twc.kube.client`).
 """
 
 from __future__ import annotations

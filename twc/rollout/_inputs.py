@@ -1,12 +1,10 @@
 """The versions a worker's program declares: the part of the desired state's inputs
 that versioned rollouts add.
 
-Which versions exist is desired state the caller (the daemon, ``twc up``) and the
-program must agree on. The caller reads it back from Temporal and the cluster, plans it
-(:func:`~twc.rollout.plan_rollout`) and hands the result over with the other inputs:
-per worker, per build ID, the replicas and the version spec to rebuild it from. Under
-plain ``pulumi up`` the program reads the cluster itself: every version that has a
-Deployment stays as it runs.
+The caller (the daemon, ``twc up``) plans which versions exist
+(:func:`~twc.rollout.plan_rollout`) and hands over, per worker and build ID, the replicas
+and the version spec to rebuild it from. Under plain ``pulumi up`` the program reads the
+cluster itself: every version that has a Deployment stays as it runs.
 """
 
 from __future__ import annotations

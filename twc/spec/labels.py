@@ -1,10 +1,8 @@
 """The stack label: on everything twc creates, the one way every entry point tells a
 stack's objects from another stack's (and from a user's).
 
-It lives at the bottom layer because the builders (Deployments, ServiceAccounts), the
-native views (generated TemporalWorker objects), the stack's record (a ConfigMap) and the
-pod-template rules (a template may not set it) all name it, and none of them may import
-the others.
+It lives at the bottom layer because the builders, the native views, the stack's record
+and the pod-template rules all name it, and none of them may import the others.
 """
 
 from __future__ import annotations

@@ -40,7 +40,6 @@ from twc.desired._inputs import (
     ObjectList,
     kind_key,
     object_key,
-    same_but_status,
     trimmed,
 )
 from twc.desired._merge import (
@@ -80,7 +79,6 @@ __all__ = [
     "object_key",
     "queue_native",
     "refusal",
-    "same_but_status",
     "trimmed",
     "with_entries",
     "worker_native",

@@ -33,7 +33,6 @@ __all__ = [
     "ObjectList",
     "kind_key",
     "object_key",
-    "same_but_status",
     "trimmed",
 ]
 
@@ -140,44 +139,6 @@ class ObjectList(_Model):
     def is_known(self) -> bool:
         """Whether the objects were observed."""
         return self.objects is not None
-
-    def same_but_status(self, other: ObjectList) -> bool:
-        """Whether ``other`` holds the same objects but for their status and its
-        bookkeeping (``resourceVersion``, ``managedFields``), which nothing twc derives
-        from an observation reads."""
-        if self is other:
-            return True
-        if self.failure != other.failure or (self.objects is None) != (other.objects is None):
-            return False
-        if self.objects is None or other.objects is None:
-            return True
-        if len(self.objects) != len(other.objects):
-            return False
-        return all(
-            a is b or a == b or _but_status(a) == _but_status(b)
-            for a, b in zip(self.objects, other.objects, strict=True)
-        )
-
-
-_STATUS_BOOKKEEPING = frozenset({"resourceVersion", "managedFields"})
-
-
-def _but_status(obj: Mapping[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in obj.items() if k != "status"}
-    meta = out.get("metadata")
-    if isinstance(meta, Mapping):
-        out["metadata"] = {k: v for k, v in meta.items() if k not in _STATUS_BOOKKEEPING}
-    return out
-
-
-def same_but_status(a: Mapping[str, ObjectList] | None, b: Mapping[str, ObjectList] | None) -> bool:
-    """Whether two observations of the cluster's objects (per kind key) differ at most
-    in their objects' status (:meth:`ObjectList.same_but_status`)."""
-    if a is b:
-        return True
-    if a is None or b is None or a.keys() != b.keys():
-        return False
-    return all(a[k].same_but_status(b[k]) for k in a)
 
 
 class HeldObjects(_Model):

@@ -103,7 +103,6 @@ class StaticQueues:
     def __init__(self, objects: Iterable[Mapping[str, Any]] = ()) -> None:
         """Hold ``objects``; :meth:`replace` changes them and wakes the loop."""
         self._objects = tuple(objects)
-        self._observed: ObjectList | None = None
         self._wakeup: threading.Event | None = None
 
     def start(self, wakeup: threading.Event) -> None:
@@ -118,15 +117,12 @@ class StaticQueues:
         return self._objects
 
     def observed(self) -> ObjectList:
-        """The objects, known: the same value until :meth:`replace`, as a watch's."""
-        if self._observed is None:
-            self._observed = ObjectList.known(self._objects, trim=False)
-        return self._observed
+        """The objects, known."""
+        return ObjectList.known(self._objects, trim=False)
 
     def replace(self, objects: Iterable[Mapping[str, Any]]) -> None:
         """Swap the objects, as a watch event would, and wake the loop."""
         self._objects = tuple(objects)
-        self._observed = None
         if self._wakeup is not None:
             self._wakeup.set()
 
@@ -312,7 +308,6 @@ class ObjectWatcher:
         self._watch: Any = None
         self._failure: str | None = None
         self._unknown: str | None = None
-        self._observed: tuple[Mapping[str, Any], ObjectList] | None = None
         self._crd_exists = crd_exists or crd_lookup(custom_api)
         self._answered = clock()
 
@@ -349,21 +344,12 @@ class ObjectWatcher:
 
     def observed(self) -> ObjectList:
         """The objects as the desired state's input: unknown until the first list, and
-        from a failed list until one succeeds again; the same value while nothing
-        changed."""
+        from a failed list until one succeeds again."""
         with self._lock:
             objects, unknown = self._objects, self._unknown
         if objects is None or unknown is not None:
             return ObjectList.unknown(f"{self.plural}.{self.group}: {unknown or 'not listed yet'}")
-        cached = self._observed
-        if cached is None or cached[0] is not objects:
-            # The same value while nothing changed: the loop tells a wake that changed
-            # nothing by identity (every change publishes a new mapping).
-            cached = self._observed = (
-                objects,
-                ObjectList.of_api(objects[k] for k in sorted(objects)),
-            )
-        return cached[1]
+        return ObjectList.of_api(objects[k] for k in sorted(objects))
 
     @property
     def crd(self) -> str:

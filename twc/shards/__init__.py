@@ -28,7 +28,6 @@ from twc.shards._assign import (
 )
 from twc.shards._slice import (
     NamespaceGroups,
-    namespaces_changed,
     restrict,
     slice_fleet,
     slice_inputs,
@@ -40,7 +39,6 @@ __all__ = [
     "ShardMap",
     "assign",
     "namespace_load",
-    "namespaces_changed",
     "parse_shard_stack",
     "restrict",
     "shard_stack",

@@ -10,7 +10,6 @@ from twc.spec import Fleet
 
 __all__ = [
     "NamespaceGroups",
-    "namespaces_changed",
     "restrict",
     "slice_fleet",
     "slice_inputs",
@@ -43,43 +42,6 @@ def slice_fleet(fleet: Fleet, namespaces: Collection[str]) -> Fleet:
     return fleet.model_copy(
         update={"workers": workers, "queues": queues, "connections": connections}
     )
-
-
-def namespaces_changed(old: Fleet, new: Fleet) -> frozenset[str] | None:
-    """The namespaces whose part of the fleet file an edit from ``old`` to ``new``
-    changed: a shard holding none of them has the same :func:`slice_fleet` before and
-    after. ``None`` when the edit may change every shard's slice (the defaults, the
-    cluster-scoped connections, anything outside the namespaced lists)."""
-    empty: dict[str, Any] = {"workers": (), "queues": (), "connections": ()}
-    if old.model_copy(update=empty) != new.model_copy(update=empty):
-        return None
-    changed = set()
-    for attr in ("workers", "queues", "connections"):
-        before, after = _by_namespace(getattr(old, attr)), _by_namespace(getattr(new, attr))
-        changed |= {ns for ns in before.keys() | after.keys() if before.get(ns) != after.get(ns)}
-    # A queue is also in the slice of the shards whose workers reference it from
-    # another namespace.
-    old_queues = {(q.namespace, q.name): q for q in old.queues}
-    new_queues = {(q.namespace, q.name): q for q in new.queues}
-    queues = {
-        key
-        for key in old_queues.keys() | new_queues.keys()
-        if old_queues.get(key) != new_queues.get(key)
-    }
-    if queues:
-        for fleet in (old, new):
-            for worker in fleet.workers:
-                ref = worker.queue_ref
-                if ref is not None and (ref.namespace or worker.namespace, ref.name) in queues:
-                    changed.add(worker.namespace)
-    return frozenset(changed)
-
-
-def _by_namespace(items: Iterable[Any]) -> dict[str, list[Any]]:
-    out: dict[str, list[Any]] = {}
-    for item in items:
-        out.setdefault(item.namespace, []).append(item)
-    return out
 
 
 def slice_objects(

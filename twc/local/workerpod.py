@@ -1,4 +1,4 @@
-"""A pod's container run for real: a temporalio worker configured only from the pod.
+"""A pod's container run for real: a worker process configured only from the pod.
 
 ``WorkerPod`` takes a pod object from the API server (one that KWOK reports Running on a
 simulated node) and does for its worker container (the one named ``worker``, else the
@@ -6,16 +6,20 @@ first) what a kubelet would: resolves the env (``envFrom`` first, then ``env``, 
 wins: plain values with ``$(VAR)`` references, secretKeyRef, configMapKeyRef, the
 downward API), mounts secret and configMap volumes (written to a private temporary
 directory, with the env values that point into a mount rewritten to it), and starts
-this module as a process of its own session. The process loads its client settings
-with ``temporalio.envconfig`` from that env alone, exactly as a worker image would, and
-serves ``EchoWorkflow`` (with the rollout samples ``GateWorkflow`` and ``WaitWorkflow``)
-on ``TEMPORAL_TASK_QUEUE`` with the pod's name as its identity, so Temporal's poller list
+the worker as a process of its own session with exactly that env (plus this machine's).
+
+Which worker: the container's own ``command`` and ``args`` when they can run on this
+machine (:func:`own_command`: the code's directory given by the pod annotation
+``twc.temporal.io/local-workdir`` or an existing ``workingDir``, the executable found
+here); otherwise this module's sample worker. The sample loads its client settings with
+``temporalio.envconfig`` from the env alone, exactly as a worker image would, and serves
+``EchoWorkflow`` (with the rollout samples ``GateWorkflow`` and ``WaitWorkflow``) on
+``TEMPORAL_TASK_QUEUE`` with the pod's name as its identity, so Temporal's poller list
 names the pods that poll. A version's pod (``TEMPORAL_DEPLOYMENT_NAME`` and
 ``TEMPORAL_WORKER_BUILD_ID`` set) polls with Worker Versioning on, as that version.
 
-The container's image and command are not run (there is no container runtime): every
-pod runs this same sample worker. Init containers count as done (KWOK reports them
-completed).
+The container's image is never run (there is no container runtime). Init containers
+count as done (KWOK reports them completed).
 """
 
 from __future__ import annotations
@@ -46,6 +50,9 @@ log = logging.getLogger(__name__)
 
 _FIELD_LABEL = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
 _VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+LOCAL_WORKDIR = "twc.temporal.io/local-workdir"
+"""Pod annotation: the directory on this machine that holds the worker's code (a relative
+one is relative to the project root); the container's own command runs there."""
 
 
 class PodConfigError(RuntimeError):
@@ -115,8 +122,7 @@ class WorkerPod:
             PodConfigError: a referenced secret, config map or key does not exist.
         """
         spec = self.pod["spec"]
-        containers = spec["containers"]
-        container = next((c for c in containers if c.get("name") == "worker"), containers[0])
+        container = worker_container(spec)
         mounts = self._mount_volumes(spec, container)
         env: dict[str, str] = {}
         for source in container.get("envFrom") or []:
@@ -251,7 +257,8 @@ class WorkerPod:
 
     # ------------------------------------------------------------- process
     def start(self) -> WorkerPod:
-        """Start the worker process with exactly the resolved env (plus PATH/Python).
+        """Start the worker process with exactly the resolved env (plus this machine's):
+        the container's own command where it can run here, else the sample worker.
 
         Raises:
             PodConfigError: see :meth:`build_env`.
@@ -259,8 +266,12 @@ class WorkerPod:
         env = self.build_env()
         proc_env = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
         proc_env.update(env)
-        proc_env["PYTHONPATH"] = str(project_root())
-        argv = [sys.executable, "-m", "twc.local.workerpod"]
+        own = own_command(self.pod, env)
+        if own is None:
+            proc_env["PYTHONPATH"] = str(project_root())
+            argv, cwd = [sys.executable, "-m", "twc.local.workerpod"], self._dir
+        else:
+            argv, cwd = own
         self._log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self._log_file, "ab") as out:
             # A session of its own: `twc local down` can stop it by pid and start time
@@ -271,7 +282,7 @@ class WorkerPod:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                cwd=self._dir,
+                cwd=cwd,
                 start_new_session=True,
             )
         self.record = processes.record(
@@ -303,6 +314,35 @@ class WorkerPod:
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def worker_container(pod_spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod's worker container: the one named ``worker``, else the first."""
+    containers = pod_spec["containers"]
+    return dict(next((c for c in containers if c.get("name") == "worker"), containers[0]))
+
+
+def own_command(pod: Mapping[str, Any], env: Mapping[str, str]) -> tuple[list[str], Path] | None:
+    """The worker container's own ``command`` + ``args`` (``$(VAR)`` expanded from ``env``
+    as a kubelet does) and the directory to run them in, when both exist on this machine:
+    the directory is the pod's ``twc.temporal.io/local-workdir`` annotation, else the
+    container's ``workingDir``; the executable is found on PATH (or in that directory
+    for a path), ``python`` and ``python3`` being this environment's interpreter, which
+    has temporalio. ``None`` otherwise: the pod runs the sample worker."""
+    container = worker_container(pod["spec"])
+    annotations = pod["metadata"].get("annotations") or {}
+    workdir = annotations.get(LOCAL_WORKDIR) or container.get("workingDir")
+    if not container.get("command") or not workdir:
+        return None
+    directory = project_root() / workdir
+    argv = [_expand(str(a), env) for a in [*container["command"], *container.get("args", [])]]
+    if argv[0] in ("python", "python3"):
+        executable: str | None = sys.executable
+    else:
+        executable = shutil.which(str(directory / argv[0]) if "/" in argv[0] else argv[0])
+    if executable is None or not directory.is_dir():
+        return None
+    return [executable, *argv[1:]], directory
 
 
 def _expand(value: str, defined: Mapping[str, str]) -> str:

@@ -14,17 +14,26 @@ PYTEST_ARGS ?=
 # so two processes keep both cores busy.
 TEST_PROCS ?= 2
 
-.PHONY: setup run test test-faults lint unit e2e bench local-up local-down clean chart-crds
+.PHONY: setup run tour test test-faults lint unit e2e bench local-up local-down clean chart-crds
 
 setup:
 	bash tools/setup.sh
 
-# The main job: start the embedded environment (with a real temporalio worker process
-# per Running pod), `twc up` the local stack (stacks/local.yaml) on it, then show live
-# status.
-run: setup
+# The tour: set up only what the embedded environment needs, start it with a real
+# worker process per Running pod (workers are added if it already runs without), `twc up`
+# the local stack (stacks/local.yaml), run one workflow on each worker's task queue and
+# wait for it, then show each worker's live status and pollers. `make tour` is the same
+# without the set-up; an end-to-end test runs it.
+LOCAL_TOOLS := venv pulumi kubernetes temporal etcd kube-apiserver kube-controller-manager \
+	kube-scheduler kwok kubectl
+run:
+	bash tools/setup.sh $(LOCAL_TOOLS)
+	@$(MAKE) --no-print-directory tour
+
+tour:
 	$(PY) -m twc local up --run-workers >/dev/null
 	$(PY) -m twc up --stack local
+	$(PY) -m twc local smoke --stack local
 	$(PY) -m twc status --stack local
 
 lint:

@@ -389,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_cmd_run)
 
     local = sub.add_parser("local", help="the embedded local environment")
-    local.add_argument("action", choices=["up", "down", "env", "status"])
+    local.add_argument("action", choices=["up", "down", "env", "status", "smoke"])
     local.add_argument(
         "--dir", default=None, help="state directory (default: .twc in the project root)"
     )
@@ -404,6 +404,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="up: the Pulumi state backend, a file:// directory or PostgreSQL 15 "
         "(default: what this environment used last, file at first)",
+    )
+    local.add_argument(
+        "--stack",
+        default="local",
+        help="smoke: run a sample workflow on each worker's task queue of this stack's "
+        "fleet file (stacks/<stack>.yaml) and wait for it (default local)",
     )
     local.set_defaults(func=_cmd_local)
     return parser

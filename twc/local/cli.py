@@ -1,4 +1,4 @@
-"""``twc local up|down|env|status``."""
+"""``twc local up|down|env|status|smoke``."""
 
 from __future__ import annotations
 
@@ -34,6 +34,12 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "env":
             _print_env(env)
             return 0
+        if args.action == "smoke":
+            from twc.commands.common import fleet_file_for, fleet_path
+            from twc.local.smoke import run_smoke
+
+            file = fleet_path(fleet_file_for(args.stack))
+            return run_smoke(env.temporal_address(), file, sys.stdout)
         # status
         rows = env.status()
         if not rows:

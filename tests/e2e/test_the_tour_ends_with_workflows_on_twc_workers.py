@@ -10,11 +10,13 @@ commands run with the copy's defaults (stack ``local``, ``.twc/env.json``):
 - ``examples/greeting``: ``twc up`` with its fleet file, then ``temporal workflow
   execute`` of its own workflow type completes on its own code, run as a local process
   from the pod's command; then a versioned rollout (AllAtOnce) of it, twice, each
-  version's pods polling as that version.
+  version's pods polling as that version;
+- and the smoke says failed, not completed, for a task queue nobody polls.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -28,6 +30,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, TEST_BED_TOOLS, require_tools
+from twc.local.smoke import run_smoke
 from twc.spec import load_fleet_file
 
 pytestmark = pytest.mark.e2e
@@ -141,3 +144,21 @@ def test_your_own_worker_completes_its_workflow_through_twc_up_and_a_versioned_r
         build = greeting.removeprefix("Hello, Grace! (build ").removesuffix(")")
         assert build.startswith(f"{tag}-"), greeting
         assert f"rollout of default/greeter: {build} → Current" in out, out
+
+
+def test_the_smoke_fails_for_a_worker_whose_queue_nobody_polls(
+    project: tuple[Path, dict[str, str]], real_tool: Callable[[str], str]
+) -> None:
+    copy, _ = project
+    real_tool("temporal")
+    fleet = yaml.safe_load((copy / "stacks" / "local.yaml").read_text())
+    fleet["queues"] = []
+    fleet["workers"][0]["taskQueueName"] = f"nobody-{uuid.uuid4().hex[:8]}"
+    path = copy / "unapplied.yaml"
+    path.write_text(yaml.safe_dump(fleet))
+    address = json.loads((copy / ".twc" / "env.json").read_text())["TEMPORAL_ADDRESS"]
+    out = io.StringIO()
+    assert run_smoke(address, str(path), out, timeout=2) == 1
+    assert "default/echo" in out.getvalue()
+    assert "failed: " in out.getvalue()
+    assert "completed" not in out.getvalue()

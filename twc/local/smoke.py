@@ -52,8 +52,8 @@ def run_smoke(address: str, fleet_file: str, out: TextIO, timeout: float = 120.0
     """
     workers = load_fleet_file(fleet_file).resolved_workers()
     outcomes = asyncio.run(_smoke(address, workers, timeout))
-    width = max((len(f"{w.namespace}/{w.name}") for w in workers), default=0)
-    for worker, outcome in zip(workers, outcomes, strict=True):
-        name = f"{worker.namespace}/{worker.name}"
-        print(f"{name:<{width}}  {worker.task_queue_name}  {outcome}", file=out)
+    rows = [(f"{w.namespace}/{w.name}", w.task_queue_name) for w in workers]
+    widths = [max((len(row[i]) for row in rows), default=0) for i in (0, 1)]
+    for (name, queue), outcome in zip(rows, outcomes, strict=True):
+        print(f"{name:<{widths[0]}}  {queue:<{widths[1]}}  {outcome}", file=out)
     return 0 if all(o.startswith("completed") for o in outcomes) else 1

@@ -19,15 +19,12 @@ TEST_PROCS ?= 2
 setup:
 	bash tools/setup.sh
 
-# The tour: set up only what the embedded environment needs, start it with a real
-# worker process per Running pod (workers are added if it already runs without), `twc up`
-# the local stack (stacks/local.yaml), run one workflow on each worker's task queue and
-# wait for it, then show each worker's live status and pollers. `make tour` is the same
-# without the set-up; an end-to-end test runs it.
-LOCAL_TOOLS := venv pulumi kubernetes temporal etcd kube-apiserver kube-controller-manager \
-	kube-scheduler kwok kubectl
-run:
-	bash tools/setup.sh $(LOCAL_TOOLS)
+# The tour: set up the embedded environment's tools, start it with a real worker process
+# per Running pod (workers are added if it already runs without), `twc up` the local
+# stack (stacks/local.yaml), run one workflow on each worker's task queue and wait for
+# it, then show each worker's live status and pollers. `make tour` is the same without
+# the set-up; an end-to-end test runs it.
+run: setup
 	@$(MAKE) --no-print-directory tour
 
 tour:

@@ -2,14 +2,28 @@
 
 One place for the formats: condition ``lastTransitionTime`` and Event times are RFC 3339
 in whole seconds (``Time``); a Lease's ``renewTime`` and ``acquireTime`` are RFC 3339
-with microseconds (``MicroTime``). Pure: the time is always an argument.
+with microseconds (``MicroTime``). Pure: the time is always an argument, except for
+:func:`boottime`, the one clock every term and deadline is measured on.
 """
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
-__all__ = ["age", "parse_rfc3339", "rfc3339", "rfc3339_micro"]
+__all__ = ["age", "boottime", "parse_rfc3339", "rfc3339", "rfc3339_micro"]
+
+_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
+
+
+def boottime() -> float:
+    """Seconds on the host's ``CLOCK_BOOTTIME`` (``CLOCK_MONOTONIC`` where there is none).
+
+    Monotonic and one clock for every process of the host, like ``CLOCK_MONOTONIC``, but
+    it also counts the time the host was suspended: a Lease term or an engine deadline
+    measured on it is over when a laptop wakes past it, not that long after the wake.
+    """
+    return time.clock_gettime(_BOOTTIME)
 
 
 def rfc3339(wall: float) -> str:

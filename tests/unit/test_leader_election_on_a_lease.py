@@ -42,7 +42,11 @@ def _record(holder: str, renew: str = "t1", duration: float = 15) -> LeaseRecord
 @pytest.mark.parametrize(
     ("record", "observed_at", "now", "action"),
     [
-        (None, None, 100.0, LeaseAction.ACQUIRE),  # no Lease yet
+        # No Lease: it may have been deleted under a live holder, so it is taken only
+        # once absent for the lease duration, as an expired one.
+        (None, None, 100.0, LeaseAction.WAIT),
+        (None, 90.0, 104.9, LeaseAction.WAIT),
+        (None, 90.0, 105.0, LeaseAction.ACQUIRE),
         (_record(""), 90.0, 100.0, LeaseAction.ACQUIRE),  # released
         (_record("me"), 90.0, 100.0, LeaseAction.RENEW),
         (_record("other"), None, 100.0, LeaseAction.WAIT),  # first sight: give it a term
@@ -75,7 +79,12 @@ class FakeCoordination:
     call must carry its own timeout."""
 
     def __init__(self) -> None:
-        self.lease: dict[str, Any] | None = None
+        # A Lease released by an earlier holder (an absent one is taken only after the
+        # lease duration).
+        self.lease: dict[str, Any] | None = {
+            "metadata": {"name": "twc-s", "namespace": "ops", "resourceVersion": "0"},
+            "spec": {"holderIdentity": ""},
+        }
         self.version = 0
         self.api_client = self
         self.timeouts: list[Any] = []

@@ -549,6 +549,7 @@ def _wire_one(
             on_ended=channel.lease_ended,
             announced=channel.announced,
         )
+        kube = kube.fenced(channel.term_left)  # every write checks the term right before it
 
     queues: QueueSource
     native: NativeWatch | None = None

@@ -1,5 +1,12 @@
 """The cached temporalio client factory behind :meth:`ResolvedConnection.client`.
 
+One client per connection, namespace and credential, per event loop, and a bounded
+number of them: a client whose connection and namespace got another credential (a
+rotated secret) is dropped as soon as the new one is asked for, a client unused for
+:data:`IDLE_SECONDS` is dropped at the next call, and beyond :data:`MAX_CLIENTS` the
+least recently used goes. A dropped client's connection closes when the SDK frees it
+(it has no close call).
+
 temporalio is imported inside functions only: the fleet loader, the CLI's ``validate``
 and the pure builders must not pay for (or depend on) the SDK's native bridge.
 """
@@ -8,8 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import weakref
-from collections.abc import Hashable
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -25,11 +35,26 @@ __all__ = ["cached_client", "clear_client_cache", "connect", "map_connect_error"
 
 logger = logging.getLogger(__name__)
 
+MAX_CLIENTS = 256
+"""Clients one event loop keeps (the most recently used)."""
+IDLE_SECONDS = 900.0
+"""A client unused this long is dropped."""
+
+
+@dataclass
+class _Entry:
+    slot: Hashable
+    """The connection and namespace: one credential's client per slot."""
+    task: asyncio.Task[Client]
+    used: float
+
+
 # Clients are cached per event loop: a client's tasks belong to the loop that made it,
 # and a weak key lets a closed loop take its clients with it.
-_CACHE: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, dict[Hashable, asyncio.Task[Client]]
-] = weakref.WeakKeyDictionary()
+_CACHE: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, OrderedDict[Hashable, _Entry]] = (
+    weakref.WeakKeyDictionary()
+)
+_CLOCK: Callable[[], float] = time.monotonic
 
 # Substrings of the SDK's connect errors that blame the client's credentials or the CA
 # it was given, as opposed to the network or the server.
@@ -116,29 +141,60 @@ async def connect(options: ConnectOptions, auth_mode: AuthMode, timeout: float) 
 
 
 async def cached_client(
-    key: Hashable, options: ConnectOptions, auth_mode: AuthMode, timeout: float
+    key: Hashable,
+    options: ConnectOptions,
+    auth_mode: AuthMode,
+    timeout: float,
+    *,
+    slot: Hashable | None = None,
 ) -> Client:
     """Return the cached client for ``key``, connecting once if needed.
 
     Concurrent callers share one connection attempt; a failed attempt is forgotten so
     the next call retries.
+
+    Args:
+        key: The client's identity (connection, credential and namespace).
+        options: How to connect.
+        auth_mode: The connection's auth mode (for error mapping).
+        timeout: Seconds to wait for the frontend.
+        slot: What ``key`` is a version of (the connection and namespace, without the
+            credential): a new key in a slot drops the slot's older client.
     """
     loop = asyncio.get_running_loop()
-    clients = _CACHE.setdefault(loop, {})
-    task = clients.get(key)
-    if task is None:
+    clients = _CACHE.setdefault(loop, OrderedDict())
+    now = _CLOCK()
+    entry = clients.get(key)
+    if entry is None:
+        _evict(clients, now, slot=key if slot is None else slot)
         logger.info(
             "connecting to Temporal at %s (namespace %s)", options.target_host, options.namespace
         )
         task = loop.create_task(connect(options, auth_mode, timeout))
-        clients[key] = task
+        entry = clients[key] = _Entry(key if slot is None else slot, task, now)
+    entry.used = now
+    clients.move_to_end(key)
+    task = entry.task
     try:
         # shield: one caller being cancelled must not cancel the shared attempt.
         return await asyncio.shield(task)
     finally:
         failed = task.done() and (task.cancelled() or task.exception() is not None)
-        if failed and clients.get(key) is task:
+        if failed and key in clients and clients[key].task is task:
             del clients[key]
+
+
+def _evict(clients: OrderedDict[Hashable, _Entry], now: float, *, slot: Hashable) -> None:
+    """Before a new client in ``slot``: drop the slot's older ones, the idle ones, and the
+    least recently used beyond the bound. Callers awaiting a dropped attempt still get
+    its result."""
+    stale = [k for k, e in clients.items() if e.slot == slot or now - e.used >= IDLE_SECONDS]
+    for key in stale:
+        del clients[key]
+    while len(clients) >= MAX_CLIENTS:
+        clients.popitem(last=False)
+    if stale:
+        logger.info("dropped %d Temporal client(s) of rotated credentials or unused", len(stale))
 
 
 def clear_client_cache() -> None:

@@ -505,8 +505,8 @@ class ResolvedConnection:
         """Return a connected temporalio client, cached per event loop.
 
         The cache key is the fingerprint (including the secret's digest) and the
-        namespace, so a rotated secret yields a fresh client while repeated calls
-        share one connection.
+        namespace, so a rotated secret yields a fresh client (and drops the old one)
+        while repeated calls share one connection.
 
         Args:
             namespace: Temporal namespace.
@@ -525,7 +525,11 @@ class ResolvedConnection:
         options = self.connect_options(namespace, secret_data)
         digest = self.secret_digest(secret_data) if secret_data is not None else None
         return await cached_client(
-            (self.fingerprint(digest), namespace), options, self.auth_mode, connect_timeout
+            (self.fingerprint(digest), namespace),
+            options,
+            self.auth_mode,
+            connect_timeout,
+            slot=(self.identity, namespace),  # a rotated credential drops the older client
         )
 
 

@@ -15,15 +15,24 @@ client here, so all of them agree on which cluster they mean and none of them ca
   timeout of their own (the server's watch timeout plus a margin); the Lease calls a
   shorter one, without retries (``retries=0``), so a round of the election always ends
   before the leader's renew deadline.
+* **Every write fenced.** A leader's writes go through :meth:`KubeClient.fenced`: right
+  before each ``POST``/``PUT``/``PATCH``/``DELETE`` it asks how much of its Lease term is
+  left, refuses the call (:class:`~twc.kube.lease.NotLeadingError`) when none is, and
+  gives the call a timeout shorter than what is left, without retries. Every writer
+  built on that client (scale, views, status, finalizers, Events, the record, early
+  apply and its deletes) is fenced call by call, not once per batch.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from twc.kube.lease import NotLeadingError
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -38,6 +47,10 @@ __all__ = [
 
 DEFAULT_TIMEOUT = (5.0, 30.0)
 """``(connect, read)`` seconds for a call that sets no timeout of its own."""
+FENCE_MARGIN = 0.1
+"""Seconds of a term a fenced write leaves unused: its timeout ends this much before."""
+WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+"""The methods a fenced client checks against the term."""
 
 
 class NoClusterError(LookupError):
@@ -49,11 +62,36 @@ def _timeout_client_class() -> type:
 
     class _TimeoutApiClient(client.ApiClient):  # type: ignore[misc]  # kubernetes ships no types
         default_timeout: tuple[float, float] = DEFAULT_TIMEOUT
+        term_left: Callable[[], float] | None = None
+        writes: Any = None  # the fenced writes' REST client: no retries
 
-        def call_api(self, *args: Any, **kwargs: Any) -> Any:
-            if kwargs.get("_request_timeout") is None:
-                kwargs["_request_timeout"] = self.default_timeout
-            return super().call_api(*args, **kwargs)
+        def call_api(
+            self,
+            method: str,
+            url: str,
+            header_params: Any = None,
+            body: Any = None,
+            post_params: Any = None,
+            _request_timeout: Any = None,
+        ) -> Any:
+            timeout = _request_timeout or self.default_timeout
+            if self.term_left is None or method.upper() not in WRITES:
+                return super().call_api(
+                    method, url, header_params, body, post_params, _request_timeout=timeout
+                )
+            return self.writes.request(
+                method,
+                url,
+                headers=header_params,
+                body=body,
+                post_params=post_params,
+                _request_timeout=fenced_timeout(timeout, self.term_left()),
+            )
+
+        def close(self) -> None:
+            super().close()
+            if self.writes is not None:
+                self.writes.close()
 
     return _TimeoutApiClient
 
@@ -73,6 +111,18 @@ def TimeoutApiClient(configuration: Any, timeout: tuple[float, float] = DEFAULT_
     api = _CLASS(configuration=configuration)
     api.default_timeout = timeout
     return api
+
+
+def fenced_timeout(timeout: float | tuple[float, float], left: float) -> float:
+    """The total timeout of a write with ``left`` seconds of the term remaining.
+
+    Raises:
+        NotLeadingError: No term is left to write in.
+    """
+    total = timeout if isinstance(timeout, (int, float)) else sum(timeout)
+    if left - FENCE_MARGIN <= 0:
+        raise NotLeadingError("the Lease term is over: not writing")
+    return min(float(total), left - FENCE_MARGIN)
 
 
 def api_client(
@@ -144,6 +194,23 @@ class KubeClient:
         self.extensions = client.ApiextensionsV1Api(api)
         self.policy = client.PolicyV1Api(api)
         self.rbac = client.RbacAuthorizationV1Api(api)
+
+    def fenced(self, term_left: Callable[[], float]) -> KubeClient:
+        """This client with every write fenced by a Lease term (reads are unchanged and
+        share this client's connections).
+
+        Args:
+            term_left: Seconds left in the term, asked right before each write (``inf``:
+                no Lease fences the writes; 0 or less: no term).
+        """
+        from kubernetes.client import rest
+
+        api = copy.copy(self.api_client)
+        configuration = copy.copy(api.configuration)
+        configuration.retries = 0  # a retry would outlast the timeout given
+        api.writes = rest.RESTClientObject(configuration)
+        api.term_left = term_left
+        return KubeClient(api)
 
     def close(self) -> None:
         """Close the connection pool."""

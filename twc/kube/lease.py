@@ -33,6 +33,25 @@ over (annotation ``twc.io/handover-to``); the leader does so between steps, neve
 during an engine run (:meth:`LeaseElector.hold`), and takes it back after the manual
 run released it.
 
+**The Lease is input, not trust.** Whoever may edit Leases must not be able to make two
+writers or stall the daemon:
+
+* a deleted Lease ends the holder's term at its next round (it competes again), and a
+  candidate takes an absent Lease only after seeing it absent for the lease duration,
+  as it would an expired one: the deletion erased the proof of who held it;
+* a new holder inherits only engine records it *witnessed*: written for a holder it saw
+  hold the Lease, at a round where that holder's record changed, on the host that
+  holder first named. A record edited in later, or naming another host for a known
+  holder, is ignored, so no lock is ever broken on the Lease's word alone;
+* only ``manual:`` identities may ask for a hand-over, and after one whose taker never
+  renewed (nobody was there to take it), requests are ignored for
+  :data:`HANDOVER_QUIET`: a stream of forged requests costs at most one lease duration
+  in that time.
+
+Terms are measured on ``CLOCK_BOOTTIME`` (:func:`~twc.timestamps.boottime`), which
+counts the time a host was suspended: a laptop that sleeps mid-term wakes with its term
+over, and its engine guard stops the engine before anything else is written.
+
 :func:`lease_action` holds the decision and is pure (time is an argument).
 """
 
@@ -46,11 +65,11 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
-from twc.timestamps import rfc3339_micro
+from twc.timestamps import boottime, rfc3339_micro
 
 __all__ = [
     "DAEMON_LEASE_ENV",
@@ -90,6 +109,10 @@ MAX_PIDS = 32
 """CLI pids one holder's record keeps (the newest)."""
 TICK = 0.05
 """Seconds between the elector thread's checks (new engine commands, the deadline)."""
+HANDOVER_QUIET = 300.0
+"""Seconds a leader ignores hand-over requests after one whose taker never renewed."""
+MAX_WITNESSED = 8
+"""Holders whose engine records an elector keeps from what it saw (the newest)."""
 
 
 class LeaseTimings(Protocol):
@@ -223,9 +246,11 @@ def lease_action(
     """Decide this round's move.
 
     Args:
-        record: The Lease's record, or ``None`` if the Lease does not exist.
+        record: The Lease's record, or ``None`` if the Lease does not exist (it is taken
+            once absent for ``lease_duration``: it may have been deleted under a
+            holder whose term still runs).
         identity: This candidate's identity.
-        observed_at: When (on this candidate's monotonic clock) the record was last seen
+        observed_at: When (on this candidate's clock) the record was last seen
             to change; ``None`` if it was never seen.
         now: The current time on the same clock.
         lease_duration: This candidate's own lease duration, used only when the record
@@ -234,11 +259,11 @@ def lease_action(
     Returns:
         The action.
     """
-    if record is None or not record.holder:
+    if record is not None and not record.holder:
         return LeaseAction.ACQUIRE
-    if record.holder == identity:
+    if record is not None and record.holder == identity:
         return LeaseAction.RENEW
-    duration = record.duration if record.duration > 0 else lease_duration
+    duration = record.duration if record is not None and record.duration > 0 else lease_duration
     if observed_at is None or now - observed_at < duration:
         # Someone else's record, seen changing within its duration (or just now for the
         # first time: give its holder a full duration to renew).
@@ -267,7 +292,7 @@ class LeaseElector:
         announced: Callable[[], Sequence[int]] = tuple,
         host: str | None = None,
         yields: bool = True,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = boottime,
         wall: Callable[[], float] = time.time,
         may_acquire: Callable[[], bool] = lambda: True,
         thread_name: str = "twc-leader",
@@ -283,13 +308,13 @@ class LeaseElector:
             settings: Lease duration, renew deadline and retry period.
             on_lost: Called (from the elector thread) when leadership is lost.
             on_renewed: Called after each successful write with the end of the term
-                (monotonic) and the CLI pids the Lease now records (the engine guard's
+                (on ``clock``) and the CLI pids the Lease now records (the engine guard's
                 control).
             on_ended: Called when the term ends without a loss (handed over, released).
             announced: The CLI pids of engine commands waiting to be recorded.
             host: The host name the engine runs on (default: this host's).
             yields: Whether to hand the Lease over to a manual run that asks.
-            clock: Monotonic time.
+            clock: The host's boot time clock (counts suspended time).
             wall: Unix time, for the timestamps written into the Lease.
             may_acquire: Asked before taking a free or expired Lease (never before a
                 renewal): a daemon sharing many shards' Leases with other replicas
@@ -318,6 +343,11 @@ class LeaseElector:
         self._renewed_at: float | None = None
         self._observed: LeaseRecord | None = None
         self._observed_at: float | None = None
+        self._read_once = False
+        self._witnessed: dict[str, EngineRecord] = {}
+        self._handed: tuple[str, str] | None = None
+        """Whom this elector last handed the Lease to, and the renew time it wrote."""
+        self._quiet_until = -math.inf
         self._last_round: float | None = None
         self._inherited: tuple[EngineRecord, ...] = ()
         self._recorded: tuple[int, ...] = ()
@@ -351,13 +381,14 @@ class LeaseElector:
         return self._handover
 
     def inherited_engines(self) -> tuple[EngineRecord, ...]:
-        """Engine records of earlier holders, taken over with the Lease: the Lease
-        proves each of them gone (it expired, or they released or handed it over)."""
+        """Engine records of earlier holders this candidate witnessed, taken over with
+        the Lease: the Lease proves each of them gone (it expired, or they released or
+        handed it over)."""
         with self._lock:
             return self._inherited if self._leading else ()
 
     def last_round(self) -> float | None:
-        """When (monotonic) the last round ended, successful or not."""
+        """When (on the elector's clock) the last round ended, successful or not."""
         return self._last_round
 
     def thread(self) -> threading.Thread | None:
@@ -418,11 +449,15 @@ class LeaseElector:
         lease = self._read()
         record = LeaseRecord.from_lease(lease) if lease is not None else None
         seen = self._clock()
-        if record != self._observed:
+        if not self._read_once or record != self._observed:
             # After the read returned: the record was written before this moment, so
             # counting the lease duration from here is never too early.
-            self._observed, self._observed_at = record, seen
-        handover = _handover(lease)
+            self._observed, self._observed_at, self._read_once = record, seen, True
+            self._witness(lease, record)
+        if record is None and self._leading:
+            logger.warning("lease %s/%s was deleted: this term ends now", self.namespace, self.name)
+            self._end_term(lost=False)
+            return False
         action = lease_action(
             record,
             identity=self.identity,
@@ -438,14 +473,15 @@ class LeaseElector:
         if action is LeaseAction.ACQUIRE and not self._may_acquire():
             return False  # free, but this daemon holds its share of Leases already
         with self._lock:
-            self._handover = handover if handover and handover != self.identity else ""
+            self._handover = self._requested(lease, seen)
             give_to = self._handover if self._yields and self._busy == 0 else ""
         if action is LeaseAction.RENEW and give_to:
             self._hand_over(lease, record, give_to)
             return False
         inherited = self._inherited
         if action is LeaseAction.ACQUIRE:
-            inherited = tuple(r for r in engine_records(lease) if r.holder != self.identity)
+            self._taking_back(record, seen)
+            inherited = tuple(r for r in self._witnessed.values() if r.holder != self.identity)
         pids = self._pids_to_record()
         sent = self._clock()
         self._write(lease, record, renew=action is LeaseAction.RENEW, engines=inherited, pids=pids)
@@ -455,6 +491,51 @@ class LeaseElector:
             self._recorded = pids
         self._on_renewed(sent + self._settings.renew_deadline, pids)
         return True
+
+    def _witness(self, lease: Mapping[str, Any] | None, record: LeaseRecord | None) -> None:
+        """At a round where the holder's record changed: keep its engine record, on the
+        host it first named, with the pids it added since."""
+        if record is None or not record.holder or record.holder == self.identity:
+            return
+        found = next((r for r in engine_records(lease) if r.holder == record.holder), None)
+        if found is None:
+            return
+        known = self._witnessed.pop(record.holder, None)
+        if known is not None:
+            added = (
+                [p for p in found.pids if p not in known.pids] if found.host == known.host else []
+            )
+            found = replace(known, pids=(*known.pids, *added)[-MAX_PIDS:])
+        self._witnessed[record.holder] = found
+        for holder in list(self._witnessed)[:-MAX_WITNESSED]:
+            del self._witnessed[holder]
+
+    def _requested(self, lease: Mapping[str, Any] | None, now: float) -> str:
+        """The hand-over request this leader honours: a manual run's, outside the quiet
+        time after a hand-over nobody took."""
+        wanted = _handover(lease)
+        if wanted == self.identity or not wanted.startswith(MANUAL_PREFIX):
+            return ""
+        return wanted if now >= self._quiet_until else ""
+
+    def _taking_back(self, record: LeaseRecord | None, now: float) -> None:
+        """Acquiring: if the Lease is still as this elector handed it over (its taker never
+        renewed), the request was nobody's: ignore requests for a while."""
+        handed, self._handed = self._handed, None
+        if (
+            handed is not None
+            and record is not None
+            and handed == (record.holder, record.renew_time)
+        ):
+            self._quiet_until = now + HANDOVER_QUIET
+            logger.warning(
+                "lease %s/%s: %s never took the lease handed over to it; hand-over "
+                "requests are ignored for %g s",
+                self.namespace,
+                self.name,
+                handed[0],
+                HANDOVER_QUIET,
+            )
 
     def request_handover(self) -> bool:
         """As a manual run: ask the current holder to hand the Lease over between its
@@ -565,6 +646,7 @@ class LeaseElector:
         with self._lock:
             self._leading = False
             self._handover = ""
+            self._handed = (to, now)
         logger.info("handed lease %s/%s over to %s", self.namespace, self.name, to)
 
     # ------------------------------------------------------------- calls

@@ -7,9 +7,11 @@ desired state the caller decided on; a program that refuses its input is a
 channel with a deadline and inside the Lease's ``hold``; a run the guard stopped raises
 :class:`~twc.stackrun.errors.EngineInterrupted` (or a subclass).
 
-A killed run's lock is broken only when its holder is provably gone (:func:`stale_lock`);
-its pending operations are then dropped, and the next ``up``'s forced server-side apply
-adopts what it created.
+A killed run's lock is broken only when its holder is provably gone (:func:`stale_lock`:
+a process a guard of this host recorded that is gone, judged by boot id, pid and start
+time, never by the host name alone, or an earlier Lease holder's CLI); its pending
+operations are then dropped, and the next ``up``'s forced server-side apply adopts what
+it created.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from twc.stackrun.errors import (
     EngineYielded,
     engine_failure,
 )
-from twc.stackrun.guard import GuardChannel, pid_alive
+from twc.stackrun.guard import GuardChannel, engine_alive
 from twc.stackrun.retention import backend_url, prune_backups
 
 __all__ = [
@@ -47,7 +49,6 @@ __all__ = [
     "UpReport",
     "lock_holders",
     "new_worker_targets",
-    "pid_alive",
     "stale_lock",
     "under_queue",
     "worker_urns_from_state",
@@ -201,14 +202,15 @@ def stale_lock(
 ) -> bool:
     """Whether every lock is provably left behind by a process that is gone.
 
-    A lock on this host is gone when its pid is; one on another host only if it names
-    the CLI of an earlier Lease holder (whose engine guard stopped it by the end of its
-    term). Nothing else is proof: a manual ``up`` elsewhere keeps its lock.
+    A lock naming this host's name is gone when ``alive`` says its process is (a guard
+    of this boot recorded it, and it runs no more); any lock is gone if it names the CLI
+    of an earlier Lease holder (whose engine guard stopped it by the end of its term).
+    Nothing else is proof: a manual ``up`` elsewhere keeps its lock.
 
     Args:
         holders: The locks, from :func:`lock_holders`.
         hostname: This host's name.
-        alive: Whether a pid is alive on this host.
+        alive: Whether the engine CLI a lock naming this host's name took may still run.
         previous: Engine records of earlier Lease holders, given only while this
             process holds the Lease (empty without leader election).
 
@@ -227,8 +229,8 @@ def _holder_gone(
     alive: Callable[[int], bool],
     previous: Sequence[EngineRecord],
 ) -> bool:
-    if holder.host == hostname:
-        return not alive(holder.pid)
+    if holder.host == hostname and not alive(holder.pid):
+        return True
     return any(r.host == holder.host and holder.pid in r.pids for r in previous)
 
 
@@ -297,7 +299,7 @@ class AutomationEngine:
         ref: engine.StackRef,
         *,
         state_dir: Path | None = None,
-        alive: Callable[[int], bool] = pid_alive,
+        alive: Callable[[int], bool] = engine_alive,
         previous_engines: Callable[[], Sequence[EngineRecord]] = tuple,
         hold: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
         channel: GuardChannel | None = None,
@@ -310,7 +312,8 @@ class AutomationEngine:
             ref: The stack, its ``twc:`` config and extra environment.
             state_dir: Where to write the inputs file (and the guard's channel); a
                 private temporary directory by default.
-            alive: Whether a pid is alive on this host.
+            alive: Whether the engine CLI a lock naming this host's name took may still
+                run (a dead pid no guard here recorded may be another machine's).
             previous_engines: Earlier Lease holders' engine records (see :func:`stale_lock`).
             hold: Entered around each engine operation (``LeaseElector.hold``).
             channel: The engine guard's channel; an unleased one in ``state_dir`` by

@@ -15,13 +15,17 @@ pointed at a ``pulumi`` wrapper (:func:`install_wrapper`) that runs this module'
 * leaves the caller's process group, so a kill of the daemon's group spares it to clean
   up, and runs the CLI in a process group of its own;
 * reads a control file its caller keeps up to date (:class:`GuardChannel`): the end of
-  the caller's Lease term and the run's deadline, both on the host's monotonic clock
-  (``CLOCK_MONOTONIC`` is one clock for every process of the host). Because the guard
-  enforces them itself, a daemon that is stopped (``SIGSTOP``) or hung cannot keep an
-  engine running past its term;
+  the caller's Lease term and the run's deadline, both on the host's ``CLOCK_BOOTTIME``
+  (:func:`~twc.timestamps.boottime`: one clock for every process of the host, counting
+  suspended time). Because the guard enforces them itself, a daemon that is stopped
+  (``SIGSTOP``) or hung, or a laptop that slept past the term, cannot keep an engine
+  running past its term;
 * under a Lease, lets the CLI start only after its pid is recorded in the Lease (the
   CLI's pid is what the backend's lock names), so a later Lease holder can tell that
   lock from anyone else's;
+* records the CLI's identity on this host (:func:`engine_alive`): boot id, pid and
+  process start time, so a lock naming this host name is judged by the process that
+  took it, never by a host name another machine may share or a pid reused since;
 * to stop a run — its caller died, its term or deadline passed, or it was asked —
   sends SIGINT to the CLI's process group (the CLI cancels: in-flight steps finish, the
   lock is released), waits the grace period, then SIGKILLs every descendant, repeating
@@ -38,6 +42,7 @@ import contextlib
 import ctypes
 import hashlib
 import json
+import math
 import os
 import signal
 import sys
@@ -50,6 +55,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from twc.timestamps import boottime
+
 __all__ = [
     "CHANNEL_ENV",
     "GUARD_MARK",
@@ -60,6 +67,7 @@ __all__ = [
     "JournalEntry",
     "Stop",
     "descendants",
+    "engine_alive",
     "install_wrapper",
     "main",
     "next_action",
@@ -79,6 +87,12 @@ RECORD_TIMEOUT = 30.0
 """Seconds a guard waits, under a Lease, for its CLI's pid to be recorded."""
 LEFTOVER_GRACE = 0.5
 """Seconds processes left behind by a CLI that exited normally get to exit by themselves."""
+ENGINES_ENV = "TWC_ENGINES_DIR"
+"""Where guards record the identity of the CLIs they start (default
+``~/.cache/twc/engines``): one directory for every process of the user on the host, so a
+restarted daemon finds its predecessor's."""
+MAX_ENGINE_RECORDS = 256
+"""Identity records kept (the newest): those of runs that may have left a lock."""
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
@@ -97,12 +111,12 @@ class Control:
     """What the caller tells its guards (the control file)."""
 
     lease_until: float | None = None
-    """End of the caller's Lease term (monotonic); ``None`` when no Lease fences the
+    """End of the caller's Lease term (boot time); ``None`` when no Lease fences the
     run. Past it, no engine of the caller may run."""
     recorded: tuple[int, ...] = ()
     """CLI pids the Lease records; under a Lease a CLI starts only once listed here."""
     run_until: float | None = None
-    """The current engine operation's deadline (monotonic), if one is running."""
+    """The current engine operation's deadline (boot time), if one is running."""
     run_seconds: float | None = None
     """That deadline's length, for the message."""
     interrupt: str | None = None
@@ -196,7 +210,7 @@ class GuardChannel:
         *,
         grace: float = 3.0,
         leased: bool = False,
-        clock: Any = time.monotonic,
+        clock: Any = boottime,
     ) -> None:
         """Create the channel.
 
@@ -206,7 +220,7 @@ class GuardChannel:
             leased: Whether a Lease fences the runs: then no engine runs until the first
                 term is granted (:meth:`lease_renewed`), and each CLI waits until its pid
                 is recorded.
-            clock: Monotonic time (the host's, shared with the guards).
+            clock: The host's boot time clock (shared with the guards).
         """
         self.directory = Path(directory)
         for sub in ("announce", "guards", "journal"):
@@ -230,6 +244,13 @@ class GuardChannel:
         """The Lease was written: the term lasts until ``valid_until`` and records
         ``recorded``."""
         self._update(lease_until=valid_until, recorded=tuple(recorded))
+
+    def term_left(self) -> float:
+        """Seconds left in the current Lease term: ``inf`` when no Lease fences the runs,
+        0 or less when there is no term. Every cluster write of the caller asks this
+        right before it is sent (:meth:`twc.kube.client.KubeClient.fenced`)."""
+        until = self.control.lease_until
+        return math.inf if until is None else until - self._clock()
 
     def lease_ended(self) -> None:
         """The term is over (lost, handed over, released): stop every engine now."""
@@ -427,7 +448,7 @@ def stop_reason(control: Control, *, now: float, requested: Stop | None) -> Stop
 
     Args:
         control: The caller's current control file.
-        now: Monotonic time.
+        now: Boot time (:func:`~twc.timestamps.boottime`).
         requested: A signal the guard received, or its parent's death.
     """
     if requested is not None:
@@ -456,7 +477,7 @@ def next_action(
 
     Args:
         control: The caller's current control file.
-        now: Monotonic time.
+        now: Boot time.
         exited: Whether the CLI has exited.
         requested: A signal the guard received, or its parent's death.
         interrupted_at: When the guard sent the SIGINT; ``None`` if it did not.
@@ -488,12 +509,85 @@ def pid_alive(pid: int) -> bool:
     return _state(pid) != "Z"
 
 
-def _state(pid: int) -> str | None:
+def _stat(pid: int) -> list[str]:
+    # The fields after the command name (which may hold spaces and parentheses).
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
     except OSError:
+        return []
+
+
+def _state(pid: int) -> str | None:
+    fields = _stat(pid)
+    return fields[0] if fields else None
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _started(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field
+    22); ``None`` when no such process runs (a zombie is gone)."""
+    fields = _stat(pid)
+    if len(fields) < 20 or fields[0] == "Z":
         return None
-    return stat.rsplit(")", 1)[-1].split()[0]
+    return int(fields[19])
+
+
+def _engines_dir() -> Path | None:
+    base = Path(os.environ.get(ENGINES_ENV) or Path.home() / ".cache" / "twc" / "engines")
+    with contextlib.suppress(OSError):
+        base.parent.mkdir(parents=True, exist_ok=True)
+    # Only a directory no one else can write to: a record there is proof.
+    return base if _private_dir(base) else None
+
+
+def _record_engine(pid: int) -> None:
+    """Record the CLI ``pid``'s identity on this host (boot id, pid, start time)."""
+    boot, start, where = _boot_id(), _started(pid), _engines_dir()
+    if not boot or start is None or where is None:
+        return  # no record: a lock it leaves is never judged gone by this host
+    with contextlib.suppress(OSError):
+        records = sorted(where.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
+        for old in records[: max(0, len(records) - MAX_ENGINE_RECORDS + 1)]:
+            old.unlink(missing_ok=True)
+        for other in where.glob("*.json"):
+            if not other.name.startswith(f"{boot}-"):
+                other.unlink(missing_ok=True)  # an earlier boot's: its processes are gone
+        text = json.dumps({"boot": boot, "pid": pid, "start": start})
+        _write_atomically(where / f"{boot}-{pid}.json", text)
+
+
+def _forget_engine(pid: int) -> None:
+    where = _engines_dir()
+    if where is not None:
+        (where / f"{_boot_id()}-{pid}.json").unlink(missing_ok=True)
+
+
+def engine_alive(pid: int) -> bool:
+    """Whether the engine CLI ``pid`` that a lock naming this host's name took may still
+    be running: ``False`` only when a guard recorded that pid on this boot of this host
+    and no process with that pid and start time runs now.
+
+    A lock names a host name and a pid. Other machines may share the host name, and pids
+    are reused: without a record of this boot a dead pid proves nothing (the lock may
+    be another machine's), and with one a live pid started at another time is another
+    process (the lock's holder is gone).
+    """
+    boot, where = _boot_id(), _engines_dir()
+    if not boot or where is None:
+        return True
+    try:
+        record = json.loads((where / f"{boot}-{pid}.json").read_text())
+    except (OSError, ValueError):
+        return True
+    if not isinstance(record, dict) or record.get("boot") != boot or record.get("pid") != pid:
+        return True
+    return _started(pid) == record.get("start")
 
 
 def descendants(pid: int) -> list[int]:
@@ -608,7 +702,7 @@ class _Guard:
     def run(self) -> int:
         refusal = self.prepare()
         if refusal is None:
-            refusal = stop_reason(self.control, now=time.monotonic(), requested=self.requested)
+            refusal = stop_reason(self.control, now=boottime(), requested=self.requested)
         if refusal is not None:
             self.say(f"not starting the engine: {refusal.text}")
             return 1
@@ -620,6 +714,7 @@ class _Guard:
         with contextlib.suppress(OSError):
             os.setpgid(self.child, self.child)  # before any signal to its group
         self._mark("guards", self.pid, "")
+        _record_engine(self.child)
         self._mark("announce", self.child, json.dumps({"guard": self.pid}))
         try:
             refusal = self.await_record()
@@ -661,7 +756,7 @@ class _Guard:
             self.check_parent()
             if self.child in self.control.recorded:
                 return None
-            reason = stop_reason(self.control, now=time.monotonic(), requested=self.requested)
+            reason = stop_reason(self.control, now=boottime(), requested=self.requested)
             if reason is not None:
                 return reason
             if time.monotonic() >= deadline:
@@ -676,7 +771,7 @@ class _Guard:
             self.check_parent()
             action, reason = next_action(
                 self.control,
-                now=time.monotonic(),
+                now=boottime(),
                 exited=self.code is not None,
                 requested=self.requested,
                 interrupted_at=self.interrupted_at,
@@ -684,7 +779,7 @@ class _Guard:
             if action is GuardAction.FINISH:
                 return
             if action is GuardAction.INTERRUPT:
-                self.interrupted, self.interrupted_at = reason, time.monotonic()
+                self.interrupted, self.interrupted_at = reason, boottime()
                 assert reason is not None
                 self.say(
                     f"interrupting the engine: {reason.text} (SIGINT, then SIGKILL after "
@@ -741,6 +836,8 @@ class _Guard:
     def finish(self) -> None:
         if self.killed:
             self.say(f"killed {self.killed} process(es) of the engine run")
+        if self.child is not None and self.code == 0 and self.interrupted is None:
+            _forget_engine(self.child)  # it ended by itself and released its lock
         if self.channel is None or self.child is None:
             return
         entry = JournalEntry(

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, ClassVar
 from unittest import mock
 
@@ -13,6 +18,7 @@ import pytest
 from pulumi.automation import ConcurrentUpdateError, Deployment
 from pulumi.automation._cmd import CommandResult
 
+from tests.helpers import guarded_cli
 from twc.desired import DesiredInputs
 from twc.kube.lease import EngineRecord
 from twc.loop.outcome import FailureReason, classify
@@ -25,7 +31,7 @@ from twc.stackrun.automation import (
     worker_urns_from_state,
 )
 from twc.stackrun.errors import EngineDeadlineExceeded, EngineInterrupted
-from twc.stackrun.guard import CHANNEL_ENV
+from twc.stackrun.guard import CHANNEL_ENV, ENGINES_ENV
 
 LOCKED = (
     "error: the stack is currently locked by 1 lock(s). Either wait for the other process(es) "
@@ -77,8 +83,9 @@ def test_only_a_provably_gone_holder_makes_a_lock_stale(
 
 
 class FakeStack:
-    def __init__(self, *, locked: bool, pending: int) -> None:
+    def __init__(self, *, locked: bool, pending: int, lock: str = LOCKED) -> None:
         self.locked = locked
+        self.lock = lock
         self.cancelled = 0
         self.imported: list[dict[str, Any]] = []
         self.state: dict[str, Any] = {
@@ -94,7 +101,7 @@ class FakeStack:
 
     def import_stack(self, state: Deployment) -> None:
         if self.locked:
-            raise ConcurrentUpdateError(CommandResult("", LOCKED, 255))
+            raise ConcurrentUpdateError(CommandResult("", self.lock, 255))
         assert state.deployment is not None
         self.state = dict(state.deployment)
         self.imported.append(self.state)
@@ -275,3 +282,97 @@ def test_a_run_the_guard_stopped_reports_why_instead_of_the_engines_error(
         eng.up(DesiredInputs(), None)
 
     assert classify(raised.value).reason is reason
+
+
+# ------------------------------------------ a lock naming this host: whose process is it
+FAILING_CLI = f"""#!{sys.executable}
+import os, sys
+open(sys.argv[1], "w").write(str(os.getpid()))
+sys.exit(3)
+"""
+
+
+def _lock_here(pid: int) -> str:
+    return LOCKED.replace("root@box-1 (pid 4242)", f"root@{socket.gethostname()} (pid {pid})")
+
+
+@pytest.fixture
+def engines_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    where = tmp_path / "engines"
+    monkeypatch.setenv(ENGINES_ENV, str(where))
+    return where
+
+
+def _killed_run(tmp_path: Path) -> int:
+    """A CLI under the guard that ended leaving its lock (a failed run): its pid."""
+    marker = tmp_path / "cli.pid"
+    wrapper = guarded_cli(tmp_path, FAILING_CLI)
+    done = subprocess.run([str(wrapper), str(marker)], capture_output=True, timeout=60, check=False)
+    assert done.returncode == 3
+    return int(marker.read_text())
+
+
+def _default_engine(tmp_path: Path) -> AutomationEngine:
+    # This host's name and the real judgement of its processes.
+    ref = engine_module.StackRef(name="s", config={"fleetFile": "f.yaml"})
+    return AutomationEngine(ref, state_dir=tmp_path / "state")
+
+
+@pytest.mark.usefixtures("engines_dir")
+def test_the_lock_of_a_guarded_cli_that_is_gone_is_broken(fake_stack: Any, tmp_path: Path) -> None:
+    pid = _killed_run(tmp_path)
+    stack = fake_stack(FakeStack(locked=True, pending=1, lock=_lock_here(pid)))
+
+    assert _default_engine(tmp_path).recover() == ["cancel", "drop-pending-operations:1"]
+    assert stack.cancelled == 1
+
+
+@pytest.mark.usefixtures("engines_dir")
+def test_a_lock_naming_this_hosts_name_and_a_dead_pid_no_guard_here_ran_is_kept(
+    fake_stack: Any, tmp_path: Path
+) -> None:
+    # Another machine with the same host name (or a plain `pulumi up`): its pid means
+    # nothing here, dead or not.
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    stack = fake_stack(FakeStack(locked=True, pending=1, lock=_lock_here(int(gone.stdout))))
+
+    with pytest.raises(ConcurrentUpdateError):
+        _default_engine(tmp_path).recover()
+    assert stack.cancelled == 0
+
+
+def test_a_lock_whose_pid_now_belongs_to_another_process_is_broken(
+    fake_stack: Any, tmp_path: Path, engines_dir: Path
+) -> None:
+    # The guard recorded the CLI (boot id, pid, start time); the pid was reused since:
+    # here, by this very process, which started at another time.
+    pid = _killed_run(tmp_path)
+    [record] = engines_dir.glob(f"*-{pid}.json")
+    data = json.loads(record.read_text())
+    reused = record.with_name(record.name.replace(f"-{pid}.json", f"-{os.getpid()}.json"))
+    reused.write_text(json.dumps({**data, "pid": os.getpid()}))
+    stack = fake_stack(FakeStack(locked=True, pending=1, lock=_lock_here(os.getpid())))
+
+    assert _default_engine(tmp_path).recover() == ["cancel", "drop-pending-operations:1"]
+    assert stack.cancelled == 1
+
+
+def test_a_lock_recorded_on_another_boot_is_kept(
+    fake_stack: Any, tmp_path: Path, engines_dir: Path
+) -> None:
+    # Same host name and a recorded pid, but another boot id: another machine's record
+    # (or this one's before a reboot): nothing proves the process gone.
+    pid = _killed_run(tmp_path)
+    [record] = engines_dir.glob(f"*-{pid}.json")
+    data = json.loads(record.read_text())
+    record.write_text(json.dumps({**data, "boot": "00000000-0000-0000-0000-000000000000"}))
+    stack = fake_stack(FakeStack(locked=True, pending=1, lock=_lock_here(pid)))
+
+    with pytest.raises(ConcurrentUpdateError):
+        _default_engine(tmp_path).recover()
+    assert stack.cancelled == 0

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import copy
 import json
+import tempfile
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +18,7 @@ from tests.unit._daemon_fakes import make_daemon
 from twc.kube.lease import (
     ENGINES_ANNOTATION,
     HANDOVER_ANNOTATION,
+    HANDOVER_QUIET,
     EngineRecord,
     LeaseAction,
     LeaseElector,
@@ -26,7 +30,8 @@ from twc.kube.lease import (
 )
 from twc.loop import DaemonSettings, EngineSettings, LeaderElectionSettings
 from twc.loop.settings import KILL_MARGIN
-from twc.stackrun.guard import Control, GuardAction, next_action
+from twc.stackrun.guard import Control, GuardAction, GuardChannel, Stop, next_action, stop_reason
+from twc.timestamps import boottime
 
 SETTINGS = LeaderElectionSettings(
     enabled=True, lease_duration=15, renew_deadline=10, retry_period=2
@@ -507,3 +512,123 @@ def test_a_killed_runs_lock_that_only_the_up_finds_is_counted_as_a_recovery() ->
     assert h.engine.recoveries == 1
     assert len(h.engine.ups) == 1
     assert h.metrics.value("twc_stack_recoveries_total", action="cancel") == 1
+
+
+# ----------------------------------------------------- the Lease is input, not trust
+def _forge(api: FakeCoordination, **annotations: str) -> None:
+    """Whoever may edit Leases writes annotations (the spec untouched)."""
+    assert api.lease is not None
+    api.lease["metadata"].setdefault("annotations", {}).update(annotations)
+    api.version += 1
+    api.lease["metadata"]["resourceVersion"] = str(api.version)
+
+
+def test_a_deleted_lease_ends_the_holders_term_at_once_and_no_one_leads_before_it_expires() -> None:
+    api, clock = FakeCoordination(), Clock()
+    lost: list[bool] = []
+    term = Term()
+    leader = _elector(api, "a", clock, term=term, lost=lost)
+    standby = _elector(api, "b", clock)
+    assert _round(leader)
+    assert not _round(standby)
+
+    api.lease = None  # kubectl delete lease
+    clock.now += 0.5
+    assert not _round(leader)
+
+    assert not leader.is_leader()
+    assert term.ended == 1  # its engine guard stops the engine now
+    assert not lost  # the term ended; the daemon competes again
+    deleted_seen = clock.now
+    while clock.now < deleted_seen + SETTINGS.lease_duration - 0.5:
+        assert not _round(standby), "took a deleted Lease while the old term may still run"
+        assert not _round(leader)
+        clock.now += 0.5
+    clock.now = deleted_seen + SETTINGS.lease_duration
+    assert _round(standby) or _round(leader)
+    assert api.holder in ("a", "b")
+
+
+def test_engine_records_edited_into_the_lease_are_never_inherited() -> None:
+    api, clock = FakeCoordination(), Clock()
+    announced = [4242]
+    first = _elector(api, "a", clock, announced=announced, host="pod-a")
+    second = _elector(api, "b", clock, host="pod-b")
+    assert _round(first)
+    assert not _round(second)  # b witnesses a's record: pod-a, pid 4242
+
+    forged = [
+        {"holder": "a", "host": "laptop", "pids": [4242, 77]},  # a's, on another host
+        {"holder": "ghost", "host": "laptop", "pids": [78]},  # a holder no one saw
+    ]
+    _forge(api, **{ENGINES_ANNOTATION: json.dumps(forged)})
+    clock.now += 1
+    assert not _round(second)
+    clock.now += SETTINGS.lease_duration  # a is gone
+    assert _round(second)
+
+    assert second.inherited_engines() == (EngineRecord("a", "pod-a", (4242,)),)
+
+
+def test_only_a_manual_run_may_ask_for_the_lease() -> None:
+    api, clock = FakeCoordination(), Clock()
+    leader = _elector(api, "a", clock)
+    assert _round(leader)
+
+    _forge(api, **{HANDOVER_ANNOTATION: "b"})
+    clock.now += 2
+    assert _round(leader)
+
+    assert leader.is_leader()
+    assert api.holder == "a"
+
+
+def test_a_hand_over_nobody_takes_makes_the_leader_ignore_requests_for_a_while() -> None:
+    api, clock = FakeCoordination(), Clock()
+    leader = _elector(api, "a", clock)
+    assert _round(leader)
+    _forge(api, **{HANDOVER_ANNOTATION: "manual:nobody@nowhere:1"})
+    clock.now += 2
+    assert not _round(leader)
+    assert api.holder == "manual:nobody@nowhere:1"  # handed over once ...
+    clock.now += 2
+    assert not _round(leader)
+    clock.now += SETTINGS.lease_duration
+    assert _round(leader)  # ... nobody renewed it: taken back on expiry
+
+    for _ in range(50):  # a stream of forged requests
+        _forge(api, **{HANDOVER_ANNOTATION: "manual:nobody@nowhere:1"})
+        clock.now += 2
+        assert _round(leader)
+        assert leader.is_leader()
+    assert api.holder == "a"
+    assert clock.now < 2 * SETTINGS.lease_duration + HANDOVER_QUIET
+
+
+def test_terms_count_the_time_a_host_was_suspended(monkeypatch: pytest.MonkeyPatch) -> None:
+    channel = GuardChannel(Path(tempfile.mkdtemp()), leased=True)
+    elector = LeaseElector(
+        FakeCoordination(),
+        name="twc-s",
+        namespace="ops",
+        identity="a",
+        settings=SETTINGS,
+        on_renewed=channel.lease_renewed,
+        on_ended=channel.lease_ended,
+    )
+    assert elector.round()
+    assert 0 < channel.term_left() <= SETTINGS.renew_deadline
+
+    real = time.clock_gettime
+    suspended = 3600.0  # the laptop slept an hour: CLOCK_MONOTONIC did not move
+
+    def after_sleep(clock: int) -> float:
+        return real(clock) + (suspended if clock == time.CLOCK_BOOTTIME else 0.0)
+
+    monkeypatch.setattr(time, "clock_gettime", after_sleep)
+
+    assert not elector.is_leader()
+    assert channel.term_left() < 0  # every fenced write is refused
+    assert stop_reason(channel.control, now=boottime(), requested=None) == Stop(
+        "lease", "the Lease term of the process that started the engine ended"
+    )

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -245,3 +247,69 @@ def test_a_failed_connect_is_not_cached(monkeypatch: pytest.MonkeyPatch) -> None
 
     assert asyncio.run(scenario()) is not None
     assert len(fake.calls) == 2
+
+
+class _Client:
+    """A connected client stand-in that can be watched for being freed."""
+
+
+class _Connects:
+    def __init__(self) -> None:
+        self.made: list[weakref.ref[_Client]] = []
+
+    async def __call__(self, options: ConnectOptions, auth: AuthMode, timeout: float) -> Any:
+        made = _Client()
+        self.made.append(weakref.ref(made))
+        return made
+
+
+def _freed(ref: weakref.ref[_Client]) -> bool:
+    gc.collect()
+    return ref() is None
+
+
+def test_a_rotated_credential_drops_the_old_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    connects = _Connects()
+    monkeypatch.setattr(client_module, "connect", connects)
+    rotated = {**SECRET, "tls.crt": CERT_PEM.replace(b"fakecert", b"newcert")}
+
+    async def scenario() -> None:
+        await MTLS.client("orders", SECRET)
+        await MTLS.client("payments", SECRET)
+        await MTLS.client("orders", rotated)
+        assert _freed(connects.made[0])  # orders' client of the old certificate
+        assert not _freed(connects.made[1])  # another namespace keeps its own
+
+    asyncio.run(scenario())
+
+
+def test_a_client_unused_for_a_while_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    connects = _Connects()
+    now = [0.0]
+    monkeypatch.setattr(client_module, "connect", connects)
+    monkeypatch.setattr(client_module, "_CLOCK", lambda: now[0])
+
+    async def scenario() -> None:
+        await PLAIN.client("idle")
+        await PLAIN.client("busy")
+        now[0] += client_module.IDLE_SECONDS - 1
+        await PLAIN.client("busy")
+        now[0] += 1
+        await PLAIN.client("new")
+        assert _freed(connects.made[0])
+        assert not _freed(connects.made[1])
+
+    asyncio.run(scenario())
+
+
+def test_the_cache_holds_a_bounded_number_of_clients(monkeypatch: pytest.MonkeyPatch) -> None:
+    connects = _Connects()
+    monkeypatch.setattr(client_module, "connect", connects)
+
+    async def scenario() -> None:
+        for index in range(client_module.MAX_CLIENTS + 1):
+            await PLAIN.client(f"ns-{index}")
+        assert _freed(connects.made[0])  # the least recently used
+        assert not _freed(connects.made[-1])
+
+    asyncio.run(scenario())

@@ -73,6 +73,7 @@ def test_a_lock_naming_this_hosts_name_is_judged_by_boot_id_pid_and_start_time(
 ) -> None:
     solo = {"name": "solo", "namespace": namespace, "taskQueueName": task_queue}
     fs = daemons.stack(fleet_doc(namespace, host_port=local_env.temporal_address(), workers=[solo]))
+    fs.stack()  # the stack exists; its lock is what the daemon meets
     gone = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
         check=True,

@@ -115,6 +115,7 @@ def test_an_engine_record_naming_another_hosts_process_is_not_taken_on_its_word(
 ) -> None:
     solo = {"name": "solo", "namespace": namespace, "taskQueueName": task_queue}
     fs = daemons.stack(fleet_doc(namespace, host_port=local_env.temporal_address(), workers=[solo]))
+    fs.stack()  # the stack exists; its lock is what the daemon meets
     # A running `pulumi up` on a laptop holds the stack's lock; someone who may edit
     # Leases writes a record claiming that process was an earlier holder's engine.
     foreign = lock_files_dir(fs) / "laptop-lock.json"

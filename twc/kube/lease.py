@@ -69,7 +69,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
-from twc.timestamps import boottime, rfc3339_micro
+from twc.timestamps import boottime, parse_rfc3339, rfc3339_micro
 
 __all__ = [
     "DAEMON_LEASE_ENV",
@@ -345,7 +345,7 @@ class LeaseElector:
         self._observed_at: float | None = None
         self._read_once = False
         self._witnessed: dict[str, EngineRecord] = {}
-        self._handed: tuple[str, str] | None = None
+        self._handed: tuple[str, float] | None = None
         """Whom this elector last handed the Lease to, and the renew time it wrote."""
         self._quiet_until = -math.inf
         self._last_round: float | None = None
@@ -522,11 +522,13 @@ class LeaseElector:
         """Acquiring: if the Lease is still as this elector handed it over (its taker never
         renewed), the request was nobody's: ignore requests for a while."""
         handed, self._handed = self._handed, None
-        if (
-            handed is not None
-            and record is not None
-            and handed == (record.holder, record.renew_time)
-        ):
+        if handed is not None and record is not None and record.holder == handed[0]:
+            try:
+                renewed = abs(parse_rfc3339(record.renew_time) - handed[1]) > 0.001
+            except ValueError:
+                renewed = True
+            if renewed:
+                return
             self._quiet_until = now + HANDOVER_QUIET
             logger.warning(
                 "lease %s/%s: %s never took the lease handed over to it; hand-over "
@@ -622,7 +624,8 @@ class LeaseElector:
                 return
             renewed, self._renewed_at = self._renewed_at, None
         self._on_ended()
-        now = rfc3339_micro(self._wall())
+        wall = self._wall()
+        now = rfc3339_micro(wall)
         spec = {
             "holderIdentity": to,
             "leaseDurationSeconds": max(1, math.ceil(self._settings.lease_duration)),
@@ -646,7 +649,7 @@ class LeaseElector:
         with self._lock:
             self._leading = False
             self._handover = ""
-            self._handed = (to, now)
+            self._handed = (to, wall)
         logger.info("handed lease %s/%s over to %s", self.namespace, self.name, to)
 
     # ------------------------------------------------------------- calls

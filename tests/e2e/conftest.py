@@ -185,6 +185,7 @@ def credentialed_fleet(namespace: str, address: str, source: str) -> dict[str, A
         connection={
             "mutualTLSSecretRef": {"name": "temporal-mtls"},
             "secretSource": {"namespace": source},
+            "allowedNamespaces": [namespace],
         },
         workers=[
             {"name": "mtls", "namespace": namespace, "taskQueueName": f"tq-{namespace}-m"},

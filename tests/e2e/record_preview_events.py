@@ -203,6 +203,7 @@ def _record_all(local: LocalEnvironment, tmp: Path, groups: set[str]) -> None:
         connection={
             "mutualTLSSecretRef": {"name": "temporal-mtls"},
             "secretSource": {"namespace": source},
+            "allowedNamespaces": [ns],
         },
         workers=[
             {"name": "payments", "namespace": ns, "taskQueueName": "payments"},

@@ -48,6 +48,7 @@ def _fleet(address: str, workers: dict[str, list[str]], source: str) -> dict[str
         connection={
             "mutualTLSSecretRef": {"name": "temporal-mtls"},
             "secretSource": {"namespace": source},
+            "allowedNamespaces": list(workers),
         },
         workers=[
             {"name": name, "namespace": ns, "taskQueueName": f"tq-{ns}-{name}"}

@@ -72,6 +72,7 @@ def test_a_shared_cluster_connection_is_deleted_only_after_its_last_worker_moves
             address,
             mutualTLSSecretRef={"name": "temporal-mtls"},
             secretSource={"namespace": source},
+            allowedNamespaces=namespaces,
         ),
         *(temporal_worker(ns, "w", f"{task_queue}-{i}", ref) for i, ns in enumerate(namespaces)),
     )

@@ -168,6 +168,7 @@ def test_valid_worker_and_connections_are_admitted(
             tls={"serverName": "temporal.example"},
             mutualTLSSecretRef={"name": "temporal-mtls"},
             secretSource={"namespace": "temporal"},
+            allowedNamespaces=["temporal"],
         ),
     )
     assert "namespace" not in cluster["metadata"]

@@ -129,6 +129,7 @@ def _fleet_with_every_grant(local_env: LocalEnvironment, kube: Any, namespace: s
         connection={
             "mutualTLSSecretRef": {"name": "temporal-mtls"},
             "secretSource": {"namespace": source},
+            "allowedNamespaces": [namespace],
         },
         workers=[
             {

@@ -59,6 +59,7 @@ def test_migrating_to_shards_keeps_every_deployment_as_it_is(
         connection={
             "mutualTLSSecretRef": {"name": "temporal-mtls"},
             "secretSource": {"namespace": source},
+            "allowedNamespaces": [a, b],
         },
         queues=[{"name": "orders", "namespace": a, "workerEnabled": True}],
         workers=[

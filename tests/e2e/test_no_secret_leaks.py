@@ -101,7 +101,11 @@ def test_no_output_log_error_or_state_file_shows_the_api_key_or_the_tls_key(
     broken = dict(
         fleet,
         clusterConnections=[
-            dict(fleet["clusterConnections"][0], secretSource={"namespace": f"{source}-gone"})
+            dict(
+                fleet["clusterConnections"][0],
+                secretSource={"namespace": f"{source}-gone"},
+                allowedNamespaces=[*fleet["clusterConnections"][0]["allowedNamespaces"], other],
+            )
         ],
         workers=[*fleet["workers"], {"name": "late", "namespace": other, "taskQueueName": "tq"}],
     )

@@ -30,6 +30,7 @@ _VALID: dict[str, Any] = {
             "tls": {"serverName": "temporal.example"},
             "mutualTLSSecretRef": {"name": "temporal-mtls"},
             "secretSource": {"namespace": "temporal"},
+            "allowedNamespaces": ["sqs", "temporal"],
         }
     ],
     "connections": [{"name": "orders", "namespace": "sqs", "hostPort": "10.0.0.5:7233"}],

@@ -195,6 +195,7 @@ def _fleet_doc() -> dict[str, Any]:
             "hostPort": "temporal.example:7233",
             "mutualTLSSecretRef": {"name": "temporal-mtls"},
             "secretSource": {"namespace": "temporal"},
+            "allowedNamespaces": [NS],
         }
     ]
     doc["connections"] = [

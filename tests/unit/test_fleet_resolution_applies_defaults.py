@@ -225,6 +225,7 @@ clusterConnections:
     tls: {serverName: temporal.example}
     mutualTLSSecretRef: {name: temporal-mtls}
     secretSource: {namespace: temporal}
+    allowedNamespaces: [temporal, sqs]
 connections:
   - {name: orders, namespace: sqs, hostPort: 10.0.0.5:7233}
 queues:

@@ -34,6 +34,7 @@ FLEET: dict[str, Any] = {
             "tls": {"serverName": "temporal.example"},
             "mutualTLSSecretRef": {"name": "temporal-mtls"},
             "secretSource": {"namespace": "temporal"},
+            "allowedNamespaces": ["sqs", "billing"],
         }
     ],
     "connections": [{"name": "orders", "namespace": "sqs", "hostPort": "10.0.0.5:7233"}],

@@ -33,12 +33,14 @@ from twc.spec import (
     CLUSTER_CONNECTION_KIND,
     CONNECTION_KIND,
     Fleet,
+    ResolvedWorker,
     load_cluster_connection_object,
     load_connection_object,
     load_custom_connection_object,
     load_fleet,
     load_queue_object,
     load_worker_object,
+    pod_security_problems,
 )
 from twc.spec.crds import CRD_VERSION, WORKER_GROUP, WORKER_KIND
 
@@ -266,6 +268,20 @@ def _try(
     return trial, None
 
 
+def _pod_security(fleet: Fleet, worker: ResolvedWorker) -> ValueError | None:
+    """A tenant's worker whose pods set more than the fleet's ``podSecurity`` allows."""
+    level = fleet.pod_security_level(worker.namespace, worker.name)
+    problems = pod_security_problems(worker.pod_template, level)
+    inherited = (worker.template_source or "").startswith("defaults")
+    where = "defaults.template" if inherited or worker.derived else "spec.template"
+    if not problems:
+        return None
+    return ValueError(
+        "; ".join(f"{where}.{p}" for p in problems)
+        + f" (the fleet file's podSecurity may allow more for {worker.stack_key})"
+    )
+
+
 def _validates(fleet: Fleet, file: str) -> Callable[..., tuple[Fleet, dict[str, Exception]]]:
     def fits(_base: Fleet, candidates: Sequence[_Candidate]) -> tuple[Fleet, dict[str, Exception]]:
         return with_entries(fleet, _sections(candidates), file), {}
@@ -401,6 +417,8 @@ def merge_queues(
                 registry.resolve_worker(worker, trial)
             except TwcConnectionError as exc:
                 failing[key] = exc
+            if key not in failing and (refused := _pod_security(trial, worker)) is not None:
+                failing[key] = refused
         return trial, failing
 
     return _merge_kind(fleet, observed, accepted, convert=convert, native=queue_native, fits=fits)
@@ -458,6 +476,8 @@ def merge_workers(
                 registry.resolve_worker(worker, trial)
             except TwcConnectionError as exc:
                 failing[worker.stack_key] = exc
+            if worker.stack_key not in failing and (refused := _pod_security(trial, worker)):
+                failing[worker.stack_key] = refused
         return trial, failing
 
     return _merge_kind(fleet, observed, accepted, convert=convert, native=worker_native, fits=fits)

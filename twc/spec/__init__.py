@@ -56,6 +56,7 @@ from twc.spec._models import (
     SecretSource,
     ServiceAccount,
     Sharding,
+    StackSelector,
     Sunset,
     TemporalWorker,
     Toleration,
@@ -71,6 +72,7 @@ from twc.spec._objects import (
     load_worker_object,
     object_description,
 )
+from twc.spec._podsecurity import pod_security_problems
 from twc.spec._resolve import ResolvedDLQ, ResolvedWorker, check_fleet
 from twc.spec._template import (
     RESERVED_ANNOTATIONS,
@@ -131,6 +133,7 @@ __all__ = [
     "SecretSource",
     "ServiceAccount",
     "Sharding",
+    "StackSelector",
     "Sunset",
     "TemporalWorker",
     "Toleration",
@@ -149,6 +152,7 @@ __all__ = [
     "object_description",
     "parse_duration",
     "parse_quantity",
+    "pod_security_problems",
     "split_host_port",
     "worker_container_index",
 ]

@@ -43,6 +43,7 @@ from twc.spec._names import (
     parse_duration,
     parse_quantity,
 )
+from twc.spec._podsecurity import PodSecurityLevel
 from twc.spec._template import check_pod_template, same_level_conflicts
 
 if TYPE_CHECKING:
@@ -84,6 +85,7 @@ __all__ = [
     "SecretSource",
     "ServiceAccount",
     "Sharding",
+    "StackSelector",
     "Sunset",
     "TemporalWorker",
     "Toleration",
@@ -352,6 +354,11 @@ class ClusterConnection(_ConnectionSpec):
         if self.secret_source is not None and self.auth_mode is AuthMode.NONE:
             raise ValueError(
                 "secretSource needs a secret to copy: set mutualTLSSecretRef or apiKeySecretRef"
+            )
+        if self.secret_source is not None and self.allowed_namespaces is None:
+            raise ValueError(
+                "secretSource needs allowedNamespaces: a credential is copied only into "
+                "namespaces the connection names"
             )
         return self
 
@@ -868,6 +875,28 @@ class DeletionGuard(SpecModel):
         return max(1, int(self.max_share * total))
 
 
+class StackSelector(SpecModel):
+    """Which cluster objects (Queue and TemporalWorker objects) a stack takes: those
+    matching every field set. An object two stacks select is refused by both
+    (``StackConflict``), so no worker is ever applied by two stacks."""
+
+    namespaces: tuple[DnsLabel, ...] | None = None
+    """Namespaces whose objects the stack takes; unset: every namespace."""
+    match_labels: dict[LabelKey, LabelValue] | None = None
+    """Labels an object must carry to be taken; unset: any labels."""
+
+    def selects(self, namespace: str | None, labels: Mapping[str, str]) -> bool:
+        """Whether an object of ``namespace`` with ``labels`` is selected."""
+        if self.namespaces is not None and namespace not in self.namespaces:
+            return False
+        return all(labels.get(k) == v for k, v in (self.match_labels or {}).items())
+
+
+PodSecurityKey = Annotated[
+    str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(/[a-z0-9]([-a-z0-9]*[a-z0-9])?)?$")
+]
+
+
 class Fleet(SpecModel):
     """A fleet file: every Temporal worker of one environment."""
 
@@ -885,6 +914,15 @@ class Fleet(SpecModel):
     """Split the stack into shards by namespace (``None``: one stack for the fleet)."""
     deletion_guard: DeletionGuard = Field(default_factory=DeletionGuard)
     """How many workers one apply may delete before a person must approve."""
+    select: StackSelector | None = None
+    """The cluster objects this stack takes (``None``: every one, as a stack alone on
+    its cluster does). Stacks that set it publish it in their control namespace and each
+    refuses an object another stack's ``select`` takes too."""
+    pod_security: dict[PodSecurityKey, PodSecurityLevel] = Field(default_factory=dict)
+    """The Pod Security Standards profile the pods of workers from tenants' objects
+    (TemporalWorker and Queue objects) are held to, by ``<namespace>`` or
+    ``<namespace>/<worker>`` (the more specific wins); ``restricted`` for the rest.
+    A worker whose template sets more is refused (``InvalidSpec``)."""
     defaults: Defaults = Field(default_factory=Defaults)
     """Values for derived workers and workers that omit a field."""
     cluster_connections: tuple[ClusterConnection, ...] = ()
@@ -931,6 +969,11 @@ class Fleet(SpecModel):
 
             self._resolved = resolve_or_raise(self, "<fleet>")
         return list(self._resolved)
+
+    def pod_security_level(self, namespace: str, name: str) -> PodSecurityLevel:
+        """The profile a tenant's worker ``namespace/name`` is held to."""
+        found = self.pod_security.get(f"{namespace}/{name}") or self.pod_security.get(namespace)
+        return found or "restricted"
 
     def find_cluster_connection(self, name: str) -> ClusterConnection | None:
         """Return the ClusterConnection called ``name``, if any."""

@@ -55,6 +55,8 @@ class Reason(StrEnum):
     NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
     """The ClusterConnection does not allow workers of the worker's namespace
     (``allowedNamespaces``)."""
+    STACK_CONFLICT = "StackConflict"
+    """Another stack's ``select`` takes the object too: both refuse it."""
 
 
 # Reasons for which an immediate retry cannot succeed: the input has to change first.
@@ -65,6 +67,7 @@ _PERMANENT_REASONS = frozenset(
         Reason.AUTH_SECRET_INVALID,
         Reason.INVALID_SPEC,
         Reason.NAMESPACE_NOT_ALLOWED,
+        Reason.STACK_CONFLICT,
     }
 )
 

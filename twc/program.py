@@ -272,7 +272,9 @@ def program_inputs(
             return fleet, DesiredInputs(versions=running_versions(kube))
     with kube_client() as kube:
         record = RecordStore(kube.core, namespace=control_namespace(config), stack=stack)
-        return fleet, observe_inputs(kube, default_registry().watched_kinds(), record=record)
+        select = fleet.select.model_dump(exclude_none=True) if fleet.select else None
+        kinds = default_registry().watched_kinds()
+        return fleet, observe_inputs(kube, kinds, record=record, select=select)
 
 
 def guard_deletions(

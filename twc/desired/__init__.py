@@ -51,12 +51,15 @@ from twc.desired._merge import (
     with_entries,
     worker_native,
 )
+from twc.desired._stacks import OWN_STACK, STACKS_KEY
 from twc.desired._state import DesiredFleet, HoldFailed, ObjectsUnknown, desired_fleet
 
 __all__ = [
     "INPUTS_ENV",
+    "OWN_STACK",
     "QUEUE_KIND_KEY",
     "QUEUE_PLURAL",
+    "STACKS_KEY",
     "WORKER_KIND_KEY",
     "BuildScope",
     "DesiredFleet",

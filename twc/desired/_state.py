@@ -24,6 +24,7 @@ from twc.desired._merge import (
     merge_workers,
     with_entries,
 )
+from twc.desired._stacks import taken_objects
 from twc.errors import Reason, SpecError, TemporaryError, TwcConnectionError, TwcError
 from twc.native.objects import IdentityKey, NativeObject, identity_key
 from twc.spec import Fleet, Queue, ResolvedWorker
@@ -163,10 +164,16 @@ def desired_fleet(
     if held is not None and held.file:
         fleet = _with_held_entries(fleet, held, file)
     kinds: dict[str, KindMerge] = {}
+    refused: dict[str, list[Rejection]] = {}
     if inputs.cluster is not None:
-        fleet, kinds = _merge_cluster(fleet, inputs, registry=registry, file=file)
+        cluster, refused = taken_objects(fleet.select, inputs.cluster, inputs.accepted)
+        taken = inputs.model_copy(update={"cluster": cluster})
+        fleet, kinds = _merge_cluster(fleet, taken, registry=registry, file=file)
     else:
         resolve_fleet_connections(fleet, file=file, registry=registry)
+    for key, rejections in refused.items():
+        both = sorted([*kinds[key].rejected, *rejections], key=lambda r: r.key)
+        kinds[key] = replace(kinds[key], rejected=tuple(both))
 
     workers = {w.stack_key: w for w in fleet.resolved_workers()}
     conflicts = {k: why for k, why in inputs.conflicts.items() if k in workers}

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from twc.connections import WatchedKind
-from twc.desired import QUEUE_KIND_KEY, DesiredInputs, ObjectList
+from twc.desired import QUEUE_KIND_KEY, STACKS_KEY, DesiredInputs, ObjectList
 from twc.kube.client import KubeClient
 from twc.kube.record import RecordStore
 from twc.kube.versions import versions
@@ -60,6 +60,7 @@ def observe_inputs(
     fleet: Mapping[str, Any] | None = None,
     accepted: Mapping[str, Any] | None = None,
     record: RecordStore | None = None,
+    select: Mapping[str, Any] | None = None,
 ) -> DesiredInputs:
     """The inputs of the desired state as the cluster shows them now.
 
@@ -69,7 +70,8 @@ def observe_inputs(
         fleet: The fleet document, passed on to the program as the caller validated it.
         accepted: The last accepted spec of each object, when known.
         record: The stack's record to read the accepted specs from (when ``accepted``
-            is not given).
+            is not given), and the other stacks' selections (when the fleet selects).
+        select: The fleet's ``select``, when ``fleet`` is not given.
 
     Raises:
         Exception: The live replicas cannot be read (without them autoscaled workers
@@ -80,6 +82,9 @@ def observe_inputs(
         found = record.load()
         accepted = found.accepted if found is not None else {}
     cluster = observe_cluster(kube, kinds)
+    select = (fleet or {}).get("select") or select
+    if select and record is not None:
+        cluster[STACKS_KEY] = record.selections(select, publish=False)
     replicas = Workloads(kube, stack=record.stack if record is not None else None).worker_replicas()
     return DesiredInputs(
         fleet=dict(fleet) if fleet is not None else None,

@@ -55,6 +55,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from twc.desired import OWN_STACK, ObjectList
 from twc.kube.client import read_json, status_of
 from twc.spec import label_value
 from twc.spec.labels import STACK_LABEL
@@ -64,6 +65,7 @@ __all__ = [
     "CHUNK_BYTES",
     "HELD_ANNOTATION",
     "RECORD_LABEL",
+    "SELECTIONS",
     "AppliedRecord",
     "HeldRecord",
     "RecordStore",
@@ -85,6 +87,8 @@ _DIGEST_ANNOTATION = "twc.temporal.io/record-digest"
 _PARTS_ANNOTATION = "twc.temporal.io/record-parts"
 _KEY = "record.json.gz"
 _HELD_KEY = "held"
+SELECTIONS = "twc-stack-selections"
+"""The ConfigMap (in the control namespace) where stacks publish their ``select``."""
 CHUNK_BYTES = 700 * 1024
 """Most compressed bytes in one ConfigMap (base64 makes them a third larger; the API
 server's limit is 1 MiB per object)."""
@@ -375,6 +379,34 @@ class RecordStore:
         if self._read(self.name) is None:
             raise LookupError(f"{self} does not exist")
         self._patch(self.name, {"metadata": {"annotations": {APPROVE_ANNOTATION: digest}}})
+
+    # ------------------------------------------------------------ selections
+    def selections(self, select: Mapping[str, Any] | None, *, publish: bool) -> ObjectList:
+        """Every stack's ``select`` (:data:`~twc.desired.STACKS_KEY` objects, this
+        stack's marked :data:`~twc.desired.OWN_STACK`), from the ConfigMap
+        :data:`SELECTIONS` of the control namespace (a key per stack).
+
+        Args:
+            select: This stack's ``select`` (``None``: it selects nothing itself).
+            publish: Write this stack's own entry there first (the daemon does).
+
+        Raises:
+            Exception: The API server failed, access was denied, or an entry is damaged.
+        """
+        found = self._read(SELECTIONS)
+        data = dict((found or {}).get("data") or {})
+        mine = json.dumps({"stack": self.stack, "select": select}) if select else None
+        if publish and data.get(self.name) != mine:
+            if found is None:
+                body = {"metadata": {"name": SELECTIONS}, "data": {self.name: mine}}
+                self._core.create_namespaced_config_map(self.namespace, body)
+            else:
+                self._patch(SELECTIONS, {"data": {self.name: mine}})
+        entries = [json.loads(text) for key, text in sorted(data.items()) if key != self.name]
+        objects = [{"metadata": {"name": e["stack"]}, "spec": e["select"]} for e in entries]
+        if select:
+            objects.append({"metadata": {"name": self.stack, "annotations": {OWN_STACK: "true"}}})
+        return ObjectList.known(objects)
 
     # --------------------------------------------------------------- applied
     @property

@@ -35,13 +35,14 @@ from twc.connections import (
 )
 from twc.desired import (
     QUEUE_KIND_KEY,
+    STACKS_KEY,
     WORKER_KIND_KEY,
     DesiredFleet,
     ObjectList,
     kind_key,
 )
 from twc.errors import SpecError, TemporaryError, TwcConnectionError
-from twc.kube.record import RecordStore, StackRecord
+from twc.kube.record import SELECTIONS, RecordStore, StackRecord
 from twc.kube.watch import NativeSource, QueueSource
 from twc.kube.workloads import ObjectRef
 from twc.loop.asking import BacklogAsker, PollerAsker
@@ -53,7 +54,7 @@ from twc.loop.sampling import SAMPLE_CONCURRENCY, Budgets, SampleResult, TaskQue
 from twc.loop.settings import DaemonSettings
 from twc.loop.versions import RolloutFacts
 from twc.native.status import PollerFacts
-from twc.spec import Fleet, ResolvedWorker, load_fleet_file
+from twc.spec import Fleet, ResolvedWorker, StackSelector, load_fleet_file
 
 __all__ = [
     "CachedFleetFile",
@@ -283,6 +284,8 @@ class Observer:
         cluster: dict[str, ObjectList] | None = None
         if fleet.cluster_objects:
             cluster = self._cluster()
+            if fleet.select is not None:
+                cluster[STACKS_KEY] = self._selections(fleet.select)
         live, known = self._read_live()
         scaled: frozenset[str] | None = None
         if known and self.sources.scaled is not None:
@@ -311,6 +314,17 @@ class Observer:
             else:
                 self._faults.fault(Fault.OBJECTS_UNKNOWN, key, found.failure or "unknown")
         return out
+
+    def _selections(self, select: StackSelector) -> ObjectList:
+        """The other stacks' selections, this stack's published first (unknown, so
+        nothing selected is applied, when either fails)."""
+        record = self.sources.record
+        if record is None:
+            return ObjectList.unknown("no stack record to publish the selection on")
+        try:
+            return record.selections(select.model_dump(exclude_none=True), publish=True)
+        except Exception as exc:  # noqa: BLE001 - unknown selections hold the selected kinds
+            return ObjectList.unknown(f"{SELECTIONS} in {record.namespace}: {exc}")
 
     def recall(self) -> StackRecord:
         """The stack's record: the accepted specs (and fleet) a previous daemon kept.

@@ -33,7 +33,11 @@ with the reason (``InvalidSpec``, ``ConnectionNotFound``...) when it is not; the
 says whether the last accepted spec keeps running or nothing runs for it."""
 
 # Reasons on a rejected object that need a person to change something.
-_REJECTED_FAILED = FAILED_REASONS | {Reason.INVALID_SPEC.value, Reason.NAMESPACE_NOT_ALLOWED.value}
+_REJECTED_FAILED = FAILED_REASONS | {
+    Reason.INVALID_SPEC.value,
+    Reason.NAMESPACE_NOT_ALLOWED.value,
+    Reason.STACK_CONFLICT.value,
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from twc.desired import (
     object_key,
     trimmed,
 )
+from twc.errors import SpecError
 from twc.kube.record import RecordStore
 from twc.spec import load_fleet
 
@@ -133,3 +134,9 @@ def test_stacks_publish_their_selection_where_the_others_read_it() -> None:
     again = theirs.selections({"namespaces": ["b"]}, publish=False).objects or ()
     assert [object_key(o) for o in again] == ["me", "other"]
     assert again[0]["spec"] == {"namespaces": ["a", "b"]}
+
+
+def test_a_sharded_stack_cannot_select_yet() -> None:
+    doc = {**_fleet({"namespaces": ["a"]}), "sharding": {}}
+    with pytest.raises(SpecError, match="select and sharding cannot be combined"):
+        load_fleet(doc, "f.yaml")

@@ -936,6 +936,13 @@ class Fleet(SpecModel):
     workers: tuple[TemporalWorker, ...] = ()
     """Explicit workers."""
 
+    @model_validator(mode="after")
+    def _select_unsharded(self) -> Fleet:
+        if self.select is not None and self.sharding is not None:
+            # Each shard publishes its own selection: siblings would refuse each other.
+            raise ValueError("select and sharding cannot be combined")
+        return self
+
     # Resolution cache, filled by load_fleet (which has just checked the fleet). It is
     # derived data: equality ignores it and copies drop it.
     _resolved: tuple[ResolvedWorker, ...] | None = PrivateAttr(default=None)

@@ -4,6 +4,7 @@ either), while each applies the objects only it selects."""
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import Daemons, eventually, wait_for_success
 from tests.e2e.native import Kubectl, conditions, object_ref, temporal_worker
+from tests.helpers import delete_twc_objects
 from twc.local import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
@@ -24,6 +26,7 @@ def test_an_object_two_stacks_select_is_refused_by_both_and_never_applied(
     namespace: str,
     task_queue: str,
     daemons: Daemons,
+    request: pytest.FixtureRequest,
 ) -> None:
     kubectl = Kubectl(local_env)
     team = f"b-{uuid.uuid4().hex[:6]}"
@@ -48,6 +51,7 @@ def test_an_object_two_stacks_select_is_refused_by_both_and_never_applied(
         objects[name]["metadata"]["labels"] = {"team": team}
     objects["only-b"]["metadata"]["namespace"] = f"{namespace}-b"
     kube.ensure_namespace(f"{namespace}-b")
+    request.addfinalizer(functools.partial(delete_twc_objects, kube, f"{namespace}-b"))
     started = time.monotonic()
     kubectl.apply(*objects.values())
 

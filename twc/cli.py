@@ -151,7 +151,12 @@ def _cmd_up(args: argparse.Namespace) -> int:
         from twc.commands.shards import run_up_sharded
 
         return run_up_sharded(
-            args.stack, args.fleet_file, shard=args.shard, cluster_objects=args.cluster_objects
+            args.stack,
+            args.fleet_file,
+            shard=args.shard,
+            cluster_objects=args.cluster_objects,
+            wait_for_daemon=args.wait_for_daemon,
+            yes=args.yes,
         )
     from twc.commands.up import run_up
     from twc.rollout import RolloutSettings

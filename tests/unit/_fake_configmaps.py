@@ -78,3 +78,36 @@ class FakeConfigMaps:
     def size(self, namespace: str, name: str) -> int:
         """Bytes of one object as JSON (what the API server stores)."""
         return len(json.dumps(self.objects[(namespace, name)]))
+
+    def list_config_map_for_all_namespaces(
+        self, *, label_selector: str = "", field_selector: str = ""
+    ) -> Any:
+        """The ConfigMaps whose labels and fields match ``k=v,...`` selectors."""
+        self._check()
+        labels = dict(p.split("=", 1) for p in label_selector.split(",") if p)
+        fields = dict(p.split("=", 1) for p in field_selector.split(",") if p)
+        items = []
+        for (namespace, name), body in sorted(self.objects.items()):
+            have = body["metadata"].get("labels") or {}
+            got = {"metadata.name": name, "metadata.namespace": namespace}
+            if all(have.get(k) == v for k, v in labels.items()) and all(
+                got.get(k) == v for k, v in fields.items()
+            ):
+                items.append(_Listed(_Meta(name=name, namespace=namespace)))
+        return _List(items)
+
+
+@dataclass
+class _Meta:
+    name: str
+    namespace: str
+
+
+@dataclass
+class _Listed:
+    metadata: _Meta
+
+
+@dataclass
+class _List:
+    items: list[_Listed]

@@ -108,10 +108,11 @@ def stack_config(ref: engine.StackRef) -> dict[str, str]:
 
 
 def stack_record(ref: engine.StackRef, kube: KubeClient) -> RecordStore:
-    """The stack's record (last accepted specs, held deletions) in its control namespace."""
-    from twc.kube.record import RecordStore, control_namespace
+    """The stack's record (last accepted specs, held deletions), where the stack keeps it
+    (:func:`twc.kube.record.record_for_stack`)."""
+    from twc.kube.record import record_for_stack
 
-    return RecordStore(kube.core, namespace=control_namespace(stack_config(ref)), stack=ref.name)
+    return record_for_stack(kube.core, ref.name, stack_config(ref))
 
 
 def deletion_verdict(ref: engine.StackRef, file: str) -> GuardVerdict:

@@ -40,7 +40,7 @@ from twc.connections import default_registry
 from twc.kube.caches import DeploymentCache, SecretCache, digests_by_name
 from twc.kube.client import KubeClient, NoClusterError, kube_client
 from twc.kube.lease import DAEMON_LEASE_ENV, LeaseElector, call_timeout, lease_name_for
-from twc.kube.record import RecordStore, control_namespace
+from twc.kube.record import CONTROL_NAMESPACE, RecordStore, control_namespace, record_for_stack
 from twc.kube.scale import ReplicaScaler
 from twc.kube.views import TemporalWorkerViews
 from twc.kube.watch import NativeWatch, QueueSource, QueueWatcher, StaticQueues
@@ -461,6 +461,10 @@ def wire(options: RunOptions, settings: DaemonSettings) -> Wiring:
         checkpoints=state.checkpoints, compression="none", parallel_diff=False
     )
     ref = replace(ref, env={**tuning, **(ref.env or {})})
+    # Where the stack's record lives is part of the stack: every run writes it to the
+    # stack's config, so every entry point reads the record this daemon writes.
+    control = control_namespace(stack_config(ref))
+    ref = replace(ref, config={**(ref.config or {}), CONTROL_NAMESPACE: control})
 
     kube: KubeClient | None
     try:
@@ -571,8 +575,7 @@ def _wire_one(
         views = TemporalWorkerViews(kube.custom)
         workloads = Workloads(kube, stack=options.stack)
         # The stack's record: the last accepted specs and the held deletions.
-        namespace = control_namespace(stack_config(ref))
-        record = RecordStore(kube.core, namespace=namespace, stack=options.stack)
+        record = record_for_stack(kube.core, options.stack, stack_config(ref))
         # Worker Deployments and Secrets from watch caches: an iteration reads memory,
         # not a LIST of the fleet.
         deployments = DeploymentCache(
@@ -785,9 +788,7 @@ def _wire_shards(
         slot_engine = SlotEngine(_pruned(ShardEngine(automation, namespaces), ref, settings), slots)
         # The shard's own objects (it is a stack of its own) and its own record.
         own = Workloads(kube, stack=ref.name, namespaces=namespaces)
-        record = RecordStore(
-            kube.core, namespace=control_namespace(stack_config(ref)), stack=ref.name
-        )
+        record = record_for_stack(kube.core, ref.name, stack_config(ref))
         daemon = Daemon(
             ref.name,
             settings,

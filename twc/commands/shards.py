@@ -7,6 +7,12 @@ yet (``up`` records it; ``preview`` only says where it would go), then run each 
 code: ``up`` fails if any shard failed, ``preview`` is one merged report, ``status``
 one table.
 
+Each shard is its own stack, and ``up`` applies each as ``twc up`` applies a stack:
+under the shard's Lease when a daemon manages it (waiting for the daemon's step,
+:mod:`twc.commands.stack_lease`), on the cluster's objects read then with the shard's
+record (:func:`twc.kube.record.record_for_stack`), after the API server's dry run and
+the deletion check of :mod:`twc.commands.common`.
+
 ``twc shards show`` prints the assignment; ``twc shards migrate`` moves an unsharded
 stack's state into its shards (no object in the cluster changes, see
 :mod:`twc.stackrun.shards`).
@@ -23,6 +29,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from twc.commands import common
+from twc.commands.stack_lease import DEFAULT_WAIT, daemon_holder, stack_lease
 from twc.desired import INPUTS_ENV, QUEUE_KIND_KEY, WORKER_KIND_KEY, DesiredInputs
 from twc.errors import SpecError, SpecIssue
 from twc.shards import ShardMap, assign, namespace_load, shard_stack, slice_inputs
@@ -72,7 +79,9 @@ class ShardedStack:
     """Whether ``shard_map`` is the recorded one (``False``: new namespaces were
     assigned for this command only)."""
     inputs: DesiredInputs
-    """The desired state's inputs for every shard (sliced per shard when run)."""
+    """The desired state's inputs for every shard as read for the assignment."""
+    cluster_objects: bool
+    """Whether the desired state includes the cluster's objects."""
 
     def ref(self, index: int) -> engine.StackRef:
         """Shard ``index``'s stack."""
@@ -96,8 +105,24 @@ class ShardedStack:
         )
 
     def shard_inputs(self, index: int) -> DesiredInputs:
-        """The inputs shard ``index``'s program is handed."""
-        return slice_inputs(self.inputs, self.fleet, self.shard_map.namespaces_of(index))
+        """The inputs shard ``index``'s program is handed, read now: the cluster's
+        objects (when the fleet includes them) with the last accepted specs of the
+        shard's record, sliced to its namespaces.
+
+        Raises:
+            Exception: The cluster or the shard's record cannot be read.
+        """
+        from twc.connections import default_registry
+        from twc.kube.observe import observe_inputs
+        from twc.kube.record import record_for_stack
+
+        inputs = self.inputs
+        if self.cluster_objects:
+            ref = self.ref(index)
+            with common.stack_kube(ref) as kube:
+                record = record_for_stack(kube.core, ref.name, common.stack_config(ref))
+                inputs = observe_inputs(kube, default_registry().watched_kinds(), record=record)
+        return slice_inputs(inputs, self.fleet, self.shard_map.namespaces_of(index))
 
 
 def sharded_stack(
@@ -154,7 +179,7 @@ def sharded_stack(
             recorded = current is not None and shard_map == current
     if include and common.cluster_adds_a_source(inputs):
         print(common.summary(inputs), file=err)
-    return ShardedStack(base, file, fleet, shard_map, recorded, inputs)
+    return ShardedStack(base, file, fleet, shard_map, recorded, inputs, include)
 
 
 def _with_inputs(ref: engine.StackRef, inputs: DesiredInputs, tmp: Path) -> engine.StackRef:
@@ -196,13 +221,18 @@ def run_up_sharded(
     *,
     shard: str | None = None,
     cluster_objects: bool | None = None,
+    wait_for_daemon: float = DEFAULT_WAIT,
+    yes: bool = False,
 ) -> int:
-    """``twc up`` on a sharded stack: every shard (or ``shard``) in turn; one status
-    table; exit 0 only when every shard applied."""
-    from pulumi.automation import CommandError
+    """``twc up`` on a sharded stack: every shard (or ``shard``) in turn, each as
+    :func:`_up_shard` applies it; one status table; exit 0 only when every shard
+    applied.
 
+    Args:
+        wait_for_daemon: Seconds to wait for a daemon's current step, per shard.
+        yes: ``--yes``: let a shard delete more than the share of its workers.
+    """
     from twc.commands.status import format_status_table
-    from twc.stackrun.errors import engine_failure
 
     err = sys.stderr
     sharded = _open(stack, fleet_file, record=True, cluster_objects=cluster_objects, err=err)
@@ -222,15 +252,11 @@ def run_up_sharded(
             ref = sharded.ref(index)
             namespaces = sharded.shard_map.namespaces_of(index)
             print(f"== {ref.name}: {', '.join(namespaces) or '(no namespaces)'}", file=out)
-            run = _with_inputs(ref, sharded.shard_inputs(index), Path(tmp))
-            try:
-                result = engine.up(run, on_output=lambda line: print(line, file=out, flush=True))
-            except CommandError as exc:
-                print(engine_failure(exc).text, file=err)
+            applied = _up_shard(sharded, index, Path(tmp), out, wait=wait_for_daemon, yes=yes)
+            if applied is None:
                 failed.append(ref.name)
                 continue
-            if "workers" in result.outputs:
-                workers.update(result.outputs["workers"].value or {})
+            workers.update(applied)
             prune_backups(
                 backend_url(ref.env), project="twc", stack=ref.name, keep=DEFAULT_KEEP_BACKUPS
             )
@@ -239,6 +265,51 @@ def run_up_sharded(
         print(f"failed: {', '.join(failed)} ({len(failed)} of {len(indexes)} shards)", file=err)
         return 1
     return 0
+
+
+def _up_shard(
+    sharded: ShardedStack, index: int, tmp: Path, out: TextIO, *, wait: float, yes: bool
+) -> dict[str, Any] | None:
+    """Shard ``index``'s ``up``, as ``twc up`` runs one on a stack: under the shard's
+    Lease (waiting for a daemon's step), on the inputs read then, refused by the API
+    server's dry run or by deletions beyond the share (without ``yes``). Its workers'
+    statuses, or ``None`` (after saying why) when it applied nothing."""
+    from pulumi.automation import CommandError
+
+    from twc.stackrun.errors import engine_failure
+
+    err = sys.stderr
+    name = sharded.ref(index).name
+    try:
+        with stack_lease(sharded.ref(index), err, wait=wait) as leased:
+            if leased is None:
+                return None
+            try:
+                run = _with_inputs(leased, sharded.shard_inputs(index), tmp)
+            except Exception as exc:  # noqa: BLE001 - any read failure stops the shard with its reason
+                print(
+                    f"{name}: cannot read the cluster's objects or the shard's record: {exc}; "
+                    "nothing was applied",
+                    file=err,
+                )
+                return None
+            if not common.dry_run_or_report(run, sharded.file, err):
+                return None
+            deleting = common.deletions(run, sharded.file)
+            if deleting.beyond_share and not yes:
+                print(
+                    f"{name}: this up deletes {len(deleting.beyond_share)} of the "
+                    f"{deleting.running} running workers (more than the {deleting.allowed} "
+                    f"one up may delete): {', '.join(sorted(deleting.beyond_share))}; nothing "
+                    "was applied: rerun with --yes to delete them",
+                    file=err,
+                )
+                return None
+            result = engine.up(run, on_output=lambda line: print(line, file=out, flush=True))
+    except CommandError as exc:
+        print(engine_failure(exc).text, file=err)
+        return None
+    return dict(result.outputs["workers"].value or {}) if "workers" in result.outputs else {}
 
 
 def run_preview_sharded(
@@ -349,21 +420,35 @@ def run_migrate(
 ) -> int:
     """``twc shards migrate``: move an unsharded stack into its shards.
 
-    Records the assignment, moves every worker and queue component's state to its
-    shard (``pulumi state move``: the cluster is not touched), runs each shard's ``up``
-    (which builds the shard's connections, adopting the secret copies that already
-    exist, and finds every Deployment unchanged), then forgets the old stack without
-    deleting anything it still names. Run it with the daemon stopped.
+    Refuses while a daemon holds the stack's Lease (it would go on applying the stack
+    this moves away). Otherwise records the assignment, moves every worker and queue
+    component's state to its shard (``pulumi state move``: the cluster is not touched),
+    runs each shard's ``up`` as ``twc up`` does (which builds the shard's connections,
+    adopting the secret copies that already exist, and finds every Deployment
+    unchanged), then forgets the old stack without deleting anything it still names.
     """
     from twc.stackrun.shards import forget_stack, move_state, stack_resources
 
     say = progress or (lambda line: print(line, file=out, flush=True))
+    base = common.stack_ref(stack, fleet_file)
+    if stack_resources(base) is None:
+        say(f"{stack}: no unsharded stack to move; nothing to do")
+        return 0
+    try:
+        holder = daemon_holder(base)
+    except Exception as exc:  # noqa: BLE001 - unknown is not free: refuse with the reason
+        print(f"{stack}: cannot tell whether a daemon holds the stack: {exc}", file=sys.stderr)
+        return 1
+    if holder is not None:
+        print(
+            f"{stack}: the daemon {holder} holds the stack's Lease: stop it before moving "
+            "the stack to shards; nothing was moved",
+            file=sys.stderr,
+        )
+        return 1
     sharded = _open(stack, fleet_file, record=True, cluster_objects=None, err=sys.stderr)
     if sharded is None:
         return 1
-    if stack_resources(sharded.base) is None:
-        say(f"{stack}: no unsharded stack to move; nothing to do")
-        return 0
     moved = move_state(sharded.base, sharded.shard_map, progress=say)
     say(f"moved: {json.dumps(moved, sort_keys=True)}")
     code = run_up_sharded(stack, fleet_file, out)

@@ -15,6 +15,10 @@ identity that says it is a manual run (``manual:<user>@<host>:<pid>``):
   round. If the run dies, its Lease expires and the next holder may break its lock,
   which the Lease proves is gone.
 
+``twc shards migrate`` does not take part either: it refuses while a daemon holds the
+stack's Lease (:func:`daemon_holder`), since the daemon would go on applying the stack
+it moves away.
+
 ``twc preview`` does not take part: a preview takes no lock and writes no state, so it
 can run beside an ``up`` safely, and making pull-request previews wait for a daemon's
 long ``up`` would buy nothing.
@@ -31,22 +35,31 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
-from twc.kube.client import status_of
+from twc.kube.client import read_json, status_of
 from twc.kube.lease import (
     DAEMON_LEASE_ENV,
     DAEMON_LEASE_OUTPUT,
     MANUAL_PREFIX,
     LeaseElector,
+    LeaseRecord,
     call_timeout,
 )
 from twc.loop.settings import KILL_MARGIN, EngineSettings, LeaderElectionSettings
 from twc.stackrun import engine
 from twc.stackrun.guard import GuardChannel
 
-__all__ = ["DEFAULT_WAIT", "daemon_lease", "guarded", "manual_identity", "stack_lease"]
+__all__ = [
+    "DEFAULT_WAIT",
+    "daemon_holder",
+    "daemon_lease",
+    "guarded",
+    "manual_identity",
+    "stack_lease",
+]
 
 DEFAULT_WAIT = 600.0
 """Seconds ``twc up`` waits for the daemon's current step by default."""
@@ -73,6 +86,31 @@ def daemon_lease(ref: engine.StackRef) -> tuple[str, str] | None:
         return None
     namespace, name = value.split("/", 1)
     return namespace, name
+
+
+def daemon_holder(ref: engine.StackRef) -> str | None:
+    """The daemon holding the stack's Lease now, or ``None``: no daemon's Lease, or it
+    is released, held by a manual run, or not renewed within its duration.
+
+    Raises:
+        Exception: The stack's outputs or its Lease cannot be read.
+    """
+    from twc.kube.client import kube_client
+
+    lease = daemon_lease(ref)
+    if lease is None:
+        return None
+    namespace, name = lease
+    with kube_client((ref.env or {}).get("KUBECONFIG")) as kube:
+        found = read_json(kube.coordination.read_namespaced_lease, name, namespace)
+    record = LeaseRecord.from_lease(found or {})
+    if not record.holder or record.holder.startswith(MANUAL_PREFIX):
+        return None
+    try:
+        renewed = datetime.fromisoformat(record.renew_time).timestamp()
+    except ValueError:
+        return record.holder  # no time to judge by: held
+    return record.holder if renewed + record.duration > time.time() else None
 
 
 @contextmanager

@@ -37,9 +37,13 @@ in ``data.held``) and :data:`APPROVE_ANNOTATION` (``twc approve`` writes the dig
 approves). The daemon writes with JSON merge patches, so it never overwrites the
 approval.
 
-The control namespace is the stack config ``twc:controlNamespace``, else the
-environment's ``TWC_CONTROL_NAMESPACE``, else the pod's own namespace (``POD_NAMESPACE``,
-where the daemon's Lease lives), else ``default``.
+Where the record lives is part of the stack: the stack config ``twc:controlNamespace``.
+The daemon writes it there when it first applies the stack (its choice,
+:func:`control_namespace`: ``TWC_CONTROL_NAMESPACE``, else its pod's namespace, else
+``default``), and every entry point finds the record through :func:`record_for_stack`:
+the config, else ``TWC_CONTROL_NAMESPACE``, else the one ConfigMap in the cluster that is
+this stack's record (a working copy whose stack settings file lacks the key). None of
+them guesses: a record that exists and cannot be found or read is an error.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ from twc.spec.labels import STACK_LABEL
 __all__ = [
     "APPROVE_ANNOTATION",
     "CHUNK_BYTES",
+    "CONTROL_NAMESPACE",
     "HELD_ANNOTATION",
     "RECORD_LABEL",
     "SELECTIONS",
@@ -71,6 +76,7 @@ __all__ = [
     "RecordStore",
     "StackRecord",
     "control_namespace",
+    "record_for_stack",
     "record_name",
 ]
 
@@ -79,6 +85,8 @@ logger = logging.getLogger(__name__)
 RECORD_LABEL = STACK_LABEL
 """The stack a record (like everything twc creates) belongs to."""
 _ROLE_LABEL = "twc.temporal.io/record"
+CONTROL_NAMESPACE = "controlNamespace"
+"""The stack config key (``twc:controlNamespace``) naming the namespace of its record."""
 APPROVE_ANNOTATION = "twc.temporal.io/approve-deletions"
 """Written by ``twc approve``: the digest of the held deletions the operator confirms."""
 HELD_ANNOTATION = "twc.temporal.io/held-deletions"
@@ -108,7 +116,8 @@ def record_name(stack: str) -> str:
 def control_namespace(
     config: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None
 ) -> str:
-    """The namespace of the stack's record (see the module docstring).
+    """Where the daemon keeps the stack's record: the stack's config, else its choice
+    when it first applies the stack (which it then writes to that config).
 
     Args:
         config: The stack's ``twc:`` config, keys without the prefix.
@@ -116,11 +125,59 @@ def control_namespace(
     """
     env = os.environ if env is None else env
     return (
-        (config or {}).get("controlNamespace")
+        (config or {}).get(CONTROL_NAMESPACE)
         or env.get("TWC_CONTROL_NAMESPACE")
         or env.get("POD_NAMESPACE")
         or "default"
     )
+
+
+def record_for_stack(
+    core_api: Any, stack: str, config: Mapping[str, str], env: Mapping[str, str] | None = None
+) -> RecordStore:
+    """The record of ``stack`` where the stack keeps it (see the module docstring).
+
+    A stack no daemon has written a record for yet gets the store where one would be
+    written; its :meth:`RecordStore.load` finds nothing.
+
+    Args:
+        core_api: A ``kubernetes.client.CoreV1Api``.
+        stack: The stack's name (a shard's stack name for a shard).
+        config: The stack's ``twc:`` config, keys without the prefix.
+        env: The environment (``os.environ`` by default).
+
+    Raises:
+        LookupError: The config names no namespace and the cluster cannot tell where
+            the record is (the list was refused or failed, or two records claim it).
+    """
+    env = os.environ if env is None else env
+    namespace = (config or {}).get(CONTROL_NAMESPACE) or env.get("TWC_CONTROL_NAMESPACE")
+    if not namespace:
+        namespace = _find_record(core_api, stack) or control_namespace(config, env)
+    return RecordStore(core_api, namespace=namespace, stack=stack)
+
+
+def _find_record(core_api: Any, stack: str) -> str | None:
+    """The namespace of the one ConfigMap that is ``stack``'s record; ``None`` if none."""
+    name = record_name(stack)
+    try:
+        found = core_api.list_config_map_for_all_namespaces(
+            label_selector=f"{RECORD_LABEL}={label_value(stack)},{_ROLE_LABEL}=accepted",
+            field_selector=f"metadata.name={name}",
+        )
+    except Exception as exc:
+        raise LookupError(
+            f"the stack's config names no twc:{CONTROL_NAMESPACE} and the ConfigMap "
+            f"{name} cannot be looked for in every namespace ({exc}); set it with "
+            f"`pulumi config set twc:{CONTROL_NAMESPACE} <namespace> --stack {stack}`"
+        ) from exc
+    namespaces = sorted({item.metadata.namespace for item in found.items or ()})
+    if len(namespaces) > 1:
+        raise LookupError(
+            f"ConfigMaps {name} in {', '.join(namespaces)} each claim to be the record of "
+            f"stack {stack}: set twc:{CONTROL_NAMESPACE} to the daemon's namespace"
+        )
+    return namespaces[0] if namespaces else None
 
 
 @dataclass(frozen=True, slots=True)

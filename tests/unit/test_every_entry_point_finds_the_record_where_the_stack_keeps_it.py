@@ -11,7 +11,6 @@ from tests.unit._fake_configmaps import ApiError, FakeConfigMaps
 from twc.desired import WORKER_KIND_KEY
 from twc.kube.record import RecordStore, record_for_stack
 
-
 ACCEPTED = {WORKER_KIND_KEY: {"team/orders": {"spec": {"image": "worker:1"}}}}
 LAPTOP: dict[str, str] = {}
 """A laptop's shell: no POD_NAMESPACE, no TWC_CONTROL_NAMESPACE."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
@@ -458,8 +458,3 @@ def run_migrate(
     forget_stack(sharded.base)
     say(f"{stack}: now {sharded.shard_map.shards} shard stack(s); the old stack is gone")
     return 0
-
-
-def shard_names(stack: str, shard_map: ShardMap) -> Sequence[str]:
-    """The shard stacks' names (for messages)."""
-    return [shard_stack(stack, i) for i in range(shard_map.shards)]

@@ -110,7 +110,7 @@ def test_a_laptop_finds_the_daemons_record_and_migrate_refuses_while_the_daemon_
 
     # The laptop: the daemon stopped, and a working copy without the daemon's settings.
     assert daemon.terminate() == 0
-    assert _forget_control_namespace(fs.name) == namespace  # the daemon wrote it there
+    pinned = _forget_control_namespace(fs.name)
     out = io.StringIO()
     assert up.run_up(fs.name, str(fs.fleet_file), out=out) == 0, out.getvalue()[-3000:]
     assert_unchanged(before, deployment_bytes(kube, namespace))
@@ -119,3 +119,4 @@ def test_a_laptop_finds_the_daemons_record_and_migrate_refuses_while_the_daemon_
     assert approve.run_approve(fs.name, out=out, err=err) == 1  # nothing is held ...
     # ... in the daemon's record, which it found
     assert f"ConfigMap {namespace}/{record_name(fs.name)}" in err.getvalue(), err.getvalue()
+    assert pinned == namespace  # the daemon wrote where its record is to the stack's config

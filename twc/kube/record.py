@@ -7,12 +7,8 @@ one: a restarted daemon, ``twc up`` and ``twc preview`` on a laptop, and the pro
 under plain ``pulumi up``. So the daemon writes it to a ConfigMap,
 ``twc-stack-<stack>`` in the stack's *control namespace*, and the others read it.
 
-Why a ConfigMap: the daemon already speaks to the API server, the object is readable
-with the same credentials as the cluster objects it summarises, and its RBAC can be one
-namespaced Role (``get``/``create``/``patch``/``delete`` on ConfigMaps of the control
-namespace) instead of access to the state backend from every reader. The state backend
-was the other candidate; it is written only by a successful ``up``, so an object accepted
-and then broken before the next ``up`` would have nothing to fall back on.
+The record is readable with the credentials that read the cluster objects it
+summarises, and the daemon's RBAC for it is one namespaced Role on ConfigMaps.
 
 What it holds (``binaryData``, gzip-compressed JSON):
 
@@ -20,11 +16,9 @@ What it holds (``binaryData``, gzip-compressed JSON):
 * ``fleet``: the fleet document the daemon last planned with, so a restarted daemon can
   hold the deletion of workers removed from the file (see the deletion guard).
 
-Size: an object is about 0.4 KiB of trimmed JSON and compresses about tenfold, so a
-thousand TemporalWorker objects take some 40 KiB; a ConfigMap holds 1 MiB. Beyond
-:data:`CHUNK_BYTES` the compressed record is split into part ConfigMaps named after its
-digest, written before the head that names them, so a reader never sees a half-written
-record (it checks the digest).
+Beyond :data:`CHUNK_BYTES` the compressed record is split into part ConfigMaps named
+after its digest, written before the head that names them, so a reader never sees a
+half-written record (it checks the digest).
 
 A second ConfigMap, ``twc-stack-<stack>-applied``, holds what the daemon's last
 successful ``up`` applied (:class:`AppliedRecord`: the desired state's hashes, that

@@ -41,7 +41,7 @@ SETTINGS = {
     **FAST,
     "leader_election": {"lease_duration": 6.0, "renew_deadline": 4.0, "retry_period": 0.5},
     "engine": {"interrupt_grace": 0.5},
-    "shards": {"engine_concurrency": 2, "assignment_interval": 1.0},
+    "shards": {"engine_concurrency": 2},
 }
 ELECT = ["--leader-elect", "--lease-namespace", "default"]
 

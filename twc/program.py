@@ -261,7 +261,7 @@ def program_inputs(
     fleet = load_fleet_file(file)
     from twc.kube.client import kube_client
     from twc.kube.observe import observe_inputs, running_versions
-    from twc.kube.record import RecordStore, control_namespace
+    from twc.kube.record import record_for_stack
 
     if not fleet.cluster_objects:
         if not any(w.rollout is not None for w in fleet.resolved_workers()):
@@ -271,7 +271,7 @@ def program_inputs(
         with kube_client() as kube:
             return fleet, DesiredInputs(versions=running_versions(kube))
     with kube_client() as kube:
-        record = RecordStore(kube.core, namespace=control_namespace(config), stack=stack)
+        record = record_for_stack(kube.core, stack, config or {})
         select = fleet.select.model_dump(exclude_none=True) if fleet.select else None
         kinds = default_registry().watched_kinds()
         return fleet, observe_inputs(kube, kinds, record=record, select=select)
@@ -290,12 +290,12 @@ def guard_deletions(
             read; raised before any resource is registered, so nothing is applied.
     """
     from twc.kube.client import kube_client
-    from twc.kube.record import HeldRecord, RecordStore, control_namespace
+    from twc.kube.record import HeldRecord, record_for_stack
     from twc.kube.workloads import Workloads
 
     try:
         with kube_client() as kube:
-            record = RecordStore(kube.core, namespace=control_namespace(config), stack=stack)
+            record = record_for_stack(kube.core, stack, config or {})
             approved = record.approved()
             running = Workloads(kube, stack=stack).worker_replicas()
             verdict = deletion_verdict(

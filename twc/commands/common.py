@@ -150,8 +150,11 @@ def stack_workers(ref: engine.StackRef, kube: KubeClient) -> set[str]:
         Exception: The API server failed or access was denied.
     """
     from twc.kube.workloads import Workloads
+    from twc.stackrun.shards import shard_namespaces
 
-    return set(Workloads(kube, stack=ref.name).worker_replicas())
+    namespaces = shard_namespaces(ref.config)  # a shard runs its namespaces' alone
+    listed = (lambda: namespaces) if namespaces is not None else None
+    return set(Workloads(kube, stack=ref.name, namespaces=listed).worker_replicas())
 
 
 def publish_hold(ref: engine.StackRef, hold: Hold | None) -> None:

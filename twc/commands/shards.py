@@ -30,6 +30,7 @@ from typing import Any, TextIO
 
 from twc.commands import common
 from twc.commands.stack_lease import DEFAULT_WAIT, daemon_holder, stack_lease
+from twc.commands.up import judged, spend_approval
 from twc.desired import INPUTS_ENV, QUEUE_KIND_KEY, WORKER_KIND_KEY, DesiredInputs
 from twc.errors import SpecError, SpecIssue
 from twc.shards import ShardMap, assign, namespace_load, shard_stack, slice_inputs
@@ -272,8 +273,9 @@ def _up_shard(
 ) -> dict[str, Any] | None:
     """Shard ``index``'s ``up``, as ``twc up`` runs one on a stack: under the shard's
     Lease (waiting for a daemon's step), on the inputs read then, refused by the API
-    server's dry run or by deletions beyond the share (without ``yes``). Its workers'
-    statuses, or ``None`` (after saying why) when it applied nothing."""
+    server's dry run or by the deletion verdict :func:`twc.commands.up.judged` gives
+    (``yes`` confirms deletions beyond the share). Its workers' statuses, or ``None``
+    (after saying why) when it applied nothing."""
     from pulumi.automation import CommandError
 
     from twc.stackrun.errors import engine_failure
@@ -295,17 +297,12 @@ def _up_shard(
                 return None
             if not common.dry_run_or_report(run, sharded.file, err):
                 return None
-            deleting = common.deletions(run, sharded.file)
-            if deleting.beyond_share and not yes:
-                print(
-                    f"{name}: this up deletes {len(deleting.beyond_share)} of the "
-                    f"{deleting.running} running workers (more than the {deleting.allowed} "
-                    f"one up may delete): {', '.join(sorted(deleting.beyond_share))}; nothing "
-                    "was applied: rerun with --yes to delete them",
-                    file=err,
-                )
+            verdict = judged(run, sharded.file, yes, ask=None)
+            if verdict is None:
                 return None
             result = engine.up(run, on_output=lambda line: print(line, file=out, flush=True))
+            if verdict.released or verdict.hold is not None:
+                spend_approval(run)
     except CommandError as exc:
         print(engine_failure(exc).text, file=err)
         return None

@@ -24,7 +24,7 @@ from twc.stackrun import engine
 from twc.stackrun.errors import engine_failure
 from twc.stackrun.retention import DEFAULT_KEEP_BACKUPS, backend_url, prune_backups
 
-__all__ = ["run_up"]
+__all__ = ["judged", "run_up", "spend_approval"]
 
 
 def run_up(
@@ -77,13 +77,13 @@ def run_up(
             with common.desired_inputs(leased, file, cluster_objects, rollouts=settings) as run:
                 if run is None or not common.dry_run_or_report(run, file):
                     return 1
-                verdict = _judged(run, file, yes, ask)
+                verdict = judged(run, file, yes, ask)
                 if verdict is None:
                     return 1
                 inputs = DesiredInputs.from_file((run.env or {})[INPUTS_ENV])
                 result = engine.up(run, on_output=lambda line: print(line, file=out, flush=True))
                 if verdict.released or verdict.hold is not None:
-                    _spend_approval(ref)
+                    spend_approval(ref)
     except CommandError as exc:
         print(engine_failure(exc).text, file=sys.stderr)
         return 1
@@ -131,7 +131,7 @@ def _drive(
         print(f"rollouts not driven: {exc}", file=sys.stderr)
 
 
-def _judged(
+def judged(
     run: engine.StackRef, file: str, yes: bool, ask: Callable[[str], str] | None
 ) -> GuardVerdict | None:
     """The deletion verdict of this run, confirmed; ``None`` (after saying why, and
@@ -155,7 +155,7 @@ def _judged(
     return None
 
 
-def _spend_approval(ref: engine.StackRef) -> None:
+def spend_approval(ref: engine.StackRef) -> None:
     """Deletions beyond the share went through: the hold and the approval are spent, so
     the same set coming back is held again."""
     try:

@@ -37,6 +37,7 @@ __all__ = [
     "forget_stack",
     "move_state",
     "moves_for",
+    "shard_namespaces",
     "shard_ref",
     "stack_resources",
 ]
@@ -47,6 +48,12 @@ SHARD_CONFIG = "shardNamespaces"
 """The ``twc:`` config key naming a shard's namespaces (a JSON list)."""
 WORKER_TYPE = "twc:temporal:TemporalWorker"
 QUEUE_TYPE = "twc:kmsvc:Queue"
+
+
+def shard_namespaces(config: Mapping[str, str] | None) -> list[str] | None:
+    """A shard stack's namespaces from its config; ``None`` for a stack that is no shard."""
+    raw = (config or {}).get(SHARD_CONFIG)
+    return [str(ns) for ns in json.loads(raw)] if raw else None
 
 
 def shard_ref(base: engine.StackRef, index: int, namespaces: Sequence[str]) -> engine.StackRef:

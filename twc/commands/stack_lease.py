@@ -35,7 +35,6 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
@@ -51,6 +50,7 @@ from twc.kube.lease import (
 from twc.loop.settings import KILL_MARGIN, EngineSettings, LeaderElectionSettings
 from twc.stackrun import engine
 from twc.stackrun.guard import GuardChannel
+from twc.timestamps import parse_rfc3339
 
 __all__ = [
     "DEFAULT_WAIT",
@@ -107,7 +107,7 @@ def daemon_holder(ref: engine.StackRef) -> str | None:
     if not record.holder or record.holder.startswith(MANUAL_PREFIX):
         return None
     try:
-        renewed = datetime.fromisoformat(record.renew_time).timestamp()
+        renewed = parse_rfc3339(record.renew_time)
     except ValueError:
         return record.holder  # no time to judge by: held
     return record.holder if renewed + record.duration > time.time() else None

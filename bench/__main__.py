@@ -1,8 +1,9 @@
 """``python -m bench [--quick]``: measure twc on the embedded environment.
 
 One run measures every size (full: N = 100, 1000, 5000 workers at most 250 per shard,
-so 1, 4 and 20 shards), each figure in trials of random order, the engine-only
-baselines on the same architecture, and the state settings; it writes
+so 1, 4 and 20 shards), each figure in trials of random order, the baselines a user
+would otherwise run (plain ``pulumi up`` of the same fleet as one stack, ``pulumi
+preview``), and the state settings; it writes
 ``bench/results.json`` and, rendered from it alone, ``bench/results.md``. A stage that
 fails is recorded under ``errors`` and the run goes on.
 """
@@ -32,6 +33,7 @@ from bench.figures import (
     daemon_memory,
     noop_iteration,
     one_worker_change,
+    pulumi_up_change,
     queue_to_polling,
 )
 from bench.machine import load_average, machine_info, tool_versions
@@ -48,12 +50,10 @@ SETUP_PARALLEL = 64
 """Engine parallelism of each stack's first ``up`` (set-up, not a figure)."""
 
 DAEMON_SETTINGS: dict[str, Any] = {
-    # Refresh on, at the daemon's defaults: every 10 minutes per shard, the shards'
-    # refreshes together at most a quarter of the process's time (a large fleet's
-    # shards are refreshed less often). A shard's refresh of 250 workers takes one to
-    # two minutes on this machine; a change in a shard that is refreshing stops it.
+    # Refresh on, at the daemon's default: every 10 minutes per shard. A shard's refresh
+    # of 250 workers takes one to two minutes on this machine; a change in a shard that
+    # is refreshing stops it.
     "refresh_interval": 600,
-    "shards": {"refresh_share": 0.25},
 }
 """``twc run``'s settings in the run: its defaults, written out."""
 
@@ -362,34 +362,11 @@ class Run:
             out["preview_s"] = self.stage(f"baseline preview N={n}", lambda: self._preview(stack))
         if n not in self.plan["baselines_at"]:
             if "change" in self.figures:
-                out["change_unsharded"] = self._computed_unsharded(n)
+                out["change_pulumi_up"] = self._computed_pulumi_up(n)
             return out
-        trials = self.plan["baseline_trials"]
-
-        def engine_only() -> Any:
-            daemon = self._daemon(stack, {**DAEMON_SETTINGS, "early_apply": False}, "-engine-only")
-            try:
-                return queue_to_polling(
-                    stack,
-                    daemon,
-                    kube,
-                    address,
-                    trials=trials,
-                    rng=self.rng,
-                    mean_gap_s=self.plan["queue_gap_s"],
-                    busy=None,
-                    progress=self.progress,
-                    tag="-e",
-                    processes=self._processes(env, daemon),
-                )
-            finally:
-                daemon.stop()
-
-        if "queue" in self.figures:
-            out["queue_engine_only"] = self.stage(f"baseline Queue engine only N={n}", engine_only)
         if "change" in self.figures:
-            out["change_unsharded"] = self.stage(
-                f"baseline unsharded N={n}", lambda: self._unsharded(n, kube, address)
+            out["change_pulumi_up"] = self.stage(
+                f"baseline pulumi up N={n}", lambda: self._pulumi_up(n, kube, address)
             )
         return out
 
@@ -404,7 +381,7 @@ class Run:
             times.append(time.perf_counter() - start)
         return summarize(times)
 
-    def _unsharded(self, n: int, kube: Any, address: str) -> Any:
+    def _pulumi_up(self, n: int, kube: Any, address: str) -> Any:
         flat = BenchStack(
             n=n,
             name=f"bench-{n}-flat",
@@ -415,27 +392,17 @@ class Run:
             cluster_objects=False,
         )
         setup_stack(flat, kube=kube, parallel=SETUP_PARALLEL, progress=self.progress)
-        daemon = self._daemon(flat, DAEMON_SETTINGS, "-unsharded")
-        try:
-            return one_worker_change(
-                flat,
-                daemon,
-                kube,
-                trials=self.plan["baseline_trials"],
-                rng=self.rng,
-                backend_dir=None,
-                progress=self.progress,
-            )
-        finally:
-            daemon.stop()
+        return pulumi_up_change(
+            flat, kube, trials=self.plan["baseline_trials"], rng=self.rng, progress=self.progress
+        )
 
-    def _computed_unsharded(self, n: int) -> dict[str, Any] | None:
-        """At a size too large to run unsharded: the largest measured size's figure,
+    def _computed_pulumi_up(self, n: int) -> dict[str, Any] | None:
+        """At a size too large to run as one stack: the largest measured size's figure,
         grown by the growth between the two measured sizes (log-log)."""
         measured = [
-            (s["n"], report.get(s, "baselines", "change_unsharded", "latency_s", "p50"))
+            (s["n"], report.get(s, "baselines", "change_pulumi_up", "latency_s", "p50"))
             for s in self.results["sizes"]
-            if s["n"] < n and not report.get(s, "baselines", "change_unsharded", "computed")
+            if s["n"] < n and not report.get(s, "baselines", "change_pulumi_up", "computed")
         ]
         points = sorted((m, v) for m, v in measured if v)
         if len(points) < 2:
@@ -520,18 +487,12 @@ class Run:
         )
         setup_stack(stack, kube=kube, parallel=SETUP_PARALLEL, progress=self.progress)
 
-        def start(gives_way: bool) -> DaemonProcess:
-            settings = {
-                **DAEMON_SETTINGS,
-                "refresh_interval": REFRESH_INTERVAL,
-                "refresh_gives_way": gives_way,
-            }
-            tag = "-gives-way" if gives_way else "-waits"
-            return self._daemon(stack, settings, tag=tag)
-
+        daemon = self._daemon(
+            stack, {**DAEMON_SETTINGS, "refresh_interval": REFRESH_INTERVAL}, tag="-refresh"
+        )
         return measure_refresh_yields(
             stack,
-            start,
+            daemon,
             kube,
             trials=self.plan["trials"]["state"],
             rng=self.rng,

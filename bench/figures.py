@@ -236,6 +236,47 @@ def one_worker_change(
     }
 
 
+def pulumi_up_change(
+    stack: BenchStack, kube: Any, *, trials: int, rng: random.Random, progress: Progress
+) -> dict[str, Any]:
+    """The baseline of a one-worker change: what a user without twc's daemon runs, a
+    plain ``pulumi up`` of the whole fleet as one stack after the edit, until the new
+    Deployment is Available (no daemon runs)."""
+    from twc.commands import common
+    from twc.stackrun import engine
+
+    ref = common.stack_ref(stack.name, str(stack.fleet_file))
+    candidates = [i for i in range(stack.n) if not fleets.autoscaled(i, stack.namespaces, stack.n)]
+
+    def up() -> None:
+        result = engine.select_stack(ref).up(color="never")
+        if result.summary.result != "succeeded":
+            raise RuntimeError(f"pulumi up of {stack.name}: {result.summary.result}")
+
+    latencies: list[float] = []
+    for trial, index in enumerate(rng.sample(candidates, k=min(trials, len(candidates)))):
+        latencies.append(change_until_available(stack, kube, index, then=up))
+        progress(f"N={stack.n} pulumi up {trial + 1}/{trials}: {latencies[-1]:.1f} s")
+    return {"latency_s": summarize(latencies)}
+
+
+def change_until_available(
+    stack: BenchStack, kube: Any, index: int, then: Callable[[], None] = lambda: None
+) -> float:
+    """Seconds from a new image for the ``index``-th worker in the fleet file (and
+    ``then``, run right after the edit) to its new Deployment being Available."""
+    namespace = fleets.worker_namespace(index, stack.namespaces)
+    name = fleets.worker_name(index)
+    before = _deployment(kube, namespace, name)
+    generation = int(before["metadata"]["generation"]) if before else 0
+    stack.write(changed=index)
+    image = f"{fleets.IMAGE}-r{stack.revisions[index]}"
+    start = time.perf_counter()
+    then()
+    wait(lambda: _rolled_out(_deployment(kube, namespace, name), generation, image), 900)
+    return time.perf_counter() - start
+
+
 def _max_by_name(memory: list[dict[str, Any]]) -> dict[str, float]:
     out: dict[str, float] = {}
     for sample in memory:

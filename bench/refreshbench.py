@@ -1,12 +1,9 @@
 """A change that meets a refresh, measured: one-worker changes of a 250-worker stack (a
-full shard) made while the daemon is idle and while its refresh runs, with the refresh
-giving way (the default) and without (``refresh_gives_way: false``, how every daemon
-worked before). The daemon refreshes every ``refresh_interval`` seconds after the last
-refresh ended, so a refresh is never far off; each trial waits for the state it needs
-(a refresh under way for two seconds, or one that just ended) and then edits the file.
-The two daemons run one after the other on the same stack (the second resumes from the
-first's record, without an ``up``), and within each daemon its trial kinds are in
-random order."""
+full shard) made while the daemon is idle and while its refresh runs (the refresh gives
+way to the change). The daemon refreshes every ``refresh_interval`` seconds after the
+last refresh ended, so a refresh is never far off; each trial waits for the state it
+needs (a refresh under way for two seconds, or one that just ended) and then edits the
+file. The trial kinds are in random order."""
 
 from __future__ import annotations
 
@@ -18,8 +15,7 @@ from typing import Any
 
 from bench import fleets
 from bench.daemon import DaemonProcess
-from bench.figures import _deployment, _rolled_out
-from bench.procs import wait
+from bench.figures import change_until_available
 from bench.stacks import BenchStack
 from bench.stats import summarize
 
@@ -31,8 +27,7 @@ tens of seconds, so the engine refreshes most of the time."""
 
 KINDS = {
     "idle": "no engine run when the change is made (a refresh just ended)",
-    "refreshing, gives way": "the change is made 2 s into a refresh, which stops for it",
-    "refreshing, waits": "the same, with `refresh_gives_way: false`: the change waits",
+    "refreshing": "the change is made 2 s into a refresh, which stops for it",
 }
 """The trial kinds (names as in the results) and what each measures."""
 
@@ -97,21 +92,9 @@ def _await_idle_after_refresh(daemon: DaemonProcess, clock: RefreshClock) -> Non
     raise TimeoutError("no refresh ended in ten minutes")
 
 
-def _change(stack: BenchStack, kube: Any, index: int) -> float:
-    namespace = fleets.worker_namespace(index, stack.namespaces)
-    name = fleets.worker_name(index)
-    before = _deployment(kube, namespace, name)
-    generation = int(before["metadata"]["generation"]) if before else 0
-    stack.write(changed=index)
-    image = f"{fleets.IMAGE}-r{stack.revisions[index]}"
-    start = time.perf_counter()
-    wait(lambda: _rolled_out(_deployment(kube, namespace, name), generation, image), 900)
-    return time.perf_counter() - start
-
-
 def measure_refresh_yields(
     stack: BenchStack,
-    start_daemon: Callable[[bool], DaemonProcess],
+    daemon: DaemonProcess,
     kube: Any,
     *,
     trials: int,
@@ -119,30 +102,25 @@ def measure_refresh_yields(
     progress: Callable[[str], None],
 ) -> dict[str, Any]:
     """``trials`` changes of each kind; returns ``latency_s`` per kind and the
-    refreshes' own durations as seen meanwhile."""
+    refreshes' own durations as seen meanwhile. Stops ``daemon`` at the end."""
     latencies: dict[str, list[float]] = {k: [] for k in KINDS}
-    yielded: dict[str, int] = {}
     clock = RefreshClock()
     candidates = [i for i in range(stack.n) if not fleets.autoscaled(i, stack.namespaces, stack.n)]
-    picks = iter(rng.sample(candidates, k=min(3 * trials, len(candidates))))
-    daemons = [True, False]
-    rng.shuffle(daemons)
-    for gives_way in daemons:
-        kinds = (["idle", "refreshing, gives way"] if gives_way else ["refreshing, waits"]) * trials
-        rng.shuffle(kinds)
-        daemon = start_daemon(gives_way)
-        try:
-            for step, kind in enumerate(kinds):
-                if kind == "idle":
-                    _await_idle_after_refresh(daemon, clock)
-                else:
-                    _await_refresh(daemon, clock, under_way=2.0)
-                seconds = _change(stack, kube, next(picks))
-                latencies[kind].append(seconds)
-                progress(f"refresh yields {step + 1}/{len(kinds)}: {kind}: {seconds:.1f} s")
-            yielded["gives way" if gives_way else "waits"] = _count_yields(daemon)
-        finally:
-            daemon.stop()
+    picks = iter(rng.sample(candidates, k=min(2 * trials, len(candidates))))
+    kinds = list(KINDS) * trials
+    rng.shuffle(kinds)
+    try:
+        for step, kind in enumerate(kinds):
+            if kind == "idle":
+                _await_idle_after_refresh(daemon, clock)
+            else:
+                _await_refresh(daemon, clock, under_way=2.0)
+            seconds = change_until_available(stack, kube, next(picks))
+            latencies[kind].append(seconds)
+            progress(f"refresh yields {step + 1}/{len(kinds)}: {kind}: {seconds:.1f} s")
+        yielded = _count_yields(daemon)
+    finally:
+        daemon.stop()
     return {
         "workers": stack.n,
         "refresh_interval_s": REFRESH_INTERVAL,

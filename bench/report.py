@@ -80,9 +80,9 @@ p95, max, mean, samples}}` (its p95 is rendered only from ≥ {P95_MIN} samples)
     (`samples`, `rate_hz`, `active_thread_s`, `twc_inclusive` and `leaves`: the top
     frames with their share of the samples; or `error`);
   - `memory`: `daemon_peak_rss_mb`;
-  - `baselines`: engine only, on the same architecture: `preview_s` (a shard's
-    `pulumi preview`, measured), `queue_engine_only` (the daemon with early apply off,
-    measured), `change_unsharded` (the daemon on one unsharded stack of N workers:
+  - `baselines`: what a user would otherwise run: `preview_s` (a shard's
+    `pulumi preview`, measured), `change_pulumi_up` (plain `pulumi up` of the same
+    fleet as one stack after a one-worker edit, until the Deployment is Available:
     measured, or `computed` from the largest measured size by the measured growth),
     `backlog_via_engine_s` (`computed`: the targeted `up` one replica change took before
     replicas left the engine, taken as this size's one-worker change).
@@ -324,15 +324,15 @@ def _headline(results: Mapping[str, Any]) -> list[str]:
         n = size["n"]
         base = get(size, "baselines") or {}
         change = get(size, "change", "latency_s", "p50")
-        flat = get(base, "change_unsharded", "latency_s", "p50")
-        label = "computed" if get(base, "change_unsharded", "computed") else "measured"
+        flat = get(base, "change_pulumi_up", "latency_s", "p50")
+        label = "computed" if get(base, "change_pulumi_up", "computed") else "measured"
         shards = size.get("shards")
         parts = [f"**N={n}** ({shards if shards is not None else 'not set up:'} shard(s)):"]
         if change is not None:
             text = f"one-worker change {_fmt(change)}"
             if flat is not None:
                 text += (
-                    f" vs {_fmt(flat)} on one unsharded stack, engine only ({label}): "
+                    f" vs {_fmt(flat)} by plain `pulumi up` of one stack ({label}): "
                     f"{ratio(flat, change):.1f}x"
                 )
             parts.append(text)
@@ -352,12 +352,8 @@ def _headline(results: Mapping[str, Any]) -> list[str]:
                 text += f" vs `pulumi preview` of a shard {_fmt(preview)} (measured)"
             parts.append(text)
         queue = get(size, "queue", "latency_s", "p50")
-        engine_only = get(base, "queue_engine_only", "latency_s", "p50")
         if queue is not None:
-            text = f"Queue → polling worker {_fmt(queue)}"
-            if engine_only is not None:
-                text += f" vs {_fmt(engine_only)} with early apply off (measured)"
-            parts.append(text)
+            parts.append(f"Queue → polling worker {_fmt(queue)}")
         figures = "; ".join(parts[1:]) if len(parts) > 1 else "nothing measured"
         lines.append(f"- {parts[0]} {figures}.")
     return lines
@@ -407,8 +403,8 @@ def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
         "Every figure is wall time on the embedded environment (etcd, kube-apiserver, "
         "kube-controller-manager, kube-scheduler, KWOK's simulated nodes, a Temporal dev "
         "server) with the real Pulumi engine and providers, and `twc run` as its own "
-        "process. Baselines are the same "
-        "architecture run through the engine only; a baseline not run is marked "
+        "process. Baselines are what a user would otherwise run (plain `pulumi up` of "
+        "the same fleet as one stack); a baseline not run is marked "
         "*computed* and says from what. No test asserts on time.",
         "",
         "## Headline",
@@ -490,7 +486,7 @@ def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
         "providers) sampled every 100 ms during the changes.",
         "",
     ]
-    out += ["## Baselines (engine only, same architecture)", ""]
+    out += ["## Baselines (what a user would otherwise run)", ""]
     for size in results.get("sizes", []):
         base = get(size, "baselines") or {}
         if not base:
@@ -498,21 +494,16 @@ def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
         rows = []
         if get(base, "preview_s"):
             rows.append(f"`pulumi preview` of one shard (measured): {_summary(base['preview_s'])}")
-        if get(base, "queue_engine_only", "latency_s"):
-            rows.append(
-                "Queue → polling worker with early apply off (measured): "
-                + _summary(base["queue_engine_only"]["latency_s"])
-            )
-        flat = get(base, "change_unsharded")
+        flat = get(base, "change_pulumi_up")
         if flat:
             if flat.get("computed"):
                 rows.append(
-                    f"one-worker change on one unsharded stack (computed: {flat['computed']}): "
-                    f"{_fmt(get(flat, 'latency_s', 'p50'))}"
+                    f"one-worker change by plain `pulumi up` of one stack (computed: "
+                    f"{flat['computed']}): {_fmt(get(flat, 'latency_s', 'p50'))}"
                 )
             else:
                 rows.append(
-                    "one-worker change on one unsharded stack (measured): "
+                    "one-worker change by plain `pulumi up` of one stack (measured): "
                     + _summary(flat.get("latency_s"))
                 )
         if get(base, "backlog_via_engine_s") is not None:
@@ -556,14 +547,9 @@ def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
         kinds = yields.get("kinds") or {}
         for kind, summary in (yields.get("latency_s") or {}).items():
             out.append(f"| {kind}: {kinds.get(kind, '')} | {_summary(summary)} |")
-        given = yields.get("refreshes_given_way") or {}
-        if given:
-            out += [
-                "",
-                "Refreshes that stopped for a change: "
-                + ", ".join(f"{k} {v}" for k, v in given.items())
-                + ".",
-            ]
+        given = yields.get("refreshes_given_way")
+        if given is not None:
+            out += ["", f"Refreshes that stopped for a change: {given}."]
     errors = results.get("errors") or []
     if errors:
         out += ["", "## Stages that failed", ""]

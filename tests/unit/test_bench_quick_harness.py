@@ -195,9 +195,8 @@ def _results() -> dict[str, Any]:
     results["machine"] = {"cores": 2, "memory_gib": 8.0, "cpu_model": "Test CPU", "os": "Linux"}
     results["versions"] = {"pulumi": "3.260.0", "kube_apiserver": "1.36.3"}
     results["sizes"] = [_size(100, 1, 0.5), _size(1000, 4, 1.0), _size(5000, 20, 2.0)]
-    results["sizes"][1]["baselines"]["change_unsharded"] = {"latency_s": _summary(120.0)}
-    results["sizes"][1]["baselines"]["queue_engine_only"] = {"latency_s": _summary(10.0)}
-    results["sizes"][2]["baselines"]["change_unsharded"] = {
+    results["sizes"][1]["baselines"]["change_pulumi_up"] = {"latency_s": _summary(120.0)}
+    results["sizes"][2]["baselines"]["change_pulumi_up"] = {
         "computed": "N=1000's 120.0 s grown by the slope 0.80",
         "latency_s": {"n": 0, "p50": 435.0},
     }
@@ -239,7 +238,7 @@ def test_results_render_goals_baselines_labels_and_p95_only_from_enough_trials()
     assert "p50 11.0 s (3 trials)" in md
     assert "p50 2.0 s, p95 2.0 s (20 trials)" in md
     assert "(computed: N=1000's 120.0 s grown by the slope 0.80)" in md
-    assert "with early apply off (measured)" in md
+    assert "by plain `pulumi up` of one stack (measured)" in md
     assert "through a targeted up (computed)" in md
     assert "Top-level keys of `bench/results.json`" in md
 
@@ -381,18 +380,17 @@ def test_a_change_during_a_refresh_renders_each_kind_with_its_meaning() -> None:
         "kinds": KINDS,
         "latency_s": {
             "idle": _summary(9.0),
-            "refreshing, gives way": _summary(12.0),
-            "refreshing, waits": _summary(55.0),
+            "refreshing": _summary(12.0),
         },
-        "refreshes_given_way": {"gives way": 5, "waits": 0},
+        "refreshes_given_way": 5,
     }
 
     md = report.render_markdown(results, None)
 
     assert "## A change during a refresh" in md
-    assert "| refreshing, waits: the same, with `refresh_gives_way: false`" in md
-    assert "p50 55.0 s" in md
-    assert "Refreshes that stopped for a change: gives way 5, waits 0." in md
+    assert "| refreshing: the change is made 2 s into a refresh, which stops for it" in md
+    assert "p50 12.0 s" in md
+    assert "Refreshes that stopped for a change: 5." in md
 
 
 def test_a_daemons_own_cpu_is_read_apart_from_its_ended_children() -> None:

@@ -40,10 +40,10 @@ from twc.connections import default_registry
 from twc.kube.caches import DeploymentCache, SecretCache, digests_by_name
 from twc.kube.client import KubeClient, NoClusterError, kube_client
 from twc.kube.lease import DAEMON_LEASE_ENV, LeaseElector, call_timeout, lease_name_for
-from twc.kube.record import CONTROL_NAMESPACE, RecordStore, control_namespace, record_for_stack
+from twc.kube.record import CONTROL_NAMESPACE, control_namespace, record_for_stack
 from twc.kube.scale import ReplicaScaler
 from twc.kube.views import TemporalWorkerViews
-from twc.kube.watch import NativeWatch, QueueSource, QueueWatcher, StaticQueues
+from twc.kube.watch import NativeWatch, QueueWatcher, StaticQueues
 from twc.kube.workloads import Workloads
 from twc.kube.writer import NativeWriter
 from twc.loop.act import Effects
@@ -84,6 +84,7 @@ from twc.shards import NamespaceGroups
 from twc.stackrun import engine, retention
 from twc.stackrun.automation import INPUTS_PREFIX, AutomationEngine
 from twc.stackrun.guard import GuardChannel
+from twc.stackrun.shards import SHARD_CONFIG, ShardEngine, shard_ref, stack_resources
 
 __all__ = [
     "RunOptions",
@@ -393,7 +394,9 @@ def _secret_digests(
     return secrets.reader(workloads.read_secret)
 
 
-def _caches(wiring: Wiring, caches: list[Any]) -> None:
+def _caches(wiring: Wiring, cluster: _Cluster) -> None:
+    caches: list[Any] = [c for c in (cluster.deployments, cluster.secrets) if c is not None]
+
     def start() -> None:
         for cache in caches:
             cache.start()
@@ -512,6 +515,140 @@ def _in_lease(ref: engine.StackRef, namespace: str, name: str) -> engine.StackRe
     return replace(ref, env={**(ref.env or {}), DAEMON_LEASE_ENV: f"{namespace}/{name}"})
 
 
+@dataclass
+class _Cluster:
+    """What every loop of the process reads and writes through the cluster."""
+
+    kube: KubeClient
+    workloads: Workloads
+    """Reads Secrets and objects by name (any stack's)."""
+    deployments: DeploymentCache
+    """The stack's worker Deployments (a shard's carry its base stack's label), from a
+    watch cache: an iteration reads memory, and another stack's workers in a shared
+    namespace are never counted as this stack's."""
+    secrets: SecretCache | None
+    writer: NativeWriter
+    views: TemporalWorkerViews
+    """Every Queue and fleet-file worker shown as a TemporalWorker object."""
+    scaler: ReplicaScaler
+
+
+def _cluster(
+    kube: KubeClient, options: RunOptions, settings: DaemonSettings, workloads: Workloads
+) -> _Cluster:
+    return _Cluster(
+        kube,
+        workloads,
+        DeploymentCache(kube, resync_interval=settings.resync_interval, stack=options.stack),
+        _secret_cache(kube, options, settings),
+        NativeWriter(kube.custom, kube.core),
+        TemporalWorkerViews(kube.custom),
+        ReplicaScaler(kube),
+    )
+
+
+def _elector(
+    leases: KubeClient,
+    election: Any,
+    channel: GuardChannel,
+    *,
+    name: str,
+    identity: str,
+    on_lost: Callable[[], None],
+    **extra: Any,
+) -> LeaseElector:
+    """A Lease elector whose terms the engine guard's ``channel`` follows."""
+    return LeaseElector(
+        leases.coordination,
+        name=name,
+        namespace=election.lease_namespace,
+        identity=identity,
+        settings=election,
+        on_lost=on_lost,
+        on_renewed=channel.lease_renewed,
+        on_ended=channel.lease_ended,
+        announced=channel.announced,
+        **extra,
+    )
+
+
+def _automation(
+    ref: engine.StackRef,
+    settings: DaemonSettings,
+    state_dir: Path,
+    channel: GuardChannel,
+    leader: LeaseElector | ShardLeader | None,
+) -> AutomationEngine:
+    """The stack's engine: with a Lease, it runs only inside its term."""
+    return AutomationEngine(
+        ref,
+        state_dir=state_dir,
+        channel=channel,
+        deadline=settings.engine.deadline,
+        previous_engines=leader.inherited_engines if leader is not None else tuple,
+        hold=leader.hold if leader is not None else contextlib.nullcontext,
+    )
+
+
+def _channel(state_dir: Path, settings: DaemonSettings) -> GuardChannel:
+    # The engine guard's channel: with election, no engine runs outside a Lease term.
+    return GuardChannel(
+        state_dir / "guard",
+        grace=settings.engine.interrupt_grace,
+        leased=settings.leader_election.enabled,
+    )
+
+
+def _daemon(
+    ref: engine.StackRef,
+    settings: DaemonSettings,
+    file: str,
+    cluster: _Cluster | None,
+    own: Workloads | None,
+    reads: dict[str, Any],
+    effects: dict[str, Any],
+    **loop: Any,
+) -> Daemon:
+    """A stack's loop. ``reads``: its fleet, Queues, native objects and Deployment
+    views; ``own``: its own objects; ``effects``: its engine (and refresh turn)."""
+    config = {k: v for k, v in (ref.config or {}).items() if k != SHARD_CONFIG}
+    temporal_address = config.get("temporalAddress")
+    workloads = cluster.workloads if cluster is not None else None
+    record = None
+    if cluster is not None:
+        # The stack's record: the last accepted specs and the held deletions.
+        record = record_for_stack(cluster.kube.core, ref.name, stack_config(ref))
+    return Daemon(
+        ref.name,
+        settings,
+        Sources(
+            **reads,
+            backlogs=TemporalBacklogs(
+                read_secret=workloads.read_secret if workloads is not None else None,
+                temporal_address=temporal_address,
+            ),
+            secrets=_secret_digests(cluster.secrets if cluster else None, workloads),
+            secret_data=workloads.read_secret if workloads is not None else None,
+            objects=own.read if own is not None else None,
+            registry=default_registry(),
+            file=file,
+            rollouts=_rollout_source(cluster.kube if cluster else None, own, temporal_address),
+            record=record,
+            program={"config": config},
+        ),
+        Effects(
+            **effects,
+            early=own,
+            writer=cluster.writer if cluster else None,
+            temporal_address=temporal_address,
+            scaler=cluster.scaler if cluster else None,
+            views=cluster.views if cluster else None,
+        ),
+        metrics=DaemonMetrics(ref.name),
+        **loop,
+    )
+
+
 def _wire_one(
     options: RunOptions,
     settings: DaemonSettings,
@@ -520,15 +657,9 @@ def _wire_one(
     file: str,
     kube: KubeClient | None,
 ) -> Wiring:
-    metrics = DaemonMetrics(options.stack)
     election = settings.leader_election
     state_dir = Path(tempfile.mkdtemp(prefix="twc-daemon-"))
-    # The engine guard's channel: with election, no engine runs outside a Lease term.
-    channel = GuardChannel(
-        state_dir / "guard",
-        grace=settings.engine.interrupt_grace,
-        leased=election.enabled,
-    )
+    channel = _channel(state_dir, settings)
     elector: LeaseElector | None = None
     lease_kube: KubeClient | None = None
     daemon: Daemon | None = None
@@ -542,101 +673,44 @@ def _wire_one(
 
         lease_name = election.lease_name or lease_name_for(PROJECT, options.stack)
         ref = _in_lease(ref, election.lease_namespace, lease_name)
-        elector = LeaseElector(
-            lease_kube.coordination,
-            name=lease_name,
-            namespace=election.lease_namespace,
-            identity=_identity(),
-            settings=election,
-            on_lost=lost,
-            on_renewed=channel.lease_renewed,
-            on_ended=channel.lease_ended,
-            announced=channel.announced,
+        elector = _elector(
+            lease_kube, election, channel, name=lease_name, identity=_identity(), on_lost=lost
         )
         kube = kube.fenced(channel.term_left)  # every write checks the term right before it
-
-    queues: QueueSource
-    native: NativeWatch | None = None
-    writer: NativeWriter | None = None
-    views: TemporalWorkerViews | None = None
-    workloads: Workloads | None = None
-    record: RecordStore | None = None
-    deployments: DeploymentCache | None = None
-    secrets: SecretCache | None = None
-    registry = default_registry()
+    cluster = None
+    reads: dict[str, Any] = {"fleet": CachedFleetFile(path), "queues": StaticQueues(())}
     if kube is not None:
-        queues = QueueWatcher(kube.custom, resync_interval=settings.resync_interval)
-        # TemporalWorkers and every connection kind the registry knows (plugins too).
-        native = NativeWatch(
-            kube.custom, registry.watched_kinds(), resync_interval=settings.resync_interval
-        )
-        writer = NativeWriter(kube.custom, kube.core)
-        # Every Queue and fleet-file worker shown as a TemporalWorker object.
-        views = TemporalWorkerViews(kube.custom)
-        workloads = Workloads(kube, stack=options.stack)
-        # The stack's record: the last accepted specs and the held deletions.
-        record = record_for_stack(kube.core, options.stack, stack_config(ref))
-        # Worker Deployments and Secrets from watch caches: an iteration reads memory,
-        # not a LIST of the fleet.
-        deployments = DeploymentCache(
-            kube,
-            resync_interval=settings.resync_interval,
-            stack=options.stack,
-        )
-        secrets = _secret_cache(kube, options, settings)
-    else:
-        queues = StaticQueues(())
-
-    temporal_address = (ref.config or {}).get("temporalAddress")
-    fleet_file = CachedFleetFile(path)
-    daemon = Daemon(
-        options.stack,
+        cluster = _cluster(kube, options, settings, Workloads(kube, stack=options.stack))
+        deployments = cluster.deployments
+        reads |= {
+            "queues": QueueWatcher(kube.custom, resync_interval=settings.resync_interval),
+            # TemporalWorkers and every connection kind the registry knows (plugins too).
+            "native": NativeWatch(
+                kube.custom,
+                default_registry().watched_kinds(),
+                resync_interval=settings.resync_interval,
+            ),
+            "replicas": deployments.worker_replicas,
+            "scaled": deployments.scaled,
+            "deployments": deployments.worker_deployments,
+        }
+    automation = _automation(ref, settings, state_dir, channel, elector)
+    daemon = _daemon(
+        ref,
         settings,
-        Sources(
-            fleet=fleet_file,
-            queues=queues,
-            native=native,
-            backlogs=TemporalBacklogs(
-                read_secret=workloads.read_secret if workloads is not None else None,
-                temporal_address=temporal_address,
-            ),
-            replicas=deployments.worker_replicas if deployments is not None else None,
-            scaled=deployments.scaled if deployments is not None else None,
-            deployments=deployments.worker_deployments if deployments is not None else None,
-            secrets=_secret_digests(secrets, workloads),
-            secret_data=workloads.read_secret if workloads is not None else None,
-            objects=workloads.read if workloads is not None else None,
-            registry=registry,
-            file=file,
-            rollouts=_rollout_source(kube, workloads, temporal_address),
-            record=record,
-            program={"config": dict(ref.config or {})},
-        ),
-        Effects(
-            engine=_pruned(
-                AutomationEngine(
-                    ref,
-                    state_dir=state_dir,
-                    channel=channel,
-                    deadline=settings.engine.deadline,
-                    previous_engines=elector.inherited_engines if elector is not None else tuple,
-                    hold=elector.hold if elector is not None else contextlib.nullcontext,
-                ),
-                ref,
-                settings,
-            ),
-            early=workloads,
-            writer=writer,
-            temporal_address=temporal_address,
-            scaler=ReplicaScaler(kube) if kube is not None else None,
-            views=views,
-        ),
+        file,
+        cluster,
+        cluster.workloads if cluster is not None else None,
+        reads,
+        {"engine": _pruned(automation, ref, settings)},
         leader=elector,
-        metrics=metrics,
     )
-    wiring = Wiring(options.stack, settings, daemon, metrics, file, kube, [channel], lease_kube)
+    wiring = Wiring(
+        options.stack, settings, daemon, daemon.metrics, file, kube, [channel], lease_kube
+    )
     wiring.state_dir = state_dir
-    _caches(wiring, [c for c in (deployments, secrets) if c is not None])
+    if cluster is not None:
+        _caches(wiring, cluster)
     _watch_file(wiring, path, daemon.wakeup)
     if elector is not None:
         lease = elector
@@ -656,6 +730,130 @@ def _wire_one(
     return wiring
 
 
+@dataclass
+class _ShardParts:
+    """What a sharded daemon's shards share, and how a shard is made from them."""
+
+    options: RunOptions
+    settings: DaemonSettings
+    base: engine.StackRef
+    file: str
+    cluster: _Cluster
+    fleet: CachedFleetFile
+    queue_watch: QueueWatcher
+    native_watch: NativeWatch
+    fanout: FanoutWakeup = field(default_factory=FanoutWakeup)
+    queue_groups: NamespaceGroups = field(default_factory=NamespaceGroups)
+    native_groups: NamespaceGroups = field(default_factory=NamespaceGroups)
+    slots: EngineSlots | None = None
+    budgets: Budgets | None = None
+    identity: str = field(default_factory=_identity)
+    state_root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="twc-daemon-")))
+    channels: list[GuardChannel] = field(default_factory=list)
+    lease_kube: KubeClient | None = None
+    sharded: ShardedDaemon | None = None
+
+    def __post_init__(self) -> None:
+        settings = self.settings
+        self.slots = EngineSlots(
+            settings.shards.engine_concurrency,
+            refresh_share=REFRESH_SHARE,
+            # A due shard asks every iteration; one that has not for a few is out of line.
+            claim_ttl=max(120.0, 4 * settings.reconcile_interval),
+        )
+        # One backlog budget and one pollers budget for the process, whatever the
+        # number of shards: Temporal's capacity does not grow with them.
+        self.budgets = Budgets(
+            samples=TokenBucket(SAMPLE_RATE_PER_S, burst=SAMPLE_BURST),
+            pollers=Allowance(POLLERS_RATE_PER_S, burst=POLLERS_BURST),
+        )
+        if settings.leader_election.enabled:
+            self.lease_kube = _lease_client(self.base, settings)
+
+    def load(self) -> dict[str, int]:
+        """Workers per namespace, for the assignment."""
+        from twc.shards import namespace_load
+
+        native = self.native_watch.snapshot()
+        workers = native.workers if native is not None else ()
+        return namespace_load(self.fleet(), self.queue_watch.snapshot() or (), workers)
+
+    def make_shard(self, index: int, namespaces: ShardNamespaces) -> Shard:
+        """Shard ``index``'s loop over ``namespaces``, gated on the process's slots."""
+        assert self.slots is not None
+        ref = shard_ref(self.base, index, namespaces())
+        state_dir = self.state_root / f"shard-{index}"
+        channel = _channel(state_dir, self.settings)
+        self.channels.append(channel)
+        leader = None
+        if self.settings.leader_election.enabled:
+            lease_name = lease_name_for(PROJECT, ref.name)
+            ref = _in_lease(ref, self.settings.leader_election.lease_namespace, lease_name)
+            leader = self._leader(index, ref.name, lease_name, channel)
+        automation = _automation(ref, self.settings, state_dir, channel, leader)
+        engine_ = SlotEngine(
+            _pruned(ShardEngine(automation, namespaces), ref, self.settings), self.slots
+        )
+        # The shard's own objects (it is a stack of its own) and its own record.
+        own = Workloads(self.cluster.kube, stack=ref.name, namespaces=namespaces)
+        deployments = self.cluster.deployments
+        reads = {
+            "fleet": ShardFleet(self.fleet, namespaces),
+            "queues": ShardQueues(self.queue_watch, namespaces, self.fanout, self.queue_groups),
+            "native": ShardNative(self.native_watch, namespaces, self.fanout, self.native_groups),
+            "replicas": shard_keyed(lambda: deployments.by_namespace("replicas"), namespaces),
+            "scaled": shard_keys(lambda: deployments.by_namespace("scaled"), namespaces),
+            "deployments": shard_keyed(lambda: deployments.by_namespace("deployments"), namespaces),
+        }
+        effects = {"engine": engine_, "refresh_turn": self.slots.refresh_turn}
+        daemon = _daemon(
+            ref,
+            self.settings,
+            self.file,
+            self.cluster,
+            own,
+            reads,
+            effects,
+            leader=leader,
+            budgets=self.budgets,
+        )
+
+        def others() -> frozenset[Any]:
+            # A connection another shard uses keeps its delete protection.
+            assert self.sharded is not None
+            shards = self.sharded.shards.items()
+            return frozenset().union(*(s.daemon.reporter.in_use for i, s in shards if i != index))
+
+        daemon.reporter.also_in_use = others
+        return Shard(index, ref.name, namespaces, daemon, engine_, leader)
+
+    def _leader(
+        self, index: int, stack: str, lease_name: str, channel: GuardChannel
+    ) -> ShardLeader:
+        assert self.sharded is not None
+        assert self.lease_kube is not None
+        leases, may_acquire = self.lease_kube, self.sharded.may_acquire
+
+        def lost() -> None:
+            # Losing one shard's Lease stops that shard's engine and turns only its loop
+            # standby.
+            channel.lease_ended()
+            logger.error("[%s] lost the shard's lease", stack)
+
+        return ShardLeader(
+            lambda: _elector(
+                leases,
+                self.settings.leader_election,
+                channel,
+                name=lease_name,
+                identity=self.identity,
+                on_lost=lost,
+                may_acquire=may_acquire,
+                thread_name=f"shard-leader-{index}",
+            )
+        )
+
+
 def _wire_shards(
     options: RunOptions,
     settings: DaemonSettings,
@@ -667,8 +865,6 @@ def _wire_shards(
 ) -> Wiring:
     from twc.kube.members import MemberRoster, fair_share
     from twc.kube.shardmap import ShardMapStore
-    from twc.shards import namespace_load
-    from twc.stackrun.shards import ShardEngine, shard_ref, stack_resources
 
     # The shards' loops sample from several threads: import temporalio here, once.
     import_temporal()
@@ -679,206 +875,112 @@ def _wire_shards(
             f"first (`twc shards migrate --stack {options.stack}`), or two stacks would own "
             "the same objects"
         )
-    registry = default_registry()
-    fleet_file = CachedFleetFile(path)
-    fanout = FanoutWakeup()
-    queue_watch = QueueWatcher(kube.custom, resync_interval=settings.resync_interval)
-    native_watch = NativeWatch(
-        kube.custom, registry.watched_kinds(), resync_interval=settings.resync_interval
+    parts = _ShardParts(
+        options,
+        settings,
+        base,
+        file,
+        _cluster(kube, options, settings, Workloads(kube)),
+        CachedFleetFile(path),
+        QueueWatcher(kube.custom, resync_interval=settings.resync_interval),
+        NativeWatch(
+            kube.custom,
+            default_registry().watched_kinds(),
+            resync_interval=settings.resync_interval,
+        ),
     )
-    # Each shared list grouped by namespace once per version, for all the shards.
-    queue_groups, native_groups = NamespaceGroups(), NamespaceGroups()
-    writer = NativeWriter(kube.custom, kube.core)
-    # Every Queue and fleet-file worker shown as a TemporalWorker object.
-    views = TemporalWorkerViews(kube.custom)
-    workloads = Workloads(kube)
-    # The stack's Deployments only (a shard's carry its base stack's label): each shard
-    # then cuts them to its namespaces, and another stack's workers in a namespace this
-    # stack shares are never counted as this stack's (its deletion guard held them).
-    deployments = DeploymentCache(
-        kube, resync_interval=settings.resync_interval, stack=options.stack
-    )
-    secrets = _secret_cache(kube, options, settings)
-    scaler = ReplicaScaler(kube)
-    slots = EngineSlots(
-        settings.shards.engine_concurrency,
-        refresh_share=REFRESH_SHARE,
-        # A due shard asks every iteration; one that has not for a few is out of line.
-        claim_ttl=max(120.0, 4 * settings.reconcile_interval),
-    )
-    # One backlog budget and one pollers budget for the process, whatever the number
-    # of shards: Temporal's capacity does not grow with them.
-    budgets = Budgets(
-        samples=TokenBucket(SAMPLE_RATE_PER_S, burst=SAMPLE_BURST),
-        pollers=Allowance(POLLERS_RATE_PER_S, burst=POLLERS_BURST),
-    )
-    temporal_address = (base.config or {}).get("temporalAddress")
-    election = settings.leader_election
-    identity = _identity()
     roster: MemberRoster | None = None
-    lease_kube: KubeClient | None = None
-    state_root = Path(tempfile.mkdtemp(prefix="twc-daemon-"))
-    channels: list[GuardChannel] = []
-    if election.enabled:
-        lease_kube = _lease_client(base, settings)
+    election = settings.leader_election
+    if parts.lease_kube is not None:
         roster = MemberRoster(
-            lease_kube.coordination,
+            parts.lease_kube.coordination,
             namespace=election.lease_namespace,
             stack=options.stack,
-            identity=identity,
+            identity=parts.identity,
             settings=election,
         )
-
-    def load() -> dict[str, int]:
-        native = native_watch.snapshot()
-        workers = native.workers if native is not None else ()
-        return namespace_load(fleet_file(), queue_watch.snapshot() or (), workers)
-
-    sharded: ShardedDaemon | None = None
-
-    def make_shard(index: int, namespaces: ShardNamespaces) -> Shard:
-        ref = shard_ref(base, index, namespaces())
-        state_dir = state_root / f"shard-{index}"
-        # Each shard's engine guard: with election, no engine runs outside its Lease's term.
-        channel = GuardChannel(
-            state_dir / "guard",
-            grace=settings.engine.interrupt_grace,
-            leased=election.enabled,
-        )
-        channels.append(channel)
-        leader: ShardLeader | None = None
-        if election.enabled:
-            assert sharded is not None
-            assert lease_kube is not None
-            may_acquire = sharded.may_acquire
-            lease_name = lease_name_for(PROJECT, ref.name)
-            ref = _in_lease(ref, election.lease_namespace, lease_name)
-            leases = lease_kube
-
-            def lost() -> None:
-                # Losing one shard's Lease stops that shard's engine and turns only its
-                # loop standby.
-                channel.lease_ended()
-                logger.error("[%s] lost the shard's lease", ref.name)
-
-            def elector() -> LeaseElector:
-                return LeaseElector(
-                    leases.coordination,
-                    name=lease_name,
-                    namespace=election.lease_namespace,
-                    identity=identity,
-                    settings=election,
-                    on_lost=lost,
-                    on_renewed=channel.lease_renewed,
-                    on_ended=channel.lease_ended,
-                    announced=channel.announced,
-                    may_acquire=may_acquire,
-                    thread_name=f"shard-leader-{index}",
-                )
-
-            leader = ShardLeader(elector)
-        automation = AutomationEngine(
-            ref,
-            state_dir=state_dir,
-            channel=channel,
-            deadline=settings.engine.deadline,
-            previous_engines=leader.inherited_engines if leader is not None else tuple,
-            hold=leader.hold if leader is not None else contextlib.nullcontext,
-        )
-        slot_engine = SlotEngine(_pruned(ShardEngine(automation, namespaces), ref, settings), slots)
-        # The shard's own objects (it is a stack of its own) and its own record.
-        own = Workloads(kube, stack=ref.name, namespaces=namespaces)
-        record = record_for_stack(kube.core, ref.name, stack_config(ref))
-        daemon = Daemon(
-            ref.name,
-            settings,
-            Sources(
-                fleet=ShardFleet(fleet_file, namespaces),
-                queues=ShardQueues(queue_watch, namespaces, fanout, queue_groups),
-                native=ShardNative(native_watch, namespaces, fanout, native_groups),
-                backlogs=TemporalBacklogs(
-                    read_secret=workloads.read_secret, temporal_address=temporal_address
-                ),
-                replicas=shard_keyed(lambda: deployments.by_namespace("replicas"), namespaces),
-                scaled=shard_keys(lambda: deployments.by_namespace("scaled"), namespaces),
-                deployments=shard_keyed(
-                    lambda: deployments.by_namespace("deployments"), namespaces
-                ),
-                secrets=_secret_digests(secrets, workloads),
-                secret_data=workloads.read_secret,
-                objects=own.read,
-                registry=registry,
-                file=file,
-                rollouts=_rollout_source(kube, own, temporal_address),
-                record=record,
-                program={"config": dict(base.config or {})},
-            ),
-            Effects(
-                engine=slot_engine,
-                early=own,
-                writer=writer,
-                temporal_address=temporal_address,
-                scaler=scaler,
-                views=views,
-                refresh_turn=slots.refresh_turn,
-            ),
-            leader=leader,
-            metrics=DaemonMetrics(ref.name),
-            budgets=budgets,
-        )
-
-        def others() -> frozenset[Any]:
-            # A connection another shard uses keeps its delete protection.
-            assert sharded is not None
-            return frozenset().union(
-                *(s.daemon.reporter.in_use for i, s in sharded.shards.items() if i != index)
-            )
-
-        daemon.reporter.also_in_use = others
-        return Shard(index, ref.name, namespaces, daemon, slot_engine, leader)
-
     store = ShardMapStore(kube.core, namespace=sharding.assignment_namespace, stack=options.stack)
-    sharded = ShardedDaemon(
+    sharded = parts.sharded = ShardedDaemon(
         options.stack,
         store=store,
-        load=load,
-        make_shard=make_shard,
+        load=parts.load,
+        make_shard=parts.make_shard,
         max_workers_per_shard=sharding.max_workers_per_shard,
         share=(lambda shards: fair_share(shards, roster.count())) if roster is not None else None,
-        slots=slots,
+        slots=parts.slots,
     )
     metrics = MergedMetrics(lambda: [s.daemon.metrics.registry for s in sharded.shards.values()])
-    wiring = Wiring(options.stack, settings, sharded, metrics, file, kube, channels, lease_kube)
-    wiring.state_dir = state_root
+    wiring = Wiring(
+        options.stack, settings, sharded, metrics, file, kube, parts.channels, parts.lease_kube
+    )
+    wiring.state_dir = parts.state_root
+    _shared_watches(wiring, parts, roster)
+    _caches(wiring, parts.cluster)
+    # An edit wakes every shard's loop, and the assignment (a new namespace needs a shard).
+    parts.fanout.subscribe(sharded.wakeup, lambda: ())
+    _watch_file(wiring, path, parts.fanout)
+    return wiring
 
-    def start_watches() -> None:
-        queue_watch.start(fanout)
-        native_watch.start(fanout)
+
+def _shared_watches(wiring: Wiring, parts: _ShardParts, roster: Any) -> None:
+    """Start the shards' shared watches (and count the replicas before any shard's
+    Lease is taken) with the wiring; stop them with it."""
+
+    def start() -> None:
+        parts.queue_watch.start(parts.fanout)
+        parts.native_watch.start(parts.fanout)
         deadline = time.monotonic() + 10.0
         while time.monotonic() < deadline and (
-            queue_watch.snapshot() is None or native_watch.snapshot() is None
+            parts.queue_watch.snapshot() is None or parts.native_watch.snapshot() is None
         ):
             time.sleep(0.05)
         if roster is not None:
             try:
-                roster.round()  # count the replicas before taking any shard's Lease
+                roster.round()
             except Exception as exc:  # noqa: BLE001 - the roster's thread retries; start counting 1
-                logger.warning("[%s] member lease: %s", options.stack, exc)
+                logger.warning("[%s] member lease: %s", wiring.stack, exc)
             roster.start()
 
-    def stop_watches() -> None:
+    def stop() -> None:
         if roster is not None:
             roster.stop()
-        queue_watch.stop()
-        native_watch.stop()
+        parts.queue_watch.stop()
+        parts.native_watch.stop()
 
-    wiring.starts.append(start_watches)
-    wiring.stops.append(stop_watches)
-    _caches(wiring, [c for c in (deployments, secrets) if c is not None])
-    # An edit wakes every shard's loop, and the assignment (a new namespace needs a shard).
-    fanout.subscribe(sharded.wakeup, lambda: ())
-    _watch_file(wiring, path, fanout)
-    return wiring
+    wiring.starts.append(start)
+    wiring.stops.append(stop)
+
+
+def _serve(wiring: Wiring, settings: DaemonSettings) -> tuple[Any, Any] | None:
+    """Serve the probes and ``/metrics``, and ``/status`` on a listener of its own
+    (it names every worker and object of the stack, every tenant's: on loopback unless
+    configured); ``None`` (said on stderr) when a port cannot be served."""
+    runner = wiring.runner
+    try:
+        server = HealthServer(
+            wiring.metrics, port=settings.metrics_port, live=wiring.live, ready=runner.ready
+        ).start()
+    except OSError as exc:
+        print(f"twc run: cannot serve on port {settings.metrics_port}: {exc}", file=sys.stderr)
+        return None
+    try:
+        status_server = HealthServer(
+            wiring.metrics,
+            port=settings.status_port,
+            host=settings.status_host,
+            live=wiring.live,
+            ready=runner.ready,
+            status=runner.status,
+        ).start()
+    except OSError as exc:
+        server.stop()
+        print(
+            f"twc run: cannot serve /status on {settings.status_host}:"
+            f"{settings.status_port}: {exc}",
+            file=sys.stderr,
+        )
+        return None
+    return server, status_server
 
 
 def run_daemon(options: RunOptions) -> int:
@@ -901,34 +1003,11 @@ def run_daemon(options: RunOptions) -> int:
         print(f"twc run: {exc}", file=sys.stderr)
         return 1
     runner = wiring.runner
-    try:
-        server = HealthServer(
-            wiring.metrics, port=settings.metrics_port, live=wiring.live, ready=runner.ready
-        ).start()
-    except OSError as exc:
+    servers = _serve(wiring, settings)
+    if servers is None:
         wiring.close()
-        print(f"twc run: cannot serve on port {settings.metrics_port}: {exc}", file=sys.stderr)
         return 1
-    # /status names every worker and object of the stack (every tenant's): its own
-    # listener, on loopback unless configured; the probes and /metrics stay reachable.
-    try:
-        status_server = HealthServer(
-            wiring.metrics,
-            port=settings.status_port,
-            host=settings.status_host,
-            live=wiring.live,
-            ready=runner.ready,
-            status=runner.status,
-        ).start()
-    except OSError as exc:
-        server.stop()
-        wiring.close()
-        print(
-            f"twc run: cannot serve /status on {settings.status_host}:"
-            f"{settings.status_port}: {exc}",
-            file=sys.stderr,
-        )
-        return 1
+    server, status_server = servers
 
     def on_signal(signum: int, _frame: object) -> None:
         logger.info(

@@ -241,14 +241,7 @@ def desired_replicas(
     Raises:
         ValueError: On negative counts, ``min > max`` or a non-positive target.
     """
-    lo, hi = bounds.min_replicas, bounds.max_replicas
-    if current < 0 or (backlog is not None and backlog < 0):
-        raise ValueError(f"counts must not be negative (current={current}, backlog={backlog})")
-    if not 0 <= lo <= hi:
-        raise ValueError(f"need 0 <= minReplicas ({lo}) <= maxReplicas ({hi})")
-    if bounds.target_backlog_per_replica <= 0:
-        raise ValueError("targetBacklogPerReplica must be positive")
-
+    lo, hi = _checked(backlog, current, bounds)
     if state.started_at is None:
         seed = (Recommendation(now, _clamp(current, lo, hi)),)
         state = ScalingState(
@@ -271,30 +264,14 @@ def desired_replicas(
 
     if backlog is None:
         return ScaleDecision(
-            replicas=current,
-            current=current,
-            recommendation=current,
-            reason=ScaleReason.NO_METRIC,
-            state=_pruned(state, behavior, now),
+            current, current, current, ScaleReason.NO_METRIC, _pruned(state, behavior, now)
         )
 
     activation = bounds.activation_backlog if lo == 0 else 0
     if lo == 0 and current == 0 and backlog <= activation:
         # Asleep and nothing worth waking for (KEDA's inactive scaler).
-        return ScaleDecision(
-            replicas=0,
-            current=0,
-            recommendation=0,
-            reason=ScaleReason.INACTIVE,
-            state=_pruned(
-                replace(
-                    state,
-                    recommendations=(*state.recommendations, Recommendation(now, 0)),
-                ),
-                behavior,
-                now,
-            ),
-        )
+        asleep = _recommended(state, 0, now)
+        return ScaleDecision(0, 0, 0, ScaleReason.INACTIVE, _pruned(asleep, behavior, now))
     recommended, within = metric_recommendation(backlog, current, bounds, behavior.tolerance)
     if lo == 0:
         # Active: at least one replica; inactive: zero, once the scale-down
@@ -302,9 +279,7 @@ def desired_replicas(
         recommended = min(max(recommended, 1), hi) if backlog > activation else 0
         within = within and recommended == current
     stabilized = _stabilize(recommended, current, state, behavior, now)
-    state = replace(
-        state, recommendations=(*state.recommendations, Recommendation(now, recommended))
-    )
+    state = _recommended(state, recommended, now)
 
     final = stabilized
     if stabilized > current:
@@ -313,25 +288,44 @@ def desired_replicas(
     elif stabilized < current:
         limit = min(_scale_down_limit(current, state, behavior.scale_down, now), current)
         final = max(stabilized, limit, lo)
-
-    if within and final == current:
-        reason = ScaleReason.WITHIN_TOLERANCE
-    elif final != stabilized:
-        reason = (
-            ScaleReason.SCALE_UP_LIMITED if stabilized > current else ScaleReason.SCALE_DOWN_LIMITED
-        )
-    elif stabilized != recommended:
-        reason = ScaleReason.STABILIZED
-    else:
-        reason = ScaleReason.DESIRED
-
     return ScaleDecision(
         replicas=final,
         current=current,
         recommendation=recommended,
-        reason=reason,
+        reason=_reason(current, recommended, stabilized, final, within=within),
         state=_pruned(_with_event(state, current, final, now), behavior, now),
     )
+
+
+def _recommended(state: ScalingState, replicas: int, now: float) -> ScalingState:
+    return replace(state, recommendations=(*state.recommendations, Recommendation(now, replicas)))
+
+
+def _checked(backlog: int | None, current: int, bounds: ScalingTarget) -> tuple[int, int]:
+    """``(min, max)`` replicas of valid inputs; see :func:`desired_replicas`."""
+    lo, hi = bounds.min_replicas, bounds.max_replicas
+    if current < 0 or (backlog is not None and backlog < 0):
+        raise ValueError(f"counts must not be negative (current={current}, backlog={backlog})")
+    if not 0 <= lo <= hi:
+        raise ValueError(f"need 0 <= minReplicas ({lo}) <= maxReplicas ({hi})")
+    if bounds.target_backlog_per_replica <= 0:
+        raise ValueError("targetBacklogPerReplica must be positive")
+    return lo, hi
+
+
+def _reason(
+    current: int, recommended: int, stabilized: int, final: int, *, within: bool
+) -> ScaleReason:
+    """Why a worker that had a backlog got ``final`` replicas."""
+    if within and final == current:
+        return ScaleReason.WITHIN_TOLERANCE
+    if final != stabilized:
+        if stabilized > current:
+            return ScaleReason.SCALE_UP_LIMITED
+        return ScaleReason.SCALE_DOWN_LIMITED
+    if stabilized != recommended:
+        return ScaleReason.STABILIZED
+    return ScaleReason.DESIRED
 
 
 def scale_fleet(

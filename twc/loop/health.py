@@ -47,6 +47,9 @@ class DaemonMetrics:
         self.stack = stack
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
+        self._worker_metrics(stack, r)
+        self._object_metrics(stack, r)
+        self._safety_metrics(stack, r)
         self.reconciles = Counter(
             "twc_reconcile", "Reconcile iterations by result.", ["stack", "result"], registry=r
         )
@@ -80,6 +83,8 @@ class DaemonMetrics:
             ["stack"],
             registry=r,
         )
+
+    def _worker_metrics(self, stack: str, r: CollectorRegistry) -> None:
         self.desired_replicas = Gauge(
             "twc_worker_desired_replicas",
             "Replicas the daemon wants per worker.",
@@ -110,6 +115,8 @@ class DaemonMetrics:
             ["stack"],
             registry=r,
         )
+
+    def _object_metrics(self, stack: str, r: CollectorRegistry) -> None:
         self.invalid_queues = Gauge(
             "twc_invalid_queue_objects",
             "Labelled Queue objects skipped because they are invalid.",
@@ -163,6 +170,8 @@ class DaemonMetrics:
             ["stack", "result"],
             registry=r,
         )
+
+    def _safety_metrics(self, stack: str, r: CollectorRegistry) -> None:
         self.leader = Gauge(
             "twc_leader",
             "1 while this daemon may apply the stack (leader, or no election).",

@@ -193,6 +193,59 @@ def make_plan(
     """
     workers = desired.workers
     live = seen.live
+    inputs = _scale_inputs(seen, workers, facts, settings, last_replicas)
+    # --- versioned rollouts: plans, then each version's autoscaling --------------------
+    rollout_plans = _rollout_plans(facts, workers, settings=settings, wall=wall)
+    inputs.update(
+        version_scale_inputs(rollout_plans, facts.rollouts or RolloutFacts(), workers, settings)
+    )
+    decisions, scaling = scale_fleet(inputs, state.scaling, now=now)
+    version_decisions = {k: d for k, d in decisions.items() if k not in workers}
+    decisions = MappingProxyType({k: d for k, d in decisions.items() if k in workers})
+    versions = plan_versions(rollout_plans, facts.rollouts or RolloutFacts(), version_decisions)
+    version_replicas, version_sets = versions.hash_parts()
+    # ----------------------------------------------------------------------------------
+    scaled = {k: d.replicas for k, d in decisions.items()}
+    hashes = _hashes(desired, facts, program, version_replicas, version_sets)
+    decision = decide_reconcile(
+        state.applied,
+        hashes,
+        blocked=state.blocked_hash(now=now, settings=settings),
+    )
+    replicas = {k: scaled.get(k, w.replicas) for k, w in workers.items()}
+    observed = dict(live or {})
+    return Plan(
+        desired=desired,
+        hashes=hashes,
+        inputs=desired.inputs.model_copy(
+            update={"replicas": scaled, "versions": dict(versions.versions)}
+        ),
+        decision=decision,
+        replicas=replicas,
+        current={k: v for k, v in observed.items() if k in workers},
+        decisions=decisions,
+        scaling=scaling,
+        native=_native_plan(seen, desired, watched, views_of) if native else None,
+        versions=versions,
+        deletions=deletions,
+        scale=scale_writes(scaled, live, seen.scaled),
+    )
+
+
+def _scale_inputs(
+    seen: Observation,
+    workers: Mapping[str, ResolvedWorker],
+    facts: WorkerFacts,
+    settings: DaemonSettings,
+    last_replicas: Mapping[str, int],
+) -> dict[str, WorkerScaleInput]:
+    """The autoscaler's input for each autoscaled (unversioned) worker.
+
+    Raises:
+        TemporaryError: An autoscaled worker's replicas are unknown and it was never
+            scaled.
+    """
+    live = seen.live
     autoscaled = {
         k: w for k, w in workers.items() if w.autoscaling is not None and w.rollout is None
     }
@@ -218,18 +271,18 @@ def make_plan(
                 bounds.scale_down_stabilization_seconds
             ),
         )
-    # --- versioned rollouts: plans, then each version's autoscaling --------------------
-    rollout_plans = _rollout_plans(facts, workers, settings=settings, wall=wall)
-    inputs.update(
-        version_scale_inputs(rollout_plans, facts.rollouts or RolloutFacts(), workers, settings)
-    )
-    decisions, scaling = scale_fleet(inputs, state.scaling, now=now)
-    version_decisions = {k: d for k, d in decisions.items() if k not in workers}
-    decisions = MappingProxyType({k: d for k, d in decisions.items() if k in workers})
-    versions = plan_versions(rollout_plans, facts.rollouts or RolloutFacts(), version_decisions)
-    version_replicas, version_sets = versions.hash_parts()
-    # ----------------------------------------------------------------------------------
-    scaled = {k: d.replicas for k, d in decisions.items()}
+    return inputs
+
+
+def _hashes(
+    desired: DesiredFleet,
+    facts: WorkerFacts,
+    program: Mapping[str, Any],
+    version_replicas: Mapping[str, Any],
+    version_sets: Mapping[str, list[str]],
+) -> DesiredState:
+    """The desired state's hashes: each worker's, and the parts every worker shares."""
+    workers = desired.workers
     shared_fleet = desired.fleet.model_dump(
         mode="json", include={"cluster_connections", "connections", "custom_connections"}
     )
@@ -246,7 +299,7 @@ def make_plan(
         for q in desired.fleet.queues
         if (q.namespace, q.name) not in owned
     ]
-    hashes = desired_state(
+    return desired_state(
         # Where a worker sits in the file (`source`, `connection_source`) is for
         # messages only: removing one worker must not change the hash of the rest.
         # The autoscaler's counts are not hashed: the program never sets them (a
@@ -259,29 +312,6 @@ def make_plan(
             "placement": {k: list(v) for k, v in facts.placement.items()},
             **({"versions": version_sets} if version_sets else {}),
         },
-    )
-    decision = decide_reconcile(
-        state.applied,
-        hashes,
-        blocked=state.blocked_hash(now=now, settings=settings),
-    )
-    replicas = {k: scaled.get(k, w.replicas) for k, w in workers.items()}
-    observed = dict(live or {})
-    return Plan(
-        desired=desired,
-        hashes=hashes,
-        inputs=desired.inputs.model_copy(
-            update={"replicas": scaled, "versions": dict(versions.versions)}
-        ),
-        decision=decision,
-        replicas=replicas,
-        current={k: v for k, v in observed.items() if k in workers},
-        decisions=decisions,
-        scaling=scaling,
-        native=_native_plan(seen, desired, watched, views_of) if native else None,
-        versions=versions,
-        deletions=deletions,
-        scale=scale_writes(scaled, live, seen.scaled),
     )
 
 

@@ -80,7 +80,6 @@ from twc.loop.shardviews import (
     shard_keyed,
     shard_keys,
 )
-from twc.shards import NamespaceGroups
 from twc.stackrun import engine, retention
 from twc.stackrun.automation import INPUTS_PREFIX, AutomationEngine
 from twc.stackrun.guard import GuardChannel
@@ -743,8 +742,6 @@ class _ShardParts:
     queue_watch: QueueWatcher
     native_watch: NativeWatch
     fanout: FanoutWakeup = field(default_factory=FanoutWakeup)
-    queue_groups: NamespaceGroups = field(default_factory=NamespaceGroups)
-    native_groups: NamespaceGroups = field(default_factory=NamespaceGroups)
     slots: EngineSlots | None = None
     budgets: Budgets | None = None
     identity: str = field(default_factory=_identity)
@@ -799,8 +796,8 @@ class _ShardParts:
         deployments = self.cluster.deployments
         reads = {
             "fleet": ShardFleet(self.fleet, namespaces),
-            "queues": ShardQueues(self.queue_watch, namespaces, self.fanout, self.queue_groups),
-            "native": ShardNative(self.native_watch, namespaces, self.fanout, self.native_groups),
+            "queues": ShardQueues(self.queue_watch, namespaces, self.fanout),
+            "native": ShardNative(self.native_watch, namespaces, self.fanout),
             "replicas": shard_keyed(lambda: deployments.by_namespace("replicas"), namespaces),
             "scaled": shard_keys(lambda: deployments.by_namespace("scaled"), namespaces),
             "deployments": shard_keyed(lambda: deployments.by_namespace("deployments"), namespaces),

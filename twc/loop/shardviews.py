@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Collection, Hashable, Mapping
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, Generic, TypeVar
 
 from twc.desired import ObjectList
 from twc.kube.watch import NativeSnapshot, NativeSource, QueueSource
@@ -80,6 +80,7 @@ class FanoutWakeup(threading.Event):
 
 
 _V = TypeVar("_V")
+_S = TypeVar("_S", QueueSource, NativeSource)
 
 
 def shard_keyed(
@@ -112,17 +113,10 @@ def shard_keys(
     return cut
 
 
-_QUEUES = "Queue"
-_WORKERS = "TemporalWorker"
-"""Keys of the shared lists in a :class:`~twc.shards.NamespaceGroups` (the native
-kinds' own keys are their CRD names, never these)."""
-
-
-def _parts_of(
-    groups: Mapping[str, tuple[Any, ...]], namespaces: tuple[str, ...]
-) -> tuple[tuple[Any, ...], ...]:
-    """A shard's part of a watch's groups, shaped as :meth:`NamespaceGroups.parts`."""
-    return tuple(groups.get(ns, ()) for ns in (NamespaceGroups.CLUSTER, *namespaces))
+def _cut(objects: Sequence[Mapping[str, Any]], namespaces: tuple[str, ...]) -> tuple[Any, ...]:
+    """A shard's part of a shared list: the cluster-scoped objects (every shard's), then
+    its namespaces' in order."""
+    return tuple(itertools.chain.from_iterable(NamespaceGroups().parts("", objects, namespaces)))
 
 
 class ShardNamespaces:
@@ -164,22 +158,17 @@ class ShardFleet:
         return slice_fleet(self._read(), self._namespaces())
 
 
-class ShardQueues:
-    """The shared Queue watch, cut to the shard's namespaces."""
+class _ShardView(Generic[_S]):
+    """A shared watch seen through one shard's namespaces; a change in them wakes the
+    shard's loop (through ``fanout``)."""
 
     def __init__(
-        self,
-        shared: QueueSource,
-        namespaces: Callable[[], tuple[str, ...]],
-        fanout: FanoutWakeup,
-        groups: NamespaceGroups | None = None,
+        self, shared: _S, namespaces: Callable[[], tuple[str, ...]], fanout: FanoutWakeup
     ) -> None:
-        """View ``shared`` through ``namespaces``; wake-ups come through ``fanout``;
-        ``groups`` is shared by every shard's view of ``shared``."""
-        self._shared = shared
+        """View ``shared`` through ``namespaces``; wake-ups come through ``fanout``."""
+        self._shared: _S = shared
         self._namespaces = namespaces
         self._fanout = fanout
-        self._groups = groups or NamespaceGroups()
         self._wakeup: threading.Event | None = None
 
     def start(self, wakeup: threading.Event) -> None:
@@ -192,66 +181,34 @@ class ShardQueues:
         if self._wakeup is not None:
             self._fanout.unsubscribe(self._wakeup)
 
-    def snapshot(self) -> tuple[Mapping[str, Any], ...] | None:
-        """The shard's Queue objects, or ``None`` until the shared watch listed."""
-        parts = self._parts()
-        return None if parts is None else tuple(itertools.chain.from_iterable(parts))
-
-    def _parts(self) -> tuple[tuple[Any, ...], ...] | None:
-        grouped = getattr(self._shared, "grouped", None)
-        groups = grouped() if callable(grouped) else None
-        if groups is not None:
-            # The watch keeps its objects by namespace: a change cost its namespace.
-            return _parts_of(groups, self._namespaces())
-        found = self._shared.snapshot()
-        if found is None:
-            return None
-        return self._groups.parts(_QUEUES, found, self._namespaces())
-
-    def observed(self) -> ObjectList:
-        """The shard's objects as the desired state's input (unknown until listed)."""
-        parts = self._parts()
-        if parts is None:
-            return self._shared.observed()
-        return ObjectList.known(itertools.chain.from_iterable(parts), trim=False)
-
     def failure(self) -> str | None:
         """The shared watch's last failure."""
         failure = getattr(self._shared, "failure", None)
         return failure() if callable(failure) else None
 
 
-class ShardNative:
+class ShardQueues(_ShardView[QueueSource]):
+    """The shared Queue watch, cut to the shard's namespaces."""
+
+    def snapshot(self) -> tuple[Mapping[str, Any], ...] | None:
+        """The shard's Queue objects, or ``None`` until the shared watch listed."""
+        found = self._shared.snapshot()
+        return None if found is None else _cut(found, self._namespaces())
+
+    def observed(self) -> ObjectList:
+        """The shard's objects as the desired state's input (unknown until listed)."""
+        found = self._shared.snapshot()
+        if found is None:
+            return self._shared.observed()
+        return ObjectList.known(_cut(found, self._namespaces()), trim=False)
+
+
+class ShardNative(_ShardView[NativeSource]):
     """The shared TemporalWorker and connection watches, cut to the shard's namespaces.
 
     Cluster-scoped objects (ClusterConnections) are every shard's; namespaced ones
     (TemporalWorkers, Connections) belong to the shard of their namespace.
     """
-
-    def __init__(
-        self,
-        shared: NativeSource,
-        namespaces: Callable[[], tuple[str, ...]],
-        fanout: FanoutWakeup,
-        groups: NamespaceGroups | None = None,
-    ) -> None:
-        """View ``shared`` through ``namespaces``; wake-ups come through ``fanout``;
-        ``groups`` is shared by every shard's view of ``shared``."""
-        self._shared = shared
-        self._namespaces = namespaces
-        self._fanout = fanout
-        self._groups = groups or NamespaceGroups()
-        self._wakeup: threading.Event | None = None
-
-    def start(self, wakeup: threading.Event) -> None:
-        """Subscribe the loop's wake-up."""
-        self._wakeup = wakeup
-        self._fanout.subscribe(wakeup, self._namespaces)
-
-    def stop(self) -> None:
-        """Unsubscribe."""
-        if self._wakeup is not None:
-            self._fanout.unsubscribe(self._wakeup)
 
     def snapshot(self) -> NativeSnapshot | None:
         """The shard's objects, or ``None`` until every kind was listed once."""
@@ -259,43 +216,17 @@ class ShardNative:
         if found is None:
             return None
         namespaces = self._namespaces()
-
-        def cut(
-            key: Hashable, objects: tuple[Mapping[str, Any], ...]
-        ) -> tuple[Mapping[str, Any], ...]:
-            return tuple(
-                itertools.chain.from_iterable(self._groups.parts(key, objects, namespaces))
-            )
-
         return NativeSnapshot(
-            workers=cut(_WORKERS, found.workers),
-            connections={kind: cut(kind, objects) for kind, objects in found.connections.items()},
+            workers=_cut(found.workers, namespaces),
+            connections={k: _cut(v, namespaces) for k, v in found.connections.items()},
         )
 
     def observed(self) -> dict[str, ObjectList]:
         """Per kind key, the shard's objects (a kind whose list failed stays unknown)."""
         namespaces = self._namespaces()
-        out: dict[str, ObjectList] = {}
-        for key, found in self._found().items():
-            if isinstance(found, ObjectList):
-                if found.objects is None:
-                    out[key] = found
-                    continue
-                parts = self._groups.parts(key, found.objects, namespaces)
-            else:
-                parts = _parts_of(found, namespaces)
-            out[key] = ObjectList.of_api(itertools.chain.from_iterable(parts), copy=False)
-        return out
-
-    def _found(self) -> Mapping[str, ObjectList | Mapping[str, tuple[Any, ...]]]:
-        # The watches' groups by namespace where they keep them (a change then costs its
-        # namespace), else their lists, grouped here once per version.
-        grouped = getattr(self._shared, "grouped", None)
-        if callable(grouped):
-            return cast(Mapping[str, ObjectList | Mapping[str, tuple[Any, ...]]], grouped())
-        return self._shared.observed()
-
-    def failure(self) -> str | None:
-        """The shared watches' last failure."""
-        failure = getattr(self._shared, "failure", None)
-        return failure() if callable(failure) else None
+        return {
+            key: found
+            if found.objects is None
+            else ObjectList.of_api(_cut(found.objects, namespaces), copy=False)
+            for key, found in self._shared.observed().items()
+        }

@@ -382,18 +382,26 @@ class Run:
         return summarize(times)
 
     def _pulumi_up(self, n: int, kube: Any, address: str) -> Any:
-        flat = BenchStack(
-            n=n,
-            name=f"bench-{n}-flat",
-            fleet_file=self.workdir / f"fleet-{n}-flat.yaml",
-            host_port=address,
-            namespaces=fleets.namespaces_for(n, self.plan["per_shard"], prefix="flat"),
-            per_shard=None,
-            cluster_objects=False,
-        )
+        namespaces = fleets.namespaces_for(n, self.plan["per_shard"], prefix="flat")
+        flat = self._one_stack(f"bench-{n}-flat", n, namespaces, address, autoscale=True)
         setup_stack(flat, kube=kube, parallel=SETUP_PARALLEL, progress=self.progress)
         return pulumi_up_change(
             flat, kube, trials=self.plan["baseline_trials"], rng=self.rng, progress=self.progress
+        )
+
+    def _one_stack(
+        self, name: str, n: int, namespaces: tuple[str, ...], address: str, autoscale: bool = False
+    ) -> BenchStack:
+        """One unsharded stack of ``n`` workers, without Queue or TemporalWorker objects."""
+        return BenchStack(
+            n=n,
+            name=name,
+            fleet_file=self.workdir / f"fleet-{name}.yaml",
+            host_port=address,
+            namespaces=namespaces,
+            per_shard=None,
+            autoscale=autoscale,
+            cluster_objects=False,
         )
 
     def _computed_pulumi_up(self, n: int) -> dict[str, Any] | None:
@@ -425,16 +433,7 @@ class Run:
         workers = self.plan["state_workers"]
         address = env.temporal_address()
         backends = []
-        file_stack = BenchStack(
-            n=workers,
-            name="bench-state-file",
-            fleet_file=self.workdir / "fleet-state-file.yaml",
-            host_port=address,
-            namespaces=("state-file",),
-            per_shard=None,
-            autoscale=False,
-            cluster_objects=False,
-        )
+        file_stack = self._one_stack("bench-state-file", workers, ("state-file",), address)
         setup_stack(file_stack, kube=kube, parallel=SETUP_PARALLEL, progress=self.progress)
         backends.append(Backend("file", file_stack, dict(env.env()), env.backend_dir))
         pg = LocalEnvironment(env.dir, state="postgres", record_backend=False)
@@ -444,16 +443,7 @@ class Run:
             self.results["errors"].append({"stage": "postgres", "error": str(exc)})
         else:
             pg_env = dict(pg.env())
-            pg_stack = BenchStack(
-                n=workers,
-                name="bench-state-pg",
-                fleet_file=self.workdir / "fleet-state-pg.yaml",
-                host_port=address,
-                namespaces=("state-pg",),
-                per_shard=None,
-                autoscale=False,
-                cluster_objects=False,
-            )
+            pg_stack = self._one_stack("bench-state-pg", workers, ("state-pg",), address)
             saved = dict(os.environ)
             os.environ.update(pg_env)
             try:
@@ -475,16 +465,7 @@ class Run:
         from bench.refreshbench import REFRESH_INTERVAL, measure_refresh_yields
 
         workers = self.plan["state_workers"]
-        stack = BenchStack(
-            n=workers,
-            name="bench-refresh",
-            fleet_file=self.workdir / "fleet-refresh.yaml",
-            host_port=env.temporal_address(),
-            namespaces=("refresh",),
-            per_shard=None,
-            autoscale=False,
-            cluster_objects=False,
-        )
+        stack = self._one_stack("bench-refresh", workers, ("refresh",), env.temporal_address())
         setup_stack(stack, kube=kube, parallel=SETUP_PARALLEL, progress=self.progress)
 
         daemon = self._daemon(

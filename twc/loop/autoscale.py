@@ -283,10 +283,10 @@ def desired_replicas(
 
     final = stabilized
     if stabilized > current:
-        limit = max(_scale_up_limit(current, state, behavior.scale_up, now), current)
+        limit = max(_limit(current, state, behavior.scale_up, now, up=True), current)
         final = min(stabilized, limit, hi)
     elif stabilized < current:
-        limit = min(_scale_down_limit(current, state, behavior.scale_down, now), current)
+        limit = min(_limit(current, state, behavior.scale_down, now, up=False), current)
         final = max(stabilized, limit, lo)
     return ScaleDecision(
         replicas=final,
@@ -394,36 +394,25 @@ def _period_start(current: int, state: ScalingState, period: float, now: float) 
     return current - added + removed
 
 
-def _scale_up_limit(current: int, state: ScalingState, rules: ScalingRules, now: float) -> int:
+def _limit(current: int, state: ScalingState, rules: ScalingRules, now: float, *, up: bool) -> int:
+    """The ceiling (``up``) or floor the scale-up or scale-down policies set now."""
     if rules.select_policy is SelectPolicy.DISABLED:
         return current
     proposals: list[int] = []
     for policy in rules.policies:
         start = _period_start(current, state, policy.period_seconds, now)
         if policy.type is PolicyType.PODS:
-            proposals.append(start + policy.value)
-        else:
+            proposals.append(start + policy.value if up else start - policy.value)
+        elif up:
             # Round up, or a small fleet at +N % could never grow by a whole replica.
             proposals.append(-(-start * (100 + policy.value) // 100))
-    if not proposals:
-        return _UNLIMITED
-    return max(proposals) if rules.select_policy is SelectPolicy.MAX else min(proposals)
-
-
-def _scale_down_limit(current: int, state: ScalingState, rules: ScalingRules, now: float) -> int:
-    if rules.select_policy is SelectPolicy.DISABLED:
-        return current
-    proposals: list[int] = []
-    for policy in rules.policies:
-        start = _period_start(current, state, policy.period_seconds, now)
-        if policy.type is PolicyType.PODS:
-            proposals.append(start - policy.value)
         else:
             proposals.append(start * (100 - policy.value) // 100)
     if not proposals:
-        return 0
-    # For scaling down, the policy allowing the largest change is the lowest floor.
-    return min(proposals) if rules.select_policy is SelectPolicy.MAX else max(proposals)
+        return _UNLIMITED if up else 0
+    # Max picks the policy allowing the largest change: the highest ceiling, the lowest floor.
+    largest = (max(proposals), min(proposals)) if up else (min(proposals), max(proposals))
+    return largest[0] if rules.select_policy is SelectPolicy.MAX else largest[1]
 
 
 def _with_event(state: ScalingState, current: int, new: int, now: float) -> ScalingState:

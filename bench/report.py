@@ -371,9 +371,8 @@ def _short(error: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
-    """The results as Markdown; every sentence from ``results`` alone (the run's own
-    ``note`` included, unless ``note`` replaces it)."""
+def _intro(results: Mapping[str, Any], note: str | None) -> list[str]:
+    """The header, the machine, the note, the headline and the goals."""
     note = note or results.get("note")
     machine = results.get("machine") or {}
     versions = results.get("versions") or {}
@@ -419,6 +418,12 @@ def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
     for goal in results.get("goals", []):
         verdict = {True: "met", False: "**missed**", None: "not measured"}[goal["met"]]
         out.append(f"| {goal['words']} | {_limit(goal)} | {_goal_value(goal)} | {verdict} |")
+    return out
+
+
+def _per_size(results: Mapping[str, Any]) -> list[str]:
+    """The table of every fleet size and what each figure is."""
+    out: list[str] = []
     out += ["", "## Per fleet size", ""]
     out += [
         "| N | shards | one-worker change | backlog → replicas (after the burst) | "
@@ -486,6 +491,12 @@ def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
         "providers) sampled every 100 ms during the changes.",
         "",
     ]
+    return out
+
+
+def _baselines(results: Mapping[str, Any]) -> list[str]:
+    """The baselines of each size."""
+    out: list[str] = []
     out += ["## Baselines (what a user would otherwise run)", ""]
     for size in results.get("sizes", []):
         base = get(size, "baselines") or {}
@@ -513,6 +524,12 @@ def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
                 f"{_fmt(base['backlog_via_engine_s'])}"
             )
         out.append(f"- N={size['n']}: " + "; ".join(rows) + ".")
+    return out
+
+
+def _state_and_refresh(results: Mapping[str, Any]) -> list[str]:
+    """The state settings and a change during a refresh, when measured."""
+    out: list[str] = []
     state = results.get("state")
     if state:
         out += ["", "## State settings", ""]
@@ -550,6 +567,16 @@ def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
         given = yields.get("refreshes_given_way")
         if given is not None:
             out += ["", f"Refreshes that stopped for a change: {given}."]
+    return out
+
+
+def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
+    """The results as Markdown; every sentence from ``results`` alone (the run's own
+    ``note`` included, unless ``note`` replaces it)."""
+    out = _intro(results, note)
+    out += _per_size(results)
+    out += _baselines(results)
+    out += _state_and_refresh(results)
     errors = results.get("errors") or []
     if errors:
         out += ["", "## Stages that failed", ""]

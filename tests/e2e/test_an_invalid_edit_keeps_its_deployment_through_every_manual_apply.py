@@ -21,14 +21,7 @@ from twc.commands import up
 from twc.local import LocalEnvironment
 from twc.stackrun.engine import ROOT
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.xfail(
-        reason="finding the stack's record from a shell without POD_NAMESPACE is the record "
-        "location's change (branch shard-entry); remove this mark once it is merged",
-        strict=False,
-    ),
-]
+pytestmark = pytest.mark.e2e
 
 GROUP, VERSION, PLURAL = "temporal.kmsvc.io", "v1", "temporalworkers"
 

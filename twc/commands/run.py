@@ -791,8 +791,18 @@ class _ShardParts:
         engine_ = SlotEngine(
             _pruned(ShardEngine(automation, namespaces), ref, self.settings), self.slots
         )
+        cluster = self.cluster
+        if leader is not None:  # every write of the shard checks its term right before it
+            fenced = cluster.kube.fenced(channel.term_left)
+            cluster = replace(
+                cluster,
+                kube=fenced,
+                writer=NativeWriter(fenced.custom, fenced.core),
+                views=TemporalWorkerViews(fenced.custom),
+                scaler=ReplicaScaler(fenced),
+            )
         # The shard's own objects (it is a stack of its own) and its own record.
-        own = Workloads(self.cluster.kube, stack=ref.name, namespaces=namespaces)
+        own = Workloads(cluster.kube, stack=ref.name, namespaces=namespaces)
         deployments = self.cluster.deployments
         reads = {
             "fleet": ShardFleet(self.fleet, namespaces),
@@ -807,7 +817,7 @@ class _ShardParts:
             ref,
             self.settings,
             self.file,
-            self.cluster,
+            cluster,
             own,
             reads,
             effects,

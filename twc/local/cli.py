@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 
@@ -39,7 +40,12 @@ def run(args: argparse.Namespace) -> int:
             from twc.local.smoke import run_smoke
 
             file = fleet_path(fleet_file_for(args.stack))
-            return run_smoke(env.temporal_address(), file, sys.stdout)
+            code = run_smoke(env.temporal_address(), file, sys.stdout)
+            # temporalio's core threads may call into the interpreter while it finalizes
+            # (a fatal PyGILState_Release seen in CI); the smoke has nothing left to clean up.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
         # status
         rows = env.status()
         if not rows:

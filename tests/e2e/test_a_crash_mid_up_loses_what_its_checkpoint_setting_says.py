@@ -88,7 +88,17 @@ def test_a_crash_mid_up_loses_what_the_setting_says_and_the_stack_converges(
     def created() -> int:
         return sum(1 for n in NEW if kube.get_deployment(namespace, n) is not None)
 
-    eventually(lambda: created() == len(NEW), timeout=180, message="the up never created them")
+    def program_runs() -> bool:
+        return any("pulumi-language-python" in line for _, line in second.engine_processes())
+
+    # Early apply creates the Deployments before the engine runs: wait for the engine's
+    # up to run the program too (it holds the stack's lock, then waits on the checks'
+    # minute of waiting for pollers).
+    eventually(
+        lambda: created() == len(NEW) and program_runs(),
+        timeout=180,
+        message="the up never created them",
+    )
     if checkpoints == "every-step":
         eventually(
             lambda: set(NEW) <= _recorded(fs, namespace),

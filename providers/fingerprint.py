@@ -1,74 +1,57 @@
-"""``ConnectionFingerprint``: the fingerprint of a Temporal connection, as a resource.
+"""``ConnectionFingerprint``: a Temporal connection's fingerprint, as a resource.
 
-Inputs are the connection's non-secret spec document and a digest of its credential
-secret's data (never the data itself); the output is the fingerprint that every worker
-using the connection carries in its pod annotation ``temporal.io/connection-spec-hash``.
-Keeping it a resource makes a connection change visible in the preview as its own step
-("fingerprint changed") and lets every worker depend on it, so a rotated certificate
-rolls exactly the workers that use the connection.
+Inputs: the non-secret spec and a digest of the credential secret; output: the fingerprint
+its workers' pods carry, so a connection change rolls exactly the workers using it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pulumi import Input, Output, ResourceOptions
-from pulumi.dynamic import (
-    CheckFailure,
-    CheckResult,
-    CreateResult,
-    DiffResult,
-    ReadResult,
-    Resource,
-    ResourceProvider,
-    UpdateResult,
-)
+from pulumi import Input, Output, ResourceOptions, dynamic
 
 _HEX = frozenset("0123456789abcdef")
 
 
-def _fingerprint(props: dict[str, Any]) -> str:
+def _with_fingerprint(props: dict[str, Any]) -> dict[str, Any]:
     from twc.connections import fingerprint_of
 
-    return fingerprint_of(props["spec"], props.get("secretDigest") or None)
+    fingerprint = fingerprint_of(props["spec"], props.get("secretDigest") or None)
+    return {**props, "fingerprint": fingerprint}
 
 
-class ConnectionFingerprintProvider(ResourceProvider):
+class ConnectionFingerprintProvider(dynamic.ResourceProvider):
     """Dynamic provider behind :class:`ConnectionFingerprint` (pure: no I/O)."""
 
-    def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> CheckResult:
+    def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> dynamic.CheckResult:
         failures = []
         spec = news.get("spec")
         if not isinstance(spec, dict) or not spec.get("hostPort"):
-            failures.append(CheckFailure("spec", "must be a connection spec with hostPort"))
+            failures.append(dynamic.CheckFailure("spec", "must be a connection spec with hostPort"))
         digest = news.get("secretDigest")
         if digest and not (len(digest) == 64 and set(digest) <= _HEX):
             # A digest is 64 hex digits; anything else may be secret material pasted in.
-            failures.append(CheckFailure("secretDigest", "must be a sha256 hex digest"))
-        return CheckResult(news, failures)
+            failures.append(dynamic.CheckFailure("secretDigest", "must be a sha256 hex digest"))
+        return dynamic.CheckResult(news, failures)
 
-    def create(self, props: dict[str, Any]) -> CreateResult:
-        fp = _fingerprint(props)
-        return CreateResult(id_=fp[:16], outs={**props, "fingerprint": fp})
+    def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
+        outs = _with_fingerprint(props)
+        return dynamic.CreateResult(id_=outs["fingerprint"][:16], outs=outs)
 
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
-        changed = olds.get("spec") != news.get("spec") or olds.get("secretDigest") != news.get(
-            "secretDigest"
-        )
-        return DiffResult(changes=changed, replaces=[], delete_before_replace=False)
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
+        changed = any(olds.get(k) != news.get(k) for k in ("spec", "secretDigest"))
+        return dynamic.DiffResult(changes=changed, replaces=[], delete_before_replace=False)
 
-    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> UpdateResult:
-        return UpdateResult(outs={**news, "fingerprint": _fingerprint(news)})
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> dynamic.UpdateResult:
+        return dynamic.UpdateResult(outs=_with_fingerprint(news))
 
-    def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
-        # Pure function of its inputs: refresh recomputes and finds no drift.
+    def read(self, id_: str, props: dict[str, Any]) -> dynamic.ReadResult:
+        # A pure function of its inputs: refresh recomputes and finds no drift.
         inputs = {"spec": props.get("spec"), "secretDigest": props.get("secretDigest")}
-        return ReadResult(
-            id_=id_, outs={**props, "fingerprint": _fingerprint(props)}, inputs=inputs
-        )
+        return dynamic.ReadResult(id_=id_, outs=_with_fingerprint(props), inputs=inputs)
 
 
-class ConnectionFingerprint(Resource, module="twc", name="ConnectionFingerprint"):
+class ConnectionFingerprint(dynamic.Resource, module="twc", name="ConnectionFingerprint"):
     """The fingerprint of one connection (output ``fingerprint``, 64 hex digits)."""
 
     fingerprint: Output[str]
@@ -81,9 +64,5 @@ class ConnectionFingerprint(Resource, module="twc", name="ConnectionFingerprint"
         secret_digest: Input[str] | None = None,
         opts: ResourceOptions | None = None,
     ) -> None:
-        super().__init__(
-            ConnectionFingerprintProvider(),
-            name,
-            {"spec": spec, "secretDigest": secret_digest, "fingerprint": None},
-            opts,
-        )
+        props = {"spec": spec, "secretDigest": secret_digest, "fingerprint": None}
+        super().__init__(ConnectionFingerprintProvider(), name, props, opts)

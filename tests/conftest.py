@@ -17,9 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
-from tests.helpers import delete_twc_objects
+from tests.helpers import assert_eventually, delete_twc_objects
 from twc.local import LocalEnvironment, ToolMissingError, find_tool, processes, project_root
+
+# No wall-clock thresholds in tests: property tests have no per-example deadline.
+hypothesis_settings.register_profile("twc", deadline=None)
+hypothesis_settings.load_profile("twc")
 
 ROOT = project_root()
 # The project's tools come first, as under `make`.
@@ -248,12 +253,21 @@ def worker_pods(kube: object) -> Iterator[Callable[..., object]]:
     env, secrets and downward API), as ``--run-workers`` does for every pod; all stopped
     at teardown. The session's environment runs no pod workers of its own, so a test
     decides when its task queue gets a poller."""
-    from twc.local.workerpod import WorkerPod
+    from twc.local.workerpod import WorkerPod, is_running, list_pods
 
     started: list[WorkerPod] = []
 
+    def running_pod(namespace: str, deployment: str, index: int) -> dict[str, Any] | None:
+        dep = kube.get_deployment(namespace, deployment)  # type: ignore[attr-defined]
+        labels = dep["spec"]["selector"].get("matchLabels") or {} if dep else {}
+        selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        pods = [p for p in list_pods(kube, namespace, selector) if is_running(p)] if dep else []  # type: ignore[arg-type]
+        pods.sort(key=lambda p: str(p["metadata"]["name"]))
+        return pods[index] if len(pods) > index else None
+
     def start(namespace: str, deployment: str, index: int = 0) -> WorkerPod:
-        pod = WorkerPod.of_deployment(kube, namespace, deployment, index)  # type: ignore[arg-type]
+        pod_object = assert_eventually(lambda: running_pod(namespace, deployment, index))
+        pod = WorkerPod(kube, pod_object)  # type: ignore[arg-type]
         started.append(pod)
         return pod.start()
 

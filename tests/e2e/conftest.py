@@ -12,8 +12,8 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
+from twc.engine import engine
 from twc.local import LocalEnvironment
-from twc.stackrun import engine
 
 
 @dataclass
@@ -50,10 +50,10 @@ class FleetStack:
         return engine.preview(self.ref, on_event=self.events.append)
 
     def refresh(self) -> auto.RefreshResult:
-        return engine.refresh(self.ref, on_output=print)
+        return engine.select_stack(self.ref).refresh(on_output=print, color="never")
 
     def destroy(self) -> auto.DestroyResult:
-        return engine.destroy(self.ref, on_output=print)
+        return engine.select_stack(self.ref).destroy(on_output=print, color="never")
 
     def changed(self) -> dict[str, str]:
         """``{urn name: op}`` of the last up/preview's steps that were not ``same``."""

@@ -14,9 +14,9 @@ from pulumi.automation import CommandError
 from tests.e2e.conftest import FleetStack, fleet_doc
 from tests.e2e.daemon_process import Daemons, eventually
 from tests.helpers import delete_twc_objects
+from twc.engine import engine
 from twc.kube.shardmap import shard_map_name
 from twc.local import LocalEnvironment
-from twc.stackrun import engine
 
 
 @contextlib.contextmanager
@@ -65,7 +65,7 @@ def sharded_stack(
                 # Every daemon is stopped: a lock left by one stopped mid-up is stale.
                 with contextlib.suppress(CommandError):
                     engine.select_stack(ref).cancel()
-                engine.destroy(ref)
+                engine.select_stack(ref).destroy(color="never")
             finally:
                 engine.select_stack(ref).workspace.remove_stack(name, force=True)
         # Absent when no daemon got as far as assigning the shards.

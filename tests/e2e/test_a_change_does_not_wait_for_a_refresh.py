@@ -19,8 +19,8 @@ import pytest
 from tests.e2e.conftest import fleet_doc, plain_workers
 from tests.e2e.daemon_process import FAST, DaemonProcess, Daemons, eventually, wait_for_success
 from tests.faults._checks import assert_state_clean
+from twc.engine.supervisor import JournalEntry
 from twc.local import LocalEnvironment
-from twc.stackrun.guard import JournalEntry
 
 pytestmark = pytest.mark.e2e
 

@@ -22,11 +22,11 @@ from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import FAST, ROOT, Daemons, wait_for_success, wait_until_settled
 from tests.e2e.kept import accepted_worker, edit_invalidly
 from tests.faults._checks import assert_unchanged, deployment_bytes
-from twc.commands import approve, up
+from twc.cli import approve, up
+from twc.engine.shards import stack_resources
 from twc.kube.record import record_name
 from twc.kube.shardmap import shard_map_name
 from twc.local import LocalEnvironment
-from twc.stackrun.shards import stack_resources
 
 pytestmark = pytest.mark.e2e
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.e2e.conftest import fleet_doc
-from twc.commands import preview as preview_cmd
+from twc.cli import preview as preview_cmd
 from twc.local import LocalEnvironment
 
 pytestmark = pytest.mark.e2e

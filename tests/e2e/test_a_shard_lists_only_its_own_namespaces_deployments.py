@@ -19,8 +19,8 @@ from twc.builders import COMPONENT_WORKER, LABEL_COMPONENT, LABEL_STACK, LABEL_W
 from twc.kube.client import kube_client
 from twc.kube.workloads import ObjectRef, Workloads
 from twc.local import LocalEnvironment
-from twc.loop.early import EARLY_FIELD_MANAGER
-from twc.loop.shardviews import ShardNamespaces
+from twc.reconcile.early import EARLY_FIELD_MANAGER
+from twc.reconcile.shards import ShardNamespaces
 
 pytestmark = pytest.mark.e2e
 

@@ -20,9 +20,9 @@ from tests.e2e.sharded import (
     sharded_stack,
     wait_for_workers,
 )
-from twc.commands.run import REFRESH_SHARE
+from twc.cli.run import REFRESH_SHARE
+from twc.engine.supervisor import JournalEntry
 from twc.local import LocalEnvironment
-from twc.stackrun.guard import JournalEntry
 
 pytestmark = pytest.mark.e2e
 

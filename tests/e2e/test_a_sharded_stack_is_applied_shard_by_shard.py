@@ -17,10 +17,10 @@ import yaml
 
 from tests.e2e.conftest import create_tls_secret, fleet_doc
 from tests.helpers import delete_twc_objects
-from twc.commands import shards
+from twc.cli import shards
+from twc.engine import engine
 from twc.kube.shardmap import ASSIGNMENT_KEY, shard_map_name
 from twc.local import LocalEnvironment
-from twc.stackrun import engine
 
 pytestmark = pytest.mark.e2e
 
@@ -155,7 +155,7 @@ def test_shards_apply_their_own_namespaces_and_a_new_namespace_moves_nothing(
     finally:
         for ref in refs:
             try:
-                engine.destroy(ref)
+                engine.select_stack(ref).destroy(color="never")
             finally:
                 engine.select_stack(ref).workspace.remove_stack(ref.name, force=True)
         kube.core.delete_namespaced_config_map(shard_map_name(stack), "default")

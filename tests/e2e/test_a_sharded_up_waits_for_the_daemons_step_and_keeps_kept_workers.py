@@ -29,11 +29,11 @@ from tests.e2e.daemon_process import (
 from tests.e2e.kept import accepted_worker, edit_invalidly
 from tests.e2e.sharded import fresh_namespaces, one_worker_per_shard, wait_for_workers
 from tests.faults._checks import deployment_bytes
+from twc.engine import engine
 from twc.kube.record import record_name
 from twc.kube.shardmap import ShardMapStore, shard_map_name
 from twc.local import LocalEnvironment
 from twc.shards import shard_stack
-from twc.stackrun import engine
 
 pytestmark = pytest.mark.e2e
 
@@ -61,7 +61,7 @@ def _shards_removed(daemons: Daemons, kube: Any, fs: FleetStack) -> Iterator[Non
             try:
                 with contextlib.suppress(CommandError):  # a stopped daemon's stale lock
                     engine.select_stack(ref).cancel()
-                engine.destroy(ref)
+                engine.select_stack(ref).destroy(color="never")
             finally:
                 engine.select_stack(ref).workspace.remove_stack(name, force=True)
             with contextlib.suppress(ApiException):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from twc.stackrun import engine
+from twc.engine import engine
 
 pytestmark = pytest.mark.e2e
 

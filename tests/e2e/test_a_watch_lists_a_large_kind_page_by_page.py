@@ -11,7 +11,14 @@ import pytest
 
 from tests.e2e.conftest import create_queue
 from twc.desired import QUEUE_PLURAL
-from twc.kube.watch import QUEUE_GROUP, QUEUE_VERSION, ObjectWatcher, builtin_lister
+from twc.kube.watch import (
+    QUEUE_GROUP,
+    QUEUE_VERSION,
+    ObjectWatcher,
+    Resource,
+    WatchSettings,
+    builtin_lister,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -42,24 +49,18 @@ def test_queues_and_config_maps_are_listed_in_pages(kube: Any, namespace: str) -
         create_queue(kube, namespace, name)
         kube.core.create_namespaced_config_map(namespace, {"metadata": {"name": f"cm-{name}"}})
     custom, core = Counting(kube.custom), Counting(kube.core)
+    in_namespace = f"metadata.namespace={namespace}"
+    settings = WatchSettings(60, page_size=2)
     queues = ObjectWatcher(
         custom,
-        group=QUEUE_GROUP,
-        version=QUEUE_VERSION,
-        plural=QUEUE_PLURAL,
-        resync_interval=60,
-        field_selector=f"metadata.namespace={namespace}",
-        page_size=2,
+        Resource(QUEUE_GROUP, QUEUE_VERSION, QUEUE_PLURAL, field_selector=in_namespace),
+        settings,
     )
     maps = ObjectWatcher(
         None,
-        group="",
-        version="v1",
-        plural="configmaps",
-        resync_interval=60,
-        field_selector=f"metadata.namespace={namespace}",
+        Resource("", "v1", "configmaps", field_selector=in_namespace),
+        settings,
         lister=builtin_lister(core.list_config_map_for_all_namespaces),
-        page_size=2,
     )
 
     for watcher, api, prefix in ((queues, custom, ""), (maps, core, "cm-")):

@@ -57,7 +57,7 @@ def test_the_wheel_holds_the_command_the_program_and_the_providers(
         [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
         scripts = archive.read(entry_points).decode()
     assert "twc = twc.cli:main" in scripts
-    assert {"twc/program.py", "twc/cli.py", "providers/__init__.py"} <= names
+    assert {"twc/program/__init__.py", "twc/cli/__init__.py", "providers/__init__.py"} <= names
     assert (installed / "site" / "bin" / "twc").is_file()
 
 

@@ -17,9 +17,9 @@ from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import Daemons, eventually, wait_for_success, wait_until_settled
 from tests.e2e.native import conditions, object_ref, temporal_worker
 from tests.faults._checks import assert_unchanged, deployment_bytes, lock_files
-from twc.commands import up
+from twc.cli import up
+from twc.engine.engine import ROOT
 from twc.local import LocalEnvironment
-from twc.stackrun.engine import ROOT
 
 pytestmark = pytest.mark.e2e
 

@@ -33,14 +33,14 @@ from tests.e2e.conftest import FleetStack, fleet_doc
 from tests.helpers import assert_eventually
 from tests.unit.fleet_data import valid_fleet
 from tests.unit.test_fleet_validation_rejects import CASES
-from twc.commands import common, up
+from twc.cli import common, up
 from twc.desired import INPUTS_ENV, QUEUE_KIND_KEY, WORKER_KIND_KEY, DesiredInputs, ObjectList
+from twc.engine import engine
 from twc.errors import SpecError
 from twc.local import LocalEnvironment
 from twc.local.environment import free_port
 from twc.spec import load_queue_object
 from twc.spec._yaml import MAX_BYTES, MAX_NODES
-from twc.stackrun import engine
 
 pytestmark = pytest.mark.e2e
 
@@ -140,7 +140,7 @@ def cluster_objects(kube: Any) -> dict[str, str]:
         for obj in lister().items:
             meta = obj.metadata
             out[f"{kind} {meta.namespace}/{meta.name}"] = meta.resource_version
-    for obj in kube.list_custom(*QUEUE_API):
+    for obj in kube.custom.list_cluster_custom_object(*QUEUE_API)["items"]:
         meta = obj["metadata"]
         out[f"Queue {meta['namespace']}/{meta['name']}"] = meta["resourceVersion"]
     return out
@@ -413,9 +413,7 @@ def test_the_program_skips_malformed_queue_objects_in_its_overlay_and_applies_th
 
     assert result.summary.result == "succeeded"
     assert kube.get_deployment(ns, "worker-fine")["spec"]["replicas"] == 3
-    deployments = {
-        d["metadata"]["name"] for d in kube.list_deployments() if d["metadata"]["namespace"] == ns
-    }
+    deployments = {d.metadata.name for d in kube.apps.list_namespaced_deployment(ns).items}
     assert deployments == {"alpha", "worker-orders", "worker-fine"}
     assert "skipping invalid Queue object" in result.stdout + result.stderr
 
@@ -426,7 +424,7 @@ def test_the_daemon_skips_invalid_queue_objects_in_the_cluster_without_blocking_
     deployed: tuple[FleetStack, dict[str, Any]],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from twc.commands.run import RunOptions, run_daemon
+    from twc.cli.run import RunOptions, run_daemon
 
     fs, fleet = deployed
     ns = fleet["workers"][0]["namespace"]

@@ -18,12 +18,12 @@ import pytest
 from pulumi.automation import CommandError
 
 from tests.e2e.conftest import FleetStack, fleet_doc
+from twc.engine.automation import PATCH_FORCE_ENV
 from twc.kube.client import kube_client
 from twc.kube.workloads import Workloads
 from twc.local import LocalEnvironment
-from twc.loop.early import EARLY_FIELD_MANAGER, early_objects
+from twc.reconcile.early import EARLY_FIELD_MANAGER, early_objects
 from twc.spec import load_fleet
-from twc.stackrun.automation import PATCH_FORCE_ENV
 
 pytestmark = pytest.mark.e2e
 

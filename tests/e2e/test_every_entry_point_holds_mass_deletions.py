@@ -15,9 +15,9 @@ import pytest
 
 from tests.e2e.conftest import FleetStack, fleet_doc, plain_workers
 from tests.faults._checks import assert_unchanged, deployment_bytes, lock_files
-from twc.commands import approve, up
+from twc.cli import approve, up
+from twc.engine.engine import ROOT
 from twc.local import LocalEnvironment
-from twc.stackrun.engine import ROOT
 
 pytestmark = pytest.mark.e2e
 

@@ -168,7 +168,7 @@ def _run_daemon_once(
     caplog: pytest.LogCaptureFixture,
     **options: Any,
 ) -> None:
-    from twc.commands.run import RunOptions, run_daemon
+    from twc.cli.run import RunOptions, run_daemon
 
     admin = fs.env.get("KUBECONFIG")
     monkeypatch.setenv("KUBECONFIG", str(restricted))

@@ -17,10 +17,10 @@ import pytest
 from tests.e2e.conftest import create_queue, fleet_doc
 from tests.e2e.daemon_process import Daemons, eventually, wait_for_success, wait_until_settled
 from tests.e2e.native import object_ref, temporal_worker
-from twc.commands import preview as preview_cmd
-from twc.commands import up
+from twc.cli import preview as preview_cmd
+from twc.cli import up
+from twc.engine.engine import ROOT
 from twc.local import LocalEnvironment
-from twc.stackrun.engine import ROOT
 
 pytestmark = pytest.mark.e2e
 

@@ -15,11 +15,11 @@ import pytest
 import yaml
 
 from tests.e2e.conftest import create_tls_secret, fleet_doc
-from twc.commands import shards, up
+from twc.cli import shards, up
+from twc.engine import engine
+from twc.engine.shards import stack_resources
 from twc.kube.shardmap import shard_map_name
 from twc.local import LocalEnvironment
-from twc.stackrun import engine
-from twc.stackrun.shards import stack_resources
 
 pytestmark = pytest.mark.e2e
 
@@ -115,10 +115,10 @@ def test_migrating_to_shards_keeps_every_deployment_as_it_is(
     finally:
         for ref in refs:
             try:
-                engine.destroy(ref)
+                engine.select_stack(ref).destroy(color="never")
             finally:
                 engine.select_stack(ref).workspace.remove_stack(ref.name, force=True)
         if stack_resources(base) is not None:
-            engine.destroy(base)
+            engine.select_stack(base).destroy(color="never")
             engine.select_stack(base).workspace.remove_stack(stack, force=True)
         kube.core.delete_namespaced_config_map(shard_map_name(stack), "default")

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import create_tls_secret, credentialed_fleet
-from twc.commands import status as status_cmd
-from twc.commands import up as up_cmd
+from twc.cli import status as status_cmd
+from twc.cli import up as up_cmd
 from twc.local import LocalEnvironment
 
 pytestmark = pytest.mark.e2e

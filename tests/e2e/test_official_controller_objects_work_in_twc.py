@@ -25,7 +25,7 @@ from tests.e2e.conftest import FleetStack, create_tls_secret, fleet_doc
 from tests.e2e.native import Kubectl, temporal_worker
 from tests.helpers import delete_twc_objects
 from twc import cli
-from twc.commands import up as up_cmd
+from twc.cli import up as up_cmd
 from twc.kube.crds import install_crds
 from twc.local import LocalEnvironment
 from twc.spec import CONNECTION_VERSION, load_connection_object

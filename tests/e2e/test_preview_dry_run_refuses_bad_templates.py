@@ -16,8 +16,8 @@ import pytest
 
 from tests.e2e.conftest import FleetStack, fleet_doc
 from tests.e2e.native import temporal_worker
-from twc.commands import preview as preview_cmd
-from twc.commands import up as up_cmd
+from twc.cli import preview as preview_cmd
+from twc.cli import up as up_cmd
 from twc.kube.dryrun import dry_run_fleet
 from twc.local import LocalEnvironment
 from twc.spec import load_fleet_file

@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import FleetStack, credentialed_fleet, fleet_doc
-from twc.commands import preview as preview_cmd
+from twc.cli import preview as preview_cmd
+from twc.engine.engine import ROOT
 from twc.local import LocalEnvironment
 from twc.preview import PreviewReport, render_markdown
-from twc.stackrun.engine import ROOT
 
 pytestmark = pytest.mark.e2e
 

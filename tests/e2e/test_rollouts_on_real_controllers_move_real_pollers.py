@@ -30,7 +30,7 @@ from tests.helpers import assert_eventually
 from twc.local import processes, project_root
 from twc.local.kube import Kube
 from twc.local.kwok import NODE_ANNOTATION, NODES
-from twc.local.podworkers import recorded
+from twc.local.processes import recorded
 
 pytestmark = pytest.mark.e2e
 

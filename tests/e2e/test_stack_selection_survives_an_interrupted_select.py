@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from twc.stackrun import engine, workspace
+from twc.engine import engine, workspace
 
 pytestmark = pytest.mark.e2e
 

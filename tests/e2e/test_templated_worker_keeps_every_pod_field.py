@@ -21,8 +21,8 @@ import pytest
 
 from tests.e2e.conftest import FleetStack, fleet_doc
 from tests.helpers import assert_eventually
-from twc.commands import preview as preview_cmd
-from twc.commands import up as up_cmd
+from twc.cli import preview as preview_cmd
+from twc.cli import up as up_cmd
 from twc.kube.client import status_of
 from twc.local import LocalEnvironment, workerpod
 

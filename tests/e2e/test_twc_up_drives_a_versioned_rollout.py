@@ -18,7 +18,7 @@ from tests.e2e.test_versioned_rollout_routes_drains_and_rolls_back import (
     _cli_describe,
     _twc_status,
 )
-from twc.commands.up import run_up
+from twc.cli.up import run_up
 from twc.local import LocalEnvironment
 from twc.rollout import RolloutSettings
 

@@ -33,8 +33,8 @@ from temporalio.client import Client
 
 from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import FAST, Daemons, eventually
-from twc.commands import preview as preview_cmd
-from twc.commands.status import run_status
+from twc.cli import preview as preview_cmd
+from twc.cli.status import run_status
 from twc.local import LocalEnvironment
 from twc.local.podworkers import PodWorkers
 from twc.rollout import BUILD_ID_LABEL, TARGET_ANNOTATION
@@ -76,11 +76,12 @@ class Kubelet:
 
     def deployments(self) -> dict[str, dict[str, Any]]:
         """The worker's version Deployments, by build ID."""
-        found = self.kube.list_deployments(f"twc.temporal.io/worker={self.worker}")
+        selector = f"twc.temporal.io/worker={self.worker}"
+        response = self.kube.apps.list_namespaced_deployment(
+            self.namespace, label_selector=selector, _preload_content=False
+        )
         out = {}
-        for dep in found:
-            if dep["metadata"]["namespace"] != self.namespace:
-                continue
+        for dep in json.loads(response.data)["items"]:
             build = (dep["metadata"].get("labels") or {}).get(BUILD_ID_LABEL)
             if build:
                 out[build] = dep

@@ -14,21 +14,60 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twc.connections import default_registry
-from twc.desired import QUEUE_KIND_KEY, DesiredFleet, DesiredInputs, desired_fleet
-from twc.kube.watch import StaticQueues
-from twc.loop import Backlog, DaemonSettings, LoopState, TaskQueueRef
-from twc.loop.act import Effects
-from twc.loop.asking import AskerThread
-from twc.loop.daemon import Clocks, Daemon
-from twc.loop.health import DaemonMetrics
-from twc.loop.observe import Sources
-from twc.loop.sampling import Budgets
+from twc.desired import (
+    QUEUE_KIND_KEY,
+    DesiredFleet,
+    DesiredInputs,
+    ObjectList,
+    desired_fleet,
+    kind_key,
+)
+from twc.engine.automation import UpReport
+from twc.engine.errors import EngineYielded
+from twc.kube.watch import NativeSnapshot, StaticQueues
+from twc.reconcile.act import Effects
+from twc.reconcile.asking import AskerThread, Backlog, Budget, TaskQueueRef
+from twc.reconcile.daemon import Clocks, Daemon
+from twc.reconcile.health import DaemonMetrics
+from twc.reconcile.observe import Sources
+from twc.reconcile.settings import DaemonSettings
+from twc.reconcile.state import LoopState
 from twc.spec import Fleet, ResolvedWorker, load_fleet
-from twc.stackrun.automation import UpReport
-from twc.stackrun.errors import EngineYielded
+from twc.spec.crds import WORKER_GROUP
 
 STACK = "unit"
 NS = "team"
+
+
+class StaticNative:
+    """A fixed set of TemporalWorker and connection objects, as the native watch gives."""
+
+    def __init__(self, snapshot: NativeSnapshot | None = None) -> None:
+        self._snapshot = snapshot or NativeSnapshot()
+        self._wakeup: threading.Event | None = None
+
+    def start(self, wakeup: threading.Event) -> None:
+        self._wakeup = wakeup
+
+    def stop(self) -> None:
+        pass
+
+    def snapshot(self) -> NativeSnapshot:
+        return self._snapshot
+
+    def observed(self) -> dict[str, ObjectList]:
+        found = self._snapshot
+        workers = ObjectList.known(found.workers, trim=False)
+        out = {kind_key("TemporalWorker", WORKER_GROUP): workers}
+        for kind, objects in found.connections.items():
+            out[kind_key(kind.kind, kind.api_group)] = ObjectList.known(objects, trim=False)
+        return out
+
+    def replace(self, snapshot: NativeSnapshot) -> None:
+        """Swap the objects and wake the loop."""
+        self._snapshot = snapshot
+        if self._wakeup is not None:
+            self._wakeup.set()
 
 
 def fleet_data(
@@ -309,11 +348,9 @@ class FakeScaler:
         self.owned.add(key)
 
 
-class NoLimit:
-    """A rate limiter that never waits."""
-
-    async def acquire(self) -> None:
-        return None
+def NoLimit() -> Budget:
+    """A budget that never runs out."""
+    return Budget(1e9, burst=10**9)
 
 
 @dataclass
@@ -361,7 +398,7 @@ def make_daemon(
     engine_thread: bool = False,
     refresh_turn: Callable[[str, float], bool] | None = None,
     asker_thread: bool = False,
-    budgets: Budgets | None = None,
+    budgets: Budget | None = None,
 ) -> Harness:
     """A daemon on fakes. ``fleet`` is re-read every iteration, so tests may edit it.
 
@@ -404,7 +441,7 @@ def make_daemon(
         leader=leader,
         metrics=metrics,
         clocks=fake_clocks(clock, engine_thread=engine_thread, asker_thread=asker_thread),
-        budgets=budgets or Budgets(samples=NoLimit()),
+        budgets=budgets or NoLimit(),
     )
     source.start(daemon.wakeup)
     return Harness(daemon, fake_engine, clock, source, fake_backlogs, metrics, doc, live, scaler)

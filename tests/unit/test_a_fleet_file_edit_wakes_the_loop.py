@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tests.unit._daemon_fakes import fleet_data
-from twc.loop.filewatch import FleetFileWatch, signature
+from twc.reconcile.observe import FleetFileWatch, signature
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from twc.commands.shards import is_sharded
+from twc.cli.shards import is_sharded
 
 pytestmark = pytest.mark.unit
 

@@ -3,7 +3,7 @@
 The autoscaled workers' samples used to run inside the iteration: with a slow Temporal
 (5000 task queues on one dev server) each could take its RPC timeout, and a new Queue's
 early apply or another worker's scale write in the same shard waited behind it. Here
-the loop hands the due samples to a :class:`~twc.loop.asking.BacklogAsker` and scales on
+the loop hands the due samples to a :class:`~twc.reconcile.asking.Asker` and scales on
 the answers it has; an answer that says something new wakes it. Temporal is faked (an
 answer held until the test lets it through); the asker's thread and event loop are the
 real ones, wired by the daemon as ``twc run`` wires it.
@@ -18,10 +18,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from tests.unit._daemon_fakes import NS, FakeBacklogs, Harness, autoscaled, fleet_data, make_daemon
-from twc.loop import DaemonSettings, TaskQueueRef
-from twc.loop.asking import BacklogAsker
-from twc.loop.faults import Fault
-from twc.loop.sampling import Backlog, Budgets
+from twc.reconcile.asking import Asker, Backlog, Budget, TaskQueueRef
+from twc.reconcile.faults import Fault
+from twc.reconcile.settings import DaemonSettings
 
 # Scale straight to ceil(backlog / target), no step policies in the way.
 SETTINGS = DaemonSettings.model_validate({"autoscale": {"scale_up": {"policies": []}}})
@@ -43,7 +42,7 @@ class HeldBacklogs(FakeBacklogs):
 
 
 def _harness(
-    names: list[str], counts: Mapping[str, int | BaseException], budgets: Budgets | None = None
+    names: list[str], counts: Mapping[str, int | BaseException], budgets: Budget | None = None
 ) -> Harness:
     h = make_daemon(
         fleet_data(workers=[autoscaled(n, target=10) for n in names]),
@@ -58,7 +57,7 @@ def _harness(
     return h
 
 
-def _sampler(h: Harness) -> BacklogAsker:
+def _sampler(h: Harness) -> Asker:
     sampler = h.daemon.observer.sampler
     assert sampler is not None, "twc run's wiring has a backlog sampler"
     return sampler
@@ -211,15 +210,14 @@ def test_a_failed_sample_holds_replicas_and_stands_until_a_good_answer() -> None
 
 
 def test_the_sampler_spends_the_shared_budget() -> None:
-    class Counting:
-        def __init__(self) -> None:
-            self.acquired = 0
+    class Counting(Budget):
+        acquired = 0
 
         async def acquire(self) -> None:
             self.acquired += 1
 
     budget = Counting()  # the sharded daemon's one shared bucket
-    h = _harness(["a", "b", "c"], {"a": 10, "b": 20, "c": 30}, Budgets(samples=budget))
+    h = _harness(["a", "b", "c"], {"a": 10, "b": 20, "c": 30}, budget)
     try:
         h.step()
         assert _sampler(h).thread.settle(10.0)

@@ -3,7 +3,7 @@
 At 5000 workers a Temporal dev server answered slowly, and a shard's loop waited for the
 answers in every iteration that asked (the whole 2 s deadline, 88 times in one benchmark
 run), with a new Queue's early apply behind it. Here the loop hands its questions to a
-:class:`~twc.loop.asking.PollerAsker` and goes on; answers that say something new wake
+:class:`~twc.reconcile.asking.Asker` and goes on; answers that say something new wake
 it. The Temporal side is faked (an answer held until the test lets it through); the
 asker's thread and event loop are the real ones.
 """
@@ -23,9 +23,9 @@ from tests.unit.test_daemon_writes_back_native_objects import (
     World,
     _last_status,
 )
-from twc.loop import TaskQueueRef, asking
-from twc.loop.asking import PollerAsker
-from twc.loop.observe import POLLERS_INTERVAL
+from twc.reconcile import asking
+from twc.reconcile.asking import Asker, TaskQueueRef
+from twc.reconcile.observe import POLLERS_INTERVAL
 
 
 class HeldPollers(Pollers):
@@ -70,7 +70,7 @@ def _held(world: World) -> HeldPollers:
     return world.backlogs
 
 
-def _asker(world: World) -> PollerAsker:
+def _asker(world: World) -> Asker:
     asker = world.daemon.observer.asker
     assert asker is not None
     return asker
@@ -161,7 +161,7 @@ def test_an_unanswered_question_is_dropped_at_its_deadline_and_asked_again(world
     assert _last_status(world.writer, "team/held")["phase"] == "Ready"
 
 
-def _answered(asker: PollerAsker, name: str) -> bool:
+def _answered(asker: Asker, name: str) -> bool:
     return _eventually(lambda: name not in {r.name for r in asker.in_flight()})
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.unit._daemon_fakes import NS, STACK, FakeEngine, fleet_data, make_daemon, queue_object
-from twc.stackrun.automation import WORKER_TYPE, new_worker_targets
+from twc.engine.automation import WORKER_TYPE, new_worker_targets
 
 pytestmark = pytest.mark.unit
 

@@ -10,9 +10,9 @@ import pytest
 
 from tests.unit._daemon_fakes import NS, STACK, FakeEngine, Harness, fleet_data, make_daemon
 from tests.unit._fake_configmaps import FakeConfigMaps
+from twc.engine.build import build_id
 from twc.kube.record import RecordStore
-from twc.loop import DaemonSettings
-from twc.stackrun.build import build_id
+from twc.reconcile.settings import DaemonSettings
 
 WORKERS = [
     {"name": name, "namespace": NS, "taskQueueName": name}
@@ -80,7 +80,7 @@ def test_whatever_makes_the_stack_uncertain_runs_a_full_up(
     if what == "someone else updated the stack":
         engine.version += 1  # a manual `twc up`, plain `pulumi up`
     elif what == "another build of twc":
-        monkeypatch.setattr("twc.loop.act.build_id", lambda: "another-build")
+        monkeypatch.setattr("twc.reconcile.act.build_id", lambda: "another-build")
     else:
         engine.recover_actions = ["cancel", "drop-pending-operations:1"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from twc.loop.shardviews import ShardNamespaces, shard_keyed
+from twc.reconcile.shards import ShardNamespaces, shard_keyed
 
 pytestmark = pytest.mark.unit
 

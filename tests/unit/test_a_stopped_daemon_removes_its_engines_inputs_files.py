@@ -10,9 +10,9 @@ from typing import Any, cast
 
 import pytest
 
-from twc.commands.run import Wiring
-from twc.loop.settings import DaemonSettings
-from twc.stackrun.guard import GuardChannel
+from twc.cli.run import Wiring
+from twc.engine.supervisor import GuardChannel
+from twc.reconcile.settings import DaemonSettings
 
 pytestmark = pytest.mark.unit
 

@@ -12,8 +12,8 @@ import pytest
 from pulumi.automation import Deployment
 
 from twc.desired import DesiredInputs
-from twc.stackrun import engine as engine_module
-from twc.stackrun.automation import WORKER_TYPE, AutomationEngine, new_worker_targets
+from twc.engine import engine as engine_module
+from twc.engine.automation import WORKER_TYPE, AutomationEngine, new_worker_targets
 
 pytestmark = pytest.mark.unit
 

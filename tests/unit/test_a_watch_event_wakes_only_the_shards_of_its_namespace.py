@@ -12,7 +12,7 @@ from typing import Any
 
 from tests.unit._daemon_fakes import queue_object
 from twc.kube.watch import QueueWatcher
-from twc.loop.shardviews import FanoutWakeup, ShardNamespaces, ShardQueues
+from twc.reconcile.shards import FanoutWakeup, ShardNamespaces, ShardQueues
 
 
 class _Api:

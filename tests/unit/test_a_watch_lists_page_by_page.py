@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from twc.kube.watch import ObjectWatcher
+from twc.kube.watch import ObjectWatcher, Resource, WatchSettings
 
 pytestmark = pytest.mark.unit
 
@@ -38,16 +38,10 @@ class Pages:
 
 
 def _watcher(pages: Pages, page_size: int) -> ObjectWatcher:
-    return ObjectWatcher(
-        None,
-        group="apps",
-        version="v1",
-        plural="deployments",
-        resync_interval=60,
-        lister=pages,
-        keep=lambda o: {"metadata": {"name": o["metadata"]["name"]}},
-        page_size=page_size,
+    resource = Resource(
+        "apps", "v1", "deployments", keep=lambda o: {"metadata": {"name": o["metadata"]["name"]}}
     )
+    return ObjectWatcher(None, resource, WatchSettings(60, page_size=page_size), lister=pages)
 
 
 def test_every_page_is_kept_trimmed_and_the_last_pages_version_returned() -> None:

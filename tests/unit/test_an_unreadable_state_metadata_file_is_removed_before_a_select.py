@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from twc.stackrun import engine, filebackend
+from twc.engine import engine, filebackend
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from twc.stackrun import workspace
+from twc.engine import workspace
 
 pytestmark = pytest.mark.unit
 

@@ -14,21 +14,33 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from twc.loop import (
-    AutoscaleBehavior,
-    PolicyType,
-    ReplicaBounds,
+from twc.reconcile.autoscale import (
     ScaleDecision,
     ScaleReason,
-    ScalingPolicy,
-    ScalingRules,
     ScalingState,
-    SelectPolicy,
     WorkerScaleInput,
     desired_replicas,
     metric_recommendation,
     scale_fleet,
 )
+from twc.reconcile.settings import (
+    AutoscaleBehavior,
+    PolicyType,
+    ScalingPolicy,
+    ScalingRules,
+    SelectPolicy,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaBounds:
+    """A plain ``ScalingTarget`` (the spec's ``Autoscaling`` is the daemon's)."""
+
+    min_replicas: int
+    max_replicas: int
+    target_backlog_per_replica: float
+    activation_backlog: int = 0
+
 
 HPA = AutoscaleBehavior()
 NO_WINDOW = HPA.with_scale_down_window(0)

@@ -1,4 +1,4 @@
-"""Backlog sampling keeps its concurrency bound and request-rate budget, and isolates failures.
+"""Questions to Temporal keep their concurrency bound and request-rate budget, and isolate failures.
 
 Everything runs on virtual time: the sampler's clock and sleep, and the fake ``describe``'s
 latency, come from :class:`VirtualTime`, which jumps to the next timer whenever every task
@@ -17,13 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from twc.loop import (
-    Backlog,
-    SampleResult,
-    TaskQueueRef,
-    TokenBucket,
-    sample_backlogs,
-)
+from twc.reconcile.asking import Backlog, Budget, TaskQueueRef, ask_all
 
 T = TypeVar("T")
 # Enough event-loop turns for every runnable task to reach its next await of a timer;
@@ -105,7 +99,7 @@ def test_concurrency_bound_is_never_exceeded_and_is_used() -> None:
     time = VirtualTime()
     temporal = FakeTemporal(time, latency=1.0)
 
-    results = time.run(sample_backlogs(queues(10), temporal.describe, concurrency=3))
+    results = time.run(ask_all(queues(10), temporal.describe, concurrency=3))
 
     assert temporal.peak == 3
     assert time.now == 4.0  # ceil(10 / 3) rounds of one second
@@ -117,13 +111,11 @@ def test_rate_budget_spaces_calls_evenly() -> None:
     temporal = FakeTemporal(time)
 
     time.run(
-        sample_backlogs(
+        ask_all(
             queues(8),
             temporal.describe,
             concurrency=8,
-            rate_per_s=2.0,
-            clock=time.clock,
-            sleep=time.sleep,
+            limiter=Budget(2.0, burst=1, clock=time.clock, sleep=time.sleep),
         )
     )
 
@@ -135,14 +127,11 @@ def test_burst_then_rate() -> None:
     temporal = FakeTemporal(time)
 
     time.run(
-        sample_backlogs(
+        ask_all(
             queues(6),
             temporal.describe,
             concurrency=6,
-            rate_per_s=1.0,
-            burst=3,
-            clock=time.clock,
-            sleep=time.sleep,
+            limiter=Budget(1.0, burst=3, clock=time.clock, sleep=time.sleep),
         )
     )
 
@@ -154,13 +143,11 @@ def test_both_limits_together_the_tighter_one_wins() -> None:
     temporal = FakeTemporal(time, latency=2.0)
 
     time.run(
-        sample_backlogs(
+        ask_all(
             queues(6),
             temporal.describe,
             concurrency=2,
-            rate_per_s=10.0,
-            clock=time.clock,
-            sleep=time.sleep,
+            limiter=Budget(10.0, burst=1, clock=time.clock, sleep=time.sleep),
         )
     )
 
@@ -175,13 +162,11 @@ def test_calls_freed_together_are_still_spaced_by_the_budget() -> None:
     temporal = FakeTemporal(time, latencies={"q0": 1.2, "q1": 1.1, "q2": 1.0})
 
     time.run(
-        sample_backlogs(
+        ask_all(
             queues(6),
             temporal.describe,
             concurrency=3,
-            rate_per_s=10.0,
-            clock=time.clock,
-            sleep=time.sleep,
+            limiter=Budget(10.0, burst=1, clock=time.clock, sleep=time.sleep),
         )
     )
 
@@ -191,11 +176,11 @@ def test_calls_freed_together_are_still_spaced_by_the_budget() -> None:
 def test_a_shared_limiter_keeps_the_budget_across_rounds() -> None:
     time = VirtualTime()
     temporal = FakeTemporal(time)
-    limiter = TokenBucket(1.0, clock=time.clock, sleep=time.sleep)
+    limiter = Budget(1.0, burst=1, clock=time.clock, sleep=time.sleep)
 
     async def two_rounds() -> None:
-        await sample_backlogs(queues(2), temporal.describe, concurrency=4, limiter=limiter)
-        await sample_backlogs(queues(2), temporal.describe, concurrency=4, limiter=limiter)
+        await ask_all(queues(2), temporal.describe, concurrency=4, limiter=limiter)
+        await ask_all(queues(2), temporal.describe, concurrency=4, limiter=limiter)
 
     time.run(two_rounds())
 
@@ -206,17 +191,15 @@ def test_one_failing_queue_is_an_error_entry_and_the_others_still_report() -> No
     time = VirtualTime()
     temporal = FakeTemporal(time, latency=0.5, fail=frozenset({"q1"}))
 
-    results = time.run(sample_backlogs(queues(3), temporal.describe, concurrency=2))
+    results = time.run(ask_all(queues(3), temporal.describe, concurrency=2))
 
     assert list(results) == queues(3)
     failed = results[TaskQueueRef("default", "q1")]
     assert not failed.ok
     assert isinstance(failed.error, ConnectionRefusedError)
-    assert failed.backlog is None
-    assert results[TaskQueueRef("default", "q0")] == SampleResult(
-        TaskQueueRef("default", "q0"), backlog=Backlog(0)
-    )
-    assert results[TaskQueueRef("default", "q2")].backlog == Backlog(20)
+    assert failed.value is None
+    assert results[TaskQueueRef("default", "q0")].value == Backlog(0)
+    assert results[TaskQueueRef("default", "q2")].value == Backlog(20)
 
 
 def test_duplicate_queues_are_sampled_once() -> None:
@@ -224,7 +207,7 @@ def test_duplicate_queues_are_sampled_once() -> None:
     temporal = FakeTemporal(time)
     q = TaskQueueRef("default", "q4")
 
-    results = time.run(sample_backlogs([q, q, q], temporal.describe, concurrency=2))
+    results = time.run(ask_all([q, q, q], temporal.describe, concurrency=2))
 
     assert len(temporal.started) == 1
     assert list(results) == [q]
@@ -243,7 +226,7 @@ def test_cancelling_the_sampling_cancels_the_calls_in_flight() -> None:
         return Backlog(1)
 
     async def cancel_after_one_second() -> None:
-        task = asyncio.ensure_future(sample_backlogs(queues(3), describe, concurrency=2))
+        task = asyncio.ensure_future(ask_all(queues(3), describe, concurrency=2))
         await time.sleep(1)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -256,35 +239,36 @@ def test_cancelling_the_sampling_cancels_the_calls_in_flight() -> None:
     assert sorted(cancelled) == ["q0", "q1"]
 
 
-@pytest.mark.parametrize(
-    "kwargs",
-    [
-        {"concurrency": 0},
-        {"concurrency": 1, "rate_per_s": 1.0, "limiter": TokenBucket(1.0)},
-    ],
-    ids=["zero concurrency", "rate and limiter"],
-)
-def test_invalid_arguments_are_rejected(kwargs: dict[str, Any]) -> None:
+def test_a_concurrency_below_one_is_rejected() -> None:
     async def describe(queue: TaskQueueRef) -> Backlog:
         raise AssertionError("must not be called")
 
-    with pytest.raises(ValueError, match=r"concurrency must be at least 1|not both"):
-        asyncio.run(sample_backlogs(queues(1), describe, **kwargs))
+    with pytest.raises(ValueError, match=r"concurrency must be at least 1"):
+        asyncio.run(ask_all(queues(1), describe, concurrency=0))
 
 
 @pytest.mark.parametrize(("rate", "burst"), [(0.0, 1), (1.0, 0)])
 def test_token_bucket_rejects_bad_settings(rate: float, burst: int) -> None:
-    with pytest.raises(ValueError, match=r"rate_per_s must be positive|burst must be at least 1"):
-        TokenBucket(rate, burst=burst)
+    with pytest.raises(ValueError, match=r"need rate_per_s > 0 and burst >= 1"):
+        Budget(rate, burst=burst)
 
 
-def test_backlog_combines_task_queue_types() -> None:
-    combined = Backlog.combine(
-        [Backlog(3, age_seconds=4.0, add_rate=1.0), Backlog(5, age_seconds=9.0, add_rate=2.0)]
-    )
+def test_a_question_unanswered_by_its_deadline_has_no_answer() -> None:
+    async def describe(queue: TaskQueueRef) -> Backlog:
+        if queue.name == "q1":
+            await asyncio.Event().wait()  # never answers
+        return Backlog(1)
 
-    assert combined == Backlog(8, age_seconds=9.0, add_rate=3.0, dispatch_rate=0.0)
-    assert Backlog.combine([]) == Backlog(0)
+    dropped: list[TaskQueueRef] = []
+
+    def answered(ref: TaskQueueRef, answer: Any) -> None:
+        if answer is None:
+            dropped.append(ref)
+
+    results = asyncio.run(ask_all(queues(2), describe, deadline=0.05, answered=answered))
+
+    assert list(results) == [TaskQueueRef("default", "q0")]
+    assert dropped == [TaskQueueRef("default", "q1")]
 
 
 @given(
@@ -296,7 +280,7 @@ def test_token_bucket_never_exceeds_burst_plus_rate_in_any_window(
     rate: float, burst: int, gaps: list[float]
 ) -> None:
     now = 0.0
-    bucket = TokenBucket(rate, burst=burst, clock=lambda: now, sleep=_never_sleep)
+    bucket = Budget(rate, burst=burst, clock=lambda: now, sleep=_never_sleep)
     granted: list[float] = []
     for gap in gaps:
         now += gap
@@ -313,7 +297,7 @@ def test_token_bucket_does_not_delay_within_the_burst_after_idling(
     rate: float, burst: int, idle: float
 ) -> None:
     now = 0.0
-    bucket = TokenBucket(rate, burst=burst, clock=lambda: now, sleep=_never_sleep)
+    bucket = Budget(rate, burst=burst, clock=lambda: now, sleep=_never_sleep)
     bucket.reserve()
     now = idle + (burst + 1) / rate  # long enough to refill completely, rounding aside
 

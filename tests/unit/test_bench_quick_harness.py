@@ -260,14 +260,17 @@ def test_a_daemon_profile_renders_per_size_and_a_frame_out_of_a_sizes_top_says_s
         "samples": 500,
         "rate_hz": 50,
         "active_thread_s": 10.0,
-        "twc_inclusive": [["twc/loop/early.py apply", 0.4]],
+        "twc_inclusive": [["twc/reconcile/early.py apply", 0.4]],
         "leaves": [["json/decoder.py raw_decode", 0.1]],
     }
     results["sizes"][2]["queue"]["profile"] = {
         "samples": 900,
         "rate_hz": 50,
         "active_thread_s": 18.0,
-        "twc_inclusive": [["twc/loop/early.py apply", 0.25], ["twc/loop/observe.py report", 0.3]],
+        "twc_inclusive": [
+            ["twc/reconcile/early.py apply", 0.25],
+            ["twc/reconcile/observe.py report", 0.3],
+        ],
         "leaves": [["json/decoder.py raw_decode", 0.2]],
     }
     results["sizes"][0]["queue"]["profile"] = {"error": "py-spy wrote no stacks: denied"}
@@ -276,8 +279,8 @@ def test_a_daemon_profile_renders_per_size_and_a_frame_out_of_a_sizes_top_says_s
 
     assert "- N=100: py-spy wrote no stacks: denied" in md
     assert "- N=1000: 500 samples at 50 Hz, 10 thread-seconds active over the figure's 100 s." in md
-    assert "| `twc/loop/early.py apply` | 40% | 25% |" in md
-    assert "| `twc/loop/observe.py report` | (not in top) | 30% |" in md
+    assert "| `twc/reconcile/early.py apply` | 40% | 25% |" in md
+    assert "| `twc/reconcile/observe.py report` | (not in top) | 30% |" in md
     assert "| `json/decoder.py raw_decode` | 10% | 20% |" in md
 
 
@@ -487,15 +490,15 @@ def test_a_profile_of_nothing_is_refused_and_twcs_frames_are_counted_once_per_sa
     with pytest.raises(ValueError, match="no running thread"):
         summarize_stacks("", rate=50)
     raw = (
-        "thread (0x1);run (/x/twc/loop/daemon.py:10);step (/x/twc/loop/daemon.py:20);"
-        "run (/x/twc/loop/daemon.py:12);loads (/usr/lib/python3/json/decoder.py:5) 3\n"
+        "thread (0x1);run (/x/twc/reconcile/daemon.py:10);step (/x/twc/reconcile/daemon.py:20);"
+        "run (/x/twc/reconcile/daemon.py:12);loads (/usr/lib/python3/json/decoder.py:5) 3\n"
         "thread (0x2);wait (/x/lib/threading.py:1) 1\n"
     )
     summary = summarize_stacks(raw, rate=50)
     assert summary["samples"] == 4
     assert dict(summary["twc_inclusive"]) == {
-        "twc/loop/daemon.py run": 0.75,
-        "twc/loop/daemon.py step": 0.75,
+        "twc/reconcile/daemon.py run": 0.75,
+        "twc/reconcile/daemon.py step": 0.75,
     }
     assert dict(summary["leaves"]) == {"json/decoder.py loads": 0.75, "lib/threading.py wait": 0.25}
 

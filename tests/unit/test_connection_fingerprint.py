@@ -16,11 +16,9 @@ from twc.connections import (
     ResolvedConnection,
     SecretKeySelector,
     TLSSettings,
-    decode_secret_data,
     fingerprint_of,
     secret_data_digest,
 )
-from twc.errors import Reason, TwcConnectionError
 from twc.spec import AuthMode
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,16 +148,6 @@ def test_secret_digests_distinguish_key_and_value_boundaries() -> None:
     assert secret_data_digest({"ab": b"c"}) != secret_data_digest({"a": b"bc"})
     assert secret_data_digest({"a": "x"}) == secret_data_digest({"a": b"x"})
     assert secret_data_digest({}) != secret_data_digest({"": b""})
-
-
-def test_base64_secret_data_decodes_and_bad_base64_is_an_auth_error() -> None:
-    assert decode_secret_data({"api-key": "c2VjcmV0"}) == {"api-key": b"secret"}
-
-    with pytest.raises(TwcConnectionError) as caught:
-        decode_secret_data({"api-key": "not base64!"})
-
-    assert caught.value.reason is Reason.AUTH_SECRET_INVALID
-    assert "not base64!" not in str(caught.value)
 
 
 def test_a_resolved_connection_rejects_inconsistent_auth_settings() -> None:

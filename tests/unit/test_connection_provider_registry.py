@@ -14,6 +14,7 @@ from tests.unit.fleet_data import valid_fleet
 from twc.connections import (
     ENTRY_POINT_GROUP,
     ConnectionIdentity,
+    NamespacedConnectionProvider,
     Registry,
     default_registry,
     load_entry_point_providers,
@@ -147,10 +148,9 @@ def test_a_missing_object_fails_with_connection_not_found() -> None:
 
 def test_a_kind_can_only_be_registered_once() -> None:
     registry = Registry.with_builtins()
-    provider = registry.get("temporal.io", "Connection")
 
     with pytest.raises(TwcError, match="already served"):
-        registry.register(provider)
+        registry.register(NamespacedConnectionProvider())
 
 
 def test_fleet_connections_resolve_per_worker() -> None:

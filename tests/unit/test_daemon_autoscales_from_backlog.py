@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.unit._daemon_fakes import NS, autoscaled, fleet_data, make_daemon
-from twc.loop import AutoscaleBehavior, DaemonSettings, ScalingRules
+from twc.reconcile.settings import AutoscaleBehavior, DaemonSettings, ScalingRules
 
 KEY = f"{NS}/orders"
 UNLIMITED_UP = DaemonSettings(

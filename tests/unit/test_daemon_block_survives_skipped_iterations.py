@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-from twc.loop import (
-    DaemonSettings,
-    LoopState,
-    Outcome,
-    PermanentError,
-    ReconcileAction,
-    decide_reconcile,
-    desired_state,
-    outcome_of,
-)
+from twc.reconcile.decide import ReconcileAction, decide_reconcile, desired_state
+from twc.reconcile.outcome import Outcome, PermanentError, outcome_of
+from twc.reconcile.settings import DaemonSettings
+from twc.reconcile.state import LoopState
 
 SETTINGS = DaemonSettings(resync_interval=300)
 BROKEN = desired_state({"a": {"image": "w:broken"}})

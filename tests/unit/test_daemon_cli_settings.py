@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from twc.cli import build_parser
-from twc.commands.run import RunOptions, load_settings, run_daemon
+from twc.cli.run import RunOptions, load_settings, run_daemon
 
 
 def test_flags_override_the_settings_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.unit._daemon_fakes import make_daemon, program_queues, queue_object
-from twc.loop import DaemonSettings
+from twc.reconcile.settings import DaemonSettings
 
 
 def test_a_burst_of_watch_events_is_applied_by_one_up() -> None:

@@ -17,6 +17,7 @@ from tests.unit._daemon_fakes import (
     FakeClock,
     FakeEngine,
     NoLimit,
+    StaticNative,
     fake_clocks,
     fleet_data,
 )
@@ -29,15 +30,15 @@ from tests.unit._native_objects import (
 )
 from twc.connections import Registry
 from twc.kube.versions import ObservedVersion
-from twc.kube.watch import NativeSnapshot, StaticNative, StaticQueues
-from twc.loop import DaemonSettings, LoopState
-from twc.loop.act import Effects
-from twc.loop.daemon import Daemon
-from twc.loop.health import DaemonMetrics
-from twc.loop.observe import Sources
-from twc.loop.rollouts import RolloutSource
-from twc.loop.sampling import Budgets
+from twc.kube.watch import NativeSnapshot, StaticQueues
 from twc.native.objects import NativeObject
+from twc.reconcile.act import Effects
+from twc.reconcile.daemon import Daemon
+from twc.reconcile.health import DaemonMetrics
+from twc.reconcile.observe import Sources
+from twc.reconcile.rollouts import RolloutSource
+from twc.reconcile.settings import DaemonSettings
+from twc.reconcile.state import LoopState
 from twc.rollout import (
     GateRun,
     GateStart,
@@ -173,7 +174,7 @@ class World:
             Effects(engine=self.engine, writer=self.writer),
             metrics=DaemonMetrics("unit"),
             clocks=replace(fake_clocks(self.clock), wall=lambda: WALL + self.clock.now),
-            budgets=Budgets(samples=NoLimit()),
+            budgets=NoLimit(),
         )
 
     def apply_versions(self) -> None:

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from twc.commands.run import Supervisor
+from twc.cli.run import Supervisor
 
 
 class Loop:
@@ -96,3 +96,22 @@ def test_other_threads_are_not_roots() -> None:
 
     supervisor = _supervisor(loop)
     assert supervisor.run(run) == 0
+
+
+def test_another_stacks_engine_thread_that_ends_is_no_failure() -> None:
+    loop = Loop()
+    release = threading.Event()
+    leftover = threading.Thread(target=release.wait, name="twc-engine-other_0", daemon=True)
+    leftover.start()
+    supervisor = _supervisor(loop)
+
+    def run() -> int:
+        assert supervisor.ended() is None
+        release.set()
+        leftover.join(10)
+        assert supervisor.ended() is None  # another daemon's thread: not watched
+        loop.stop.set()
+        return loop.run()
+
+    assert supervisor.run(run) == 0
+    assert loop.fatal == []

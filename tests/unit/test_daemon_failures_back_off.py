@@ -6,7 +6,8 @@ from pulumi.automation import CommandError, ConcurrentUpdateError
 from pulumi.automation._cmd import CommandResult
 
 from tests.unit._daemon_fakes import FakeEngine, fleet_data, make_daemon
-from twc.loop import BackoffSettings, DaemonSettings, OutcomeKind, PermanentError
+from twc.reconcile.outcome import OutcomeKind, PermanentError
+from twc.reconcile.settings import BackoffSettings, DaemonSettings
 
 SETTINGS = DaemonSettings(
     reconcile_interval=30,

@@ -17,6 +17,7 @@ from tests.unit._daemon_fakes import (
     FakeClock,
     FakeEngine,
     NoLimit,
+    StaticNative,
     fake_clocks,
     fleet_data,
     queue_object,
@@ -25,16 +26,16 @@ from tests.unit._native_objects import CLUSTER_CONNECTION, CONNECTION, cluster_c
 from tests.unit.test_daemon_writes_back_native_objects import Pollers, Writer
 from twc.connections import Registry
 from twc.desired import WORKER_KIND_KEY
-from twc.kube.watch import NativeSnapshot, StaticNative, StaticQueues
-from twc.loop import DaemonSettings, LoopState
-from twc.loop.act import Effects
-from twc.loop.daemon import Daemon
-from twc.loop.decide import ReconcileAction
-from twc.loop.health import DaemonMetrics
-from twc.loop.observe import POLLERS_RECHECK_INTERVAL, Sources
-from twc.loop.sampling import Budgets
-from twc.loop.views import VIEW_OVERWRITTEN
+from twc.kube.watch import NativeSnapshot, StaticQueues
 from twc.native.views import VIEW_FIELD_MANAGER, VIEW_LABEL
+from twc.reconcile.act import Effects
+from twc.reconcile.daemon import Daemon
+from twc.reconcile.decide import ReconcileAction
+from twc.reconcile.health import DaemonMetrics
+from twc.reconcile.observe import POLLERS_RECHECK_INTERVAL, Sources
+from twc.reconcile.settings import DaemonSettings
+from twc.reconcile.state import LoopState
+from twc.reconcile.views import VIEW_OVERWRITTEN
 from twc.spec import Fleet, load_fleet
 
 
@@ -151,7 +152,7 @@ class World:
             leader=self,
             metrics=DaemonMetrics("prod"),
             clocks=fake_clocks(self.clock),
-            budgets=Budgets(samples=NoLimit()),
+            budgets=NoLimit(),
         )
         self.state = LoopState(started_at=self.clock.now)
 

@@ -10,7 +10,7 @@ import yaml
 
 from tests.unit._daemon_fakes import fleet_data
 from twc.errors import SpecError
-from twc.loop.observe import CachedFleetFile
+from twc.reconcile.observe import CachedFleetFile
 
 
 def _write(path: Path, image: str) -> None:

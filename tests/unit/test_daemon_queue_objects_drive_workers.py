@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any
 
@@ -9,7 +10,7 @@ from tests.unit._daemon_fakes import NS, fleet_data, make_daemon, program_queues
 from tests.unit._native_objects import merge_queue_objects
 from twc.desired import ObjectList
 from twc.kube.watch import QueueWatcher
-from twc.loop import OutcomeKind
+from twc.reconcile.outcome import OutcomeKind
 from twc.spec import load_fleet
 
 
@@ -99,7 +100,8 @@ def test_no_up_runs_before_the_queue_objects_were_listed() -> None:
         def observed(self) -> ObjectList:
             return ObjectList.unknown("not listed yet")
 
-    h.daemon.queues = NotListed()
+    observer = h.daemon.observer
+    observer.sources = dataclasses.replace(observer.sources, queues=NotListed())
 
     state = h.step()
 

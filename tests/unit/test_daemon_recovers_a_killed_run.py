@@ -20,18 +20,18 @@ from pulumi.automation._cmd import CommandResult
 
 from tests.helpers import guarded_cli
 from twc.desired import DesiredInputs
-from twc.kube.lease import EngineRecord
-from twc.loop.outcome import FailureReason, classify
-from twc.stackrun import engine as engine_module
-from twc.stackrun.automation import (
+from twc.engine import engine as engine_module
+from twc.engine.automation import (
     AutomationEngine,
     LockHolder,
     lock_holders,
     stale_lock,
     worker_urns_from_state,
 )
-from twc.stackrun.errors import EngineDeadlineExceeded, EngineInterrupted
-from twc.stackrun.guard import CHANNEL_ENV, ENGINES_ENV
+from twc.engine.errors import EngineDeadlineExceeded, EngineInterrupted
+from twc.engine.supervisor import CHANNEL_ENV, ENGINES_ENV
+from twc.kube.lease import EngineRecord
+from twc.reconcile.outcome import FailureReason, classify
 
 LOCKED = (
     "error: the stack is currently locked by 1 lock(s). Either wait for the other process(es) "

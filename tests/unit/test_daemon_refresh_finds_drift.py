@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.unit._daemon_fakes import make_daemon
-from twc.loop import DaemonSettings
+from twc.reconcile.settings import DaemonSettings
 
 SETTINGS = DaemonSettings(reconcile_interval=30, refresh_interval=600)
 

@@ -16,10 +16,10 @@ from tests.unit._daemon_fakes import (
     make_daemon,
     queue_object,
 )
+from twc.engine.errors import engine_failure
 from twc.kube.watch import StaticQueues
-from twc.loop.faults import Fault, FaultBook, engine_fault, sample_fault
-from twc.loop.outcome import FailureReason, OutcomeKind, classify
-from twc.stackrun.errors import engine_failure
+from twc.reconcile.faults import Fault, FaultBook, engine_fault, sample_fault
+from twc.reconcile.outcome import FailureReason, OutcomeKind, classify
 
 KEY = f"{NS}/orders"
 

@@ -20,8 +20,8 @@ from tests.unit._daemon_fakes import (
     queue_object,
 )
 from tests.unit.test_daemon_applies_new_workers_early import FakeApplier
-from twc.loop import DaemonSettings
-from twc.loop.early import ObjectRef
+from twc.reconcile.early import ObjectRef
+from twc.reconcile.settings import DaemonSettings
 
 
 class Gate:
@@ -174,7 +174,7 @@ def test_a_change_stops_the_refresh_in_progress_and_the_refresh_runs_after_it(
     ups = len(engine.ups)
 
     h.fleet["defaults"]["image"] = "registry.example/worker:2.0.0"
-    with caplog.at_level(logging.INFO, logger="twc.loop.background"):
+    with caplog.at_level(logging.INFO, logger="twc.reconcile.background"):
         h.step()  # the change: the refresh is told to give way
     assert len(engine.preempts) == 1
     assert "refresh gives way to a change" in caplog.text

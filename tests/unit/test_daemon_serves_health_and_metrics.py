@@ -17,8 +17,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.unit._daemon_fakes import Harness, make_daemon, queue_object
-from twc.loop import DaemonSettings
-from twc.loop.health import DaemonMetrics, HealthServer
+from twc.reconcile.health import DaemonMetrics, HealthServer
+from twc.reconcile.settings import DaemonSettings
 
 
 def _get(port: int, path: str) -> tuple[int, str]:
@@ -202,7 +202,7 @@ def test_a_probe_whose_caller_gave_up_is_logged_not_a_traceback(
         DaemonMetrics("s"), port=0, live=slow, ready=slow, host="127.0.0.1"
     ).start()
     try:
-        with caplog.at_level(logging.INFO, logger="twc.loop.health"):
+        with caplog.at_level(logging.INFO, logger="twc.reconcile.health"):
             client = socket.create_connection(("127.0.0.1", server.port), timeout=5)
             client.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
             assert asked.wait(5), "the probe was never asked"

@@ -6,7 +6,7 @@ import pydantic
 import pytest
 from pydantic import BaseModel
 
-from twc.loop import (
+from twc.reconcile.settings import (
     AutoscaleBehavior,
     BackoffSettings,
     DaemonSettings,
@@ -89,5 +89,3 @@ def test_scale_down_window_override_leaves_the_rest() -> None:
 
     assert behavior.scale_down.stabilization_window_seconds == 60
     assert behavior.scale_down.policies == AutoscaleBehavior().scale_down.policies
-    assert behavior.longest_window() == 60
-    assert behavior.longest_period() == 15

@@ -7,17 +7,11 @@ import time
 
 import pytest
 
-from twc.loop import (
-    BackoffSettings,
-    DaemonSettings,
-    LoopState,
-    Outcome,
-    PermanentError,
-    ScalingState,
-    desired_state,
-    outcome_of,
-    sleep,
-)
+from twc.reconcile.autoscale import ScalingState
+from twc.reconcile.decide import desired_state
+from twc.reconcile.outcome import Outcome, PermanentError, outcome_of
+from twc.reconcile.settings import BackoffSettings, DaemonSettings
+from twc.reconcile.state import LoopState, sleep
 
 SETTINGS = DaemonSettings(reconcile_interval=30, refresh_interval=600, resync_interval=300)
 APPLIED = desired_state({"a": {"image": "w:1"}})

@@ -12,11 +12,10 @@ from pathlib import Path
 
 from tests.unit._daemon_fakes import FakeEngine, NoLimit, fleet_data
 from twc.kube.watch import StaticQueues
-from twc.loop import DaemonSettings
-from twc.loop.act import Effects
-from twc.loop.daemon import Daemon
-from twc.loop.observe import Sources
-from twc.loop.sampling import Budgets
+from twc.reconcile.act import Effects
+from twc.reconcile.daemon import Daemon
+from twc.reconcile.observe import Sources
+from twc.reconcile.settings import DaemonSettings
 from twc.spec import load_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +28,7 @@ def _daemon(engine: FakeEngine, settings: DaemonSettings) -> Daemon:
         settings,
         Sources(fleet=lambda: load_fleet(doc, "fleet.yaml"), queues=StaticQueues(())),
         Effects(engine=engine),
-        budgets=Budgets(samples=NoLimit()),
+        budgets=NoLimit(),
     )
 
 
@@ -88,7 +87,7 @@ def test_a_stop_requested_before_an_up_starts_prevents_that_up() -> None:
     daemon = _daemon(engine, DaemonSettings())
     daemon.request_stop()
 
-    from twc.loop import LoopState
+    from twc.reconcile.state import LoopState
 
     state = daemon.iterate(LoopState(started_at=0))
 

@@ -17,6 +17,7 @@ from tests.unit._daemon_fakes import (
     FakeClock,
     FakeEngine,
     NoLimit,
+    StaticNative,
     fake_clocks,
     fleet_data,
 )
@@ -29,14 +30,15 @@ from tests.unit._native_objects import (
 )
 from twc.connections import Registry
 from twc.desired import WORKER_KIND_KEY
-from twc.kube.watch import NativeSnapshot, StaticNative, StaticQueues
-from twc.loop import DaemonSettings, LoopState, TaskQueueRef
-from twc.loop.act import Effects
-from twc.loop.daemon import Daemon
-from twc.loop.health import DaemonMetrics
-from twc.loop.observe import POLLERS_INTERVAL, POLLERS_RECHECK_INTERVAL, Sources
-from twc.loop.sampling import Allowance, Budgets
+from twc.kube.watch import NativeSnapshot, StaticQueues
 from twc.native.objects import FINALIZER, NativeObject
+from twc.reconcile.act import Effects
+from twc.reconcile.asking import Budget, TaskQueueRef
+from twc.reconcile.daemon import Daemon
+from twc.reconcile.health import DaemonMetrics
+from twc.reconcile.observe import POLLERS_INTERVAL, POLLERS_RECHECK_INTERVAL, Sources
+from twc.reconcile.settings import DaemonSettings
+from twc.reconcile.state import LoopState
 from twc.spec import Fleet, load_fleet
 
 CLUSTER_CONNECTION_KEY = "ClusterConnection.temporal.io"
@@ -81,7 +83,7 @@ class World:
         workers: list[dict[str, Any]],
         conns: list[dict[str, Any]],
         settings: DaemonSettings | None = None,
-        pollers: Allowance | None = None,
+        pollers: Budget | None = None,
         clock: FakeClock | None = None,
         asker_thread: bool = False,
     ) -> None:
@@ -114,7 +116,7 @@ class World:
                 fake_clocks(self.clock, asker_thread=asker_thread),
                 wall=lambda: 1_700_000_000.0 + self.clock.now,
             ),
-            budgets=Budgets(samples=NoLimit(), pollers=pollers or Budgets().pollers),
+            budgets=pollers or NoLimit(),
         )
         self.state = LoopState(started_at=self.clock.now)
 
@@ -344,10 +346,12 @@ def test_a_queue_without_pollers_is_asked_less_and_less_often() -> None:
 
 
 def test_pollers_are_asked_within_a_rate_budget_oldest_answer_first() -> None:
+    clock = FakeClock()
     world = World(
         [worker_obj(n, ref=cluster_ref("prod")) for n in ("a", "b", "c", "d", "e")],
         [cluster_conn_obj("prod")],
-        pollers=Allowance(1.0, burst=2),
+        pollers=Budget(1.0, burst=2, clock=clock),
+        clock=clock,
     )
     world.step()
     assert len(world.backlogs.asked) == 2  # the burst
@@ -362,8 +366,8 @@ def test_pollers_are_asked_within_a_rate_budget_oldest_answer_first() -> None:
 def test_the_shards_of_one_process_share_one_pollers_budget() -> None:
     # At 20 shards a budget each asked a Temporal dev server about 200 task queues a
     # second; its answers to the autoscaler's samples timed out.
-    shared = Allowance(1.0, burst=3)
     clock = FakeClock()
+    shared = Budget(1.0, burst=3, clock=clock)
     shards = [
         World(
             [worker_obj(f"{shard}-{n}", ref=cluster_ref("prod")) for n in "abcd"],
@@ -385,6 +389,7 @@ def test_the_shards_of_one_process_share_one_pollers_budget() -> None:
 def test_a_restarted_daemon_keeps_a_ready_workers_last_poller_answer_until_it_asks_again() -> None:
     # The pollers are asked on a budget, so a restarted daemon may not ask about every
     # worker in its first iteration: a Ready worker must not turn Pending meanwhile.
+    clock = FakeClock()
     ready = {
         "phase": "Ready",
         "conditions": [
@@ -403,7 +408,8 @@ def test_a_restarted_daemon_keeps_a_ready_workers_last_poller_answer_until_it_as
             worker_obj("b", ref=cluster_ref("prod"), status=ready),
         ],
         [cluster_conn_obj("prod")],
-        pollers=Allowance(0.001, burst=1),
+        pollers=Budget(0.001, burst=1, clock=clock),
+        clock=clock,
     )
     world.deployments.update({"team/a": (1, 1), "team/b": (1, 1)})
     world.backlogs.pollers_by_queue.update({"a": 1, "b": 1})

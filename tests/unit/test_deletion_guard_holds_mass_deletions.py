@@ -339,7 +339,7 @@ def test_twc_approve_writes_the_digest_of_what_is_held(
 ) -> None:
     import contextlib
 
-    from twc.commands import approve, common
+    from twc.cli import approve, common
     from twc.kube.record import HeldRecord
 
     api = FakeConfigMaps()

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import assert_eventually, guarded_cli
-from twc.stackrun.guard import (
+from twc.engine.supervisor import (
     CHANNEL_ENV,
     PARENT_ENV,
     Control,

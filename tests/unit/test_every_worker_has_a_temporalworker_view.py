@@ -366,7 +366,7 @@ def test_a_derived_spec_follows_its_worker_and_a_caller_cannot_change_it_for_oth
 
 
 def test_twc_up_and_preview_say_views_are_not_counted_as_temporalworkers() -> None:
-    from twc.commands.common import summary
+    from twc.cli.common import summary
 
     views, _ = _views(_desired(queues=[_queue("orders")]))
     objects = [_stored(v) for v in views.values()] + [worker_obj("native")]

@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers import assert_eventually
 from tests.unit._daemon_fakes import FakeEngine, make_daemon
-from twc.loop import DaemonSettings, EngineSettings
+from twc.reconcile.settings import DaemonSettings, EngineSettings
 
 pytestmark = pytest.mark.unit
 

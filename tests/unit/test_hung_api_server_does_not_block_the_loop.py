@@ -12,9 +12,9 @@ from twc.kube.client import DEFAULT_TIMEOUT, KubeClient, TimeoutApiClient
 from twc.kube.lease import LeaseElector
 from twc.kube.workloads import Workloads
 from twc.kube.writer import NativeWriter
-from twc.loop.outcome import FailureReason, classify
-from twc.loop.settings import LeaderElectionSettings
 from twc.native.objects import NativeObject
+from twc.reconcile.outcome import FailureReason, classify
+from twc.reconcile.settings import LeaderElectionSettings
 
 
 @pytest.fixture
@@ -88,7 +88,7 @@ def test_a_watch_on_a_hung_api_server_fails_and_is_reported(
     import threading
     import time
 
-    from twc.kube.watch import ObjectWatcher
+    from twc.kube.watch import ObjectWatcher, Resource, WatchSettings
 
     host = request.getfixturevalue(server)
     config = client.Configuration()
@@ -97,13 +97,8 @@ def test_a_watch_on_a_hung_api_server_fails_and_is_reported(
     api = client.ApiClient(config)
     watcher = ObjectWatcher(
         client.CustomObjectsApi(api),
-        group="kmsvc.io",
-        version="v1",
-        plural="queues",
-        resync_interval=3600,
-        watch_timeout=1,
-        retry_delay=0.1,
-        request_timeout=1.0,
+        Resource("kmsvc.io", "v1", "queues"),
+        WatchSettings(3600, watch_timeout=1, retry_delay=0.1, request_timeout=1.0),
     )
     watcher.start(threading.Event())
     deadline = time.monotonic() + 20

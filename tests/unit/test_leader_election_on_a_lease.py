@@ -15,6 +15,14 @@ from typing import Any
 import pytest
 
 from tests.unit._daemon_fakes import make_daemon
+from twc.engine.supervisor import (
+    Control,
+    GuardAction,
+    GuardChannel,
+    Stop,
+    next_action,
+    stop_reason,
+)
 from twc.kube.lease import (
     ENGINES_ANNOTATION,
     HANDOVER_ANNOTATION,
@@ -22,15 +30,19 @@ from twc.kube.lease import (
     EngineRecord,
     LeaseAction,
     LeaseElector,
+    LeaseHooks,
     LeaseRecord,
     NotLeadingError,
     call_timeout,
     engine_records,
     lease_action,
 )
-from twc.loop import DaemonSettings, EngineSettings, LeaderElectionSettings
-from twc.loop.settings import KILL_MARGIN
-from twc.stackrun.guard import Control, GuardAction, GuardChannel, Stop, next_action, stop_reason
+from twc.reconcile.settings import (
+    KILL_MARGIN,
+    DaemonSettings,
+    EngineSettings,
+    LeaderElectionSettings,
+)
 from twc.timestamps import boottime
 
 SETTINGS = LeaderElectionSettings(
@@ -179,12 +191,14 @@ def _elector(
         namespace="ops",
         identity=identity,
         settings=SETTINGS,
-        clock=clock,
-        on_renewed=term.renewed,
-        on_ended=term.end,
-        on_lost=lambda: (lost if lost is not None else []).append(True),
-        announced=lambda: tuple(announced or ()),
-        host=host,
+        hooks=LeaseHooks(
+            on_renewed=term.renewed,
+            on_lost=lambda: (lost if lost is not None else []).append(True),
+            on_ended=term.end,
+            announced=lambda: tuple(announced or ()),
+            host=host,
+            clock=clock,
+        ),
         yields=yields,
     )
 
@@ -244,7 +258,12 @@ def test_a_standby_honours_the_lease_duration_the_holder_wrote() -> None:
     api, clock = FakeCoordination(), Clock()
     slow = LeaderElectionSettings(enabled=True, lease_duration=40, renew_deadline=30)
     first = LeaseElector(
-        api, name="twc-s", namespace="ops", identity="a", settings=slow, clock=clock
+        api,
+        name="twc-s",
+        namespace="ops",
+        identity="a",
+        settings=slow,
+        hooks=LeaseHooks(clock=clock),
     )
     second = _elector(api, "b", clock)  # its own setting: 15 s
     assert _round(first)
@@ -613,8 +632,7 @@ def test_terms_count_the_time_a_host_was_suspended(monkeypatch: pytest.MonkeyPat
         namespace="ops",
         identity="a",
         settings=SETTINGS,
-        on_renewed=channel.lease_renewed,
-        on_ended=channel.lease_ended,
+        hooks=LeaseHooks(on_renewed=channel.lease_renewed, on_ended=channel.lease_ended),
     )
     assert elector.round()
     assert 0 < channel.term_left() <= SETTINGS.renew_deadline

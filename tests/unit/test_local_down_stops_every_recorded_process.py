@@ -8,12 +8,12 @@ behind.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 from twc.local import processes
-from twc.local.environment import LocalEnvironment, Ports, State
-from twc.local.podworkers import recorded
+from twc.local.environment import LocalEnvironment
 
 
 def _sleeper(name: str, tmp_path: Path) -> processes.ProcessRecord:
@@ -26,10 +26,9 @@ def test_down_stops_a_retired_component_and_leftover_pod_workers(tmp_path: Path)
     env.dir.mkdir()
     retired = _sleeper("controllers", tmp_path)
     worker = _sleeper("pod apps/echo-1", tmp_path)
-    env._save(State(ports=Ports.allocate(), processes={"controllers": retired}))
-    env.pod_workers_file.write_text(
-        f'{{"workers": [{__import__("json").dumps(worker.to_json())}]}}'
-    )
+    state = {"processes": {"controllers": retired.to_json()}}
+    (env.dir / "local.json").write_text(json.dumps(state))
+    env.pod_workers_file.write_text(json.dumps({"workers": [worker.to_json()]}))
     assert processes.is_alive(retired)
     assert processes.is_alive(worker)
 
@@ -38,7 +37,7 @@ def test_down_stops_a_retired_component_and_leftover_pod_workers(tmp_path: Path)
     assert stopped == ["controllers"]
     assert not processes.is_alive(retired)
     assert not processes.is_alive(worker)
-    assert recorded(env.pod_workers_file) == []
-    state = env.load_state()
-    assert state is not None
-    assert state.processes == {}
+    assert processes.recorded(env.pod_workers_file) == []
+    after = env.load_state()
+    assert after is not None
+    assert after.processes == {}

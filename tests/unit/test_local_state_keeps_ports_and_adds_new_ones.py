@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from twc.local.environment import Ports, State
+from twc.local.environment import PORTS, State
 
 
 def test_saved_ports_are_kept_and_missing_ones_get_distinct_free_ports() -> None:
@@ -23,14 +23,13 @@ def test_saved_ports_are_kept_and_missing_ones_get_distinct_free_ports() -> None
         "temporal_metrics": 41006,
         "controller_manager": 41007,
     }
-    state = State.from_json({"ports": old, "processes": {}})
-    ports = asdict(state.ports)
+    ports = State.from_json({"ports": old, "processes": {}}).ports
     assert {k: ports[k] for k in old} == old
     assert set(ports) == set(old) | {"scheduler", "kwok", "postgres"}
     assert len(set(ports.values())) == len(ports)
 
 
 def test_a_new_environment_gets_one_port_per_component() -> None:
-    ports = asdict(Ports.allocate())
-    assert len(set(ports.values())) == len(ports) == 10
-    assert State.from_json(State(Ports(**ports)).to_json()).ports == Ports(**ports)
+    state = State.from_json({})
+    assert len(set(state.ports.values())) == len(state.ports) == len(PORTS) == 10
+    assert State.from_json(asdict(state)) == state

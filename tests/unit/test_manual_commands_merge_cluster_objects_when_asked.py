@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from tests.unit._daemon_fakes import fleet_data
-from twc.commands import common
+from twc.cli import common
 from twc.desired import INPUTS_ENV, DesiredInputs
-from twc.stackrun import engine
+from twc.engine import engine
 
 
 def _ref(tmp_path: Path, **fleet: Any) -> tuple[engine.StackRef, str]:

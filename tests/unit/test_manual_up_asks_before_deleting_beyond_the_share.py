@@ -18,11 +18,12 @@ import yaml
 from tests.unit._daemon_fakes import NS, fleet_data
 from tests.unit._fake_configmaps import FakeConfigMaps
 from tests.unit._preview import events
-from twc.commands import common, stack_lease
-from twc.commands import preview as preview_cmd
-from twc.commands import up as up_cmd
+from twc import program
+from twc.cli import common, stack_lease
+from twc.cli import preview as preview_cmd
+from twc.cli import up as up_cmd
+from twc.engine import engine
 from twc.kube.record import RecordStore
-from twc.stackrun import engine
 
 RUNNING = {f"{NS}/w{i}": 1 for i in range(4)}
 
@@ -33,7 +34,7 @@ def record(monkeypatch: pytest.MonkeyPatch) -> RecordStore:
     store = RecordStore(FakeConfigMaps(), namespace="twc", stack="prod")
     monkeypatch.setattr(common, "stack_kube", lambda ref: contextlib.nullcontext())
     monkeypatch.setattr(common, "stack_record", lambda ref, kube: store)
-    monkeypatch.setattr(common, "stack_workers", lambda ref, kube: set(RUNNING))
+    monkeypatch.setattr(program, "running_workers", lambda kube, stack, config: set(RUNNING))
     return store
 
 
@@ -117,10 +118,10 @@ def test_an_approval_lets_one_up_through_and_is_spent(
 def test_up_that_cannot_read_what_runs_applies_nothing(
     file: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    def forbidden(ref: Any, kube: Any) -> set[str]:
+    def forbidden(kube: Any, stack: str, config: Any) -> set[str]:
         raise PermissionError("deployments is forbidden")
 
-    monkeypatch.setattr(common, "stack_workers", forbidden)
+    monkeypatch.setattr(program, "running_workers", forbidden)
     fake = Engine()
     monkeypatch.setattr(engine, "up", fake.up)
 
@@ -146,7 +147,9 @@ def test_up_uses_the_share_the_fleet_sets(file: str, monkeypatch: pytest.MonkeyP
 
 
 def test_up_within_the_share_does_not_ask(file: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(common, "stack_workers", lambda ref, kube: {f"{NS}/w0", f"{NS}/w1"})
+    monkeypatch.setattr(
+        program, "running_workers", lambda kube, stack, config: {f"{NS}/w0", f"{NS}/w1"}
+    )
     fake = Engine()
     monkeypatch.setattr(engine, "up", fake.up)
 

@@ -31,7 +31,7 @@ class Api:
 
 
 def _list_all(watch: NativeWatch) -> None:
-    for watcher in watch._all():
+    for watcher in watch.watchers().values():
         watcher._wakeup = threading.Event()
         with contextlib.suppress(RuntimeError):
             watcher.list_now()

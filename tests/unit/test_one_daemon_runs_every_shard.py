@@ -13,10 +13,17 @@ from typing import Any
 
 from tests.unit._daemon_fakes import FakeEngine, make_daemon
 from twc.desired import DesiredInputs
-from twc.loop.shards import EngineSlots, Shard, ShardedDaemon, ShardLeader, SlotEngine
-from twc.loop.shardviews import FanoutWakeup, ShardNamespaces
+from twc.engine.automation import UpReport
+from twc.reconcile.shards import (
+    EngineSlots,
+    FanoutWakeup,
+    Shard,
+    ShardedDaemon,
+    ShardLeader,
+    ShardNamespaces,
+    SlotEngine,
+)
 from twc.shards import ShardMap, assign
-from twc.stackrun.automation import UpReport
 
 
 @dataclass
@@ -232,9 +239,10 @@ def test_a_refresh_never_takes_the_slot_a_change_needs() -> None:
     assert second.is_alive(), "a second refresh would take the last free slot"
     assert slots.running == 1
 
-    with slots:  # an up takes the free slot at once
-        assert slots.running == 2
-        assert slots.refreshing == 1
+    slots.acquire(refresh=False)  # an up takes the free slot at once
+    assert slots.running == 2
+    assert slots.refreshing == 1
+    slots.release(refresh=False)
     slots.release(refresh=True)
     second.join(5)
     assert not second.is_alive(), "the waiting refresh starts once both slots are free"
@@ -273,7 +281,7 @@ def test_a_waiting_change_goes_before_a_waiting_refresh() -> None:
 def test_a_stopping_daemon_starts_none_of_the_engine_runs_waiting_for_a_slot() -> None:
     # The bench's 20-shard daemon, told to stop, started the shards' queued refreshes
     # one after another (minutes each) before it exited.
-    from twc.loop.outcome import EngineNotStarted
+    from twc.reconcile.outcome import EngineNotStarted
 
     slots = EngineSlots(1)
     running = SlotEngine(SlowEngine(delay=0.5), slots)
@@ -339,10 +347,10 @@ def test_sigterm_to_a_sharded_daemon_closes_its_engine_slots() -> None:
 def test_a_run_that_never_started_is_folded_without_a_report() -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from twc.loop.background import BackgroundEngine
-    from twc.loop.outcome import EngineNotStarted
-    from twc.loop.settings import DaemonSettings
-    from twc.loop.state import LoopState
+    from twc.reconcile.background import BackgroundEngine
+    from twc.reconcile.outcome import EngineNotStarted
+    from twc.reconcile.settings import DaemonSettings
+    from twc.reconcile.state import LoopState
 
     class Actor:
         def refresh(self) -> list[str]:
@@ -370,7 +378,7 @@ def test_a_run_that_never_started_is_folded_without_a_report() -> None:
 
 
 def test_a_refresh_waiting_for_a_slot_gives_way_to_its_shards_change() -> None:
-    from twc.stackrun.errors import EngineYielded
+    from twc.engine.errors import EngineYielded
 
     slots = EngineSlots(1)
     running = SlotEngine(SlowEngine(delay=0.5), slots)

@@ -354,7 +354,7 @@ def test_no_dlq_statefulset_without_dlq() -> None:
 
     assert builders.dlq_statefulset_spec(reports, PLAIN, FP) is None
     with pytest.raises(ValueError, match="has no DLQ enabled"):
-        builders.dlq_pod_template(reports, PLAIN, FP)
+        builders.worker_pod_template(reports, PLAIN, FP, component=builders.COMPONENT_DLQ)
 
 
 def test_a_disruption_budget_only_for_more_than_one_replica() -> None:
@@ -371,7 +371,7 @@ def test_a_disruption_budget_only_for_more_than_one_replica() -> None:
 def test_service_account_metadata_carries_annotations() -> None:
     annotated = _workers(serviceAccount={"annotations": {"eks.amazonaws.com/role-arn": "arn:x"}})
 
-    metadata = builders.service_account_metadata(annotated["billing"])
+    metadata = builders.worker_service_account(annotated["billing"])["metadata"]
 
     assert metadata["name"] == "billing"
     assert metadata["namespace"] == "sqs"

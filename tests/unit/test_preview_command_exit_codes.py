@@ -19,8 +19,8 @@ from pulumi.automation._cmd import CommandResult
 
 from tests.unit._preview import events, golden_path
 from twc import cli
-from twc.commands import preview as preview_cmd
-from twc.stackrun import engine
+from twc.cli import preview as preview_cmd
+from twc.engine import engine
 
 VALID_FLEET = {
     "apiVersion": "twc.temporal.io/v1",

@@ -4,47 +4,18 @@ Real events differ from hand-made ones in ways the renderer must live with: step
 pre-events carry ``new.outputs == {}``, there are no ``diffs`` lists, Kubernetes
 outputs repeat the inputs under ``__inputs``, dozens of debug diagnostics arrive, and a
 connection's new fingerprint is unknown until apply, so it may equal another
-connection's. Recorded by ``python -m tests.e2e.record_preview_events``.
+connection's (the Deployment names its connection). Recorded by
+``python -m tests.e2e.record_preview_events``.
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
-from pulumi.automation.events import EngineEvent
-
-from tests.unit._preview import PROJECT, STACK, raw_events, report
-from twc.preview import Group, Operation, PreviewReport, ReasonCode, build_report, render_text
+from tests.unit._preview import raw_events, report
+from twc.preview import Group, Operation, PreviewReport, ReasonCode, render_text
 
 
 def _group(r: PreviewReport, name: str) -> Group:
     return next(g for g in r.groups if g.name == name)
-
-
-def _build(items: list[dict[str, Any]]) -> PreviewReport:
-    return build_report([EngineEvent.from_json(e) for e in items], PROJECT, STACK)
-
-
-def _fingerprint_of(items: list[dict[str, Any]], suffix: str) -> str:
-    for item in items:
-        step = item.get("resourcePreEvent")
-        if step and step["metadata"]["urn"].endswith(suffix):
-            value = step["metadata"]["old"]["outputs"]["fingerprint"]
-            assert isinstance(value, str)
-            return value
-    raise AssertionError(f"no fingerprint for {suffix}")
-
-
-def _set_fingerprint(items: list[dict[str, Any]], suffix: str, value: str) -> None:
-    for item in items:
-        for kind in ("resourcePreEvent", "resOutputsEvent"):
-            step = item.get(kind)
-            if step and step["metadata"]["urn"].endswith(suffix):
-                for side in ("old", "new"):
-                    outputs = (step["metadata"].get(side) or {}).get("outputs")
-                    if outputs:
-                        outputs["fingerprint"] = value
 
 
 def test_debug_diagnostics_of_a_real_preview_are_neither_errors_nor_warnings() -> None:
@@ -70,30 +41,6 @@ def test_a_new_fingerprint_equal_to_another_connections_rolls_under_its_own_conn
     )
     gamma = _group(r, "apps/gamma")
     assert (gamma.operation, gamma.connection) == (Operation.SAME, "apps/other")
-
-
-def test_a_fingerprint_two_usable_connections_share_names_neither() -> None:
-    items = json.loads(json.dumps(raw_events("real_new_queue")))
-    shared = _fingerprint_of(items, "::local-fingerprint")
-    _set_fingerprint(items, "::apps/other-fingerprint", shared)
-    r = _build(items)
-    worker = _group(r, "apps/worker-shipments")
-    assert worker.connection is None
-    assert worker.reasons[0].message == (
-        "new worker: image `registry.example/worker:1.4.2`, 1 replica, task queue `shipments`"
-    )
-
-
-def test_a_shared_fingerprint_is_told_apart_by_the_namespace_a_connection_serves() -> None:
-    # The same, with the namespaced Connection moved to another namespace: only the
-    # ClusterConnection can serve a worker in `apps`.
-    text = json.dumps(raw_events("real_new_queue")).replace("apps/other", "billing/other")
-    items = json.loads(text)
-    shared = _fingerprint_of(items, "::local-fingerprint")
-    _set_fingerprint(items, "::billing/other-fingerprint", shared)
-    r = _build(items)
-    assert _group(r, "apps/worker-shipments").connection == "local"
-    assert _group(r, "billing/other").kind.value == "connection"
 
 
 def test_rotated_credentials_show_as_changed_with_every_value_hidden() -> None:

@@ -25,7 +25,7 @@ from twc.preview import (
     render_markdown,
     render_text,
 )
-from twc.preview._paths import format_path, parse_path, parse_urn
+from twc.preview._values import format_path, parse_path, parse_urn
 
 
 def _group(r: PreviewReport, name: str) -> Group:
@@ -165,20 +165,6 @@ def test_no_changes_means_every_group_is_same() -> None:
     assert not r.summary.has_changes
     assert {g.operation for g in r.groups} == {Operation.SAME}
     assert r.summary.resources.same == 11  # stack and default providers not counted
-
-
-def test_groups_are_found_from_urns_when_parent_links_are_missing() -> None:
-    # Older recordings (or trimmed ones) lack "parent": the URN's type chain and the
-    # child-naming convention must give the same grouping.
-    stripped = []
-    for item in raw_events("connection_hostport"):
-        for key in ("resourcePreEvent", "resOutputsEvent"):
-            metadata = item.get(key, {}).get("metadata", {})
-            for side in ("old", "new"):
-                if metadata.get(side):
-                    metadata[side].pop("parent", None)
-        stripped.append(EngineEvent.from_json(item))
-    assert build_report(stripped, PROJECT, STACK).groups == report("connection_hostport").groups
 
 
 def test_the_connection_annotation_wins_over_fingerprint_matching() -> None:

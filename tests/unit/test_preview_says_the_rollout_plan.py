@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tests.unit._preview import report
 from twc.preview import GroupKind, ReasonCode
-from twc.preview._rollout import VersionState, rollout_reasons
+from twc.preview._build import VersionState, rollout_reasons
 from twc.rollout import RolloutPolicy, StepPolicy, Strategy, SunsetPolicy
 
 

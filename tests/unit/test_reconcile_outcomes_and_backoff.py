@@ -9,8 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from twc.errors import Reason, SpecError, SpecIssue, TwcConnectionError
-from twc.loop import (
-    BackoffSettings,
+from twc.reconcile.outcome import (
     Classification,
     FailureReason,
     Outcome,
@@ -21,6 +20,7 @@ from twc.loop import (
     classify,
     outcome_of,
 )
+from twc.reconcile.settings import BackoffSettings
 
 EXACT = BackoffSettings(base=1.0, max_delay=60.0)
 TEMP, PERM = OutcomeKind.TEMPORARY, OutcomeKind.PERMANENT

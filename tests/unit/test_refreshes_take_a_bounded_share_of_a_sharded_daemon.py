@@ -11,8 +11,8 @@ import time
 import pytest
 
 from tests.unit._daemon_fakes import FakeEngine, make_daemon
-from twc.loop import DaemonSettings
-from twc.loop.shards import EngineSlots
+from twc.reconcile.settings import DaemonSettings
+from twc.reconcile.shards import EngineSlots
 
 
 class Clock:

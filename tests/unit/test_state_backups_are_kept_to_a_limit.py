@@ -9,12 +9,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from twc.commands.run import KEEP_BACKUPS
 from twc.desired import DesiredInputs
-from twc.loop import DaemonSettings
-from twc.stackrun import engine as engine_module
-from twc.stackrun.automation import AutomationEngine
-from twc.stackrun.retention import engine_env, prune_backups
+from twc.engine import engine as engine_module
+from twc.engine.automation import AutomationEngine
+from twc.engine.retention import DEFAULT_KEEP_BACKUPS as KEEP_BACKUPS
+from twc.engine.retention import engine_env, prune_backups
+from twc.reconcile.settings import DaemonSettings
 
 STACK = "prod.s01"
 
@@ -77,7 +77,8 @@ def test_the_daemons_engine_prunes_after_each_up(
 
     monkeypatch.setattr(engine_module, "up", fake_up)
     ref = engine_module.StackRef(name=STACK, env={"PULUMI_BACKEND_URL": f"file://{tmp_path}"})
-    engine = AutomationEngine(ref, state_dir=tmp_path / "state", keep_backups=3)
+    engine = AutomationEngine(ref, state_dir=tmp_path / "state")
+    engine.keep_backups = 3
 
     report = engine.up(DesiredInputs(), None)
 
@@ -90,27 +91,9 @@ def test_the_default_keeps_ten_and_checkpoints_every_step() -> None:
     state = DaemonSettings().state
 
     assert KEEP_BACKUPS == 10
-    assert engine_env(checkpoints=state.checkpoints, compression="none", parallel_diff=False)[
-        "PULUMI_SKIP_CHECKPOINTS"
-    ] == ("true" if state.checkpoints == "final" else "false")
+    assert state.checkpoints == "every-step"
+    assert engine_env(checkpoints=state.checkpoints) == {"PULUMI_SKIP_CHECKPOINTS": "false"}
 
 
-@pytest.mark.parametrize(
-    ("checkpoints", "compression", "parallel", "expected"),
-    [
-        ("every-step", "none", False, ("false", "false", "false")),
-        ("final", "gzip", True, ("true", "true", "true")),
-    ],
-)
-def test_the_state_settings_are_the_clis_switches(
-    checkpoints: str, compression: str, parallel: bool, expected: tuple[str, str, str]
-) -> None:
-    env = engine_env(checkpoints=checkpoints, compression=compression, parallel_diff=parallel)
-
-    assert (
-        env["PULUMI_SKIP_CHECKPOINTS"],
-        env["PULUMI_DIY_BACKEND_GZIP"],
-        env["PULUMI_PARALLEL_DIFF"],
-    ) == expected
-    with pytest.raises(ValueError, match="checkpoints"):
-        engine_env(checkpoints="sometimes", compression="none", parallel_diff=False)
+def test_the_final_checkpoint_setting_is_the_clis_skip_checkpoints_switch() -> None:
+    assert engine_env(checkpoints="final") == {"PULUMI_SKIP_CHECKPOINTS": "true"}

@@ -6,7 +6,6 @@ import asyncio
 import gc
 import socket
 import weakref
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,10 +18,9 @@ from twc.connections import (
     ResolvedConnection,
     SecretKeySelector,
     TLSSettings,
-    clear_client_cache,
     map_connect_error,
 )
-from twc.connections import _client as client_module
+from twc.connections import _resolved as client_module
 from twc.errors import Reason, TwcConnectionError
 from twc.spec import AuthMode
 
@@ -46,13 +44,6 @@ PLAIN = ResolvedConnection(
     tls=TLSSettings(enabled=False),
 )
 SECRET = {"tls.crt": CERT_PEM, "tls.key": KEY_PEM, "ca.crt": CA_PEM}
-
-
-@pytest.fixture(autouse=True)
-def _fresh_cache() -> Iterator[None]:
-    clear_client_cache()
-    yield
-    clear_client_cache()
 
 
 def _closed_port() -> int:

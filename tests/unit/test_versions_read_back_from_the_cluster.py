@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from twc.commands.status import format_status_table
+from twc.cli.status import format_status_table
 from twc.kube.versions import parse_versions
 from twc.rollout import (
     Routing,

@@ -1,96 +1,146 @@
-"""The connection-provider registry, keyed by (apiGroup, kind)."""
+"""Connection providers (the protocol and the two built-in kinds) and their registry,
+keyed by (apiGroup, kind)."""
 
 from __future__ import annotations
 
 import functools
 import importlib.metadata
 import logging
-import threading
-from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
-from twc.connections._providers import (
-    ClusterConnectionProvider,
-    ConnectionProvider,
-    NamespacedConnectionProvider,
+from twc.connections._resolved import (
+    ConnectionIdentity,
+    ResolvedConnection,
+    SecretKeySelector,
+    TLSSettings,
 )
-from twc.connections._resolved import ResolvedConnection
 from twc.errors import Reason, SpecError, SpecIssue, TwcConnectionError, TwcError
-from twc.spec import ConnectionTarget, Fleet, ResolvedWorker
-
-__all__ = [
-    "ENTRY_POINT_GROUP",
-    "Registry",
-    "WatchedKind",
-    "default_registry",
-    "load_entry_point_providers",
-    "resolve_fleet_connections",
-]
+from twc.spec import (
+    API_GROUP,
+    CLUSTER_CONNECTION_KIND,
+    CONNECTION_KIND,
+    CONNECTION_VERSION,
+    ClusterConnection,
+    Connection,
+    ConnectionTarget,
+    Fleet,
+    ResolvedWorker,
+)
 
 logger = logging.getLogger(__name__)
 
+
+@runtime_checkable
+class ConnectionProvider(Protocol):
+    """Resolves references to one connection kind; plugins add kinds through the
+    ``twc.connection_providers`` entry points. Optional ``plural``, ``namespaced`` and
+    ``version`` attributes say how the daemon watches the kind."""
+
+    api_group: str
+    kind: str
+
+    def resolve(self, target: ConnectionTarget, fleet: Fleet) -> ResolvedConnection:
+        """Resolve ``target`` (in the worker's namespace); raises ``ConnectionNotFound``."""
+        ...
+
+
+def _resolved(
+    spec: Connection | ClusterConnection, kind: str, namespace: str | None
+) -> ResolvedConnection:
+    api_key, mtls = spec.api_key_secret_ref, spec.mutual_tls_secret_ref
+    source = spec.secret_source if isinstance(spec, ClusterConnection) else None
+    return ResolvedConnection(
+        identity=ConnectionIdentity(API_GROUP, kind, spec.name, namespace),
+        host_port=spec.host_port,
+        tls=TLSSettings(spec.tls_enabled, spec.tls.server_name if spec.tls else None),
+        auth_mode=spec.auth_mode,
+        mtls_secret_name=mtls.name if mtls else None,
+        api_key_secret=SecretKeySelector(api_key.name, api_key.key) if api_key else None,
+        secret_source_namespace=source.namespace if source else None,
+    )
+
+
+class NamespacedConnectionProvider:
+    """``Connection``: looked up in the referencing worker's namespace only."""
+
+    api_group = API_GROUP
+    kind = CONNECTION_KIND
+    plural = "connections"
+    namespaced = True
+    version = CONNECTION_VERSION
+
+    def resolve(self, target: ConnectionTarget, fleet: Fleet) -> ResolvedConnection:
+        found = fleet.find_connection(target.namespace, target.name)
+        if found is None:
+            raise TwcConnectionError(
+                Reason.CONNECTION_NOT_FOUND,
+                f"no Connection {target.name!r} in namespace {target.namespace!r}",
+            )
+        return _resolved(found, CONNECTION_KIND, found.namespace)
+
+
+class ClusterConnectionProvider:
+    """``ClusterConnection``: cluster-scoped, usable from any namespace it allows."""
+
+    api_group = API_GROUP
+    kind = CLUSTER_CONNECTION_KIND
+    plural = "clusterconnections"
+    namespaced = False
+    version = CONNECTION_VERSION
+
+    def resolve(self, target: ConnectionTarget, fleet: Fleet) -> ResolvedConnection:
+        found = fleet.find_cluster_connection(target.name)
+        if found is None:
+            raise TwcConnectionError(
+                Reason.CONNECTION_NOT_FOUND, f"no ClusterConnection {target.name!r}"
+            )
+        allowed = found.allowed_namespaces
+        if allowed is not None and target.namespace not in allowed:
+            # Tells a tenant nothing about which other namespaces may use it.
+            raise TwcConnectionError(
+                Reason.NAMESPACE_NOT_ALLOWED,
+                f"ClusterConnection {found.name!r} does not allow workers in namespace "
+                f"{target.namespace!r}",
+            )
+        return _resolved(found, CLUSTER_CONNECTION_KIND, None)
+
+
 ENTRY_POINT_GROUP = "twc.connection_providers"
-"""Entry-point group through which packages add connection kinds."""
-
-
-def builtin_providers() -> list[ConnectionProvider]:
-    """The providers twc ships: ``Connection`` and ``ClusterConnection``."""
-    return [NamespacedConnectionProvider(), ClusterConnectionProvider()]
 
 
 def load_entry_point_providers(
     group: str = ENTRY_POINT_GROUP,
 ) -> tuple[list[ConnectionProvider], list[str]]:
-    """Load providers advertised by installed distributions.
-
-    A plugin that fails to load is logged and reported, not fatal: every other kind
-    keeps working, and references to the broken kind fail with
-    ``UnknownConnectionKind`` naming the load error.
-
-    Args:
-        group: Entry-point group to read.
-
-    Returns:
-        The providers, in a stable order (by entry-point name), and load errors.
-    """
+    """The providers installed plugins advertise, and the errors of those that failed to
+    load: a broken plugin is reported, never fatal."""
     providers: list[ConnectionProvider] = []
     errors: list[str] = []
-    for entry_point in sorted(
-        importlib.metadata.entry_points(group=group), key=lambda ep: (ep.name, ep.value)
-    ):
+    entry_points = importlib.metadata.entry_points(group=group)
+    for entry_point in sorted(entry_points, key=lambda ep: (ep.name, ep.value)):
         label = f"{entry_point.name} = {entry_point.value}"
         try:
-            loaded = entry_point.load()
-            found = _coerce(loaded)
+            providers.extend(_coerce(entry_point.load()))
         except Exception as err:  # a plugin's bug must not take twc down
             logger.exception("connection provider plugin %s failed to load", label)
             errors.append(f"{label}: {type(err).__name__}: {err}")
-            continue
-        logger.debug("loaded connection provider plugin %s", label)
-        providers.extend(found)
     return providers, errors
 
 
 def _coerce(loaded: object) -> list[ConnectionProvider]:
+    """An entry point's provider instance, class, function, or list of providers."""
     if isinstance(loaded, type) or (
         not isinstance(loaded, ConnectionProvider) and callable(loaded)
     ):
         loaded = loaded()
-    if isinstance(loaded, ConnectionProvider):
-        return [loaded]
-    providers: list[ConnectionProvider] = []
-    for item in _iterable(loaded):
+    items = [loaded] if isinstance(loaded, ConnectionProvider) else loaded
+    if not isinstance(items, list | tuple):
+        raise TypeError(f"{loaded!r} is neither a ConnectionProvider nor a list of them")
+    for item in items:
         if not isinstance(item, ConnectionProvider):
             raise TypeError(f"{item!r} is not a ConnectionProvider (api_group, kind, resolve)")
-        providers.append(item)
-    return providers
-
-
-def _iterable(value: object) -> Iterable[object]:
-    if isinstance(value, Iterable) and not isinstance(value, str | bytes | Mapping):
-        return value
-    raise TypeError(f"{value!r} is neither a ConnectionProvider nor an iterable of them")
+    return list(items)
 
 
 @dataclass(frozen=True, order=True)
@@ -98,15 +148,10 @@ class WatchedKind:
     """A connection kind whose objects the daemon reads from the cluster."""
 
     api_group: str
-    """API group, e.g. ``temporal.io``."""
     kind: str
-    """Kind, e.g. ``ClusterConnection``."""
     version: str
-    """Served version to read."""
     plural: str
-    """Resource name in URLs, e.g. ``clusterconnections``."""
     namespaced: bool
-    """Whether objects live in namespaces (``Connection``) or not (``ClusterConnection``)."""
 
     def __str__(self) -> str:
         return f"{self.plural}.{self.api_group}"
@@ -116,38 +161,20 @@ class Registry:
     """Connection providers keyed by (apiGroup, kind)."""
 
     def __init__(self, providers: Iterable[ConnectionProvider] = ()) -> None:
-        """Create a registry holding ``providers``.
-
-        Raises:
-            TwcError: If two providers serve the same (apiGroup, kind).
-        """
         self._providers: dict[tuple[str, str], ConnectionProvider] = {}
-        # Per fleet object, what each reference resolved to: the daemon resolves every
-        # worker's connection several times an iteration (hashes, placement, backlogs),
-        # and thousands of workers share a handful of connections.
-        self._memo: OrderedDict[int, tuple[Fleet, dict[ConnectionTarget, ResolvedConnection]]]
-        self._memo = OrderedDict()
-        self._memo_lock = threading.Lock()
-        self.load_errors: list[str] = []
-        """Plugins that could not be loaded, as ``"name = value: error"``."""
+        self.load_errors: list[str] = []  # "name = value: error" of plugins not loaded
         for provider in providers:
             self.register(provider)
 
     @classmethod
     def with_builtins(cls) -> Registry:
-        """A registry of the built-in providers only."""
-        return cls(builtin_providers())
+        return cls([NamespacedConnectionProvider(), ClusterConnectionProvider()])
 
     @classmethod
     def from_entry_points(cls, group: str = ENTRY_POINT_GROUP) -> Registry:
-        """The built-in providers plus every plugin in the entry-point ``group``.
-
-        A plugin may not replace a built-in kind, and the first of two plugins serving
-        one kind wins; the loser is reported in :attr:`load_errors`.
-        """
+        """The built-ins plus every plugin of ``group``; a clash goes to :attr:`load_errors`."""
         registry = cls.with_builtins()
-        plugins, errors = load_entry_point_providers(group)
-        registry.load_errors.extend(errors)
+        plugins, registry.load_errors = load_entry_point_providers(group)
         for provider in plugins:
             try:
                 registry.register(provider)
@@ -157,117 +184,56 @@ class Registry:
         return registry
 
     def register(self, provider: ConnectionProvider) -> None:
-        """Add ``provider``.
-
-        Raises:
-            TwcError: If its (apiGroup, kind) is already served.
-        """
+        """Add ``provider``; raises :class:`TwcError` if its kind is already served."""
         key = (provider.api_group, provider.kind)
-        existing = self._providers.get(key)
-        if existing is not None:
-            raise TwcError(
-                f"{provider.kind}.{provider.api_group} is already served by {existing!r}"
-            )
+        if (served := self._providers.get(key)) is not None:
+            raise TwcError(f"{provider.kind}.{provider.api_group} is already served by {served!r}")
         self._providers[key] = provider
 
     def kinds(self) -> list[tuple[str, str]]:
-        """The registered (apiGroup, kind) pairs, sorted."""
         return sorted(self._providers)
 
     def watched_kinds(self) -> list[WatchedKind]:
-        """Every registered kind as the daemon watches it, sorted.
-
-        Built from each provider's optional ``plural``/``namespaced``/``version``
-        attributes, so a plugin's kind is watched without twc knowing it.
-        """
-        out = []
-        for (group, kind), provider in sorted(self._providers.items()):
-            plural = getattr(provider, "plural", None)
-            namespaced = getattr(provider, "namespaced", True)
-            version = getattr(provider, "version", None)
-            out.append(
-                WatchedKind(
-                    api_group=group,
-                    kind=kind,
-                    version=version if isinstance(version, str) and version else "v1",
-                    plural=plural if isinstance(plural, str) and plural else f"{kind.lower()}s",
-                    namespaced=bool(namespaced),
-                )
+        """Every registered kind as the daemon watches it (default: kind + s, namespaced, v1)."""
+        return [
+            WatchedKind(
+                group,
+                kind,
+                getattr(provider, "version", None) or "v1",
+                getattr(provider, "plural", None) or f"{kind.lower()}s",
+                bool(getattr(provider, "namespaced", True)),
             )
-        return out
+            for (group, kind), provider in sorted(self._providers.items())
+        ]
 
-    def get(self, api_group: str, kind: str) -> ConnectionProvider:
-        """Return the provider for (``api_group``, ``kind``).
-
-        Raises:
-            TwcConnectionError: ``UnknownConnectionKind`` if none is registered.
-        """
-        provider = self._providers.get((api_group, kind))
+    def resolve(self, target: ConnectionTarget, fleet: Fleet) -> ResolvedConnection:
+        """Resolve through the kind's provider; raises ``UnknownConnectionKind`` or its error."""
+        provider = self._providers.get((target.api_group, target.kind))
         if provider is None:
             known = ", ".join(f"{k}.{g}" for g, k in self.kinds())
-            message = f"no connection provider for {kind}.{api_group} (registered: {known})"
+            message = (
+                f"no connection provider for {target.kind}.{target.api_group} (registered: {known})"
+            )
             if self.load_errors:
                 message += f"; plugins that failed to load: {'; '.join(self.load_errors)}"
             raise TwcConnectionError(Reason.UNKNOWN_CONNECTION_KIND, message)
-        return provider
-
-    def resolve(self, target: ConnectionTarget, fleet: Fleet) -> ResolvedConnection:
-        """Resolve a reference through its kind's provider (once per fleet object: a
-        fleet is immutable, so the answer for one of its references never changes).
-
-        Raises:
-            TwcConnectionError: ``UnknownConnectionKind`` or ``ConnectionNotFound``.
-        """
-        with self._memo_lock:
-            entry = self._memo.get(id(fleet))
-            if entry is not None and entry[0] is fleet:
-                found = entry[1].get(target)
-                if found is not None:
-                    return found
-        resolved = self.get(target.api_group, target.kind).resolve(target, fleet)
-        with self._memo_lock:
-            entry = self._memo.get(id(fleet))
-            if entry is None or entry[0] is not fleet:
-                entry = (fleet, {})
-                self._memo[id(fleet)] = entry
-                while len(self._memo) > 64:  # the fleets of the last iterations, per shard
-                    self._memo.popitem(last=False)
-            entry[1][target] = resolved
-        return resolved
+        return provider.resolve(target, fleet)
 
     def resolve_worker(self, worker: ResolvedWorker, fleet: Fleet) -> ResolvedConnection:
-        """Resolve the connection ``worker`` uses.
-
-        Raises:
-            TwcConnectionError: ``UnknownConnectionKind`` or ``ConnectionNotFound``.
-        """
         return self.resolve(worker.connection, fleet)
 
 
 @functools.cache
 def default_registry() -> Registry:
-    """The process-wide registry: built-ins plus entry-point plugins, built once."""
+    """The process-wide registry: built-ins plus entry-point plugins."""
     return Registry.from_entry_points()
 
 
 def resolve_fleet_connections(
     fleet: Fleet, *, file: str = "<fleet>", registry: Registry | None = None
 ) -> dict[tuple[str, str], ResolvedConnection]:
-    """Resolve the connection of every worker of ``fleet``.
-
-    Args:
-        fleet: A loaded fleet.
-        file: File name for error messages.
-        registry: Registry to use (default: :func:`default_registry`).
-
-    Returns:
-        ``(namespace, worker name)`` to the worker's connection.
-
-    Raises:
-        SpecError: Listing every reference that does not resolve, at the path where
-            the reference is written, with the stable reason in the message (e.g.
-            ``workers[1].connectionRef.objectRef: UnknownConnectionKind: ...``).
-    """
+    """Every worker's connection, by ``(namespace, worker name)``; raises SpecError with
+    every reference that does not resolve, at the path where it is written."""
     registry = registry or default_registry()
     resolved: dict[tuple[str, str], ResolvedConnection] = {}
     issues: dict[tuple[str, str], SpecIssue] = {}

@@ -1,32 +1,22 @@
-"""Merging the cluster's objects into the fleet, one kind at a time, one object at a time.
+"""Merging the cluster's objects into the fleet, kind by kind, object by object.
 
-Order: connection objects, then labelled Queue objects, then TemporalWorker objects, so
-each kind can use what the earlier ones added (a TemporalWorker may reference a
-Connection object). For every object of a kind:
-
-* its current spec is used when it validates on its own, fits the fleet (no clash of
-  names, its connection resolves) and so keeps the whole fleet valid;
-* otherwise its *last accepted* spec is used, when there is one and it still fits: the
-  object's running workers stay exactly as they are, and the object is reported
-  (``InvalidSpec`` or the connection's reason) with ``kept`` set;
-* otherwise it is left out and reported.
-
-A kind whose list failed is *unknown*: every object of it keeps its last accepted spec,
-nothing of that kind is created, changed or deleted. An object leaves the desired state
-only when an observation that succeeded no longer holds it. Objects are tried one by one
-only when the merged fleet as a whole does not validate.
+An object's current spec is used when it validates and fits the fleet; else its *last
+accepted* spec when that still fits (reported with ``kept``); else it is left out and
+reported. A kind whose list failed keeps every last accepted object. Objects are tried
+one by one only when all of them at once do not fit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from twc.connections import Registry, WatchedKind
 from twc.desired._inputs import ObjectList, object_key, trimmed
 from twc.errors import Reason, SpecError, TwcConnectionError
-from twc.native.objects import IdentityKey, NativeObject
+from twc.native.objects import IdentityKey, NativeObject, worker_native
 from twc.native.views import is_view
 from twc.spec import (
     API_GROUP,
@@ -42,24 +32,10 @@ from twc.spec import (
     load_worker_object,
     pod_security_problems,
 )
-from twc.spec.crds import CRD_VERSION, WORKER_GROUP, WORKER_KIND
-
-__all__ = [
-    "QUEUE_PLURAL",
-    "KindMerge",
-    "Rejection",
-    "merge_connections",
-    "merge_queues",
-    "merge_workers",
-    "with_entries",
-]
 
 QUEUE_GROUP = "kmsvc.io"
 QUEUE_VERSION = "v1"
 QUEUE_PLURAL = "queues"
-WORKER_PLURAL = "temporalworkers"
-# Fleet-file sections of connection objects, in the order they are merged.
-CONNECTION_SECTIONS = ("clusterConnections", "connections", "customConnections")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,20 +43,16 @@ class Rejection:
     """An object whose current spec is not in the desired state, and why."""
 
     obj: NativeObject
-    """The object (for its status and Events)."""
     reason: str
     """Stable CamelCase reason (``InvalidSpec``, ``UnknownConnectionKind``...)."""
     message: str
-    """What is wrong, in words."""
     kept: bool = False
-    """Whether its last accepted spec stays in the desired state (its workers run on
-    unchanged) rather than the object being left out."""
+    """Whether its last accepted spec stays in the desired state (rather than left out)."""
     kept_generation: int | None = None
     """When kept: the ``metadata.generation`` of the spec that keeps running."""
 
     @property
     def key(self) -> str:
-        """``<namespace>/<name>`` (or ``<name>``) of the object."""
         return self.obj.key
 
 
@@ -89,7 +61,6 @@ class KindMerge:
     """What one kind's objects added to the fleet."""
 
     fleet: Fleet
-    """The fleet with this kind's accepted objects."""
     entries: Mapping[str, tuple[Mapping[str, Any], ...]]
     """Fleet-file entries added, per section."""
     accepted: Mapping[str, NativeObject]
@@ -97,7 +68,6 @@ class KindMerge:
     store: Mapping[str, Mapping[str, Any]]
     """The last accepted spec of each object, by object key, after this merge."""
     rejected: tuple[Rejection, ...] = ()
-    """Objects whose current spec was not used."""
     known: bool = True
     """False when the kind's list failed and its last accepted objects were used."""
     identities: Mapping[str, IdentityKey] = field(default_factory=dict)
@@ -113,19 +83,16 @@ class _Candidate:
     identity: IdentityKey | None = None
 
 
+# Object → candidate entry (``None``: not ours to merge); raises when invalid on its own.
 _Convert = Callable[[Mapping[str, Any]], "_Candidate | None"]
-"""Object → candidate entry; ``None`` means "not ours to merge" (skipped silently);
-raises SpecError / TwcConnectionError when the object is invalid on its own."""
+# The fleet with the candidates added, and the candidates that do not fit, by key.
+_Fits = Callable[[Fleet, Sequence[_Candidate]], tuple[Fleet, dict[str, Exception]]]
 
 
 def with_entries(
     fleet: Fleet, entries: Mapping[str, Sequence[Mapping[str, Any]]], file: str
 ) -> Fleet:
-    """``fleet`` with extra entries appended to its sections, validated whole.
-
-    Raises:
-        SpecError: The result is not a valid fleet.
-    """
+    """``fleet`` with extra entries appended to its sections, validated whole (SpecError)."""
     if not any(entries.values()):
         return fleet
     data = fleet.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -157,10 +124,8 @@ def _merge_kind(
     *,
     convert: _Convert,
     native: Callable[[Mapping[str, Any]], NativeObject],
-    fits: Callable[[Fleet, Sequence[_Candidate]], tuple[Fleet, dict[str, Exception]]],
+    fits: _Fits,
 ) -> KindMerge:
-    """The merge every kind shares (see the module docstring)."""
-    known = observed.objects is not None
     current = list(observed.objects) if observed.objects is not None else list(accepted.values())
     rows = [_row(obj, accepted, convert, native) for obj in sorted(current, key=object_key)]
 
@@ -170,16 +135,13 @@ def _merge_kind(
     candidates = [p for _, p, _, _ in rows if isinstance(p, _Candidate)]
     if rows and len(candidates) == len(rows):
         # The common case: every object valid, all of them fit at once.
-        try:
+        with suppress(SpecError):
             trial, failing = fits(fleet, candidates)
-            fits_all = not failing
-        except SpecError:
-            fits_all = False
-        if fits_all:
-            merged, chosen, rows = trial, candidates, []
+            if not failing:
+                merged, chosen, rows = trial, candidates, []
     for _key, primary, fallback, nat in rows:
         if primary is None:
-            continue  # not ours to merge (e.g. a Queue without the label)
+            continue
         if isinstance(primary, _Candidate):
             trial, error = _try(fits, fleet, chosen, primary)
             if error is None:
@@ -195,32 +157,19 @@ def _merge_kind(
             if fallback_error is None:
                 chosen.append(kept)
                 merged = trial
-                generation = (fallback.raw.get("metadata") or {}).get("generation")
-                rejected.append(
-                    Rejection(
-                        nat,
-                        reason,
-                        message,
-                        kept=True,
-                        kept_generation=generation if isinstance(generation, int) else None,
-                    )
-                )
+                gen = (fallback.raw.get("metadata") or {}).get("generation")
+                gen = gen if isinstance(gen, int) else None
+                rejected.append(Rejection(nat, reason, message, kept=True, kept_generation=gen))
                 continue
         rejected.append(Rejection(nat, reason, message, kept=False))
 
-    # The store: every object whose spec is in use now, as it is used; objects whose
-    # current spec failed keep their last accepted one.
-    store: dict[str, Mapping[str, Any]] = {c.obj.key: trimmed(c.raw) for c in chosen}
-    entries: dict[str, tuple[Mapping[str, Any], ...]] = {
-        s: tuple(v) for s, v in _sections(chosen).items()
-    }
     return KindMerge(
         fleet=merged,
-        entries=entries,
+        entries={s: tuple(v) for s, v in _sections(chosen).items()},
         accepted={c.obj.key: c.obj for c in chosen},
-        store=store,
+        store={c.obj.key: trimmed(c.raw) for c in chosen},
         rejected=tuple(sorted(rejected, key=lambda r: r.key)),
-        known=known,
+        known=observed.objects is not None,
         identities={c.obj.key: c.identity for c in chosen if c.identity is not None},
     )
 
@@ -234,8 +183,6 @@ def _row(
     convert: _Convert,
     native: Callable[[Mapping[str, Any]], NativeObject],
 ) -> _Row:
-    """An object's key, its current spec as a candidate (or why not), its last accepted
-    spec as a candidate when that differs, and its bookkeeping."""
     key = object_key(obj)
     primary: _Candidate | Exception | None
     try:
@@ -253,12 +200,11 @@ def _row(
 
 
 def _try(
-    fits: Callable[[Fleet, Sequence[_Candidate]], tuple[Fleet, dict[str, Exception]]],
+    fits: _Fits,
     fleet: Fleet,
     chosen: Sequence[_Candidate],
     candidate: _Candidate,
 ) -> tuple[Fleet, Exception | None]:
-    """Whether ``candidate`` fits beside the objects ``chosen`` so far."""
     try:
         trial, failing = fits(fleet, [*chosen, candidate])
     except SpecError as exc:
@@ -269,7 +215,6 @@ def _try(
 
 
 def _pod_security(fleet: Fleet, worker: ResolvedWorker) -> ValueError | None:
-    """A tenant's worker whose pods set more than the fleet's ``podSecurity`` allows."""
     level = fleet.pod_security_level(worker.namespace, worker.name)
     problems = pod_security_problems(worker.pod_template, level)
     inherited = (worker.template_source or "").startswith("defaults")
@@ -282,22 +227,47 @@ def _pod_security(fleet: Fleet, worker: ResolvedWorker) -> ValueError | None:
     )
 
 
-def _validates(fleet: Fleet, file: str) -> Callable[..., tuple[Fleet, dict[str, Exception]]]:
+def _validates(fleet: Fleet, file: str) -> _Fits:
     def fits(_base: Fleet, candidates: Sequence[_Candidate]) -> tuple[Fleet, dict[str, Exception]]:
         return with_entries(fleet, _sections(candidates), file), {}
 
     return fits
 
 
-# ----------------------------------------------------------------- connections
+def _queue_key(worker: ResolvedWorker) -> str | None:
+    queue = worker.queue
+    return f"{queue.namespace}/{queue.name}" if worker.derived and queue is not None else None
+
+
+def _resolves(
+    fleet: Fleet, file: str, registry: Registry, key_of: Callable[[ResolvedWorker], str | None]
+) -> _Fits:
+
+    def fits(_base: Fleet, candidates: Sequence[_Candidate]) -> tuple[Fleet, dict[str, Exception]]:
+        trial = with_entries(fleet, _sections(candidates), file)
+        wanted = {c.obj.key for c in candidates}
+        failing: dict[str, Exception] = {}
+        for worker in trial.resolved_workers():
+            key = key_of(worker)
+            if key is None or key not in wanted:
+                continue
+            try:
+                registry.resolve_worker(worker, trial)
+            except TwcConnectionError as exc:
+                failing[key] = exc
+            if key not in failing and (refused := _pod_security(trial, worker)) is not None:
+                failing[key] = refused
+        return trial, failing
+
+    return fits
+
+
 def _declared(fleet: Fleet) -> set[IdentityKey]:
-    out: set[IdentityKey] = set()
-    out.update(
-        (API_GROUP, CLUSTER_CONNECTION_KIND, c.name, None) for c in fleet.cluster_connections
-    )
-    out.update((API_GROUP, CONNECTION_KIND, c.name, c.namespace) for c in fleet.connections)
-    out.update((c.api_group, c.kind, c.name, c.namespace) for c in fleet.custom_connections)
-    return out
+    return {
+        *((API_GROUP, CLUSTER_CONNECTION_KIND, c.name, None) for c in fleet.cluster_connections),
+        *((API_GROUP, CONNECTION_KIND, c.name, c.namespace) for c in fleet.connections),
+        *((c.api_group, c.kind, c.name, c.namespace) for c in fleet.custom_connections),
+    }
 
 
 def _dump(model: Any) -> dict[str, Any]:
@@ -323,11 +293,7 @@ def merge_connections(
     *,
     file: str,
 ) -> KindMerge:
-    """Add one connection kind's objects to ``fleet``.
-
-    A connection the fleet file declares under the same identity wins (the object is
-    left out, not rejected).
-    """
+    """Add one connection kind's objects to ``fleet`` (one the file declares is left out)."""
     declared = _declared(fleet)
     builtin = watched.api_group == API_GROUP and watched.kind in (
         CONNECTION_KIND,
@@ -371,7 +337,6 @@ def merge_connections(
     )
 
 
-# ---------------------------------------------------------------------- queues
 def queue_native(obj: Mapping[str, Any]) -> NativeObject:
     """The bookkeeping of a kmsvc Queue object."""
     return NativeObject.of(
@@ -387,13 +352,8 @@ def merge_queues(
     file: str,
     registry: Registry | None = None,
 ) -> KindMerge:
-    """Add the labelled Queue objects to ``fleet``; each derives a worker.
-
-    Objects whose queue the fleet file declares are left out (the file wins), and so
-    are objects without the ``temporal.io/worker-enabled`` label. With ``registry``, a
-    Queue whose derived worker's connection does not resolve (it does not exist, or
-    does not allow the Queue's namespace) is rejected alone, with that reason.
-    """
+    """Add the labelled Queue objects the file does not declare to ``fleet``; with
+    ``registry``, one whose derived worker's connection does not resolve is rejected."""
     declared = {(q.namespace, q.name) for q in fleet.queues}
 
     def convert(obj: Mapping[str, Any]) -> _Candidate | None:
@@ -402,34 +362,12 @@ def merge_queues(
             return None
         return _Candidate("queues", _dump(queue), queue_native(obj), obj)
 
-    def fits(_base: Fleet, candidates: Sequence[_Candidate]) -> tuple[Fleet, dict[str, Exception]]:
-        trial = with_entries(fleet, _sections(candidates), file)
-        if registry is None:
-            return trial, {}
-        wanted = {c.obj.key for c in candidates}
-        failing: dict[str, Exception] = {}
-        for worker in trial.resolved_workers():
-            queue = worker.queue
-            key = f"{queue.namespace}/{queue.name}" if queue is not None else None
-            if not worker.derived or key not in wanted:
-                continue
-            try:
-                registry.resolve_worker(worker, trial)
-            except TwcConnectionError as exc:
-                failing[key] = exc
-            if key not in failing and (refused := _pod_security(trial, worker)) is not None:
-                failing[key] = refused
-        return trial, failing
-
-    return _merge_kind(fleet, observed, accepted, convert=convert, native=queue_native, fits=fits)
-
-
-# --------------------------------------------------------------------- workers
-def worker_native(obj: Mapping[str, Any]) -> NativeObject:
-    """The bookkeeping of a TemporalWorker object."""
-    return NativeObject.of(
-        obj, group=WORKER_GROUP, version=CRD_VERSION, plural=WORKER_PLURAL, kind=WORKER_KIND
+    fits = (
+        _validates(fleet, file)
+        if registry is None
+        else _resolves(fleet, file, registry, _queue_key)
     )
+    return _merge_kind(fleet, observed, accepted, convert=convert, native=queue_native, fits=fits)
 
 
 def merge_workers(
@@ -440,16 +378,7 @@ def merge_workers(
     registry: Registry,
     file: str,
 ) -> KindMerge:
-    """Add TemporalWorker objects to ``fleet`` (already holding connections and queues).
-
-    Each object must validate, not clash with a worker of the fleet file or a Queue,
-    and have a connectionRef that resolves through ``registry`` (its reason, e.g.
-    ``UnknownConnectionKind``, ``ConnectionNotFound``).
-
-    Objects twc generated to show a Queue's or the file's worker (views, labelled
-    ``twc.temporal.io/derived-from``) are no source: they are left out before the merge,
-    or each would clash with the very worker it shows.
-    """
+    """Add TemporalWorker objects to ``fleet`` (views, which twc generated, are no source)."""
     if observed.objects is not None and any(is_view(o) for o in observed.objects):
         observed = ObjectList(
             objects=tuple(o for o in observed.objects if not is_view(o)),
@@ -460,24 +389,9 @@ def merge_workers(
         worker = load_worker_object(obj)
         ref = worker.connection_ref or fleet.defaults.connection_ref
         if ref is not None:
-            # Resolved first, so a missing or unknown connection is named as such rather
-            # than as the fleet validation error it would also cause.
+            # First, so a bad connection is named as such, not as a fleet error.
             registry.resolve(ref.target(worker.namespace), fleet)
         return _Candidate("workers", _dump(worker), worker_native(obj), obj)
 
-    def fits(_base: Fleet, candidates: Sequence[_Candidate]) -> tuple[Fleet, dict[str, Exception]]:
-        trial = with_entries(fleet, _sections(candidates), file)
-        wanted = {c.obj.key for c in candidates}
-        failing: dict[str, Exception] = {}
-        for worker in trial.resolved_workers():
-            if worker.stack_key not in wanted:
-                continue
-            try:
-                registry.resolve_worker(worker, trial)
-            except TwcConnectionError as exc:
-                failing[worker.stack_key] = exc
-            if worker.stack_key not in failing and (refused := _pod_security(trial, worker)):
-                failing[worker.stack_key] = refused
-        return trial, failing
-
+    fits = _resolves(fleet, file, registry, lambda w: w.stack_key)
     return _merge_kind(fleet, observed, accepted, convert=convert, native=worker_native, fits=fits)

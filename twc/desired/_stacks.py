@@ -1,17 +1,6 @@
-"""One stack per cluster object: the objects a stack's ``select`` takes, and refusing
-the ones another stack's ``select`` takes too.
-
-A stack whose fleet sets ``select`` publishes it where the other stacks of its control
-namespace read it (:data:`STACKS_KEY` in the inputs: one object per stack, its name and
-its selector). Of the Queue and TemporalWorker objects it observes, it takes
-those its selector selects; one that another stack's selector selects too is refused
-(``StackConflict``, naming that stack) by both: a new one is left out, one it ran keeps
-its last accepted spec, so no worker is applied by two stacks and none is dropped for
-it. When the other stacks' selections are unknown, both kinds are unknown (fail closed:
-nothing of them is created, changed or deleted).
-
-Pure: the cluster's objects in, the objects taken and the refusals out.
-"""
+"""One stack per cluster object: a stack takes the Queue and TemporalWorker objects its
+``select`` selects; one another stack selects too is refused by both (``StackConflict``; one
+it ran keeps its last accepted spec). Unknown selections make both kinds unknown."""
 
 from __future__ import annotations
 
@@ -19,19 +8,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from twc.desired._inputs import QUEUE_KIND_KEY, WORKER_KIND_KEY, ObjectList, object_key
-from twc.desired._merge import Rejection, queue_native, worker_native
+from twc.desired._merge import Rejection, queue_native
 from twc.errors import Reason
-from twc.native.objects import NativeObject
+from twc.native.objects import NativeObject, worker_native
 from twc.native.views import is_view
 from twc.spec import StackSelector
 
-__all__ = ["OWN_STACK", "STACKS_KEY", "taken_objects"]
-
 STACKS_KEY = "Stack.twc.temporal.io"
-"""Inputs key of the stacks' selections: objects ``{metadata: {name: <stack>}, spec:
-<select>}``, this stack's own marked with the annotation :data:`OWN_STACK`."""
+"""Inputs key of the stacks' selections: ``{metadata: {name: <stack>}, spec: <select>}``."""
 OWN_STACK = "twc.temporal.io/this-stack"
-"""Marks this stack's own entry among :data:`STACKS_KEY` (it names it in refusals)."""
+"""Annotation marking this stack's own entry among :data:`STACKS_KEY`."""
 
 _NATIVE: Mapping[str, Callable[[Mapping[str, Any]], NativeObject]] = {
     QUEUE_KIND_KEY: queue_native,
@@ -53,16 +39,8 @@ def taken_objects(
     cluster: Mapping[str, ObjectList],
     accepted: Mapping[str, Mapping[str, Any]],
 ) -> tuple[dict[str, ObjectList], dict[str, list[Rejection]]]:
-    """The Queue and TemporalWorker objects this stack takes, and those it refuses.
-
-    Args:
-        select: The stack's selector; ``None`` takes every object (nothing refused).
-        cluster: The observed objects per kind key, with :data:`STACKS_KEY`.
-        accepted: The last accepted spec per kind key and object key.
-
-    Returns:
-        The observation to merge, and per kind key the objects refused.
-    """
+    """The observation to merge, and per kind key the objects refused (``select`` ``None``
+    takes every object)."""
     if select is None:
         return dict(cluster), {}
     out = dict(cluster)

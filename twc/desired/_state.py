@@ -6,7 +6,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from twc.connections import Registry, WatchedKind, resolve_fleet_connections
+from twc.connections import Registry, resolve_fleet_connections
 from twc.desired._inputs import (
     QUEUE_KIND_KEY,
     WORKER_KIND_KEY,
@@ -29,57 +29,42 @@ from twc.errors import Reason, SpecError, TemporaryError, TwcConnectionError, Tw
 from twc.native.objects import IdentityKey, NativeObject, identity_key
 from twc.spec import Fleet, Queue, ResolvedWorker
 
-__all__ = ["DesiredFleet", "HoldFailed", "ObjectsUnknown", "desired_fleet"]
-
 
 class ObjectsUnknown(TemporaryError, TwcError):
-    """A kind's objects are unknown (its list failed) and no accepted spec of it exists
-    yet: the desired state cannot be computed without deleting what came from them."""
+    """A kind's objects are unknown (its list failed) and none of them was ever accepted."""
 
     def __init__(self, kinds: Mapping[str, str]) -> None:
-        """Name the unknown kinds and why each is unknown."""
         self.kinds = dict(kinds)
         text = "; ".join(f"{kind}: {why}" for kind, why in sorted(self.kinds.items()))
-        # Temporary: a later list may succeed.
         super().__init__(f"cluster objects unknown, nothing of them is known yet ({text})")
 
 
 class HoldFailed(TemporaryError, TwcError):
-    """Held workers could not be kept in the desired state (their last inputs do not
-    fit any more): applying now would delete them, so nothing is applied."""
+    """Held workers could not be kept (their last inputs do not fit): nothing is applied."""
 
     def __init__(self, workers: Iterable[str], why: str) -> None:
-        """Name the workers that could not be kept, and why."""
         self.workers = tuple(sorted(workers))
-        # Temporary: the inputs may change, or the hold be confirmed.
         super().__init__(f"held workers cannot be kept ({', '.join(self.workers)}): {why}")
 
 
 @dataclass(frozen=True, slots=True)
 class DesiredFleet:
-    """What should run: the fleet with every accepted cluster object, and how it came
-    to be."""
+    """What should run: the fleet with every accepted cluster object, and how it came to be."""
 
     fleet: Fleet
-    """The merged, validated fleet."""
     workers: Mapping[str, ResolvedWorker]
     """Every worker, keyed ``<namespace>/<name>``."""
     replicas: Mapping[str, int]
-    """Replicas of autoscaled workers given in the inputs (only workers that exist and
-    are autoscaled)."""
+    """Replicas given in the inputs of autoscaled workers that exist."""
     origins: Mapping[str, str]
-    """Per worker, where it comes from: ``file``, ``Queue <ns>/<name>`` or
-    ``TemporalWorker <ns>/<name>``."""
+    """Per worker: ``file``, ``Queue <ns>/<name>`` or ``TemporalWorker <ns>/<name>``."""
     kinds: Mapping[str, KindMerge] = field(default_factory=dict)
-    """Per kind key, what its objects contributed (empty for the file alone)."""
     references: Mapping[str, IdentityKey] = field(default_factory=dict)
     """Per worker, the identity of the connection it uses."""
     inputs: DesiredInputs = field(default_factory=DesiredInputs)
-    """The inputs this was computed from (what the program is handed)."""
     held: frozenset[str] = frozenset()
-    """Workers kept only because their deletion is held (see :class:`HeldObjects`)."""
+    """Workers kept only because their deletion is held."""
     conflicts: Mapping[str, str] = field(default_factory=dict)
-    """Workers left out because someone else's objects have their names (``ObjectExists``)."""
 
     @property
     def rejected(self) -> tuple[Rejection, ...]:
@@ -88,7 +73,7 @@ class DesiredFleet:
 
     @property
     def unknown(self) -> tuple[str, ...]:
-        """Kinds whose list failed this time (their last accepted objects are in use)."""
+        """Kinds whose list failed this time."""
         return tuple(sorted(k for k, m in self.kinds.items() if not m.known))
 
     @property
@@ -103,12 +88,10 @@ class DesiredFleet:
 
     @property
     def cluster_managed(self) -> bool:
-        """Whether the cluster's objects are part of this desired state."""
         return self.inputs.cluster is not None
 
     def only(self, keys: Collection[str]) -> DesiredFleet:
-        """The part a targeted ``up`` builds (:class:`BuildScope`): the workers named
-        and the fleet's queues they hang on; the connections follow from the workers."""
+        """The part a targeted ``up`` builds: the workers named and the queues they hang on."""
         wanted = set(keys)
         workers = {k: w for k, w in self.workers.items() if k in wanted}
         parents = {
@@ -123,8 +106,7 @@ class DesiredFleet:
     def narrowed(
         self, workers: Mapping[str, ResolvedWorker], queues: tuple[Queue, ...]
     ) -> DesiredFleet:
-        """The same desired state with only ``workers`` and the fleet's ``queues``: what
-        a program that builds part of it is given (a shard, a targeted ``up``)."""
+        """The same desired state with only ``workers`` and the fleet's ``queues``."""
         return replace(
             self,
             fleet=self.fleet.model_copy(update={"queues": queues}),
@@ -142,18 +124,7 @@ def desired_fleet(
     registry: Registry,
     file: str,
 ) -> DesiredFleet:
-    """Compute the desired state.
-
-    Args:
-        fleet: The fleet file, validated.
-        inputs: The cluster's objects (or ``None`` for the file alone), the replicas of
-            autoscaled workers and the last accepted spec of each object.
-        registry: The connection-provider registry: which connection kinds exist and
-            how a reference resolves.
-        file: The fleet file's name, for messages.
-
-    Returns:
-        The desired fleet.
+    """Compute the desired state (``file``: the fleet file's name, for messages).
 
     Raises:
         SpecError: The fleet file's own connections do not resolve.
@@ -209,12 +180,11 @@ def desired_fleet(
 def _merge_cluster(
     fleet: Fleet, inputs: DesiredInputs, *, registry: Registry, file: str
 ) -> tuple[Fleet, dict[str, KindMerge]]:
-    """``fleet`` with the cluster's objects merged in, kind by kind (connections, then
-    Queues, then TemporalWorkers), and what each kind contributed."""
+    """``fleet`` with connections, then Queues, then TemporalWorkers merged in."""
     cluster, held = inputs.cluster, inputs.held
     assert cluster is not None
     kinds: dict[str, KindMerge] = {}
-    watched = sorted(registry.watched_kinds(), key=_watched_key)
+    watched = sorted(registry.watched_kinds(), key=lambda w: (w.api_group, w.kind))
     order = [kind_key(w.kind, w.api_group) for w in watched]
     missing = {
         key: (cluster[key].failure if key in cluster else "not observed") or "unknown"
@@ -255,8 +225,6 @@ def _merge_cluster(
 def _origins(
     workers: Mapping[str, ResolvedWorker], kinds: Mapping[str, KindMerge]
 ) -> dict[str, str]:
-    """Per worker, where it comes from: ``file``, ``Queue <ns>/<name>`` or
-    ``TemporalWorker <ns>/<name>``."""
     object_workers = set(kinds[WORKER_KIND_KEY].accepted) if WORKER_KIND_KEY in kinds else set()
     origins: dict[str, str] = {}
     for key, worker in workers.items():
@@ -272,7 +240,6 @@ def _origins(
 
 
 def _without(merge: KindMerge, conflicts: Mapping[str, str]) -> KindMerge:
-    """The TemporalWorker merge with the conflicting objects rejected (``ObjectExists``)."""
     gone = {k: o for k, o in merge.accepted.items() if k in conflicts}
     if not gone:
         return merge
@@ -305,7 +272,6 @@ def _entry_id(section: str, entry: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def _with_held_entries(fleet: Fleet, held: HeldObjects, file: str) -> Fleet:
-    """``fleet`` with the held file entries it does not hold any more."""
     data = fleet.model_dump(mode="json", by_alias=True, exclude_none=True)
     extra: dict[str, list[Mapping[str, Any]]] = {}
     for section, entries in held.file.items():
@@ -315,7 +281,3 @@ def _with_held_entries(fleet: Fleet, held: HeldObjects, file: str) -> Fleet:
         return with_entries(fleet, extra, file)
     except SpecError as exc:
         raise HoldFailed(held.workers, "; ".join(exc.lines())) from exc
-
-
-def _watched_key(kind: WatchedKind) -> tuple[str, str]:
-    return (kind.api_group, kind.kind)

@@ -1,31 +1,13 @@
-"""One way to reach the API server: the client factory and its default timeouts.
-
-Every part of twc that talks to Kubernetes (the daemon, ``twc up``/``preview``/``status``,
-the program under plain ``pulumi up``, the dynamic providers, the test bed) builds its
-client here, so all of them agree on which cluster they mean and none of them can hang:
-
-* **Which cluster.** An explicit kubeconfig wins, then ``KUBECONFIG``, then
-  ``~/.kube/config``, then the pod's service account. The kubernetes provider of the
-  engine reads the same variables in the same order, so the engine and twc's own calls
-  never disagree about the cluster.
-* **No call without a timeout.** :class:`TimeoutApiClient` gives every request that does
-  not set its own ``_request_timeout`` the default ``(connect, read)`` seconds. A hung
-  API server (connections accepted, no answer) then fails a call, which the caller
-  reports and retries, instead of blocking a thread for good. Watches set a longer
-  timeout of their own (the server's watch timeout plus a margin); the Lease calls a
-  shorter one, without retries (``retries=0``), so a round of the election always ends
-  before the leader's renew deadline.
-* **Every write fenced.** A leader's writes go through :meth:`KubeClient.fenced`: right
-  before each ``POST``/``PUT``/``PATCH``/``DELETE`` it asks how much of its Lease term is
-  left, refuses the call (:class:`~twc.kube.lease.NotLeadingError`) when none is, and
-  gives the call a timeout shorter than what is left, without retries. Every writer
-  built on that client (scale, views, status, finalizers, Events, the record, early
-  apply and its deletes) is fenced call by call, not once per batch.
-"""
+"""One way to reach the API server: an explicit kubeconfig, ``KUBECONFIG``,
+``~/.kube/config``, then the pod's service account (the provider's order). A call without
+``_request_timeout`` gets :data:`DEFAULT_TIMEOUT`; through :meth:`KubeClient.fenced`,
+every write is refused (:class:`~twc.kube.lease.NotLeadingError`) when the Lease term is
+over, and otherwise times out before the term ends, without retries."""
 
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 from collections.abc import Callable
@@ -34,29 +16,16 @@ from typing import Any
 
 from twc.kube.lease import NotLeadingError
 
-__all__ = [
-    "DEFAULT_TIMEOUT",
-    "KubeClient",
-    "NoClusterError",
-    "TimeoutApiClient",
-    "api_client",
-    "kube_client",
-    "read_json",
-    "status_of",
-]
-
 DEFAULT_TIMEOUT = (5.0, 30.0)
-"""``(connect, read)`` seconds for a call that sets no timeout of its own."""
-FENCE_MARGIN = 0.1
-"""Seconds of a term a fenced write leaves unused: its timeout ends this much before."""
+FENCE_MARGIN = 0.1  # seconds of a term a fenced write leaves unused
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-"""The methods a fenced client checks against the term."""
 
 
 class NoClusterError(LookupError):
     """Neither a kubeconfig nor an in-cluster service account is available."""
 
 
+@functools.cache
 def _timeout_client_class() -> type:
     from kubernetes import client
 
@@ -75,18 +44,11 @@ def _timeout_client_class() -> type:
             _request_timeout: Any = None,
         ) -> Any:
             timeout = _request_timeout or self.default_timeout
+            args = (method, url, header_params, body, post_params)
             if self.term_left is None or method.upper() not in WRITES:
-                return super().call_api(
-                    method, url, header_params, body, post_params, _request_timeout=timeout
-                )
-            return self.writes.request(
-                method,
-                url,
-                headers=header_params,
-                body=body,
-                post_params=post_params,
-                _request_timeout=fenced_timeout(timeout, self.term_left()),
-            )
+                return super().call_api(*args, _request_timeout=timeout)
+            fenced = fenced_timeout(timeout, self.term_left())
+            return self.writes.request(*args, _request_timeout=fenced)
 
         def close(self) -> None:
             super().close()
@@ -96,29 +58,15 @@ def _timeout_client_class() -> type:
     return _TimeoutApiClient
 
 
-_CLASS: type | None = None
-
-
 def TimeoutApiClient(configuration: Any, timeout: tuple[float, float] = DEFAULT_TIMEOUT) -> Any:
-    """A ``kubernetes.client.ApiClient`` whose calls time out by default.
-
-    The class is built on first use, so importing this module does not import the
-    kubernetes client (the pure layers and ``twc validate`` stay fast).
-    """
-    global _CLASS
-    if _CLASS is None:
-        _CLASS = _timeout_client_class()
-    api = _CLASS(configuration=configuration)
+    """A ``kubernetes.client.ApiClient`` whose calls time out by default."""
+    api = _timeout_client_class()(configuration=configuration)
     api.default_timeout = timeout
     return api
 
 
 def fenced_timeout(timeout: float | tuple[float, float], left: float) -> float:
-    """The total timeout of a write with ``left`` seconds of the term remaining.
-
-    Raises:
-        NotLeadingError: No term is left to write in.
-    """
+    """A write's total timeout with ``left`` seconds of the term (NotLeadingError: none)."""
     total = timeout if isinstance(timeout, (int, float)) else sum(timeout)
     if left - FENCE_MARGIN <= 0:
         raise NotLeadingError("the Lease term is over: not writing")
@@ -131,18 +79,8 @@ def api_client(
     timeout: tuple[float, float] = DEFAULT_TIMEOUT,
     retries: int | None = None,
 ) -> Any:
-    """The ``ApiClient`` for the cluster twc works on.
-
-    Args:
-        kubeconfig: A kubeconfig file to use; otherwise ``KUBECONFIG``, then
-            ``~/.kube/config``, then the in-cluster service account.
-        timeout: Default ``(connect, read)`` seconds of each call.
-        retries: Retries of a failed connection or read (``None``: the HTTP pool's
-            default of three, so a read may take up to four timeouts; ``0``: none).
-
-    Raises:
-        NoClusterError: No kubeconfig exists and this is not a pod.
-    """
+    """The ``ApiClient`` for the cluster twc works on (``retries``: ``None``, the pool's
+    three); NoClusterError when no kubeconfig exists and this is not a pod."""
     from kubernetes import client, config
 
     path = str(kubeconfig) if kubeconfig else os.environ.get("KUBECONFIG")
@@ -167,8 +105,7 @@ def status_of(exc: BaseException) -> int | None:
 
 
 def read_json(read: Callable[..., Any], *args: Any) -> dict[str, Any] | None:
-    """What a typed client's ``read_*`` call returns, as the API's own JSON (camelCase,
-    no model objects), or ``None`` when the object is absent (404)."""
+    """A typed ``read_*`` call's answer as the API's own JSON, or ``None`` on 404."""
     try:
         response = read(*args, _preload_content=False)
     except Exception as exc:
@@ -183,7 +120,6 @@ class KubeClient:
     """The API groups twc uses, over one :func:`api_client`."""
 
     def __init__(self, api: Any) -> None:
-        """Wrap ``api`` (from :func:`api_client`)."""
         from kubernetes import client
 
         self.api_client = api
@@ -196,13 +132,7 @@ class KubeClient:
         self.rbac = client.RbacAuthorizationV1Api(api)
 
     def fenced(self, term_left: Callable[[], float]) -> KubeClient:
-        """This client with every write fenced by a Lease term (reads are unchanged and
-        share this client's connections).
-
-        Args:
-            term_left: Seconds left in the term, asked right before each write (``inf``:
-                no Lease fences the writes; 0 or less: no term).
-        """
+        """This client with every write fenced by ``term_left()`` (``inf``: no Lease)."""
         from kubernetes.client import rest
 
         api = copy.copy(self.api_client)
@@ -213,7 +143,6 @@ class KubeClient:
         return KubeClient(api)
 
     def close(self) -> None:
-        """Close the connection pool."""
         self.api_client.close()
 
     def __enter__(self) -> KubeClient:

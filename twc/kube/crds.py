@@ -1,27 +1,17 @@
-"""Installing twc's CRDs into a cluster without taking over anyone else's.
-
-``connections.temporal.io`` is also the official worker controller's CRD. A CRD that
-exists and does not carry twc's label (``app.kubernetes.io/managed-by: twc``) belongs to
-someone else, most likely that controller: it is left exactly as it is (same
-``resourceVersion``, same ``uid``) and twc uses it, since both serve the same
-``temporal.io/v1alpha1`` Connection. twc's own CRDs are created or updated in place.
-
-Moving twc's connection kinds from ``temporal.io/v1`` to ``v1alpha1`` is a clean switch:
-the API server refuses to drop a version objects are stored at, so a twc-owned CRD whose
-stored versions are not all in the new definition is deleted (with its objects) and
-created again, and the outcome says so.
-"""
+"""Installing twc's CRDs without taking over anyone else's: a CRD without twc's label is
+left as it is; twc's are created or updated, or deleted (with their objects) and created
+again when a stored version is dropped (the API server refuses that in place)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
+from twc.kube.client import status_of
 from twc.spec.crds import MANAGED_BY_LABEL
-
-__all__ = ["CrdOutcome", "install_crds", "is_twc_crd"]
 
 Action = Literal["created", "updated", "recreated", "kept"]
 
@@ -31,13 +21,8 @@ class CrdOutcome:
     """What installing one CRD did."""
 
     name: str
-    """The CRD's name, e.g. ``connections.temporal.io``."""
     action: Action
-    """``created``, ``updated``, ``recreated`` (a clean version switch) or ``kept``
-    (someone else's CRD, left alone)."""
-    note: str = ""
-    """Why, for ``kept`` and ``recreated``; a warning when a kept CRD does not serve a
-    version twc reads."""
+    note: str = ""  # why, for kept and recreated
 
     def __str__(self) -> str:
         return f"{self.name}: {self.action}" + (f" ({self.note})" if self.note else "")
@@ -48,11 +33,6 @@ def is_twc_crd(labels: Mapping[str, str] | None) -> bool:
     return (labels or {}).get(MANAGED_BY_LABEL) == "twc"
 
 
-def _status(exc: Exception) -> int | None:
-    status = getattr(exc, "status", None)
-    return status if isinstance(status, int) else None
-
-
 def install_crds(
     api_client: Any,
     crds: Iterable[Mapping[str, Any]],
@@ -61,23 +41,8 @@ def install_crds(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[CrdOutcome]:
-    """Create or update each of twc's CRDs, leaving CRDs that are not twc's alone.
-
-    Args:
-        api_client: A ``kubernetes.client.ApiClient``.
-        crds: The CRDs to install (:func:`twc.spec.crds.all_crds` and the like).
-        timeout: Seconds to wait for each created or updated CRD to be Established
-            (and for a recreated one's old definition to go).
-        clock: Monotonic time, for the waits.
-        sleep: Pause between polls.
-
-    Returns:
-        One outcome per CRD, in order.
-
-    Raises:
-        kubernetes.client.ApiException: The API server refused a call.
-        TimeoutError: A CRD was not Established (or not gone) in time.
-    """
+    """Create or update each of twc's CRDs, leaving others' alone, each waited up to
+    ``timeout`` seconds to be Established (TimeoutError otherwise)."""
     from kubernetes import client
 
     ext = client.ApiextensionsV1Api(api_client)
@@ -88,7 +53,7 @@ def install_crds(
         try:
             current = ext.read_custom_resource_definition(name)
         except Exception as exc:
-            if _status(exc) != 404:
+            if status_of(exc) != 404:
                 raise
             current = None
         wanted = {v["name"] for v in crd["spec"]["versions"]}
@@ -108,50 +73,48 @@ def install_crds(
             dropped = sorted(stored - wanted)
             if dropped:
                 ext.delete_custom_resource_definition(name)
-                _wait_gone(ext, name, timeout, clock, sleep)
+                _wait(partial(_gone, ext, name), f"CRD {name} deleted", timeout, clock, sleep)
                 ext.create_custom_resource_definition(body)
-                outcome = CrdOutcome(
-                    name,
-                    "recreated",
+                note = (
                     f"twc's {', '.join(dropped)} is gone: the CRD and its objects were "
-                    f"deleted and it now serves {', '.join(sorted(wanted))}",
+                    f"deleted and it now serves {', '.join(sorted(wanted))}"
                 )
+                outcome = CrdOutcome(name, "recreated", note)
             else:
-                body["metadata"] = {
-                    **crd["metadata"],
-                    "resourceVersion": current.metadata.resource_version,
-                }
+                version = current.metadata.resource_version
+                body["metadata"] = {**crd["metadata"], "resourceVersion": version}
                 ext.replace_custom_resource_definition(name, body)
                 outcome = CrdOutcome(name, "updated")
-        _wait_established(ext, name, timeout, clock, sleep)
+        _wait(partial(_established, ext, name), f"CRD {name} Established", timeout, clock, sleep)
         outcomes.append(outcome)
     return outcomes
 
 
-def _wait_gone(
-    ext: Any, name: str, timeout: float, clock: Callable[[], float], sleep: Callable[[float], None]
-) -> None:
-    deadline = clock() + timeout
-    while clock() < deadline:
-        try:
-            ext.read_custom_resource_definition(name)
-        except Exception as exc:
-            if _status(exc) == 404:
-                return
-            raise
-        sleep(0.2)
-    raise TimeoutError(f"CRD {name} still exists {timeout:.0f} s after its deletion")
+def _gone(ext: Any, name: str) -> bool:
+    try:
+        ext.read_custom_resource_definition(name)
+    except Exception as exc:
+        if status_of(exc) == 404:
+            return True
+        raise
+    return False
 
 
-def _wait_established(
-    ext: Any, name: str, timeout: float, clock: Callable[[], float], sleep: Callable[[float], None]
+def _established(ext: Any, name: str) -> bool:
+    obj = ext.read_custom_resource_definition(name)
+    conditions = (obj.status.conditions if obj.status else None) or []
+    return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+
+def _wait(
+    done: Callable[[], bool],
+    what: str,
+    timeout: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
 ) -> None:
     deadline = clock() + timeout
-    while True:
-        obj = ext.read_custom_resource_definition(name)
-        conditions = (obj.status.conditions if obj.status else None) or []
-        if any(c.type == "Established" and c.status == "True" for c in conditions):
-            return
+    while not done():
         if clock() >= deadline:
-            raise TimeoutError(f"CRD {name} not Established after {timeout:.0f} s")
+            raise TimeoutError(f"{what}: not after {timeout:.0f} s")
         sleep(0.2)

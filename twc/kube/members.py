@@ -1,13 +1,6 @@
-"""How many daemon replicas share a sharded stack: one member Lease per replica.
-
-Each replica running a sharded stack renews a Lease of its own (``twc-member-…``,
-labelled with the stack) every ``retry_period`` and lists the others'. A member whose
-record has not changed for ``lease_duration`` seconds, as observed on this replica's
-own clock (client-go's rule, so clock skew does not matter), is gone. The count gives
-each replica its share of the shards' Leases: ``ceil(shards / members)``
-(:func:`fair_share`), so no replica takes more than its share and a new replica finds
-Leases to take.
-"""
+"""How many daemon replicas share a sharded stack: each renews a member Lease of its own
+every ``retry_period`` and counts the others' (gone when unchanged for ``lease_duration``);
+each takes at most :func:`fair_share` of the shards' Leases."""
 
 from __future__ import annotations
 
@@ -23,12 +16,9 @@ from twc.kube.client import status_of
 from twc.kube.lease import LeaseRecord, LeaseTimings
 from twc.timestamps import rfc3339_micro
 
-__all__ = ["MEMBER_LABEL", "MemberRoster", "fair_share"]
-
 logger = logging.getLogger(__name__)
 
 MEMBER_LABEL = "twc.temporal.io/member-of"
-"""Label on member Leases: a digest of the stack they share."""
 
 
 def fair_share(shards: int, members: int) -> int:
@@ -54,7 +44,6 @@ class MemberRoster:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
-        """Prepare the roster (started by :meth:`start`)."""
         self._api = coordination_api
         self.namespace = namespace
         self.identity = identity
@@ -120,21 +109,14 @@ class MemberRoster:
             "leaseDurationSeconds": max(1, math.ceil(self._settings.lease_duration)),
             "renewTime": rfc3339_micro(self._wall()),
         }
-        body = {
-            "metadata": {
-                "name": self.name,
-                "namespace": self.namespace,
-                "labels": {MEMBER_LABEL: self.group},
-            },
-            "spec": spec,
-        }
         try:
-            # A merge patch needs no resourceVersion: only this replica writes its Lease.
             self._api.patch_namespaced_lease(self.name, self.namespace, {"spec": spec})
         except Exception as exc:
             if status_of(exc) != 404:
                 raise
-            self._api.create_namespaced_lease(self.namespace, body)
+            labels = {MEMBER_LABEL: self.group}
+            meta = {"name": self.name, "namespace": self.namespace, "labels": labels}
+            self._api.create_namespaced_lease(self.namespace, {"metadata": meta, "spec": spec})
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -1,17 +1,6 @@
-"""The desired state's inputs, read from the cluster once.
-
-The daemon keeps the cluster's objects in watch caches; ``twc up``, ``twc preview`` and
-the program under plain ``pulumi up`` read them once, here, into the same
-:class:`~twc.desired.DesiredInputs` the daemon builds. All of them then compute the
-desired state through :func:`twc.desired.desired_fleet`, so a pull request's preview,
-a manual ``up`` and the daemon agree on what should run (and none of them deletes the
-workers that come from the cluster).
-
-Autoscaled workers keep the replicas they run with: what the cluster runs now is the
-autoscaler's last decision. The last accepted spec of each object comes from the stack's
-record (:mod:`twc.kube.record`), which the daemon writes, so an object that is invalid
-now keeps its workers here too.
-"""
+"""The desired state's inputs read from the cluster once, for ``twc up``, ``twc preview``
+and plain ``pulumi up``: the same :class:`~twc.desired.DesiredInputs` the daemon keeps in
+watch caches, so every entry point computes the same desired state."""
 
 from __future__ import annotations
 
@@ -23,28 +12,19 @@ from twc.desired import QUEUE_KIND_KEY, STACKS_KEY, DesiredInputs, ObjectList
 from twc.kube.client import KubeClient
 from twc.kube.record import RecordStore
 from twc.kube.versions import versions
-from twc.kube.watch import NativeWatch, QueueWatcher, list_failure
+from twc.kube.watch import NativeWatch, ObjectWatcher, QueueWatcher, list_failure
 from twc.kube.workloads import Workloads
 from twc.rollout import VersionInput, WorkerVersions
 
-__all__ = ["observe_cluster", "observe_inputs", "running_versions"]
-
 
 def observe_cluster(kube: KubeClient, kinds: Iterable[WatchedKind]) -> dict[str, ObjectList]:
-    """List the Queue, TemporalWorker and connection objects once.
-
-    A kind whose list fails is *unknown* (its failure named); a 404 means no objects
-    of that kind only when its CRD is gone too.
-    """
+    """List the Queue, TemporalWorker and connection objects once (failed: unknown)."""
     out: dict[str, ObjectList] = {}
-    queues = QueueWatcher(kube.custom, resync_interval=0.1)
-    try:
-        queues.list_now()
-        out[QUEUE_KIND_KEY] = queues.observed()
-    except Exception as exc:  # noqa: BLE001 - a failed list makes the kind unknown, never no objects
-        out[QUEUE_KIND_KEY] = ObjectList.unknown(f"{queues.crd}: {list_failure(exc)}")
-    native = NativeWatch(kube.custom, kinds, resync_interval=0.1)
-    for key, watcher in native.watchers().items():
+    watchers: dict[str, ObjectWatcher] = {
+        QUEUE_KIND_KEY: QueueWatcher(kube.custom, resync_interval=0.1),
+        **NativeWatch(kube.custom, kinds, resync_interval=0.1).watchers(),
+    }
+    for key, watcher in watchers.items():
         try:
             watcher.list_now()
             out[key] = watcher.observed()
@@ -62,22 +42,8 @@ def observe_inputs(
     record: RecordStore | None = None,
     select: Mapping[str, Any] | None = None,
 ) -> DesiredInputs:
-    """The inputs of the desired state as the cluster shows them now.
-
-    Args:
-        kube: The cluster.
-        kinds: The connection kinds to read (the registry's).
-        fleet: The fleet document, passed on to the program as the caller validated it.
-        accepted: The last accepted spec of each object, when known.
-        record: The stack's record to read the accepted specs from (when ``accepted``
-            is not given), and the other stacks' selections (when the fleet selects).
-        select: The fleet's ``select``, when ``fleet`` is not given.
-
-    Raises:
-        Exception: The live replicas cannot be read (without them autoscaled workers
-            would be reset to their minimum), or the record exists and cannot be read
-            (without it an object that is invalid now would lose its workers).
-    """
+    """The desired state's inputs as the cluster shows them now (``record``: accepted
+    specs and selections); raises when replicas or an existing record cannot be read."""
     if accepted is None and record is not None:
         found = record.load()
         accepted = found.accepted if found is not None else {}

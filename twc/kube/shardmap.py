@@ -1,18 +1,7 @@
-"""Where a sharded stack's assignment of namespaces to shards is kept: a ConfigMap.
-
-The assignment must never change for a namespace once given (a namespace that moved
-would be deleted by one shard and created by another), and every writer must agree on
-it: several daemon replicas, and ``twc up`` from a laptop, can all meet a new namespace
-at the same moment. So it lives in one ConfigMap, ``twc-shards-<stack>`` in the fleet's
-``sharding.assignmentNamespace``, written with the ``resourceVersion`` it was read at:
-of two writers that extend it at once, one wins and the other reads the winner's map
-and finds the namespace assigned. It is written *before* any shard applies a new
-namespace, so no shard ever holds a namespace the map does not give it.
-
-(The shard stacks' own outputs could record their namespaces too, but they are written
-only after an ``up`` finishes, and each shard knows only itself: two shards could both
-take a new namespace before either recorded it.)
-"""
+"""A sharded stack's assignment of namespaces to shards: ConfigMap ``twc-shards-<stack>``
+in ``sharding.assignmentNamespace``. A namespace's shard never changes once given: the map
+is written at the ``resourceVersion`` read (of two writers, the loser reads the winner's)
+and before any shard applies a new namespace."""
 
 from __future__ import annotations
 
@@ -24,12 +13,9 @@ from typing import Any
 from twc.kube.client import status_of
 from twc.shards import ShardMap, assign
 
-__all__ = ["ASSIGNMENT_KEY", "ShardMapStore", "shard_map_name"]
-
 logger = logging.getLogger(__name__)
 
 ASSIGNMENT_KEY = "assignment.json"
-"""The ConfigMap key holding :meth:`ShardMap.to_json`."""
 
 
 def shard_map_name(stack: str) -> str:
@@ -43,18 +29,12 @@ class ShardMapStore:
     """Reads and extends one stack's assignment ConfigMap."""
 
     def __init__(self, core_api: Any, *, namespace: str, stack: str) -> None:
-        """Keep the map of ``stack`` in ``namespace`` (through a ``CoreV1Api``)."""
         self._api = core_api
         self.namespace = namespace
         self.name = shard_map_name(stack)
 
     def read(self) -> tuple[ShardMap | None, str | None]:
-        """The map and the ConfigMap's resourceVersion; ``(None, None)`` when absent.
-
-        Raises:
-            ValueError: The ConfigMap holds no readable map (it is never overwritten
-                then: someone must look at it).
-        """
+        """The map and its resourceVersion (``None``s when absent; ValueError: unreadable)."""
         try:
             found = self._api.read_namespaced_config_map(self.name, self.namespace)
         except Exception as exc:
@@ -73,15 +53,8 @@ class ShardMapStore:
     def extend(
         self, load: Mapping[str, int], *, max_workers_per_shard: int, attempts: int = 8
     ) -> ShardMap:
-        """Assign the namespaces of ``load`` that have no shard yet, and record it.
-
-        Returns:
-            The map as recorded (another writer's, when it got there first).
-
-        Raises:
-            RuntimeError: Every attempt lost a race (a very busy map).
-            Exception: The API server refused or could not be reached.
-        """
+        """Assign ``load``'s new namespaces and record them; the map as recorded (another
+        writer's when it won). RuntimeError when every attempt lost a race."""
         for _ in range(attempts):
             current, version = self.read()
             extended = assign(
@@ -118,6 +91,5 @@ class ShardMapStore:
         if version is None:
             self._api.create_namespaced_config_map(self.namespace, body)
             return
-        # Optimistic concurrency: a competing write in between makes this one 409.
         body["metadata"]["resourceVersion"] = version
         self._api.replace_namespaced_config_map(self.name, self.namespace, body)

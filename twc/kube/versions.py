@@ -1,10 +1,6 @@
-"""The versions of versioned workers as the cluster runs them, and gate inputs.
-
-Every version of a worker with ``rollout`` is a Deployment labelled with its worker
-(``twc.temporal.io/worker``) and build ID (``temporal.io/build-id``) and annotated with
-its version spec. Reading them back is how the daemon, ``twc up`` and the program learn
-which versions exist — never from memory, so a restart loses nothing.
-"""
+"""The versions of versioned workers as the cluster runs them (Deployments labelled with
+worker and build ID, annotated with their version spec, always read back), and gate
+inputs."""
 
 from __future__ import annotations
 
@@ -15,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from twc.builders import LABEL_WORKER
-from twc.kube.client import KubeClient, status_of
+from twc.kube.client import KubeClient, read_json
 from twc.kube.workloads import WORKER_SELECTOR
 from twc.rollout import (
     BUILD_ID_LABEL,
@@ -24,10 +20,7 @@ from twc.rollout import (
     VersionDeployment,
 )
 
-__all__ = ["VERSION_SELECTOR", "ObservedVersion", "parse_versions", "read_gate_input", "versions"]
-
 VERSION_SELECTOR = f"{WORKER_SELECTOR},{BUILD_ID_LABEL}"
-"""Every version Deployment twc created."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,11 +28,8 @@ class ObservedVersion:
     """One version's Deployment, as read from the cluster."""
 
     deployment: VersionDeployment
-    """Build ID, name, replicas, ready replicas."""
-    spec: dict[str, Any] | None
-    """Its recorded version spec; ``None`` when the annotation is missing or unreadable."""
-    target: bool
-    """Whether it was the target when last applied."""
+    spec: dict[str, Any] | None  # None when missing or unreadable
+    target: bool  # the target when last applied
 
 
 def parse_versions(items: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, ObservedVersion]]:
@@ -52,34 +42,23 @@ def parse_versions(items: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Ob
         if not build or not worker:
             continue
         annotations = meta.get("annotations") or {}
-        spec: dict[str, Any] | None = None
         try:
-            loaded = json.loads(annotations.get(VERSION_ANNOTATION) or "null")
-            spec = loaded if isinstance(loaded, dict) else None
+            spec = json.loads(annotations.get(VERSION_ANNOTATION) or "null")
         except ValueError:
             spec = None
         replicas = (dep.get("spec") or {}).get("replicas")
-        ready = (dep.get("status") or {}).get("readyReplicas")
-        key = f"{meta.get('namespace')}/{worker}"
-        out.setdefault(key, {})[str(build)] = ObservedVersion(
-            deployment=VersionDeployment(
-                build_id=str(build),
-                name=str(meta.get("name")),
-                replicas=int(1 if replicas is None else replicas),
-                ready=int(ready or 0),
-            ),
-            spec=spec,
-            target=annotations.get(TARGET_ANNOTATION) == "true",
+        ready = int((dep.get("status") or {}).get("readyReplicas") or 0)
+        name, count = str(meta.get("name")), int(1 if replicas is None else replicas)
+        out.setdefault(f"{meta.get('namespace')}/{worker}", {})[str(build)] = ObservedVersion(
+            VersionDeployment(str(build), name, count, ready),
+            spec if isinstance(spec, dict) else None,
+            annotations.get(TARGET_ANNOTATION) == "true",
         )
     return out
 
 
 def versions(kube: KubeClient) -> dict[str, dict[str, ObservedVersion]]:
-    """Every version Deployment in the cluster, per worker and build ID.
-
-    Raises:
-        Exception: The list failed (unknown is not "no versions").
-    """
+    """Every version Deployment, per worker and build ID (raises when the list fails)."""
     response = kube.apps.list_deployment_for_all_namespaces(
         label_selector=VERSION_SELECTOR, _preload_content=False
     )
@@ -88,29 +67,18 @@ def versions(kube: KubeClient) -> dict[str, dict[str, ObservedVersion]]:
 
 
 def read_gate_input(kube: KubeClient, namespace: str, source: Mapping[str, Any]) -> Any:
-    """A gate's ``inputFrom``: the JSON document in a ConfigMap or Secret key.
-
-    Raises:
-        LookupError: The object or key is missing (and not ``optional``).
-        ValueError: The value is not JSON.
-    """
+    """A gate's ``inputFrom``: the JSON in a ConfigMap or Secret key (LookupError when
+    missing and not ``optional``; ValueError when not JSON)."""
     ref = source.get("configMapKeyRef") or source.get("secretKeyRef") or {}
     name, key = str(ref.get("name", "")), str(ref.get("key", ""))
     secret = "secretKeyRef" in source
     what = f"{'Secret' if secret else 'ConfigMap'} {namespace}/{name} key {key!r}"
-    try:
-        if secret:
-            data = kube.core.read_namespaced_secret(name, namespace).data or {}
-            raw = base64.b64decode(data[key]).decode() if key in data else None
-        else:
-            obj = kube.core.read_namespaced_config_map(name, namespace)
-            raw = (obj.data or {}).get(key)
-            if raw is None and key in (obj.binary_data or {}):
-                raw = base64.b64decode(obj.binary_data[key]).decode()
-    except Exception as exc:
-        if status_of(exc) != 404:
-            raise
-        raw = None
+    read = kube.core.read_namespaced_secret if secret else kube.core.read_namespaced_config_map
+    obj = read_json(read, name, namespace) or {}
+    raw = None if secret else (obj.get("data") or {}).get(key)
+    encoded = (obj.get("data") if secret else obj.get("binaryData")) or {}
+    if raw is None and key in encoded:
+        raw = base64.b64decode(encoded[key]).decode()
     if raw is None:
         if ref.get("optional"):
             return None

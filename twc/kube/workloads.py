@@ -1,7 +1,5 @@
 """Worker Deployments, their ServiceAccounts and credential Secrets, as the daemon reads
-and writes them outside the engine: only calls its ClusterRole grants, each with the
-client's timeout (:mod:`twc.kube.client`).
-"""
+and writes them outside the engine (only calls its ClusterRole grants)."""
 
 from __future__ import annotations
 
@@ -9,6 +7,7 @@ import base64
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from twc.builders import (
@@ -25,22 +24,7 @@ from twc.rollout import BUILD_ID_LABEL
 from twc.spec import label_value
 from twc.spec.labels import owner_stack
 
-__all__ = [
-    "WORKER_SELECTOR",
-    "ObjectRef",
-    "Workloads",
-    "deployment_kept",
-    "ensure_namespace",
-    "read_deployment",
-    "read_secret_data",
-    "ref_of",
-    "stack_selector",
-    "worker_deployments",
-    "worker_replicas",
-]
-
 WORKER_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_COMPONENT}={COMPONENT_WORKER}"
-"""Labels of every worker Deployment twc creates (of any stack)."""
 
 
 def stack_selector(stack: str) -> str:
@@ -49,6 +33,7 @@ def stack_selector(stack: str) -> str:
 
 
 _API_VERSION = {"Deployment": "apps/v1", "ServiceAccount": "v1"}
+_TYPED = {"Deployment": ("apps", "deployment"), "ServiceAccount": ("core", "service_account")}
 _APPLY = "application/apply-patch+yaml"
 
 
@@ -57,15 +42,11 @@ class ObjectRef:
     """A worker's Deployment or ServiceAccount (both are named like the worker)."""
 
     kind: str
-    """``Deployment`` or ``ServiceAccount``."""
     namespace: str
-    """Namespace of the object (the worker's)."""
     name: str
-    """Name of the object (the worker's)."""
 
     @property
     def worker(self) -> str:
-        """The worker it belongs to, ``<namespace>/<name>``."""
         return f"{self.namespace}/{self.name}"
 
     def __str__(self) -> str:
@@ -73,24 +54,16 @@ class ObjectRef:
 
 
 def ref_of(obj: Mapping[str, Any]) -> ObjectRef:
-    """The reference of a manifest."""
     meta = obj["metadata"]
     return ObjectRef(str(obj["kind"]), str(meta["namespace"]), str(meta["name"]))
 
 
 def read_secret_data(kube: KubeClient, namespace: str, name: str) -> dict[str, bytes]:
-    """A Secret's decoded data.
-
-    Raises:
-        LookupError: The Secret does not exist.
-    """
-    try:
-        secret = kube.core.read_namespaced_secret(name, namespace)
-    except Exception as exc:
-        if status_of(exc) == 404:
-            raise LookupError(f"secret {namespace}/{name} not found") from exc
-        raise
-    return {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+    """A Secret's decoded data (LookupError when it does not exist)."""
+    secret = read_json(kube.core.read_namespaced_secret, name, namespace)
+    if secret is None:
+        raise LookupError(f"secret {namespace}/{name} not found")
+    return {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
 
 
 def ensure_namespace(kube: KubeClient, name: str) -> None:
@@ -108,13 +81,10 @@ def read_deployment(kube: KubeClient, namespace: str, name: str) -> dict[str, An
 
 
 _DEPLOYMENT_LABELS = (LABEL_STACK, LABEL_WORKER, BUILD_ID_LABEL)
-"""What of a worker Deployment's labels the daemon reads: its stack, worker and version."""
 
 
 def deployment_kept(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """What the daemon reads of a worker Deployment: its name, namespace, stack, worker
-    and build-ID labels, ``spec.replicas``, ``status.readyReplicas`` and the field
-    managers that own ``spec.replicas``."""
+    """What the daemon keeps of a worker Deployment: names, labels, replicas, owners."""
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
     return {
@@ -130,14 +100,13 @@ def deployment_kept(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def worker_replicas(found: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
-    """``spec.replicas`` per worker, keyed ``<namespace>/<worker>``, of Deployments kept
-    by :func:`deployment_kept`. A versioned worker's Deployments (one per version) count
-    as that one worker, their replicas summed: a new version is no deletion of the old."""
+    """``spec.replicas`` per worker of :func:`deployment_kept` Deployments (a versioned
+    worker's summed: a new version is no deletion of the old)."""
     out: dict[str, int] = {}
     for key, dep in found.items():
         meta = dep["metadata"]
         labels = meta.get("labels") or {}
-        count = int(1 if dep["replicas"] is None else dep["replicas"])
+        count = _replicas(dep)
         worker = labels.get(LABEL_WORKER)
         if labels.get(BUILD_ID_LABEL) and worker:
             versioned = f"{meta.get('namespace')}/{worker}"
@@ -148,15 +117,12 @@ def worker_replicas(found: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
 
 
 def worker_deployments(found: Mapping[str, Mapping[str, Any]]) -> dict[str, tuple[int, int]]:
-    """``(spec.replicas, status.readyReplicas)`` per Deployment kept by
-    :func:`deployment_kept`."""
-    return {
-        key: (
-            int(1 if dep["replicas"] is None else dep["replicas"]),
-            int(dep["readyReplicas"] or 0),
-        )
-        for key, dep in found.items()
-    }
+    """``(spec.replicas, status.readyReplicas)`` per :func:`deployment_kept` Deployment."""
+    return {key: (_replicas(dep), int(dep["readyReplicas"] or 0)) for key, dep in found.items()}
+
+
+def _replicas(dep: Mapping[str, Any]) -> int:
+    return int(1 if dep["replicas"] is None else dep["replicas"])
 
 
 def _stack_of(obj: Mapping[str, Any]) -> str | None:
@@ -175,18 +141,8 @@ class Workloads:
         stack: str | None = None,
         namespaces: Callable[[], Iterable[str]] | None = None,
     ) -> None:
-        """Work through ``kube`` on the objects of ``stack``.
-
-        Args:
-            kube: The cluster.
-            stack: The stack whose objects these are. Reads (replicas, readiness) also
-                see worker Deployments without any stack label, which twc created
-                before it labelled them (their next ``up`` labels them); writes (early
-                apply's clean-up) touch only objects carrying this stack's label.
-                ``None``: every twc worker Deployment.
-            namespaces: A shard's namespaces (read at each list): its lists ask for
-                those alone (a shard's Deployments carry its base stack's label).
-        """
+        """Objects of ``stack`` (``None``: every worker's; reads also see unlabelled ones)
+        in ``namespaces()`` (``None``: all), read at each list."""
         self.kube = kube
         self.stack = stack
         self.namespaces = namespaces
@@ -195,30 +151,23 @@ class Workloads:
         selector = WORKER_SELECTOR
         if self.stack is not None and strict:
             selector = stack_selector(self.stack)
+        apps = self.kube.apps
+        if self.namespaces is None:
+            calls = [partial(apps.list_deployment_for_all_namespaces)]
+        else:
+            calls = [partial(apps.list_namespaced_deployment, ns) for ns in self.namespaces()]
         found: list[dict[str, Any]] = []
-        for namespace in (None,) if self.namespaces is None else self.namespaces():
-            if namespace is None:
-                response = self.kube.apps.list_deployment_for_all_namespaces(
-                    label_selector=selector, _preload_content=False
-                )
-            else:
-                response = self.kube.apps.list_namespaced_deployment(
-                    namespace, label_selector=selector, _preload_content=False
-                )
+        for call in calls:
+            response = call(label_selector=selector, _preload_content=False)
             items = json.loads(response.data).get("items") or []
-            found += [dep for dep in items if isinstance(dep, dict)]
+            found += [d for d in items if isinstance(d, dict)]
         if self.stack is None:
             return found
         ours = label_value(owner_stack(self.stack))
         return [d for d in found if _stack_of(d) in (ours, None)]
 
     def worker_replicas(self) -> dict[str, int]:
-        """``spec.replicas`` of every running twc worker (see :func:`worker_replicas`)."""
         return worker_replicas(self._kept())
-
-    def worker_deployments(self) -> dict[str, tuple[int, int]]:
-        """``(spec.replicas, status.readyReplicas)`` of every twc worker Deployment."""
-        return worker_deployments(self._kept())
 
     def _kept(self) -> dict[str, dict[str, Any]]:
         return {
@@ -227,39 +176,23 @@ class Workloads:
         }
 
     def read_secret(self, namespace: str, name: str) -> dict[str, bytes]:
-        """A Secret's decoded data (see :func:`read_secret_data`)."""
         return read_secret_data(self.kube, namespace, name)
 
-    # ------------------------------------------------------------ early apply
+    def _call(self, verb: str, kind: str) -> Callable[..., Any]:
+        api, resource = _TYPED[kind]
+        return getattr(getattr(self.kube, api), f"{verb}_namespaced_{resource}")  # type: ignore[no-any-return]
+
     def apply(self, obj: Mapping[str, Any], field_manager: str) -> None:
-        """Server-side apply a worker's ``Deployment`` or ``ServiceAccount`` (no force: a
-        field another manager set to another value is a conflict, not taken over)."""
-        meta = obj["metadata"]
-        kwargs = {"field_manager": field_manager, "_content_type": _APPLY}
-        if obj["kind"] == "Deployment":
-            self.kube.apps.patch_namespaced_deployment(
-                meta["name"], meta["namespace"], dict(obj), **kwargs
-            )
-        elif obj["kind"] == "ServiceAccount":
-            self.kube.core.patch_namespaced_service_account(
-                meta["name"], meta["namespace"], dict(obj), **kwargs
-            )
-        else:  # pragma: no cover - early apply builds only these two kinds
-            raise ValueError(f"cannot apply a {obj['kind']} early")
+        """Server-side apply a worker's Deployment or ServiceAccount (never forced)."""
+        patch, meta = self._call("patch", obj["kind"]), obj["metadata"]
+        name, namespace = meta["name"], meta["namespace"]
+        patch(name, namespace, dict(obj), field_manager=field_manager, _content_type=_APPLY)
 
     def exists(self, ref: ObjectRef) -> bool:
-        """Whether the object is in the API server."""
         return self.read(ref) is not None
 
     def release(self, ref: ObjectRef, field_manager: str) -> bool:
-        """Drop ``field_manager``'s fields of the object: apply an empty body under it.
-
-        Fields another manager (the engine's) also owns stay; the object is read first
-        so that an object deleted meanwhile is not created again by the apply.
-
-        Returns:
-            False when the object is gone.
-        """
+        """Drop ``field_manager``'s fields (an empty apply); False when the object is gone."""
         current = self.read(ref)
         if current is None:
             return False
@@ -277,17 +210,13 @@ class Workloads:
     def delete(self, ref: ObjectRef) -> None:
         """Delete the object; already gone is fine."""
         try:
-            if ref.kind == "Deployment":
-                self.kube.apps.delete_namespaced_deployment(ref.name, ref.namespace)
-            else:
-                self.kube.core.delete_namespaced_service_account(ref.name, ref.namespace)
+            self._call("delete", ref.kind)(ref.name, ref.namespace)
         except Exception as exc:
             if status_of(exc) != 404:
                 raise
 
     def managed_by(self, field_manager: str) -> list[ObjectRef]:
-        """twc worker Deployments (and their ServiceAccounts) ``field_manager`` still
-        owns fields of: what a daemon killed between an early apply and its ``up`` left."""
+        """This stack's worker objects ``field_manager`` still owns fields of."""
         found: list[ObjectRef] = []
         for dep in self._worker_deployments(strict=True):
             meta = dep.get("metadata") or {}
@@ -298,19 +227,4 @@ class Workloads:
         return found
 
     def read(self, ref: ObjectRef) -> dict[str, Any] | None:
-        """The object as the API returns it, or ``None`` when it does not exist."""
-        try:
-            if ref.kind == "Deployment":
-                response = self.kube.apps.read_namespaced_deployment(
-                    ref.name, ref.namespace, _preload_content=False
-                )
-            else:
-                response = self.kube.core.read_namespaced_service_account(
-                    ref.name, ref.namespace, _preload_content=False
-                )
-        except Exception as exc:
-            if status_of(exc) == 404:
-                return None
-            raise
-        data: dict[str, Any] = json.loads(response.data)
-        return data
+        return read_json(self._call("read", ref.kind), ref.name, ref.namespace)

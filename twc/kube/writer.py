@@ -1,17 +1,9 @@
-"""Writing back to TemporalWorker and connection objects: status, finalizers, Events.
-
-Always with a JSON merge patch and never with server-side apply, so twc never takes
-ownership of fields another manager set:
-
-* status through the ``status`` subresource;
-* finalizers on the main resource, conditional on the ``resourceVersion`` read (a
-  concurrent change makes the patch fail with 409 and the next iteration retries);
-* core/v1 Events on failures.
-"""
+"""Writing back to TemporalWorker and connection objects: status, finalizers, Events, by
+JSON merge patches (never owning others' fields); finalizers at the ``resourceVersion``
+read (409 on a concurrent change; the next iteration retries)."""
 
 from __future__ import annotations
 
-import logging
 import socket
 import time
 from collections.abc import Callable, Mapping
@@ -20,30 +12,20 @@ from typing import Any, Protocol
 from twc.native.objects import NativeObject
 from twc.timestamps import rfc3339
 
-__all__ = ["MERGE_PATCH", "NativeWriter", "ObjectWriter"]
-
-logger = logging.getLogger(__name__)
-
 MERGE_PATCH = "application/merge-patch+json"
 EVENT_SOURCE = "twc-daemon"
-# Where Events about cluster-scoped objects go (as kubectl describe looks for them).
 CLUSTER_EVENT_NAMESPACE = "default"
+"""Where Events about cluster-scoped objects go (where kubectl describe looks)."""
 
 
 class ObjectWriter(Protocol):
     """The writes the loop's report step makes (:class:`NativeWriter` is the real one)."""
 
-    def patch_status(self, obj: NativeObject, patch: Mapping[str, Any]) -> None:
-        """Merge-patch ``obj``'s status subresource."""
-        ...
-
-    def set_finalizers(self, obj: NativeObject, finalizers: list[str]) -> None:
-        """Replace ``obj``'s finalizers, only if it is unchanged since it was read."""
-        ...
-
-    def event(self, obj: NativeObject, reason: str, message: str, *, warning: bool = True) -> None:
-        """Record a core/v1 Event about ``obj``."""
-        ...
+    def patch_status(self, obj: NativeObject, patch: Mapping[str, Any]) -> None: ...
+    def set_finalizers(self, obj: NativeObject, finalizers: list[str]) -> None: ...
+    def event(
+        self, obj: NativeObject, reason: str, message: str, *, warning: bool = True
+    ) -> None: ...
 
 
 class NativeWriter:
@@ -52,46 +34,29 @@ class NativeWriter:
     def __init__(
         self, custom_api: Any, core_api: Any, *, wall: Callable[[], float] = time.time
     ) -> None:
-        """Wrap a ``CustomObjectsApi`` and a ``CoreV1Api``."""
         self._custom = custom_api
         self._core = core_api
         self._wall = wall
         self._instance = socket.gethostname()
 
-    def patch_status(self, obj: NativeObject, patch: Mapping[str, Any]) -> None:
-        """Merge-patch ``obj``'s status subresource (never server-side apply)."""
+    def _patch(self, obj: NativeObject, body: Any, *, status: bool) -> None:
+        suffix = "_status" if status else ""
         if obj.namespace:
-            self._custom.patch_namespaced_custom_object_status(
-                obj.group,
-                obj.version,
-                obj.namespace,
-                obj.plural,
-                obj.name,
-                dict(patch),
-                _content_type=MERGE_PATCH,
-            )
+            call = getattr(self._custom, f"patch_namespaced_custom_object{suffix}")
+            where: tuple[str, ...] = (obj.group, obj.version, obj.namespace, obj.plural, obj.name)
         else:
-            self._custom.patch_cluster_custom_object_status(
-                obj.group, obj.version, obj.plural, obj.name, dict(patch), _content_type=MERGE_PATCH
-            )
+            call = getattr(self._custom, f"patch_cluster_custom_object{suffix}")
+            where = (obj.group, obj.version, obj.plural, obj.name)
+        call(*where, body, _content_type=MERGE_PATCH)
+
+    def patch_status(self, obj: NativeObject, patch: Mapping[str, Any]) -> None:
+        """Merge-patch ``obj``'s status subresource."""
+        self._patch(obj, dict(patch), status=True)
 
     def set_finalizers(self, obj: NativeObject, finalizers: list[str]) -> None:
         """Replace ``obj``'s finalizers, only if it is unchanged since it was read."""
-        body = {"metadata": {"finalizers": finalizers, "resourceVersion": obj.resource_version}}
-        if obj.namespace:
-            self._custom.patch_namespaced_custom_object(
-                obj.group,
-                obj.version,
-                obj.namespace,
-                obj.plural,
-                obj.name,
-                body,
-                _content_type=MERGE_PATCH,
-            )
-        else:
-            self._custom.patch_cluster_custom_object(
-                obj.group, obj.version, obj.plural, obj.name, body, _content_type=MERGE_PATCH
-            )
+        meta = {"finalizers": finalizers, "resourceVersion": obj.resource_version}
+        self._patch(obj, {"metadata": meta}, status=False)
 
     def event(self, obj: NativeObject, reason: str, message: str, *, warning: bool = True) -> None:
         """Create a core/v1 Event about ``obj``."""

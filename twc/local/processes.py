@@ -1,34 +1,23 @@
-"""Background processes that outlive the command that started them, tracked by pid.
-
-``twc local up`` starts etcd, kube-apiserver, the controllers, KWOK and the Temporal dev
-server (and, with ``--run-workers``, one worker process per Running pod) and returns;
-``twc local down`` (possibly from another shell) stops exactly those processes. A pid
-alone is not enough to know a process is still ours (pids are reused), so each record
-keeps the process start time from ``/proc`` and the check compares both.
-
-A test session's environments must not outlive the session, however it ends: after
-:func:`end_with_this_process`, every process :func:`start` starts is killed by the
-kernel when the process that started it ends (Linux's parent-death signal).
-"""
+"""Background processes that outlive their starter, recorded by pid and start time (a pid
+alone may be reused); after :func:`end_with_this_process` they die with the starter."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import functools
-import logging
+import json
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-log = logging.getLogger(__name__)
+from typing import Any
 
 _PR_SET_PDEATHSIG = 1
-_prctl: Callable[[int, int], int] = ctypes.CDLL(None, use_errno=True).prctl
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
 _owner: int | None = None  # the pid whose children start() ties to it
 
 
@@ -39,9 +28,7 @@ def end_with_parent(signum: int) -> None:
 
 
 def end_with_this_process() -> None:
-    """Have every process :func:`start` starts from now on killed when this one ends,
-    even by SIGKILL. The test session does this; ``twc local up`` does not, since its
-    environment outlives the command."""
+    """Have every process :func:`start` starts from now on killed when this one ends."""
     global _owner
     _owner = os.getpid()
 
@@ -61,42 +48,25 @@ class ProcessRecord:
     argv: tuple[str, ...]
     log_file: str
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "pid": self.pid,
-            "startTicks": self.start_ticks,
-            "argv": list(self.argv),
-            "logFile": self.log_file,
-        }
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "argv": list(self.argv)}
 
     @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> ProcessRecord:
-        argv = data.get("argv", [])
-        return cls(
-            name=str(data["name"]),
-            pid=int(str(data["pid"])),
-            start_ticks=int(str(data.get("startTicks", 0))),
-            argv=tuple(str(a) for a in argv) if isinstance(argv, list) else (),
-            log_file=str(data.get("logFile", "")),
-        )
+    def from_json(cls, data: Mapping[str, Any]) -> ProcessRecord:
+        return cls(**{**data, "argv": tuple(data["argv"])})
 
 
 def _start_ticks(pid: int) -> int | None:
-    """The process start time in clock ticks since boot, or None if it is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    # Field 22; the command name (field 2) may contain spaces, so split after ')'.
-    rest = stat.rsplit(")", 1)[1].split()
-    if rest[0] == "Z":  # a zombie has exited
-        return None
-    return int(rest[19])
+    rest = stat.rsplit(")", 1)[1].split()  # the command name may contain spaces
+    return None if rest[0] == "Z" else int(rest[19])
 
 
 def is_alive(record: ProcessRecord) -> bool:
-    """True while the recorded process (not merely its pid) is running."""
+    """True while the recorded process (not merely its pid) runs."""
     return _start_ticks(record.pid) == record.start_ticks
 
 
@@ -107,7 +77,7 @@ def start(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
 ) -> ProcessRecord:
-    """Start ``argv`` detached from this process (own session), logging to ``log_file``."""
+    """Start ``argv`` in a session of its own, logging to ``log_file``."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as out:
         proc = subprocess.Popen(
@@ -115,59 +85,59 @@ def start(
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=dict(env) if env is not None else None,
+            env=env,
             cwd=cwd,
             start_new_session=True,
             preexec_fn=functools.partial(_tied, _owner) if _owner == os.getpid() else None,
         )
-    log.debug("started %s pid %d: %s", name, proc.pid, " ".join(argv))
     return record(name, proc.pid, argv, log_file)
 
 
 def record(name: str, pid: int, argv: Sequence[str], log_file: Path) -> ProcessRecord:
-    """The record of a process just started (its start time read from ``/proc``)."""
     return ProcessRecord(name, pid, _start_ticks(pid) or 0, tuple(argv), str(log_file))
 
 
 def stop(record: ProcessRecord, timeout: float = 15.0) -> bool:
-    """Stop the recorded process: SIGTERM, then SIGKILL after ``timeout`` seconds.
-
-    Returns:
-        True if it was running and is now stopped, False if it was already gone.
-    """
+    """SIGTERM the recorded process group, SIGKILL after ``timeout``; False if it was gone."""
     if not is_alive(record):
         return False
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(record.pid, signal.SIGTERM)
-    if not wait_for(lambda: not is_alive(record), timeout):
+    for signum, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(record.pid, signal.SIGKILL)
-        wait_for(lambda: not is_alive(record), 5.0)
-    _reap(record.pid)
+            os.killpg(record.pid, signum)
+        deadline = time.monotonic() + wait
+        while is_alive(record) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not is_alive(record):
+            break
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(record.pid, os.WNOHANG)  # a child of this process stays a zombie till then
     return True
 
 
-def _reap(pid: int) -> None:
-    # A child of this very process stays a zombie until waited for.
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
+def recorded(file: Path) -> list[ProcessRecord]:
+    """The processes a ``{"workers": [record, ...]}`` file lists."""
+    try:
+        return [ProcessRecord.from_json(r) for r in json.loads(file.read_text())["workers"]]
+    except FileNotFoundError:
+        return []
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
-    """Poll ``predicate`` until it holds or ``timeout`` seconds pass."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if predicate():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval)
+def stop_listed(file: Path) -> int:
+    """Stop every process the file lists, remove the file; how many stopped."""
+    found = recorded(file)
+    file.unlink(missing_ok=True)
+    return sum(stop(r) for r in found)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Replace ``path`` by ``data`` as JSON in one step."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    tmp.replace(path)
 
 
 def log_tail(record: ProcessRecord, lines: int = 20) -> str:
-    """The last lines of a process's log, for crash reports."""
     try:
-        text = Path(record.log_file).read_text(errors="replace")
+        return "\n".join(Path(record.log_file).read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
-    return "\n".join(text.splitlines()[-lines:])

@@ -1,11 +1,9 @@
-"""The workflow and activity that simulated worker pods serve.
-
-Kept in a module of its own with nothing but temporalio imports, so Temporal's workflow
-sandbox can import it cheaply.
-"""
+"""The workflows and activity the sample worker serves (only temporalio imports, so the
+workflow sandbox imports it cheaply)."""
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from typing import Any
 
@@ -16,8 +14,6 @@ from temporalio.exceptions import ApplicationError
 @activity.defn
 async def echo(message: str) -> str:
     """Return the message, tagged with the pod that ran it."""
-    import os
-
     return f"{message} (from {os.environ.get('POD_NAME', '?')})"
 
 
@@ -39,22 +35,19 @@ def _build_id() -> str:
 
 @workflow.defn
 class GateWorkflow:
-    """A rollout gate: completes with the build ID it ran on, or fails when its input
-    says ``{"fail": true}`` (so tests can stop a rollout on purpose)."""
+    """A rollout gate: the build ID it ran on, or a failure on ``{"fail": true}``."""
 
     @workflow.run
     async def run(self, check: dict[str, Any] | None = None) -> str:
         if check and check.get("fail"):
-            raise ApplicationError(
-                str(check.get("reason") or "the gate says no"), non_retryable=True
-            )
+            reason = str(check.get("reason") or "the gate says no")
+            raise ApplicationError(reason, non_retryable=True)
         return _build_id()
 
 
 @workflow.defn
 class WaitWorkflow:
-    """Waits for the ``finish`` signal, then returns the build ID it ran on: a workflow
-    pinned to a version (the worker's default behaviour) finishes on that version."""
+    """Waits for the ``finish`` signal, then returns the build ID it ran on."""
 
     def __init__(self) -> None:
         self._finish = False
@@ -66,5 +59,4 @@ class WaitWorkflow:
 
     @workflow.signal
     def finish(self) -> None:
-        """Let the workflow complete."""
         self._finish = True

@@ -1,12 +1,5 @@
-"""``twc local smoke``: one workflow on each worker's task queue of a stack.
-
-For every worker of the stack's fleet file, starts the sample ``EchoWorkflow``
-(:mod:`twc.local.sample`, served by every pod of the embedded environment that runs no
-command of its own) on the worker's task queue, in its Temporal namespace, at the
-embedded dev server, and waits for its result: a completed workflow proves that a twc
-worker polls that queue. A workflow not completed within ``timeout`` seconds (its
-execution timeout, kept by Temporal) fails the smoke.
-"""
+"""``twc local smoke``: one ``EchoWorkflow`` (:mod:`twc.local.sample`) on each worker's task
+queue of a fleet file, at the embedded dev server; one not done in ``timeout`` s fails it."""
 
 from __future__ import annotations
 
@@ -21,35 +14,27 @@ from twc.local.sample import EchoWorkflow
 from twc.spec import ResolvedWorker, load_fleet_file
 
 
-async def _echo(client: Client, worker: ResolvedWorker, timeout: float) -> str:
-    return await client.execute_workflow(
-        EchoWorkflow.run,
-        "smoke",
-        id=f"smoke-{worker.namespace}-{worker.name}-{uuid.uuid4().hex[:8]}",
-        task_queue=worker.task_queue_name,
-        execution_timeout=timedelta(seconds=timeout),
-    )
-
-
 async def _smoke(address: str, workers: list[ResolvedWorker], timeout: float) -> list[str]:
     clients = {
         ns: await Client.connect(address, namespace=ns)
         for ns in {w.temporal_namespace for w in workers}
     }
-    results = await asyncio.gather(
-        *(_echo(clients[w.temporal_namespace], w, timeout) for w in workers),
-        return_exceptions=True,
+    runs = (
+        clients[w.temporal_namespace].execute_workflow(
+            EchoWorkflow.run,
+            "smoke",
+            id=f"smoke-{w.namespace}-{w.name}-{uuid.uuid4().hex[:8]}",
+            task_queue=w.task_queue_name,
+            execution_timeout=timedelta(seconds=timeout),
+        )
+        for w in workers
     )
+    results = await asyncio.gather(*runs, return_exceptions=True)
     return [f"failed: {r}" if isinstance(r, BaseException) else f"completed: {r}" for r in results]
 
 
 def run_smoke(address: str, fleet_file: str, out: TextIO, timeout: float = 120.0) -> int:
-    """Run the smoke workflows of ``fleet_file``'s workers at ``address``; one line per
-    worker (``<namespace>/<worker>  <task queue>  completed: …`` or ``failed: …``).
-
-    Returns:
-        0 when every workflow completed, 1 otherwise.
-    """
+    """Print each worker's workflow outcome; 0 when every workflow completed, else 1."""
     workers = load_fleet_file(fleet_file).resolved_workers()
     outcomes = asyncio.run(_smoke(address, workers, timeout))
     rows = [(f"{w.namespace}/{w.name}", w.task_queue_name) for w in workers]

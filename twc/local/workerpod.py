@@ -1,33 +1,15 @@
-"""A pod's container run for real: a worker process configured only from the pod.
-
-``WorkerPod`` takes a pod object from the API server (one that KWOK reports Running on a
-simulated node) and does for its worker container (the one named ``worker``, else the
-first) what a kubelet would: resolves the env (``envFrom`` first, then ``env``, which
-wins: plain values with ``$(VAR)`` references, secretKeyRef, configMapKeyRef, the
-downward API), mounts secret and configMap volumes (written to a private temporary
-directory, with the env values that point into a mount rewritten to it), and starts
-the worker as a process of its own session with exactly that env (plus this machine's).
-
-Which worker: the container's own ``command`` and ``args`` when they can run on this
-machine (:func:`own_command`: the code's directory given by the pod annotation
-``twc.temporal.io/local-workdir`` or an existing ``workingDir``, the executable found
-here); otherwise this module's sample worker. The sample loads its client settings with
-``temporalio.envconfig`` from the env alone, exactly as a worker image would, and serves
-``EchoWorkflow`` (with the rollout samples ``GateWorkflow`` and ``WaitWorkflow``) on
-``TEMPORAL_TASK_QUEUE`` with the pod's name as its identity, so Temporal's poller list
-names the pods that poll. A version's pod (``TEMPORAL_DEPLOYMENT_NAME`` and
-``TEMPORAL_WORKER_BUILD_ID`` set) polls with Worker Versioning on, as that version.
-
-The container's image is never run (there is no container runtime). Init containers
-count as done (KWOK reports them completed).
+"""A pod's worker container run for real, configured only from the pod as a kubelet would
+(env, secret and config map volumes in a private directory): its own ``command`` when it
+can run here (:func:`own_command`), else this module's sample worker, configured from its
+env alone as a worker image is. Images are never run; init containers count as done.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
-import logging
 import os
 import re
 import shutil
@@ -46,18 +28,21 @@ from twc.local.environment import project_root
 from twc.local.kube import Kube
 from twc.local.processes import ProcessRecord
 
-log = logging.getLogger(__name__)
-
 _FIELD_LABEL = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
 _VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+_FIELDS = {
+    *(f"metadata.{name}" for name in ("name", "namespace", "uid")),
+    *(f"spec.{name}" for name in ("nodeName", "serviceAccountName")),
+    *(f"status.{ip}" for ip in ("hostIP", "podIP", "hostIPs", "podIPs")),
+}
 LOCAL_WORKDIR = "twc.temporal.io/local-workdir"
-"""Pod annotation: the directory on this machine that holds the worker's code (a relative
-one is relative to the project root); the container's own command runs there."""
+"""Pod annotation: the directory (under the project root) the container's command runs in."""
+MARK = "twc-worker-mark"
+"""Prefix of the lines the sample worker prints as it passes each step of its start."""
 
 
 class PodConfigError(RuntimeError):
-    """The container cannot be configured yet (a missing secret, config map or key), as
-    a kubelet's CreateContainerConfigError; trying again later may succeed."""
+    """A referenced secret, config map or key is missing; trying again later may succeed."""
 
 
 class WorkerPod:
@@ -66,80 +51,36 @@ class WorkerPod:
     def __init__(self, kube: Kube, pod: Mapping[str, Any], log_dir: Path | None = None) -> None:
         self.kube = kube
         self.pod = pod
-        meta = pod["metadata"]
-        self.namespace: str = meta["namespace"]
-        self.pod_name: str = meta["name"]
-        self.uid: str = meta.get("uid", "")
+        self.namespace: str = pod["metadata"]["namespace"]
+        self.pod_name: str = pod["metadata"]["name"]
         self._dir = Path(tempfile.mkdtemp(prefix=f"twc-pod-{self.pod_name}-"))
-        self._log_file = (
-            log_dir / f"{self.namespace}.{self.pod_name}.log" if log_dir else self._dir / "log"
-        )
+        name = f"{self.namespace}.{self.pod_name}.log"
+        self._log_file = log_dir / name if log_dir else self._dir / "log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.record: ProcessRecord | None = None
-        self.env: dict[str, str] = {}
+        self.env: dict[str, str] = {}  # the container's env the process was started with
 
-    @classmethod
-    def of_deployment(
-        cls,
-        kube: Kube,
-        namespace: str,
-        deployment: str,
-        index: int = 0,
-        timeout: float = 60,
-        interval: float = 0.5,
-    ) -> WorkerPod:
-        """The ``index``-th Running pod (by name) of a Deployment, once there is one,
-        looking every ``interval`` seconds (a kubelet is told by its watch; a benchmark
-        looks often so as not to add its own wait).
+    def _fail(self, what: str) -> PodConfigError:
+        return PodConfigError(f"pod {self.namespace}/{self.pod_name}: {what}")
 
-        Raises:
-            LookupError: no such pod became Running within ``timeout`` seconds.
-        """
-        deadline = time.monotonic() + timeout
-        while True:
-            dep = kube.get_deployment(namespace, deployment)
-            if dep is not None:
-                labels = dep["spec"]["selector"].get("matchLabels") or {}
-                selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
-                pods = sorted(
-                    (p for p in list_pods(kube, namespace, selector) if is_running(p)),
-                    key=lambda p: p["metadata"]["name"],
-                )
-                if len(pods) > index:
-                    return cls(kube, pods[index])
-            if time.monotonic() >= deadline:
-                raise LookupError(
-                    f"deployment {namespace}/{deployment} has no Running pod #{index} "
-                    f"after {timeout:.0f} s"
-                )
-            time.sleep(interval)
-
-    # ------------------------------------------------------------------ env
     def build_env(self) -> dict[str, str]:
-        """The worker container's environment as a kubelet would resolve it.
-
-        Raises:
-            PodConfigError: a referenced secret, config map or key does not exist.
-        """
-        spec = self.pod["spec"]
-        container = worker_container(spec)
-        mounts = self._mount_volumes(spec, container)
+        """The worker container's env as a kubelet resolves it (writing volumes on the way)."""
+        container = worker_container(self.pod["spec"])
+        mounts = self._mount_volumes(container)
         env: dict[str, str] = {}
         for source in container.get("envFrom") or []:
-            prefix = source.get("prefix", "")
-            for key, value in self._env_from(source).items():
-                env[prefix + key] = value
+            kind = "secret" if "secretRef" in source else "config map"
+            ref = source.get("secretRef") or source.get("configMapRef") or {}
+            data = self._data(kind, ref["name"], bool(ref.get("optional"))) or {}
+            env.update({source.get("prefix", "") + k: v.decode() for k, v in data.items()})
         for item in container.get("env") or []:
-            resolved = self._resolve(item, env)
-            if resolved is None:
+            if (value := self._resolve(item, env)) is None:
                 continue
-            value = resolved
             for mount_path, local in mounts.items():
                 root = mount_path.rstrip("/")
                 if value == root or value.startswith(root + "/"):
                     value = str(local) + value[len(root) :]
             env[item["name"]] = value
-        self.env = env
         return env
 
     def _resolve(self, item: Mapping[str, Any], defined: Mapping[str, str]) -> str | None:
@@ -148,157 +89,99 @@ class WorkerPod:
         source = item["valueFrom"]
         if "fieldRef" in source:
             return self._field(source["fieldRef"]["fieldPath"])
-        if "secretKeyRef" in source:
-            return self._key(source["secretKeyRef"], self._secret)
-        if "configMapKeyRef" in source:
-            return self._key(source["configMapKeyRef"], self._config_map)
-        raise PodConfigError(
-            f"pod {self.namespace}/{self.pod_name}: env {item['name']}: "
-            f"unsupported source {sorted(source)} on the test bed"
-        )
+        kind = "secret" if "secretKeyRef" in source else "config map"
+        ref = source.get("secretKeyRef") or source.get("configMapKeyRef")
+        if ref is None:
+            raise self._fail(f"env {item['name']}: unsupported source {sorted(source)}")
+        data = self._data(kind, ref["name"], bool(ref.get("optional")))
+        if data is not None and ref["key"] in data:
+            return data[ref["key"]].decode()
+        if ref.get("optional"):
+            return None
+        raise self._fail(f"key {ref['key']!r} not in {ref['name']}")
 
     def _field(self, path: str) -> str:
-        """The downward API: the pod's own fields, as the API server holds them."""
-        meta, spec = self.pod["metadata"], self.pod["spec"]
-        status = self.pod.get("status") or {}
-        match = _FIELD_LABEL.match(path)
-        if match:
-            return str((meta.get(match.group(1)) or {}).get(match.group(2), ""))
-        values = {
-            "metadata.name": meta.get("name"),
-            "metadata.namespace": meta.get("namespace"),
-            "metadata.uid": meta.get("uid"),
-            "spec.nodeName": spec.get("nodeName"),
-            "spec.serviceAccountName": spec.get("serviceAccountName"),
-            "status.hostIP": status.get("hostIP"),
-            "status.podIP": status.get("podIP"),
-            "status.hostIPs": ",".join(i["ip"] for i in status.get("hostIPs") or []),
-            "status.podIPs": ",".join(i["ip"] for i in status.get("podIPs") or []),
-        }
-        if path not in values:
-            raise PodConfigError(f"pod {self.namespace}/{self.pod_name}: fieldRef {path}")
-        return str(values[path] or "")
+        if match := _FIELD_LABEL.match(path):
+            return str((self.pod["metadata"].get(match.group(1)) or {}).get(match.group(2), ""))
+        if path not in _FIELDS:
+            raise self._fail(f"fieldRef {path}")
+        top, _, name = path.partition(".")
+        value = (self.pod.get(top) or {}).get(name)
+        return ",".join(i["ip"] for i in value or []) if name.endswith("IPs") else str(value or "")
 
-    def _key(self, ref: Mapping[str, Any], read: Any) -> str | None:
-        data: dict[str, bytes] | None = read(ref["name"], optional=bool(ref.get("optional")))
-        if data is None or ref["key"] not in data:
-            if ref.get("optional"):
-                return None
-            raise PodConfigError(
-                f"pod {self.namespace}/{self.pod_name}: key {ref['key']!r} not in {ref['name']}"
-            )
-        return data[ref["key"]].decode()
-
-    def _env_from(self, source: Mapping[str, Any]) -> dict[str, str]:
-        ref = source.get("secretRef") or source.get("configMapRef") or {}
-        read = self._secret if "secretRef" in source else self._config_map
-        data = read(ref["name"], optional=bool(ref.get("optional"))) or {}
-        return {k: v.decode() for k, v in data.items()}
-
-    def _secret(self, name: str, optional: bool = False) -> dict[str, bytes] | None:
+    def _data(self, kind: str, name: str, optional: bool) -> dict[str, bytes] | None:
+        core = self.kube.core
+        read = core.read_namespaced_secret if kind == "secret" else core.read_namespaced_config_map
         try:
-            secret = self.kube.core.read_namespaced_secret(name, self.namespace)
+            obj = read(name, self.namespace)
         except Exception as exc:
-            if status_of(exc) == 404:
-                self._missing("secret", name, optional)
+            if status_of(exc) != 404:
+                raise
+            if optional:
                 return None
-            raise
-        return {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+            raise self._fail(f"{kind} {name} not found") from None
+        if kind == "secret":
+            return {k: base64.b64decode(v) for k, v in (obj.data or {}).items()}
+        binary = {k: base64.b64decode(v) for k, v in (obj.binary_data or {}).items()}
+        return {**{k: v.encode() for k, v in (obj.data or {}).items()}, **binary}
 
-    def _config_map(self, name: str, optional: bool = False) -> dict[str, bytes] | None:
-        try:
-            cm = self.kube.core.read_namespaced_config_map(name, self.namespace)
-        except Exception as exc:
-            if status_of(exc) == 404:
-                self._missing("config map", name, optional)
-                return None
-            raise
-        data = {k: v.encode() for k, v in (cm.data or {}).items()}
-        data.update({k: base64.b64decode(v) for k, v in (cm.binary_data or {}).items()})
-        return data
-
-    def _missing(self, kind: str, name: str, optional: bool) -> None:
-        """Raises for a missing object that is not optional (a kubelet would not start
-        the container); an optional one reads as absent."""
-        if optional:
-            return
-        raise PodConfigError(f"pod {self.namespace}/{self.pod_name}: {kind} {name} not found")
-
-    def _mount_volumes(
-        self, pod_spec: Mapping[str, Any], container: Mapping[str, Any]
-    ) -> dict[str, Path]:
-        volumes = {v["name"]: v for v in pod_spec.get("volumes") or []}
+    def _mount_volumes(self, container: Mapping[str, Any]) -> dict[str, Path]:
+        volumes = {v["name"]: v for v in self.pod["spec"].get("volumes") or []}
         mounted: dict[str, Path] = {}
         for mount in container.get("volumeMounts") or []:
             volume = volumes.get(mount["name"]) or {}
             if "secret" in volume:
                 source = volume["secret"]
-                data = self._secret(source["secretName"], bool(source.get("optional")))
+                data = self._data("secret", source["secretName"], bool(source.get("optional")))
             elif "configMap" in volume:
                 source = volume["configMap"]
-                data = self._config_map(source["name"], bool(source.get("optional")))
+                data = self._data("config map", source["name"], bool(source.get("optional")))
             else:
                 continue  # e.g. projected service-account tokens: not used by workers
+            data = data or {}
             local = self._dir / "volumes" / mount["name"]
-            local.mkdir(mode=0o700, parents=True, exist_ok=True)
-            items = source.get("items") or [{"key": k, "path": k} for k in data or {}]
-            for item in items:
-                if item["key"] not in (data or {}):
-                    raise PodConfigError(
-                        f"pod {self.namespace}/{self.pod_name}: volume {mount['name']}: "
-                        f"no key {item['key']!r}"
-                    )
+            for item in source.get("items") or [{"key": k, "path": k} for k in data]:
+                if item["key"] not in data:
+                    raise self._fail(f"volume {mount['name']}: no key {item['key']!r}")
                 path = local / item["path"]
                 path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-                path.write_bytes((data or {})[item["key"]])
+                path.write_bytes(data[item["key"]])
                 path.chmod(0o600)
             mounted[mount["mountPath"]] = local
         return mounted
 
-    # ------------------------------------------------------------- process
     def start(self) -> WorkerPod:
-        """Start the worker process with exactly the resolved env (plus this machine's):
-        the container's own command where it can run here, else the sample worker.
-
-        Raises:
-            PodConfigError: see :meth:`build_env`.
-        """
-        env = self.build_env()
-        proc_env = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
-        proc_env.update(env)
+        """Start the worker process with the resolved env."""
+        env = self.env = self.build_env()
+        proc_env = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")} | env
         own = own_command(self.pod, env)
         if own is None:
             proc_env["PYTHONPATH"] = str(project_root())
-            argv, cwd = [sys.executable, "-m", "twc.local.workerpod"], self._dir
-        else:
-            argv, cwd = own
+            own = [sys.executable, "-m", "twc.local.workerpod"], self._dir
+        argv, cwd = own
         self._log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self._log_file, "ab") as out:
-            # A session of its own: `twc local down` can stop it by pid and start time
-            # even when the process that started it is gone.
             self.proc = subprocess.Popen(
                 argv,
                 env=proc_env,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
-                stderr=subprocess.STDOUT,
+                stderr=out,
                 cwd=cwd,
                 start_new_session=True,
             )
-        self.record = processes.record(
-            f"pod {self.namespace}/{self.pod_name}", self.proc.pid, argv, self._log_file
-        )
+        name = f"pod {self.namespace}/{self.pod_name}"
+        self.record = processes.record(name, self.proc.pid, argv, self._log_file)
         return self
 
     def exited(self) -> bool:
-        """True once a started worker process has ended on its own."""
         return self.proc is not None and self.proc.poll() is not None
 
     def log_text(self) -> str:
         return self._log_file.read_text(errors="replace")
 
     def terminate(self) -> None:
-        """Ask the worker to stop (SIGTERM); :meth:`stop` waits for it."""
+        """SIGTERM the worker; :meth:`stop` waits for it."""
         if self.proc and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGTERM)
@@ -323,12 +206,8 @@ def worker_container(pod_spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def own_command(pod: Mapping[str, Any], env: Mapping[str, str]) -> tuple[list[str], Path] | None:
-    """The worker container's own ``command`` + ``args`` (``$(VAR)`` expanded from ``env``
-    as a kubelet does) and the directory to run them in, when both exist on this machine:
-    the directory is the pod's ``twc.temporal.io/local-workdir`` annotation, else the
-    container's ``workingDir``; the executable is found on PATH (or in that directory
-    for a path), ``python`` and ``python3`` being this environment's interpreter, which
-    has temporalio. ``None`` otherwise: the pod runs the sample worker."""
+    """The worker container's command and directory (:data:`LOCAL_WORKDIR`, else
+    ``workingDir``) when both exist here; ``None``: the pod runs the sample worker."""
     container = worker_container(pod["spec"])
     annotations = pod["metadata"].get("annotations") or {}
     workdir = annotations.get(LOCAL_WORKDIR) or container.get("workingDir")
@@ -346,33 +225,26 @@ def own_command(pod: Mapping[str, Any], env: Mapping[str, str]) -> tuple[list[st
 
 
 def _expand(value: str, defined: Mapping[str, str]) -> str:
-    """``$(VAR)`` references to variables defined before, as the kubelet expands them
-    (``$$`` escapes; an undefined reference stays as written)."""
+    """``$(VAR)`` references expanded as a kubelet does (``$$`` escapes, undefined stay)."""
 
     def sub(match: re.Match[str]) -> str:
-        if match.group(0) == "$$":
-            return "$"
-        name = match.group(1)
-        return defined.get(name, match.group(0))
+        return "$" if match.group(0) == "$$" else defined.get(match.group(1), match.group(0))
 
     return _VAR_REF.sub(sub, value)
 
 
 def list_pods(kube: Kube, namespace: str | None, selector: str) -> list[dict[str, Any]]:
     """Pods as the API server's JSON (camelCase, as in a manifest)."""
+    core, options = kube.core, {"label_selector": selector, "_preload_content": False}
     if namespace:
-        response = kube.core.list_namespaced_pod(
-            namespace, label_selector=selector, _preload_content=False
-        )
+        response = core.list_namespaced_pod(namespace, **options)
     else:
-        response = kube.core.list_pod_for_all_namespaces(
-            label_selector=selector, _preload_content=False
-        )
+        response = core.list_pod_for_all_namespaces(**options)
     return list(json.loads(response.data).get("items") or [])
 
 
 def is_running(pod: Mapping[str, Any]) -> bool:
-    """True for a pod on a node, Running, and not being deleted: one a kubelet runs."""
+    """True for a pod on a node, Running, not being deleted: one a kubelet runs."""
     return bool(
         (pod.get("spec") or {}).get("nodeName")
         and (pod.get("status") or {}).get("phase") == "Running"
@@ -380,84 +252,56 @@ def is_running(pod: Mapping[str, Any]) -> bool:
     )
 
 
-MARK = "twc-worker-mark"
-"""The prefix of the lines a worker process prints as it passes each step of its start
-(:func:`marks`): where a benchmark's "started → polling" goes."""
+def marks(log_text: str) -> dict[str, float]:
+    """The start steps a sample worker printed, with their wall-clock times."""
+    found: dict[str, float] = {}
+    for parts in (line.split() for line in log_text.splitlines()):
+        if len(parts) == 3 and parts[0] == MARK:
+            found.setdefault(parts[1], float(parts[2]))  # in order, each step's first time
+    return found
 
 
 def _mark(step: str) -> None:
     print(f"{MARK} {step} {time.time():.6f}", flush=True)
 
 
-def marks(log_text: str) -> dict[str, float]:
-    """The steps a worker process printed in its log, each with its wall-clock time:
-    ``imported`` (Python, temporalio and the sample workflows loaded), ``connected``
-    (its client connected to Temporal), ``built`` (its ``Worker`` built, the workflows
-    validated), in that order; a step not printed is absent."""
-    found: dict[str, float] = {}
-    for line in log_text.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[0] == MARK:
-            found.setdefault(parts[1], float(parts[2]))
-    return found
-
-
 async def _serve() -> None:
-    import asyncio
-
     from temporalio.client import Client
+    from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
     from temporalio.envconfig import ClientConfigProfile
-    from temporalio.worker import Worker
+    from temporalio.worker import Worker, WorkerDeploymentConfig
 
     from twc.local.sample import EchoWorkflow, GateWorkflow, WaitWorkflow, echo
 
     _mark("imported")
     profile = ClientConfigProfile.load()  # from TEMPORAL_* env, as a worker image would
-    identity = None
-    if os.environ.get("POD_NAME"):
-        # pod@node, as the SDK's default is pid@host: the poller list names the pods.
-        identity = f"{os.environ['POD_NAME']}@{os.environ.get('NODE_NAME', '')}"
+    pod = os.environ.get("POD_NAME")
+    # pod@node, as the SDK's default is pid@host: the poller list names the pods.
+    identity = f"{pod}@{os.environ.get('NODE_NAME', '')}" if pod else None
     client = await Client.connect(**profile.to_client_connect_config(), identity=identity)
     _mark("connected")
-    task_queue = os.environ["TEMPORAL_TASK_QUEUE"]
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    loop.add_signal_handler(signal.SIGINT, stop.set)
-    config = deployment_config(os.environ)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
+    name, build = os.getenv("TEMPORAL_DEPLOYMENT_NAME"), os.getenv("TEMPORAL_WORKER_BUILD_ID")
+    version = WorkerDeploymentVersion(name, build) if name and build else None
+    # A version's pod polls as that version, its workflows pinned to it.
+    config = WorkerDeploymentConfig(version, True, VersioningBehavior.PINNED) if version else None
+    task_queue = os.environ["TEMPORAL_TASK_QUEUE"]
+    workflows = [EchoWorkflow, GateWorkflow, WaitWorkflow]
     worker = Worker(
         client,
         task_queue=task_queue,
-        workflows=[EchoWorkflow, GateWorkflow, WaitWorkflow],
+        workflows=workflows,
         activities=[echo],
         deployment_config=config,
     )
     _mark("built")
     async with worker:
-        version = f" as {config.version.to_canonical_string()}" if config else ""
-        print(f"worker polling {task_queue} on {profile.address}{version}", flush=True)
+        as_version = f" as {version.to_canonical_string()}" if version else ""
+        print(f"worker polling {task_queue} on {profile.address}{as_version}", flush=True)
         await stop.wait()
 
 
-def deployment_config(env: Mapping[str, str]) -> Any:
-    """The ``WorkerDeploymentConfig`` a versioned worker builds from its pod's env
-    (``TEMPORAL_DEPLOYMENT_NAME``, ``TEMPORAL_WORKER_BUILD_ID``), as a worker image
-    would: Worker Versioning on, workflows pinned to the version they start on. ``None``
-    for an unversioned worker."""
-    from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
-    from temporalio.worker import WorkerDeploymentConfig
-
-    name, build = env.get("TEMPORAL_DEPLOYMENT_NAME"), env.get("TEMPORAL_WORKER_BUILD_ID")
-    if not name or not build:
-        return None
-    return WorkerDeploymentConfig(
-        version=WorkerDeploymentVersion(deployment_name=name, build_id=build),
-        use_worker_versioning=True,
-        default_versioning_behavior=VersioningBehavior.PINNED,
-    )
-
-
 if __name__ == "__main__":
-    import asyncio
-
     asyncio.run(_serve())

@@ -1,1 +1,1 @@
-"""TODO"""
+"""twc's write-back to Kubernetes-native objects: bookkeeping, status, views, messages."""

@@ -1,95 +1,23 @@
-"""Preview rendering: engine events → a per-worker, per-connection report.
+"""Preview rendering, pure: the engine events of ``stack.preview(diff=True)`` become a
+per-worker, per-connection report (secrets scrubbed as events are read), rendered as text,
+Markdown (a PR comment) or JSON (docs/preview-json.md)."""
 
-Pure: nothing here talks to the engine. The ``twc preview`` command runs the preview and
-hands over what ``on_event`` received::
-
-    events: list[EngineEvent] = []
-    try:
-        stack.preview(diff=True, on_event=events.append)
-        failure = None
-    except CommandError as exc:
-        failure = str(exc)
-    report = build_report(events, project, stack_name, failure=failure)
-    print(render_markdown(report))            # or render_text / render_json
-    sys.exit(exit_code(report, detailed=args.detailed_exitcode))
-
-Secrets never reach a rendering: values are scrubbed when events are read (see
-:mod:`twc.preview._redact`). The JSON form is documented in ``docs/preview-json.md``.
-"""
-
-from twc.preview._build import (
-    CLUSTER_CONNECTION_TYPE,
-    CONNECTION_ANNOTATION,
-    CONNECTION_SPEC_HASH_ANNOTATION,
-    CONNECTION_TYPE,
-    QUEUE_TYPE,
-    REPLICAS_SOURCE_ANNOTATION,
-    WORKER_TYPE,
-    build_report,
-    events_from_json,
-)
-from twc.preview._merge import merge_reports
-from twc.preview._model import (
-    SCHEMA_VERSION,
-    Diagnostic,
-    FieldChange,
-    Group,
-    GroupKind,
-    HeldDeletions,
-    OpCounts,
-    Operation,
-    PreviewReport,
-    Reason,
-    ReasonCode,
-    ResourceChange,
-    Summary,
-)
-from twc.preview._redact import SECRET, UNKNOWN
-from twc.preview._render import (
-    EXIT_CHANGES,
-    EXIT_ERROR,
-    EXIT_OK,
-    MARKDOWN_LIMIT,
-    TRUNCATION_NOTICE,
-    exit_code,
-    render_json,
-    render_markdown,
-    render_text,
-)
-
-__all__ = [
-    "CLUSTER_CONNECTION_TYPE",
-    "CONNECTION_ANNOTATION",
-    "CONNECTION_SPEC_HASH_ANNOTATION",
-    "CONNECTION_TYPE",
-    "EXIT_CHANGES",
-    "EXIT_ERROR",
-    "EXIT_OK",
-    "MARKDOWN_LIMIT",
-    "QUEUE_TYPE",
-    "REPLICAS_SOURCE_ANNOTATION",
-    "SCHEMA_VERSION",
-    "SECRET",
-    "TRUNCATION_NOTICE",
-    "UNKNOWN",
-    "WORKER_TYPE",
-    "Diagnostic",
-    "FieldChange",
-    "Group",
-    "GroupKind",
-    "HeldDeletions",
-    "OpCounts",
-    "Operation",
-    "PreviewReport",
-    "Reason",
-    "ReasonCode",
-    "ResourceChange",
-    "Summary",
-    "build_report",
-    "events_from_json",
-    "exit_code",
-    "merge_reports",
-    "render_json",
-    "render_markdown",
-    "render_text",
-]
+from twc.preview._build import build_report as build_report
+from twc.preview._build import merge_reports as merge_reports
+from twc.preview._model import SCHEMA_VERSION as SCHEMA_VERSION
+from twc.preview._model import Group as Group
+from twc.preview._model import GroupKind as GroupKind
+from twc.preview._model import HeldDeletions as HeldDeletions
+from twc.preview._model import Operation as Operation
+from twc.preview._model import PreviewReport as PreviewReport
+from twc.preview._model import ReasonCode as ReasonCode
+from twc.preview._render import EXIT_CHANGES as EXIT_CHANGES
+from twc.preview._render import EXIT_ERROR as EXIT_ERROR
+from twc.preview._render import EXIT_OK as EXIT_OK
+from twc.preview._render import MARKDOWN_LIMIT as MARKDOWN_LIMIT
+from twc.preview._render import TRUNCATION_NOTICE as TRUNCATION_NOTICE
+from twc.preview._render import exit_code as exit_code
+from twc.preview._render import render_json as render_json
+from twc.preview._render import render_markdown as render_markdown
+from twc.preview._render import render_text as render_text
+from twc.preview._values import SECRET as SECRET

@@ -1,62 +1,35 @@
-"""Render a :class:`PreviewReport` as text, Markdown (a PR comment) or JSON; exit codes.
-
-Renderers are pure functions of the report. Values were scrubbed when the report was
-built; nothing here can reveal more than the report holds.
-"""
+"""A :class:`PreviewReport` as text, Markdown (a PR comment) or JSON, and exit codes.
+Pure; values were scrubbed when the report was built."""
 
 from __future__ import annotations
 
 import html
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from pydantic import JsonValue
 
+from twc.preview._build import plural as _plural
 from twc.preview._model import (
     Diagnostic,
     FieldChange,
     Group,
+    HeldDeletions,
     OpCounts,
     Operation,
     PreviewReport,
     ResourceChange,
 )
-from twc.preview._paths import kind_label
-from twc.preview._redact import UNKNOWN
+from twc.preview._values import SECRET, UNKNOWN, kind_label
 
-__all__ = [
-    "EXIT_CHANGES",
-    "EXIT_ERROR",
-    "EXIT_OK",
-    "MARKDOWN_LIMIT",
-    "TRUNCATION_NOTICE",
-    "exit_code",
-    "render_json",
-    "render_markdown",
-    "render_text",
-]
+# The preview failed (1); with --detailed-exitcode, it succeeded and something changes (2).
+EXIT_OK, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
 
-EXIT_OK = 0
-"""The preview succeeded (and, with ``--detailed-exitcode``, nothing changes)."""
-EXIT_ERROR = 1
-"""The preview failed."""
-EXIT_CHANGES = 2
-"""With ``--detailed-exitcode``: the preview succeeded and something changes."""
+MARKDOWN_LIMIT = 64_000  # GitHub refuses comments over 65 536 characters
+TRUNCATION_NOTICE = "**Preview truncated**"  # opens the notice ending a truncated preview
 
-MARKDOWN_LIMIT = 64_000
-"""Longest Markdown produced: GitHub refuses comments over 65 536 characters."""
-
-TRUNCATION_NOTICE = "**Preview truncated**"
-"""Opening words of the notice that ends a truncated Markdown preview."""
-
-_SYMBOL = {
-    Operation.CREATE: "+",
-    Operation.UPDATE: "~",
-    Operation.REPLACE: "+-",
-    Operation.DELETE: "-",
-    Operation.SAME: " ",
-}
+_SYMBOL = dict(zip(Operation, ("+", "~", "+-", "-", " "), strict=True))
 _TEXT_VALUE_WIDTH = 160
 _MD_VALUE_WIDTH = 120
 _MD_MESSAGE_WIDTH = 2_000
@@ -66,16 +39,7 @@ _CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 
 
 def exit_code(report: PreviewReport, detailed: bool) -> int:
-    """The process exit code for ``twc preview``.
-
-    Args:
-        report: The preview report.
-        detailed: ``--detailed-exitcode`` was given: tell "changes" apart from "none".
-
-    Returns:
-        1 when the preview failed (an error diagnostic), else 2 when ``detailed`` and
-        something changes, else 0.
-    """
+    """1 when the preview failed, else 2 when ``detailed`` and something changes, else 0."""
     if report.errors:
         return EXIT_ERROR
     if detailed and report.summary.has_changes:
@@ -84,37 +48,19 @@ def exit_code(report: PreviewReport, detailed: bool) -> int:
 
 
 def render_json(report: PreviewReport) -> str:
-    """The report as stable JSON (docs/preview-json.md): sorted keys, two-space indent.
-
-    Args:
-        report: The preview report.
-
-    Returns:
-        The document, ending with a newline.
-    """
-    # ``heldDeletions`` is there only when deletions are held (an added key).
+    """The report as stable JSON (docs/preview-json.md); ``heldDeletions`` only when held."""
     skip = {"held_deletions"} if report.held_deletions is None else None
     data = report.model_dump(mode="json", by_alias=True, exclude=skip)
     return json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
 
 
-# --- text -----------------------------------------------------------------------------
-
-
 def render_text(report: PreviewReport) -> str:
-    """The report for a terminal: a plan line, then one block per changed group.
-
-    Args:
-        report: The preview report.
-
-    Returns:
-        Plain text ending with a newline.
-    """
+    """The report for a terminal: a plan line, then one block per changed group."""
     lines = [f"Preview of {report.project}/{report.stack}"]
     lines.extend(_text_diagnostics("Errors", report.errors))
     lines.extend(_text_diagnostics("Warnings", report.warnings))
     if report.held_deletions is not None:
-        lines.append(f"Held deletions: {_held_text(report)}")
+        lines.append(f"Held deletions: {_held_text(report, report.held_deletions)}")
     summary = report.summary
     if not summary.has_changes:
         lines.append(f"No changes ({_plural(summary.resources.same, 'resource')} unchanged).")
@@ -124,19 +70,16 @@ def render_text(report: PreviewReport) -> str:
         lines.append(f"Workers that will restart: {', '.join(summary.restarting_workers)}")
     changed = report.changed_groups
     for group in changed:
-        lines.append("")
         restarts = " (pods restart)" if group.restarts else ""
-        lines.append(
-            f"{_SYMBOL[group.operation]} {group.operation.value} {_group_label(group)}{restarts}"
-        )
-        lines.extend(f"    - {reason.message}" for reason in group.reasons)
+        op = group.operation
+        lines += ["", f"{_SYMBOL[op]} {op.value} {_kind(group)} {group.name}{restarts}"]
+        lines += [f"    - {reason.message}" for reason in group.reasons]
         for res in group.resources:
-            lines.append(f"    {_SYMBOL[res.operation]} {_kind(res.type, res.name)} {res.name}")
-            lines.extend(f"        {_text_field(fc)}" for fc in res.fields)
+            lines.append(f"    {_SYMBOL[res.operation]} {_kind(res)} {res.name}")
+            lines += [f"        {_text_field(fc)}" for fc in res.fields]
     unchanged = len(report.groups) - len(changed)
     if unchanged:
-        lines.append("")
-        lines.append(f"({_plural(unchanged, 'group')} unchanged)")
+        lines += ["", f"({_plural(unchanged, 'group')} unchanged)"]
     return "\n".join(lines) + "\n"
 
 
@@ -154,28 +97,14 @@ def _text_diagnostics(title: str, diagnostics: list[Diagnostic]) -> list[str]:
 
 def _text_field(fc: FieldChange) -> str:
     forced = " (forces replacement)" if fc.replace else ""
-    if fc.kind == "add":
-        return f"+ {fc.path}: {_value(fc.new, _TEXT_VALUE_WIDTH)}{forced}"
-    if fc.kind == "delete":
-        return f"- {fc.path}: {_value(fc.old, _TEXT_VALUE_WIDTH)}{forced}"
     old, new = _value(fc.old, _TEXT_VALUE_WIDTH), _value(fc.new, _TEXT_VALUE_WIDTH)
-    return f"~ {fc.path}: {old} → {new}{forced}"
-
-
-# --- markdown -------------------------------------------------------------------------
+    shown = {"add": f"+ {fc.path}: {new}", "delete": f"- {fc.path}: {old}"}
+    return shown.get(fc.kind, f"~ {fc.path}: {old} → {new}") + forced
 
 
 def render_markdown(report: PreviewReport, *, limit: int = MARKDOWN_LIMIT) -> str:
-    """The report as a pull-request comment: heading, summary table, a details block per group.
-
-    Args:
-        report: The preview report.
-        limit: Longest result in characters; groups that do not fit are left out and a
-            notice starting with :data:`TRUNCATION_NOTICE` says how many.
-
-    Returns:
-        GitHub-flavoured Markdown of at most ``limit`` characters.
-    """
+    """The report as a PR comment of at most ``limit`` characters; what does not fit is
+    left out, and a notice starting with :data:`TRUNCATION_NOTICE` says how much."""
     head = _md_head(report)
     changed = report.changed_groups
     if not changed:
@@ -200,39 +129,31 @@ def render_markdown(report: PreviewReport, *, limit: int = MARKDOWN_LIMIT) -> st
         )
 
     # Reserve room for the notice at its longest, then fill rows, then details blocks.
-    reserve = len(notice(0, 0))
-    budget = limit - reserve - len(head) - len(table_head) - 1
-    out, rows_shown = [head, table_head], 0
-    for row in rows:
-        if len(row) > budget:
+    budget = limit - len(notice(0, 0)) - len(head) - len(table_head) - 1
+    shown_rows, budget = _take(rows, budget)
+    shown_blocks = _take(blocks, budget)[0] if len(shown_rows) == len(rows) else []
+    notice_text = notice(len(shown_rows), len(shown_blocks))
+    return _fit("".join([head, table_head, *shown_rows, "\n", *shown_blocks, notice_text]), limit)
+
+
+def _take(items: list[str], budget: int) -> tuple[list[str], int]:
+    taken: list[str] = []
+    for item in items:
+        if len(item) > budget:
             break
-        out.append(row)
-        budget -= len(row)
-        rows_shown += 1
-    out.append("\n")
-    blocks_shown = 0
-    if rows_shown == len(rows):
-        for block in blocks:
-            if len(block) > budget:
-                break
-            out.append(block)
-            budget -= len(block)
-            blocks_shown += 1
-    out.append(notice(rows_shown, blocks_shown))
-    return _fit("".join(out), limit)
+        taken.append(item)
+        budget -= len(item)
+    return taken, budget
 
 
 def _fit(text: str, limit: int) -> str:
-    # Last resort (a head alone over the limit): cut, and still say so.
     if len(text) <= limit:
         return text
     tail = f"\n\n> {TRUNCATION_NOTICE}: output cut at {limit:,} characters.\n"
     return text[: max(0, limit - len(tail))] + tail
 
 
-def _held_text(report: PreviewReport) -> str:
-    held = report.held_deletions
-    assert held is not None
+def _held_text(report: PreviewReport, held: HeldDeletions) -> str:
     return (
         f"{len(held.workers)} of the {held.running} running workers would be deleted at once, "
         f"more than the {held.allowed} allowed: {', '.join(held.workers)}. The daemon holds "
@@ -243,34 +164,28 @@ def _held_text(report: PreviewReport) -> str:
 def _md_head(report: PreviewReport) -> str:
     parts = [f"### twc preview: `{report.project}` / `{report.stack}`\n\n"]
     if report.held_deletions is not None:
-        parts.append(f"> [!WARNING]\n> **Held deletions:** {_held_text(report)}\n\n")
+        held = _held_text(report, report.held_deletions)
+        parts.append(f"> [!WARNING]\n> **Held deletions:** {held}\n\n")
     if report.errors:
-        parts.append(
-            f"> [!CAUTION]\n> **The preview failed** with "
-            f"{_plural(len(report.errors), 'error')}.\n\n"
-        )
+        count = _plural(len(report.errors), "error")
+        parts.append(f"> [!CAUTION]\n> **The preview failed** with {count}.\n\n")
         parts.append(_md_diagnostics(report.errors))
     summary = report.summary
     if not summary.has_changes:
-        parts.append(
-            f"**No changes.** {_plural(summary.resources.same, 'resource')} unchanged.\n\n"
-        )
+        same = _plural(summary.resources.same, "resource")
+        parts.append(f"**No changes.** {same} unchanged.\n\n")
     else:
         parts.append(f"**Plan:** {_plan(summary.resources, ' · ')}\n\n")
         restarting = summary.restarting_workers
         if restarting:
             shown = ", ".join(_md_code(w) for w in restarting[:_MD_MAX_RESTARTING])
-            more = (
-                f" and {len(restarting) - _MD_MAX_RESTARTING} more"
-                if len(restarting) > _MD_MAX_RESTARTING
-                else ""
-            )
+            hidden = len(restarting) - _MD_MAX_RESTARTING
+            more = f" and {hidden} more" if hidden > 0 else ""
             parts.append(f"**Workers that will restart:** {shown}{more}\n\n")
     if report.warnings:
         count = _plural(len(report.warnings), "warning")
         parts.append(f"<details>\n<summary>{count}</summary>\n\n")
-        parts.append(_md_diagnostics(report.warnings))
-        parts.append("</details>\n\n")
+        parts += [_md_diagnostics(report.warnings), "</details>\n\n"]
     return "".join(parts)
 
 
@@ -286,38 +201,33 @@ def _md_diagnostics(diagnostics: list[Diagnostic]) -> str:
     return "".join(parts)
 
 
+def _ticks(text: str, least: int) -> str:
+    return "`" * max(least, max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+
+
 def _md_fence(text: str) -> str:
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}\n{text}\n{fence}\n\n"
+    return f"{_ticks(text, 3)}\n{text}\n{_ticks(text, 3)}\n\n"
 
 
 def _md_row(group: Group) -> str:
-    # The table is the overview: the main reason only; the details block has them all.
-    why = _md_inline(group.reasons[0].message, table=True) if group.reasons else ""
+    why = _inline(group.reasons[0].message, _md_cell, _md_code) if group.reasons else ""
     extra = len(group.reasons) - 1
     if extra > 0:
         why += f" (+{extra} more)"
     if group.restarts:
         why += " · pods restart"
-    cells = [
-        f"**{group.operation.value}**",
-        _kind(group.type, group.name),
-        _md_code(group.name),
-        why,
-    ]
-    return "| " + " | ".join(cells) + " |\n"
+    return f"| **{group.operation.value}** | {_kind(group)} | {_md_code(group.name)} | {why} |\n"
 
 
 def _md_block(group: Group) -> str:
     summary = (
-        f"<b>{group.operation.value}</b> {html.escape(_kind(group.type, group.name))} "
+        f"<b>{group.operation.value}</b> {html.escape(_kind(group))} "
         f"<code>{html.escape(group.name)}</code>"
     )
     if group.reasons:
-        summary += f": {_html_inline(group.reasons[0].message)}"
+        summary += f": {_inline(group.reasons[0].message, html.escape, _html_code)}"
     parts = [f"<details>\n<summary>{summary}</summary>\n\n"]
-    parts.extend(f"- {_md_inline(r.message)}\n" for r in group.reasons)
+    parts += [f"- {_inline(r.message, _md_escape, None)}\n" for r in group.reasons]
     if group.restarts:
         parts.append("- pods restart\n")
     if group.resources:
@@ -331,7 +241,7 @@ def _md_block(group: Group) -> str:
 
 
 def _md_resource_rows(res: ResourceChange) -> Iterable[str]:
-    who = f"{_md_code(res.name)} ({_kind(res.type, res.name)})"
+    who = f"{_md_code(res.name)} ({_kind(res)})"
     if not res.fields:
         yield f"| {who} | {res.operation.value} | | | |\n"
         return
@@ -343,77 +253,51 @@ def _md_resource_rows(res: ResourceChange) -> Iterable[str]:
 
 
 def _md_code(text: str) -> str:
-    """An inline code span that survives any content, also inside a table cell."""
+    """An inline code span that survives any content, also in a table cell."""
     text = text.replace("\n", " ").replace("|", "\\|")
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    ticks = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{ticks}{pad}{text}{pad}{ticks}"
+    return f"{_ticks(text, 1)}{pad}{text}{pad}{_ticks(text, 1)}"
 
 
-def _md_inline(text: str, *, table: bool = False) -> str:
-    """A reason: its `code spans` kept, everything else escaped."""
+def _inline(text: str, escape: Callable[[str], str], code: Callable[[str], str] | None) -> str:
+    """A reason's `code spans` rendered by ``code`` (None: kept), the rest by ``escape``."""
     out, last = [], 0
     for match in _CODE_SPAN.finditer(text):
-        out.append(_md_escape(text[last : match.start()], table))
-        out.append(_md_code(match.group(2)) if table else match.group(0))
+        span = code(match.group(2)) if code else match.group(0)
+        out += [escape(text[last : match.start()]), span]
         last = match.end()
-    out.append(_md_escape(text[last:], table))
-    return "".join(out)
+    return "".join([*out, escape(text[last:])])
 
 
-def _md_escape(text: str, table: bool) -> str:
+def _md_escape(text: str) -> str:
     text = html.escape(text, quote=False).replace("\n", " ")
-    text = re.sub(r"([\\*_\[\]#~])", r"\\\1", text)
-    return text.replace("|", "\\|") if table else text
+    return re.sub(r"([\\*_\[\]#~])", r"\\\1", text)
 
 
-def _html_inline(text: str) -> str:
-    """A reason inside HTML (``<summary>``), where Markdown is not rendered."""
-    out, last = [], 0
-    for match in _CODE_SPAN.finditer(text):
-        out.append(html.escape(text[last : match.start()]))
-        out.append(f"<code>{html.escape(match.group(2))}</code>")
-        last = match.end()
-    out.append(html.escape(text[last:]))
-    return "".join(out)
+def _md_cell(text: str) -> str:
+    return _md_escape(text).replace("|", "\\|")
 
 
-# --- shared ---------------------------------------------------------------------------
+def _html_code(text: str) -> str:
+    return f"<code>{html.escape(text)}</code>"
 
 
 def _plan(counts: OpCounts, sep: str) -> str:
-    return sep.join(
-        [
-            f"{counts.create} to create",
-            f"{counts.update} to update",
-            f"{counts.replace} to replace",
-            f"{counts.delete} to delete",
-            f"{counts.same} unchanged",
-        ]
-    )
+    ops = ("create", "update", "replace", "delete")
+    return sep.join([*(f"{getattr(counts, op)} to {op}" for op in ops), f"{counts.same} unchanged"])
 
 
-def _group_label(group: Group) -> str:
-    return f"{_kind(group.type, group.name)} {group.name}"
-
-
-def _kind(rtype: str, name: str) -> str:
-    return kind_label(rtype, name)
+def _kind(item: Group | ResourceChange) -> str:
+    return kind_label(item.type, item.name)
 
 
 def _value(value: JsonValue, width: int) -> str:
-    if value == UNKNOWN:
-        return "(known after apply)"
-    if value == "[secret]":
-        return "[secret]"
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return _truncate(text, width)
+    if value in (UNKNOWN, SECRET):
+        return "(known after apply)" if value == UNKNOWN else SECRET
+    return _truncate(
+        json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False), width
+    )
 
 
 def _truncate(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"

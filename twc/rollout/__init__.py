@@ -1,18 +1,7 @@
-"""Versioned rollouts, the pure part: names, the planner, the status record, the words.
-
-A worker with ``rollout`` runs each build as its own Deployment (``<worker>-<buildID>``)
-and Temporal's Worker Versioning routes new executions between them. This package
-decides, from what Temporal and the cluster report, what happens next — no client, no
-clock, no engine (the Temporal calls are in :mod:`twc.versioning`, the Deployments in
-the program):
-
-* :func:`derive_build_id`, :func:`version_deployment_name`, :func:`gate_workflow_id`:
-  the official controller's naming;
-* :func:`plan_rollout`: observed routing, Deployments, gates and time → one routing
-  change, gates to start, the versions that stay (with replicas), the ones that go;
-* :func:`rollout_status`: the official status record (target/current/ramping/deprecated);
-* :func:`rollout_in_words`: the plan as a preview sentence.
-"""
+"""Versioned rollouts, the pure part: each build runs as its own Deployment and Temporal's
+Worker Versioning routes between them. Names as the official controller gives them, the
+planner (:func:`plan_rollout`), the status record and the preview words; no client, no
+clock (Temporal calls are in :mod:`twc.versioning`)."""
 
 from twc.rollout._inputs import VersionInput, WorkerVersions, version_inputs
 from twc.rollout._model import (
@@ -34,8 +23,6 @@ from twc.rollout._names import (
     DEPLOYMENT_NAME_LABEL,
     ENV_BUILD_ID,
     ENV_DEPLOYMENT_NAME,
-    MAX_BUILD_ID,
-    MAX_DEPLOYMENT_NAME,
     POLICY_ANNOTATION,
     TARGET_ANNOTATION,
     VERSION_ANNOTATION,
@@ -45,7 +32,7 @@ from twc.rollout._names import (
     temporal_deployment_name,
     version_deployment_name,
 )
-from twc.rollout._observed import RolloutObservation, plan_observed
+from twc.rollout._observed import RolloutObservation, observed_status, plan_observed
 from twc.rollout._planner import (
     MAX_STAGES,
     GateStart,
@@ -53,12 +40,10 @@ from twc.rollout._planner import (
     RolloutPlan,
     RoutingChange,
     RoutingKind,
-    VersionPlan,
     hold_versions,
     plan_rollout,
 )
 from twc.rollout._spec import (
-    VERSION_FIELDS,
     build_id_of,
     deployment_name_of,
     policy_of,
@@ -74,13 +59,10 @@ __all__ = [
     "DEPLOYMENT_NAME_LABEL",
     "ENV_BUILD_ID",
     "ENV_DEPLOYMENT_NAME",
-    "MAX_BUILD_ID",
-    "MAX_DEPLOYMENT_NAME",
     "MAX_STAGES",
     "POLICY_ANNOTATION",
     "TARGET_ANNOTATION",
     "VERSION_ANNOTATION",
-    "VERSION_FIELDS",
     "GatePolicy",
     "GateRun",
     "GateStart",
@@ -99,7 +81,6 @@ __all__ = [
     "TemporalVersion",
     "VersionDeployment",
     "VersionInput",
-    "VersionPlan",
     "VersionStatus",
     "WorkerVersions",
     "build_id_of",
@@ -109,6 +90,7 @@ __all__ = [
     "gate_workflow_id",
     "hold_versions",
     "image_prefix",
+    "observed_status",
     "plan_observed",
     "plan_rollout",
     "policy_of",

@@ -1,11 +1,6 @@
-"""The values a versioned rollout is planned from and planned into.
-
-Plain frozen dataclasses, no client: what Temporal reports about a worker deployment
-(:class:`Routing`, :class:`TemporalVersion`), what the cluster runs of each version
-(:class:`VersionDeployment`), the gate workflows' runs (:class:`GateRun`) and the
-worker's rollout settings (:class:`RolloutPolicy`). Times are Unix seconds; the planner
-never reads a clock.
-"""
+"""The values a versioned rollout is planned from: what Temporal reports, what the cluster
+runs, the gate runs and the worker's rollout settings. Frozen dataclasses; times are Unix
+seconds."""
 
 from __future__ import annotations
 
@@ -15,33 +10,14 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
-__all__ = [
-    "GatePolicy",
-    "GateRun",
-    "GateStatus",
-    "RolloutPolicy",
-    "RolloutSettings",
-    "Routing",
-    "StepPolicy",
-    "Strategy",
-    "SunsetPolicy",
-    "TemporalVersion",
-    "VersionDeployment",
-    "VersionStatus",
-]
-
 
 class VersionStatus(StrEnum):
     """A version's status, with the official worker controller's names."""
 
     NOT_REGISTERED = "NotRegistered"
-    """Temporal does not know the version: none of its workers has polled yet."""
     INACTIVE = "Inactive"
-    """Registered (its workers poll) but neither Current nor Ramping."""
     RAMPING = "Ramping"
-    """Receives a percentage of new workflow executions."""
     CURRENT = "Current"
-    """Receives every new workflow execution not sent to the ramping version."""
     DRAINING = "Draining"
     """No new executions any more; workflows pinned to it still run."""
     DRAINED = "Drained"
@@ -54,9 +30,7 @@ class Strategy(StrEnum):
     MANUAL = "Manual"
     """twc deploys and scales the version, operators route (the Temporal CLI)."""
     ALL_AT_ONCE = "AllAtOnce"
-    """Current as soon as it polls (after the gate)."""
     PROGRESSIVE = "Progressive"
-    """Ramps through the steps, then Current."""
 
 
 class GateStatus(StrEnum):
@@ -80,12 +54,10 @@ class GatePolicy:
     """A gate workflow: must complete on the new version before it moves on."""
 
     workflow_type: str
-    """The workflow type started on the version's task queue(s)."""
     input: Any = None
     """Inline JSON passed as the first argument (``None``: no argument)."""
     input_from: Mapping[str, Any] | None = None
-    """``{"configMapKeyRef": {...}}`` or ``{"secretKeyRef": {...}}``: where the JSON
-    input is read from when the gate starts."""
+    """``{"configMapKeyRef": ...}`` or ``{"secretKeyRef": ...}``: read when the gate starts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,11 +65,9 @@ class StepPolicy:
     """One step of a Progressive rollout."""
 
     ramp_percentage: int
-    """Share of new executions sent to the new version during the step (1..99)."""
     pause_seconds: float
-    """How long the step lasts before the next one (at least 30 s in the spec)."""
     gate: GatePolicy | None = None
-    """A gate of this step: the step advances only once it completed on the version."""
+    """The step advances only once this gate completed on the version."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,9 +75,7 @@ class SunsetPolicy:
     """When a drained version is scaled down and deleted."""
 
     scaledown_seconds: float = 3600.0
-    """Seconds after draining until its Deployment is scaled to 0 (default 1 h)."""
     delete_seconds: float = 86400.0
-    """Seconds after draining until its Deployment is deleted (default 24 h)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,19 +83,16 @@ class RolloutPolicy:
     """A worker's versioned-rollout settings, durations in seconds."""
 
     strategy: Strategy
-    """AllAtOnce, Progressive or Manual."""
     steps: tuple[StepPolicy, ...] = ()
     """Progressive steps (ramp percentages increase)."""
     gate: GatePolicy | None = None
     """The gate before any traffic reaches the new version."""
     sunset: SunsetPolicy = field(default_factory=SunsetPolicy)
-    """Scale-down and deletion of drained versions."""
     build_id: str | None = None
     """A build ID given in the spec, instead of the derived one."""
 
     def to_json(self) -> dict[str, Any]:
-        """The policy as plain data (what the version Deployment's annotation records,
-        so a preview can put the plan in words)."""
+        """The policy as plain data (the version Deployment's annotation, for previews)."""
 
         def gate(g: GatePolicy | None) -> dict[str, Any] | None:
             return None if g is None else {"workflowType": g.workflow_type}
@@ -154,11 +119,7 @@ class RolloutPolicy:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RolloutPolicy:
-        """Read :meth:`to_json` back (gate inputs are not recorded, so not restored).
-
-        Raises:
-            ValueError: The data is not such a record.
-        """
+        """Read :meth:`to_json` back (without gate inputs); ValueError if it is not one."""
         try:
 
             def gate(g: Any) -> GatePolicy | None:
@@ -190,8 +151,7 @@ class RolloutSettings:
     """Knobs of the rollout driver that do not come from the fleet file."""
 
     time_scale: float = 1.0
-    """Multiplies every rollout duration (step pauses, sunset delays). Below 1 only on
-    test beds and in demos, so a rollout written for production runs in seconds."""
+    """Multiplies every rollout duration (below 1 only on test beds and in demos)."""
     identity: str = "twc"
     """Identity recorded by Temporal on each routing change twc makes."""
 
@@ -201,15 +161,12 @@ class TemporalVersion:
     """One version of a worker deployment, as DescribeWorkerDeployment reports it."""
 
     build_id: str
-    """The version's build ID."""
     status: VersionStatus
-    """Inactive, Ramping, Current, Draining or Drained."""
     drained_since: float | None = None
     """When it became Drained (Temporal's drainage ``lastChangedTime``)."""
     activated_at: float | None = None
     """When it first became Current or Ramping; ``None``: it never had traffic."""
     created_at: float | None = None
-    """When Temporal first saw it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,16 +176,11 @@ class Routing:
     conflict_token: bytes
     """Pass it to each change: Temporal refuses it if someone changed routing since."""
     current: str | None = None
-    """Build ID of the Current version; ``None`` before the first one."""
     ramping: str | None = None
-    """Build ID of the Ramping version, if any."""
     ramp_percentage: float = 0.0
-    """Its share of new executions."""
     ramp_changed_at: float | None = None
-    """When the ramp percentage last changed: a step's pause counts from here, so a
-    rollout resumes where it was after any restart."""
+    """When the ramp last changed: a step's pause counts from here, across restarts."""
     versions: Mapping[str, TemporalVersion] = field(default_factory=lambda: MappingProxyType({}))
-    """Every version Temporal knows, by build ID."""
     last_modifier: str = ""
     """Identity of the last routing change (twc's, or an operator's)."""
 
@@ -243,13 +195,9 @@ class VersionDeployment:
     """A version's Deployment as the cluster runs it."""
 
     build_id: str
-    """Its ``temporal.io/build-id`` label."""
     name: str
-    """The Deployment's name."""
     replicas: int
-    """``spec.replicas``."""
     ready: int = 0
-    """``status.readyReplicas``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,10 +205,7 @@ class GateRun:
     """One gate workflow run on one task queue."""
 
     workflow_id: str
-    """Its workflow ID (derived from deployment, build ID, task queue and stage)."""
     task_queue: str
-    """The task queue it runs on."""
     status: GateStatus
-    """Running, Completed, or how it failed."""
     message: str = ""
     """Why it failed, when it did."""

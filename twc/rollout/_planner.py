@@ -1,23 +1,9 @@
-"""The rollout planner: observed routing, versions and gates in, the next step out. Pure.
-
-One call per versioned worker and iteration, as the official worker controller's
-planner: what Temporal reports (:class:`~twc.rollout.Routing`), the versions'
-Deployments in the cluster, the gate runs found and the time go in; a
-:class:`RolloutPlan` comes out — at most one routing change (with the conflict token it
-was planned from), the gate workflows to start, which versions' Deployments stay and
-with how many replicas, and the versions to forget in Temporal. Nothing is remembered
-between calls: everything is read back from Temporal and the cluster, so a restarted
-daemon (or a ``twc up`` on another machine) continues exactly where the last one was.
-
-The rules, beyond the official controller's:
-
-* a gate per step: a Progressive step advances only once its pause passed *and* its
-  gate workflow completed on the new version;
-* a failed gate stops the rollout with the gate's reason and sends every new execution
-  back to the version that was Current (the ramp is removed);
-* rolling back to a version that still runs (it had traffic before) makes it Current at
-  once, without steps or gates.
-"""
+"""The rollout planner: observed routing, Deployments, gate runs and time in, the next step
+out (at most one routing change, gates to start, versions that stay, versions to forget).
+Pure and memoryless, so a restarted daemon continues where the last one was. Beyond the
+official controller: a step advances only once its pause passed and its gate completed; a
+failed gate stops the rollout and removes the ramp; rolling back to a version that still
+runs makes it Current at once."""
 
 from __future__ import annotations
 
@@ -40,19 +26,6 @@ from twc.rollout._model import (
 from twc.rollout._names import gate_workflow_id
 from twc.timestamps import rfc3339
 
-__all__ = [
-    "MAX_STAGES",
-    "GateStart",
-    "Phase",
-    "RolloutPlan",
-    "RoutingChange",
-    "RoutingKind",
-    "VersionPlan",
-    "hold_versions",
-    "plan_rollout",
-]
-
-
 MAX_STAGES = 20
 """Gate stages beyond the first: one per step, and the spec allows at most 20 steps."""
 
@@ -61,13 +34,10 @@ class Phase(StrEnum):
     """Where a worker's rollout stands."""
 
     PROGRESSING = "Progressing"
-    """Moving towards the target (waiting for pollers, a gate, a pause, or routing)."""
     COMPLETE = "Complete"
-    """The target version is Current."""
     BLOCKED = "Blocked"
     """A gate failed: nothing moves until the spec changes."""
     MANUAL = "Manual"
-    """Operators route; twc only reports what it sees."""
     UNKNOWN = "Unknown"
     """Temporal could not be asked: every version is held as it runs."""
 
@@ -85,15 +55,12 @@ class RoutingChange:
     """One routing change, planned against one conflict token."""
 
     kind: RoutingKind
-    """SetCurrent, SetRamping or ClearRamp."""
     build_id: str
     """The version it routes to (the ramp's version for ClearRamp, for messages)."""
     conflict_token: bytes
-    """The token of the routing this was planned from."""
     percentage: float = 0.0
     """For SetRamping: the new ramp."""
     reason: str = ""
-    """Why, in words."""
 
     def __str__(self) -> str:
         if self.kind is RoutingKind.SET_CURRENT:
@@ -108,13 +75,9 @@ class GateStart:
     """A gate workflow to start on one task queue, pinned to the version."""
 
     build_id: str
-    """The version it must run on."""
     task_queue: str
-    """Its task queue."""
     workflow_id: str
-    """The deterministic ID (:func:`~twc.rollout.gate_workflow_id`)."""
     gate: GatePolicy
-    """Workflow type and input."""
     stage: int
     """0 before any traffic, ``n`` for step ``n``."""
 
@@ -124,12 +87,9 @@ class VersionPlan:
     """A version whose Deployment stays (the program declares it)."""
 
     build_id: str
-    """Its build ID."""
     replicas: int | None
-    """``None``: the worker's own count (fixed, or the autoscaler's for this version);
-    a number: exactly that (0 once drained for ``scaledownDelay``)."""
+    """``None``: the worker's own count (or the autoscaler's); a number: exactly that."""
     why: str = ""
-    """Why it stays, in words."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,17 +97,12 @@ class RolloutPlan:
     """The next step of one worker's rollout."""
 
     target: str
-    """The build ID the spec asks for."""
     phase: Phase
-    """Where the rollout stands."""
     reason: str
     """Stable CamelCase reason (``WaitingForPollers``, ``Ramping``, ``GateFailed``...)."""
     message: str
-    """The same in words."""
     routing: RoutingChange | None = None
-    """The routing change to make now, if any."""
     gates: tuple[GateStart, ...] = ()
-    """Gate workflows to start now."""
     versions: Mapping[str, VersionPlan] = field(default_factory=lambda: MappingProxyType({}))
     """Every version whose Deployment stays, by build ID (the target always)."""
     deleted: tuple[str, ...] = ()
@@ -165,8 +120,7 @@ def _pct(value: float) -> str:
 def hold_versions(
     target: str, deployments: Mapping[str, VersionDeployment], reason: str, message: str
 ) -> RolloutPlan:
-    """The plan when Temporal cannot be asked: every version stays as it runs, the
-    target is declared, nothing is routed or deleted."""
+    """The plan when Temporal cannot be asked: every version stays as it runs."""
     versions = {
         build: VersionPlan(build, dep.replicas, "held: routing unknown")
         for build, dep in deployments.items()
@@ -184,8 +138,6 @@ def hold_versions(
 
 @dataclass
 class _Step:
-    """What the routing part decided."""
-
     phase: Phase
     reason: str
     message: str
@@ -206,25 +158,8 @@ def plan_rollout(
     now: float,
     settings: RolloutSettings | None = None,
 ) -> RolloutPlan:
-    """Plan the next step of a worker's rollout.
-
-    Args:
-        policy: The worker's rollout settings.
-        target: The build ID the spec asks for.
-        routing: What DescribeWorkerDeployment said; ``None`` when Temporal does not
-            know the worker deployment yet (no version has polled).
-        deployments: The versions' Deployments in the cluster, by build ID.
-        gates: Gate runs found, by workflow ID.
-        task_queues: The target version's workflow task queues (from
-            DescribeWorkerDeploymentVersion); gates run on each.
-        deployment_name: The Temporal worker deployment's name.
-        now: Unix time.
-        settings: Time scale and identity (defaults: real time).
-
-    Returns:
-        The plan; the caller executes it (routing, gates, Deployments) and plans again
-        next iteration from what it then observes.
-    """
+    """Plan the next step of a worker's rollout (``routing`` ``None``: no version polled
+    yet; ``gates`` by workflow ID; gates run on each of ``task_queues``)."""
     settings = settings or RolloutSettings()
     scale = settings.time_scale
     if policy.strategy is Strategy.MANUAL:
@@ -235,9 +170,7 @@ def plan_rollout(
             target=target,
             routing=routing,
             deployment=deployments.get(target),
-            gates=gates,
-            task_queues=task_queues,
-            deployment_name=deployment_name,
+            runs=_GateRuns(gates, deployment_name, target, task_queues),
             now=now,
             scale=scale,
         )
@@ -257,9 +190,6 @@ def plan_rollout(
         forget=tuple(forget),
         next_at=min(due) if due else None,
     )
-
-
-# --- routing ---------------------------------------------------------------------------
 
 
 def _manual(target: str, routing: Routing | None) -> _Step:
@@ -292,9 +222,7 @@ def _route(
     target: str,
     routing: Routing | None,
     deployment: VersionDeployment | None,
-    gates: Mapping[str, GateRun],
-    task_queues: Sequence[str],
-    deployment_name: str,
+    runs: _GateRuns,
     now: float,
     scale: float,
 ) -> _Step:
@@ -311,18 +239,16 @@ def _route(
             "WaitingForPollers",
             f"version {target} has no ready, polling workers yet",
         )
-    if not task_queues:
+    if not runs.task_queues:
         return _Step(
             Phase.PROGRESSING,
             "WaitingForPollers",
             f"version {target} has registered no workflow task queue yet",
         )
-    runs = _GateRuns(gates, deployment_name, target, task_queues)
     version = routing.versions[target]
     failed = runs.any_failed()
     if failed is not None:
-        # A gate of this version failed at some stage: it stays stopped (a new build,
-        # or going back to an older one, starts over).
+        # A failed gate at any stage stops this build for good.
         return runs.blocked(failed, routing)
     if (
         version.activated_at is not None
@@ -360,8 +286,7 @@ def _route(
 
 
 def _complete(target: str, routing: Routing) -> _Step:
-    """The target is Current: done, once a ramp left over (a rollout rolled back before
-    it completed) is removed."""
+    """The target is Current: done, once a ramp left over is removed."""
     if not routing.ramping:
         return _Step(Phase.COMPLETE, "RolloutComplete", f"version {target} is Current")
     return _Step(
@@ -459,64 +384,56 @@ def _progressive(
     )
 
 
+@dataclass(frozen=True, slots=True)
 class _GateRuns:
     """The gate runs of the target version, per stage and task queue."""
 
-    def __init__(
-        self,
-        gates: Mapping[str, GateRun],
-        deployment_name: str,
-        target: str,
-        task_queues: Sequence[str],
-    ) -> None:
-        self._gates = gates
-        self._deployment = deployment_name
-        self._target = target
-        self._task_queues = tuple(task_queues)
+    gates: Mapping[str, GateRun]
+    deployment: str
+    target: str
+    task_queues: Sequence[str]
 
     def _id(self, task_queue: str, stage: int) -> str:
-        return gate_workflow_id(self._deployment, self._target, task_queue, stage)
+        return gate_workflow_id(self.deployment, self.target, task_queue, stage)
 
     def any_failed(self) -> GateRun | None:
-        """A failed gate run of the target, at any stage (it never had a clean pass)."""
+        """A failed gate run of the target, at any stage."""
         for stage in range(MAX_STAGES + 1):
-            for task_queue in self._task_queues:
-                run = self._gates.get(self._id(task_queue, stage))
+            for task_queue in self.task_queues:
+                run = self.gates.get(self._id(task_queue, stage))
                 if run is not None and run.status.failed:
                     return run
         return None
 
     def blocked(self, run: GateRun, routing: Routing, label: str = "") -> _Step:
-        """The rollout stopped by a failed gate run; a ramp to the version is removed,
-        so new executions go back to the version that was Current."""
+        """The rollout stopped by a failed gate run; a ramp to the version is removed."""
         label = label or f"the gate {_gate_stage(run.workflow_id)}"
         detail = f": {run.message}" if run.message else ""
         message = (
-            f"{label} {run.status.value.lower()} on version {self._target} "
+            f"{label} {run.status.value.lower()} on version {self.target} "
             f"(task queue {run.task_queue}){detail}; rollout stopped"
         )
         change = None
-        if routing.ramping == self._target:
+        if routing.ramping == self.target:
             back = routing.current or "the unversioned workers"
             message += f", new executions go back to {back}"
             change = RoutingChange(
-                RoutingKind.CLEAR_RAMP, self._target, routing.conflict_token, reason="gate failed"
+                RoutingKind.CLEAR_RAMP, self.target, routing.conflict_token, reason="gate failed"
             )
         return _Step(Phase.BLOCKED, "GateFailed", message, routing=change)
 
     def check(
         self, gate: GatePolicy, stage: int, routing: Routing, *, where: str = ""
     ) -> _Step | None:
-        """``None`` when the gate completed on every task queue; otherwise the step to
-        take: start the missing runs, wait for running ones, or stop on a failure."""
+        """``None`` when the gate completed on every task queue, else the step to take."""
         label = f"gate `{gate.workflow_type}`" + (f" of {where}" if where else "")
         starts: list[GateStart] = []
         running = []
-        for task_queue in self._task_queues:
-            run = self._gates.get(self._id(task_queue, stage))
+        for task_queue in self.task_queues:
+            run = self.gates.get(self._id(task_queue, stage))
             if run is None:
                 starts.append(
-                    GateStart(self._target, task_queue, self._id(task_queue, stage), gate, stage)
+                    GateStart(self.target, task_queue, self._id(task_queue, stage), gate, stage)
                 )
             elif run.status.failed:
                 return self.blocked(run, routing, label)
@@ -527,13 +444,10 @@ class _GateRuns:
             return _Step(
                 Phase.PROGRESSING,
                 "WaitingForGate",
-                f"{label} runs on version {self._target} (task queue {waiting})",
+                f"{label} runs on version {self.target} (task queue {waiting})",
                 gates=starts,
             )
         return None
-
-
-# --- versions and sunset ---------------------------------------------------------------
 
 
 def _sunset(
@@ -549,15 +463,12 @@ def _sunset(
     deleted: list[str] = []
     due: list[float] = []
     manual = policy.strategy is Strategy.MANUAL
-    live: set[str] = set()
-    if routing is not None:
-        live = {b for b in (routing.current, routing.ramping) if b}
+    live = {b for b in (routing.current, routing.ramping) if b} if routing else set()
     scaledown = policy.sunset.scaledown_seconds * scale
     # Deleting before scaling down makes no sense; the later of the two wins.
     delete = max(policy.sunset.delete_seconds, policy.sunset.scaledown_seconds) * scale
 
     def gone(build: str, dep: VersionDeployment, why: str) -> None:
-        # Two steps: to 0 first (pods stop, pollers leave), then the Deployment goes.
         if dep.replicas > 0:
             versions[build] = VersionPlan(build, 0, f"{why}: scaled to 0 before deletion")
         else:
@@ -567,7 +478,6 @@ def _sunset(
         if build == target:
             continue
         if routing is None:
-            # Temporal knows no version of this worker: keep what runs, delete nothing.
             versions[build] = VersionPlan(build, dep.replicas, "Temporal knows no version yet")
             continue
         status = routing.status(build)
@@ -587,7 +497,6 @@ def _sunset(
                 versions[build] = VersionPlan(build, None, "Drained")
                 due.append(since + scaledown)
         elif manual:
-            # Operators may still promote it.
             versions[build] = VersionPlan(build, None, f"{status.value} (Manual)")
         else:
             # Superseded before it ever had traffic (Inactive), or it never polled.
@@ -603,6 +512,5 @@ def _sunset(
 
 
 def _gate_stage(workflow_id: str) -> str:
-    # The run's ID names its stage, not its type; the stage is what a person can find.
     stage = workflow_id.rpartition("-step")[2]
     return f"of step {stage}" if stage.isdigit() else "before traffic"

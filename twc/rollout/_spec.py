@@ -1,37 +1,15 @@
-"""From a resolved worker to its rollout: policy, build ID, version spec. Pure.
-
-The *version spec* is what a version's pods run — the worker's pod template and the
-fields the builders read besides the connection. Its hash is in the build ID (so any
-change in it is a new version), and it is recorded on the version's Deployment, so the
-program rebuilds an older version exactly as it was while that version drains, whatever
-the fleet file says now. The connection is not part of it: a rotated certificate or a new
-address reaches every live version, in place, as the official controller does.
-"""
+"""From a resolved worker to its rollout policy, build ID and *version spec* (what its pods
+run, hashed into the build ID and recorded on the Deployment so an older version is rebuilt
+exactly while it drains). The connection is not part of it: it reaches every live version."""
 
 from __future__ import annotations
 
 import json
 from typing import Any, Final
 
-from twc.rollout._model import (
-    GatePolicy,
-    RolloutPolicy,
-    StepPolicy,
-    Strategy,
-    SunsetPolicy,
-)
+from twc.rollout._model import GatePolicy, RolloutPolicy, StepPolicy, Strategy, SunsetPolicy
 from twc.rollout._names import derive_build_id, temporal_deployment_name
 from twc.spec import GateWorkflow, ResolvedWorker, parse_duration
-
-__all__ = [
-    "VERSION_FIELDS",
-    "build_id_of",
-    "deployment_name_of",
-    "policy_of",
-    "version_spec",
-    "version_spec_json",
-    "with_version_spec",
-]
 
 VERSION_FIELDS: Final = (
     "image",
@@ -47,8 +25,7 @@ VERSION_FIELDS: Final = (
     "temporal_namespace",
     "pod_template",
 )
-"""The resolved worker's fields a version's pods are built from (the contract behind
-every build ID: a field joins this list only with a note that build IDs change)."""
+"""The resolved worker's fields a version's pods are built from (changing it changes build IDs)."""
 
 
 def _fields() -> set[str]:
@@ -66,12 +43,7 @@ def version_spec_json(worker: ResolvedWorker) -> str:
 
 
 def with_version_spec(worker: ResolvedWorker, spec: dict[str, Any]) -> ResolvedWorker:
-    """The worker as it was at an older version: its version spec over the current
-    worker (name, connection, replicas and rollout stay current).
-
-    Raises:
-        ValueError: ``spec`` is not a version spec of this twc.
-    """
+    """The worker as it was at an older version (ValueError if ``spec`` is not a version spec)."""
     unknown = sorted(set(spec) - _fields())
     if unknown:
         raise ValueError(f"unknown version spec fields: {', '.join(unknown)}")
@@ -84,12 +56,9 @@ def with_version_spec(worker: ResolvedWorker, spec: dict[str, Any]) -> ResolvedW
 def _gate(gate: GateWorkflow | None) -> GatePolicy | None:
     if gate is None:
         return None
-    source = (
-        gate.input_from.model_dump(mode="json", by_alias=True, exclude_none=True)
-        if gate.input_from is not None
-        else None
-    )
-    return GatePolicy(workflow_type=gate.workflow_type, input=gate.input, input_from=source)
+    source = gate.input_from
+    dump = source.model_dump(mode="json", by_alias=True, exclude_none=True) if source else None
+    return GatePolicy(workflow_type=gate.workflow_type, input=gate.input, input_from=dump)
 
 
 def policy_of(worker: ResolvedWorker) -> RolloutPolicy | None:

@@ -1,11 +1,6 @@
-"""A worker's versions as a status record, shaped like the official controller's.
-
-The same record is part of the stack outputs, of a TemporalWorker's status and of
-``twc status``: ``targetVersion``, ``currentVersion``, ``rampingVersion`` (when a version
-other than the target ramps), ``deprecatedVersions`` (every other version that still has
-a Deployment) and the rollout's ``phase``/``reason``/``message``. Pure: built from what
-was observed (and planned), with the official status names.
-"""
+"""A worker's versions as a status record shaped like the official controller's
+(``targetVersion``, ``currentVersion``, ``rampingVersion``, ``deprecatedVersions``, the
+rollout's phase): in the stack outputs, a TemporalWorker's status and ``twc status``."""
 
 from __future__ import annotations
 
@@ -16,8 +11,6 @@ from twc.rollout._model import GateRun, Routing, VersionDeployment, VersionStatu
 from twc.rollout._names import gate_workflow_id
 from twc.rollout._planner import MAX_STAGES, RolloutPlan
 from twc.timestamps import rfc3339
-
-__all__ = ["rollout_status", "version_rows"]
 
 
 def _version(
@@ -48,20 +41,7 @@ def rollout_status(
     gates: Mapping[str, GateRun] | None = None,
     task_queues: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The versions of one worker, as the official controller reports them.
-
-    Args:
-        target: The build ID the spec asks for.
-        deployment_name: The Temporal worker deployment.
-        routing: What Temporal reports (``None``: no version registered yet).
-        deployments: The versions' Deployments, by build ID.
-        plan: The planner's verdict, for the rollout's phase and reason.
-        gates: Gate runs found, by workflow ID.
-        task_queues: The target's workflow task queues (whose gate runs to show).
-
-    Returns:
-        Plain data with camelCase keys.
-    """
+    """The versions of one worker, as the official controller reports them (camelCase)."""
     target_out = _version(target, routing, deployments)
     if routing is not None and routing.ramping == target:
         target_out["rampPercentage"] = routing.ramp_percentage
@@ -103,15 +83,20 @@ def rollout_status(
 
 
 def version_rows(status: Mapping[str, Any]) -> list[tuple[str, str, str]]:
-    """``(role, build ID, status)`` of each version in a :func:`rollout_status` record,
-    target first: what ``twc status`` prints under the worker."""
+    """``(role, build ID, status)`` of each version of a :func:`rollout_status`, target first."""
     rows: list[tuple[str, str, str]] = []
-    seen: set[str] = set()
-
-    def add(role: str, version: Any) -> None:
+    versions = [
+        ("target", status.get("targetVersion")),
+        ("current", status.get("currentVersion")),
+        ("ramping", status.get("rampingVersion")),
+        *(("deprecated", v) for v in status.get("deprecatedVersions") or ()),
+    ]
+    for role, version in versions:
         if not isinstance(version, Mapping) or not version.get("buildID"):
-            return
+            continue
         build = str(version["buildID"])
+        if build in {b for _, b, _ in rows}:
+            continue
         text = str(version.get("status", ""))
         if version.get("rampPercentage") is not None:
             text += f" {version['rampPercentage']:g} %"
@@ -119,14 +104,5 @@ def version_rows(status: Mapping[str, Any]) -> list[tuple[str, str, str]]:
             text += f", {version.get('readyReplicas', 0)}/{version.get('replicas', 0)} ready"
         else:
             text += ", no Deployment"
-        if build in seen:
-            return
-        seen.add(build)
         rows.append((role, build, text))
-
-    add("target", status.get("targetVersion"))
-    add("current", status.get("currentVersion"))
-    add("ramping", status.get("rampingVersion"))
-    for version in status.get("deprecatedVersions") or ():
-        add("deprecated", version)
     return rows

@@ -1,9 +1,5 @@
-"""A rollout in words and time, for previews: what happens to which version, and when.
-
-Pure text from the policy and the build IDs, e.g. ``new version 1.5.0-ab12 of
-apps/orders; Progressive 1 % (10 m) → 5 % (15 m) → Current; 1.4.2-cd34 drains, scales
-to 0 after 1 h, is deleted after 24 h``.
-"""
+"""A rollout in words, for previews, e.g. ``new version 1.5.0-ab12 of apps/orders;
+Progressive 1 % (10 m) → Current; 1.4.2-cd34 drains, scales to 0 after 1 h, ...``."""
 
 from __future__ import annotations
 
@@ -11,12 +7,9 @@ from collections.abc import Sequence
 
 from twc.rollout._model import GatePolicy, RolloutPolicy, Strategy
 
-__all__ = ["duration_words", "rollback_in_words", "rollout_in_words"]
-
 
 def duration_words(seconds: float) -> str:
-    """``30 s``, ``10 m``, ``1 h``, ``1 h 30 m``, ``24 h``, ``7 d``: a duration as people
-    say it (hours up to three days, as sunset delays are usually written)."""
+    """``30 s``, ``1 h 30 m``, ``24 h``, ``7 d``: at most two units, days from three on."""
     total = round(seconds)
     if total <= 0:
         return "0 s"
@@ -26,7 +19,6 @@ def duration_words(seconds: float) -> str:
         if total >= size:
             amount, total = divmod(total, size)
             parts.append(f"{amount} {unit}")
-    # Two units say enough ("1 d 2 h", not "1 d 2 h 3 m 4 s").
     return " ".join(parts[:2])
 
 
@@ -68,17 +60,7 @@ def _sunset(policy: RolloutPolicy, old: Sequence[str]) -> str:
 
 
 def rollout_in_words(worker: str, policy: RolloutPolicy, new: str, old: Sequence[str] = ()) -> str:
-    """A new version's rollout in words.
-
-    Args:
-        worker: The worker, ``<namespace>/<name>``.
-        policy: Its rollout policy.
-        new: The new version's build ID.
-        old: The versions it replaces (that drain once it takes over).
-
-    Returns:
-        One line, parts separated by ``;``.
-    """
+    """A new version's rollout in words, ``old`` being the versions it replaces."""
     if not old:
         return f"first version {new} of {worker}; Current once it polls" + (
             f" and {_gate(policy.gate)} completed on it" if policy.gate is not None else ""
@@ -96,11 +78,10 @@ def rollback_in_words(
 ) -> str:
     """Going back to a version whose Deployment still exists, in words."""
     if policy.strategy is Strategy.MANUAL:
-        head = (
+        return (
             f"{worker} targets version {back_to} again (its Deployment still exists); "
             "Manual: twc does not route it"
         )
-        return head
     head = (
         f"{worker} rolls back to version {back_to} (its Deployment still exists): "
         "Current again as soon as it polls"

@@ -1,22 +1,7 @@
-"""Shards: one stack split by namespace into several Pulumi stacks.
-
-A stack with ``sharding: {by: namespace, maxWorkersPerShard: N}`` is applied as shard
-stacks ``<stack>.s00``, ``<stack>.s01``... Each shard is its own Pulumi stack, with its
-own state, lock and Lease, and holds everything its namespaces need: their workers,
-their queues, and the connections those workers use (the secret copies in its
-namespaces, the fingerprints).
-
-Everything here is pure:
-
-* :class:`ShardMap` is the assignment of namespaces to shards, and :func:`assign` extends
-  it for new namespaces without ever moving one already assigned (a namespace that moved
-  would have its workers deleted by one shard and created by another);
-* :func:`slice_fleet` and :func:`slice_objects` cut the fleet file and the cluster's
-  objects down to one shard's namespaces (what that shard's daemon and program see);
-  :class:`NamespaceGroups` cuts a list shared by a daemon's shards by namespace;
-* :func:`restrict` cuts a desired fleet down to a shard's namespaces inside the program
-  (a queue another shard owns may be referenced for resolution, never built).
-"""
+"""Shards: one stack split by namespace into Pulumi stacks ``<stack>.s00``, ``.s01``...,
+each with its own state, lock and Lease and everything its namespaces need. Pure:
+:func:`assign` extends the :class:`ShardMap` without ever moving a namespace, and the
+slicers cut the fleet file, the cluster's objects and a desired fleet to one shard."""
 
 from twc.shards._assign import (
     ShardMap,
@@ -26,21 +11,15 @@ from twc.shards._assign import (
     shard_stack,
     shard_stacks,
 )
-from twc.shards._slice import (
-    NamespaceGroups,
-    restrict,
-    slice_fleet,
-    slice_inputs,
-    slice_objects,
-)
+from twc.shards._slice import restrict, shard_part, slice_fleet, slice_inputs, slice_objects
 
 __all__ = [
-    "NamespaceGroups",
     "ShardMap",
     "assign",
     "namespace_load",
     "parse_shard_stack",
     "restrict",
+    "shard_part",
     "shard_stack",
     "shard_stacks",
     "slice_fleet",

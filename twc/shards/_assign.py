@@ -11,17 +11,6 @@ from twc.spec import Fleet
 from twc.spec.crds import VIEW_LABEL
 from twc.spec.labels import SHARD_SUFFIX
 
-__all__ = [
-    "ShardMap",
-    "assign",
-    "namespace_load",
-    "parse_shard_stack",
-    "shard_stack",
-    "shard_stacks",
-]
-
-_SHARD_SUFFIX = SHARD_SUFFIX
-
 
 def shard_stack(stack: str, index: int) -> str:
     """The Pulumi stack of shard ``index`` of ``stack``: ``<stack>.s00``, ``.s01``..."""
@@ -32,7 +21,7 @@ def shard_stack(stack: str, index: int) -> str:
 
 def parse_shard_stack(name: str) -> tuple[str, int] | None:
     """``(stack, index)`` of a shard stack's name, or ``None`` for any other stack."""
-    found = _SHARD_SUFFIX.match(name)
+    found = SHARD_SUFFIX.match(name)
     if found is None:
         return None
     return found["base"], int(found["index"])
@@ -43,10 +32,8 @@ class ShardMap:
     """The assignment: per namespace, its shard. It only ever grows."""
 
     namespaces: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
-    """Namespace to shard index."""
     shards: int = 1
-    """How many shards exist (indexes ``0 .. shards - 1``); at least one, and more than
-    the highest index assigned."""
+    """How many shards exist (indexes ``0 .. shards - 1``)."""
 
     def __post_init__(self) -> None:
         highest = max(self.namespaces.values(), default=-1)
@@ -57,24 +44,17 @@ class ShardMap:
         object.__setattr__(self, "namespaces", MappingProxyType(dict(self.namespaces)))
 
     def shard_of(self, namespace: str) -> int | None:
-        """The shard of ``namespace``, or ``None`` when it has none yet."""
         return self.namespaces.get(namespace)
 
     def namespaces_of(self, index: int) -> tuple[str, ...]:
-        """The namespaces of shard ``index``, sorted."""
         return tuple(sorted(ns for ns, i in self.namespaces.items() if i == index))
 
     def to_json(self) -> dict[str, Any]:
-        """The map as plain data (what the assignment's ConfigMap holds)."""
         return {"shards": self.shards, "namespaces": dict(sorted(self.namespaces.items()))}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ShardMap:
-        """Read :meth:`to_json`'s output.
-
-        Raises:
-            ValueError: The data is not such a map.
-        """
+        """Read :meth:`to_json`'s output (ValueError if it is not one)."""
         namespaces = data.get("namespaces") or {}
         if not isinstance(namespaces, Mapping):
             raise ValueError("namespaces: expected a mapping of namespace to shard index")
@@ -85,22 +65,10 @@ class ShardMap:
 
 
 def assign(current: ShardMap, load: Mapping[str, int], *, max_workers_per_shard: int) -> ShardMap:
-    """Give every namespace of ``load`` that has no shard yet one; move none.
+    """Give every namespace of ``load`` (workers per namespace) that has no shard one; move none.
 
-    A new namespace (taken in name order, so every caller computes the same map) joins
-    the least-filled shard that has room for its workers, the lowest index on a tie;
-    when none has room, a new shard is opened for it. Namespaces already assigned keep
-    their shard even when theirs is over the limit, and namespaces no longer in ``load``
-    keep theirs too (their shard still has to delete what they had; if they return,
-    they return to it).
-
-    Args:
-        current: The assignment so far.
-        load: Workers per namespace now.
-        max_workers_per_shard: The most workers a shard takes new namespaces up to.
-
-    Returns:
-        The extended assignment (``current`` itself when nothing is new).
+    New namespaces, in name order, join the least-filled shard with room (lowest index on
+    a tie), else a new shard; assigned ones keep theirs, even when over the limit or gone.
     """
     if max_workers_per_shard < 1:
         raise ValueError("max_workers_per_shard must be at least 1")
@@ -145,13 +113,8 @@ def namespace_load(
     queues: Iterable[Mapping[str, Any]] = (),
     workers: Iterable[Mapping[str, Any]] = (),
 ) -> dict[str, int]:
-    """Workers per namespace: the fleet file's (explicit and derived), one per labelled
-    Queue object and one per TemporalWorker object.
-
-    An estimate: it only decides where a *new* namespace goes. With
-    ``clusterObjects: false`` the cluster's objects count for nothing, and views (of any
-    stack) never do: they are no source of workers.
-    """
+    """Workers per namespace (the file's, and one per Queue and non-view TemporalWorker
+    object when the fleet uses cluster objects): where a *new* namespace goes."""
     load: dict[str, int] = {}
     for worker in fleet.resolved_workers():
         load[worker.namespace] = load.get(worker.namespace, 0) + 1

@@ -2,32 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from twc.desired import DesiredFleet, DesiredInputs, ObjectList
 from twc.spec import Fleet
 
-__all__ = [
-    "NamespaceGroups",
-    "restrict",
-    "slice_fleet",
-    "slice_inputs",
-    "slice_objects",
-]
-
 
 def slice_fleet(fleet: Fleet, namespaces: Collection[str]) -> Fleet:
-    """The fleet file as one shard sees it.
-
-    Kept: the workers and queues of the shard's namespaces, the queues its workers
-    reference in other namespaces (a worker's ``queueRef`` must resolve; the program
-    never builds such a queue, see :func:`restrict`), the namespaced Connections of its
-    namespaces (a worker names only a Connection of its own namespace), and every
-    cluster-scoped or plugin connection. A change elsewhere then changes nothing here.
-
-    The fleet was validated whole; a slice of it is valid as well.
-    """
+    """The fleet file as one shard sees it: its namespaces' workers, queues and
+    Connections, the queues its workers reference, every cluster-scoped or plugin connection."""
     wanted = set(namespaces)
     workers = tuple(w for w in fleet.workers if w.namespace in wanted)
     referenced = {
@@ -49,13 +33,7 @@ def slice_objects(
 ) -> tuple[Mapping[str, Any], ...]:
     """The cluster objects of the shard's namespaces; cluster-scoped ones are kept."""
     wanted = set(namespaces)
-    out = []
-    for obj in objects:
-        meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-        ns = meta.get("namespace") if isinstance(meta, Mapping) else None
-        if not ns or ns in wanted:
-            out.append(obj)
-    return tuple(out)
+    return tuple(o for o in objects if not (ns := _namespace_of(o)) or ns in wanted)
 
 
 def _namespace_of(obj: Mapping[str, Any]) -> str:
@@ -64,38 +42,18 @@ def _namespace_of(obj: Mapping[str, Any]) -> str:
     return ns if isinstance(ns, str) else ""
 
 
-class NamespaceGroups:
-    """Cuts a shared list of objects into one shard's part, by namespace."""
-
-    CLUSTER = ""
-    """The group of cluster-scoped objects (every shard's)."""
-
-    def of(
-        self, key: Hashable, objects: Sequence[Mapping[str, Any]]
-    ) -> Mapping[str, tuple[Any, ...]]:
-        """The groups of ``objects`` (the list of kind ``key``), by namespace; the
-        cluster-scoped objects under :attr:`CLUSTER`."""
-        grouped: dict[str, list[Mapping[str, Any]]] = {}
-        for obj in objects:
-            grouped.setdefault(_namespace_of(obj), []).append(obj)
-        return {ns: tuple(items) for ns, items in grouped.items()}
-
-    def parts(
-        self, key: Hashable, objects: Sequence[Mapping[str, Any]], namespaces: Collection[str]
-    ) -> tuple[tuple[Any, ...], ...]:
-        """One shard's part of ``objects``: the cluster-scoped group, then its
-        namespaces' groups in the order given (empty ones included)."""
-        groups = self.of(key, objects)
-        return tuple(groups.get(ns, ()) for ns in (self.CLUSTER, *namespaces))
+def shard_part(
+    objects: Sequence[Mapping[str, Any]], namespaces: Sequence[str]
+) -> tuple[Mapping[str, Any], ...]:
+    """The cluster-scoped objects of a shared list, then those of ``namespaces``, in order."""
+    grouped: dict[str, list[Mapping[str, Any]]] = {}
+    for obj in objects:
+        grouped.setdefault(_namespace_of(obj), []).append(obj)
+    return tuple(obj for ns in ("", *namespaces) for obj in grouped.get(ns, ()))
 
 
 def restrict(desired: DesiredFleet, namespaces: Collection[str]) -> DesiredFleet:
-    """What one shard's program builds: the workers and queues of its namespaces.
-
-    Queues of other namespaces that its workers reference stay out of the build (their
-    shard owns their objects); connections are built from the workers, so each shard
-    copies secrets into, and fingerprints for, its own namespaces only.
-    """
+    """What one shard's program builds: the workers and queues of its namespaces."""
     wanted = set(namespaces)
     return desired.narrowed(
         {k: w for k, w in desired.workers.items() if w.namespace in wanted},
@@ -104,15 +62,12 @@ def restrict(desired: DesiredFleet, namespaces: Collection[str]) -> DesiredFleet
 
 
 def _in(key: str, wanted: set[str]) -> bool:
-    # Object keys are `<namespace>/<name>`, or `<name>` for cluster-scoped objects.
     namespace, sep, _ = key.partition("/")
     return not sep or namespace in wanted
 
 
 def slice_inputs(inputs: DesiredInputs, fleet: Fleet, namespaces: Collection[str]) -> DesiredInputs:
-    """The desired state's inputs as one shard's program is handed them: its slice of
-    the fleet file (``fleet`` is the validated whole) and of the cluster's objects, the
-    replicas and last accepted specs of its namespaces."""
+    """The desired state's inputs cut to one shard (``fleet``: the validated whole)."""
     wanted = set(namespaces)
     cluster = None
     if inputs.cluster is not None:

@@ -1,68 +1,51 @@
-"""Entry points that turn files and cluster objects into validated models.
-
-Everything here raises only :class:`~twc.errors.SpecError`, whatever the input, so
-callers have exactly one failure to handle.
-"""
+"""Fleet files and cluster objects turned into validated models; raises only SpecError."""
 
 from __future__ import annotations
 
 import difflib
-import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
 from types import UnionType
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from twc.errors import SpecError, SpecIssue
-from twc.spec._models import Fleet, Queue
-from twc.spec._resolve import check_fleet
+from twc.spec._models import (
+    API_GROUP,
+    CLUSTER_CONNECTION_KIND,
+    CONNECTION_KIND,
+    CONNECTION_VERSION,
+    ClusterConnection,
+    Connection,
+    CustomConnection,
+    Queue,
+    TemporalWorker,
+)
+from twc.spec._resolve import Fleet, resolve
 from twc.spec._yaml import MAX_BYTES, YamlRejected, parse_yaml
 
-__all__ = [
-    "QUEUE_API_VERSION",
-    "QUEUE_KIND",
-    "WORKER_ENABLED_LABEL",
-    "FleetReader",
-    "fleet_json_schema",
-    "format_path",
-    "load_fleet",
-    "load_fleet_bytes",
-    "load_fleet_file",
-    "load_queue_object",
-]
-
-logger = logging.getLogger(__name__)
-
 QUEUE_API_VERSION = "kmsvc.io/v1"
-"""``apiVersion`` of kmsvc Queue objects."""
 QUEUE_KIND = "Queue"
-"""``kind`` of kmsvc Queue objects."""
 WORKER_ENABLED_LABEL = "temporal.io/worker-enabled"
 """Label that, set to ``"true"`` on a cluster Queue, asks for a derived worker."""
+WORKER_API_VERSION = "temporal.kmsvc.io/v1"
+CONNECTION_API_VERSION = f"{API_GROUP}/{CONNECTION_VERSION}"
 
+_M = TypeVar("_M", bound=BaseModel)
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # pydantic messages that read poorly out of context, by error type.
-_MESSAGES = {
-    "missing": "required field is missing",
-    "model_type": "expected a mapping",
-    "model_attributes_type": "expected a mapping",
-    "dict_type": "expected a mapping",
-    "list_type": "expected a list",
-    "tuple_type": "expected a list",
-    "invalid_key": "keys must be strings",
-}
+_MESSAGES = dict.fromkeys(
+    ("model_type", "model_attributes_type", "dict_type"), "expected a mapping"
+)
+_MESSAGES |= dict.fromkeys(("list_type", "tuple_type"), "expected a list")
+_MESSAGES |= {"missing": "required field is missing", "invalid_key": "keys must be strings"}
 
 
 def format_path(loc: Sequence[int | str]) -> str:
-    """Render a pydantic error location as a field path, e.g. ``workers[2].image``.
-
-    Map keys that are not identifiers (label keys, say) are quoted in brackets so the
-    path stays unambiguous: ``nodeSelector["kubernetes.io/os"]``.
-    """
+    """A pydantic error location as a field path, e.g. ``workers[2].image``."""
     out = ""
     for part in loc:
         if isinstance(part, int):
@@ -77,233 +60,188 @@ def format_path(loc: Sequence[int | str]) -> str:
     return out
 
 
-def _field_type(model: type[BaseModel], alias: str) -> object | None:
-    for name, info in model.model_fields.items():
-        if (info.alias or name) == alias:
-            return info.annotation
-    return None
-
-
-def _unwrap(tp: object) -> object:
-    """Strip ``Annotated`` and ``X | None`` down to the type that holds the data."""
-    while True:
-        origin = get_origin(tp)
-        if origin is Annotated:
-            tp = get_args(tp)[0]
-        elif origin in (Union, UnionType):
-            members = [a for a in get_args(tp) if a is not type(None)]
-            if len(members) != 1:
-                return tp
-            tp = members[0]
-        else:
-            return tp
-
-
 def _allowed_keys(loc: Sequence[int | str], root: type[BaseModel]) -> list[str] | None:
     """The keys accepted by the mapping that holds ``loc[-1]``, if it is a model."""
     tp: object = root
-    for part in loc[:-1]:
-        tp = _unwrap(tp)
-        if isinstance(tp, type) and issubclass(tp, BaseModel):
-            if not isinstance(part, str):
+    for part in (*loc[:-1], None):
+        # Strip Annotated and `X | None` down to the type that holds the data.
+        while get_origin(tp) in (Annotated, Union, UnionType):
+            args = [a for a in get_args(tp) if a is not type(None)]
+            if get_origin(tp) is not Annotated and len(args) != 1:
                 return None
-            tp = _field_type(tp, part)
-        elif get_origin(tp) in (tuple, list) and isinstance(part, int):
-            tp = get_args(tp)[0]
-        elif get_origin(tp) is dict:
-            tp = get_args(tp)[1]
+            tp = args[0]
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            fields = {(f.alias or name): f.annotation for name, f in tp.model_fields.items()}
+            if part is None:
+                return list(fields)
+            tp = fields.get(part) if isinstance(part, str) else None
+        elif get_origin(tp) in (tuple, list, dict) and part is not None:
+            tp = get_args(tp)[1 if get_origin(tp) is dict else 0]
         else:
             return None
-    tp = _unwrap(tp)
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return [info.alias or name for name, info in tp.model_fields.items()]
     return None
 
 
-def _unknown_field(loc: Sequence[int | str], root: type[BaseModel]) -> str:
-    allowed = _allowed_keys(loc, root)
-    if not allowed or not isinstance(loc[-1], str):
-        return "unknown field"
-    close = difflib.get_close_matches(loc[-1], allowed, n=1, cutoff=0.6)
-    if close:
-        return f"unknown field (did you mean {close[0]!r}?)"
-    return f"unknown field (expected one of: {', '.join(sorted(allowed))})"
-
-
 def _reason(error: ErrorDetails, root: type[BaseModel]) -> str:
-    kind = error["type"]
+    kind, loc = error["type"], error["loc"]
     if kind == "extra_forbidden":
-        return _unknown_field(error["loc"], root)
-    if kind in ("value_error", "assertion_error"):
-        ctx = error.get("ctx") or {}
-        cause = ctx.get("error")
-        message = str(cause) if cause is not None else error["msg"]
+        allowed = _allowed_keys(loc, root)
+        if not allowed or not isinstance(loc[-1], str):
+            return "unknown field"
+        close = difflib.get_close_matches(loc[-1], allowed, n=1, cutoff=0.6)
+        if close:
+            return f"unknown field (did you mean {close[0]!r}?)"
+        return f"unknown field (expected one of: {', '.join(sorted(allowed))})"
+    cause = (error.get("ctx") or {}).get("error")
+    if kind in ("value_error", "assertion_error") and cause is not None:
+        message = str(cause)
     else:
         message = _MESSAGES.get(kind, error["msg"])
-    if "[key]" in error["loc"]:
-        message = f"invalid key: {message}"
-    return message
+    return f"invalid key: {message}" if "[key]" in loc else message
 
 
-def _issues(
-    err: ValidationError,
-    file: str,
-    root: type[BaseModel],
-    rename: Mapping[str, str] | None = None,
-) -> list[SpecIssue]:
-    issues = []
-    for error in err.errors(include_url=False):
-        loc = list(error["loc"])
-        if rename and loc and isinstance(loc[0], str) and loc[0] in rename:
-            loc[:1] = rename[loc[0]].split(".")
-        issues.append(SpecIssue(file, format_path(loc), _reason(error, root)))
-    return issues
+def _validate(
+    model: type[_M], data: dict[str, Any], file: str, rename: Mapping[str, str] = {}
+) -> _M:
+    """``data`` as a ``model``, or a SpecError naming ``file`` and each field's path."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        issues = []
+        for error in err.errors(include_url=False):
+            loc = list(error["loc"])
+            if loc and isinstance(loc[0], str) and loc[0] in rename:
+                loc[:1] = rename[loc[0]].split(".")
+            issues.append(SpecIssue(file, format_path(loc), _reason(error, model)))
+        raise SpecError(issues) from None
 
 
 def load_fleet(data: object, file: str) -> Fleet:
-    """Validate a parsed fleet document and resolve its workers.
-
-    Args:
-        data: The parsed YAML/JSON document.
-        file: Name used in error messages (usually the file path).
-
-    Returns:
-        The fleet; :meth:`Fleet.resolved_workers` is ready and cannot fail.
-
-    Raises:
-        SpecError: Listing every structural and cross-object problem found.
-    """
+    """A parsed fleet document, validated and resolved; a SpecError lists every problem."""
     if data is None:
         raise SpecError([SpecIssue(file, "", "the document is empty; expected a Fleet")])
     if not isinstance(data, Mapping):
         raise SpecError([SpecIssue(file, "", f"expected a Fleet mapping, got {_type_name(data)}")])
-    try:
-        # dict(): pydantic takes only real dicts as model input.
-        fleet = Fleet.model_validate(dict(data))
-    except ValidationError as err:
-        raise SpecError(_issues(err, file, Fleet)) from None
-    workers, issues = check_fleet(fleet, file)
-    if issues:
-        raise SpecError(issues)
-    fleet._resolved = tuple(workers)
-    logger.debug("loaded fleet %s: %d workers", file, len(workers))
+    fleet = _validate(Fleet, dict(data), file)
+    fleet._resolved = resolve(fleet, file)
     return fleet
 
 
-def load_fleet_bytes(raw: bytes, file: str) -> Fleet:
-    """Parse (see :mod:`twc.spec._yaml`) and validate a fleet file's bytes.
-
-    Raises:
-        SpecError: ``raw`` is not acceptable YAML or not a valid fleet.
-    """
+def load_fleet_file(path: str | os.PathLike[str]) -> Fleet:
+    """A fleet file read, parsed and validated (see :func:`load_fleet`)."""
+    file = os.fspath(path)
     try:
-        data = parse_yaml(raw)
+        with open(file, "rb") as handle:
+            # One byte past the limit: an oversized file is detected without reading it.
+            data = parse_yaml(handle.read(MAX_BYTES + 1))
+    except OSError as err:
+        raise SpecError([SpecIssue(file, "", f"cannot read file: {err.strerror}")]) from None
     except YamlRejected as err:
         raise SpecError([SpecIssue(file, "", str(err))]) from None
     return load_fleet(data, file)
 
 
-def load_fleet_file(path: str | os.PathLike[str]) -> Fleet:
-    """Read, parse and validate a fleet file.
-
-    Raises:
-        SpecError: If the file cannot be read, is not acceptable YAML, or fails validation.
-    """
-    file = os.fspath(path)
-    try:
-        with open(file, "rb") as handle:
-            # One byte past the limit: an oversized file is detected without reading it all.
-            raw = handle.read(MAX_BYTES + 1)
-    except OSError as err:
-        raise SpecError([SpecIssue(file, "", f"cannot read file: {err.strerror}")]) from None
-    return load_fleet_bytes(raw, file)
+def object_description(api_version: str, kind: str, obj: object) -> str:
+    """``<apiVersion> <kind> <namespace>/<name>`` (or ``<name>`` when cluster-scoped)."""
+    meta = _part(obj, "metadata")
+    name = meta.get("name", "?")
+    where = f"{meta['namespace']}/{name}" if meta.get("namespace") else str(name)
+    return f"{api_version} {kind} {where}"
 
 
-class FleetReader:
-    """Loads successive versions of one fleet file (``file``: its name in messages)."""
-
-    def __init__(self, file: str) -> None:
-        self.file = file
-
-    def load(self, raw: bytes) -> Fleet:
-        """The fleet ``raw`` holds (see :func:`load_fleet_bytes`)."""
-        return load_fleet_bytes(raw, self.file)
+def _part(obj: object, key: str) -> Mapping[str, Any]:
+    value = obj.get(key) if isinstance(obj, Mapping) else None
+    return value if isinstance(value, Mapping) else {}
 
 
-def load_queue_object(obj: Mapping[str, Any]) -> Queue:
-    """Convert a kmsvc.io/v1 Queue custom object (as the API returns it) to a Queue.
-
-    ``workerEnabled`` comes from the label ``temporal.io/worker-enabled: "true"``.
-    Unknown ``spec`` fields are ignored: kmsvc owns that schema, we read two fields.
-
-    Args:
-        obj: The object, e.g. from ``CustomObjectsApi.list_cluster_custom_object``.
-
-    Returns:
-        The queue.
-
-    Raises:
-        SpecError: If the object is not a usable Queue; the file is named
-            ``kmsvc.io/v1 Queue <namespace>/<name>``.
-    """
-    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
-    meta: Mapping[str, Any] = metadata if isinstance(metadata, Mapping) else {}
-    spec_raw = obj.get("spec") if isinstance(obj, Mapping) else None
-    spec: Mapping[str, Any] = spec_raw if isinstance(spec_raw, Mapping) else {}
-    where = f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
-    describe = f"{QUEUE_API_VERSION} {QUEUE_KIND} {where}"
-
-    issues: list[SpecIssue] = []
+def _envelope(obj: object, api_version: str, kind: str, describe: str) -> None:
+    """Raise unless ``obj`` is a mapping of ``api_version``/``kind`` (either may be absent)."""
     if not isinstance(obj, Mapping):
         raise SpecError([SpecIssue(describe, "", f"expected a mapping, got {_type_name(obj)}")])
-    if obj.get("apiVersion", QUEUE_API_VERSION) != QUEUE_API_VERSION:
-        issues.append(SpecIssue(describe, "apiVersion", f"must be {QUEUE_API_VERSION}"))
-    if obj.get("kind", QUEUE_KIND) != QUEUE_KIND:
-        issues.append(SpecIssue(describe, "kind", f"must be {QUEUE_KIND}"))
-    if metadata is not None and not isinstance(metadata, Mapping):
-        issues.append(SpecIssue(describe, "metadata", "expected a mapping"))
-    if spec_raw is not None and not isinstance(spec_raw, Mapping):
-        issues.append(SpecIssue(describe, "spec", "expected a mapping"))
+    issues: list[SpecIssue] = []
+    if obj.get("apiVersion", api_version) != api_version:
+        issues.append(SpecIssue(describe, "apiVersion", f"must be {api_version}"))
+    if obj.get("kind", kind) != kind:
+        issues.append(SpecIssue(describe, "kind", f"must be {kind}"))
+    for key in ("metadata", "spec"):
+        if obj.get(key) is not None and not isinstance(obj.get(key), Mapping):
+            issues.append(SpecIssue(describe, key, "expected a mapping"))
     if issues:
         raise SpecError(issues)
 
+
+def _load(model: type[_M], obj: object, api_version: str, kind: str, namespaced: bool) -> _M:
+    describe = object_description(api_version, kind, obj)
+    _envelope(obj, api_version, kind, describe)
+    meta, spec = _part(obj, "metadata"), _part(obj, "spec")
+    rename = {key: f"spec.{key}" for key in spec}
+    rename |= {"name": "metadata.name", "namespace": "metadata.namespace"}
+    # The object's own metadata wins: a spec cannot rename or move the object.
+    data = {**spec, "name": meta.get("name")}
+    data.pop("namespace", None)
+    if namespaced:
+        data["namespace"] = meta.get("namespace")
+    return _validate(model, data, describe, rename)
+
+
+def load_worker_object(obj: object) -> TemporalWorker:
+    """A ``TemporalWorker`` object (as the API returns it) as a fleet worker."""
+    return _load(TemporalWorker, obj, WORKER_API_VERSION, "TemporalWorker", True)
+
+
+def load_connection_object(obj: object) -> Connection:
+    """A namespaced ``Connection`` object as its fleet-file model."""
+    return _load(Connection, obj, CONNECTION_API_VERSION, CONNECTION_KIND, True)
+
+
+def load_cluster_connection_object(obj: object) -> ClusterConnection:
+    """A cluster-scoped ``ClusterConnection`` object as its fleet-file model."""
+    return _load(ClusterConnection, obj, CONNECTION_API_VERSION, CLUSTER_CONNECTION_KIND, False)
+
+
+def load_custom_connection_object(
+    obj: object, *, api_group: str, kind: str, namespaced: bool, version: str = "v1"
+) -> CustomConnection:
+    """An object of a plugin's connection kind as a ``customConnections`` entry."""
+    api_version = f"{api_group}/{version}"
+    describe = object_description(api_version, kind, obj)
+    _envelope(obj, api_version, kind, describe)
+    meta = _part(obj, "metadata")
+    data = {"apiGroup": api_group, "kind": kind, "name": meta.get("name")}
+    if namespaced:
+        data["namespace"] = meta.get("namespace")
+    data["spec"] = dict(_part(obj, "spec"))
+    rename = {"name": "metadata.name", "namespace": "metadata.namespace"}
+    return _validate(CustomConnection, data, describe, rename)
+
+
+def load_queue_object(obj: Mapping[str, Any]) -> Queue:
+    """A kmsvc.io/v1 Queue object as a Queue (``workerEnabled`` from its label)."""
+    meta, spec = _part(obj, "metadata"), _part(obj, "spec")
+    where = f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
+    describe = f"{QUEUE_API_VERSION} {QUEUE_KIND} {where}"
+    _envelope(obj, QUEUE_API_VERSION, QUEUE_KIND, describe)
     labels = meta.get("labels") or {}
     data: dict[str, Any] = {"name": meta.get("name"), "labels": labels}
-    if "namespace" in meta:
-        data["namespace"] = meta["namespace"]
-    for key in ("fifo", "partitions"):
-        if spec.get(key) is not None:
-            data[key] = spec[key]
+    data |= {k: meta[k] for k in ("namespace",) if k in meta}
+    data |= {k: spec[k] for k in ("fifo", "partitions") if spec.get(k) is not None}
     data["workerEnabled"] = (
         isinstance(labels, Mapping) and labels.get(WORKER_ENABLED_LABEL) == "true"
     )
-    rename = {
-        "name": "metadata.name",
-        "namespace": "metadata.namespace",
-        "labels": "metadata.labels",
-        "fifo": "spec.fifo",
-        "partitions": "spec.partitions",
-    }
-    try:
-        return Queue.model_validate(data)
-    except ValidationError as err:
-        raise SpecError(_issues(err, describe, Queue, rename)) from None
+    rename = {k: f"metadata.{k}" for k in ("name", "namespace", "labels")}
+    rename |= {k: f"spec.{k}" for k in ("fifo", "partitions")}
+    return _validate(Queue, data, describe, rename)
 
 
 def fleet_json_schema() -> dict[str, Any]:
-    """Return the JSON Schema (draft 2020-12) of the fleet file, for editors."""
+    """The JSON Schema (draft 2020-12) of the fleet file, for editors."""
     schema = Fleet.model_json_schema(by_alias=True, mode="validation")
     schema["title"] = "twc Fleet"
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
 
 
 def _type_name(value: object) -> str:
-    if isinstance(value, list | tuple):
-        return "a list"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    return type(value).__name__
+    names = {list: "a list", tuple: "a list", str: "a string", bool: "a boolean"}
+    return names.get(type(value)) or (
+        "a number" if isinstance(value, int | float) else type(value).__name__
+    )

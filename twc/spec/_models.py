@@ -1,17 +1,13 @@
-"""Pydantic models of the fleet file.
+"""Pydantic models of the fleet file's entries: what one object can check alone.
 
-These models check what a single object can check on its own (types, names, ranges,
-mutually exclusive fields). Rules that need the whole fleet (references, duplicates,
-defaults) live in :mod:`twc.spec._resolve`, which reports every problem at once.
-
-Models are frozen: a loaded fleet is a value, safe to hash and share.
+Rules needing the whole fleet live in :mod:`twc.spec._resolve`; CEL rules mirror validators.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -20,7 +16,6 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
-    PrivateAttr,
     WithJsonSchema,
     model_validator,
 )
@@ -43,85 +38,24 @@ from twc.spec._names import (
     parse_duration,
     parse_quantity,
 )
-from twc.spec._podsecurity import PodSecurityLevel
 from twc.spec._template import check_pod_template, same_level_conflicts
-
-if TYPE_CHECKING:
-    from twc.spec._resolve import ResolvedWorker
-
-__all__ = [
-    "API_GROUP",
-    "API_VERSION",
-    "CLUSTER_CONNECTION_KIND",
-    "CONNECTION_KIND",
-    "CONNECTION_VERSION",
-    "DLQ",
-    "MIN_PAUSE_SECONDS",
-    "RESERVED_ENV_NAMES",
-    "TLS",
-    "Affinity",
-    "AuthMode",
-    "Autoscaling",
-    "ClusterConnection",
-    "Connection",
-    "ConnectionRef",
-    "ConnectionTarget",
-    "CustomConnection",
-    "Defaults",
-    "Fleet",
-    "GateInputSource",
-    "GateWorkflow",
-    "KeySelector",
-    "Lifecycle",
-    "ObjectRef",
-    "Queue",
-    "QueueRef",
-    "Resources",
-    "Rollout",
-    "RolloutStep",
-    "RolloutStrategy",
-    "SecretKeyRef",
-    "SecretRef",
-    "SecretSource",
-    "ServiceAccount",
-    "Sharding",
-    "StackSelector",
-    "Sunset",
-    "TemporalWorker",
-    "Toleration",
-    "WorkerSettings",
-]
 
 API_VERSION = "twc.temporal.io/v1"
 """The fleet file's ``apiVersion``."""
 API_GROUP = "temporal.io"
 """The only API group a connection reference may name."""
 CONNECTION_KIND = "Connection"
-"""Kind of the namespaced connection object."""
-CONNECTION_VERSION = "v1alpha1"
-"""Version of the ``Connection`` and ``ClusterConnection`` objects: the official worker
-controller's ``temporal.io/v1alpha1``, so its manifests apply unchanged."""
 CLUSTER_CONNECTION_KIND = "ClusterConnection"
-"""Kind of the cluster-scoped connection object."""
+CONNECTION_VERSION = "v1alpha1"
+"""Version of ``Connection``/``ClusterConnection``: the official worker controller's."""
+MIN_PAUSE_SECONDS = 30
+"""Shortest ``pauseDuration`` of a rollout step (the official controller's limit)."""
 
 RESERVED_ENV_NAMES = frozenset(
-    {
-        "TEMPORAL_ADDRESS",
-        "TEMPORAL_FRONTEND_ADDRESS",
-        "TEMPORAL_NAMESPACE",
-        "TEMPORAL_TASK_QUEUE",
-        "TEMPORAL_API_KEY",
-        "TEMPORAL_TLS",
-        "TEMPORAL_TLS_CLIENT_CERT_PATH",
-        "TEMPORAL_TLS_CLIENT_KEY_PATH",
-        "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
-        "TEMPORAL_TLS_SERVER_NAME",
-        "POD_NAME",
-        "POD_NAMESPACE",
-        "NODE_NAME",
-        "TEMPORAL_DEPLOYMENT_NAME",
-        "TEMPORAL_WORKER_BUILD_ID",
-    }
+    {"TEMPORAL_ADDRESS", "TEMPORAL_FRONTEND_ADDRESS", "TEMPORAL_NAMESPACE", "TEMPORAL_TASK_QUEUE"}
+    | {"TEMPORAL_API_KEY", "TEMPORAL_TLS", "TEMPORAL_TLS_SERVER_NAME", "TEMPORAL_WORKER_BUILD_ID"}
+    | {"TEMPORAL_TLS_CLIENT_CERT_PATH", "TEMPORAL_TLS_CLIENT_KEY_PATH", "NODE_NAME", "POD_NAME"}
+    | {"TEMPORAL_TLS_SERVER_CA_CERT_PATH", "TEMPORAL_DEPLOYMENT_NAME", "POD_NAMESPACE"}
 )
 """Environment variables twc sets on worker containers; user ``env`` may not set them."""
 
@@ -131,6 +65,12 @@ def _number_to_str(value: object) -> object:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
     return value
+
+
+def _cel(*rules: tuple[str, str]) -> ConfigDict:
+    """A model's validators restated as CEL ``(rule, message)`` pairs for its CRD schema."""
+    validations: list[JsonValue] = [{"rule": rule, "message": message} for rule, message in rules]
+    return ConfigDict(json_schema_extra={"x-kubernetes-validations": validations})
 
 
 DnsLabel = Annotated[str, AfterValidator(check_dns_label)]
@@ -157,8 +97,6 @@ Duration = Annotated[
         {"type": "string", "pattern": r"^(0|([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$"}
     ),
 ]
-"""A Go/Kubernetes duration string (``30s``, ``5m``, ``1h30m``), as the official worker
-controller's ``metav1.Duration`` fields take it."""
 Kind = Annotated[str, Field(pattern=r"^[A-Z][A-Za-z0-9]{0,62}$")]
 ServerName = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\s/]+$")]
 ImagePullPolicy = Literal["Always", "IfNotPresent", "Never"]
@@ -183,30 +121,19 @@ class AuthMode(StrEnum):
     """How a connection authenticates to the Temporal frontend."""
 
     NONE = "none"
-    """No client credentials (TLS may still be on)."""
     MTLS = "mTLS"
-    """A client certificate and key from a kubernetes.io/tls secret."""
     API_KEY = "apiKey"
-    """A bearer API key from one key of a secret."""
 
 
 class ConnectionTarget(BaseModel):
-    """A connection reference made absolute: what a connection provider resolves.
-
-    ``namespace`` is the namespace of the *referencing* worker; providers of
-    cluster-scoped kinds ignore it.
-    """
+    """A connection reference made absolute; ``namespace`` is the referencing worker's."""
 
     model_config = ConfigDict(frozen=True)
 
     api_group: str
-    """API group of the connection kind (always ``temporal.io`` today)."""
     kind: str
-    """Kind of the connection object, e.g. ``Connection`` or ``ClusterConnection``."""
     name: str
-    """Name of the connection object."""
     namespace: str
-    """Namespace of the worker holding the reference."""
 
     def __str__(self) -> str:
         return f"{self.kind} {self.api_group}/{self.name}"
@@ -215,11 +142,12 @@ class ConnectionTarget(BaseModel):
 class ObjectRef(SpecModel):
     """A typed reference to a connection object of any registered kind."""
 
+    model_config = _cel((f"self.apiGroup == '{API_GROUP}'", f"apiGroup must be {API_GROUP}"))
+
     api_group: str
     """API group of the referenced kind; must be ``temporal.io``."""
     kind: Kind
-    """Kind of the referenced object, e.g. ``ClusterConnection``; resolved through the
-    connection-provider registry."""
+    """Kind of the referenced object, e.g. ``ClusterConnection``."""
     name: DnsSubdomain
     """Name of the referenced object."""
 
@@ -233,6 +161,10 @@ class ObjectRef(SpecModel):
 class ConnectionRef(SpecModel):
     """Which Temporal connection a worker uses: exactly one of ``name`` or ``objectRef``."""
 
+    model_config = _cel(
+        ("has(self.name) != has(self.objectRef)", "exactly one of name or objectRef must be set")
+    )
+
     name: DnsSubdomain | None = None
     """Name of a ``Connection`` in the worker's own namespace."""
     object_ref: ObjectRef | None = None
@@ -245,23 +177,15 @@ class ConnectionRef(SpecModel):
         return self
 
     def target(self, namespace: str) -> ConnectionTarget:
-        """Return the reference made absolute for a worker in ``namespace``."""
-        if self.object_ref is not None:
-            return ConnectionTarget(
-                api_group=self.object_ref.api_group,
-                kind=self.object_ref.kind,
-                name=self.object_ref.name,
-                namespace=namespace,
-            )
-        assert self.name is not None  # guaranteed by _exactly_one
-        return ConnectionTarget(
-            api_group=API_GROUP, kind=CONNECTION_KIND, name=self.name, namespace=namespace
+        """The reference made absolute for a worker in ``namespace``."""
+        ref = self.object_ref or ObjectRef.model_construct(
+            api_group=API_GROUP, kind=CONNECTION_KIND, name=self.name or ""
         )
+        return ConnectionTarget(**ref.model_dump(by_alias=False), namespace=namespace)
 
 
 class SecretRef(SpecModel):
-    """A whole Secret: for mTLS, a kubernetes.io/tls secret with ``tls.crt``,
-    ``tls.key`` and optionally ``ca.crt``."""
+    """A whole Secret: for mTLS, a kubernetes.io/tls secret (``tls.crt``, ``tls.key``)."""
 
     name: DnsSubdomain
     """Name of the Secret, looked up in the namespace of each worker using it."""
@@ -275,9 +199,7 @@ class SecretKeyRef(SpecModel):
     key: SecretKey = "api-key"
     """Key inside the Secret's data that holds the value."""
     optional: bool | None = None
-    """Accepted for the official controller's ``apiKeySecretRef`` (a Kubernetes
-    SecretKeySelector); a connection's secret is never optional to twc, so only
-    ``false`` (or leaving it out) is valid."""
+    """Only ``false`` or unset: a connection's secret is never optional to twc."""
 
     @model_validator(mode="after")
     def _not_optional(self) -> SecretKeyRef:
@@ -297,22 +219,28 @@ class SecretSource(SpecModel):
     """Where twc copies a ClusterConnection's credential secret from."""
 
     namespace: DnsLabel
-    """Namespace holding the original secret; twc copies it into every namespace whose
-    workers use the connection."""
+    """Namespace holding the original secret, copied into each namespace that uses it."""
+
+
+_ONE_AUTH = (
+    "!(has(self.mutualTLSSecretRef) && has(self.apiKeySecretRef))",
+    "mutualTLSSecretRef and apiKeySecretRef are mutually exclusive",
+)
 
 
 class _ConnectionSpec(SpecModel):
     """Fields shared by ``Connection`` and ``ClusterConnection``."""
+
+    model_config = _cel(_ONE_AUTH)
 
     host_port: HostPort
     """Temporal frontend address as ``host:port`` (``[ipv6]:port`` for IPv6)."""
     tls: TLS | None = None
     """TLS settings; mTLS and API keys switch TLS on even without this block."""
     mutual_tls_secret_ref: SecretRef | None = Field(default=None, alias="mutualTLSSecretRef")
-    """Client certificate secret for mTLS; mutually exclusive with ``apiKeySecretRef``."""
+    """Client certificate secret for mTLS; exclusive with ``apiKeySecretRef``."""
     api_key_secret_ref: SecretKeyRef | None = None
-    """Secret key holding a Temporal API key; mutually exclusive with
-    ``mutualTLSSecretRef``."""
+    """Secret key holding a Temporal API key; exclusive with ``mutualTLSSecretRef``."""
 
     @model_validator(mode="after")
     def _one_auth_mode(self) -> _ConnectionSpec:
@@ -325,9 +253,7 @@ class _ConnectionSpec(SpecModel):
         """The authentication mode implied by the secret references."""
         if self.mutual_tls_secret_ref is not None:
             return AuthMode.MTLS
-        if self.api_key_secret_ref is not None:
-            return AuthMode.API_KEY
-        return AuthMode.NONE
+        return AuthMode.NONE if self.api_key_secret_ref is None else AuthMode.API_KEY
 
     @property
     def tls_enabled(self) -> bool:
@@ -338,16 +264,20 @@ class _ConnectionSpec(SpecModel):
 class ClusterConnection(_ConnectionSpec):
     """A cluster-scoped Temporal connection, usable by workers in any namespace."""
 
+    model_config = _cel(
+        _ONE_AUTH,
+        (
+            "!has(self.secretSource) || has(self.mutualTLSSecretRef) || has(self.apiKeySecretRef)",
+            "secretSource needs a secret to copy: set mutualTLSSecretRef or apiKeySecretRef",
+        ),
+    )
+
     name: DnsSubdomain
     """Name, unique among cluster connections."""
     secret_source: SecretSource | None = None
-    """Copy the credential secret from this namespace into each using namespace.
-    Without it the secret must already exist wherever workers use the connection."""
+    """Copy the credential secret from there into each using namespace (else it must exist)."""
     allowed_namespaces: tuple[DnsLabel, ...] | None = None
-    """Namespaces whose workers may use this connection; unset: every namespace. A
-    worker elsewhere is refused (``NamespaceNotAllowed``) and nothing is made for it: no
-    credential copy, no Deployment. Referencing a ClusterConnection is then not enough
-    to have its credential copied into a namespace."""
+    """Namespaces whose workers may use it (unset: all); others are refused, nothing made."""
 
     @model_validator(mode="after")
     def _source_needs_secret(self) -> ClusterConnection:
@@ -373,11 +303,7 @@ class Connection(_ConnectionSpec):
 
 
 class CustomConnection(SpecModel):
-    """Configuration for a connection kind added by a provider plugin.
-
-    twc only checks the envelope; the provider registered for ``kind`` validates
-    ``spec``.
-    """
+    """An object of a connection kind a provider plugin adds; the provider checks ``spec``."""
 
     api_group: str = API_GROUP
     """API group of the kind; must be ``temporal.io``."""
@@ -412,13 +338,11 @@ class Queue(SpecModel):
     partitions: int | None = Field(default=None, ge=1, le=10_000)
     """Number of partitions; workers default to one replica per partition."""
     worker_enabled: bool = False
-    """Derive a worker ``worker-<name>`` unless an explicit worker already serves the
-    queue."""
+    """Derive a worker ``worker-<name>`` unless an explicit worker serves the queue."""
     labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
     """Labels of the Queue object."""
     create_object: bool = False
-    """Have twc create and own the kmsvc Queue object itself (otherwise it is managed
-    elsewhere, e.g. by the kmsvc operator, and twc only derives its worker)."""
+    """twc creates and owns the Queue object (else it only derives its worker)."""
 
 
 class QueueRef(SpecModel):
@@ -442,12 +366,7 @@ class Autoscaling(SpecModel):
     scale_down_stabilization_seconds: int = Field(default=300, ge=0, le=86_400)
     """How long a lower replica count must be recommended before scaling down."""
     activation_backlog: int = Field(default=0, ge=0)
-    """With ``minReplicas: 0``, the backlog at or below which the worker sleeps at zero
-    replicas, as KEDA's ``activationThreshold``: from zero it wakes (to at least one
-    replica) only once the backlog exceeds this, and it goes back to zero once the
-    backlog has stayed at or below it for the scale-down stabilization window. Above
-    it the ordinary backlog-per-replica math decides. Ignored when ``minReplicas`` is
-    at least 1."""
+    """With ``minReplicas: 0``: the backlog above which it wakes from zero (KEDA's activation)."""
 
     @model_validator(mode="after")
     def _ordered(self) -> Autoscaling:
@@ -479,13 +398,8 @@ class Resources(SpecModel):
         return self
 
     def to_kubernetes(self) -> dict[str, dict[str, str]]:
-        """Return the Kubernetes ``resources`` block (empty sections omitted)."""
-        out: dict[str, dict[str, str]] = {}
-        if self.requests:
-            out["requests"] = dict(self.requests)
-        if self.limits:
-            out["limits"] = dict(self.limits)
-        return out
+        """The Kubernetes ``resources`` block (empty sections omitted)."""
+        return {key: dict(value) for key, value in self if value}
 
 
 class Lifecycle(SpecModel):
@@ -495,15 +409,6 @@ class Lifecycle(SpecModel):
     """Command run right after the container starts; empty for none."""
     pre_stop_command: tuple[str, ...] = ()
     """Command run before the container is stopped; empty for none."""
-
-    def to_kubernetes(self) -> dict[str, Any]:
-        """The container's ``lifecycle`` hooks (empty when neither command is set)."""
-        hooks: dict[str, Any] = {}
-        if self.post_start_command:
-            hooks["postStart"] = {"exec": {"command": list(self.post_start_command)}}
-        if self.pre_stop_command:
-            hooks["preStop"] = {"exec": {"command": list(self.pre_stop_command)}}
-        return hooks
 
 
 class Toleration(SpecModel):
@@ -530,10 +435,6 @@ class Toleration(SpecModel):
             raise ValueError("tolerationSeconds only applies to effect NoExecute")
         return self
 
-    def to_kubernetes(self) -> dict[str, Any]:
-        """Return the Kubernetes toleration object."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
-
 
 class Affinity(SpecModel):
     """Kubernetes affinity rules, passed through unchanged."""
@@ -544,10 +445,6 @@ class Affinity(SpecModel):
     """Kubernetes ``podAffinity``."""
     pod_anti_affinity: dict[str, JsonValue] | None = None
     """Kubernetes ``podAntiAffinity``."""
-
-    def to_kubernetes(self) -> dict[str, Any]:
-        """Return the Kubernetes affinity object."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 class ServiceAccount(SpecModel):
@@ -574,50 +471,19 @@ class DLQ(SpecModel):
     """Processor resources; default to the worker's."""
 
 
-MIN_PAUSE_SECONDS = 30
-"""Shortest ``pauseDuration`` of a rollout step (the official controller's limit)."""
-MAX_ROLLOUT_STEPS = 20
-"""Most steps a rollout may have (the official controller's limit)."""
-
-
 class RolloutStrategy(StrEnum):
     """How a new worker version takes over new workflow executions."""
 
     MANUAL = "Manual"
-    """Deploy the new version and scale it, but never route to it: operators move
-    traffic themselves (the Temporal CLI)."""
+    """Deploy and scale the new version, never route to it: operators move traffic."""
     ALL_AT_ONCE = "AllAtOnce"
     """The new version becomes Current as soon as it is healthy (after the gate)."""
     PROGRESSIVE = "Progressive"
     """The new version ramps through ``steps``, then becomes Current."""
 
 
-class RolloutStep(SpecModel):
-    """One step of a Progressive rollout."""
-
-    ramp_percentage: int = Field(ge=1, le=99)
-    """Drives versioned rollouts: the share of new workflow executions routed to the new
-    version during this step, 1 to 99 (percent); strictly increasing from step to step."""
-    pause_duration: Duration
-    """Drives versioned rollouts: how long this step lasts before the next one, at least
-    ``30s`` (a Go duration: ``30s``, ``5m``, ``1h``)."""
-    gate: GateWorkflow | None = None
-    """Drives versioned rollouts (beyond the official controller): a workflow run on the
-    new version during this step; the step advances only once it completed (a failed
-    one stops the rollout and sends new executions back to the Current version)."""
-
-    @model_validator(mode="after")
-    def _long_enough(self) -> RolloutStep:
-        if parse_duration(self.pause_duration) < MIN_PAUSE_SECONDS:
-            raise ValueError(
-                f"pauseDuration {self.pause_duration!r} must be at least {MIN_PAUSE_SECONDS}s"
-            )
-        return self
-
-
 class KeySelector(SpecModel):
-    """One key of a ConfigMap or Secret in the worker's namespace (a Kubernetes
-    ConfigMapKeySelector / SecretKeySelector)."""
+    """One key of a ConfigMap or Secret in the worker's namespace."""
 
     name: DnsSubdomain
     """Name of the ConfigMap or Secret."""
@@ -629,6 +495,13 @@ class KeySelector(SpecModel):
 
 class GateInputSource(SpecModel):
     """Where a gate workflow's input comes from: exactly one of the two."""
+
+    model_config = _cel(
+        (
+            "has(self.configMapKeyRef) != has(self.secretKeyRef)",
+            "exactly one of configMapKeyRef or secretKeyRef must be set",
+        )
+    )
 
     config_map_key_ref: KeySelector | None = None
     """A ConfigMap key holding a JSON document."""
@@ -645,15 +518,13 @@ class GateInputSource(SpecModel):
 class GateWorkflow(SpecModel):
     """A workflow that must complete on a new version before it gets any traffic."""
 
+    # No CEL rule for "input or inputFrom": CEL cannot see free-form JSON.
     workflow_type: str = Field(min_length=1, max_length=1000)
-    """Drives versioned rollouts: the workflow type started on the new version's task
-    queue."""
+    """Drives versioned rollouts: the workflow type started on the new version's task queue."""
     input: JsonValue = None
-    """Drives versioned rollouts: inline JSON passed as the gate workflow's first
-    argument; exclusive with ``inputFrom``."""
+    """Drives versioned rollouts: inline JSON, the first argument; not with ``inputFrom``."""
     input_from: GateInputSource | None = None
-    """Drives versioned rollouts: a ConfigMap or Secret key whose JSON document is the
-    gate workflow's first argument; exclusive with ``input``."""
+    """Drives versioned rollouts: a ConfigMap or Secret key whose JSON is the first argument."""
 
     @model_validator(mode="after")
     def _one_input(self) -> GateWorkflow:
@@ -662,23 +533,55 @@ class GateWorkflow(SpecModel):
         return self
 
 
-RolloutStep.model_rebuild()
+class RolloutStep(SpecModel):
+    """One step of a Progressive rollout."""
+
+    model_config = _cel(
+        (
+            f"duration(self.pauseDuration) >= duration('{MIN_PAUSE_SECONDS}s')",
+            f"pause duration must be at least {MIN_PAUSE_SECONDS}s",
+        )
+    )
+
+    ramp_percentage: int = Field(ge=1, le=99)
+    """Drives versioned rollouts: percent of new executions sent to the new version; increasing."""
+    pause_duration: Duration
+    """Drives versioned rollouts: how long this step lasts, at least ``30s`` (a Go duration)."""
+    gate: GateWorkflow | None = None
+    """Drives versioned rollouts: a workflow that must complete in this step (failed: roll back)."""
+
+    @model_validator(mode="after")
+    def _long_enough(self) -> RolloutStep:
+        if parse_duration(self.pause_duration) < MIN_PAUSE_SECONDS:
+            raise ValueError(
+                f"pauseDuration {self.pause_duration!r} must be at least {MIN_PAUSE_SECONDS}s"
+            )
+        return self
 
 
 class Rollout(SpecModel):
-    """Versioned rollouts: each build runs as its own Deployment and Temporal's Worker
-    Versioning routes new workflows to it by ``strategy`` (the official worker
-    controller's ``rollout``). Without it a worker rolls its pods in place."""
+    """Drives versioned rollouts: one Deployment per build, new workflows routed by strategy."""
+
+    model_config = _cel(
+        (
+            "self.strategy != 'Progressive' || (has(self.steps) && size(self.steps) > 0)",
+            "steps are required for Progressive rollout",
+        ),
+        (
+            # Strictly increasing: sorted, and no percentage twice (CEL has no index loop).
+            "self.strategy != 'Progressive' || !has(self.steps) || "
+            "(self.steps.map(s, s.rampPercentage).isSorted() && "
+            "self.steps.all(s, self.steps.exists_one(t, t.rampPercentage == s.rampPercentage)))",
+            "rampPercentage must increase between each step",
+        ),
+    )
 
     strategy: RolloutStrategy
     """Drives versioned rollouts: ``AllAtOnce``, ``Progressive`` or ``Manual``."""
-    steps: tuple[RolloutStep, ...] = Field(default=(), max_length=MAX_ROLLOUT_STEPS)
-    """Drives versioned rollouts: the ramp steps of a Progressive rollout (required
-    there, at most 20, ramp percentages strictly increasing); other strategies ignore
-    them."""
+    steps: tuple[RolloutStep, ...] = Field(default=(), max_length=20)
+    """Drives versioned rollouts: a Progressive rollout's steps (required there, at most 20)."""
     gate: GateWorkflow | None = None
-    """Drives versioned rollouts: a workflow that must complete on the new version
-    before it gets traffic."""
+    """Drives versioned rollouts: a workflow that must complete on the new version first."""
     build_id: str | None = Field(
         default=None,
         alias="buildID",
@@ -686,38 +589,33 @@ class Rollout(SpecModel):
         max_length=63,
         pattern=r"^[a-zA-Z0-9]([a-zA-Z0-9._-]*[a-zA-Z0-9])?$",
     )
-    """Drives versioned rollouts: the build ID of the version the spec describes, instead
-    of the one derived from the image tag and a hash of the pods (the official
-    controller's ``unsafeCustomBuildID``). While it stays the same, a changed pod
-    template rolls that version's pods in place: keep it only while workflow code does
-    not change."""
+    """Drives versioned rollouts: a build ID instead of the derived one; while it stays, pods roll
+    in place (the official ``unsafeCustomBuildID``)."""
 
     @model_validator(mode="after")
     def _steps(self) -> Rollout:
-        if self.strategy is RolloutStrategy.PROGRESSIVE:
-            if not self.steps:
-                raise ValueError("steps are required for Progressive rollout")
-            last = 0
-            for index, step in enumerate(self.steps):
-                if step.ramp_percentage <= last:
-                    raise ValueError(
-                        f"steps[{index}].rampPercentage ({step.ramp_percentage}) must be "
-                        f"greater than the step before ({last}): percentages increase"
-                    )
-                last = step.ramp_percentage
+        if self.strategy is not RolloutStrategy.PROGRESSIVE:
+            return self
+        if not self.steps:
+            raise ValueError("steps are required for Progressive rollout")
+        last = 0
+        for index, step in enumerate(self.steps):
+            if step.ramp_percentage <= last:
+                raise ValueError(
+                    f"steps[{index}].rampPercentage ({step.ramp_percentage}) must be "
+                    f"greater than the step before ({last}): percentages increase"
+                )
+            last = step.ramp_percentage
         return self
 
 
 class Sunset(SpecModel):
-    """What happens to a version once it is drained (no traffic, no pinned workflows
-    running): scaled to zero, then deleted. Drives versioned rollouts."""
+    """Drives versioned rollouts: when a drained version is scaled down, then deleted."""
 
     scaledown_delay: Duration = "1h"
-    """Drives versioned rollouts: how long after draining a version's Deployment is
-    scaled to zero (default 1h)."""
+    """Drives versioned rollouts: how long after draining a version is scaled to zero."""
     delete_delay: Duration = "24h"
-    """Drives versioned rollouts: how long after draining a version's Deployment is
-    deleted (default 24h)."""
+    """Drives versioned rollouts: how long after draining a version is deleted."""
 
 
 def _checked_template(template: dict[str, JsonValue]) -> dict[str, JsonValue]:
@@ -728,7 +626,10 @@ def _checked_template(template: dict[str, JsonValue]) -> dict[str, JsonValue]:
 
 
 PodTemplate = Annotated[dict[str, JsonValue], AfterValidator(_checked_template)]
-"""A Kubernetes PodTemplateSpec, kept as written (twc checks only its own rules)."""
+
+
+def _k8s(model: BaseModel | None) -> Any:
+    return (model.model_dump(mode="json", exclude_none=True) or None) if model else None
 
 
 class WorkerSettings(SpecModel):
@@ -741,8 +642,7 @@ class WorkerSettings(SpecModel):
     temporal_namespace: TemporalNamespace | None = None
     """Temporal namespace the worker polls (default ``default``)."""
     replicas: int | None = Field(default=None, ge=0, le=10_000)
-    """Fixed replica count; ignored while ``autoscaling`` is set. Defaults to the
-    queue's ``partitions``, else 1."""
+    """Fixed replicas, ignored while autoscaled; default: the queue's partitions, else 1."""
     connection_ref: ConnectionRef | None = None
     """The Temporal connection to use."""
     autoscaling: Autoscaling | None = None
@@ -766,50 +666,38 @@ class WorkerSettings(SpecModel):
     termination_grace_period_seconds: int | None = Field(default=None, ge=0, le=86_400)
     """Time a stopping worker gets to finish in-flight tasks (default 60)."""
     template: PodTemplate | None = None
-    """The worker's pods as a Kubernetes PodTemplateSpec (the official worker
-    controller's ``template``): command, args, ``valueFrom``/``envFrom``, volumes,
-    probes, ports, security contexts, sidecars... twc merges its env, volumes and init
-    container into the worker container (named ``worker``, or the only one). Shorthand
-    fields fill what it leaves unset; the same thing set both ways differently at one
-    level is an error."""
+    """The pods as a PodTemplateSpec; shorthand fields fill what it leaves unset."""
     rollout: Rollout | None = None
-    """Drives versioned rollouts (Worker Versioning): one Deployment per build, traffic
-    moved by strategy. Unset: pods roll in place."""
+    """Drives versioned rollouts: one Deployment per build, traffic moved by strategy."""
     sunset: Sunset | None = None
     """Drives versioned rollouts: when drained versions are scaled down and deleted."""
 
     @model_validator(mode="after")
-    def _env_not_reserved(self) -> WorkerSettings:
+    def _env_and_template(self) -> WorkerSettings:
         clashes = sorted(set(self.env or {}) & RESERVED_ENV_NAMES)
         if clashes:
             raise ValueError(f"env may not set {', '.join(clashes)}: twc sets these itself")
-        return self
-
-    @model_validator(mode="after")
-    def _template_agrees(self) -> WorkerSettings:
-        if self.template is not None:
-            problems = same_level_conflicts(self.template, self.shorthand())
-            if problems:
-                raise ValueError("; ".join(problems))
+        problems = same_level_conflicts(self.template, self.shorthand())
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     def shorthand(self) -> dict[str, Any]:
-        """The shorthand pod fields in Kubernetes form, keyed by fleet-file name.
-
-        An unset field, or one that renders to nothing (``resources: {}``, a lifecycle
-        without commands, empty ``nodeSelector``), is None: it sets nothing.
-        """
+        """The shorthand pod fields in Kubernetes form by fleet-file name; None: sets nothing."""
+        lifecycle: dict[str, Any] = {}
+        if self.lifecycle and self.lifecycle.post_start_command:
+            lifecycle["postStart"] = {"exec": {"command": list(self.lifecycle.post_start_command)}}
+        if self.lifecycle and self.lifecycle.pre_stop_command:
+            lifecycle["preStop"] = {"exec": {"command": list(self.lifecycle.pre_stop_command)}}
         return {
             "image": self.image,
             "imagePullPolicy": self.image_pull_policy,
             "resources": (self.resources.to_kubernetes() or None) if self.resources else None,
-            "lifecycle": (self.lifecycle.to_kubernetes() or None) if self.lifecycle else None,
+            "lifecycle": lifecycle or None,
             "env": dict(self.env) if self.env else None,
             "nodeSelector": dict(self.node_selector) if self.node_selector else None,
-            "affinity": (self.affinity.to_kubernetes() or None) if self.affinity else None,
-            "tolerations": (
-                [t.to_kubernetes() for t in self.tolerations] if self.tolerations else None
-            ),
+            "affinity": _k8s(self.affinity),
+            "tolerations": [_k8s(t) for t in self.tolerations] if self.tolerations else None,
             "terminationGracePeriodSeconds": self.termination_grace_period_seconds,
         }
 
@@ -820,6 +708,13 @@ class Defaults(WorkerSettings):
 
 class TemporalWorker(WorkerSettings):
     """A worker Deployment polling one Temporal task queue."""
+
+    model_config = _cel(
+        (
+            "has(self.queueRef) || has(self.taskQueueName)",
+            "set queueRef or taskQueueName: the worker needs a task queue",
+        )
+    )
 
     name: DnsLabel
     """Worker name (names the Deployment, ServiceAccount and pods)."""
@@ -838,37 +733,23 @@ class TemporalWorker(WorkerSettings):
 
 
 class Sharding(SpecModel):
-    """How a stack is split into shards, each its own Pulumi stack (own state, lock and
-    Lease), so a change costs what its shard costs rather than what the fleet costs."""
+    """How a stack is split into shards by namespace, each its own Pulumi stack."""
 
     by: Literal["namespace"] = "namespace"
-    """What keeps workers together: every object of one Kubernetes namespace (its
-    workers, queues and credential-secret copies) lives in one shard."""
+    """What keeps workers together: each Kubernetes namespace lives in one shard."""
     max_workers_per_shard: int = Field(default=250, ge=1, le=100_000)
-    """A new namespace joins the least-filled shard with room for its workers; when
-    none has room a new shard is opened. Namespaces already assigned never move, so a
-    shard may grow past this as its namespaces grow."""
+    """A new namespace joins the least-filled shard with room, else opens one; none moves."""
     assignment_namespace: DnsLabel = "default"
-    """Namespace of the ConfigMap ``twc-shards-<stack>`` that records which shard each
-    namespace belongs to (the daemon's own namespace is a good choice: its Role grants
-    that ConfigMap and the shards' Leases)."""
+    """Namespace of the ConfigMap ``twc-shards-<stack>`` that records the assignment."""
 
 
 class DeletionGuard(SpecModel):
-    """How many of the stack's workers one apply may delete without a person's yes.
-
-    More deletions than ``maxShare`` of the workers the stack runs (a deleted CRD, a
-    list that answered wrongly, a fleet file cut in half) are held: no entry point
-    deletes them until someone approves that exact set (``twc approve``, ``twc up
-    --yes``, or the approval annotation on the stack's record).
-    """
+    """How many of the stack's workers one apply may delete before a person must approve."""
 
     max_share: float = Field(default=0.25, ge=0, le=1)
-    """Share of the stack's workers one apply may delete (at least one is always
-    allowed); ``1`` turns the guard off."""
+    """Share of the stack's workers one apply may delete (at least one); ``1``: off."""
     release_after: float | None = Field(default=None, ge=0)
-    """Seconds after which the daemon deletes held workers still wanted on its own;
-    unset (the default): never, only an approval releases them."""
+    """Seconds after which the daemon deletes held workers itself; unset: never."""
 
     def allowed(self, total: int) -> int:
         """How many of ``total`` workers one apply may delete (at least one)."""
@@ -876,9 +757,7 @@ class DeletionGuard(SpecModel):
 
 
 class StackSelector(SpecModel):
-    """Which cluster objects (Queue and TemporalWorker objects) a stack takes: those
-    matching every field set. An object two stacks select is refused by both
-    (``StackConflict``), so no worker is ever applied by two stacks."""
+    """Which cluster objects a stack takes: those matching every field set."""
 
     namespaces: tuple[DnsLabel, ...] | None = None
     """Namespaces whose objects the stack takes; unset: every namespace."""
@@ -895,115 +774,3 @@ class StackSelector(SpecModel):
 PodSecurityKey = Annotated[
     str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(/[a-z0-9]([-a-z0-9]*[a-z0-9])?)?$")
 ]
-
-
-class Fleet(SpecModel):
-    """A fleet file: every Temporal worker of one environment."""
-
-    api_version: Literal["twc.temporal.io/v1"]
-    """Schema version; ``twc.temporal.io/v1``."""
-    kind: Literal["Fleet"]
-    """Always ``Fleet``."""
-    cluster_objects: bool = True
-    """Whether the stack's desired state includes the cluster's objects: labelled kmsvc
-    Queues, TemporalWorker, Connection and ClusterConnection objects. Every entry point
-    honours it alike (the daemon, ``twc up``/``preview`` and plain ``pulumi up``), so
-    none of them deletes the workers another one created from the cluster. ``false``:
-    the fleet file alone."""
-    sharding: Sharding | None = None
-    """Split the stack into shards by namespace (``None``: one stack for the fleet)."""
-    deletion_guard: DeletionGuard = Field(default_factory=DeletionGuard)
-    """How many workers one apply may delete before a person must approve."""
-    select: StackSelector | None = None
-    """The cluster objects this stack takes (``None``: every one, as a stack alone on
-    its cluster does). Stacks that set it publish it in their control namespace and each
-    refuses an object another stack's ``select`` takes too."""
-    pod_security: dict[PodSecurityKey, PodSecurityLevel] = Field(default_factory=dict)
-    """The Pod Security Standards profile the pods of workers from tenants' objects
-    (TemporalWorker and Queue objects) are held to, by ``<namespace>`` or
-    ``<namespace>/<worker>`` (the more specific wins); ``restricted`` for the rest.
-    A worker whose template sets more is refused (``InvalidSpec``)."""
-    defaults: Defaults = Field(default_factory=Defaults)
-    """Values for derived workers and workers that omit a field."""
-    cluster_connections: tuple[ClusterConnection, ...] = ()
-    """Cluster-scoped connections."""
-    connections: tuple[Connection, ...] = ()
-    """Namespaced connections."""
-    custom_connections: tuple[CustomConnection, ...] = ()
-    """Objects of connection kinds added by provider plugins."""
-    queues: tuple[Queue, ...] = ()
-    """kmsvc queues."""
-    workers: tuple[TemporalWorker, ...] = ()
-    """Explicit workers."""
-
-    @model_validator(mode="after")
-    def _select_unsharded(self) -> Fleet:
-        if self.select is not None and self.sharding is not None:
-            # Each shard publishes its own selection: siblings would refuse each other.
-            raise ValueError("select and sharding cannot be combined")
-        return self
-
-    # Resolution cache, filled by load_fleet (which has just checked the fleet). It is
-    # derived data: equality ignores it and copies drop it.
-    _resolved: tuple[ResolvedWorker, ...] | None = PrivateAttr(default=None)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Fleet):
-            return NotImplemented
-        return self.__dict__ == other.__dict__
-
-    __hash__ = None  # type: ignore[assignment]  # holds dicts and lists: not hashable
-
-    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
-        """Copy the fleet (see pydantic); the copy resolves its workers afresh."""
-        copied = super().model_copy(update=update, deep=deep)
-        copied._resolved = None
-        return copied
-
-    def resolved_workers(self) -> list[ResolvedWorker]:
-        """Return every worker with defaults applied, derived workers included.
-
-        Explicit workers come first, in file order, then derived ones in queue order.
-
-        Raises:
-            SpecError: If the fleet is inconsistent (only possible for a Fleet built
-                without :func:`twc.spec.load_fleet`, which checks this up front).
-        """
-        if self._resolved is None:
-            # Imported here: _resolve needs these models, so a module-level import
-            # would be circular.
-            from twc.spec._resolve import resolve_or_raise
-
-            self._resolved = resolve_or_raise(self, "<fleet>")
-        return list(self._resolved)
-
-    def pod_security_level(self, namespace: str, name: str) -> PodSecurityLevel:
-        """The profile a tenant's worker ``namespace/name`` is held to."""
-        found = self.pod_security.get(f"{namespace}/{name}") or self.pod_security.get(namespace)
-        return found or "restricted"
-
-    def find_cluster_connection(self, name: str) -> ClusterConnection | None:
-        """Return the ClusterConnection called ``name``, if any."""
-        return next((c for c in self.cluster_connections if c.name == name), None)
-
-    def find_connection(self, namespace: str, name: str) -> Connection | None:
-        """Return the Connection ``namespace/name``, if any."""
-        return next(
-            (c for c in self.connections if c.namespace == namespace and c.name == name), None
-        )
-
-    def find_custom_connection(
-        self, kind: str, name: str, namespace: str | None = None
-    ) -> CustomConnection | None:
-        """Return the custom connection object of ``kind`` called ``name``, if any.
-
-        A cluster-scoped object (no namespace) matches any ``namespace``.
-        """
-        for c in self.custom_connections:
-            if c.kind == kind and c.name == name and c.namespace in (None, namespace):
-                return c
-        return None
-
-    def find_queue(self, namespace: str, name: str) -> Queue | None:
-        """Return the queue ``namespace/name``, if any."""
-        return next((q for q in self.queues if q.namespace == namespace and q.name == name), None)

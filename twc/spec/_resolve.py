@@ -1,19 +1,12 @@
-"""Whole-fleet checks and worker resolution.
-
-Resolution and cross-object validation are one pass on purpose: resolving a worker is
-exactly the act of following its references and defaults, so whatever cannot be
-followed is, by definition, a validation issue. The pass collects every issue before
-failing, so a user sees all problems in one run.
-"""
+"""The fleet as a whole: its model, its cross-object checks and worker resolution;
+one pass collects every issue before failing."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Hashable, Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Hashable, Iterable, Mapping
+from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from twc.errors import SpecError, SpecIssue
 from twc.spec._models import (
@@ -21,33 +14,117 @@ from twc.spec._models import (
     CONNECTION_KIND,
     Affinity,
     Autoscaling,
+    ClusterConnection,
+    Connection,
     ConnectionTarget,
+    CustomConnection,
     Defaults,
-    Fleet,
+    DeletionGuard,
     ImagePullPolicy,
     Lifecycle,
+    PodSecurityKey,
     Queue,
     Resources,
     Rollout,
     ServiceAccount,
+    Sharding,
+    SpecModel,
+    StackSelector,
     Sunset,
     TemporalWorker,
     Toleration,
     WorkerSettings,
 )
-from twc.spec._template import Level, merge_pod_template, worker_container_index
+from twc.spec._template import Level, PodSecurityLevel, merge_pod_template, worker_container_index
 
-__all__ = ["ResolvedDLQ", "ResolvedWorker", "check_fleet", "resolve_or_raise"]
-
-logger = logging.getLogger(__name__)
-
-DEFAULT_TEMPORAL_NAMESPACE = "default"
-DEFAULT_IMAGE_PULL_POLICY: ImagePullPolicy = "IfNotPresent"
-DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS = 60
-DERIVED_WORKER_PREFIX = "worker-"
 # The DLQ StatefulSet is "<worker>-dlq"; StatefulSet names feed the 63-character
 # controller-revision-hash label together with an 11-character suffix.
 MAX_DLQ_WORKER_NAME = 48
+
+
+class Fleet(SpecModel):
+    """A fleet file: every Temporal worker of one environment."""
+
+    api_version: Literal["twc.temporal.io/v1"]
+    """Schema version; ``twc.temporal.io/v1``."""
+    kind: Literal["Fleet"]
+    """Always ``Fleet``."""
+    cluster_objects: bool = True
+    """Take the cluster's labelled Queues, TemporalWorkers and connections too (``false``: no)."""
+    sharding: Sharding | None = None
+    """Split the stack into shards by namespace (``None``: one stack for the fleet)."""
+    deletion_guard: DeletionGuard = Field(default_factory=DeletionGuard)
+    """How many workers one apply may delete before a person must approve."""
+    select: StackSelector | None = None
+    """The cluster objects this stack takes (``None``: all); one two stacks take is refused."""
+    pod_security: dict[PodSecurityKey, PodSecurityLevel] = Field(default_factory=dict)
+    """Pod Security Standard of tenants' workers by ``<ns>[/<worker>]``; else restricted."""
+    defaults: Defaults = Field(default_factory=Defaults)
+    """Values for derived workers and workers that omit a field."""
+    cluster_connections: tuple[ClusterConnection, ...] = ()
+    """Cluster-scoped connections."""
+    connections: tuple[Connection, ...] = ()
+    """Namespaced connections."""
+    custom_connections: tuple[CustomConnection, ...] = ()
+    """Objects of connection kinds added by provider plugins."""
+    queues: tuple[Queue, ...] = ()
+    """kmsvc queues."""
+    workers: tuple[TemporalWorker, ...] = ()
+    """Explicit workers."""
+
+    # Filled by load_fleet and resolved_workers; equality ignores it and copies drop it.
+    _resolved: tuple[ResolvedWorker, ...] | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _select_unsharded(self) -> Fleet:
+        if self.select is not None and self.sharding is not None:
+            # Each shard publishes its own selection: siblings would refuse each other.
+            raise ValueError("select and sharding cannot be combined")
+        return self
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Fleet):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]  # holds dicts and lists: not hashable
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """Copy the fleet (see pydantic); the copy resolves its workers afresh."""
+        copied = super().model_copy(update=update, deep=deep)
+        copied._resolved = None
+        return copied
+
+    def resolved_workers(self) -> list[ResolvedWorker]:
+        """Every worker with defaults applied: explicit ones in file order, then derived."""
+        if self._resolved is None:
+            self._resolved = resolve(self, "<fleet>")
+        return list(self._resolved)
+
+    def pod_security_level(self, namespace: str, name: str) -> PodSecurityLevel:
+        """The profile a tenant's worker ``namespace/name`` is held to."""
+        found = self.pod_security.get(f"{namespace}/{name}") or self.pod_security.get(namespace)
+        return found or "restricted"
+
+    def find_cluster_connection(self, name: str) -> ClusterConnection | None:
+        """The ClusterConnection called ``name``, if any."""
+        return next((c for c in self.cluster_connections if c.name == name), None)
+
+    def find_connection(self, namespace: str, name: str) -> Connection | None:
+        """The Connection ``namespace/name``, if any."""
+        found = (c for c in self.connections if (c.namespace, c.name) == (namespace, name))
+        return next(found, None)
+
+    def find_custom_connection(
+        self, kind: str, name: str, namespace: str | None = None
+    ) -> CustomConnection | None:
+        """The plugin kind's object ``name``; a cluster-scoped one matches any namespace."""
+        found = (c for c in self.custom_connections if (c.kind, c.name) == (kind, name))
+        return next((c for c in found if c.namespace in (None, namespace)), None)
+
+    def find_queue(self, namespace: str, name: str) -> Queue | None:
+        """The queue ``namespace/name``, if any."""
+        return next((q for q in self.queues if (q.namespace, q.name) == (namespace, name)), None)
 
 
 class ResolvedDLQ(BaseModel):
@@ -56,13 +133,9 @@ class ResolvedDLQ(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     image: str
-    """Processor image."""
     replicas: int
-    """Processor replicas."""
     task_queue_name: str
-    """Task queue the processor polls."""
     resources: Resources
-    """Processor resources."""
 
 
 class ResolvedWorker(BaseModel):
@@ -71,66 +144,38 @@ class ResolvedWorker(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     name: str
-    """Worker name."""
     namespace: str
-    """Kubernetes namespace."""
     derived: bool
     """True when derived from a queue's ``workerEnabled``."""
     source: str
     """Where the worker is declared, e.g. ``workers[2]`` or ``queues[0]``."""
     queue: Queue | None
-    """The kmsvc queue served, if any."""
     task_queue_name: str
-    """Temporal task queue polled."""
     temporal_namespace: str
-    """Temporal namespace."""
     connection: ConnectionTarget
-    """The connection reference made absolute."""
     connection_source: str
-    """Field path of the connection reference in use, e.g.
-    ``workers[2].connectionRef.name`` or ``defaults.connectionRef.objectRef``."""
+    """Field path of the reference in use, e.g. ``defaults.connectionRef.objectRef``."""
     image: str
-    """Container image."""
     image_pull_policy: ImagePullPolicy
-    """Image pull policy."""
     replicas: int
     """Replica count to start from (``minReplicas`` when autoscaling)."""
     autoscaling: Autoscaling | None
-    """Scaling bounds, if autoscaled."""
     resources: Resources
-    """Container resources."""
     node_selector: dict[str, str]
-    """Node selector."""
     affinity: Affinity | None
-    """Affinity rules."""
     tolerations: tuple[Toleration, ...]
-    """Tolerations."""
     lifecycle: Lifecycle
-    """Lifecycle hooks."""
     dlq: ResolvedDLQ | None
-    """DLQ processor, when enabled."""
     service_account: ServiceAccount
-    """ServiceAccount settings."""
     env: dict[str, str]
-    """Extra environment variables."""
     termination_grace_period_seconds: int
-    """Termination grace period."""
     pod_template: dict[str, Any]
-    """The user's side of the worker's pods: ``template`` (the worker's, else the
-    defaults') with the shorthand fields merged in by the rules of
-    :mod:`twc.spec._template`; its ``spec.containers`` always holds the worker
-    container. The fields above are the shorthand values as resolved; the pods are
-    built from this. twc's own env, labels, volumes and init container are added by
-    the builders."""
+    """The user's side of the pods, shorthand merged in; the builders add twc's parts."""
     template_source: str | None
-    """Field path of the ``template`` in effect (``workers[2].template`` or
-    ``defaults.template``), None without one; errors about pod fields point here."""
+    """Field path of the ``template`` in effect, None without one."""
     rollout: Rollout | None
-    """Versioned rollout settings (drive versioned Deployments and Worker Versioning
-    routing); None keeps in-place rolls."""
     sunset: Sunset | None
-    """When drained versions are scaled down and deleted, with the defaults applied
-    (``1h``, ``24h``); set exactly when ``rollout`` is."""
+    """With the defaults applied; set exactly when ``rollout`` is."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -139,18 +184,16 @@ class ResolvedWorker(BaseModel):
 
     @property
     def stack_key(self) -> str:
-        """``<namespace>/<name>``: the worker's name in the stack (its component's
-        resource name), in metrics and in the daemon's decisions."""
+        """``<namespace>/<name>``: the worker's name in the stack, metrics and decisions."""
         return f"{self.namespace}/{self.name}"
 
 
-@dataclass
 class _Checker:
     """Accumulates issues for one fleet file."""
 
-    fleet: Fleet
-    file: str
-    issues: list[SpecIssue] = field(default_factory=list)
+    def __init__(self, fleet: Fleet, file: str) -> None:
+        self.fleet, self.file = fleet, file
+        self.issues: list[SpecIssue] = []
 
     def add(self, path: str, reason: str) -> None:
         self.issues.append(SpecIssue(self.file, path, reason))
@@ -158,32 +201,18 @@ class _Checker:
     def unique(self, section: str, keys: Iterable[Hashable], describe: str) -> None:
         first: dict[Hashable, int] = {}
         for index, key in enumerate(keys):
-            if key in first:
-                self.add(
-                    f"{section}[{index}].name",
-                    f"duplicate {describe} {_show(key)} (first defined at {section}[{first[key]}])",
-                )
-            else:
+            if key not in first:
                 first[key] = index
+                continue
+            shown = "/".join(p for p in key if p is not None) if isinstance(key, tuple) else key
+            self.add(
+                f"{section}[{index}].name",
+                f"duplicate {describe} {shown} (first defined at {section}[{first[key]}])",
+            )
 
 
-def _show(key: Hashable) -> str:
-    if isinstance(key, tuple):
-        return "/".join(f"{part}" for part in key if part is not None)
-    return f"{key}"
-
-
-def check_fleet(fleet: Fleet, file: str) -> tuple[list[ResolvedWorker], list[SpecIssue]]:
-    """Check cross-object rules and resolve every worker.
-
-    Args:
-        fleet: A structurally valid fleet.
-        file: File name used in issues.
-
-    Returns:
-        The resolved workers (explicit first, then derived) and every issue found.
-        Workers with issues are left out of the list.
-    """
+def resolve(fleet: Fleet, file: str) -> tuple[ResolvedWorker, ...]:
+    """Every worker resolved, explicit first, then derived; else a SpecError with every issue."""
     c = _Checker(fleet, file)
     c.unique("clusterConnections", (x.name for x in fleet.cluster_connections), "ClusterConnection")
     c.unique("connections", ((x.namespace, x.name) for x in fleet.connections), "Connection")
@@ -195,51 +224,38 @@ def check_fleet(fleet: Fleet, file: str) -> tuple[list[ResolvedWorker], list[Spe
     c.unique("queues", ((x.namespace, x.name) for x in fleet.queues), "queue")
     c.unique("workers", ((x.namespace, x.name) for x in fleet.workers), "worker")
 
-    resolved: list[ResolvedWorker] = []
+    resolved: list[ResolvedWorker | None] = []
     served: set[tuple[str, str]] = set()
     for index, worker in enumerate(fleet.workers):
         queue = _worker_queue(c, index, worker)
         if queue is not None:
             served.add((queue.namespace, queue.name))
-        path = f"workers[{index}]"
-        result = _resolve(c, path, worker, queue, worker.name, worker.namespace)
-        if result is not None:
-            resolved.append(result)
+        resolved.append(_resolve(c, f"workers[{index}]", worker, queue, worker.name))
 
     explicit = {(w.namespace, w.name): i for i, w in enumerate(fleet.workers)}
     for index, queue in enumerate(fleet.queues):
         if not queue.worker_enabled or (queue.namespace, queue.name) in served:
             continue
-        path = f"queues[{index}]"
-        name = f"{DERIVED_WORKER_PREFIX}{queue.name}"
+        path, name = f"queues[{index}]", f"worker-{queue.name}"
+        clash = explicit.get((queue.namespace, name))
         if len(name) > 63:
             c.add(
                 f"{path}.name",
                 f"the derived worker name {name!r} exceeds 63 characters: shorten the "
                 "queue name or declare the worker explicitly",
             )
-            continue
-        clash = explicit.get((queue.namespace, name))
-        if clash is not None:
+        elif clash is not None:
             c.add(
                 f"{path}.workerEnabled",
                 f"the derived worker {queue.namespace}/{name} clashes with workers[{clash}], "
                 "which serves another queue: rename that worker or set its queueRef to "
                 "this queue",
             )
-            continue
-        result = _resolve(c, path, None, queue, name, queue.namespace)
-        if result is not None:
-            resolved.append(result)
-    return resolved, c.issues
-
-
-def resolve_or_raise(fleet: Fleet, file: str) -> tuple[ResolvedWorker, ...]:
-    """Resolve every worker, raising one :class:`SpecError` listing all issues."""
-    workers, issues = check_fleet(fleet, file)
-    if issues:
-        raise SpecError(issues)
-    return tuple(workers)
+        else:
+            resolved.append(_resolve(c, path, None, queue, name))
+    if c.issues:
+        raise SpecError(c.issues)
+    return tuple(w for w in resolved if w is not None)
 
 
 def _worker_queue(c: _Checker, index: int, worker: TemporalWorker) -> Queue | None:
@@ -257,38 +273,34 @@ def _worker_queue(c: _Checker, index: int, worker: TemporalWorker) -> Queue | No
                 "set queueRef.namespace)"
             )
         c.add(
-            f"workers[{index}].queueRef",
-            f"no queue {ref.name!r} in namespace {namespace!r}{hint}",
+            f"workers[{index}].queueRef", f"no queue {ref.name!r} in namespace {namespace!r}{hint}"
         )
     return queue
 
 
 def _resolve(
-    c: _Checker,
-    path: str,
-    worker: TemporalWorker | None,
-    queue: Queue | None,
-    name: str,
-    namespace: str,
+    c: _Checker, path: str, worker: TemporalWorker | None, queue: Queue | None, name: str
 ) -> ResolvedWorker | None:
     """Resolve one worker; ``worker`` is None for a worker derived from ``queue``."""
-    s = _merged(worker, c.fleet.defaults)
+    defaults = c.fleet.defaults
+    s = _merged(worker, defaults)
+    namespace = worker.namespace if worker is not None else (queue.namespace if queue else "")
     explicit, before = worker is not None, len(c.issues)
     # A derived worker's issues point at its queue and name the setting for defaults.
     subject = "" if explicit else f"derived worker {name!r}: "
     fix = "set it here or in defaults" if explicit else "set it in defaults"
-    pod_template, template_source = _pod_template(worker, c.fleet.defaults, path)
-    image = _worker_image(pod_template)
-    if image is None:
+    pod_template, template_source = _pod_template(worker, defaults, path)
+    containers = pod_template["spec"]["containers"]
+    image = containers[worker_container_index(containers) or 0].get("image") or None
+    if not isinstance(image, str):
+        image = None
         c.add(
             f"{path}.image" if explicit else path,
             f"{subject}no image: {fix}.image (or in the template's worker container)",
         )
     target, ref_source = _connection(c, path, worker, s, namespace, subject, fix)
-    task_queue = (worker.task_queue_name if worker is not None else None) or (
-        queue.name if queue is not None else None
-    )
-    resources = s.resources or Resources.model_validate({})
+    task_queue = (worker.task_queue_name if worker else None) or (queue.name if queue else None)
+    resources = s.resources or Resources()
     dlq: ResolvedDLQ | None = None
     if s.dlq is not None and s.dlq.enabled and len(name) > MAX_DLQ_WORKER_NAME:
         c.add(
@@ -303,7 +315,6 @@ def _resolve(
             task_queue_name=s.dlq.task_queue_name or f"{task_queue}-dlq",
             resources=s.dlq.resources or resources,
         )
-    sunset = s.sunset or Sunset.model_validate({}) if s.rollout is not None else None
     if s.rollout is None and worker is not None and worker.sunset is not None:
         c.add(
             f"{path}.sunset",
@@ -311,6 +322,7 @@ def _resolve(
         )
     if len(c.issues) > before or image is None or target is None or task_queue is None:
         return None
+    grace = s.termination_grace_period_seconds
     return ResolvedWorker(
         name=name,
         namespace=namespace,
@@ -318,30 +330,26 @@ def _resolve(
         source=path,
         queue=queue,
         task_queue_name=task_queue,
-        temporal_namespace=s.temporal_namespace or DEFAULT_TEMPORAL_NAMESPACE,
+        temporal_namespace=s.temporal_namespace or "default",
         connection=target,
         connection_source=ref_source,
         image=image,
-        image_pull_policy=s.image_pull_policy or DEFAULT_IMAGE_PULL_POLICY,
-        replicas=_replicas(worker, queue, c.fleet.defaults, s),
+        image_pull_policy=s.image_pull_policy or "IfNotPresent",
+        replicas=_replicas(worker, queue, defaults, s),
         autoscaling=s.autoscaling,
         resources=resources,
         node_selector=dict(s.node_selector or {}),
         affinity=s.affinity,
         tolerations=tuple(s.tolerations or ()),
-        lifecycle=s.lifecycle or Lifecycle.model_validate({}),
+        lifecycle=s.lifecycle or Lifecycle(),
         dlq=dlq,
-        service_account=s.service_account or ServiceAccount.model_validate({}),
+        service_account=s.service_account or ServiceAccount(),
         env=dict(s.env or {}),
-        termination_grace_period_seconds=(
-            s.termination_grace_period_seconds
-            if s.termination_grace_period_seconds is not None
-            else DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS
-        ),
+        termination_grace_period_seconds=60 if grace is None else grace,
         pod_template=pod_template,
         template_source=template_source,
         rollout=s.rollout,
-        sunset=sunset,
+        sunset=(s.sunset or Sunset()) if s.rollout is not None else None,
     )
 
 
@@ -363,16 +371,30 @@ def _connection(
         return None, ref_source
     ref_source += ".name" if s.connection_ref.name is not None else ".objectRef"
     target = s.connection_ref.target(namespace)
-    inherited = "" if own_ref else f"connectionRef (from {ref_source}): "
-    _check_connection_exists(c, ref_source if own_ref else path, f"{subject}{inherited}", target)
+    where = ref_source if own_ref else path
+    prefix = subject + ("" if own_ref else f"connectionRef (from {ref_source}): ")
+    # Other kinds belong to provider plugins: the connection registry reports those.
+    missing_cc = c.fleet.find_cluster_connection(target.name) is None
+    if target.kind == CONNECTION_KIND and c.fleet.find_connection(namespace, target.name) is None:
+        elsewhere = sorted(x.namespace for x in c.fleet.connections if x.name == target.name)
+        if elsewhere:
+            c.add(
+                where,
+                f"{prefix}Connection {target.name!r} is in namespace {elsewhere[0]!r}, but a "
+                "namespaced Connection can only be used by workers in its own namespace "
+                f"(this worker is in {namespace!r}); use a ClusterConnection to share it",
+            )
+        else:
+            c.add(where, f"{prefix}no Connection {target.name!r} in namespace {namespace!r}")
+    elif target.kind == CLUSTER_CONNECTION_KIND and missing_cc:
+        c.add(where, f"{prefix}no ClusterConnection {target.name!r}")
     return target, ref_source
 
 
 def _replicas(
     worker: TemporalWorker | None, queue: Queue | None, defaults: Defaults, s: WorkerSettings
 ) -> int:
-    """The worker's own count, else one per queue partition, else the default; the
-    autoscaler's floor while autoscaled (until the daemon has sampled the backlog)."""
+    """The autoscaler's floor, else the worker's count, else the queue's partitions, else 1."""
     if s.autoscaling is not None:
         return s.autoscaling.min_replicas
     if worker is not None and worker.replicas is not None:
@@ -385,12 +407,7 @@ def _replicas(
 def _pod_template(
     worker: TemporalWorker | None, defaults: Defaults, path: str
 ) -> tuple[dict[str, Any], str | None]:
-    """The user's pod template with the shorthand merged in, and where it comes from.
-
-    The template and every shorthand field are taken from the most specific level that
-    sets them (the worker, else ``defaults``); :func:`merge_pod_template` then lets the
-    more specific of the two win where both speak, and fills gaps either way.
-    """
+    """The pod template in effect with the shorthand merged in, and where it is set."""
     own = worker.template if worker is not None else None
     if own is not None:
         template, level, source = own, Level.WORKER, f"{path}.template"
@@ -399,9 +416,8 @@ def _pod_template(
     else:
         template, level, source = None, Level.NONE, None
     mine = worker.shorthand() if worker is not None else {}
-    inherited = defaults.shorthand()
     shorthand: dict[str, tuple[Level, Any]] = {}
-    for name, value in inherited.items():
+    for name, value in defaults.shorthand().items():
         if mine.get(name) is not None:
             shorthand[name] = (Level.WORKER, mine[name])
         elif value is not None:
@@ -409,52 +425,13 @@ def _pod_template(
     return merge_pod_template(template, level, shorthand), source
 
 
-def _worker_image(pod_template: dict[str, Any]) -> str | None:
-    containers = pod_template["spec"]["containers"]
-    index = worker_container_index(containers)
-    image = containers[index].get("image") if index is not None else None
-    return image if isinstance(image, str) and image else None
-
-
 def _merged(worker: TemporalWorker | None, defaults: Defaults) -> WorkerSettings:
-    """The worker's settings over the defaults.
-
-    Whole values are taken, never merged: a worker's ``resources`` replaces the
-    default's, which keeps the result predictable from the file alone.
-    """
+    """The worker's settings over the defaults, whole values taken, never merged."""
     if worker is None:
         return defaults
     overrides = {
-        field_name: value
-        for field_name in WorkerSettings.model_fields
-        if (value := getattr(worker, field_name)) is not None
+        name: value
+        for name in WorkerSettings.model_fields
+        if (value := getattr(worker, name)) is not None
     }
     return defaults.model_copy(update=overrides)
-
-
-def _check_connection_exists(
-    c: _Checker, where: str, prefix: str, target: ConnectionTarget
-) -> None:
-    """Report a reference to a built-in connection kind that names nothing.
-
-    Other kinds belong to provider plugins; the connection registry reports those
-    (``UnknownConnectionKind`` / ``ConnectionNotFound``), since only it knows them.
-    """
-    if target.kind == CONNECTION_KIND:
-        if c.fleet.find_connection(target.namespace, target.name) is not None:
-            return
-        elsewhere = sorted(x.namespace for x in c.fleet.connections if x.name == target.name)
-        if elsewhere:
-            c.add(
-                where,
-                f"{prefix}Connection {target.name!r} is in namespace {elsewhere[0]!r}, but a "
-                "namespaced Connection can only be used by workers in its own namespace "
-                f"(this worker is in {target.namespace!r}); use a ClusterConnection to share it",
-            )
-        else:
-            c.add(where, f"{prefix}no Connection {target.name!r} in namespace {target.namespace!r}")
-    elif (
-        target.kind == CLUSTER_CONNECTION_KIND
-        and c.fleet.find_cluster_connection(target.name) is None
-    ):
-        c.add(where, f"{prefix}no ClusterConnection {target.name!r}")

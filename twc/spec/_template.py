@@ -1,127 +1,48 @@
-"""A worker's ``template`` (a Kubernetes PodTemplateSpec) and the shorthand fields.
+"""A worker's ``template`` (a PodTemplateSpec) merged with the shorthand fields.
 
-A worker may describe its pods with the official worker controller's ``template`` field,
-with twc's shorthand fields (``image``, ``resources``, ``env``, ``nodeSelector``...), or
-both. The rules, in one place:
-
-* **The worker container** is the container named ``worker``, or the only container.
-  A template with several containers and none named ``worker`` is rejected: twc would
-  not know which one runs the worker.
-* **Shorthand fills what the template leaves unset.** ``image: x`` next to a template
-  whose worker container has no image sets it; a template value is never dropped.
-  ``env`` merges by variable name.
-* **The more specific level wins.** A worker's own fields beat ``defaults``, whichever
-  form they take: a worker's ``image`` replaces the image of a template inherited from
-  ``defaults``, and a worker's ``template`` keeps its image over ``defaults.image``.
-  A worker's ``template`` replaces ``defaults.template`` whole, as every other field does.
-* **A conflict is an error.** Setting one thing twice at the same level with different
-  values (``image`` and the template's image, an ``env`` name in both) is rejected,
-  naming both fields.
-* **twc's own parts stay twc's.** The TEMPORAL_* and downward-API variables
-  (:data:`~twc.spec.RESERVED_ENV_NAMES`) in the worker container, twc's labels, the
-  connection annotation, the mTLS volume, the wait-for-frontend init container and the
-  ServiceAccount (twc creates one per worker) cannot be set in a template.
-
-Everything else in the template (command and args, ``valueFrom`` and ``envFrom``,
-volumes and mounts, probes, ports, security contexts, labels and annotations, priority
-class, topology spread, sidecars and native sidecars) is kept as written; the API server
-validates it (``twc preview`` runs a server-side dry run of each changed Deployment).
-
-Pure, like the rest of :mod:`twc.spec`.
+Shorthand fills what the template leaves unset (``env`` by name); the more specific level
+wins; the same thing set twice at one level differently is an error; twc's own parts cannot
+be set. Tenants' templates are also held to a Pod Security Standard.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from enum import IntEnum
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from twc.spec._names import check_label_key, check_label_value
 from twc.spec.labels import STACK_LABEL
 
-__all__ = [
-    "CONTAINER_SHORTHAND",
-    "POD_SHORTHAND",
-    "RESERVED_ANNOTATIONS",
-    "RESERVED_INIT_CONTAINERS",
-    "RESERVED_POD_LABELS",
-    "RESERVED_POD_SPEC_FIELDS",
-    "RESERVED_VOLUMES",
-    "WORKER_CONTAINER_NAME",
-    "Level",
-    "check_pod_template",
-    "merge_pod_template",
-    "same_level_conflicts",
-    "worker_container_index",
-]
-
 WORKER_CONTAINER_NAME: Final = "worker"
-"""Name that marks the worker container among several."""
-
 RESERVED_POD_LABELS: Final = frozenset(
-    {
-        "app.kubernetes.io/name",
-        "app.kubernetes.io/component",
-        "app.kubernetes.io/managed-by",
-        "temporal.io/task-queue",
-        "twc.temporal.io/worker",
-        STACK_LABEL,
-    }
+    {"app.kubernetes.io/name", "app.kubernetes.io/component", "app.kubernetes.io/managed-by"}
+    | {"temporal.io/task-queue", "twc.temporal.io/worker", STACK_LABEL}
 )
-"""Pod labels twc sets: its Deployments select on them, so a template may not."""
-RESERVED_ANNOTATIONS: Final = frozenset({"temporal.io/connection-spec-hash"})
-"""Pod annotations twc sets (the connection fingerprint that rolls pods)."""
-RESERVED_VOLUMES: Final = frozenset({"temporal-tls"})
-"""Pod volumes twc adds (the connection's mTLS secret)."""
-RESERVED_INIT_CONTAINERS: Final = frozenset({"wait-for-temporal"})
-"""Init containers twc adds (it waits until the Temporal frontend accepts connections)."""
-RESERVED_POD_SPEC_FIELDS: Final = {
-    "serviceAccountName": "twc creates a ServiceAccount per worker (named like it): "
-    "give it annotations with serviceAccount.annotations",
-    "serviceAccount": "twc creates a ServiceAccount per worker (named like it): "
-    "give it annotations with serviceAccount.annotations",
-}
+"""Pod labels twc sets: its Deployments select on them."""
+RESERVED_POD_SPEC_FIELDS: Final = dict.fromkeys(
+    ("serviceAccountName", "serviceAccount"),
+    "twc creates a ServiceAccount per worker (named like it): give it annotations with "
+    "serviceAccount.annotations",
+)
 """Pod spec fields twc owns, with what to do instead."""
-
-CONTAINER_SHORTHAND: Final = {
-    "image": "image",
-    "imagePullPolicy": "imagePullPolicy",
-    "resources": "resources",
-    "lifecycle": "lifecycle",
-    "env": "env",
-}
-"""Shorthand fields that land in the worker container: fleet name → container field."""
-POD_SHORTHAND: Final = {
-    "nodeSelector": "nodeSelector",
-    "affinity": "affinity",
-    "tolerations": "tolerations",
-    "terminationGracePeriodSeconds": "terminationGracePeriodSeconds",
-}
-"""Shorthand fields that land in the pod spec: fleet name → pod spec field."""
-
-_TEMPLATE_KEYS = frozenset({"metadata", "spec"})
-_METADATA_KEYS = frozenset({"labels", "annotations"})
+CONTAINER_SHORTHAND: Final = frozenset(
+    {"image", "imagePullPolicy", "resources", "lifecycle", "env"}
+)
+"""Shorthand fields that land in the worker container (the others in the pod spec)."""
 
 
 class Level(IntEnum):
     """Where a setting comes from; a higher level is more specific and wins."""
 
     NONE = 0
-    """Not set anywhere."""
     DEFAULTS = 1
-    """From the fleet's ``defaults``."""
     WORKER = 2
-    """From the worker itself."""
 
 
 def worker_container_index(containers: Sequence[Any]) -> int | None:
-    """Index of the worker container: the one named ``worker``, else the only one.
-
-    Returns:
-        The index, or None when there is no container or several with none named
-        ``worker``.
-    """
+    """Index of the container named ``worker``, else of the only one; else None."""
     for index, container in enumerate(containers):
         if isinstance(container, Mapping) and container.get("name") == WORKER_CONTAINER_NAME:
             return index
@@ -161,14 +82,15 @@ def _string_map(value: object, where: str, problems: list[str], *, labels: bool)
     if not isinstance(value, Mapping):
         problems.append(f"{where}: expected a mapping of strings")
         return
-    reserved = RESERVED_POD_LABELS if labels else RESERVED_ANNOTATIONS
+    what = "label" if labels else "annotation"
+    reserved = RESERVED_POD_LABELS if labels else {"temporal.io/connection-spec-hash"}
     for key, item in value.items():
         at = f'{where}["{key}"]'
         if not isinstance(key, str):
             problems.append(f"{where}: keys must be strings")
             continue
         if key in reserved:
-            problems.append(f"{at}: twc sets this {'label' if labels else 'annotation'} itself")
+            problems.append(f"{at}: twc sets this {what} itself")
             continue
         try:
             check_label_key(key)
@@ -184,45 +106,30 @@ def _string_map(value: object, where: str, problems: list[str], *, labels: bool)
 
 
 def check_pod_template(template: Mapping[str, Any], reserved_env: frozenset[str]) -> list[str]:
-    """What is wrong with a user's pod template, as far as twc is concerned.
-
-    Only twc's own rules are checked (the worker container, names twc reserves, the
-    envelope); whether Kubernetes accepts the pod is the API server's to say.
-
-    Args:
-        template: The ``template`` value as written.
-        reserved_env: Variable names the worker container may not set.
-
-    Returns:
-        One message per problem, each starting with the field path inside the template
-        (``spec.containers[0].env[2].name: ...``); empty when the template is fine.
-    """
-    problems: list[str] = []
-    for key in template:
-        if key not in _TEMPLATE_KEYS:
-            problems.append(f"{key}: unknown field (a pod template has metadata and spec)")
+    """What breaks twc's own rules in a pod template, one ``<path>: ...`` line each."""
+    problems = [
+        f"{key}: unknown field (a pod template has metadata and spec)"
+        for key in template
+        if key not in ("metadata", "spec")
+    ]
     metadata = template.get("metadata")
-    if metadata is not None:
-        if not isinstance(metadata, Mapping):
-            problems.append("metadata: expected a mapping")
-        else:
-            for key in metadata:
-                if key not in _METADATA_KEYS:
-                    problems.append(
-                        f"metadata.{key}: a pod template's metadata takes only labels and "
-                        "annotations (twc names the pods)"
-                    )
-            _string_map(metadata.get("labels"), "metadata.labels", problems, labels=True)
-            _string_map(metadata.get("annotations"), "metadata.annotations", problems, labels=False)
+    if metadata is not None and not isinstance(metadata, Mapping):
+        problems.append("metadata: expected a mapping")
+    elif metadata is not None:
+        problems += [
+            f"metadata.{key}: a pod template's metadata takes only labels and annotations "
+            "(twc names the pods)"
+            for key in metadata
+            if key not in ("labels", "annotations")
+        ]
+        _string_map(metadata.get("labels"), "metadata.labels", problems, labels=True)
+        _string_map(metadata.get("annotations"), "metadata.annotations", problems, labels=False)
     spec = template.get("spec")
-    if spec is None:
-        return problems
-    if not isinstance(spec, Mapping):
-        problems.append("spec: expected a mapping")
-        return problems
-    for key, why in RESERVED_POD_SPEC_FIELDS.items():
-        if key in spec:
-            problems.append(f"spec.{key}: {why}")
+    if spec is None or not isinstance(spec, Mapping):
+        return problems if spec is None else [*problems, "spec: expected a mapping"]
+    problems += [
+        f"spec.{key}: {why}" for key, why in RESERVED_POD_SPEC_FIELDS.items() if key in spec
+    ]
     containers = _named_items(spec.get("containers"), "spec.containers", "containers", problems)
     index = worker_container_index(containers)
     if index is None and len(containers) > 1:
@@ -231,25 +138,26 @@ def check_pod_template(template: Mapping[str, Any], reserved_env: frozenset[str]
             "several containers twc must know which one runs the worker"
         )
     if index is not None:
-        worker = containers[index]
         at = f"spec.containers[{index}]"
-        for j, item in enumerate(_named_items(worker.get("env"), f"{at}.env", "variables", [])):
-            if item.get("name") in reserved_env:
-                problems.append(
-                    f"{at}.env[{j}].name: {item.get('name')} is set by twc (from the "
-                    "connection and the worker); it may not be set here"
-                )
+        env = _named_items(containers[index].get("env"), f"{at}.env", "variables", [])
+        problems += [
+            f"{at}.env[{j}].name: {item.get('name')} is set by twc (from the connection and "
+            "the worker); it may not be set here"
+            for j, item in enumerate(env)
+            if item.get("name") in reserved_env
+        ]
     inits = _named_items(spec.get("initContainers"), "spec.initContainers", "containers", problems)
-    for j, item in enumerate(inits):
-        if item.get("name") in RESERVED_INIT_CONTAINERS:
-            problems.append(f"spec.initContainers[{j}].name: {item.get('name')!r} is twc's own")
-    for j, item in enumerate(
-        _named_items(spec.get("volumes"), "spec.volumes", "volumes", problems)
-    ):
-        if item.get("name") in RESERVED_VOLUMES:
-            problems.append(
-                f"spec.volumes[{j}].name: {item.get('name')!r} is twc's own (the mTLS secret)"
-            )
+    problems += [
+        f"spec.initContainers[{j}].name: {item.get('name')!r} is twc's own"
+        for j, item in enumerate(inits)
+        if item.get("name") == "wait-for-temporal"
+    ]
+    volumes = _named_items(spec.get("volumes"), "spec.volumes", "volumes", problems)
+    problems += [
+        f"spec.volumes[{j}].name: {item.get('name')!r} is twc's own (the mTLS secret)"
+        for j, item in enumerate(volumes)
+        if item.get("name") == "temporal-tls"
+    ]
     return problems
 
 
@@ -265,77 +173,47 @@ def _normal(value: object) -> object:
     return value
 
 
-def _template_parts(
-    template: Mapping[str, Any] | None,
-) -> tuple[Mapping[str, Any], Mapping[str, Any] | None, int | None]:
-    """(pod spec, worker container, its index) of a template, tolerating bad shapes."""
-    spec = template.get("spec") if isinstance(template, Mapping) else None
-    if not isinstance(spec, Mapping):
-        return {}, None, None
-    containers = spec.get("containers")
-    if not isinstance(containers, list):
-        return spec, None, None
-    index = worker_container_index(containers)
-    if index is None or not isinstance(containers[index], Mapping):
-        return spec, None, None
-    return spec, containers[index], index
+def _short(value: object) -> str:
+    text = repr(value) if isinstance(value, str) else f"{_normal(value)}"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def same_level_conflicts(
     template: Mapping[str, Any] | None, shorthand: Mapping[str, Any]
 ) -> list[str]:
-    """Settings given twice at one level (one worker, or ``defaults``) with different values.
-
-    Args:
-        template: That level's ``template``.
-        shorthand: That level's shorthand values in Kubernetes form, keyed by their
-            fleet-file names (``image``, ``env``, ``nodeSelector``...); None or absent
-            when unset.
-
-    Returns:
-        One message per conflict, naming the template's field and the shorthand field.
-    """
-    if not template:
+    """Settings given at one level both in ``template`` and ``shorthand`` with other values."""
+    spec = template.get("spec") if template else None
+    if not isinstance(spec, Mapping):
         return []
-    spec, container, index = _template_parts(template)
+    containers = spec.get("containers")
+    containers = containers if isinstance(containers, list) else []
+    index = worker_container_index(containers)
+    container = containers[index] if index is not None else None
     problems: list[str] = []
     for name, value in shorthand.items():
-        if value is None:
-            continue
         if name in CONTAINER_SHORTHAND:
-            if container is None:
+            where, target = f"template.spec.containers[{index}]", container
+        else:
+            where, target = "template.spec", spec
+        if value is None or not isinstance(target, Mapping) or name not in target:
+            continue
+        if name != "env":
+            if _normal(target[name]) != _normal(value):
+                problems.append(
+                    f"{where}.{name} ({_short(target[name])}) conflicts with {name} "
+                    f"({_short(value)}): set it in one place"
+                )
+            continue
+        entries = target["env"] if isinstance(target["env"], list) else []
+        for j, entry in enumerate(entries):
+            if not isinstance(entry, Mapping) or entry.get("name") not in value:
                 continue
-            where = f"template.spec.containers[{index}]"
-            target: Mapping[str, Any] = container
-            key = CONTAINER_SHORTHAND[name]
-        elif name in POD_SHORTHAND:
-            where, target, key = "template.spec", spec, POD_SHORTHAND[name]
-        else:  # pragma: no cover - callers pass only the fields above
-            raise KeyError(name)
-        if key not in target:
-            continue
-        if name == "env":
-            entries = target.get("env")
-            for j, entry in enumerate(entries if isinstance(entries, list) else []):
-                if not isinstance(entry, Mapping) or entry.get("name") not in value:
-                    continue
-                var = entry["name"]
-                if set(entry) != {"name", "value"} or str(entry.get("value")) != value[var]:
-                    problems.append(
-                        f"{where}.env[{j}] sets {var} and so does env.{var}: set it in one place"
-                    )
-            continue
-        if _normal(target[key]) != _normal(value):
-            problems.append(
-                f"{where}.{key} ({_short(target[key])}) conflicts with {name} "
-                f"({_short(value)}): set it in one place"
-            )
+            var = entry["name"]
+            if set(entry) != {"name", "value"} or str(entry.get("value")) != value[var]:
+                problems.append(
+                    f"{where}.env[{j}] sets {var} and so does env.{var}: set it in one place"
+                )
     return problems
-
-
-def _short(value: object) -> str:
-    text = repr(value) if isinstance(value, str) else f"{_normal(value)}"
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def merge_pod_template(
@@ -343,19 +221,7 @@ def merge_pod_template(
     template_level: Level,
     shorthand: Mapping[str, tuple[Level, Any]],
 ) -> dict[str, Any]:
-    """The user's side of the worker's pod: the template with the shorthand merged in.
-
-    Args:
-        template: The template in effect (the worker's, else the defaults'), or None.
-        template_level: Where it comes from.
-        shorthand: Each shorthand value in Kubernetes form with the level it comes from
-            (``(Level.NONE, None)`` or absent when unset).
-
-    Returns:
-        A new PodTemplateSpec dict with a ``spec.containers`` list holding the worker
-        container (added, named ``worker``, when the template has none). twc's own
-        env, labels, volumes and init container are not in it: the builders add them.
-    """
+    """``template`` with each shorthand value merged in, always with a worker container."""
     out: dict[str, Any] = copy.deepcopy(dict(template)) if template else {}
     spec = out.setdefault("spec", {})
     containers = spec.setdefault("containers", [])
@@ -363,25 +229,20 @@ def merge_pod_template(
     if index is None:
         containers.insert(0, {"name": WORKER_CONTAINER_NAME})
         index = 0
-    container = containers[index]
     for name, (level, value) in shorthand.items():
         if level is Level.NONE or value is None:
             continue
-        if name in CONTAINER_SHORTHAND:
-            target, key = container, CONTAINER_SHORTHAND[name]
-        else:
-            target, key = spec, POD_SHORTHAND[name]
+        target = containers[index] if name in CONTAINER_SHORTHAND else spec
         wins = level > template_level
         if name == "env":
             _merge_env(target, value, wins)
-        elif wins or key not in target:
-            target[key] = copy.deepcopy(value)
+        elif wins or name not in target:
+            target[name] = copy.deepcopy(value)
     return out
 
 
 def _merge_env(container: dict[str, Any], env: Mapping[str, str], wins: bool) -> None:
-    entries = container.get("env")
-    entries = list(entries) if isinstance(entries, list) else []
+    entries = list(container["env"]) if isinstance(container.get("env"), list) else []
     position = {
         e.get("name"): i for i, e in enumerate(entries) if isinstance(e, Mapping) and e.get("name")
     }
@@ -393,3 +254,95 @@ def _merge_env(container: dict[str, Any], env: Mapping[str, str], wins: bool) ->
             entries[position[var]] = entry
     if entries:
         container["env"] = entries
+
+
+PodSecurityLevel = Literal["restricted", "baseline", "privileged"]
+
+_BASELINE_CAPS = frozenset(
+    {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "SETFCAP"}
+    | {"NET_BIND_SERVICE", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+)
+_RESTRICTED_CAPS = frozenset({"NET_BIND_SERVICE"})
+_RESTRICTED_VOLUMES = frozenset(
+    {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "projected", "secret"}
+    | {"persistentVolumeClaim"}
+)
+_SAFE_SYSCTLS = frozenset(
+    {"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.tcp_syncookies"}
+    | {"net.ipv4.ip_unprivileged_port_start", "net.ipv4.ping_group_range"}
+    | {"net.ipv4.ip_local_reserved_ports", "net.ipv4.tcp_keepalive_time"}
+    | {"net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes"}
+)
+
+
+def _map(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _containers(spec: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    for section in ("initContainers", "containers", "ephemeralContainers"):
+        items = spec.get(section)
+        for i, container in enumerate(items if isinstance(items, list) else []):
+            yield f"spec.{section}[{i}]", _map(container)
+
+
+def _context_problems(ctx: Mapping[str, Any], restricted: bool) -> Iterator[tuple[str, str]]:
+    caps = _map(ctx.get("capabilities")).get("add") or []
+    allowed = _RESTRICTED_CAPS if restricted else _BASELINE_CAPS
+    extra = sorted(str(c) for c in caps if str(c) not in allowed)
+    seccomp, apparmor = (
+        _map(ctx.get(k)).get("type") for k in ("seccompProfile", "appArmorProfile")
+    )
+    selinux = any(k in _map(ctx.get("seLinuxOptions")) for k in ("user", "role"))
+    escalation = restricted and ctx.get("allowPrivilegeEscalation") is True
+    checks = [
+        (ctx.get("privileged") is True, "privileged", "privileged containers"),
+        (bool(extra), "capabilities.add", f"capabilities {', '.join(extra)}"),
+        (ctx.get("procMount", "Default") != "Default", "procMount", "an unmasked /proc"),
+        (seccomp == "Unconfined", "seccompProfile.type", "an Unconfined seccomp profile"),
+        (apparmor == "Unconfined", "appArmorProfile.type", "an Unconfined AppArmor profile"),
+        (selinux, "seLinuxOptions", "a custom SELinux user or role"),
+        (escalation, "allowPrivilegeEscalation", "privilege escalation"),
+        (restricted and ctx.get("runAsNonRoot") is False, "runAsNonRoot", "running as root"),
+        (restricted and ctx.get("runAsUser") == 0, "runAsUser", "running as root"),
+    ]
+    for bad, field, what in checks:
+        if bad:
+            yield field, what
+
+
+def pod_security_problems(template: Mapping[str, Any], level: PodSecurityLevel) -> list[str]:
+    """What ``template`` sets against the profile ``level``, one ``<path>: ...`` line each."""
+    if level == "privileged":
+        return []
+    restricted = level == "restricted"
+    spec = _map(template.get("spec"))
+    found: list[tuple[str, str]] = [
+        (f"spec.{key}", f"the host's {key[4:].lower()} namespace")
+        for key in ("hostNetwork", "hostPID", "hostIPC")
+        if spec.get(key) is True
+    ]
+    for i, volume in enumerate(spec.get("volumes") or []):
+        kinds = sorted(set(_map(volume)) - {"name"})
+        bad = [k for k in kinds if k == "hostPath" or (restricted and k not in _RESTRICTED_VOLUMES)]
+        found.extend((f"spec.volumes[{i}].{k}", f"{k} volumes") for k in bad)
+    sysctls = _map(spec.get("securityContext")).get("sysctls") or []
+    for i, sysctl in enumerate(sysctls):
+        if _map(sysctl).get("name") not in _SAFE_SYSCTLS:
+            found.append((f"spec.securityContext.sysctls[{i}]", "unsafe sysctls"))
+    contexts = [("spec.securityContext", _map(spec.get("securityContext")))]
+    for where, container in _containers(spec):
+        ports = container.get("ports") or []
+        found.extend(
+            (f"{where}.ports[{j}].hostPort", "host ports")
+            for j, port in enumerate(ports)
+            if _map(port).get("hostPort")
+        )
+        contexts.append((f"{where}.securityContext", _map(container.get("securityContext"))))
+    for where, ctx in contexts:
+        found.extend(
+            (f"{where}.{field}", what) for field, what in _context_problems(ctx, restricted)
+        )
+    return [
+        f"{path}: {what} not allowed by the {level} Pod Security Standard" for path, what in found
+    ]

@@ -1,10 +1,5 @@
-"""A defensive YAML reader for fleet files.
-
-Fleet files may come from pull requests, so the reader refuses anything that can make
-a small file expensive or ambiguous: anchors and aliases (the "billion laughs" bomb),
-deep nesting, huge documents, duplicate keys (YAML keeps the last one silently), more
-than one document, and non-UTF-8 bytes. Only YAML's safe tags are constructed.
-"""
+"""A defensive YAML reader for fleet files: refuses anchors, aliases, deep nesting, huge
+documents, duplicate keys, several documents and non-UTF-8; only safe tags."""
 
 from __future__ import annotations
 
@@ -12,55 +7,36 @@ import re
 from typing import Any
 
 import yaml
+from yaml._yaml import CParser
 from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
 from yaml.events import AliasEvent, NodeEvent
 from yaml.nodes import MappingNode, Node
 from yaml.resolver import Resolver
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "YamlRejected", "parse_yaml"]
-
 MAX_BYTES = 16 * 1024 * 1024
-"""Largest accepted document (a 5000-worker fleet with full pod templates is a few MB)."""
 MAX_DEPTH = 64
-"""Deepest accepted nesting of collections."""
 MAX_NODES = 1_000_000
-"""Most accepted YAML nodes (scalars and collections)."""
 
+# What YAML does not allow, looked for before parsing so the message names the place.
 _NON_PRINTABLE = re.compile(
     "[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
 )
-"""What YAML does not allow in a document, looked for before parsing so the message
-names the place."""
 
 
 class YamlRejected(Exception):
-    """The document is not acceptable YAML; ``str()`` is a user-facing reason."""
+    """The document is not acceptable YAML; ``str()`` is the reason, for a user."""
 
 
-if getattr(yaml, "__with_libyaml__", False):  # pragma: no branch - PyYAML's wheels have it
-    from yaml._yaml import CParser as _Parser
-
-    class _Base(Composer, SafeConstructor, Resolver, _Parser):
-        """libyaml scans and parses; composition stays in Python, where the checks run."""
-
-        def __init__(self, stream: str) -> None:
-            _Parser.__init__(self, stream)
-            Composer.__init__(self)
-            SafeConstructor.__init__(self)
-            Resolver.__init__(self)
-
-else:  # pragma: no cover - PyYAML built without libyaml
-
-    class _Base(yaml.SafeLoader):  # type: ignore[no-redef]
-        """The pure-Python loader."""
-
-
-class _StrictLoader(_Base):
-    """A safe loader that rejects anchors, aliases, deep nesting and duplicate keys."""
+class _StrictLoader(Composer, SafeConstructor, Resolver, CParser):
+    """A safe loader (libyaml parses, composition checks in Python) that rejects anchors,
+    aliases, deep nesting and duplicate keys."""
 
     def __init__(self, stream: str) -> None:
-        super().__init__(stream)
+        CParser.__init__(self, stream)
+        Composer.__init__(self)
+        SafeConstructor.__init__(self)
+        Resolver.__init__(self)
         self._depth = 0
         self._nodes = 0
 
@@ -99,19 +75,13 @@ class _StrictLoader(_Base):
         return super().construct_mapping(node, deep=deep)
 
 
-def _where(item: object) -> str:
-    mark = getattr(item, "start_mark", None)
-    if mark is None:
-        return "unknown position"
-    return f"line {mark.line + 1}, column {mark.column + 1}"
+def _where(item: object, mark: Any = None) -> str:
+    mark = mark or getattr(item, "start_mark", None)
+    return "unknown position" if mark is None else f"line {mark.line + 1}, column {mark.column + 1}"
 
 
 def parse_yaml(raw: bytes) -> object:
-    """Parse one YAML document from ``raw`` bytes (``None`` for an empty document).
-
-    Raises:
-        YamlRejected: For any unacceptable or malformed input.
-    """
+    """The one YAML document in ``raw`` (``None`` if empty); YamlRejected if unacceptable."""
     text = _decode(raw)
     loader: _StrictLoader | None = None
     try:
@@ -122,8 +92,8 @@ def parse_yaml(raw: bytes) -> object:
     except YamlRejected:
         raise
     except yaml.MarkedYAMLError as err:
-        problem = err.problem or "invalid YAML"
-        raise YamlRejected(f"invalid YAML: {problem} ({_where_mark(err)})") from None
+        where = _where(None, err.problem_mark or err.context_mark)
+        raise YamlRejected(f"invalid YAML: {err.problem or 'invalid YAML'} ({where})") from None
     except yaml.YAMLError as err:
         raise YamlRejected(f"invalid YAML: {err}") from None
     except RecursionError:
@@ -151,10 +121,3 @@ def _decode(raw: bytes) -> str:
             f"line {line}, column {column})"
         )
     return text
-
-
-def _where_mark(err: yaml.MarkedYAMLError) -> str:
-    mark = err.problem_mark or err.context_mark
-    if mark is None:
-        return "unknown position"
-    return f"line {mark.line + 1}, column {mark.column + 1}"

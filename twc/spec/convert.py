@@ -1,20 +1,5 @@
-"""``twc convert``: the official worker controller's manifests as fleet-file entries.
-
-Reads ``WorkerDeployment`` and ``Connection`` objects (``temporal.io/v1alpha1``, and
-their deprecated names ``TemporalWorkerDeployment`` and ``TemporalConnection``) and
-writes the fleet-file workers and connections they describe: ``template``, ``rollout``,
-``sunset``, ``replicas`` and the connection are kept under the same names. Whatever has
-no counterpart in a fleet file is left out with a :class:`Note` saying so, and so is
-anything twc sets itself (the TEMPORAL_* variables the official controller also
-injects, a ServiceAccount name).
-
-One thing the official kind does not have and a fleet worker needs is a task queue: the
-official controller leaves it to the worker's code, while twc checks that the queue has
-pollers. The converted worker polls ``taskQueueName: <worker name>`` and a note asks the
-user to put in the real one.
-
-Pure: documents in, a fleet document and notes out.
-"""
+"""``twc convert``: the official worker controller's manifests as fleet-file entries;
+what a fleet file has no place for is left out with a :class:`Note`."""
 
 from __future__ import annotations
 
@@ -24,73 +9,38 @@ from dataclasses import dataclass
 from typing import Any
 
 from twc.spec._models import API_GROUP, API_VERSION, RESERVED_ENV_NAMES
-from twc.spec._template import (
-    RESERVED_POD_LABELS,
-    RESERVED_POD_SPEC_FIELDS,
-    worker_container_index,
-)
-
-__all__ = ["CONNECTION_KINDS", "WORKER_KINDS", "Conversion", "Note", "convert_manifests"]
+from twc.spec._template import RESERVED_POD_LABELS, RESERVED_POD_SPEC_FIELDS, worker_container_index
 
 WORKER_KINDS = frozenset({"WorkerDeployment", "TemporalWorkerDeployment"})
-"""The official controller's worker kinds (the second is its deprecated name)."""
 CONNECTION_KINDS = frozenset({"Connection", "TemporalConnection"})
-"""The official controller's connection kinds (the second is its deprecated name)."""
-OFFICIAL_VERSION = "v1alpha1"
-"""The official controller's API version."""
 _DEFAULT_PROGRESS_DEADLINE = 600  # what twc's Deployments use, as the official default
 
 
 @dataclass(frozen=True, slots=True)
 class Note:
-    """Something of the input that the fleet file does not carry (or carries changed)."""
+    """Something of the input the fleet file does not carry (or carries changed)."""
 
     source: str
     """The object, e.g. ``WorkerDeployment default/payment-processor``."""
     field: str
     """Its field, e.g. ``spec.minReadySeconds``; empty for the object as a whole."""
     message: str
-    """What happened to it and what to do."""
 
     def __str__(self) -> str:
-        where = f"{self.source}: {self.field}" if self.field else self.source
-        return f"{where}: {self.message}"
+        return f"{self.source}: {self.field + ': ' if self.field else ''}{self.message}"
 
 
 @dataclass(frozen=True, slots=True)
 class Conversion:
-    """The outcome of converting a set of manifests."""
+    """The fleet document, a note per field left out or changed, and the entries made."""
 
     fleet: dict[str, Any]
-    """A fleet document (``apiVersion``, ``kind``, ``connections``, ``workers``)."""
     notes: tuple[Note, ...]
-    """One per field left out or changed."""
     converted: int
-    """How many objects became fleet entries."""
-
-
-def _meta(obj: Mapping[str, Any]) -> tuple[str, str | None]:
-    meta = obj.get("metadata")
-    meta = meta if isinstance(meta, Mapping) else {}
-    name = meta.get("name")
-    namespace = meta.get("namespace")
-    return (
-        str(name) if name else "",
-        str(namespace) if isinstance(namespace, str) and namespace else None,
-    )
 
 
 def convert_manifests(documents: Iterable[object]) -> Conversion:
-    """Convert the official controller's objects to fleet-file entries.
-
-    Args:
-        documents: Parsed YAML documents (``None`` for empty ones is fine).
-
-    Returns:
-        The fleet document and the notes. Objects of other kinds are skipped with a
-        note; nothing raises on odd input (the fleet validation that follows names
-        what is still missing).
-    """
+    """The official controller's objects among ``documents`` as fleet entries; never raises."""
     notes: list[Note] = []
     connections: list[dict[str, Any]] = []
     workers: list[dict[str, Any]] = []
@@ -101,52 +51,38 @@ def convert_manifests(documents: Iterable[object]) -> Conversion:
             notes.append(Note(f"document {index + 1}", "", "not a mapping: skipped"))
             continue
         kind = str(doc.get("kind", ""))
-        name, namespace = _meta(doc)
+        meta = doc["metadata"] if isinstance(doc.get("metadata"), Mapping) else {}
+        name = str(meta.get("name") or "")
+        namespace = meta["namespace"] if isinstance(meta.get("namespace"), str) else ""
         source = f"{kind or 'object'} {namespace + '/' if namespace else ''}{name or '?'}"
         group = str(doc.get("apiVersion", "")).partition("/")[0]
         if group != API_GROUP or kind not in WORKER_KINDS | CONNECTION_KINDS:
-            notes.append(
-                Note(
-                    source,
-                    "",
-                    "not one of the official controller's Connection or "
-                    "WorkerDeployment objects: skipped",
-                )
-            )
+            skipped = "not one of the official controller's Connection or WorkerDeployment objects"
+            notes.append(Note(source, "", f"{skipped}: skipped"))
             continue
-        if namespace is None:
-            notes.append(
-                Note(
-                    source,
-                    "metadata.namespace",
-                    "not set: namespace `default` assumed "
-                    "(kubectl would use its current namespace)",
-                )
+        if not namespace:
+            assumed = (
+                "not set: namespace `default` assumed (kubectl would use its current namespace)"
             )
+            notes.append(Note(source, "metadata.namespace", assumed))
             namespace = "default"
         spec = doc.get("spec")
         spec = spec if isinstance(spec, Mapping) else {}
         if kind in CONNECTION_KINDS:
-            connections.append(_connection(name, namespace, spec))
+            # The official ConnectionSpec is the fleet file's Connection, field for field.
+            connections.append({"name": name, "namespace": namespace, **copy.deepcopy(dict(spec))})
         else:
-            workers.append(_worker(name, namespace, doc, spec, source, notes))
+            workers.append(_worker(name, namespace, meta, spec, source, notes))
     fleet: dict[str, Any] = {"apiVersion": API_VERSION, "kind": "Fleet"}
-    if connections:
-        fleet["connections"] = connections
-    if workers:
-        fleet["workers"] = workers
+    fleet |= {"connections": connections} if connections else {}
+    fleet |= {"workers": workers} if workers else {}
     return Conversion(fleet=fleet, notes=tuple(notes), converted=len(connections) + len(workers))
-
-
-def _connection(name: str, namespace: str, spec: Mapping[str, Any]) -> dict[str, Any]:
-    # The official ConnectionSpec is the fleet file's Connection, field for field.
-    return {"name": name, "namespace": namespace, **copy.deepcopy(dict(spec))}
 
 
 def _worker(
     name: str,
     namespace: str,
-    doc: Mapping[str, Any],
+    meta: Mapping[str, Any],
     spec: Mapping[str, Any],
     source: str,
     notes: list[Note],
@@ -154,13 +90,12 @@ def _worker(
     def note(field: str, message: str) -> None:
         notes.append(Note(source, field, message))
 
-    meta = doc.get("metadata") if isinstance(doc.get("metadata"), Mapping) else {}
     for key in ("labels", "annotations"):
-        if isinstance(meta, Mapping) and meta.get(key):
+        if meta.get(key):
             note(
                 f"metadata.{key}",
-                "a fleet worker has no object labels or annotations of its own: left out "
-                "(pod labels and annotations belong in template.metadata)",
+                "a fleet worker has no object labels or annotations: left out (pod ones belong in "
+                "template.metadata)",
             )
     worker: dict[str, Any] = {"name": name, "namespace": namespace}
     options = spec.get("workerOptions")
@@ -178,11 +113,7 @@ def _worker(
         worker["temporalNamespace"] = str(options["temporalNamespace"])
     custom_build_id = options.get("unsafeCustomBuildID")
     if custom_build_id:
-        note(
-            "spec.workerOptions.unsafeCustomBuildID",
-            "written as rollout.buildID (the same meaning: the build ID stays while the "
-            "pod template changes in place)",
-        )
+        note("spec.workerOptions.unsafeCustomBuildID", "written as rollout.buildID (same meaning)")
     worker["taskQueueName"] = name
     note(
         "",

@@ -1,0 +1,112 @@
+"""``twc preview``: observe and plan as ``twc up`` does, then the engine's preview.
+
+The engine's events become a :class:`~twc.preview.PreviewReport` (with the deletions an
+``up`` would hold), rendered as text, Markdown or JSON; a failed preview still renders.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from twc.cli import common
+from twc.cli.stack_lease import guarded
+from twc.desired import Hold
+from twc.engine import engine
+from twc.engine.errors import engine_failure
+from twc.engine.workspace import project_name
+from twc.kube.client import NoClusterError
+from twc.preview import (
+    EXIT_ERROR,
+    HeldDeletions,
+    PreviewReport,
+    build_report,
+    exit_code,
+    render_json,
+    render_markdown,
+    render_text,
+)
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("text", "markdown", "json")
+
+
+def run_preview(
+    stack: str,
+    *,
+    fmt: str = "text",
+    detailed: bool = False,
+    fleet_file: str | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    cluster_objects: bool | None = None,
+) -> int:
+    """``twc preview``: 0, 2 for changes with ``detailed``, 1 for an error."""
+    out, err = out or sys.stdout, err or sys.stderr
+    file = common.fleet_file_for(stack, fleet_file)
+    if fmt not in FORMATS:
+        print(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}", file=err)
+        return EXIT_ERROR
+    if not common.validate_or_report(file, err):
+        return EXIT_ERROR
+    report = preview_one(common.stack_ref(stack, fleet_file), file, cluster_objects, err)
+    if report is None:
+        return EXIT_ERROR
+    print(render(report, fmt), end="", file=out, flush=True)
+    return exit_code(report, detailed)
+
+
+def preview_one(
+    ref: engine.StackRef,
+    file: str,
+    wanted: bool | None,
+    err: TextIO,
+    namespaces: Sequence[str] | None = None,
+) -> PreviewReport | None:
+    """The preview of ``ref`` (a stack, or a shard); ``None`` after saying why not."""
+    with common.desired_inputs(ref, file, wanted, err, None, namespaces) as merged:
+        if merged is None or not common.dry_run_or_report(merged, file, err):
+            return None
+        # Under the engine guard with its deadline; no Lease (a preview takes no lock).
+        with guarded(merged) as run:
+            report = preview_report(run)
+        hold = _held(merged, file, err)
+    if hold is None:
+        return report
+    held = HeldDeletions(workers=sorted(hold.workers), running=hold.total, allowed=hold.allowed)
+    return report.model_copy(update={"held_deletions": held})
+
+
+def _held(ref: engine.StackRef, file: str, err: TextIO) -> Hold | None:
+    try:
+        return common.deletion_verdict(ref, file).hold
+    except NoClusterError:
+        return None  # nothing running to delete
+    except Exception as exc:  # noqa: BLE001 - an up would apply nothing; say why
+        print(f"cannot tell what an up would delete: {exc}", file=err)
+        return None
+
+
+def preview_report(ref: engine.StackRef) -> PreviewReport:
+    """The engine's preview of ``ref`` as a report; a failure is in ``report.errors``."""
+    from pulumi.automation import CommandError
+
+    events: list[Any] = []
+    failure: str | None = None
+    try:
+        engine.preview(ref, on_event=events.append)
+    except (CommandError, RuntimeError, OSError) as exc:  # no summary event, no pulumi binary
+        log.debug("preview of %s failed", ref.name, exc_info=True)
+        failure = engine_failure(exc).text
+    report = build_report(events, project_name(ref.work_dir), ref.name)
+    if failure and not report.errors:  # the engine's own diagnostics say it better
+        report = build_report(events, project_name(ref.work_dir), ref.name, failure=failure)
+    return report
+
+
+def render(report: PreviewReport, fmt: str) -> str:
+    """The report in one of :data:`FORMATS`."""
+    return {"markdown": render_markdown, "json": render_json}.get(fmt, render_text)(report)

@@ -1,0 +1,308 @@
+"""Versioned rollouts from ``twc up``, ``twc preview`` and ``twc status`` (no daemon).
+
+:func:`plan_versions` plans every versioned worker with the daemon's planner before the
+engine runs; :func:`drive_rollouts` then carries out what is due for up to
+``--rollout-wait`` seconds, and says what the next ``twc up`` or the daemon does later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TextIO
+
+from twc.desired import DesiredInputs
+from twc.rollout import (
+    Phase,
+    RolloutObservation,
+    RolloutPlan,
+    RolloutPolicy,
+    RolloutSettings,
+    VersionDeployment,
+    WorkerVersions,
+    observed_status,
+    plan_observed,
+    rollout_status,
+    version_inputs,
+)
+
+if TYPE_CHECKING:
+    from twc.kube.client import KubeClient
+    from twc.kube.versions import ObservedVersion
+    from twc.spec import Fleet, ResolvedWorker
+
+
+@dataclass(frozen=True)
+class RolloutRound:
+    """Every versioned worker, observed and planned once."""
+
+    workers: Mapping[str, ResolvedWorker]
+    fleet: Fleet
+    observed: Mapping[str, RolloutObservation]
+    specs: Mapping[str, Mapping[str, Mapping[str, Any] | None]]  # worker: build: spec
+    plans: Mapping[str, RolloutPlan]
+
+    def versions(self) -> dict[str, WorkerVersions]:
+        """The desired state's ``versions`` input."""
+        out: dict[str, WorkerVersions] = {}
+        for key, plan in self.plans.items():
+            seen = self.observed[key]
+            live = {b: d.replicas for b, d in seen.deployments.items()}
+            autoscaled = self.workers[key].autoscaling is not None
+            out[key] = WorkerVersions(
+                versions=version_inputs(
+                    plan, self.specs.get(key, {}), live if autoscaled else None
+                ),
+                status=observed_status(seen, plan),
+            )
+        return out
+
+
+def _clients(kube: KubeClient, temporal_address: str | None, settings: RolloutSettings) -> Any:
+    from twc.kube.workloads import read_secret_data
+    from twc.versioning import WorkerClients
+
+    return WorkerClients(
+        read_secret=lambda ns, name: read_secret_data(kube, ns, name),
+        temporal_address=temporal_address,
+        identity=settings.identity,
+    )
+
+
+def observe_round(
+    kube: KubeClient,
+    fleet: Fleet,
+    workers: Sequence[ResolvedWorker],
+    *,
+    temporal_address: str | None,
+    settings: RolloutSettings,
+    now: float,
+) -> RolloutRound:
+    """Observe and plan every versioned worker once; raises if Deployments cannot be listed."""
+    from twc.kube.versions import versions
+    from twc.versioning import observe_rollouts
+
+    versioned = {w.stack_key: w for w in workers if w.rollout is not None}
+    found: dict[str, dict[str, ObservedVersion]] = versions(kube) if versioned else {}
+    mine = {k: found.get(k, {}) for k in versioned}
+    deployments = {k: {b: v.deployment for b, v in builds.items()} for k, builds in mine.items()}
+    clients = _clients(kube, temporal_address, settings)
+    observed = asyncio.run(observe_rollouts(versioned.values(), fleet, deployments, clients))
+    return RolloutRound(
+        workers=versioned,
+        fleet=fleet,
+        observed=observed,
+        specs={k: {b: v.spec for b, v in builds.items()} for k, builds in mine.items()},
+        plans={k: plan_observed(s, now=now, settings=settings) for k, s in observed.items()},
+    )
+
+
+def plan_versions(
+    kube: KubeClient,
+    fleet: Fleet,
+    inputs: DesiredInputs,
+    *,
+    file: str,
+    temporal_address: str | None,
+    settings: RolloutSettings,
+    err: TextIO | None = None,
+) -> DesiredInputs:
+    """``inputs`` with every versioned worker's planned versions."""
+    from twc.connections import default_registry
+    from twc.desired import desired_fleet
+
+    desired = desired_fleet(fleet, inputs, registry=default_registry(), file=file)
+    workers = list(desired.workers.values())
+    if not any(w.rollout is not None for w in workers):
+        return inputs
+    address, now = temporal_address, time.time()
+    round_ = observe_round(
+        kube, desired.fleet, workers, temporal_address=address, settings=settings, now=now
+    )
+    for key, plan in sorted(round_.plans.items()):
+        print(f"rollout of {key}: {plan.message}", file=err or sys.stderr)
+    return inputs.model_copy(update={"versions": round_.versions()})
+
+
+def _needs_engine(round_: RolloutRound) -> list[str]:
+    """Workers whose plan deletes or scales a version: the next ``up`` does that."""
+    out = []
+    for key, plan in round_.plans.items():
+        deployments = round_.observed[key].deployments
+        rescaled = any(
+            v.replicas is not None and b in deployments and deployments[b].replicas != v.replicas
+            for b, v in plan.versions.items()
+        )
+        if rescaled or plan.deleted:
+            out.append(key)
+    return out
+
+
+def drive_rollouts(
+    kube: KubeClient,
+    fleet: Fleet,
+    workers: Sequence[ResolvedWorker],
+    *,
+    temporal_address: str | None,
+    settings: RolloutSettings,
+    wait: float,
+    out: TextIO,
+    read_input: Callable[[str, Mapping[str, Any]], Any] | None = None,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, RolloutPlan]:
+    """After an ``up``: carry out what is due for up to ``wait`` seconds; the last plans."""
+    from twc.versioning import carry_out_all
+
+    deadline = clock() + max(0.0, wait)
+    said: dict[str, str] = {}
+    while True:
+        round_ = observe_round(
+            kube, fleet, workers, temporal_address=temporal_address, settings=settings, now=clock()
+        )
+        plans = dict(round_.plans)
+        if not plans:
+            return plans
+        seen = (round_.plans, round_.observed, round_.workers, round_.fleet)
+        clients = _clients(kube, temporal_address, settings)
+        results = asyncio.run(carry_out_all(*seen, clients, read_input=read_input))
+        for key, plan in sorted(plans.items()):
+            result = results.get(key)
+            lines = list(result.done) if result is not None else []
+            if result is not None and result.error:
+                lines.append(f"not done: {result.error}")
+            elif said.get(key) != plan.message:
+                lines.append(plan.message)
+            for line in lines:
+                print(f"rollout of {key}: {line}", file=out, flush=True)
+            said[key] = plan.message
+        acting = any(p.routing is not None or p.gates for p in plans.values())
+        moving = [p for p in plans.values() if p.phase is Phase.PROGRESSING]
+        later = [p.next_at for p in moving if p.next_at is not None]
+        # Done when every rollout is complete, stopped or manual, or only pauses longer
+        # than the wait are left.
+        if not acting and (not moving or (len(later) == len(moving) and min(later) > deadline)):
+            break
+        if clock() >= deadline:
+            break
+        sleep(1.0)
+    due = "versions to scale down or delete: the next `twc up` (or the daemon) applies them"
+    for key in _needs_engine(round_):
+        print(f"rollout of {key}: {due}", file=out, flush=True)
+    return plans
+
+
+def live_rollouts(
+    kube: KubeClient | None,
+    checks: Mapping[str, Mapping[str, Any]],
+    recorded: Mapping[str, Mapping[str, Any]],
+    *,
+    now: float,
+) -> dict[str, dict[str, Any]]:
+    """Each versioned worker's versions as the cluster and Temporal show them now (with
+    ``error`` when Temporal cannot be asked)."""
+    from twc.kube.versions import versions
+
+    wanted = {k: str(v["targetBuildID"]) for k, v in recorded.items() if v.get("targetBuildID")}
+    if kube is None or not wanted:
+        return {}
+    found = versions(kube)
+    out: dict[str, dict[str, Any]] = {}
+    for key, target in sorted(wanted.items()):
+        builds = found.get(key, {})
+        deployments = {b: v.deployment for b, v in builds.items()}
+        namespace, _, name = key.partition("/")
+        policy = _policy_of(kube, namespace, builds, target)
+        try:
+            seen = asyncio.run(
+                _observe_live(kube, checks.get(key, {}), key, target, policy, deployments)
+            )
+        except Exception as exc:  # noqa: BLE001 - status reports what it cannot read
+            out[key] = rollout_status(
+                target=target,
+                deployment_name=f"{namespace}/{name}",
+                routing=None,
+                deployments=deployments,
+            ) | {"error": f"{type(exc).__name__}: {exc}"}
+            continue
+        out[key] = observed_status(seen, plan_observed(seen, now=now))
+    return out
+
+
+def _policy_of(
+    kube: KubeClient, namespace: str, builds: Mapping[str, ObservedVersion], target: str
+) -> RolloutPolicy:
+    """The rollout policy the target's Deployment records (else Manual)."""
+    from twc.kube.workloads import read_deployment
+    from twc.rollout import POLICY_ANNOTATION, Strategy
+
+    seen = builds.get(target)
+    if seen is not None:
+        dep = read_deployment(kube, namespace, seen.deployment.name) or {}
+        text = ((dep.get("metadata") or {}).get("annotations") or {}).get(POLICY_ANNOTATION)
+        if text:
+            with contextlib.suppress(ValueError):
+                return RolloutPolicy.from_json(json.loads(text))
+    return RolloutPolicy(Strategy.MANUAL)
+
+
+async def _observe_live(
+    kube: KubeClient,
+    props: Mapping[str, Any],
+    key: str,
+    target: str,
+    policy: RolloutPolicy,
+    deployments: Mapping[str, VersionDeployment],
+) -> RolloutObservation:
+    from twc.connections import ConnectOptions, connect
+    from twc.kube.workloads import read_secret_data
+    from twc.rollout import MAX_STAGES, gate_workflow_id, temporal_deployment_name
+    from twc.spec import AuthMode
+    from twc.versioning import WorkerVersioning
+
+    ref = props.get("secretRef")
+    creds: Mapping[str, bytes] = (
+        read_secret_data(kube, ref["namespace"], ref["name"]) if ref else {}
+    )
+    api_key = (creds.get(props.get("apiKeyKey") or "") or b"").decode().strip()
+    options = ConnectOptions(
+        target_host=str(props["address"]),
+        namespace=str(props["namespace"]),
+        tls=bool(props.get("tls")),
+        server_name=props.get("serverName") or None,
+        server_root_ca_cert=creds.get("ca.crt"),
+        client_cert=creds.get("tls.crt"),
+        client_private_key=creds.get("tls.key"),
+        api_key=api_key or None,
+    )
+    client = await connect(options, AuthMode(props.get("authMode") or "none"), timeout=5.0)
+    versioning = WorkerVersioning(client, str(props["namespace"]))
+    namespace, _, name = key.partition("/")
+    deployment_name = temporal_deployment_name(namespace, name)
+    routing = await versioning.routing(deployment_name)
+    queues: tuple[str, ...] = ()
+    if routing is not None and target in routing.versions:
+        detail = await versioning.version(deployment_name, target)
+        queues = detail.task_queues if detail is not None else ()
+    task_queues = queues or (str(props.get("taskQueue") or ""),)
+    gates = await versioning.gate_runs(
+        (gate_workflow_id(deployment_name, target, tq, stage), tq)
+        for stage in range(min(len(policy.steps), MAX_STAGES) + 1)
+        for tq in task_queues
+    )
+    return RolloutObservation(
+        worker=key,
+        target=target,
+        policy=policy,
+        deployment_name=deployment_name,
+        task_queue=str(props.get("taskQueue") or ""),
+        deployments=dict(deployments),
+        routing=routing,
+        task_queues=queues,
+        gates=gates,
+    )

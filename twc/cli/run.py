@@ -1,0 +1,731 @@
+"""``twc run``: the daemon wired to the real engine, cluster, Temporal and HTTP server.
+
+A sharded fleet runs every shard in this process, one Lease per shard. The daemon ends on
+SIGTERM/SIGINT after the current step (exit 0); once any root thread (``twc-*``) ends
+unasked, engine runs are interrupted and it exits 1, so Kubernetes restarts it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from twc.cli.common import fleet_file_for, fleet_path, stack_config, stack_ref
+from twc.cli.shards import is_sharded
+from twc.cli.stack_lease import guard_elector, lease_client
+from twc.connections import default_registry
+from twc.engine import engine, retention
+from twc.engine.automation import INPUTS_PREFIX, AutomationEngine
+from twc.engine.engine import SHARD_CONFIG
+from twc.engine.shards import shard_ref, stack_resources
+from twc.engine.supervisor import GuardChannel
+from twc.kube.caches import DeploymentCache, SecretCache, digests_by_name
+from twc.kube.client import KubeClient, NoClusterError, kube_client
+from twc.kube.lease import DAEMON_LEASE_ENV, LeaseElector, lease_name_for
+from twc.kube.record import CONTROL_NAMESPACE, control_namespace, record_for_stack
+from twc.kube.scale import ReplicaScaler
+from twc.kube.views import TemporalWorkerViews
+from twc.kube.watch import NativeWatch, QueueWatcher, StaticQueues
+from twc.kube.workloads import Workloads
+from twc.kube.writer import NativeWriter
+from twc.reconcile import shards
+from twc.reconcile.act import Effects
+from twc.reconcile.asking import Budget, TemporalBacklogs, import_temporal
+from twc.reconcile.daemon import Daemon
+from twc.reconcile.health import HealthServer, MetricsSource
+from twc.reconcile.observe import CachedFleetFile, FleetFileWatch, Sources
+from twc.reconcile.rollouts import RolloutSource
+from twc.reconcile.settings import KILL_MARGIN, DaemonSettings
+
+logger = logging.getLogger(__name__)
+
+PROJECT = "twc"
+REFRESH_SHARE = 0.25  # the most of a sharded daemon's time its shards' refreshes take
+ROOT_THREAD_PREFIX = "twc-"  # every long-lived thread of the daemon: its roots
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """``twc run``'s flags; one left ``None`` keeps the settings file's value."""
+
+    stack: str
+    fleet_file: str | None = None
+    settings_file: str | None = None
+    port: int | None = None
+    status_port: int | None = None
+    interval: float | None = None
+    leader_elect: bool = False
+    lease_namespace: str | None = None
+    lease_name: str | None = None
+    once: bool = False
+    rbac_scope: Literal["cluster", "namespaced"] = "cluster"
+
+
+def load_settings(options: RunOptions) -> DaemonSettings:
+    """The settings file's fields, then the flags; ``ValueError`` if invalid."""
+    data: dict[str, Any] = {}
+    if options.settings_file:
+        import yaml
+
+        loaded = yaml.safe_load(Path(options.settings_file).read_text())
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ValueError(f"{options.settings_file}: expected a mapping of settings")
+        data = dict(loaded or {})
+    flags = {
+        "metrics_port": options.port,
+        "status_port": options.status_port,
+        "reconcile_interval": options.interval,
+    }
+    data |= {key: value for key, value in flags.items() if value is not None}
+    election = dict(data.get("leader_election") or {})
+    if options.leader_elect:
+        election["enabled"] = True
+    if options.lease_namespace:
+        election["lease_namespace"] = options.lease_namespace
+    elif "lease_namespace" not in election and os.environ.get("POD_NAMESPACE"):
+        election["lease_namespace"] = os.environ["POD_NAMESPACE"]
+    if options.lease_name:
+        election["lease_name"] = options.lease_name
+    data["leader_election"] = election
+    return DaemonSettings.model_validate(data)
+
+
+class Supervisor:
+    """Runs the loop in a thread and ends the daemon when any root thread ends.
+
+    ``on_fatal(reason)`` must make the loop return, within ``grace`` seconds; a root
+    thread that ends while ``stopping()`` is no failure."""
+
+    def __init__(
+        self,
+        *,
+        stack: str,
+        stopping: Callable[[], bool],
+        on_fatal: Callable[[str], None],
+        grace: float,
+        poll: float = 0.5,
+    ) -> None:
+        self._stack = stack
+        self._stopping = stopping
+        self._on_fatal = on_fatal
+        self._grace = grace
+        self._poll = poll
+        self._seen: set[threading.Thread] = set()
+
+    def run(self, loop: Callable[[], int]) -> int:
+        """``loop``'s exit code (run in ``twc-loop``), or 1 if it raised or a root thread ended."""
+        result: dict[str, int] = {}
+
+        def target() -> None:
+            try:
+                result["code"] = loop()
+            except BaseException:
+                logger.exception("[%s] the reconcile loop crashed", self._stack)
+
+        thread = threading.Thread(target=target, name=f"{ROOT_THREAD_PREFIX}loop", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            ended = self.ended()
+            if ended and not self._stopping():
+                reason = f"the daemon's thread {ended} ended"
+                logger.error("[%s] %s: exiting so that it is restarted", self._stack, reason)
+                self._on_fatal(reason)
+                thread.join(self._grace)
+                return 1
+            thread.join(self._poll)
+        return result.get("code", 1)
+
+    def _ours(self, name: str) -> bool:
+        """Whether a thread is one of this daemon's roots: engine and asking threads carry
+        their stack's name, so another stack's (a daemon run before in this process) is not."""
+        for kind in ("twc-engine-", "twc-ask-"):
+            if name.startswith(kind):
+                return name[len(kind) :].startswith(self._stack)
+        return name.startswith(ROOT_THREAD_PREFIX)
+
+    def ended(self) -> str | None:
+        """The name of a root thread that ran and has ended, if any."""
+        for found in threading.enumerate():
+            # Only once running: a thread just started is listed before it is alive.
+            if self._ours(found.name) and found.is_alive():
+                self._seen.add(found)
+        return next(
+            (t.name for t in sorted(self._seen, key=lambda t: t.name) if not t.is_alive()), None
+        )
+
+
+class WiringError(RuntimeError):
+    """The daemon cannot be wired as asked (the message says why, for the user)."""
+
+
+@dataclass
+class Wiring:
+    """``twc run``'s parts, built and not yet started."""
+
+    stack: str
+    settings: DaemonSettings
+    runner: Daemon | shards.ShardedDaemon
+    metrics: MetricsSource
+    file: str
+    kube: KubeClient | None = None
+    channels: list[GuardChannel] = field(default_factory=list)  # one per stack run
+    lease_kube: KubeClient | None = None
+    starts: list[Callable[[], object]] = field(default_factory=list)
+    stops: list[Callable[[], object]] = field(default_factory=list)
+    release_leases: bool = False  # set by close(): no engine is left
+    state_dir: Path | None = None  # the engines' inputs files, the guards' channels
+
+    def start(self) -> None:
+        """Start the watch caches and the elections."""
+        for step in self.starts:
+            step()
+
+    def settle(self) -> float:
+        """Seconds an interrupted engine run takes to be gone: its grace and its kill."""
+        return self.settings.engine.interrupt_grace + KILL_MARGIN
+
+    def interrupt(self, reason: str) -> None:
+        """Interrupt every engine run in progress."""
+        for channel in self.channels:
+            channel.interrupt(reason)
+
+    def close(self) -> None:
+        """Stop what :meth:`start` started; release Leases and inputs only with no engine left."""
+        deadline = time.monotonic() + self.settle()
+        self.release_leases = all(
+            c.wait_idle(max(0.0, deadline - time.monotonic())) for c in self.channels
+        )
+        for step in reversed(self.stops):
+            try:
+                step()
+            except Exception as exc:  # noqa: BLE001 - one part failing to stop never keeps the others running
+                logger.warning("[%s] stopping: %s", self.stack, exc)
+        for client in (self.kube, self.lease_kube):
+            if client is not None:
+                client.close()
+        if self.state_dir is None:
+            return
+        if not self.release_leases:
+            logger.warning(
+                "[%s] an engine run is still ending: it keeps its inputs in %s",
+                self.stack,
+                self.state_dir,
+            )
+            return
+        for inputs in self.state_dir.rglob(f"{INPUTS_PREFIX}*.json"):
+            inputs.unlink(missing_ok=True)
+
+    def run_with(self, starts: Callable[[], object], stops: Callable[[], object]) -> None:
+        """Start ``starts`` with the wiring and call ``stops`` when it closes."""
+        self.starts.append(starts)
+        self.stops.append(stops)
+
+
+@dataclass(frozen=True)
+class _Cluster:
+    """What every loop of the process reads through the cluster."""
+
+    kube: KubeClient
+    workloads: Workloads  # reads Secrets and objects by name (any stack's)
+    deployments: DeploymentCache
+    secrets: SecretCache | None  # None under namespaced RBAC: each Secret read by name
+
+    def watch(self, wiring: Wiring) -> None:
+        """Start the caches with ``wiring``, waiting a moment for their first lists."""
+        caches: list[Any] = [c for c in (self.deployments, self.secrets) if c is not None]
+
+        def start() -> None:
+            for cache in caches:
+                cache.start()
+            for cache in caches:
+                if not cache.wait_listed(timeout=10.0):
+                    why = cache.failure() or "waiting"
+                    logger.warning(
+                        "[%s] %s not listed yet: %s", wiring.stack, cache.watcher.plural, why
+                    )
+
+        wiring.run_with(start, lambda: [cache.stop() for cache in caches])
+
+
+def _cluster(
+    kube: KubeClient, options: RunOptions, settings: DaemonSettings, stack: str | None
+) -> _Cluster:
+    resync = settings.resync_interval
+    secrets = None
+    if options.rbac_scope == "namespaced":
+        logger.info("[%s] namespaced RBAC: credential Secrets are read by name", options.stack)
+    else:
+        secrets = SecretCache(kube, resync_interval=resync)
+    deployments = DeploymentCache(kube, resync_interval=resync, stack=options.stack)
+    return _Cluster(kube, Workloads(kube, stack=stack), deployments, secrets)
+
+
+def _identity() -> str:
+    return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+def _in_lease(ref: engine.StackRef, namespace: str, name: str) -> engine.StackRef:
+    # The program exports it: a later `twc up` on this stack takes part in the Lease.
+    return replace(ref, env={**(ref.env or {}), DAEMON_LEASE_ENV: f"{namespace}/{name}"})
+
+
+def _channel(state_dir: Path, settings: DaemonSettings) -> GuardChannel:
+    # The engine guard's channel: with election, no engine runs outside a Lease term.
+    leased = settings.leader_election.enabled
+    return GuardChannel(state_dir / "guard", grace=settings.engine.interrupt_grace, leased=leased)
+
+
+def _automation(
+    ref: engine.StackRef,
+    settings: DaemonSettings,
+    state_dir: Path,
+    channel: GuardChannel,
+    leader: LeaseElector | shards.ShardLeader | None,
+    namespaces: shards.ShardNamespaces | None = None,
+) -> AutomationEngine:
+    """The stack's engine: with a Lease, it runs only inside its term."""
+    return AutomationEngine(
+        ref,
+        state_dir=state_dir,
+        channel=channel,
+        deadline=settings.engine.deadline,
+        previous_engines=leader.inherited_engines if leader is not None else tuple,
+        hold=leader.hold if leader is not None else contextlib.nullcontext,
+        namespaces=namespaces,
+    )
+
+
+def _daemon(
+    ref: engine.StackRef,
+    settings: DaemonSettings,
+    file: str,
+    cluster: _Cluster | None,
+    own: Workloads | None,
+    reads: dict[str, Any],
+    effects: dict[str, Any],
+    **loop: Any,
+) -> Daemon:
+    """A stack's loop over ``reads``, writing ``own`` objects, with ``effects``' engine."""
+    config = {k: v for k, v in (ref.config or {}).items() if k != SHARD_CONFIG}
+    address = config.get("temporalAddress")
+    sources: dict[str, Any] = {"registry": default_registry(), "program": {"config": config}}
+    effect: dict[str, Any] = {"temporal_address": address}
+    read_secret = None
+    if cluster is not None and own is not None:
+        from twc.kube.versions import read_gate_input, versions
+        from twc.versioning import WorkerClients
+
+        kube, read_secret, secrets = cluster.kube, cluster.workloads.read_secret, cluster.secrets
+        sources |= {
+            "secrets": secrets.reader(read_secret) if secrets else digests_by_name(read_secret),
+            "secret_data": read_secret,
+            "objects": own.read,
+            "rollouts": RolloutSource(
+                versions=lambda: versions(kube),
+                clients=WorkerClients(read_secret=read_secret, temporal_address=address),
+                read_input=lambda namespace, source: read_gate_input(kube, namespace, source),
+            ),
+            # The stack's record: the last accepted specs and the held deletions.
+            "record": record_for_stack(kube.core, ref.name, stack_config(ref)),
+        }
+        effect |= {
+            "early": own,
+            "writer": NativeWriter(kube.custom, kube.core),
+            "scaler": ReplicaScaler(kube),
+            "views": TemporalWorkerViews(kube.custom),
+        }
+    backlogs = TemporalBacklogs(read_secret=read_secret, temporal_address=address)
+    observe = Sources(**reads, **sources, backlogs=backlogs, file=file)
+    return Daemon(ref.name, settings, observe, Effects(**effects, **effect), **loop)
+
+
+def wire(options: RunOptions, settings: DaemonSettings) -> Wiring:
+    """``twc run``'s parts, not started; ``WiringError`` when they cannot be wired."""
+    file = fleet_file_for(options.stack, options.fleet_file)
+    path = fleet_path(file)
+    ref = stack_ref(options.stack, path)
+    tuning = retention.engine_env(checkpoints=settings.state.checkpoints)
+    # The record's namespace is part of the stack's config: every entry point finds it.
+    control = control_namespace(stack_config(ref))
+    ref = replace(
+        ref,
+        env={**tuning, **(ref.env or {})},
+        config={**(ref.config or {}), CONTROL_NAMESPACE: control},
+    )
+    kube: KubeClient | None = None
+    try:
+        kube = kube_client((ref.env or {}).get("KUBECONFIG"))
+    except NoClusterError:
+        logger.warning("[%s] no Kubernetes API configured: no Queue objects", options.stack)
+    if settings.leader_election.enabled and kube is None:
+        raise WiringError("--leader-elect needs a Kubernetes API")
+    if not is_sharded(options.stack, path):
+        return _wire_one(options, settings, ref, path, file, kube)
+    if kube is None:
+        raise WiringError("a sharded stack needs a Kubernetes API (its assignment is there)")
+    from twc.errors import SpecError
+    from twc.spec import load_fleet_file
+
+    try:
+        sharding = load_fleet_file(path).sharding
+    except SpecError:
+        raise WiringError(f"{path}: a sharded fleet must be valid when the daemon starts") from None
+    return _Shards(options, settings, ref, path, file, kube).wire(sharding)
+
+
+def _wire_one(
+    options: RunOptions,
+    settings: DaemonSettings,
+    ref: engine.StackRef,
+    path: str,
+    file: str,
+    kube: KubeClient | None,
+) -> Wiring:
+    election = settings.leader_election
+    state_dir = Path(tempfile.mkdtemp(prefix="twc-daemon-"))
+    channel = _channel(state_dir, settings)
+    elector: LeaseElector | None = None
+    lease_kube: KubeClient | None = None
+    daemon: Daemon | None = None
+    if election.enabled and kube is not None:
+        lease_kube = lease_client(ref, election)
+
+        def lost() -> None:
+            channel.lease_ended()
+            if daemon is not None:
+                daemon.request_stop(exit_code=1)
+
+        name = election.lease_name or lease_name_for(PROJECT, options.stack)
+        ref = _in_lease(ref, election.lease_namespace, name)
+        elector = guard_elector(
+            lease_kube,
+            channel,
+            name=name,
+            namespace=election.lease_namespace,
+            identity=_identity(),
+            timings=election,
+            on_lost=lost,
+        )
+        kube = kube.fenced(channel.term_left)  # every write checks the term right before it
+    cluster = None
+    reads: dict[str, Any] = {"fleet": CachedFleetFile(path), "queues": StaticQueues(())}
+    if kube is not None:
+        cluster = _cluster(kube, options, settings, options.stack)
+        deployments, resync = cluster.deployments, settings.resync_interval
+        reads |= {
+            "queues": QueueWatcher(kube.custom, resync_interval=resync),
+            # TemporalWorkers and every connection kind the registry knows (plugins too).
+            "native": NativeWatch(
+                kube.custom, default_registry().watched_kinds(), resync_interval=resync
+            ),
+            "replicas": deployments.worker_replicas,
+            "scaled": deployments.scaled,
+            "deployments": deployments.worker_deployments,
+        }
+    automation = _automation(ref, settings, state_dir, channel, elector)
+    own = cluster.workloads if cluster is not None else None
+    daemon = _daemon(
+        ref, settings, file, cluster, own, reads, {"engine": automation}, leader=elector
+    )
+    wiring = Wiring(
+        options.stack, settings, daemon, daemon.metrics, file, kube, [channel], lease_kube
+    )
+    wiring.state_dir = state_dir
+    if cluster is not None:
+        cluster.watch(wiring)
+    watch = FleetFileWatch(path, daemon.wakeup)  # an edit wakes the loop at once
+    wiring.run_with(watch.start, watch.stop)
+    if elector is not None:
+        lease, where = elector, f"{elector.namespace}/{elector.name}"
+        logger.info("[%s] leader election on lease %s as %s", options.stack, where, lease.identity)
+        wiring.run_with(lease.start, lambda: lease.stop(release=wiring.release_leases))
+    return wiring
+
+
+class _Shards:
+    """A sharded daemon's shared parts, and how a shard is made from them."""
+
+    def __init__(
+        self,
+        options: RunOptions,
+        settings: DaemonSettings,
+        base: engine.StackRef,
+        path: str,
+        file: str,
+        kube: KubeClient,
+    ) -> None:
+        self.options, self.settings, self.base = options, settings, base
+        self.path, self.file = path, file
+        self.cluster = _cluster(kube, options, settings, None)
+        self.fleet = CachedFleetFile(path)
+        resync = settings.resync_interval
+        self.queue_watch = QueueWatcher(kube.custom, resync_interval=resync)
+        kinds = default_registry().watched_kinds()
+        self.native_watch = NativeWatch(kube.custom, kinds, resync_interval=resync)
+        self.fanout = shards.FanoutWakeup()
+        # A due shard asks every iteration; one that has not for a few is out of line.
+        ttl = max(120.0, 4 * settings.reconcile_interval)
+        self.slots = shards.EngineSlots(
+            settings.shards.engine_concurrency, refresh_share=REFRESH_SHARE, claim_ttl=ttl
+        )
+        # One Temporal budget for the process: its capacity does not grow with the shards.
+        self.budgets = Budget()
+        self.identity = _identity()
+        self.state_root = Path(tempfile.mkdtemp(prefix="twc-daemon-"))
+        self.channels: list[GuardChannel] = []
+        election = settings.leader_election
+        self.lease_kube = lease_client(base, election) if election.enabled else None
+        self.sharded: shards.ShardedDaemon | None = None
+
+    def load(self) -> dict[str, int]:
+        """Workers per namespace, for the assignment."""
+        from twc.shards import namespace_load
+
+        native = self.native_watch.snapshot()
+        workers = native.workers if native is not None else ()
+        return namespace_load(self.fleet(), self.queue_watch.snapshot() or (), workers)
+
+    def make_shard(self, index: int, namespaces: shards.ShardNamespaces) -> shards.Shard:
+        """Shard ``index``'s loop over ``namespaces``, gated on the process's slots."""
+        ref = shard_ref(self.base, index, namespaces())
+        state_dir = self.state_root / f"shard-{index}"
+        channel = _channel(state_dir, self.settings)
+        self.channels.append(channel)
+        leader = None
+        cluster = self.cluster
+        election = self.settings.leader_election
+        if election.enabled:
+            lease_name = lease_name_for(PROJECT, ref.name)
+            ref = _in_lease(ref, election.lease_namespace, lease_name)
+            leader = self._leader(index, ref.name, lease_name, channel)
+            # Every write of the shard checks its term right before it.
+            cluster = replace(cluster, kube=cluster.kube.fenced(channel.term_left))
+        automation = _automation(ref, self.settings, state_dir, channel, leader, namespaces)
+        engine_ = shards.SlotEngine(automation, self.slots)
+        # The shard's own objects (it is a stack of its own) and its own record.
+        own = Workloads(cluster.kube, stack=ref.name, namespaces=namespaces)
+        by_namespace = self.cluster.deployments.by_namespace
+        keyed, keys = shards.shard_keyed, shards.shard_keys
+        reads = {
+            "fleet": shards.shard_fleet(self.fleet, namespaces),
+            "queues": shards.ShardQueues(self.queue_watch, namespaces, self.fanout),
+            "native": shards.ShardNative(self.native_watch, namespaces, self.fanout),
+            "replicas": keyed(lambda: by_namespace("replicas"), namespaces),
+            "scaled": keys(lambda: by_namespace("scaled"), namespaces),
+            "deployments": keyed(lambda: by_namespace("deployments"), namespaces),
+        }
+        effects = {"engine": engine_, "refresh_turn": self.slots.refresh_turn}
+        loop = {"leader": leader, "budgets": self.budgets}
+        daemon = _daemon(ref, self.settings, self.file, cluster, own, reads, effects, **loop)
+
+        def others() -> frozenset[Any]:
+            # A connection another shard uses keeps its delete protection.
+            assert self.sharded is not None
+            others = self.sharded.shards.items()
+            return frozenset().union(*(s.daemon.reporter.in_use for i, s in others if i != index))
+
+        daemon.reporter.also_in_use = others
+        return shards.Shard(index, ref.name, namespaces, daemon, engine_, leader)
+
+    def _leader(
+        self, index: int, stack: str, lease_name: str, channel: GuardChannel
+    ) -> shards.ShardLeader:
+        assert self.sharded is not None
+        assert self.lease_kube is not None
+        leases, may_acquire = self.lease_kube, self.sharded.may_acquire
+
+        def lost() -> None:
+            # Only this shard's engine stops, and only its loop turns standby.
+            channel.lease_ended()
+            logger.error("[%s] lost the shard's lease", stack)
+
+        return shards.ShardLeader(
+            lambda: guard_elector(
+                leases,
+                channel,
+                name=lease_name,
+                namespace=self.settings.leader_election.lease_namespace,
+                identity=self.identity,
+                timings=self.settings.leader_election,
+                on_lost=lost,
+                may_acquire=may_acquire,
+                thread_name=f"shard-leader-{index}",
+            )
+        )
+
+    def wire(self, sharding: Any) -> Wiring:
+        from twc.kube.members import MemberRoster, fair_share
+        from twc.kube.shardmap import ShardMapStore
+
+        stack = self.options.stack
+        import_temporal()  # the shards' loops sample from several threads: import it once
+        held = stack_resources(self.base)
+        if held:
+            raise WiringError(
+                f"{stack} holds {len(held)} resources of its own: move it to its shards "
+                f"first (`twc shards migrate --stack {stack}`), or two stacks would own "
+                "the same objects"
+            )
+        roster: MemberRoster | None = None
+        election = self.settings.leader_election
+        if self.lease_kube is not None:
+            roster = MemberRoster(
+                self.lease_kube.coordination,
+                namespace=election.lease_namespace,
+                stack=stack,
+                identity=self.identity,
+                settings=election,
+            )
+        kube = self.cluster.kube
+        store = ShardMapStore(kube.core, namespace=sharding.assignment_namespace, stack=stack)
+        sharded = self.sharded = shards.ShardedDaemon(
+            stack,
+            store=store,
+            load=self.load,
+            make_shard=self.make_shard,
+            max_workers_per_shard=sharding.max_workers_per_shard,
+            share=(lambda n: fair_share(n, roster.count())) if roster is not None else None,
+            slots=self.slots,
+        )
+        metrics = shards.MergedMetrics(
+            lambda: [s.daemon.metrics.registry for s in sharded.shards.values()]
+        )
+        wiring = Wiring(
+            stack, self.settings, sharded, metrics, self.file, kube, self.channels, self.lease_kube
+        )
+        wiring.state_dir = self.state_root
+        wiring.run_with(lambda: self._start(roster), lambda: self._stop(roster))
+        self.cluster.watch(wiring)
+        # An edit wakes every shard's loop, and the assignment (a new namespace needs a shard).
+        self.fanout.subscribe(sharded.wakeup, lambda: ())
+        watch = FleetFileWatch(self.path, self.fanout)
+        wiring.run_with(watch.start, watch.stop)
+        return wiring
+
+    def _start(self, roster: Any) -> None:
+        """Start the shared watches, and count the replicas before any shard's Lease."""
+        self.queue_watch.start(self.fanout)
+        self.native_watch.start(self.fanout)
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline and (
+            self.queue_watch.snapshot() is None or self.native_watch.snapshot() is None
+        ):
+            time.sleep(0.05)
+        if roster is not None:
+            try:
+                roster.round()
+            except Exception as exc:  # noqa: BLE001 - the roster's thread retries; start counting 1
+                logger.warning("[%s] member lease: %s", self.options.stack, exc)
+            roster.start()
+
+    def _stop(self, roster: Any) -> None:
+        if roster is not None:
+            roster.stop()
+        self.queue_watch.stop()
+        self.native_watch.stop()
+
+
+def _configure_logging() -> None:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=os.environ.get("TWC_LOG_LEVEL", "INFO").upper(),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            stream=sys.stderr,
+        )
+    # The client's pool logs every retry; an unreachable API server is one fault instead.
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+
+
+def _serve(wiring: Wiring, settings: DaemonSettings) -> list[HealthServer] | None:
+    """The probes, ``/metrics`` and ``/status`` (own listener); ``None`` if a port is taken."""
+    runner, servers = wiring.runner, list[HealthServer]()
+    listeners = [
+        (settings.metrics_port, "0.0.0.0", None),  # noqa: S104 - probes and Prometheus reach it
+        (settings.status_port, settings.status_host, runner.status),
+    ]
+    for port, host, status in listeners:
+        try:
+            server = HealthServer(
+                wiring.metrics,
+                port=port,
+                host=host,
+                live=runner.live,
+                ready=runner.ready,
+                status=status,
+            )
+        except OSError as exc:
+            print(f"twc run: cannot serve on {host}:{port}: {exc}", file=sys.stderr)
+            for started in servers:
+                started.stop()
+            return None
+        servers.append(server.start())
+    return servers
+
+
+def run_daemon(options: RunOptions) -> int:
+    """Run the daemon until SIGTERM (or ``--once``): 0 then; 1 after losing the Lease
+    (unsharded), a failed ``--once``, invalid settings, or a root thread that ended."""
+    _configure_logging()
+    try:
+        settings = load_settings(options)
+    except (OSError, ValueError) as exc:
+        print(f"twc run: invalid settings: {exc}", file=sys.stderr)
+        return 1
+    try:
+        wiring = wire(options, settings)
+    except WiringError as exc:
+        print(f"twc run: {exc}", file=sys.stderr)
+        return 1
+    runner = wiring.runner
+    servers = _serve(wiring, settings)
+    if servers is None:
+        wiring.close()
+        return 1
+
+    def on_signal(signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        logger.info("[%s] %s: finishing the current step, then exiting", options.stack, name)
+        runner.request_stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    logger.info(
+        "[%s] twc daemon%s: fleet %s, /healthz /readyz /metrics on port %d, /status on %s:%d, "
+        "settings %s",
+        options.stack,
+        " (sharded)" if isinstance(runner, shards.ShardedDaemon) else "",
+        wiring.file,
+        servers[0].port,
+        settings.status_host,
+        servers[1].port,
+        json.dumps(settings.model_dump(mode="json"), sort_keys=True),
+    )
+
+    def fatal(reason: str) -> None:
+        runner.request_stop(exit_code=1)
+        wiring.interrupt(reason)
+
+    grace = wiring.settle() + 30
+    supervisor = Supervisor(
+        stack=options.stack, stopping=lambda: runner.stopping, on_fatal=fatal, grace=grace
+    )
+    try:
+        wiring.start()
+        return supervisor.run(lambda: runner.run(once=options.once))
+    finally:
+        wiring.close()
+        for server in servers:
+            server.stop()

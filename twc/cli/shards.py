@@ -1,0 +1,308 @@
+"""``twc up``, ``preview`` and ``status`` on a sharded stack, and ``twc shards``.
+
+These verbs read the shard assignment once (extended for new namespaces: ``up`` records
+it), then run each shard, or the one ``--shard`` names, as the unsharded verb runs a stack.
+``twc shards migrate`` moves an unsharded stack's state into its shards.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+from pulumi.automation import CommandError
+
+from twc.cli import common
+from twc.cli.stack_lease import DEFAULT_WAIT, daemon_holder
+from twc.cli.status import format_status_table
+from twc.cli.up import iterate
+from twc.connections import default_registry
+from twc.desired import QUEUE_KIND_KEY, WORKER_KIND_KEY, DesiredInputs, ObjectList
+from twc.engine import engine
+from twc.engine.errors import engine_failure
+from twc.engine.retention import DEFAULT_KEEP_BACKUPS, backend_url, prune_backups
+from twc.engine.shards import shard_ref
+from twc.errors import SpecError, SpecIssue
+from twc.kube.observe import observe_inputs
+from twc.rollout import RolloutSettings
+from twc.shards import ShardMap, assign, namespace_load, shard_stack
+from twc.spec import Fleet, load_fleet_file
+
+
+def is_sharded(stack: str, fleet_file: str | None) -> bool:
+    """Whether the stack's fleet file asks for shards (an unreadable one does not)."""
+    path = common.fleet_path(common.fleet_file_for(stack, fleet_file))
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(data, dict) and bool(data.get("sharding"))
+
+
+@dataclass
+class ShardedStack:
+    """A sharded stack as one command sees it."""
+
+    base: engine.StackRef  # the stack as named (no state of its own once sharded)
+    file: str
+    fleet: Fleet
+    shard_map: ShardMap
+    recorded: bool  # False: new namespaces were assigned for this command only
+    cluster_objects: bool
+
+    def ref(self, index: int) -> engine.StackRef:
+        return shard_ref(self.base, index, self.shard_map.namespaces_of(index))
+
+    def select(self, shard: str | None) -> list[int]:
+        """The shards ``--shard`` names (index or stack), or all; ``ValueError`` if none."""
+        everything = list(range(self.shard_map.shards))
+        if shard is None:
+            return everything
+        for index in everything:
+            if shard in (str(index), f"{index:02d}", shard_stack(self.base.name, index)):
+                return [index]
+        raise ValueError(
+            f"no shard {shard!r} in {self.base.name} (it has {self.shard_map.shards}: "
+            f"0..{self.shard_map.shards - 1})"
+        )
+
+
+def sharded_stack(
+    stack: str,
+    fleet_file: str | None,
+    *,
+    record: bool,
+    cluster_objects: bool | None = None,
+    err: TextIO | None = None,
+) -> ShardedStack:
+    """The fleet and the assignment, extended for new namespaces (recorded with
+    ``record``); raises for an invalid fleet or an unreadable cluster."""
+    from twc.kube.shardmap import ShardMapStore
+
+    file = common.fleet_file_for(stack, fleet_file)
+    path = common.fleet_path(file)
+    fleet = load_fleet_file(path)
+    if fleet.sharding is None:
+        raise SpecError([SpecIssue(file, "sharding", "the fleet is not sharded")])
+    base = common.stack_ref(stack, fleet_file)
+    document = yaml.safe_load(Path(path).read_text())
+    include = fleet.cluster_objects if cluster_objects is None else cluster_objects
+    with common.stack_kube(base) as kube:
+        inputs = DesiredInputs(fleet=document)
+        if include:
+            inputs = observe_inputs(kube, default_registry().watched_kinds(), fleet=document)
+        cluster = inputs.cluster or {}
+        objects = [(cluster.get(k) or ObjectList()).objects or () for k in _KINDS]
+        load = namespace_load(fleet, *objects)
+        store = ShardMapStore(kube.core, namespace=fleet.sharding.assignment_namespace, stack=stack)
+        limit = fleet.sharding.max_workers_per_shard
+        if record:
+            shard_map, recorded = store.extend(load, max_workers_per_shard=limit), True
+        else:
+            current, _ = store.read()
+            shard_map = assign(current or ShardMap(), load, max_workers_per_shard=limit)
+            recorded = current is not None and shard_map == current
+    if include and common.cluster_adds_a_source(inputs):
+        print(common.summary(inputs), file=err or sys.stderr)
+    return ShardedStack(base, file, fleet, shard_map, recorded, include)
+
+
+_KINDS = (QUEUE_KIND_KEY, WORKER_KIND_KEY)
+
+
+def _open(
+    stack: str,
+    fleet_file: str | None,
+    shard: str | None,
+    *,
+    record: bool,
+    cluster_objects: bool | None,
+    err: TextIO,
+) -> tuple[ShardedStack, list[int]] | None:
+    """The sharded stack and the shards named; ``None`` after saying why not."""
+    if not common.validate_or_report(common.fleet_file_for(stack, fleet_file), err):
+        return None
+    try:
+        sharded = sharded_stack(
+            stack, fleet_file, record=record, cluster_objects=cluster_objects, err=err
+        )
+        return sharded, sharded.select(shard)
+    except SpecError as exc:
+        for line in exc.lines():
+            print(line, file=err)
+    except ValueError as exc:
+        print(exc, file=err)
+    except Exception as exc:  # noqa: BLE001 - any read failure stops the command with its reason
+        print(
+            f"cannot read the cluster's objects or the shard assignment: {exc}; "
+            "nothing was applied",
+            file=err,
+        )
+    return None
+
+
+def run_up_sharded(
+    stack: str,
+    fleet_file: str | None = None,
+    out: TextIO = sys.stdout,
+    *,
+    shard: str | None = None,
+    cluster_objects: bool | None = None,
+    wait_for_daemon: float = DEFAULT_WAIT,
+    yes: bool = False,
+) -> int:
+    """``twc up`` of each shard; one status table; 0 only when every shard applied."""
+    err = sys.stderr
+    opened = _open(stack, fleet_file, shard, record=True, cluster_objects=cluster_objects, err=err)
+    if opened is None:
+        return 1
+    sharded, indexes = opened
+    if stack == "local":
+        common.ensure_local_namespaces(sharded.file, sharded.base)
+    workers: dict[str, Any] = {}
+    failed: list[str] = []
+    for index in indexes:
+        ref = sharded.ref(index)
+        namespaces = sharded.shard_map.namespaces_of(index)
+        print(f"== {ref.name}: {', '.join(namespaces) or '(no namespaces)'}", file=out)
+        run = (ref, sharded.file, out, sharded.cluster_objects, RolloutSettings())
+        done = iterate(*run, wait=wait_for_daemon, yes=yes, namespaces=namespaces)
+        if done is None:
+            failed.append(ref.name)
+            continue
+        workers.update(done[0])
+        url = backend_url(ref.env)
+        prune_backups(url, project="twc", stack=ref.name, keep=DEFAULT_KEEP_BACKUPS)
+    print(format_status_table(workers), file=out)
+    if failed:
+        print(f"failed: {', '.join(failed)} ({len(failed)} of {len(indexes)} shards)", file=err)
+    return 1 if failed else 0
+
+
+def run_preview_sharded(
+    stack: str,
+    *,
+    fmt: str = "text",
+    detailed: bool = False,
+    fleet_file: str | None = None,
+    shard: str | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    cluster_objects: bool | None = None,
+) -> int:
+    """``twc preview``: one merged report of the shards (new namespaces where they would go)."""
+    from twc.cli.preview import FORMATS, preview_one, render
+    from twc.preview import EXIT_ERROR, exit_code, merge_reports
+
+    out, err = out or sys.stdout, err or sys.stderr
+    if fmt not in FORMATS:
+        print(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}", file=err)
+        return EXIT_ERROR
+    opened = _open(stack, fleet_file, shard, record=False, cluster_objects=cluster_objects, err=err)
+    if opened is None:
+        return EXIT_ERROR
+    sharded, indexes = opened
+    if not sharded.recorded:
+        assigned = json.dumps(sharded.shard_map.to_json()["namespaces"])
+        print(f"new namespaces would be assigned: {assigned}", file=err)
+    reports = []
+    for i in indexes:
+        namespaces = sharded.shard_map.namespaces_of(i)
+        one = preview_one(sharded.ref(i), sharded.file, sharded.cluster_objects, err, namespaces)
+        if one is None:
+            return EXIT_ERROR
+        reports.append(one)
+    report = merge_reports(stack, reports)
+    print(render(report, fmt), end="", file=out, flush=True)
+    return exit_code(report, detailed)
+
+
+def run_status_sharded(
+    stack: str,
+    output: str = "table",
+    out: TextIO = sys.stdout,
+    *,
+    fleet_file: str | None = None,
+    shard: str | None = None,
+) -> int:
+    """``twc status`` on a sharded stack: every shard's workers in one table."""
+    from twc.cli.status import live_status, print_status
+
+    opened = _open(stack, fleet_file, shard, record=False, cluster_objects=False, err=sys.stderr)
+    if opened is None:
+        return 1
+    sharded, indexes = opened
+    workers: dict[str, dict[str, Any]] = {}
+    shards: dict[str, list[str]] = {}
+    for index in indexes:
+        ref = sharded.ref(index)
+        try:
+            found = live_status(ref.name, ref=ref)
+        except CommandError as exc:
+            print(engine_failure(exc).text, file=sys.stderr)
+            return 1
+        workers.update(found)
+        shards[ref.name] = sorted(found)
+    return print_status({"stack": stack, "shards": shards, "workers": workers}, output, out)
+
+
+def run_show(stack: str, fleet_file: str | None = None, out: TextIO = sys.stdout) -> int:
+    """``twc shards show``: the recorded assignment, and what new namespaces would get."""
+    opened = _open(stack, fleet_file, None, record=False, cluster_objects=None, err=sys.stderr)
+    if opened is None:
+        return 1
+    sharded, indexes = opened
+    for index in indexes:
+        namespaces = sharded.shard_map.namespaces_of(index)
+        print(f"{shard_stack(stack, index)}  {', '.join(namespaces)}", file=out)
+    if not sharded.recorded:
+        print("(includes namespaces not recorded yet: the next up records them)", file=out)
+    return 0
+
+
+def run_migrate(
+    stack: str,
+    fleet_file: str | None = None,
+    out: TextIO = sys.stdout,
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> int:
+    """``twc shards migrate``: move an unsharded stack's state into its shards, ``up``
+    each, then forget the old stack; refuses while a daemon may hold the stack's Lease."""
+    from twc.engine.shards import forget_stack, move_state, stack_resources
+
+    say = progress or (lambda line: print(line, file=out, flush=True))
+    base = common.stack_ref(stack, fleet_file)
+    if stack_resources(base) is None:
+        say(f"{stack}: no unsharded stack to move; nothing to do")
+        return 0
+    try:
+        holder = daemon_holder(base)
+    except Exception as exc:  # noqa: BLE001 - unknown is not free: refuse with the reason
+        print(f"{stack}: cannot tell whether a daemon holds the stack: {exc}", file=sys.stderr)
+        return 1
+    if holder is not None:
+        print(
+            f"{stack}: the daemon {holder} holds the stack's Lease: stop it before moving "
+            "the stack to shards; nothing was moved",
+            file=sys.stderr,
+        )
+        return 1
+    opened = _open(stack, fleet_file, None, record=True, cluster_objects=None, err=sys.stderr)
+    if opened is None:
+        return 1
+    sharded = opened[0]
+    moved = move_state(sharded.base, sharded.shard_map, progress=say)
+    say(f"moved: {json.dumps(moved, sort_keys=True)}")
+    code = run_up_sharded(stack, fleet_file, out)
+    if code != 0:
+        say(f"{stack}: a shard's up failed; the old stack is kept (run migrate again)")
+        return code
+    forget_stack(sharded.base)
+    say(f"{stack}: now {sharded.shard_map.shards} shard stack(s); the old stack is gone")
+    return 0

@@ -1,0 +1,163 @@
+"""``twc up``: one iteration of the pipeline with the engine inline, under the stack's Lease.
+
+Deleting more than the fleet's ``deletionGuard.maxShare`` of the running workers needs an
+approval on the record (``twc approve``), a yes at the prompt, or ``--yes``; otherwise
+nothing is applied and the held set goes on the record for ``twc approve``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+from pulumi.automation import CommandError
+
+from twc import program
+from twc.cli import common
+from twc.cli.stack_lease import DEFAULT_WAIT, stack_lease
+from twc.cli.status import format_status_table
+from twc.desired import DesiredFleet, Hold, refusal
+from twc.engine import engine
+from twc.engine.errors import engine_failure
+from twc.engine.retention import DEFAULT_KEEP_BACKUPS, backend_url, prune_backups
+from twc.rollout import RolloutSettings
+
+
+def run_up(
+    stack: str,
+    fleet_file: str | None = None,
+    out: TextIO = sys.stdout,
+    *,
+    cluster_objects: bool | None = None,
+    rollouts: RolloutSettings | None = None,
+    rollout_wait: float = 60.0,
+    wait_for_daemon: float = DEFAULT_WAIT,
+    yes: bool = False,
+    ask: Callable[[str], str] | None = None,
+) -> int:
+    """``twc up``; 0 when applied, 1 otherwise."""
+    file = common.fleet_file_for(stack, fleet_file)
+    if not common.validate_or_report(file):
+        return 1
+    ref = common.stack_ref(stack, fleet_file)
+    if stack == "local":
+        common.ensure_local_namespaces(file, ref)
+    settings = rollouts or RolloutSettings()
+    done = iterate(
+        ref, file, out, cluster_objects, settings, wait=wait_for_daemon, yes=yes, ask=ask
+    )
+    if done is None:
+        return 1
+    workers, desired = done
+    _drive(ref, desired, settings, rollout_wait, out)
+    prune_backups(backend_url(ref.env), project="twc", stack=stack, keep=DEFAULT_KEEP_BACKUPS)
+    print(format_status_table(workers), file=out)
+    return 0
+
+
+def iterate(
+    ref: engine.StackRef,
+    file: str,
+    out: TextIO,
+    cluster_objects: bool | None,
+    settings: RolloutSettings,
+    *,
+    wait: float,
+    yes: bool,
+    ask: Callable[[str], str] | None = None,
+    namespaces: Sequence[str] | None = None,
+) -> tuple[dict[str, Any], DesiredFleet] | None:
+    """Observe, then :func:`apply` ``ref`` (a stack, or the shard of ``namespaces``) under
+    its Lease: the workers' statuses and desired fleet, or ``None`` after saying why not."""
+    try:
+        with stack_lease(ref, sys.stderr, wait=wait) as leased:
+            if leased is None:
+                return None
+            with common.desired_inputs(
+                leased, file, cluster_objects, None, settings, namespaces
+            ) as run:
+                if run is None or (workers := apply(run, file, out, yes=yes, ask=ask)) is None:
+                    return None
+                return workers, common.planned(run, file)[1]
+    except CommandError as exc:
+        print(engine_failure(exc).text, file=sys.stderr)
+        return None
+
+
+def apply(
+    run: engine.StackRef,
+    file: str,
+    out: TextIO,
+    *,
+    yes: bool,
+    ask: Callable[[str], str] | None = None,
+) -> dict[str, Any] | None:
+    """Plan and execute the prepared ``run``: the workers' statuses, or ``None`` after
+    saying why the dry run or deletion verdict refused; ``CommandError`` if the engine failed."""
+    err = sys.stderr
+    if not common.dry_run_or_report(run, file, err):
+        return None
+    try:
+        verdict = common.deletion_verdict(run, file)
+    except Exception as exc:  # noqa: BLE001 - a guard that cannot judge holds
+        print(f"cannot tell what this up would delete ({exc}); nothing was applied", file=err)
+        return None
+    hold = verdict.hold
+    if hold is not None and not yes and not _confirmed(hold, ask):
+        _publish(run, hold)
+        print(refusal(hold, run.name), file=err)
+        return None
+    result = engine.up(run, on_output=lambda line: print(line, file=out, flush=True))
+    if verdict.released or hold is not None:
+        _publish(run, None)  # the approval is spent: the same set is held again next time
+    return dict(result.outputs["workers"].value or {}) if "workers" in result.outputs else {}
+
+
+def _publish(ref: engine.StackRef, hold: Hold | None) -> None:
+    try:
+        with common.stack_kube(ref) as kube:
+            program.settle_hold(common.stack_record(ref, kube), hold)
+    except Exception as exc:  # noqa: BLE001 - the refusal or the up stands; only twc approve lacks it
+        print(f"could not update the held deletions on the stack's record: {exc}", file=sys.stderr)
+
+
+def _confirmed(hold: Hold, ask: Callable[[str], str] | None) -> bool:
+    print(
+        f"this up deletes {len(hold.workers)} of the {hold.total} running workers "
+        f"(more than the {hold.allowed} one up may delete without confirmation): "
+        f"{', '.join(sorted(hold.workers))}",
+        file=sys.stderr,
+    )
+    if ask is None and not sys.stdin.isatty():
+        return False
+    try:
+        answer = (ask or input)("delete them? [y/N] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _drive(
+    ref: engine.StackRef, desired: DesiredFleet, settings: RolloutSettings, wait: float, out: TextIO
+) -> None:
+    """Drive the versioned workers' rollouts after the ``up``; a failure is only reported."""
+    from twc.cli.rollouts import drive_rollouts
+    from twc.kube.versions import read_gate_input
+
+    if not any(w.rollout is not None for w in desired.workers.values()):
+        return
+    try:
+        with common.stack_kube(ref) as kube:
+            drive_rollouts(
+                kube,
+                desired.fleet,
+                list(desired.workers.values()),
+                temporal_address=(ref.config or {}).get("temporalAddress"),
+                settings=settings,
+                wait=wait,
+                out=out,
+                read_input=lambda ns, source: read_gate_input(kube, ns, source),
+            )
+    except Exception as exc:  # noqa: BLE001 - the up stands; the rollout goes on next time
+        print(f"rollouts not driven: {exc}", file=sys.stderr)

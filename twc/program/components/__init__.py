@@ -1,0 +1,1 @@
+"""Pulumi components: connections, queues and workers."""

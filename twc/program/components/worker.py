@@ -1,0 +1,235 @@
+"""The ``TemporalWorker`` component: ServiceAccount, Deployment(s), PDB, DLQ processor and a
+``TaskQueueCheck``; output ``status``: phase, replicas, conditions."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from providers.taskqueue import TaskQueueCheck
+from twc import builders, rollout
+from twc.program.components.connection import WorkerConnection
+from twc.rollout import WorkerVersions
+from twc.rollout._spec import build_id_of, policy_of, version_spec_json, with_version_spec
+from twc.spec import AuthMode, ResolvedWorker
+from twc.status import worker_status
+
+TEMPORAL_WORKER_TYPE = "twc:temporal:TemporalWorker"
+
+_Built = tuple[list[pulumi.Resource], k8s.apps.v1.Deployment, dict[str, Any], dict[str, Any]]
+"""Every Deployment, the one the status reads, its spec, and what the status adds."""
+
+
+@dataclass(frozen=True)
+class WorkerArgs:
+    """Inputs of a worker component (the worker has its defaults applied)."""
+
+    worker: ResolvedWorker
+    connection: WorkerConnection
+    wait_for_pollers_seconds: float = 0
+    connection_name: str | None = None
+    replicas: int | None = None
+    versions: WorkerVersions | None = None
+    stack: str | None = None
+    depends_on: tuple[pulumi.Resource, ...] = ()
+
+
+class TemporalWorkerComponent(pulumi.ComponentResource):
+    """One Temporal worker fleet member: its Deployment and everything around it."""
+
+    status: pulumi.Output[dict[str, Any]]
+
+    def __init__(
+        self, name: str, args: WorkerArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(TEMPORAL_WORKER_TYPE, name, {}, opts)
+        worker, conn, stack = args.worker, args.connection, args.stack
+        self._name, self._args = name, args
+        self._options = builders.PodTemplateOptions(secret_keys=conn.secret_keys)
+        sa_object = builders.worker_service_account(worker, stack=stack)
+        sa = k8s.core.v1.ServiceAccount(
+            f"{name}-sa",
+            metadata=sa_object["metadata"],
+            automount_service_account_token=sa_object["automountServiceAccountToken"],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(args.depends_on)),
+        )
+        after_sa = [sa, *conn.depends_on, *args.depends_on]
+        build = self._deployment if worker.rollout is None else self._versions
+        made, deployment, spec, extra = build(after_sa)
+        pdb_spec = builders.pod_disruption_budget_spec(worker)
+        if pdb_spec is not None:
+            k8s.policy.v1.PodDisruptionBudget(
+                f"{name}-pdb",
+                metadata=builders.object_metadata(worker, worker.name, stack=stack),
+                spec=pdb_spec,
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+        self._dlq(sa)
+        check = self._check(spec["template"], made)
+        fixed = spec.get("replicas")
+        autoscaled = worker.autoscaling is not None and worker.rollout is None
+        self.status = pulumi.Output.all(
+            deployment.status,
+            check.condition,
+            check.pollers,
+            check.approximateBacklog,
+            deployment.spec,
+        ).apply(
+            lambda parts: {
+                **worker_status(
+                    desired=int(fixed) if fixed is not None else _live_replicas(parts[4]),
+                    autoscaled=autoscaled,
+                    deployment_status=parts[0],
+                    queue_condition=parts[1],
+                    pollers=parts[2],
+                    backlog=parts[3],
+                    task_queue=worker.task_queue_name,
+                ),
+                **extra,
+            }
+        )
+        self.register_outputs({"status": self.status})
+
+    def _deployment(self, depends_on: list[pulumi.Resource]) -> _Built:
+        """An unversioned worker's Deployment; an autoscaled one's replicas are the daemon's."""
+        name, args, options = self._name, self._args, self._options
+        worker, conn = args.worker, args.connection
+        manifest = builders.worker_deployment(
+            worker,
+            conn.resolved,
+            conn.fingerprint,
+            options=options,
+            connection_name=args.connection_name,
+            stack=args.stack,
+        )
+        deployment = k8s.apps.v1.Deployment(
+            f"{name}-deployment",
+            metadata=manifest["metadata"],
+            spec=manifest["spec"],
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                depends_on=depends_on,
+                ignore_changes=["spec.replicas"] if worker.autoscaling else None,
+            ),
+        )
+        return [deployment], deployment, manifest["spec"], {}
+
+    def _versions(self, depends_on: list[pulumi.Resource]) -> _Built:
+        """A versioned worker's Deployments: the target, and each other version from its spec."""
+        name, args, options = self._name, self._args, self._options
+        worker, conn = args.worker, args.connection
+        policy = policy_of(worker)
+        assert policy is not None, "only versioned workers have versions"
+        target = build_id_of(worker)
+        given = dict(args.versions.versions) if args.versions is not None else {}
+        given.setdefault(target, rollout.VersionInput())
+        autoscaled = worker.autoscaling is not None
+        made: dict[str, tuple[k8s.apps.v1.Deployment, dict[str, Any]]] = {}
+        for build, version in sorted(given.items()):
+            at_version, spec_json = worker, version_spec_json(worker)
+            if build != target:
+                if version.spec is None:
+                    raise ValueError(
+                        f"{worker.stack_key}: version {build} has no version spec on its "
+                        f"Deployment (annotation {rollout.VERSION_ANNOTATION}); cannot rebuild it"
+                    )
+                at_version = with_version_spec(worker, dict(version.spec))
+                spec_json = _canonical(version.spec)
+            count = version.replicas if autoscaled or version.replicas == 0 else None
+            if build == target and count is None and autoscaled:
+                count = args.replicas
+            manifest = builders.versioned_deployment(
+                at_version,
+                conn.resolved,
+                conn.fingerprint,
+                build_id=build,
+                version_spec=spec_json,
+                policy=_canonical(policy.to_json()),
+                target=build == target,
+                replicas=count,
+                options=options,
+                connection_name=args.connection_name,
+                stack=args.stack,
+            )
+            resource = k8s.apps.v1.Deployment(
+                f"{name}-version-{build}",
+                metadata=manifest["metadata"],
+                spec=manifest["spec"],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
+            )
+            made[build] = (resource, manifest)
+        outputs: dict[str, Any] = {
+            "targetBuildID": target,
+            "versions": {
+                build: {"deployment": m["metadata"]["name"], "replicas": m["spec"]["replicas"]}
+                for build, (_, m) in sorted(made.items())
+            },
+        }
+        if args.versions is not None and args.versions.status is not None:
+            outputs["rollout"] = dict(args.versions.status)
+        deployment, manifest = made[target]
+        return [r for r, _ in made.values()], deployment, manifest["spec"], outputs
+
+    def _dlq(self, sa: pulumi.Resource) -> None:
+        """The DLQ processor's StatefulSet and headless Service, when it is enabled."""
+        name, args, options = self._name, self._args, self._options
+        worker, conn = args.worker, args.connection
+        spec = builders.dlq_statefulset_spec(worker, conn.resolved, conn.fingerprint, options)
+        if spec is None:
+            return
+        dlq_name = builders.dlq_statefulset_name(worker)
+        meta = builders.object_metadata(worker, dlq_name, builders.COMPONENT_DLQ, stack=args.stack)
+        svc = k8s.core.v1.Service(
+            f"{name}-dlq-svc",
+            metadata=meta,
+            spec={
+                "clusterIP": "None",
+                "selector": spec["selector"]["matchLabels"],
+                "ports": [{"name": "none", "port": 80}],
+            },
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        spec["template"]["spec"]["serviceAccountName"] = worker.name
+        k8s.apps.v1.StatefulSet(
+            f"{name}-dlq",
+            metadata=meta,
+            spec=spec,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[sa, svc, *conn.depends_on]),
+        )
+
+    def _check(self, template: dict[str, Any], after: list[pulumi.Resource]) -> TaskQueueCheck:
+        """The task queue check, run again whenever the pods change."""
+        name, args = self._name, self._args
+        worker, conn = args.worker, args.connection
+        resolved = conn.resolved
+        secret = conn.secret_namespace and resolved.secret_name
+        api_key = resolved.api_key_secret if resolved.auth_mode is AuthMode.API_KEY else None
+        inputs = {
+            "address": resolved.host_port,
+            "namespace": worker.temporal_namespace,
+            "taskQueue": worker.task_queue_name,
+            "tls": resolved.tls.enabled,
+            "serverName": resolved.tls.server_name,
+            "authMode": str(resolved.auth_mode),
+            "secretRef": {"namespace": conn.secret_namespace, "name": secret} if secret else None,
+            "apiKeyKey": api_key.key if api_key else None,
+            "trigger": hashlib.sha256(_canonical(template).encode()).hexdigest()[:16],
+            "waitForPollersSeconds": args.wait_for_pollers_seconds,
+        }
+        opts = pulumi.ResourceOptions(parent=self, depends_on=after)
+        return TaskQueueCheck(f"{name}-check", inputs, opts)
+
+
+def _live_replicas(spec: Any) -> int:
+    # The daemon's count, or the API server's default of 1 before the daemon scaled it.
+    value = spec.get("replicas") if isinstance(spec, dict) else getattr(spec, "replicas", None)
+    return int(value) if value is not None else 1
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,388 @@
+"""Execute a plan: replicas (``scale``), views, early apply, ``up``, ``refresh``, routing.
+
+Before a term's first engine run a killed run's leftovers are repaired; what each ``up``
+applied is recorded, so a restarted daemon on an unchanged stack runs none. Only the
+engine's own failure fails an iteration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from twc.engine.automation import StackEngine, new_worker_targets, under_queue
+from twc.engine.build import build_id
+from twc.errors import TemporaryError
+from twc.kube.record import AppliedRecord
+from twc.kube.workloads import ObjectRef, ref_of
+from twc.kube.writer import ObjectWriter
+from twc.reconcile.decide import ReconcileAction, ReconcileDecision
+from twc.reconcile.early import EARLY_FIELD_MANAGER, EarlyApplier, early_objects, plan_release
+from twc.reconcile.health import DaemonMetrics
+from twc.reconcile.observe import Sources
+from twc.reconcile.plan import Plan
+from twc.reconcile.views import ViewSync, ViewWriter
+from twc.spec import ResolvedWorker
+from twc.versioning import carry_out_all
+
+__all__ = ["Actor", "Effects", "Scaler"]
+
+logger = logging.getLogger(__name__)
+
+
+class Scaler(Protocol):
+    """Writes an autoscaled worker's replicas (:class:`twc.kube.scale.ReplicaScaler`)."""
+
+    def scale(self, namespace: str, name: str, replicas: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class Effects:
+    """Everything the loop changes: the stack (through the engine) and the cluster."""
+
+    engine: StackEngine
+    early: EarlyApplier | None = None  # None: new workers wait for the up
+    writer: ObjectWriter | None = None  # status, finalizers, Events; None writes none
+    temporal_address: str | None = None  # ``twc:temporalAddress``, for early pod templates
+    views: ViewWriter | None = None  # generated TemporalWorker objects; None keeps none
+    scaler: Scaler | None = None  # None (no cluster) scales nothing
+    refresh_turn: Callable[[str, float], bool] | None = None
+
+
+class Actor:
+    """Carries out plans for one stack's loop, while ``may_apply`` (it leads)."""
+
+    def __init__(
+        self,
+        effects: Effects,
+        sources: Sources,
+        *,
+        stack: str,
+        metrics: DaemonMetrics,
+        may_apply: Callable[[], bool],
+        loop: Callable[[], asyncio.AbstractEventLoop],
+    ) -> None:
+        self.engine = effects.engine
+        self._effects, self._sources = effects, sources
+        self._stack, self._metrics = stack, metrics
+        self._may_apply, self._loop = may_apply, loop
+        self._recovered = False
+        self._repaired: Sequence[str] = ()
+        self._applied: AppliedRecord | None = None  # last recorded (or resumed from)
+        self._early_pending: set[ObjectRef] | None = None
+        self._early_lock = threading.Lock()  # applies: loop's thread; releases: engine's
+        self._views = (
+            ViewSync(effects.views, stack=stack, metrics=metrics, events=effects.writer)
+            if effects.views is not None
+            else None
+        )
+
+    @property
+    def early_pending(self) -> list[str]:
+        """Objects applied ahead of the engine and not yet adopted by a successful up."""
+        return sorted(str(ref) for ref in self._early_pending or ())
+
+    @property
+    def keeps_views(self) -> bool:
+        """Whether this daemon keeps generated TemporalWorker objects."""
+        return self._views is not None
+
+    def new_term(self) -> None:
+        """A new term as leader may follow someone else's killed run: check again."""
+        self._recovered = False
+
+    def sync_views(self, plan: Plan) -> None:
+        """Keep the generated TemporalWorker objects as planned; never raises."""
+        views = plan.native.views if plan.native is not None else None
+        if self._views is not None and views is not None and self._may_apply():
+            self._views.sync(views)
+
+    def route(self, plan: Plan) -> None:
+        """Carry out the versioned workers' rollout plans; failures are logged, never raised."""
+        source, versions = self._sources.rollouts, plan.versions
+        if source is None or not versions.plans or not self._may_apply():
+            return
+        desired = plan.desired
+        results = self._loop().run_until_complete(
+            carry_out_all(
+                versions.plans,
+                versions.observed,
+                desired.workers,
+                desired.fleet,
+                source.clients,
+                read_input=source.read_input,
+            )
+        )
+        for key, result in sorted(results.items()):
+            for action in result.done:
+                logger.info("[%s/%s] rollout: %s", self._stack, key, action)
+            if result.error:
+                level = logging.INFO if result.conflict else logging.WARNING
+                logger.log(level, "[%s/%s] rollout: %s", self._stack, key, result.error)
+        for key, rollout in sorted(versions.plans.items()):
+            if rollout.deleted:
+                gone = ", ".join(rollout.deleted)
+                logger.info(
+                    "[%s/%s] rollout: the Deployments of %s are deleted", self._stack, key, gone
+                )
+
+    def apply_early(self, decision: ReconcileDecision, plan: Plan) -> None:
+        """Apply new workers' ServiceAccount and Deployment now, ahead of the ``up``."""
+        if self._effects.early is None or not self._may_apply():
+            return
+        pending = self._pending_early()
+        applied = [
+            key
+            for key in sorted(decision.added)
+            # A versioned worker's Deployments are its versions': the up makes them.
+            if (worker := plan.workers.get(key)) is not None
+            and worker.rollout is None
+            and self._early_one(worker, plan, pending)
+        ]
+        if applied:
+            logger.info("[%s] applied early: %s", self._stack, ", ".join(applied))
+
+    def settle_early(self, plan: Plan) -> None:
+        """Nothing to apply: release early objects of planned workers, delete the others'."""
+        if self._effects.early is not None and self._may_apply():
+            pending = self._pending_early()
+            if pending:
+                self._release_early(plan, set(pending))
+
+    def run_up(self, decision: ReconcileDecision, plan: Plan) -> None:
+        """Repair, ``up``, then release the early objects it adopted (engine's thread)."""
+        if not self._may_apply():
+            raise TemporaryError("not leading any more; not applying")
+        if not self._recovered:
+            self.recover()  # a killed predecessor may have left a lock
+        targeted = decision.action is ReconcileAction.TARGETED
+        targets = self._targets(decision, plan) if targeted else None
+        mode = "targeted" if targets else "full"
+        workers = ", ".join(sorted(decision.workers)) or "-"
+        logger.info("[%s] up (%s): %s [%s]", self._stack, mode, decision.reason, workers)
+        self._metrics.engine_runs.labels(self._stack, "up", mode).inc()
+        with self._early_lock:
+            # Early objects of workers it does not have go only if pending before it.
+            owned = set(self._early_pending or ())
+        with self._engine_running("up"):
+            report = self.engine.up(plan.inputs, targets)
+        if report.update is not None:
+            h = plan.hashes
+            self._record(
+                AppliedRecord(h.fleet, h.shared, dict(h.workers), report.update, build_id())
+            )
+        self._count_recoveries(report.recoveries)
+        self.scale_new(plan, decision.added)
+        self._release_early(plan, owned)
+        changes = {op: n for op, n in report.changes.items() if op != "same" and n}
+        logger.info("[%s] up (%s) done: %s", self._stack, mode, changes or "no changes")
+
+    @contextlib.contextmanager
+    def _engine_running(self, operation: str) -> Iterator[None]:
+        gauge = self._metrics.engine_in_progress.labels(self._stack, operation)
+        gauge.set(1)
+        try:
+            yield
+        finally:
+            gauge.set(0)
+
+    def _targets(self, decision: ReconcileDecision, plan: Plan) -> list[str] | None:
+        urns = self.engine.worker_urns()
+        targets: list[str] = []
+        for worker in sorted(decision.workers - decision.added):
+            found = urns.get(worker)
+            if not found:
+                return None
+            now = plan.workers.get(worker)
+            hangs = under_queue(found[0])
+            # A Queue's worker going, moving under or from a queue, or whose queue twc makes: full.
+            if now is None and hangs:
+                return None
+            if now is not None and hangs != (now.derived and now.queue is not None):
+                return None
+            if hangs and now is not None and now.queue is not None and now.queue.create_object:
+                return None
+            targets.extend(found)
+        if decision.added and not urns:
+            return None
+        for key in sorted(decision.added):
+            scheme, project = next(iter(urns.values()))[0].split("::")[:2]
+            new = plan.workers.get(key)
+            if new is None:
+                return None
+            queue = new.queue if new.derived else None
+            name = f"{queue.namespace}/{queue.name}" if queue is not None else None
+            targets.extend(new_worker_targets(scheme, project, key, queue=name))
+        return targets
+
+    def scale(self, plan: Plan) -> dict[str, int]:
+        """Write the plan's replicas (while leading); returns those written."""
+        scaler = self._effects.scaler
+        if scaler is None or not plan.scale or not self._may_apply():
+            return {}
+        done: dict[str, int] = {}
+        for key, replicas in sorted(plan.scale.items()):
+            namespace, _, name = key.partition("/")
+            try:
+                scaler.scale(namespace, name, replicas)
+            except Exception as exc:  # noqa: BLE001 - one worker's failed scale never stops the loop; retried next iteration
+                logger.warning("[%s/%s] could not scale to %d: %s", self._stack, key, replicas, exc)
+                self._metrics.scale_writes.labels(self._stack, "failed").inc()
+                continue
+            current = plan.current.get(key)
+            if current != replicas:
+                logger.info("[%s/%s] scaled %s → %d", self._stack, key, current, replicas)
+            done[key] = replicas
+            self._metrics.scale_writes.labels(self._stack, "written").inc()
+        return done
+
+    def scale_new(self, plan: Plan, keys: frozenset[str]) -> None:
+        """Give new autoscaled workers the autoscaler's count after the ``up`` made them."""
+        scaler = self._effects.scaler
+        for key in sorted(keys):
+            worker, replicas = plan.workers.get(key), plan.replicas.get(key)
+            if scaler is None or worker is None or replicas is None or worker.autoscaling is None:
+                continue
+            try:
+                scaler.scale(worker.namespace, worker.name, replicas)
+            except Exception as exc:  # noqa: BLE001 - the next iteration scales it
+                logger.info("[%s/%s] not scaled after its up: %s", self._stack, key, exc)
+
+    def refresh(self) -> list[str]:
+        """Refresh the stack; returns the resources that drifted."""
+        self._metrics.engine_runs.labels(self._stack, "refresh", "full").inc()
+        if not self._recovered:
+            self.recover()
+        with self._engine_running("refresh"):
+            drifted = list(self.engine.refresh())
+        if not drifted and self._applied is not None:
+            # Still as the recorded up left it, one update later.
+            self._record(replace(self._applied, update=self.engine.last_update() or "-"))
+        return drifted
+
+    def give_way(self, reason: str) -> bool:
+        """Stop the refresh in progress so a change runs first; whether one was told to."""
+        return self.engine.preempt(reason)
+
+    def recover(self) -> None:
+        """Repair what a killed run left (a lock, pending operations)."""
+        with self._engine_running("recover"):
+            actions = self.engine.recover()
+        self._count_recoveries(actions)
+        self._repaired = tuple(actions)
+        self._recovered = True
+
+    def recorded(self) -> AppliedRecord | None:
+        """What the last recorded ``up`` applied; ``None`` if nothing or unreadable."""
+        store = self._sources.record
+        try:
+            return store.load_applied() if store is not None else None
+        except Exception as exc:  # noqa: BLE001 - unreadable: the daemon applies the stack as if nothing were recorded
+            logger.warning("[%s] the last applied state could not be read: %s", self._stack, exc)
+            return None
+
+    def resume(self, record: AppliedRecord) -> bool:
+        """Whether the stack is as ``record``'s ``up`` left it (same twc, nothing to repair)."""
+        if not self._may_apply():
+            return False
+        why = ""
+        try:
+            if record.build != build_id():
+                why = "another build of twc applied the stack"
+            elif not self._recovered:
+                self.recover()
+            if not why and self._repaired:
+                why = "a killed run was repaired"
+            elif not why and (update := self.engine.last_update()) != record.update:
+                why = f"the stack's last update ({update}) is not the last one applied"
+        except Exception as exc:  # noqa: BLE001 - unsure: apply the stack as before
+            why = str(exc)
+        if why:
+            logger.info("[%s] not resuming: %s", self._stack, why)
+            return False
+        self._applied = record
+        return True
+
+    def _record(self, applied: AppliedRecord) -> None:
+        store = self._sources.record
+        if store is None:
+            return
+        try:
+            store.save_applied(applied)
+        except Exception as exc:  # noqa: BLE001 - a restart then runs a full up, as before
+            logger.warning("[%s] what the up applied was not recorded: %s", self._stack, exc)
+            return
+        self._applied = applied
+
+    def _count_recoveries(self, actions: Sequence[str]) -> None:
+        for action in actions:
+            logger.warning("[%s] recovered the stack: %s", self._stack, action)
+            self._metrics.recoveries.labels(self._stack, action.split(":", 1)[0]).inc()
+
+    def _early_one(self, worker: ResolvedWorker, plan: Plan, pending: set[ObjectRef]) -> bool:
+        early, scaler = self._effects.early, self._effects.scaler
+        assert early is not None
+        key, replicas = worker.stack_key, plan.replicas.get(worker.stack_key)
+        try:
+            objects = early_objects(
+                worker,
+                plan.desired.fleet,
+                read_secret=self._sources.secret_data or self._sources.secrets,
+                temporal_address=self._effects.temporal_address,
+                replicas=replicas,
+                stack=self._stack,
+            )
+            refs = [ref_of(obj) for obj in objects]
+            if any(early.exists(ref) for ref in refs):
+                return False  # the engine made it already (it read a newer file)
+            for obj, ref in zip(objects, refs, strict=True):
+                with self._early_lock:
+                    pending.add(ref)
+                early.apply(obj, EARLY_FIELD_MANAGER)
+            if worker.autoscaling is not None and replicas is not None and scaler:
+                # The autoscaler co-owns the count first (else the API server resets it).
+                scaler.scale(worker.namespace, worker.name, replicas)
+        except Exception as exc:  # noqa: BLE001 - early apply never fails the up; the up does it anyway
+            logger.info("[%s/%s] not applied early (the up will): %s", self._stack, key, exc)
+            self._metrics.early_applies.labels(self._stack, "skipped").inc()
+            return False
+        self._metrics.early_applies.labels(self._stack, "applied").inc()
+        return True
+
+    def _pending_early(self) -> set[ObjectRef]:
+        early = self._effects.early
+        if self._early_pending is None and early is not None:  # what a killed daemon left
+            try:
+                self._early_pending = set(early.managed_by(EARLY_FIELD_MANAGER))
+            except Exception as exc:  # noqa: BLE001 - early apply never fails the up; the up does it anyway
+                logger.warning("[%s] could not list early-applied objects: %s", self._stack, exc)
+        return self._early_pending if self._early_pending is not None else set()
+
+    def _release_early(self, plan: Plan, owned: set[ObjectRef]) -> None:
+        early = self._effects.early
+        with self._early_lock:
+            pending = set(self._early_pending or ())
+        if early is None or not pending:
+            return
+        release, _ = plan_release(pending, plan.workers.keys())
+        _, delete = plan_release(owned & pending, plan.workers.keys())
+        for ref in release + delete:
+            try:
+                if ref in release:
+                    early.release(ref, EARLY_FIELD_MANAGER)
+                else:
+                    logger.info("[%s] deleting %s: its worker is gone", self._stack, ref)
+                    early.delete(ref)
+            except Exception as exc:  # noqa: BLE001 - early apply never fails the up; the up does it anyway
+                logger.warning("[%s] %s: will retry after the next up: %s", self._stack, ref, exc)
+                continue
+            with self._early_lock:
+                if self._early_pending is not None:
+                    self._early_pending.discard(ref)
+            result = "released" if ref in release else "deleted"
+            self._metrics.early_applies.labels(self._stack, result).inc()

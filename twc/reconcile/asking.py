@@ -1,0 +1,420 @@
+"""The daemon's one Temporal querier: backlogs and pollers, under one request budget.
+
+An :class:`Asker` hands a loop's due questions to its :class:`AskerThread` and returns at
+once; an answer that says something new wakes the loop. Every question keeps to the
+process's one :class:`Budget`, at most :data:`SAMPLE_CONCURRENCY` at once per loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, Protocol
+
+from twc.connections import ResolvedConnection, default_registry
+from twc.spec import Fleet, ResolvedWorker
+
+logger = logging.getLogger(__name__)
+
+SAMPLE_CONCURRENCY = 8
+"""Most questions to Temporal in flight at once, per loop."""
+RATE_PER_S = 40.0
+"""Questions per second one daemon process asks Temporal, on average."""
+BURST = 50
+"""Questions asked back to back before that rate applies."""
+POLLERS_DEADLINE = 2.0
+"""Seconds one poller question may take; unanswered, it is asked again when next due."""
+
+SecretReader = Callable[[str, str], Mapping[str, bytes]]
+"""Reads a Secret's decoded data: ``(namespace, name) -> data``; raises LookupError."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, order=True)
+class TaskQueueRef:
+    """A task queue to ask about; workers on one queue share a question."""
+
+    namespace: str
+    name: str
+    connection: str = ""  # opaque outside TemporalBacklogs: which client asks
+
+    def __str__(self) -> str:
+        prefix = f"{self.connection}:" if self.connection else ""
+        return f"{prefix}{self.namespace}/{self.name}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Backlog:
+    """A task queue's approximate backlog, summed over task-queue types."""
+
+    count: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Answer:
+    """One answer: ``value`` or ``error``, when it came (monotonic ``at``, Unix ``wall``)."""
+
+    value: Any
+    error: Exception | None = dataclasses.field(default=None, compare=False)
+    at: float = 0.0
+    wall: float = 0.0
+    repeats: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """Whether the question was answered without an error."""
+        return self.error is None
+
+
+class Budget:
+    """A token bucket: ``burst`` questions back to back, then ``rate_per_s`` on average."""
+
+    def __init__(
+        self,
+        rate_per_s: float = RATE_PER_S,
+        *,
+        burst: int = BURST,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        if rate_per_s <= 0 or burst < 1:
+            raise ValueError(f"need rate_per_s > 0 and burst >= 1, got {rate_per_s}, {burst}")
+        self._rate, self._burst, self._tokens = rate_per_s, burst, float(burst)
+        self._clock, self._sleep = clock, sleep
+        self._updated: float | None = None
+        self._lock = threading.Lock()
+
+    def _refill(self) -> None:
+        now = self._clock()
+        if self._updated is not None and now > self._updated:
+            self._tokens = min(self._burst, self._tokens + (now - self._updated) * self._rate)
+        self._updated = now if self._updated is None else max(self._updated, now)
+
+    def take(self, wanted: int) -> int:
+        """Take up to ``wanted`` tokens now; how many."""
+        with self._lock:
+            self._refill()
+            allowed = max(0, min(wanted, int(self._tokens)))
+            self._tokens -= allowed
+            return allowed
+
+    def reserve(self) -> float:
+        """Take a token now; seconds to wait before using it."""
+        with self._lock:
+            self._refill()
+            self._tokens -= 1.0
+            wait = -self._tokens / self._rate
+        return 0.0 if wait < 1e-9 else wait  # refill arithmetic leaves float dust
+
+    async def acquire(self) -> None:
+        """Return when one more question fits the budget."""
+        wait = self.reserve()
+        if wait > 0:
+            await self._sleep(wait)
+
+
+async def ask_all(
+    refs: Iterable[TaskQueueRef],
+    question: Callable[[TaskQueueRef], Awaitable[Any]],
+    *,
+    limiter: Budget | None = None,
+    concurrency: int = SAMPLE_CONCURRENCY,
+    deadline: float | None = None,
+    answered: Callable[[TaskQueueRef, Answer | None], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    wall: Callable[[], float] = time.time,
+) -> dict[TaskQueueRef, Answer]:
+    """Ask ``question`` about each distinct queue, ``concurrency`` at a time in ``limiter``."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    slots = asyncio.Semaphore(concurrency)
+
+    async def one(ref: TaskQueueRef) -> Answer | None:
+        async with slots:
+            # The token inside the slot: one taken while waiting would break the budget.
+            if limiter is not None:
+                await limiter.acquire()
+            answer: Answer | None
+            try:
+                answer = Answer(
+                    await asyncio.wait_for(question(ref), deadline), None, clock(), wall()
+                )
+            except TimeoutError as exc:
+                answer = None if deadline is not None else Answer(None, exc, clock(), wall())
+            except Exception as exc:  # noqa: BLE001 - one queue failing hides no other
+                answer = Answer(None, exc, clock(), wall())
+        if answered is not None:
+            answered(ref, answer)
+        return answer
+
+    async with asyncio.TaskGroup() as group:
+        tasks = {ref: group.create_task(one(ref)) for ref in dict.fromkeys(refs)}
+    return {ref: a for ref, task in tasks.items() if (a := task.result()) is not None}
+
+
+def import_temporal() -> None:
+    """Import temporalio's modules from one thread (concurrent imports can half-initialise)."""
+    import temporalio.api.enums.v1
+    import temporalio.api.taskqueue.v1
+    import temporalio.api.workflowservice.v1
+    import temporalio.client
+    import temporalio.service  # noqa: F401 - imported for its side effect
+
+
+class BacklogSource(Protocol):
+    """What the loop asks Temporal; :class:`TemporalBacklogs` implements it."""
+
+    def refs(self, fleet: Fleet, workers: Iterable[ResolvedWorker]) -> dict[str, TaskQueueRef]:
+        """Per worker key, its task queue."""
+        ...
+
+    async def describe(self, ref: TaskQueueRef) -> Backlog:
+        """One task queue's backlog."""
+        ...
+
+
+class TemporalBacklogs:
+    """Backlogs and pollers read from Temporal through each worker's own connection."""
+
+    def __init__(
+        self,
+        *,
+        read_secret: SecretReader | None = None,
+        temporal_address: str | None = None,
+        rpc_timeout: float = 10.0,
+    ) -> None:
+        self._read_secret = read_secret
+        self._address = temporal_address
+        self._timeout = rpc_timeout
+        self._connections: dict[str, tuple[ResolvedConnection, str | None]] = {}
+
+    def refs(self, fleet: Fleet, workers: Iterable[ResolvedWorker]) -> dict[str, TaskQueueRef]:
+        """Resolve each worker's connection and name its task queue."""
+        registry = default_registry()
+        out: dict[str, TaskQueueRef] = {}
+        for worker in workers:
+            conn = registry.resolve_worker(worker, fleet)
+            if self._address:
+                conn = dataclasses.replace(conn, host_port=self._address)
+            secret_ns = None
+            if conn.secret_name is not None:
+                secret_ns = (
+                    conn.secret_source_namespace or conn.identity.namespace or worker.namespace
+                )
+            conn_id = f"{conn.identity}@{conn.host_port}@{secret_ns or ''}"
+            self._connections[conn_id] = (conn, secret_ns)
+            out[worker.stack_key] = TaskQueueRef(
+                worker.temporal_namespace, worker.task_queue_name, conn_id
+            )
+        return out
+
+    async def _describe(self, ref: TaskQueueRef, types: Sequence[str], stats: bool) -> list[Any]:
+        from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
+        from temporalio.api.taskqueue.v1 import TaskQueue
+        from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+        from temporalio.service import RPCError
+
+        found = self._connections.get(ref.connection)
+        if found is None:
+            raise LookupError(f"no connection known for {ref}")
+        conn, secret_ns = found
+        secret_data = None
+        if conn.secret_name is not None:
+            if self._read_secret is None or secret_ns is None:
+                raise LookupError(f"cannot read the secret of {conn.identity}")
+            secret_data = await asyncio.to_thread(self._read_secret, secret_ns, conn.secret_name)
+        client = await conn.client(ref.namespace, secret_data)
+        queue = TaskQueue(name=ref.name, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL)
+        answers = []
+        for name in types:
+            request = DescribeTaskQueueRequest(
+                namespace=ref.namespace,
+                task_queue=queue,
+                task_queue_type=TaskQueueType.Value(f"TASK_QUEUE_TYPE_{name}"),
+                report_stats=stats,
+            )
+            try:
+                answers.append(
+                    await client.workflow_service.describe_task_queue(
+                        request, timeout=timedelta(seconds=self._timeout)
+                    )
+                )
+            except RPCError:
+                if name != "NEXUS":
+                    raise
+        return answers
+
+    async def pollers(self, ref: TaskQueueRef) -> int:
+        """Pollers of the workflow and activity task queues (what ``twc status`` checks)."""
+        answers = await self._describe(ref, ("WORKFLOW", "ACTIVITY"), stats=False)
+        return sum(len(a.pollers) for a in answers)
+
+    async def describe(self, ref: TaskQueueRef) -> Backlog:
+        """The backlog of the workflow, activity and Nexus task queues summed."""
+        answers = await self._describe(ref, ("WORKFLOW", "ACTIVITY", "NEXUS"), stats=True)
+        return backlog_from_stats([a.stats for a in answers if a.HasField("stats")], ref)
+
+
+def backlog_from_stats(stats: Sequence[Any], ref: TaskQueueRef) -> Backlog:
+    """Sum DescribeTaskQueue ``stats`` (one per type) into one backlog."""
+    if not stats:
+        raise LookupError(f"Temporal reported no backlog statistics for {ref}")
+    return Backlog(sum(int(s.approximate_backlog_count) for s in stats))
+
+
+class AskerThread:
+    """An event loop on a daemon thread (``twc-ask-<name>``), started by the first question."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._batches: list[concurrent.futures.Future[Any]] = []
+        self.wait = 0.0
+
+    def submit(self, batch: Coroutine[Any, Any, Any]) -> None:
+        """Run ``batch`` on the thread and return at once."""
+        with self._lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(
+                    target=self._loop.run_forever, name=f"twc-ask-{self.name}", daemon=True
+                )
+                self._thread.start()
+            self._batches = [b for b in self._batches if not b.done()]
+            self._batches.append(asyncio.run_coroutine_threadsafe(batch, self._loop))
+
+    def settle(self, timeout: float) -> bool:
+        """Wait (at most ``timeout`` s) for every batch submitted so far; whether done."""
+        with self._lock:
+            batches = list(self._batches)
+        return not concurrent.futures.wait(batches, timeout=timeout).not_done
+
+    def close(self) -> None:
+        """Stop the thread, cancelling questions in flight; closing twice is fine."""
+        with self._lock:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is None or thread is None:
+            return
+
+        async def cancel_all() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        # A stuck question must not hold the daemon's stop.
+        with contextlib.suppress(concurrent.futures.TimeoutError, RuntimeError):
+            asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(timeout=5.0)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5.0)
+        if not thread.is_alive():
+            loop.close()
+
+
+class Asker:
+    """A loop's questions between its iterations: each queue's latest answer, those in flight."""
+
+    def __init__(
+        self,
+        *,
+        thread: AskerThread,
+        wake: Callable[[], None] | None = None,
+        wall: Callable[[], float] = time.time,
+        name: str = "",
+    ) -> None:
+        self.name = name
+        self.thread = thread
+        self.wake = wake
+        self._wall = wall
+        self._lock = threading.Lock()
+        self._flying: set[TaskQueueRef] = set()
+        self._latest: dict[TaskQueueRef, Answer] = {}
+        self.unanswered = 0
+
+    def poll(
+        self,
+        refs: Iterable[TaskQueueRef],
+        question: Callable[[TaskQueueRef], Awaitable[Any]],
+        *,
+        now: float,
+        reuse: Callable[[Answer], float],
+        limiter: Budget | None = None,
+        deadline: float | None = None,
+        take: Callable[[int], int] | None = None,
+    ) -> dict[TaskQueueRef, Answer]:
+        """Ask about the due ``refs`` and return at once with each one's latest answer."""
+        wanted = list(dict.fromkeys(refs))
+        with self._lock:
+            self._latest = {r: a for r, a in self._latest.items() if r in wanted}
+            latest = self._latest
+            due = [
+                r
+                for r in wanted
+                if r not in self._flying
+                and (r not in latest or now - latest[r].at >= reuse(latest[r]))
+            ]
+            if take is not None:
+                due.sort(key=lambda r: (latest[r].at if r in latest else float("-inf"), str(r)))
+                due = due[: take(len(due))]
+            self._flying.update(due)
+            found = {r: latest[r] for r in wanted if r in latest}  # before any new answer
+        if not due:
+            return found
+        batch = ask_all(
+            due,
+            question,
+            limiter=limiter,
+            deadline=deadline,
+            answered=self._answered,
+            clock=lambda: now,
+            wall=self._wall,
+        )
+        self.thread.submit(batch)
+        if self.thread.wait <= 0 or not self.thread.settle(self.thread.wait):
+            return found
+        with self._lock:
+            return {r: self._latest[r] for r in wanted if r in self._latest}
+
+    def next_due(self, now: float, reuse: float) -> float | None:
+        """Seconds until an answered queue is due again (in flight: answered now), or ``None``."""
+        with self._lock:
+            times = [a.at for r, a in self._latest.items() if a.ok and r not in self._flying]
+            times += [now] if self._flying else []
+        return max(0.0, min(times) + reuse - now) if times else None
+
+    def _answered(self, ref: TaskQueueRef, answer: Answer | None) -> None:
+        # Each answer as it comes: one slow queue holds no other.
+        with self._lock:
+            self._flying.discard(ref)
+            if answer is None:
+                self.unanswered += 1
+                return
+            last = self._latest.get(ref)
+            news = last is None or _news(last) != _news(answer)
+            if not news and last is not None:
+                answer = dataclasses.replace(answer, repeats=last.repeats + 1)
+            self._latest[ref] = answer
+        if news and self.wake is not None:
+            self.wake()
+
+    def in_flight(self) -> frozenset[TaskQueueRef]:
+        """The queues asked about and not answered yet."""
+        with self._lock:
+            return frozenset(self._flying)
+
+    def close(self) -> None:
+        """Stop the (shared) thread; questions in flight are cancelled."""
+        self.thread.close()
+
+
+def _news(answer: Answer) -> object:
+    return answer.value if answer.error is None else repr(answer.error)

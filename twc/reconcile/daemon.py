@@ -1,0 +1,464 @@
+"""The reconcile loop of ``twc run``: one loop per stack.
+
+Each iteration (:meth:`Daemon.iterate`) is observe → plan (pure) → execute → report. A
+failing step becomes an :class:`~twc.reconcile.outcome.Outcome`; nothing escapes an iteration.
+The sleep between iterations is woken by the watches and by :meth:`Daemon.request_stop`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Any, Protocol
+
+from twc.connections import default_registry
+from twc.desired import DesiredFleet
+from twc.reconcile.act import Actor, Effects
+from twc.reconcile.asking import POLLERS_DEADLINE, Asker, AskerThread, Budget
+from twc.reconcile.background import BackgroundEngine
+from twc.reconcile.decide import DesiredState, ReconcileAction, decide_reconcile
+from twc.reconcile.faults import BLOCKING, FaultBook
+from twc.reconcile.health import DaemonMetrics, Liveness
+from twc.reconcile.holds import DeletionGuard
+from twc.reconcile.observe import Observation, Observer, Sources, WorkerFacts
+from twc.reconcile.outcome import Outcome, outcome_of
+from twc.reconcile.plan import Plan, desired_from, make_plan, with_conflicts
+from twc.reconcile.report import FaultReporter, Reporter, shorten
+from twc.reconcile.settings import DaemonSettings
+from twc.reconcile.state import LoopState
+from twc.reconcile.state import sleep as interruptible_sleep
+
+__all__ = ["Clocks", "Daemon", "LeaderGate"]
+
+logger = logging.getLogger(__name__)
+
+
+class LeaderGate(Protocol):
+    """Whether this daemon may apply the stack now (the Lease elector)."""
+
+    def is_leader(self) -> bool:
+        """True while this daemon holds the Lease."""
+        ...
+
+
+def _engine_thread(stack: str) -> Executor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"twc-engine-{stack}")
+
+
+@dataclass(frozen=True)
+class Clocks:
+    """The loop's time and threads, injected so tests run on virtual time with fakes."""
+
+    monotonic: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
+    sleep: Callable[[float, threading.Event], bool] = interruptible_sleep
+    jitter: Callable[[], float] | None = random.random
+    engine: Callable[[str], Executor] = _engine_thread
+    asker: Callable[[str], AskerThread] = AskerThread
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the observe step found: the cluster, the desired fleet, its workers' facts."""
+
+    seen: Observation
+    desired: DesiredFleet
+    facts: WorkerFacts
+
+
+class Daemon:
+    """One stack's reconcile loop."""
+
+    def __init__(
+        self,
+        stack: str,
+        settings: DaemonSettings,
+        sources: Sources,
+        effects: Effects,
+        *,
+        leader: LeaderGate | None = None,
+        metrics: DaemonMetrics | None = None,
+        clocks: Clocks | None = None,
+        budgets: Budget | None = None,
+    ) -> None:
+        self.stack, self.settings = stack, settings
+        self.clocks = clocks or Clocks()
+        self.metrics = metrics or DaemonMetrics(stack)
+        self.state: LoopState | None = None
+        self.wakeup = threading.Event()
+        self.exit_code = 0
+        self._leader = leader
+        self._stop = threading.Event()
+        self._crashed: BaseException | None = None
+        self._was_leader: bool | None = None
+        self._rounds_seen: float | None = None
+        self._last_replicas: dict[str, int] = {}
+        self._accepted: dict[str, Any] | None = None
+        self._resuming = sources.record is not None
+        self._desired: dict[str, int] = {}
+        self._observed: dict[str, int] = {}
+        self._turn = effects.refresh_turn
+        clock = self.clocks.monotonic
+        self.liveness = Liveness(clock, settings.liveness_allowance)
+        self.faults = FaultBook(clock, self.clocks.wall)
+        faults = FaultReporter(stack=stack, metrics=self.metrics, book=self.faults)
+        self.observer = self._observer(sources, faults, budgets or Budget())
+        self.reporter = Reporter(
+            stack=stack,
+            metrics=self.metrics,
+            faults=faults,
+            writer=effects.writer,
+            wall=self.clocks.wall,
+            deployments=self.observer.deployments,
+            pollers=self.observer.pollers,
+            record=sources.record,
+        )
+        self.guard = DeletionGuard(
+            registry=sources.registry or default_registry(),
+            file=sources.file,
+            record=sources.record,
+            stack=stack,
+            on_verdict=self.reporter.report_held,
+        )
+        self.actor = Actor(
+            effects,
+            sources,
+            stack=stack,
+            metrics=self.metrics,
+            may_apply=self._may_apply_now,
+            loop=self.observer.event_loop,
+        )
+        self._engine = BackgroundEngine(
+            stack,
+            actor=self.actor,
+            reporter=self.reporter,
+            settings=settings,
+            clocks=(clock, self.clocks.jitter),
+            wakeup=self.wakeup,
+            executor=self.clocks.engine(stack),
+        )
+        self.metrics.leader.labels(stack).set(0)
+
+    def _observer(self, sources: Sources, faults: FaultReporter, budgets: Budget) -> Observer:
+        asking, wake, clock = self.clocks.asker(self.stack), self.wakeup.set, self.clocks.monotonic
+        return Observer(
+            sources,
+            settings=self.settings,
+            faults=faults,
+            metrics=self.metrics,
+            clock=clock,
+            budgets=budgets,
+            asker=Asker(name=self.stack, thread=asking, wake=wake),
+            sampler=Asker(thread=asking, wake=wake, wall=self.clocks.wall),
+        )
+
+    def _may_apply_now(self) -> bool:
+        return self._leader is None or self._leader.is_leader()
+
+    def request_stop(self, exit_code: int | None = None) -> None:
+        """End the loop after the step in progress (SIGTERM); wakes any sleep at once."""
+        if exit_code is not None:
+            self.exit_code = exit_code
+        self._stop.set()
+        self.wakeup.set()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the loop was asked to stop (or has ended)."""
+        return self._stop.is_set()
+
+    def live(self) -> tuple[bool, str]:
+        """The liveness probe: not crashed, and progress when progress was due."""
+        if self._crashed is not None:
+            return False, f"reconcile loop crashed: {self._crashed!r}"
+        return self.liveness.check()
+
+    def ready(self) -> tuple[bool, str]:
+        """Readiness: a standby is; a leader once it reconciled and nothing blocks it."""
+        if not self._may_apply():
+            return True, "standby: another daemon holds the lease"
+        blocking = sorted(f.value for f in self.faults.active() if f in BLOCKING)
+        if blocking:
+            return False, f"cannot apply the stack: {', '.join(blocking)}"
+        if self.state is None or self.state.last_success_at is None:
+            return False, "no successful reconcile yet"
+        return True, f"ok: {self.state.iteration} iterations"
+
+    def status(self) -> dict[str, Any]:
+        """The loop's state in words, for ``/status``."""
+        state = self.state or LoopState(started_at=0)
+        outcome, reporter, now = state.last_outcome, self.reporter, self.clocks.monotonic()
+        return {
+            "stack": self.stack,
+            "leading": self._was_leader is True,
+            "iterations": state.iteration,
+            "consecutiveFailures": state.consecutive_failures,
+            "lastOutcome": None
+            if outcome is None
+            else {
+                "kind": outcome.kind.value,
+                "reason": outcome.reason.value if outcome.reason is not None else None,
+                "message": shorten(outcome.message, 500),
+            },
+            "appliedHash": state.applied.fleet if state.applied else None,
+            "blockedHash": state.blocked,
+            "invalidQueueObjects": dict(reporter.reported_invalid),
+            "heldDeletions": reporter.held_status(),
+            "objectConflicts": dict(reporter.reported_conflicts),
+            "rejectedObjects": {
+                key: {"reason": reason, "message": shorten(message, 500)}
+                for key, (reason, message) in sorted(reporter.reported_native.items())
+            },
+            "earlyApplied": self.actor.early_pending,
+            "faults": {
+                fault.value: {
+                    "since": active.since_wall,
+                    "seconds": round(now - active.since, 1),
+                    "sources": sorted(active.sources),
+                    "message": shorten(active.message, 500),
+                }
+                for fault, active in sorted(self.faults.active().items())
+            },
+            "workers": {
+                key: {"desired": desired, "current": self._observed.get(key)}
+                for key, desired in sorted(self._desired.items())
+            },
+        }
+
+    def run(self, *, once: bool = False) -> int:
+        """Reconcile until stopped (``once``: one iteration); the exit code."""
+        sources = self.observer.sources
+        watches = [w for w in (sources.queues, sources.native) if w is not None]
+        if once:
+            # No later iteration would take the answers in: the one iteration waits.
+            self.observer.asker.thread.wait = POLLERS_DEADLINE
+        for watch in watches:
+            watch.start(self.wakeup)
+        state = self.state = LoopState(started_at=self.clocks.monotonic())
+        try:
+            self._await_first_list(watches)
+            while not self._stop.is_set():
+                if not self._may_apply():
+                    self._standby()
+                    continue
+                self.wakeup.clear()
+                state = self.state = self.iterate(state)
+                if once:
+                    state = self._drain(state)
+                    ok = state.last_outcome is not None and state.last_outcome.ok
+                    return self.exit_code or (0 if ok else 1)
+                state = self._wait(state)
+        except BaseException as exc:
+            self._crashed = exc
+            raise
+        finally:
+            self._stop.set()  # the sources' threads end now, on purpose
+            self.state = self._drain(self.state or state)
+            for watch in watches:
+                watch.stop()
+            self.observer.close()
+        logger.info("[%s] stopped", self.stack)
+        return self.exit_code
+
+    def iterate(self, state: LoopState) -> LoopState:
+        """One iteration: observe → plan → execute → report; never raises for a failed step."""
+        state = self._engine.collect(state)
+        started = self.clocks.monotonic()
+        plan: Plan | None = None
+        deferred = False
+        try:
+            state, plan = self._planned(state, now=started)
+            deferred = self._execute(plan, started)
+            outcome = Outcome.success()
+        except Exception as exc:  # noqa: BLE001 - nothing escapes an iteration: it becomes an outcome
+            settings, jitter = self.settings.backoff, self.clocks.jitter
+            outcome = outcome_of(exc, attempt=state.next_attempt, settings=settings, jitter=jitter)
+        if not (deferred and outcome.ok):  # else the up's outcome is this iteration's
+            state = self._report(state, plan, outcome, started)
+        state = self._engine.collect(state)
+        self.liveness.expect(state.next_delay(now=self.clocks.monotonic(), settings=self.settings))
+        return state
+
+    def observe(self, *, now: float) -> Observed:
+        """Step one: the cluster, the file, the desired fleet the guards allow, its facts."""
+        observer, file = self.observer, self.observer.sources.file
+        seen = observer.observe()
+        if self._accepted is None:
+            recalled = observer.recall()
+            self.guard.remember(recalled.accepted, recalled.fleet)
+            self._accepted = {k: dict(v) for k, v in recalled.accepted.items()}
+        desired = desired_from(seen, accepted=self._accepted, registry=observer.registry, file=file)
+        existing = seen.live.keys() if seen.live is not None else None
+        desired = self.guard.guard(seen.fleet, desired, existing, now=now, wall=self.clocks.wall())
+        known = self.guard.previous.workers if self.guard.previous is not None else ()
+        conflicts = observer.conflicts(desired, existing, known)
+        desired = with_conflicts(
+            seen.fleet, desired, conflicts, registry=observer.registry, file=file
+        )
+        return Observed(seen, desired, observer.facts(desired))
+
+    def plan(self, state: LoopState, *, now: float) -> Plan:
+        """Observe, then the pure plan; touches no engine."""
+        found = self.observe(now=now)
+        plan = make_plan(
+            found.seen,
+            found.desired,
+            found.facts,
+            state,
+            settings=self.settings,
+            now=now,
+            last_replicas=self._last_replicas,
+            watched=self.observer.watched_kinds(),
+            program=self.observer.sources.program,
+            native=self.observer.sources.native is not None,
+            wall=self.clocks.wall(),
+            views_of=self.stack if self.actor.keeps_views else None,
+            deletions=self.guard.verdict,
+        )
+        self.guard.planned(found.desired)
+        self._desired = dict(plan.replicas)
+        self._observed = dict(found.seen.live or {})
+        return plan
+
+    def _planned(self, state: LoopState, *, now: float) -> tuple[LoopState, Plan]:
+        plan = self.plan(state, now=now)
+        if self._resuming and state.applied is None:
+            state, plan = self._resume(state, plan, now=now)
+        self.reporter.planned(plan)
+        return state.with_scaling(plan.scaling), plan
+
+    def _execute(self, plan: Plan, started: float) -> bool:
+        self._engine_free(plan)
+        decision, stopping = plan.decision, self._stop.is_set()
+        deferred = False
+        if decision.action is ReconcileAction.SKIP:
+            logger.debug("[%s] %s: nothing to do", self.stack, decision.reason)
+            if not self._engine.busy():
+                self.actor.settle_early(plan)
+        elif stopping:
+            # An engine run started now could outlive the grace period.
+            logger.info("[%s] stopping: not starting an up (%s)", self.stack, decision.reason)
+        else:
+            self.actor.apply_early(decision, plan)
+            if not self._engine.busy():
+                self._engine.start_up(decision, plan, started)
+            elif decision.workers:
+                self._engine.give_way(decision.reason)  # a refresh yields to a change
+            deferred = True
+        if not stopping:
+            self.actor.route(plan)
+        self._accepted = plan.desired.accepted
+        return deferred
+
+    def _engine_free(self, plan: Plan) -> None:
+        written = self.actor.scale(plan)
+        self._last_replicas.update(
+            {k: plan.current[k] for k in plan.decisions if k in plan.current}
+        )
+        self._last_replicas.update(written)
+        self.actor.sync_views(plan)
+
+    def _report(
+        self, state: LoopState, plan: Plan | None, outcome: Outcome, started: float
+    ) -> LoopState:
+        now = self.clocks.monotonic
+        state = state.finished(outcome, now=now())
+        decision = plan.decision if plan is not None else None
+        self.reporter.finished(plan, decision, outcome, state, started=started, now=now())
+        due = state.refresh_due(now=now(), settings=self.settings)
+        if outcome.ok and due and not self._stop.is_set() and not self._engine.busy():
+            since = state.refresh_due_at(self.settings)
+            if self._turn is None or self._turn(self.stack, since):
+                self._engine.start_refresh()
+        return state
+
+    def _wait(self, state: LoopState) -> LoopState:
+        now = self.clocks.monotonic()
+        sample_in = self.observer.next_sample_in(now)
+        delay = state.next_delay(now=now, settings=self.settings, sample_due_in=sample_in)
+        if not self.clocks.sleep(delay, self.wakeup):
+            return state
+        if not self._stop.is_set() and self._may_apply():
+            try:
+                # Before the ended run is folded (and reported): a new Queue's worker waits not.
+                state, plan = self._planned(state, now=self.clocks.monotonic())
+                if plan.decision.added:
+                    self.actor.apply_early(plan.decision, plan)
+                self._engine_free(plan)
+            except Exception as exc:  # noqa: BLE001 - the iteration after the settle reports it
+                logger.debug("[%s] not answered before the settle: %s", self.stack, exc)
+            state = self._engine.collect(state)
+        self.state = state
+        self._settle()
+        return state
+
+    def _resume(self, state: LoopState, plan: Plan, *, now: float) -> tuple[LoopState, Plan]:
+        if not self._may_apply():
+            return state, plan
+        self._resuming = False
+        record = self.actor.recorded()
+        if record is None or not self.actor.resume(record):
+            return state, plan
+        applied = DesiredState(record.fleet, record.shared, MappingProxyType(dict(record.workers)))
+        state = replace(state, applied=applied)
+        blocked = state.blocked_hash(now=now, settings=self.settings)
+        decision = decide_reconcile(applied, plan.hashes, blocked=blocked)
+        said = f"the stack is as the last recorded up left it (update {record.update})"
+        logger.info("[%s] resumed: %s; %s", self.stack, said, decision.reason)
+        return state, replace(plan, decision=decision)
+
+    def _drain(self, state: LoopState) -> LoopState:
+        # Waiting for the engine run (a stop, --once) is the loop's step: at most its deadline.
+        self.liveness.expect(self.settings.engine.deadline + self.settings.engine.interrupt_grace)
+        return self._engine.drain(state)
+
+    def _settle(self, quiet: float = 0.3, limit: float = 2.0) -> None:
+        # A `kubectl apply` is a burst of watch events: one up after a quiet moment.
+        deadline = self.clocks.monotonic() + limit
+        while not self._stop.is_set() and self.clocks.monotonic() < deadline:
+            self.wakeup.clear()
+            if not self.clocks.sleep(quiet, self.wakeup):
+                return
+        if self._stop.is_set():
+            self.wakeup.set()
+
+    def _await_first_list(self, watches: list[Any], timeout: float = 10.0) -> None:
+        # The watches list in their own threads: the first iteration waits for them a moment.
+        deadline = self.clocks.monotonic() + timeout
+        self.liveness.expect(timeout)
+        while any(w.snapshot() is None for w in watches) and self.clocks.monotonic() < deadline:
+            if self._stop.is_set():
+                return
+            self.clocks.sleep(0.1, self.wakeup)
+        if not self._stop.is_set():
+            self.wakeup.clear()
+
+    def _may_apply(self) -> bool:
+        leading = self._may_apply_now()
+        if leading != self._was_leader:
+            self.metrics.leader.labels(self.stack).set(1 if leading else 0)
+            if self._leader is not None:
+                word = "leading: applying the stack" if leading else "standby: not leading"
+                logger.info("[%s] %s", self.stack, word)
+            if not leading:
+                self.actor.new_term()
+            self._was_leader = leading
+        return leading
+
+    def _standby(self) -> None:
+        retry = self.settings.leader_election.retry_period
+        # A standby's progress is its election rounds (a gate without rounds: its sleep).
+        rounds = getattr(self._leader, "last_round", None)
+        seen = rounds() if callable(rounds) else self.clocks.monotonic()
+        if seen != self._rounds_seen:
+            self._rounds_seen = seen
+            self.liveness.expect(retry)
+        self.clocks.sleep(retry, self.wakeup)
+        if not self._stop.is_set():
+            self.wakeup.clear()  # watch events are for the leader

@@ -1,0 +1,271 @@
+"""The daemon's Prometheus metrics and its ``/healthz``, ``/readyz``, ``/metrics``, ``/status``.
+
+Each :class:`DaemonMetrics` owns its registry. The names are stable (dashboards and tests
+read them); ``twc_engine_runs_total`` counts every engine start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol, TypeVar
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+__all__ = ["DaemonMetrics", "HealthServer", "Liveness", "MetricsSource", "Probe", "sample_names"]
+
+logger = logging.getLogger(__name__)
+
+# Reconciles range from a skipped iteration (milliseconds) to a full `up` (minutes).
+_DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+_M = TypeVar("_M", Counter, Gauge, Histogram)
+
+
+def _metric(
+    kind: type[_M], registry: CollectorRegistry, name: str, doc: str, labels: str = ""
+) -> _M:
+    extra: dict[str, Any] = {"buckets": _DURATION_BUCKETS} if kind is Histogram else {}
+    return kind(f"twc_{name}", doc, ["stack", *labels.split()], registry=registry, **extra)
+
+
+class DaemonMetrics:
+    """Every metric the daemon exports, labelled by stack."""
+
+    def __init__(self, stack: str, registry: CollectorRegistry | None = None) -> None:
+        self.stack = stack
+        r = self.registry = registry if registry is not None else CollectorRegistry()
+        queue = "temporal_namespace task_queue"
+        self.reconciles = _metric(Counter, r, "reconcile", "Reconcile iterations.", "result")
+        self.reconcile_errors = _metric(
+            Counter, r, "reconcile_errors", "Failed iterations.", "reason"
+        )
+        self.reconcile_duration = _metric(Histogram, r, "reconcile_duration_seconds", "Duration.")
+        self.engine_runs = _metric(Counter, r, "engine_runs", "Engine runs.", "operation mode")
+        self.engine_in_progress = _metric(
+            Gauge, r, "engine_in_progress", "1 while it runs.", "operation"
+        )
+        self.last_success = _metric(Gauge, r, "last_success_timestamp_seconds", "Last success.")
+        self.desired_replicas = _metric(
+            Gauge, r, "worker_desired_replicas", "Replicas wanted.", "worker"
+        )
+        self.current_replicas = _metric(
+            Gauge, r, "worker_current_replicas", "Replicas now.", "worker"
+        )
+        self.backlog = _metric(Gauge, r, "task_queue_backlog", "Approximate backlog.", queue)
+        self.backlog_sampled_at = _metric(
+            Gauge, r, "task_queue_backlog_sampled_at_seconds", "The backlog's time.", queue
+        )
+        self.backlog_errors = _metric(Counter, r, "backlog_sample_errors", "Failed samples.")
+        self.invalid_queues = _metric(
+            Gauge, r, "invalid_queue_objects", "Queue objects skipped as invalid."
+        )
+        self.cluster_queues = _metric(Gauge, r, "cluster_queue_objects", "Queue objects accepted.")
+        self.invalid_objects = _metric(
+            Gauge, r, "invalid_native_objects", "Invalid objects.", "kind"
+        )
+        self.drifted = _metric(Gauge, r, "drifted_resources", "Drift the last refresh found.")
+        self.drift_detected = _metric(Counter, r, "drift_detected", "Refreshes with drift.")
+        self.recoveries = _metric(Counter, r, "stack_recoveries", "Stack repairs.", "action")
+        self.early_applies = _metric(
+            Counter, r, "early_applies", "Applied before the engine.", "result"
+        )
+        self.scale_writes = _metric(
+            Counter, r, "scale_writes", "Replicas written by scale.", "result"
+        )
+        self.leader = _metric(Gauge, r, "leader", "1 while this daemon may apply the stack.")
+        self.fault_active = _metric(Gauge, r, "fault_active", "1 while it lasts.", "fault")
+        self.faults = _metric(Counter, r, "faults", "Faults that started.", "fault")
+        self.kept_objects = _metric(Gauge, r, "kept_objects", "Kept on their last spec.", "kind")
+        self.object_conflicts = _metric(Gauge, r, "object_conflicts", "Left out: ObjectExists.")
+        self.deletions_held = _metric(Gauge, r, "deletions_held", "Workers whose deletion is held.")
+        for operation in ("up", "refresh", "recover"):
+            self.engine_in_progress.labels(stack, operation).set(0)
+        self._known_workers: set[str] = set()
+        self._known_queues: set[tuple[str, str]] = set()
+
+    def set_workers(self, desired: dict[str, int], current: dict[str, int | None]) -> None:
+        """Publish desired and current replicas; workers no longer desired are dropped."""
+        for worker in self._known_workers - set(desired):
+            for gauge in (self.desired_replicas, self.current_replicas):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(self.stack, worker)
+        for worker, count in desired.items():
+            self.desired_replicas.labels(self.stack, worker).set(count)
+            if (now := current.get(worker)) is not None:
+                self.current_replicas.labels(self.stack, worker).set(now)
+        self._known_workers = set(desired)
+
+    def set_backlogs(self, backlogs: Iterable[tuple[str, str, int, float]]) -> None:
+        """Publish ``(temporal namespace, task queue, backlog, sampled at)``; others drop."""
+        seen: set[tuple[str, str]] = set()
+        for namespace, queue, count, sampled_at in backlogs:
+            self.backlog.labels(self.stack, namespace, queue).set(count)
+            self.backlog_sampled_at.labels(self.stack, namespace, queue).set(sampled_at)
+            seen.add((namespace, queue))
+        for namespace, queue in self._known_queues - seen:
+            for gauge in (self.backlog, self.backlog_sampled_at):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(self.stack, namespace, queue)
+        self._known_queues = seen
+
+    def render(self) -> bytes:
+        """The metrics in the Prometheus text format."""
+        return generate_latest(self.registry)
+
+    def value(self, name: str, **labels: str) -> float | None:
+        """The sum of samples ``name`` whose labels include ``labels``; ``None`` when none match."""
+        known = sample_names((family.name, family.type) for family in self.registry.collect())
+        if name not in known:
+            raise KeyError(f"no metric has a sample named {name!r}")
+        found = [
+            sample.value
+            for family in self.registry.collect()
+            for sample in family.samples
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
+        ]
+        return sum(found) if found else None
+
+    def count(self, name: str, **labels: str) -> float:
+        """A counter's value; 0 before it counted."""
+        known = sample_names((family.name, family.type) for family in self.registry.collect())
+        if known.get(name) != "counter":
+            raise KeyError(f"no counter has a sample named {name!r}")
+        return self.value(name, **labels) or 0.0
+
+
+_SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "histogram": ("_bucket", "_count", "_sum", "_created"),
+    "summary": ("", "_count", "_sum", "_created"),
+    "info": ("_info",),
+}
+
+
+def sample_names(families: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Every sample name of the families ``(name, type)``, with its type."""
+    return {f"{n}{s}": kind for n, kind in families for s in _SUFFIXES.get(kind, ("",))}
+
+
+class Liveness:
+    """When the loop must next show progress; ``/healthz`` fails once that passed."""
+
+    def __init__(self, clock: Callable[[], float], allowance: float) -> None:
+        self._clock = clock
+        self.allowance = allowance
+        self._lock = threading.Lock()
+        self._last = clock()
+        self._due = self._last + allowance
+
+    def expect(self, within: float = 0.0) -> None:
+        """Progress now; the next is due within ``within`` seconds (plus the allowance)."""
+        now = self._clock()
+        with self._lock:
+            self._last, self._due = now, now + max(0.0, within) + self.allowance
+
+    def check(self) -> tuple[bool, str]:
+        """The probe: ``(ok, one line)``."""
+        now = self._clock()
+        with self._lock:
+            last, due = self._last, self._due
+        if now <= due:
+            return True, "ok"
+        return False, (
+            f"the reconcile loop made no progress for {now - last:.0f} s (it was due "
+            f"{now - due:.0f} s ago; liveness timeout {self.allowance:g} s)"
+        )
+
+
+class MetricsSource(Protocol):
+    """What ``/metrics`` renders: one daemon's metrics, or every shard's merged."""
+
+    def render(self) -> bytes:
+        """The metrics in the Prometheus text format."""
+        ...
+
+
+Probe = Callable[[], tuple[bool, str]]
+"""A health check: ``(ok, one line of explanation)``."""
+
+
+class HealthServer:
+    """``/healthz``, ``/livez``, ``/readyz``, ``/metrics``, ``/status``; a raising probe is 503."""
+
+    def __init__(
+        self,
+        metrics: MetricsSource,
+        *,
+        port: int,
+        live: Probe,
+        ready: Probe,
+        status: Callable[[], Mapping[str, Any]] | None = None,
+        host: str = "0.0.0.0",  # noqa: S104 - probes and Prometheus reach it from outside the pod
+    ) -> None:
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics":
+                    self._send(200, metrics.render(), CONTENT_TYPE_LATEST)
+                elif path in ("/healthz", "/livez", "/readyz"):
+                    try:
+                        ok, text = (ready if path == "/readyz" else live)()
+                    except Exception as exc:  # noqa: BLE001 - a probe that raises is unhealthy
+                        ok, text = False, f"probe failed: {exc}"
+                    self._send(200 if ok else 503, f"{text}\n".encode(), "text/plain")
+                elif path == "/status" and status is not None:
+                    body = json.dumps(status(), indent=2, sort_keys=True, default=str)
+                    self._send(200, f"{body}\n".encode(), "application/json")
+                else:
+                    self._send(404, b"not found\n", "text/plain")
+
+            def _send(self, code: int, body: bytes, content_type: str) -> None:
+                try:
+                    self.send_response(code)
+                    self.send_header("Content-Type", content_type)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError) as exc:
+                    # The caller's timeout passed first: one line, not a traceback.
+                    name = type(exc).__name__
+                    logger.info(
+                        "http: the caller of %s went away before the answer (%s)", self.path, name
+                    )
+
+            def log_message(self, format: str, *args: object) -> None:
+                logger.debug("http: %s", format % args)
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="twc-health", daemon=True
+        )
+
+    @property
+    def port(self) -> int:
+        """The bound port."""
+        return int(self._server.server_address[1])
+
+    def start(self) -> HealthServer:
+        """Serve in a background thread."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._thread.join(timeout=5)
+        self._server.server_close()

@@ -1,0 +1,478 @@
+"""Observe: what an iteration reads from the outside, before it decides anything.
+
+:meth:`Observer.observe` reads the fleet file, the cluster's objects and live replicas;
+:meth:`Observer.facts` the desired workers' backlogs, credential digests, placement and
+versions. Faults go to a :class:`FaultSink`; the iteration holds what it cannot know.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from twc.builders import connection_name, foreign_owner
+from twc.connections import (
+    Registry,
+    ResolvedConnection,
+    WatchedKind,
+    default_registry,
+    poller_failure,
+)
+from twc.desired import (
+    QUEUE_KIND_KEY,
+    STACKS_KEY,
+    WORKER_KIND_KEY,
+    DesiredFleet,
+    ObjectList,
+    kind_key,
+)
+from twc.errors import SpecError, TemporaryError, TwcConnectionError
+from twc.kube.record import SELECTIONS, RecordStore, StackRecord
+from twc.kube.watch import NativeSource, QueueSource
+from twc.kube.workloads import ObjectRef
+from twc.native.status import PollerFacts
+from twc.reconcile import asking
+from twc.reconcile.asking import (
+    SAMPLE_CONCURRENCY,
+    Answer,
+    Asker,
+    BacklogSource,
+    Budget,
+    SecretReader,
+)
+from twc.reconcile.faults import Fault, sample_fault
+from twc.reconcile.health import DaemonMetrics
+from twc.reconcile.rollouts import RolloutSource, observe_facts
+from twc.reconcile.settings import DaemonSettings
+from twc.reconcile.versions import RolloutFacts
+from twc.spec import Fleet, ResolvedWorker, load_fleet_file
+
+logger = logging.getLogger(__name__)
+
+POLLERS_INTERVAL = 30.0
+"""Seconds a task queue's poller count is reused while it has pollers."""
+POLLERS_RECHECK_INTERVAL = 5.0
+"""The same without pollers, doubling per such answer up to :data:`POLLERS_INTERVAL`."""
+
+
+class FaultSink(Protocol):
+    """Where observed faults go (the loop's report step)."""
+
+    def fault(self, fault: Fault, source: str, message: str) -> None: ...
+    def fault_cleared(self, fault: Fault, source: str) -> None: ...
+
+
+class CachedFleetFile:
+    """The fleet file, parsed again only when its bytes change; an invalid file's error raises."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._last: tuple[bytes | None, Fleet | SpecError] | None = None
+        self.parses = 0
+
+    def __call__(self) -> Fleet:
+        try:
+            data: bytes | None = self.path.read_bytes()
+        except OSError:
+            data = None
+        with self._lock:
+            if self._last is None or data is None or self._last[0] != data:
+                self.parses += 1
+                try:
+                    answer: Fleet | SpecError = load_fleet_file(self.path)
+                except SpecError as exc:
+                    answer = exc
+                self._last = (data, answer)
+            answer = self._last[1]
+        if isinstance(answer, SpecError):
+            raise SpecError(answer.issues)  # a new one: threads must not share tracebacks
+        return answer
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Everything the loop reads from; ``None`` readers are absent (no cluster, no
+    Temporal): without ``backlogs`` autoscaled replicas are held, without ``secrets``
+    credentials stay out of the hash, without ``objects`` no foreign-object check."""
+
+    fleet: Callable[[], Fleet]
+    queues: QueueSource
+    native: NativeSource | None = None
+    backlogs: BacklogSource | None = None
+    replicas: Callable[[], Mapping[str, int]] | None = None
+    scaled: Callable[[], Collection[str]] | None = None
+    deployments: Callable[[], Mapping[str, tuple[int, int]]] | None = None
+    secrets: SecretReader | None = None
+    secret_data: SecretReader | None = None
+    registry: Registry | None = None
+    file: str = "<fleet>"
+    rollouts: RolloutSource | None = None
+    record: RecordStore | None = None
+    objects: Callable[[ObjectRef], Mapping[str, object] | None] | None = None
+    program: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What :meth:`Observer.observe` read: the fleet, the cluster's objects per kind key
+    (``None``: the file alone), the live replicas (``None``: unknown or no cluster;
+    ``live_known`` False: unreadable) and the autoscaler's Deployments (``None``: not
+    known, then not claimed again)."""
+
+    fleet: Fleet
+    cluster: Mapping[str, ObjectList] | None
+    live: Mapping[str, int] | None
+    live_known: bool = True
+    scaled: frozenset[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerFacts:
+    """What :meth:`Observer.facts` read: per autoscaled worker its backlog (``None``:
+    unknown), per secret (``<ns>/<name>``) its digest, per connection its namespaces, and
+    the versioned workers' versions (``None``: unknown)."""
+
+    backlogs: Mapping[str, int | None] = field(default_factory=dict)
+    credentials: Mapping[str, str] = field(default_factory=dict)
+    placement: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    rollouts: RolloutFacts | None = field(default_factory=RolloutFacts)
+
+
+class Observer:
+    """The iteration's reads; questions to Temporal go to the askers' thread, never waited for."""
+
+    def __init__(
+        self,
+        sources: Sources,
+        *,
+        settings: DaemonSettings,
+        faults: FaultSink,
+        metrics: DaemonMetrics,
+        clock: Callable[[], float],
+        budgets: Budget,
+        asker: Asker,
+        sampler: Asker,
+    ) -> None:
+        self.sources = sources
+        self._settings = settings
+        self._faults = faults
+        self._budget = budgets
+        self._metrics = metrics
+        self._stack = metrics.stack
+        self._clock = clock
+        self.asker = asker
+        self.sampler = sampler
+        self._digests: dict[str, str] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def registry(self) -> Registry:
+        """The connection-provider registry."""
+        return self.sources.registry or default_registry()
+
+    def close(self) -> None:
+        """Close the askers' thread and the rollouts' event loop."""
+        self.asker.close()
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+
+    def event_loop(self) -> asyncio.AbstractEventLoop:
+        """One loop for the daemon's life: temporalio clients are cached per loop."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop
+
+    def observe(self) -> Observation:
+        """Read the fleet file, the cluster's objects and the live replicas."""
+        fleet = self.sources.fleet()
+        for name, watch in (
+            ("queue-watch", self.sources.queues),
+            ("native-watch", self.sources.native),
+        ):
+            # The watches retry in their own threads; the loop reports what they last saw.
+            failure = getattr(watch, "failure", None)
+            error = failure() if callable(failure) else None
+            self._fault(Fault.KUBERNETES_UNAVAILABLE, name, str(error) if error else None)
+        cluster: dict[str, ObjectList] | None = None
+        if fleet.cluster_objects:
+            cluster = self._cluster()
+            if fleet.select is not None:
+                cluster[STACKS_KEY] = self._selections(fleet.select.model_dump(exclude_none=True))
+        live: Mapping[str, int] | None = None
+        known = True
+        if self.sources.replicas is not None:
+            try:
+                live = self.sources.replicas()
+            except Exception as exc:  # noqa: BLE001 - held and reported as a fault while it lasts
+                known = False
+                self._fault(Fault.KUBERNETES_UNAVAILABLE, "replicas", str(exc))
+            else:
+                self._fault(Fault.KUBERNETES_UNAVAILABLE, "replicas", None)
+        scaled: frozenset[str] | None = None
+        if known and self.sources.scaled is not None:
+            try:
+                scaled = frozenset(self.sources.scaled())
+            except Exception as exc:  # noqa: BLE001 - unknown ownership is only not re-claimed
+                logger.debug("[%s] could not read replica ownership: %s", self._stack, exc)
+        return Observation(fleet=fleet, cluster=cluster, live=live, live_known=known, scaled=scaled)
+
+    def _fault(self, fault: Fault, source: str, message: str | None) -> None:
+        if message is None:
+            self._faults.fault_cleared(fault, source)
+        else:
+            self._faults.fault(fault, source, message)
+
+    def _cluster(self) -> dict[str, ObjectList]:
+        # A kind whose list failed is unknown, never empty: its last accepted objects stay.
+        out: dict[str, ObjectList] = {QUEUE_KIND_KEY: self.sources.queues.observed()}
+        native = self.sources.native
+        if native is None:
+            out[WORKER_KIND_KEY] = ObjectList.known(())  # no cluster: no such objects
+            for kind in self.registry.watched_kinds():
+                out[kind_key(kind.kind, kind.api_group)] = ObjectList.known(())
+        else:
+            out.update(native.observed())
+        for key, found in sorted(out.items()):
+            failure = None if found.is_known else (found.failure or "unknown")
+            self._fault(Fault.OBJECTS_UNKNOWN, key, failure)
+        return out
+
+    def _selections(self, select: Mapping[str, Any]) -> ObjectList:
+        record = self.sources.record
+        if record is None:
+            return ObjectList.unknown("no stack record to publish the selection on")
+        try:
+            return record.selections(select, publish=True)
+        except Exception as exc:  # noqa: BLE001 - unknown selections hold the selected kinds
+            return ObjectList.unknown(f"{SELECTIONS} in {record.namespace}: {exc}")
+
+    def recall(self) -> StackRecord:
+        """The stack's record (empty without one)."""
+        record = self.sources.record
+        if record is None:
+            return StackRecord()
+        try:
+            found = record.load()
+        except Exception as exc:
+            raise TemporaryError(f"cannot read the stack's record {record}: {exc}") from exc
+        if found is None:
+            logger.info("[%s] no record in %s yet: nothing accepted before", self._stack, record)
+            return StackRecord()
+        count = sum(len(v) for v in found.accepted.values())
+        logger.info("[%s] accepted specs from %s: %d objects", self._stack, record, count)
+        return found
+
+    def watched_kinds(self) -> dict[str, WatchedKind]:
+        """Per kind key, the connection kinds the registry knows."""
+        return {kind_key(k.kind, k.api_group): k for k in self.registry.watched_kinds()}
+
+    def facts(self, desired: DesiredFleet) -> WorkerFacts:
+        """Backlogs of the autoscaled workers, credential digests, placement, versions."""
+        autoscaled = [
+            w for w in desired.workers.values() if w.autoscaling is not None and w.rollout is None
+        ]
+        resolved: list[tuple[ResolvedWorker, ResolvedConnection]] = []
+        for worker in desired.workers.values():
+            try:
+                resolved.append((worker, self.registry.resolve_worker(worker, desired.fleet)))
+            except TwcConnectionError:
+                continue  # reported where the worker was merged
+        placement: dict[str, set[str]] = {}
+        for worker, conn in resolved:
+            # Each namespace gets its own copy of the connection's secret: a shared state.
+            placement.setdefault(connection_name(conn), set()).add(worker.namespace)
+        return WorkerFacts(
+            backlogs=self._sample(desired.fleet, autoscaled),
+            credentials=self._credential_digests(resolved),
+            placement={name: sorted(ns) for name, ns in sorted(placement.items())},
+            rollouts=observe_facts(
+                self.sources.rollouts, desired, self.event_loop(), concurrency=SAMPLE_CONCURRENCY
+            ),
+        )
+
+    def _credential_digests(
+        self, resolved: Sequence[tuple[ResolvedWorker, ResolvedConnection]]
+    ) -> dict[str, str]:
+        # Fingerprinted where the program reads each secret (secretSource, else the worker's).
+        read = self.sources.secrets
+        if read is None:
+            return {}
+        digests: dict[str, str] = {}
+        for worker, conn in resolved:
+            if conn.secret_name is None:
+                continue
+            namespace = conn.secret_source_namespace or worker.namespace
+            key = f"{namespace}/{conn.secret_name}"
+            if key in digests:
+                continue
+            try:
+                digests[key] = conn.secret_digest(read(namespace, conn.secret_name))
+            except LookupError:
+                digests[key] = "missing"
+            except Exception as exc:  # noqa: BLE001 - unreadable for now: the last digest stays
+                logger.warning("[%s] could not read secret %s: %s", self._stack, key, exc)
+                digests[key] = self._digests.get(key, "unknown")
+        self._digests = digests
+        return digests
+
+    def _sample(self, fleet: Fleet, autoscaled: Sequence[ResolvedWorker]) -> dict[str, int | None]:
+        source = self.sources.backlogs
+        refs = source.refs(fleet, autoscaled) if autoscaled and source is not None else {}
+        answers = {}
+        if source is not None:
+            answers = self.sampler.poll(
+                refs.values(),
+                source.describe,
+                now=self._clock(),
+                reuse=lambda a: self._settings.sampling.interval if a.ok else 0.0,
+                limiter=self._budget,
+            )
+        out: dict[str, int | None] = {}
+        published: dict[tuple[str, str, int, float], None] = {}
+        errors: dict[str, BaseException] = {}
+        for key, ref in refs.items():
+            answer = answers.get(ref)
+            out[key] = None  # not answered yet: replicas held, nothing failed
+            if answer is None:
+                continue
+            if answer.error is None:
+                out[key] = count = answer.value.count
+                published[(ref.namespace, ref.name, count, answer.wall)] = None
+                continue
+            errors[key] = answer.error
+            self._metrics.backlog_errors.labels(self._stack).inc()
+            logger.warning(
+                "[%s/%s] backlog unknown, holding replicas: %s", self._stack, key, answer.error
+            )
+        self._metrics.set_backlogs(published)
+        found: dict[Fault, list[str]] = {}
+        for key, err in sorted(errors.items()):
+            found.setdefault(sample_fault(err), []).append(f"{key}: {err}")
+        for fault in (Fault.TEMPORAL_UNAVAILABLE, Fault.BACKLOG_SAMPLING_FAILED):
+            lines = found.get(fault)
+            text = f"{len(lines)} worker(s), replicas held; {'; '.join(lines)}" if lines else None
+            self._fault(fault, "backlog", text)
+        return out
+
+    def next_sample_in(self, now: float) -> float | None:
+        """Seconds until an autoscaled queue's sample is due; ``None`` without any."""
+        return self.sampler.next_due(now, self._settings.sampling.interval)
+
+    def conflicts(
+        self, desired: DesiredFleet, existing: Collection[str] | None, known: Collection[str]
+    ) -> dict[str, str]:
+        """Per new worker whose Deployment or ServiceAccount is not this stack's, why."""
+        read = self.sources.objects
+        if read is None or existing is None:
+            return {}
+        out: dict[str, str] = {}
+        for key in sorted(set(desired.workers) - set(existing) - set(known)):
+            namespace, _, name = key.partition("/")
+            taken: list[str] = []
+            for kind in ("Deployment", "ServiceAccount"):
+                try:
+                    obj = read(ObjectRef(kind, namespace, name))
+                except Exception as exc:  # noqa: BLE001 - unreadable: the engine's check decides
+                    logger.debug("[%s] could not read %s %s: %s", self._stack, kind, key, exc)
+                    continue
+                why = foreign_owner(obj, self._stack) if obj is not None else None
+                if why is not None:
+                    taken.append(f"{kind} {key} exists and was {why}")
+            if taken:
+                out[key] = "; ".join(taken) + "; twc does not take it over"
+        return out
+
+    def deployments(self) -> Mapping[str, tuple[int, int]] | None:
+        """``(replicas, readyReplicas)`` of the worker Deployments; ``None`` unknown."""
+        read = self.sources.deployments
+        if read is None:
+            return None
+        try:
+            return read()
+        except Exception as exc:  # noqa: BLE001 - unknown: the status says so
+            logger.warning("[%s] could not read worker Deployments: %s", self._stack, exc)
+            return None
+
+    def pollers(self, desired: DesiredFleet, keys: Sequence[str]) -> dict[str, PollerFacts]:
+        """The pollers of the named workers' task queues; an unanswered queue is missing."""
+        source = self.sources.backlogs
+        if not keys or source is None or not hasattr(source, "pollers"):
+            return {}
+        workers = [desired.workers[k] for k in keys if k in desired.workers]
+        refs = source.refs(desired.fleet, workers)
+        answers = self.asker.poll(
+            refs.values(),
+            source.pollers,
+            now=self._clock(),
+            reuse=_pollers_reuse,
+            deadline=asking.POLLERS_DEADLINE,
+            take=self._budget.take,
+        )
+        return {
+            key: PollerFacts(a.value)
+            if a.error is None
+            else PollerFacts(None, *poller_failure(a.error))
+            for key, ref in refs.items()
+            if (a := answers.get(ref)) is not None
+        }
+
+
+def _pollers_reuse(answer: Answer) -> float:
+    if answer.ok and answer.value > 0:
+        return POLLERS_INTERVAL
+    return min(POLLERS_INTERVAL, POLLERS_RECHECK_INTERVAL * 2.0 ** min(answer.repeats, 16))
+
+
+def signature(path: Path) -> tuple[int, int, int] | None:
+    """``(inode, size, mtime ns)`` of the file ``path`` resolves to; ``None`` if none."""
+    try:
+        st = os.stat(path)  # follows symlinks: a ConfigMap's ..data swap shows
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class FleetFileWatch:
+    """A thread that sets ``wakeup`` whenever the fleet file changes."""
+
+    def __init__(
+        self, path: str | os.PathLike[str], wakeup: threading.Event, *, interval: float = 1.0
+    ):
+        self.path = Path(path)
+        self.interval = interval
+        self._wakeup = wakeup
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.changes = 0
+
+    def start(self) -> None:
+        """Take the file as it is now, then watch it."""
+        if self._thread is None:
+            seen = signature(self.path)
+            self._thread = threading.Thread(
+                target=self._run, args=(seen,), name="fleet-file-watch", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop watching (waits for the thread: at most one interval)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.interval + 5.0)
+
+    def _run(self, seen: tuple[int, int, int] | None) -> None:
+        while not self._stop.wait(self.interval):
+            now = signature(self.path)
+            if now != seen:
+                seen = now
+                self.changes += 1
+                logger.info("fleet file %s changed: reconciling now", self.path)
+                self._wakeup.set()

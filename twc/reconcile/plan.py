@@ -1,0 +1,306 @@
+"""The plan: what one iteration will do, decided from what it observed. Pure.
+
+:func:`make_plan` gives one plain :class:`Plan`: the autoscaler's replicas (never hashed),
+the versions to declare and route, the desired state's hashes and skip / targeted / full.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from twc.connections import Registry, WatchedKind
+from twc.desired import (
+    QUEUE_KIND_KEY,
+    WORKER_KIND_KEY,
+    DesiredFleet,
+    DesiredInputs,
+    KindMerge,
+    Rejection,
+    connection_native,
+    desired_fleet,
+    kind_key,
+    worker_native,
+)
+from twc.errors import TemporaryError
+from twc.native.objects import IdentityKey, NativeObject
+from twc.native.views import ViewPlan, desired_views, plan_views
+from twc.reconcile.autoscale import ScaleDecision, ScalingState, WorkerScaleInput, scale_fleet
+from twc.reconcile.decide import DesiredState, ReconcileDecision, decide_reconcile, desired_state
+from twc.reconcile.holds import GuardVerdict
+from twc.reconcile.observe import Observation, WorkerFacts
+from twc.reconcile.settings import DaemonSettings
+from twc.reconcile.state import LoopState
+from twc.reconcile.versions import (
+    RolloutFacts,
+    VersionsPlan,
+    plan_rollouts,
+    plan_versions,
+    version_scale_inputs,
+)
+from twc.rollout import RolloutPlan
+from twc.spec import Fleet, ResolvedWorker
+
+__all__ = ["NativePlan", "Plan", "desired_from", "make_plan", "scale_writes", "with_conflicts"]
+
+_POSITIONAL = {"source", "connection_source"}  # where in the file a worker is, not what
+
+
+@dataclass(frozen=True, slots=True)
+class NativePlan:
+    """TemporalWorker and connection objects: what is in the desired state, who uses what."""
+
+    workers: KindMerge
+    objects: tuple[NativeObject, ...]  # every connection object (finalizer candidates)
+    worker_objects: tuple[NativeObject, ...]
+    references: Mapping[str, IdentityKey]  # per worker, the connection it uses
+    rejected: tuple[Rejection, ...] = ()  # objects whose current spec is not in use
+    views: ViewPlan | None = None  # generated TemporalWorkers; None when none are kept
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Everything one iteration decided before touching the cluster or the engine."""
+
+    desired: DesiredFleet
+    hashes: DesiredState
+    inputs: DesiredInputs  # the program's input for this desired state
+    decision: ReconcileDecision  # skip, targeted or full up, and why
+    replicas: Mapping[str, int]  # desired replicas of every worker
+    current: Mapping[str, int]  # the Deployments' replicas, where known
+    decisions: Mapping[str, ScaleDecision] = field(default_factory=dict)
+    scaling: Mapping[str, ScalingState] = field(default_factory=dict)
+    native: NativePlan | None = None
+    versions: VersionsPlan = field(default_factory=VersionsPlan)
+    deletions: GuardVerdict | None = None
+    scale: Mapping[str, int] = field(default_factory=dict)  # see scale_writes
+
+    @property
+    def workers(self) -> Mapping[str, ResolvedWorker]:
+        """Every worker, keyed ``<namespace>/<name>``."""
+        return self.desired.workers
+
+
+def desired_from(
+    seen: Observation, *, accepted: Mapping[str, Any], registry: Registry, file: str
+) -> DesiredFleet:
+    """The desired fleet of this iteration (the plan decides replicas)."""
+    document = seen.fleet.model_dump(mode="json", by_alias=True, exclude_none=True)
+    inputs = DesiredInputs(
+        fleet=document,
+        cluster=dict(seen.cluster) if seen.cluster is not None else None,
+        accepted=dict(accepted),
+    )
+    return desired_fleet(seen.fleet, inputs, registry=registry, file=file)
+
+
+def with_conflicts(
+    fleet: Fleet,
+    desired: DesiredFleet,
+    conflicts: Mapping[str, str],
+    *,
+    registry: Registry,
+    file: str,
+) -> DesiredFleet:
+    """``desired`` without new workers whose names others' objects have (``ObjectExists``)."""
+    if not conflicts:
+        return desired
+    inputs = desired.inputs.model_copy(update={"conflicts": dict(conflicts)})
+    return desired_fleet(fleet, inputs, registry=registry, file=file)
+
+
+def make_plan(
+    seen: Observation,
+    desired: DesiredFleet,
+    facts: WorkerFacts,
+    state: LoopState,
+    *,
+    settings: DaemonSettings,
+    now: float,
+    last_replicas: Mapping[str, int],
+    watched: Mapping[str, WatchedKind],
+    program: Mapping[str, Any],
+    native: bool,
+    wall: float | None = None,
+    views_of: str | None = None,
+    deletions: GuardVerdict | None = None,
+) -> Plan:
+    """Decide the replicas and versions, hash the desired state, decide the ``up``."""
+    workers, live, found = desired.workers, seen.live, facts.rollouts or RolloutFacts()
+    inputs = _scale_inputs(seen, workers, facts, settings, last_replicas)
+    rollout_plans = _rollout_plans(facts, workers, settings=settings, wall=wall)
+    inputs.update(version_scale_inputs(rollout_plans, found, workers, settings))
+    decisions, scaling = scale_fleet(inputs, state.scaling, now=now)
+    version_decisions = {k: d for k, d in decisions.items() if k not in workers}
+    decisions = MappingProxyType({k: d for k, d in decisions.items() if k in workers})
+    versions = plan_versions(rollout_plans, found, version_decisions)
+    scaled = {k: d.replicas for k, d in decisions.items()}
+    hashes = _hashes(desired, facts, program, *versions.hash_parts())
+    blocked = state.blocked_hash(now=now, settings=settings)
+    update = {"replicas": scaled, "versions": dict(versions.versions)}
+    return Plan(
+        desired=desired,
+        hashes=hashes,
+        inputs=desired.inputs.model_copy(update=update),
+        decision=decide_reconcile(state.applied, hashes, blocked=blocked),
+        replicas={k: scaled.get(k, w.replicas) for k, w in workers.items()},
+        current={k: v for k, v in (live or {}).items() if k in workers},
+        decisions=decisions,
+        scaling=scaling,
+        native=_native_plan(seen, desired, watched, views_of) if native else None,
+        versions=versions,
+        deletions=deletions,
+        scale=scale_writes(scaled, live, seen.scaled),
+    )
+
+
+def _scale_inputs(
+    seen: Observation,
+    workers: Mapping[str, ResolvedWorker],
+    facts: WorkerFacts,
+    settings: DaemonSettings,
+    last_replicas: Mapping[str, int],
+) -> dict[str, WorkerScaleInput]:
+    inputs: dict[str, WorkerScaleInput] = {}
+    for key, worker in workers.items():
+        bounds = worker.autoscaling
+        if bounds is None or worker.rollout is not None:
+            continue
+        current = (seen.live or {}).get(key)
+        if current is None:
+            if not seen.live_known and key not in last_replicas:
+                # Unknown is not zero: an up must not shrink a running fleet blind.
+                raise TemporaryError(
+                    f"the replicas of {key} are unknown (the cluster could not be "
+                    "read); not scaling it blind"
+                )
+            current = last_replicas.get(key, 0)
+        inputs[key] = WorkerScaleInput(
+            backlog=facts.backlogs.get(key),
+            current=current,
+            bounds=bounds,
+            behavior=settings.autoscale.with_scale_down_window(
+                bounds.scale_down_stabilization_seconds
+            ),
+        )
+    return inputs
+
+
+def _hashes(
+    desired: DesiredFleet,
+    facts: WorkerFacts,
+    program: Mapping[str, Any],
+    version_replicas: Mapping[str, Any],
+    version_sets: Mapping[str, list[str]],
+) -> DesiredState:
+    workers = desired.workers
+    shared_fleet = desired.fleet.model_dump(
+        mode="json", include={"cluster_connections", "connections", "custom_connections"}
+    )
+    # A queue its derived worker hangs on is in that worker's digest: a targeted up.
+    owned = {
+        (w.queue.namespace, w.queue.name)
+        for w in workers.values()
+        if w.derived and w.queue is not None
+    }
+    shared_fleet["queues"] = [
+        q.model_dump(mode="json")
+        for q in desired.fleet.queues
+        if (q.namespace, q.name) not in owned
+    ]
+    return desired_state(
+        # Neither the file position nor the autoscaler's counts are hashed.
+        {k: _worker_hash_part(k, w, version_replicas) for k, w in workers.items()},
+        shared={
+            "fleet": shared_fleet,
+            "program": dict(program),
+            "credentials": dict(facts.credentials),
+            "placement": {k: list(v) for k, v in facts.placement.items()},
+            **({"versions": version_sets} if version_sets else {}),
+        },
+    )
+
+
+def _rollout_plans(
+    facts: WorkerFacts,
+    workers: Mapping[str, ResolvedWorker],
+    *,
+    settings: DaemonSettings,
+    wall: float | None,
+) -> dict[str, RolloutPlan]:
+    if not any(w.rollout is not None for w in workers.values()):
+        return {}
+    found = facts.rollouts
+    if found is None or found.error is not None:
+        # Planning without them would delete every version but the target's.
+        why = found.error if found is not None else "no cluster to read them from"
+        raise TemporaryError(f"the versions of versioned workers are unknown: {why}")
+    if wall is None:
+        raise ValueError("versioned rollouts need the wall time")
+    return plan_rollouts(found, wall=wall, settings=settings)
+
+
+def _worker_hash_part(
+    key: str, worker: ResolvedWorker, version_replicas: Mapping[str, Any]
+) -> object:
+    # pydantic's serializer has a fixed field order: equal workers, equal digests.
+    digest = hashlib.sha256(worker.model_dump_json(exclude=_POSITIONAL).encode()).hexdigest()
+    return (
+        {"spec": digest, "versions": version_replicas[key]} if key in version_replicas else digest
+    )
+
+
+def scale_writes(
+    decided: Mapping[str, int], live: Mapping[str, int] | None, owned: frozenset[str] | None
+) -> dict[str, int]:
+    """Autoscaled workers to scale: live count differs, or is not yet owned by the autoscaler."""
+    if live is None:
+        return {}
+    out: dict[str, int] = {}
+    for key, replicas in sorted(decided.items()):
+        current = live.get(key)
+        if current is None:
+            continue  # no Deployment yet: its creation sets the count
+        if current != replicas or (owned is not None and key not in owned):
+            out[key] = replicas
+    return out
+
+
+def _native_plan(
+    seen: Observation, desired: DesiredFleet, watched: Mapping[str, WatchedKind], stack: str | None
+) -> NativePlan:
+    cluster = seen.cluster or {}
+
+    def listed(key: str) -> tuple[dict[str, Any], ...]:
+        found = cluster.get(key)
+        return (found.objects if found is not None else None) or ()
+
+    connection_keys = {kind_key(k.kind, k.api_group) for k in watched.values()}
+    views = None
+    if stack is not None:
+        # Unknown TemporalWorker objects: no view could be told from a person's object.
+        found = cluster.get(WORKER_KIND_KEY)
+        queues = desired.accepted_objects(QUEUE_KIND_KEY)
+        wanted, held = desired_views(desired.workers, desired.origins, queues, stack=stack)
+        views = plan_views(wanted, held, found.objects if found is not None else None, stack=stack)
+    return NativePlan(
+        workers=desired.kinds.get(WORKER_KIND_KEY)
+        or KindMerge(fleet=desired.fleet, entries={}, accepted={}, store={}),
+        objects=tuple(
+            connection_native(kind, obj)
+            for key, kind in sorted(watched.items())
+            for obj in listed(key)
+        ),
+        worker_objects=tuple(worker_native(obj) for obj in listed(WORKER_KIND_KEY)),
+        references=desired.references,
+        rejected=tuple(
+            r
+            for key, m in sorted(desired.kinds.items())
+            if key in connection_keys or key == WORKER_KIND_KEY
+            for r in m.rejected
+        ),
+        views=views,
+    )

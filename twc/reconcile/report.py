@@ -1,0 +1,500 @@
+"""Report: tell people and tools what the iteration saw and did.
+
+Metrics, faults (raised and cleared once each), objects *kept* or *left out* (logged once
+per change), the stack's record, and on TemporalWorker, connection and view objects:
+status, the delete-protection finalizer and Events. Nothing here fails the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from twc.desired import QUEUE_KIND_KEY, DesiredFleet, Rejection
+from twc.engine.errors import engine_failure
+from twc.kube.record import HeldRecord, RecordStore
+from twc.kube.writer import ObjectWriter
+from twc.native.messages import worker_failure
+from twc.native.objects import FINALIZER, IdentityKey, NativeObject, finalizer_updates
+from twc.native.status import (
+    DeploymentFacts,
+    PollerFacts,
+    accepted_status,
+    rejected_status,
+    status_patch,
+)
+from twc.reconcile.decide import DesiredState, ReconcileAction, ReconcileDecision
+from twc.reconcile.faults import Fault, FaultBook, FaultChange, engine_fault
+from twc.reconcile.health import DaemonMetrics
+from twc.reconcile.holds import GuardVerdict, Hold
+from twc.reconcile.outcome import FailureReason, Outcome, OutcomeKind
+from twc.reconcile.plan import NativePlan, Plan
+from twc.reconcile.state import LoopState
+from twc.reconcile.versions import rollout_fields, target_deployment
+from twc.spec.crds import WORKER_KIND
+from twc.timestamps import rfc3339
+
+__all__ = ["FaultReporter", "Reporter", "shorten"]
+
+logger = logging.getLogger(__name__)
+
+
+def shorten(text: str, limit: int = 2000) -> str:
+    """``text`` cut in the middle to at most about ``limit`` characters."""
+    return text if len(text) <= limit else f"{text[: limit // 2]} [...] {text[-limit // 2 :]}"
+
+
+def _retry(stack: str, what: str, exc: Exception) -> None:
+    logger.warning("[%s] %s (retrying): %s", stack, what, exc)
+
+
+class FaultReporter:
+    """Faults raised and cleared once each (log, ``twc_fault_active``); active ones on probes."""
+
+    def __init__(self, *, stack: str, metrics: DaemonMetrics, book: FaultBook) -> None:
+        self.stack = stack
+        self.metrics = metrics
+        self.book = book
+
+    def fault(self, fault: Fault, source: str, message: str) -> None:
+        """``source`` sees ``fault`` now."""
+        self._changed(self.book.report(fault, source, message))
+
+    def fault_cleared(self, fault: Fault, source: str) -> None:
+        """``source`` no longer sees ``fault``."""
+        self._changed(self.book.clear(fault, source))
+
+    def _changed(self, change: FaultChange | None) -> None:
+        if change is None:
+            return
+        name = change.fault.value
+        self.metrics.fault_active.labels(self.stack, name).set(1 if change.raised else 0)
+        if change.raised:
+            self.metrics.faults.labels(self.stack, name).inc()
+            logger.warning("[%s] fault %s: %s", self.stack, name, shorten(change.message, 500))
+        else:
+            logger.info("[%s] fault %s cleared after %.1f s", self.stack, name, change.duration)
+
+    def engine_faults(self, outcome: Outcome) -> None:
+        """Raise the backend or cluster fault a failed engine run names; a success clears both."""
+        fault = None if outcome.ok else engine_fault(outcome.reason, outcome.message)
+        for each in (Fault.STATE_BACKEND_UNWRITABLE, Fault.KUBERNETES_UNAVAILABLE):
+            if each is fault:
+                self.fault(each, "engine", engine_failure(outcome.message).reason)
+            elif outcome.ok:
+                self.fault_cleared(each, "engine")
+
+
+class Reporter:
+    """The loop's report step, and the record of what it reported."""
+
+    def __init__(
+        self,
+        *,
+        stack: str,
+        metrics: DaemonMetrics,
+        faults: FaultReporter,
+        writer: ObjectWriter | None,
+        wall: Callable[[], float],
+        deployments: Callable[[], Mapping[str, tuple[int, int]] | None],
+        pollers: Callable[[DesiredFleet, Sequence[str]], Mapping[str, PollerFacts]],
+        record: RecordStore | None = None,
+    ) -> None:
+        self.stack = stack
+        self.metrics = metrics
+        self.faults = faults
+        self._writer = writer
+        self._wall = wall
+        self._deployments = deployments
+        self._pollers = pollers
+        self._record = record
+        self.reported_invalid: dict[str, str] = {}
+        self.reported_native: dict[str, tuple[str, str]] = {}
+        self.reported_conflicts: dict[str, str] = {}
+        self.also_in_use: Callable[[], frozenset[IdentityKey]] = frozenset
+        # Connections as last applied; None until an up succeeded (no finalizer released).
+        self._applied_refs: frozenset[IdentityKey] | None = None
+        self._planned_refs: frozenset[IdentityKey] = frozenset()
+        self._pending_events: list[tuple[NativeObject, str, str]] = []
+        self._written: dict[str, dict[str, Any]] = {}
+        self._apply_failed: dict[str, str] = {}
+        self._metric_kinds: set[str] = set()
+        self._hold: Hold | None = None
+        self._hold_published: str | None = None
+        self._remembered: tuple[object, ...] | None = None
+
+    def planned(self, plan: Plan) -> None:
+        """Report what planning found: replica decisions, objects left out or kept."""
+        for key, decision in plan.decisions.items():
+            if decision.changed:
+                logger.info(
+                    "[%s/%s] replicas %d -> %d (%s; recommendation %d)",
+                    self.stack,
+                    key,
+                    decision.current,
+                    decision.replicas,
+                    decision.reason,
+                    decision.recommendation,
+                )
+        current = {k: plan.current.get(k) for k in plan.workers}
+        self.metrics.set_workers(dict(plan.replicas), current)
+        self._report_queues(plan.desired)
+        self._remember(plan)
+        self._report_conflicts(plan.desired)
+        if plan.native is None or not plan.native.rejected:
+            return
+        # Rejections need no engine: say so now, not after a long up.
+        self._report_native(plan.native)
+        if self._writer is not None:
+            self._flush_events()
+            try:
+                self._update_status(None, plan.native, None, only_rejected=True)
+            except Exception as exc:  # noqa: BLE001 - write-back never fails the loop
+                _retry(self.stack, "status write-back failed", exc)
+
+    def _report_queues(self, desired: DesiredFleet) -> None:
+        merge = desired.kinds.get(QUEUE_KIND_KEY)
+        rejected = {r.key: r for r in merge.rejected} if merge is not None else {}
+        now = {key: r.message for key, r in rejected.items()}
+        gone = "[%s/queue %s] Queue object no longer invalid (or gone)"
+        for key in self._changed(self.reported_invalid, now, gone):
+            r = rejected[key]
+            logger.warning(
+                "[%s/queue %s] invalid Queue object: %s; %s", self.stack, key, r.message, _fate(r)
+            )
+        self.reported_invalid = now
+        self.metrics.invalid_queues.labels(self.stack).set(len(rejected))
+        accepted = len(merge.accepted) if merge is not None else 0
+        self.metrics.cluster_queues.labels(self.stack).set(accepted)
+        kept = sum(1 for r in rejected.values() if r.kept)
+        self.metrics.kept_objects.labels(self.stack, "Queue").set(kept)
+
+    def _report_conflicts(self, desired: DesiredFleet) -> None:
+        now = dict(desired.conflicts)
+        for key in self._changed(
+            self.reported_conflicts, now, "[%s/%s] no longer in conflict (or gone)"
+        ):
+            logger.warning("[%s/%s] ObjectExists, left out: %s", self.stack, key, now[key])
+        self.reported_conflicts = now
+        self.metrics.object_conflicts.labels(self.stack).set(len(now))
+
+    def _changed(
+        self, before: Mapping[str, object], now: Mapping[str, object], gone: str
+    ) -> list[str]:
+        for key in sorted(set(before) - set(now)):
+            logger.info(gone, self.stack, key)
+        return [key for key in sorted(now) if before.get(key) != now[key]]
+
+    def _remember(self, plan: Plan) -> None:
+        if self._record is None or not plan.desired.cluster_managed:
+            return
+        accepted = plan.desired.accepted
+        marker = (
+            plan.hashes.fleet,
+            tuple((k, tuple(sorted(v))) for k, v in sorted(accepted.items())),
+        )
+        if marker == self._remembered:
+            return
+        try:
+            self._record.save(accepted, plan.inputs.fleet)
+        except Exception as exc:  # noqa: BLE001 - write-back never fails the loop
+            _retry(self.stack, f"could not write {self._record}", exc)
+            return
+        self._remembered = marker
+
+    def report_held(self, verdict: GuardVerdict | None) -> None:
+        """``DeletionsHeld`` while the guard holds deletions: log, metric, Event, record."""
+        hold = self._hold = verdict.hold if verdict is not None else None
+        self.metrics.deletions_held.labels(self.stack).set(len(hold.workers) if hold else 0)
+        digest = hold.digest if hold is not None else None
+        if digest != self._hold_published and hold is not None:
+            names = ", ".join(sorted(hold.workers))
+            logger.warning("[%s] DeletionsHeld: %s: %s", self.stack, hold.reason, names)
+            self._record_event("DeletionsHeld", f"{hold.reason}: {names}")
+        elif digest != self._hold_published:
+            why = verdict.released if verdict is not None and verdict.released else None
+            logger.info("[%s] held deletions released (%s)", self.stack, why or "no longer wanted")
+        if self._record is not None:
+            held = None
+            if hold is not None:
+                held = HeldRecord(hold.digest, tuple(sorted(hold.workers)), hold.reason)
+            try:
+                self._record.publish_held(held)
+            except Exception as exc:  # noqa: BLE001 - write-back never fails the loop
+                _retry(self.stack, "could not publish held deletions", exc)
+                return
+        self._hold_published = digest
+
+    def _record_event(self, reason: str, message: str) -> None:
+        if self._writer is None or self._record is None:
+            return
+        record = self._record
+        obj = NativeObject("", "v1", "configmaps", "ConfigMap", record.name, record.namespace)
+        self._pending_events.append((obj, reason, message))
+        self._flush_events()
+
+    def held_status(self) -> dict[str, Any] | None:
+        """The held deletions for ``/status``, or ``None``."""
+        hold = self._hold
+        if hold is None:
+            return None
+        return {
+            "workers": sorted(hold.workers),
+            "digest": hold.digest,
+            "since": hold.since_wall,
+            "observations": hold.observations,
+            "reason": hold.reason,
+        }
+
+    def finished(
+        self,
+        plan: Plan | None,
+        decision: ReconcileDecision | None,
+        outcome: Outcome,
+        state: LoopState,
+        *,
+        started: float,
+        now: float,
+    ) -> None:
+        """Report how an iteration ended (metrics, faults, log, write-back)."""
+        self.faults.engine_faults(outcome)
+        self.metrics.reconciles.labels(self.stack, outcome.kind.value).inc()
+        self.metrics.reconcile_duration.labels(self.stack).observe(now - started)
+        if outcome.ok:
+            self.metrics.last_success.labels(self.stack).set(self._wall())
+        else:
+            self._log_failure(outcome)
+        if plan is not None and plan.native is not None:
+            self._write_back(plan, decision, outcome, state)
+
+    def _log_failure(self, outcome: Outcome) -> None:
+        reason = outcome.reason.value if outcome.reason is not None else "Unknown"
+        self.metrics.reconcile_errors.labels(self.stack, reason).inc()
+        message = shorten(engine_failure(outcome.message).reason)  # not its whole output
+        if outcome.kind is not OutcomeKind.TEMPORARY:
+            logger.error(
+                "[%s] reconcile failed permanently (%s); waiting for the input to change: %s",
+                self.stack,
+                reason,
+                message,
+            )
+            return
+        # A traceback helps only for errors nobody anticipated, not engine failures.
+        unexpected = outcome.reason is FailureReason.UNEXPECTED and not type(
+            outcome.exception
+        ).__name__.endswith("CommandError")
+        logger.warning(
+            "[%s] reconcile failed (%s, attempt %d), retrying in %.1f s: %s",
+            self.stack,
+            reason,
+            outcome.attempt,
+            outcome.delay or 0.0,
+            message,
+            exc_info=outcome.exception if unexpected else None,
+        )
+
+    def refreshed(self, drifted: Sequence[str] | None, error: BaseException | None) -> None:
+        """Report a ``refresh``: the drift it found, or why it failed."""
+        if error is not None:
+            logger.warning("[%s] refresh failed (retrying next interval): %s", self.stack, error)
+            self.metrics.reconcile_errors.labels(self.stack, "RefreshFailed").inc()
+            return
+        found = sorted(drifted or ())
+        self.metrics.drifted.labels(self.stack).set(len(found))
+        if not found:
+            logger.info("[%s] refresh: no drift", self.stack)
+            return
+        logger.warning(
+            "[%s] drift found in %d resource(s): %s; a full up follows",
+            self.stack,
+            len(found),
+            ", ".join(found),
+        )
+        self.metrics.drift_detected.labels(self.stack).inc()
+
+    def _write_back(
+        self, plan: Plan, decision: ReconcileDecision | None, outcome: Outcome, state: LoopState
+    ) -> None:
+        native = plan.native
+        assert native is not None
+        applied = state.applied
+        if outcome.ok and applied is not None and applied.fleet == plan.hashes.fleet:
+            self._applied_refs = frozenset(native.references.values())
+        self._report_native(native)
+        if outcome.ok:
+            self._apply_failed.clear()
+        elif decision is not None and decision.action is not ReconcileAction.SKIP:
+            changed = decision.workers if decision.action is ReconcileAction.TARGETED else None
+            # Tenants read the first error on their own resources, not the stack's output.
+            refused = outcome.kind is OutcomeKind.PERMANENT
+            for key, obj in {**native.workers.accepted, **_views_shown(native)}.items():
+                if changed is None or key in changed:
+                    reason = worker_failure(outcome.message, key, refused=refused)
+                    self._event_once(obj, "ApplyFailed", reason)
+        for key, obj in native.workers.accepted.items():
+            stopped = plan.versions.plans.get(key)
+            if stopped is not None and stopped.reason == "GateFailed":
+                self._event_once(obj, "GateFailed", stopped.message)
+        if self._writer is None:
+            return
+        self._flush_events()
+        try:
+            self._update_finalizers(native)
+        except Exception as exc:  # noqa: BLE001 - write-back never fails the loop
+            _retry(self.stack, "finalizer update failed", exc)
+        try:
+            self._update_status(plan, native, applied)
+        except Exception as exc:  # noqa: BLE001 - write-back never fails the loop
+            _retry(self.stack, "status write-back failed", exc)
+
+    def _report_native(self, native: NativePlan) -> None:
+        found = {f"{r.obj.kind} {r.obj.key}": r for r in native.rejected}
+        now = {key: (r.reason, r.message) for key, r in found.items()}
+        for key in self._changed(self.reported_native, now, "[%s] %s no longer rejected (or gone)"):
+            r = found[key]
+            logger.warning("[%s] %s: %s: %s; %s", self.stack, key, r.reason, r.message, _fate(r))
+            self._pending_events.append((r.obj, r.reason, f"{r.message}; {_fate(r)}"))
+        self.reported_native = now
+        # Kinds seen before stay labelled, so a gauge falls back to 0 when they go.
+        self._metric_kinds |= {WORKER_KIND, *(o.kind for o in native.objects)}
+        for kind in self._metric_kinds:
+            count = sum(1 for r in native.rejected if r.obj.kind == kind)
+            self.metrics.invalid_objects.labels(self.stack, kind).set(count)
+            kept = sum(1 for r in native.rejected if r.obj.kind == kind and r.kept)
+            self.metrics.kept_objects.labels(self.stack, kind).set(kept)
+
+    def _event_once(self, obj: NativeObject, reason: str, message: str) -> None:
+        key = f"{obj.kind} {obj.key}"
+        if self._apply_failed.get(key) == message:
+            return
+        self._apply_failed[key] = message
+        self._pending_events.append((obj, reason, message))
+
+    def _flush_events(self) -> None:
+        assert self._writer is not None
+        pending, self._pending_events = self._pending_events, []
+        for obj, reason, message in pending:
+            try:
+                self._writer.event(obj, reason, message)
+            except Exception as exc:  # noqa: BLE001 - write-back never fails the loop
+                _retry(self.stack, f"could not record an Event on {obj}", exc)
+
+    @property
+    def in_use(self) -> frozenset[IdentityKey]:
+        """Connections this stack uses, as last planned and as last applied."""
+        return self._planned_refs | (self._applied_refs or frozenset())
+
+    def _update_finalizers(self, native: NativePlan) -> None:
+        assert self._writer is not None
+        current = frozenset(native.references.values())
+        self._planned_refs = current
+        keep = current | (self._applied_refs or frozenset()) | self.also_in_use()
+        updates = finalizer_updates(native.objects, keep)
+        if self._applied_refs is None:
+            # What the stack holds is not known yet: protect, never release.
+            updates = [(obj, fins) for obj, fins in updates if FINALIZER in fins]
+        for obj, finalizers in updates:
+            added = FINALIZER in finalizers
+            try:
+                self._writer.set_finalizers(obj, finalizers)
+            except Exception as exc:  # noqa: BLE001 - a 409 or 404: decided again next time
+                _retry(self.stack, f"finalizers of {obj} not updated", exc)
+                continue
+            logger.info(
+                "[%s] %s %s: %s",
+                self.stack,
+                "protecting" if added else "releasing",
+                obj,
+                "referenced by a worker" if added else "no worker uses it any more",
+            )
+
+    def _update_status(
+        self,
+        plan: Plan | None,
+        native: NativePlan,
+        applied: DesiredState | None,
+        *,
+        only_rejected: bool = False,
+    ) -> None:
+        assert self._writer is not None
+        now = rfc3339(self._wall())
+        accepted = {} if only_rejected else {**native.workers.accepted, **_views_shown(native)}
+        rejected = {r.obj.key: r for r in native.workers.rejected}
+        deployments = self._deployments() if accepted else {}
+        pollers = self._pollers(plan.desired, sorted(accepted)) if plan is not None else {}
+        seen: set[str] = set()
+        for obj in native.worker_objects:
+            if obj.deleting or (only_rejected and obj.key not in rejected):
+                continue
+            seen.add(obj.uid)
+            written = self._written.get(obj.uid)
+            if written is not None and all(obj.status.get(k) == v for k, v in written.items()):
+                # The watch caught up with our writes: read the object itself again.
+                del self._written[obj.uid]
+            previous = {**obj.status, **self._written.get(obj.uid, {})}
+            key = obj.key
+            rejection = rejected.get(key)
+            why = shorten(f"{rejection.message}; {_fate(rejection)}", 900) if rejection else ""
+            if rejection is not None and not rejection.kept:
+                desired = rejected_status(
+                    previous,
+                    generation=obj.generation,
+                    reason=rejection.reason,
+                    message=why,
+                    now=now,
+                )
+            elif key in accepted and plan is not None:
+                kept, hashes = rejection, plan.hashes.workers
+                in_stack = applied is not None and applied.workers.get(key) == hashes.get(key)
+                dep = target_deployment(plan.versions, key) or (deployments or {}).get(key)
+                desired = accepted_status(
+                    previous,
+                    generation=obj.generation if kept is None else kept.kept_generation,
+                    applied=in_stack,
+                    desired_replicas=plan.replicas.get(key, 0),
+                    deployment=DeploymentFacts(*dep) if dep is not None else None,
+                    pollers=pollers.get(key),
+                    connection_ref=_ref_dict(native.references.get(key)),
+                    now=now,
+                    task_queue=plan.workers[key].task_queue_name if key in plan.workers else None,
+                    kept=(kept.reason, why) if kept is not None else None,
+                )
+            else:
+                continue
+            desired.update(rollout_fields(plan.versions, key) if plan is not None else {})
+            patch = status_patch(previous, desired)
+            if patch is None:
+                continue
+            try:
+                self._writer.patch_status(obj, patch)
+            except Exception as exc:  # noqa: BLE001 - write-back never fails the loop
+                _retry(self.stack, f"status of {obj} not written", exc)
+                continue
+            self._written[obj.uid] = {**self._written.get(obj.uid, {}), **patch["status"]}
+            if "phase" in patch["status"]:
+                logger.info("[%s] TemporalWorker %s: %s", self.stack, key, desired["phase"])
+        if not only_rejected:
+            for uid in set(self._written) - seen:
+                del self._written[uid]
+
+
+def _views_shown(native: NativePlan) -> Mapping[str, NativeObject]:
+    return native.views.shown if native.views is not None else {}
+
+
+def _fate(rejection: Rejection) -> str:
+    if rejection.kept:
+        generation = rejection.kept_generation
+        which = f" (generation {generation})" if generation is not None else ""
+        return f"its last accepted spec{which} keeps running"
+    return "left out: nothing runs for it"
+
+
+def _ref_dict(ident: IdentityKey | None) -> dict[str, str] | None:
+    if ident is None:
+        return None
+    group, kind, name, namespace = ident
+    return {"apiGroup": group, "kind": kind, "name": name} | (
+        {"namespace": namespace} if namespace else {}
+    )

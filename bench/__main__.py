@@ -371,7 +371,7 @@ class Run:
         return out
 
     def _preview(self, stack: BenchStack) -> Any:
-        from twc.stackrun import engine
+        from twc.engine import engine
 
         ref = stack.refs()[0]
         times = []

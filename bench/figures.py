@@ -242,8 +242,8 @@ def pulumi_up_change(
     """The baseline of a one-worker change: what a user without twc's daemon runs, a
     plain ``pulumi up`` of the whole fleet as one stack after the edit, until the new
     Deployment is Available (no daemon runs)."""
-    from twc.commands import common
-    from twc.stackrun import engine
+    from twc.cli import common
+    from twc.engine import engine
 
     ref = common.stack_ref(stack.name, str(stack.fleet_file))
     candidates = [i for i in range(stack.n) if not fleets.autoscaled(i, stack.namespaces, stack.n)]
@@ -664,7 +664,7 @@ def noop_iteration(
 ) -> dict[str, Any]:
     """The daemon's own ``iterate()`` with nothing to do, on ``twc run``'s wiring.
 
-    :func:`twc.commands.run.wire` builds the loop exactly as ``twc run`` does (watch
+    :func:`twc.cli.run.wire` builds the loop exactly as ``twc run`` does (watch
     caches, the cached fleet file, the shard views); each shard's loop is given the
     hashes it would have applied, iterates once unmeasured (a starting daemon's first
     iteration), then iterates ``trials`` times back to back. Backlog samples and poller
@@ -672,10 +672,10 @@ def noop_iteration(
     iterations reuse them. Only the engine is replaced, by one that fails the figure if
     an iteration calls it.
     """
-    from twc.commands.run import RunOptions, load_settings, wire
-    from twc.loop.daemon import Daemon
-    from twc.loop.shards import ShardedDaemon
-    from twc.loop.state import LoopState
+    from twc.cli.run import RunOptions, load_settings, wire
+    from twc.reconcile.daemon import Daemon
+    from twc.reconcile.shards import ShardedDaemon
+    from twc.reconcile.state import LoopState
 
     options = RunOptions(stack=stack.name, fleet_file=str(stack.fleet_file))
     loaded = load_settings(options).model_validate({**settings, "metrics_port": 0})

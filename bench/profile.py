@@ -121,7 +121,7 @@ def summarize_stacks(raw: str, *, rate: int) -> dict[str, Any]:
 
 
 def _short(frame: str) -> str:
-    """``function (…/twc/loop/early.py:120)`` → ``twc/loop/early.py function``: the
+    """``function (…/twc/reconcile/early.py:120)`` → ``twc/reconcile/early.py function``: the
     file from the project's own package (or the last two parts of a library's path),
     without the line, so the lines of one function add up."""
     name, _, where = frame.partition(" (")

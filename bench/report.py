@@ -470,7 +470,7 @@ def _per_size(results: Mapping[str, Any]) -> list[str]:
         "meanwhile (the largest of the trials); refreshes, which run on their own "
         "schedule in whichever shard is due, are counted apart in `refresh_runs`.",
         "- *no-op iteration*: the daemon's own `iterate()` with nothing to do, built by "
-        "`twc run`'s wiring (`twc.commands.run.wire`) on the live cluster, after one "
+        "`twc run`'s wiring (`twc.cli.run.wire`) on the live cluster, after one "
         "unmeasured iteration (a starting daemon's: every view, status and poller count "
         "written or read once). Backlog samples (`sampling.interval`) and poller counts "
         "(`pollers_interval`) are taken on their own schedules, as in the daemon, so most "

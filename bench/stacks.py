@@ -99,7 +99,7 @@ class BenchStack:
 
     def shards(self) -> Any:
         """The stack as ``twc up`` sees it (assignment read, not extended)."""
-        from twc.commands.shards import sharded_stack
+        from twc.cli.shards import sharded_stack
 
         return sharded_stack(self.name, str(self.fleet_file), record=False, err=io.StringIO())
 
@@ -108,7 +108,7 @@ class BenchStack:
         if self.sharded:
             sharded = self.shards()
             return [sharded.ref(i) for i in range(sharded.shard_map.shards)]
-        from twc.commands.common import stack_ref
+        from twc.cli.common import stack_ref
 
         return [stack_ref(self.name, str(self.fleet_file))]
 
@@ -130,10 +130,10 @@ def setup_stack(
     stack: BenchStack, *, kube: Any, parallel: int, progress: Any = log.info
 ) -> BenchStack:
     """Create the namespaces, record the assignment, and ``up`` every shard once."""
-    from twc.commands import common
-    from twc.commands.shards import sharded_stack
+    from twc.cli import common
+    from twc.cli.shards import sharded_stack
     from twc.desired import INPUTS_ENV
-    from twc.stackrun import engine
+    from twc.engine import engine
 
     for ns in stack.namespaces:
         kube.ensure_namespace(ns)
@@ -147,7 +147,10 @@ def setup_stack(
             runs = []
             for index in range(sharded.shard_map.shards):
                 ref = sharded.ref(index)
-                path = sharded.shard_inputs(index).to_file(Path(tmp) / f"{ref.name}.json")
+                namespaces = sharded.shard_map.namespaces_of(index)
+                inputs = common.observe(ref, sharded.file, None, namespaces=namespaces)
+                assert inputs is not None, f"{ref.name}: the cluster could not be read"
+                path = inputs.to_file(Path(tmp) / f"{ref.name}.json")
                 runs.append(
                     dataclasses.replace(ref, env={**(ref.env or {}), **env, INPUTS_ENV: str(path)})
                 )

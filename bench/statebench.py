@@ -38,6 +38,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
 """The settings compared (names as in the results)."""
 
 
+def _state_env(*, checkpoints: str, compression: str, parallel_diff: bool) -> dict[str, str]:
+    """The CLI's switches for one variant."""
+    return {
+        "PULUMI_SKIP_CHECKPOINTS": str(checkpoints == "final").lower(),
+        "PULUMI_DIY_BACKEND_GZIP": str(compression == "gzip").lower(),
+        "PULUMI_PARALLEL_DIFF": str(parallel_diff).lower(),
+    }
+
+
 @dataclasses.dataclass
 class Backend:
     """One state backend with its N-worker stack."""
@@ -51,14 +60,13 @@ class Backend:
 
 def _one_up(backend: Backend, variant: dict[str, Any], index: int) -> tuple[float, int | None]:
     """A one-worker change through ``twc up``'s path; its seconds and bytes written."""
-    from twc.commands import common
-    from twc.stackrun import engine
-    from twc.stackrun.retention import engine_env
+    from twc.cli import common
+    from twc.engine import engine
 
     stack = backend.stack
     stack.write(changed=index)
     ref = common.stack_ref(stack.name, str(stack.fleet_file))
-    ref = dataclasses.replace(ref, env={**backend.env, **engine_env(**variant)})
+    ref = dataclasses.replace(ref, env={**backend.env, **_state_env(**variant)})
     writes = StateWrites(backend.backend_dir, stack.name).start() if backend.backend_dir else None
     before = (
         wal_lsn(backend.psql, backend.env["PULUMI_BACKEND_URL"], backend.env)

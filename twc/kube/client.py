@@ -6,17 +6,19 @@ over, and otherwise times out before the term ends, without retries."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from twc.kube.lease import NotLeadingError
 
 DEFAULT_TIMEOUT = (5.0, 30.0)
+T = TypeVar("T")
 FENCE_MARGIN = 0.1  # seconds of a term a fenced write leaves unused
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
@@ -104,16 +106,30 @@ def status_of(exc: BaseException) -> int | None:
     return status if isinstance(status, int) else None
 
 
-def read_json(read: Callable[..., Any], *args: Any) -> dict[str, Any] | None:
-    """A typed ``read_*`` call's answer as the API's own JSON, or ``None`` on 404."""
+@contextlib.contextmanager
+def tolerating(*statuses: int) -> Iterator[None]:
+    """Let an API call fail with one of ``statuses`` (a delete's 404: already gone)."""
     try:
-        response = read(*args, _preload_content=False)
+        yield
+    except Exception as exc:
+        if status_of(exc) not in statuses:
+            raise
+
+
+def unless_404(call: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
+    """``call(*args, **kwargs)``, or ``None`` when the API server answers 404."""
+    try:
+        return call(*args, **kwargs)
     except Exception as exc:
         if status_of(exc) == 404:
             return None
         raise
-    data: dict[str, Any] = json.loads(response.data)
-    return data
+
+
+def read_json(read: Callable[..., Any], *args: Any) -> dict[str, Any] | None:
+    """A typed ``read_*`` call's answer as the API's own JSON, or ``None`` on 404."""
+    response = unless_404(read, *args, _preload_content=False)
+    return None if response is None else dict(json.loads(response.data))
 
 
 class KubeClient:

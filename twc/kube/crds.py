@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
 
-from twc.kube.client import status_of
+from twc.kube.client import unless_404
 from twc.spec.crds import MANAGED_BY_LABEL
 
 Action = Literal["created", "updated", "recreated", "kept"]
@@ -50,12 +50,7 @@ def install_crds(
     for crd in crds:
         name = str(crd["metadata"]["name"])
         body = dict(crd)
-        try:
-            current = ext.read_custom_resource_definition(name)
-        except Exception as exc:
-            if status_of(exc) != 404:
-                raise
-            current = None
+        current = unless_404(ext.read_custom_resource_definition, name)
         wanted = {v["name"] for v in crd["spec"]["versions"]}
         if current is None:
             ext.create_custom_resource_definition(body)
@@ -91,13 +86,7 @@ def install_crds(
 
 
 def _gone(ext: Any, name: str) -> bool:
-    try:
-        ext.read_custom_resource_definition(name)
-    except Exception as exc:
-        if status_of(exc) == 404:
-            return True
-        raise
-    return False
+    return unless_404(ext.read_custom_resource_definition, name) is None
 
 
 def _established(ext: Any, name: str) -> bool:

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from twc.desired import OWN_STACK, ObjectList
-from twc.kube.client import read_json, status_of
+from twc.kube.client import read_json, tolerating
 from twc.spec import label_value
 from twc.spec.labels import STACK_LABEL
 
@@ -230,11 +230,8 @@ class RecordStore:
             annotations[_PARTS_ANNOTATION] = ",".join(parts)
         self._put(self.name, {"metadata": {"annotations": annotations}, "binaryData": binary})
         for part in sorted(set(old_parts) - set(parts)):
-            try:
+            with tolerating(404):
                 self._core.delete_namespaced_config_map(part, self.namespace)
-            except Exception as exc:
-                if status_of(exc) != 404:
-                    raise
         self._written = digest
         logger.info("[%s] accepted specs written to %s (%d parts)", self.stack, self, len(chunks))
         return True

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from twc.kube.client import status_of
+from twc.kube.client import status_of, unless_404
 from twc.shards import ShardMap, assign
 
 logger = logging.getLogger(__name__)
@@ -35,12 +35,9 @@ class ShardMapStore:
 
     def read(self) -> tuple[ShardMap | None, str | None]:
         """The map and its resourceVersion (``None``s when absent; ValueError: unreadable)."""
-        try:
-            found = self._api.read_namespaced_config_map(self.name, self.namespace)
-        except Exception as exc:
-            if status_of(exc) == 404:
-                return None, None
-            raise
+        found = unless_404(self._api.read_namespaced_config_map, self.name, self.namespace)
+        if found is None:
+            return None, None
         data = found.data or {}
         raw = data.get(ASSIGNMENT_KEY)
         if raw is None:

@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from twc.kube.client import status_of
+from twc.kube.client import tolerating
 from twc.native.objects import WORKER_PLURAL
 from twc.native.views import VIEW_FIELD_MANAGER
 from twc.spec.crds import CRD_VERSION, WORKER_GROUP
@@ -64,10 +64,7 @@ class TemporalWorkerViews:
         from kubernetes.client import V1DeleteOptions, V1Preconditions
 
         options = V1DeleteOptions(preconditions=V1Preconditions(uid=uid or None))
-        try:
+        with tolerating(404):
             self._custom.delete_namespaced_custom_object(
                 WORKER_GROUP, CRD_VERSION, namespace, WORKER_PLURAL, name, body=options
             )
-        except Exception as exc:
-            if status_of(exc) != 404:
-                raise

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from twc.connections import WatchedKind
 from twc.desired import QUEUE_PLURAL, ObjectList, kind_key, object_key
-from twc.kube.client import status_of
+from twc.kube.client import status_of, unless_404
 from twc.spec import WORKER_ENABLED_LABEL
 from twc.spec.crds import CRD_VERSION, WORKER_GROUP
 
@@ -164,13 +164,8 @@ def crd_lookup(custom_api: Any) -> CrdLookup:
         from kubernetes import client
 
         api = client.ApiextensionsV1Api(custom_api.api_client)
-        try:
-            api.read_custom_resource_definition(name, _request_timeout=(_CONNECT_TIMEOUT, 10.0))
-        except Exception as exc:
-            if status_of(exc) == 404:
-                return False
-            raise
-        return True
+        read, timeout = api.read_custom_resource_definition, (_CONNECT_TIMEOUT, 10.0)
+        return unless_404(read, name, _request_timeout=timeout) is not None
 
     return exists
 
@@ -355,18 +350,10 @@ class ObjectWatcher:
 
     def _get(self, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
         name, namespace = str(_meta(obj).get("name", "")), _meta(obj).get("namespace")
-        kind, timeout = (self.group, self.version), self._timeout()
-        try:
-            if namespace:
-                get = self._api.get_namespaced_custom_object
-                found = get(*kind, namespace, self.plural, name, _request_timeout=timeout)
-            else:
-                get = self._api.get_cluster_custom_object
-                found = get(*kind, self.plural, name, _request_timeout=timeout)
-        except Exception as exc:
-            if status_of(exc) == 404:
-                return None
-            raise
+        where = (namespace, self.plural, name) if namespace else (self.plural, name)
+        api = self._api
+        get = api.get_namespaced_custom_object if namespace else api.get_cluster_custom_object
+        found = unless_404(get, self.group, self.version, *where, _request_timeout=self._timeout())
         return found if isinstance(found, Mapping) else None
 
     def _content_of(self, obj: Mapping[str, Any]) -> str:

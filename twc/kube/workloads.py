@@ -18,7 +18,7 @@ from twc.builders import (
     LABEL_WORKER,
     MANAGED_BY,
 )
-from twc.kube.client import KubeClient, read_json, status_of
+from twc.kube.client import KubeClient, read_json, tolerating
 from twc.kube.scale import scale_owner_of
 from twc.rollout import BUILD_ID_LABEL
 from twc.spec import label_value
@@ -68,11 +68,8 @@ def read_secret_data(kube: KubeClient, namespace: str, name: str) -> dict[str, b
 
 def ensure_namespace(kube: KubeClient, name: str) -> None:
     """Create a namespace unless it exists."""
-    try:
+    with tolerating(409):
         kube.core.create_namespace({"metadata": {"name": name}})
-    except Exception as exc:
-        if status_of(exc) != 409:
-            raise
 
 
 def read_deployment(kube: KubeClient, namespace: str, name: str) -> dict[str, Any] | None:
@@ -209,11 +206,8 @@ class Workloads:
 
     def delete(self, ref: ObjectRef) -> None:
         """Delete the object; already gone is fine."""
-        try:
+        with tolerating(404):
             self._call("delete", ref.kind)(ref.name, ref.namespace)
-        except Exception as exc:
-            if status_of(exc) != 404:
-                raise
 
     def managed_by(self, field_manager: str) -> list[ObjectRef]:
         """This stack's worker objects ``field_manager`` still owns fields of."""

@@ -1,7 +1,7 @@
 """One way to reach the API server: an explicit kubeconfig, ``KUBECONFIG``,
 ``~/.kube/config``, then the pod's service account (the provider's order). A call without
 ``_request_timeout`` gets :data:`DEFAULT_TIMEOUT`; through :meth:`KubeClient.fenced`,
-every write is refused (:class:`~twc.kube.lease.NotLeadingError`) when the Lease term is
+every write is refused (:class:`NotLeadingError`) when the Lease term is
 over, and otherwise times out before the term ends, without retries."""
 
 from __future__ import annotations
@@ -11,11 +11,9 @@ import copy
 import functools
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
-
-from twc.kube.lease import NotLeadingError
 
 DEFAULT_TIMEOUT = (5.0, 30.0)
 T = TypeVar("T")
@@ -25,6 +23,10 @@ WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 class NoClusterError(LookupError):
     """Neither a kubeconfig nor an in-cluster service account is available."""
+
+
+class NotLeadingError(RuntimeError):
+    """An engine run or a fenced write was about to start without a valid term."""
 
 
 @functools.cache
@@ -124,6 +126,11 @@ def unless_404(call: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
         if status_of(exc) == 404:
             return None
         raise
+
+
+def annotations_of(obj: Mapping[str, Any] | None) -> dict[str, str]:
+    """A copy of an object's (JSON) annotations, empty when it or they are absent."""
+    return dict(((obj or {}).get("metadata") or {}).get("annotations") or {})
 
 
 def read_json(read: Callable[..., Any], *args: Any) -> dict[str, Any] | None:

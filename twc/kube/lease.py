@@ -19,6 +19,8 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
+from twc.kube.client import NotLeadingError as NotLeadingError
+from twc.kube.client import annotations_of, unless_404
 from twc.timestamps import boottime, parse_rfc3339, rfc3339_micro
 
 logger = logging.getLogger(__name__)
@@ -93,14 +95,10 @@ class EngineRecord:
     pids: tuple[int, ...] = ()  # newest last
 
 
-def _annotations(lease: Mapping[str, Any] | None) -> dict[str, str]:
-    return dict(((lease or {}).get("metadata") or {}).get("annotations") or {})
-
-
 def engine_records(lease: Mapping[str, Any] | None) -> tuple[EngineRecord, ...]:
     """The engine records of a Lease object (none when absent or unreadable)."""
     try:
-        data = json.loads(_annotations(lease).get(ENGINES_ANNOTATION) or "[]")
+        data = json.loads(annotations_of(lease).get(ENGINES_ANNOTATION) or "[]")
     except ValueError:
         return ()
     return tuple(
@@ -119,7 +117,7 @@ def _listed(value: Any) -> list[Any]:
 
 
 def _handover(lease: Mapping[str, Any] | None) -> str:
-    return str(_annotations(lease).get(HANDOVER_ANNOTATION) or "")
+    return str(annotations_of(lease).get(HANDOVER_ANNOTATION) or "")
 
 
 class LeaseAction(StrEnum):
@@ -148,10 +146,6 @@ def lease_action(
     if observed_at is None or now - observed_at < duration:
         return LeaseAction.WAIT
     return LeaseAction.ACQUIRE
-
-
-class NotLeadingError(RuntimeError):
-    """An engine run was about to start without a valid term."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,7 +364,7 @@ class LeaseElector:
         lease = self._read()
         if lease is None or (_handover(lease) == self.identity) != withdraw:
             return lease is not None
-        annotations = _annotations(lease)
+        annotations = annotations_of(lease)
         annotations.pop(HANDOVER_ANNOTATION, None)
         if not withdraw:
             annotations[HANDOVER_ANNOTATION] = self.identity
@@ -442,7 +436,7 @@ class LeaseElector:
         self._hooks.on_ended()
         wall = time.time()
         spec = self._spec(to, record, wall, renew=False)
-        annotations = _annotations(lease)
+        annotations = annotations_of(lease)
         annotations.pop(HANDOVER_ANNOTATION, None)
         annotations[ENGINES_ANNOTATION] = self._engines_json(self._inherited, self._recorded)
         try:
@@ -461,13 +455,11 @@ class LeaseElector:
         return {"_request_timeout": call_timeout(self._settings)}
 
     def _read(self) -> dict[str, Any] | None:
-        try:
-            lease = self._api.read_namespaced_lease(self.name, self.namespace, **self._timeout())
-        except Exception as exc:
-            if getattr(exc, "status", None) == 404:
-                return None
-            raise
-        return dict(self._api.api_client.sanitize_for_serialization(lease))
+        read = self._api.read_namespaced_lease
+        lease = unless_404(read, self.name, self.namespace, **self._timeout())
+        return (
+            None if lease is None else dict(self._api.api_client.sanitize_for_serialization(lease))
+        )
 
     def _write(
         self,
@@ -479,7 +471,7 @@ class LeaseElector:
         pids: tuple[int, ...],
     ) -> None:
         spec = self._spec(self.identity, record, time.time(), renew=renew)
-        annotations = _annotations(lease)
+        annotations = annotations_of(lease)
         annotations[ENGINES_ANNOTATION] = self._engines_json(engines, pids)
         if annotations.get(HANDOVER_ANNOTATION) == self.identity:
             annotations.pop(HANDOVER_ANNOTATION)  # granted
@@ -530,6 +522,6 @@ class LeaseElector:
             return
         spec = {**(lease.get("spec") or {}), "holderIdentity": "", "leaseDurationSeconds": 1}
         spec["renewTime"] = rfc3339_micro(time.time())
-        annotations = _annotations(lease)
+        annotations = annotations_of(lease)
         annotations[ENGINES_ANNOTATION] = self._engines_json(self._inherited, self._recorded)
         self._replace(lease, spec, annotations)

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from twc.desired import OWN_STACK, ObjectList
-from twc.kube.client import read_json, tolerating
+from twc.kube.client import annotations_of, read_json, tolerating
 from twc.spec import label_value
 from twc.spec.labels import STACK_LABEL
 
@@ -174,7 +174,7 @@ class RecordStore:
         head = self._read(self.name)
         if head is None:
             return None
-        annotations = _annotations(head)
+        annotations = annotations_of(head)
         blob = self._blob(head, annotations)
         self._written = annotations.get(_DIGEST_ANNOTATION)
         doc = json.loads(gzip.decompress(blob)) if blob is not None else {}
@@ -216,7 +216,7 @@ class RecordStore:
             return False
         blob = gzip.compress(payload, mtime=0)
         chunks = [blob[i : i + self._chunk] for i in range(0, len(blob), self._chunk)] or [b""]
-        old = _annotations(self._read(self.name)).get(_PARTS_ANNOTATION) or ""
+        old = annotations_of(self._read(self.name)).get(_PARTS_ANNOTATION) or ""
         old_parts = [p for p in old.split(",") if p]
         annotations: dict[str, str | None] = {_DIGEST_ANNOTATION: digest, _PARTS_ANNOTATION: None}
         parts: list[str] = []
@@ -255,7 +255,7 @@ class RecordStore:
 
     def approved(self) -> str | None:
         """The digest an operator approved, read now (``None`` when none)."""
-        return _annotations(self._read(self.name)).get(APPROVE_ANNOTATION) or None
+        return annotations_of(self._read(self.name)).get(APPROVE_ANNOTATION) or None
 
     def approve(self, digest: str) -> None:
         """Approve the held deletions ``digest`` names; LookupError without a record."""
@@ -314,7 +314,3 @@ class RecordStore:
         meta["annotations"] = {k: v for k, v in annotations if v is not None}
         full["metadata"] = {**meta, "name": name, "namespace": self.namespace, "labels": labels}
         self._core.create_namespaced_config_map(self.namespace, full)
-
-
-def _annotations(obj: Mapping[str, Any] | None) -> dict[str, str]:
-    return dict(((obj or {}).get("metadata") or {}).get("annotations") or {})

@@ -14,13 +14,11 @@ from typing import Any
 from pulumi import automation as auto
 
 from twc.engine import engine
+from twc.engine.automation import QUEUE_TYPE, WORKER_TYPE
 from twc.engine.engine import SHARD_CONFIG
 from twc.shards import ShardMap, shard_stack
 
 logger = logging.getLogger(__name__)
-
-WORKER_TYPE = "twc:temporal:TemporalWorker"
-QUEUE_TYPE = "twc:kmsvc:Queue"
 
 
 def shard_namespaces(config: Mapping[str, str] | None) -> list[str] | None:

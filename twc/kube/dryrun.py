@@ -47,10 +47,6 @@ class DryRunTarget:
     def where(self) -> str:
         return self.source if self.source is not None else self.worker.source
 
-    @property
-    def template_where(self) -> str | None:
-        return self.template_source or self.worker.template_source
-
 
 def _naming(
     worker: ResolvedWorker, origin: str | None
@@ -265,7 +261,7 @@ def issues_from_status(body: str, target: DryRunTarget, file: str) -> list[SpecI
 
 def template_field_path(api_field: str, target: DryRunTarget) -> str | None:
     """Where the user wrote a Deployment field under ``template`` (None: twc set it)."""
-    template = target.template_where
+    template = target.template_source or target.worker.template_source
     if template is None or not api_field.startswith(_TEMPLATE_PREFIX):
         return None
     segments: list[str | int] = [

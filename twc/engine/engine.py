@@ -125,15 +125,9 @@ def up(
     )
 
 
-def preview(
-    ref: StackRef,
-    *,
-    on_event: Callable[[Any], Any] | None = None,
-    on_output: Callable[[str], Any] | None = None,
-) -> auto.PreviewResult:
+def preview(ref: StackRef, *, on_event: Callable[[Any], Any] | None = None) -> auto.PreviewResult:
     """Run ``pulumi preview --diff`` on the stack."""
-    stack = select_stack(ref)
-    return stack.preview(diff=True, on_event=on_event, on_output=on_output, color="never")
+    return select_stack(ref).preview(diff=True, on_event=on_event, color="never")
 
 
 def outputs(ref: StackRef) -> dict[str, Any]:

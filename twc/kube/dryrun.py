@@ -22,8 +22,7 @@ FIELD_MANAGER = "twc-dry-run"
 _PLACEHOLDER_FINGERPRINT = "0" * 64
 _TEMPLATE_PREFIX = "spec.template."
 _SEGMENT = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
-_UNKNOWN_FIELD = re.compile(r'unknown field "([^"]+)"')
-_DUPLICATE_FIELD = re.compile(r'duplicate field "([^"]+)"')
+_NAMED_FIELD = re.compile(r'(unknown|duplicate) field "([^"]+)"')
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,13 +235,9 @@ def issues_from_status(body: str, target: DryRunTarget, file: str) -> list[SpecI
         (str(c["field"]), str(c.get("message") or message))
         for c in causes
         if isinstance(c, Mapping) and c.get("field")
-    ] or [
-        (name, text)
-        for pattern, text in (
-            (_UNKNOWN_FIELD, "unknown field"),
-            (_DUPLICATE_FIELD, "duplicate field"),
-        )
-        for name in pattern.findall(message)
+    ] or [  # unknown fields first, then duplicates, each in the message's order
+        (name, f"{kind} field")
+        for kind, name in sorted(_NAMED_FIELD.findall(message), key=lambda m: m[0] == "duplicate")
     ]
     subject = f"worker {target.key}: the API server refuses its Deployment"
     own = target.file or file

@@ -261,14 +261,29 @@ class ResolvedConnection:
         *,
         connect_timeout: float = 10.0,
     ) -> Client:
-        """A connected client, cached by fingerprint and namespace; raises
-        ``AuthSecretInvalid`` or ``TemporalClientCreationFailed``."""
+        """A connected client, cached by fingerprint and namespace (one shared attempt, a
+        failed one forgotten); raises ``AuthSecretInvalid`` or ``TemporalClientCreationFailed``."""
         options = self.connect_options(namespace, secret_data)
         digest = self.secret_digest(secret_data) if secret_data is not None else None
-        key = (self.fingerprint(digest), namespace)
-        return await cached_client(
-            key, (self.identity, namespace), options, self.auth_mode, connect_timeout
-        )
+        key, slot = (self.fingerprint(digest), namespace), (self.identity, namespace)
+        loop = asyncio.get_running_loop()
+        clients = _CACHE.setdefault(loop, OrderedDict())
+        now = _CLOCK()
+        if (entry := clients.get(key)) is None:
+            _evict(clients, now, slot)
+            logger.info("connecting to Temporal at %s (ns %s)", self.host_port, namespace)
+            task = loop.create_task(connect(options, self.auth_mode, connect_timeout))
+            entry = clients[key] = _Entry(slot, task, now)
+        entry.used = now
+        clients.move_to_end(key)
+        task = entry.task
+        try:
+            # shield: one caller being cancelled must not cancel the shared attempt.
+            return await asyncio.shield(task)
+        finally:
+            failed = task.done() and (task.cancelled() or task.exception() is not None)
+            if failed and key in clients and clients[key].task is task:
+                del clients[key]
 
 
 def _pem(
@@ -387,30 +402,6 @@ async def connect(options: ConnectOptions, auth_mode: AuthMode, timeout: float) 
         )
     except (RPCError, RuntimeError, TimeoutError, OSError) as err:
         raise map_connect_error(err, auth_mode, options.target_host) from err
-
-
-async def cached_client(
-    key: Hashable, slot: Hashable, options: ConnectOptions, auth_mode: AuthMode, timeout: float
-) -> Client:
-    """The cached client for ``key`` in ``slot``: one shared attempt, a failed one forgotten."""
-    loop = asyncio.get_running_loop()
-    clients = _CACHE.setdefault(loop, OrderedDict())
-    now = _CLOCK()
-    if (entry := clients.get(key)) is None:
-        _evict(clients, now, slot)
-        logger.info("connecting to Temporal at %s (ns %s)", options.target_host, options.namespace)
-        task = loop.create_task(connect(options, auth_mode, timeout))
-        entry = clients[key] = _Entry(slot, task, now)
-    entry.used = now
-    clients.move_to_end(key)
-    task = entry.task
-    try:
-        # shield: one caller being cancelled must not cancel the shared attempt.
-        return await asyncio.shield(task)
-    finally:
-        failed = task.done() and (task.cancelled() or task.exception() is not None)
-        if failed and key in clients and clients[key].task is task:
-            del clients[key]
 
 
 def _evict(clients: OrderedDict[Hashable, _Entry], now: float, slot: Hashable) -> None:

@@ -40,14 +40,10 @@ class NativeWriter:
         self._instance = socket.gethostname()
 
     def _patch(self, obj: NativeObject, body: Any, *, status: bool) -> None:
-        suffix = "_status" if status else ""
-        if obj.namespace:
-            call = getattr(self._custom, f"patch_namespaced_custom_object{suffix}")
-            where: tuple[str, ...] = (obj.group, obj.version, obj.namespace, obj.plural, obj.name)
-        else:
-            call = getattr(self._custom, f"patch_cluster_custom_object{suffix}")
-            where = (obj.group, obj.version, obj.plural, obj.name)
-        call(*where, body, _content_type=MERGE_PATCH)
+        scope, suffix = "namespaced" if obj.namespace else "cluster", "_status" if status else ""
+        call = getattr(self._custom, f"patch_{scope}_custom_object{suffix}")
+        where = (obj.namespace, obj.plural, obj.name) if obj.namespace else (obj.plural, obj.name)
+        call(obj.group, obj.version, *where, body, _content_type=MERGE_PATCH)
 
     def patch_status(self, obj: NativeObject, patch: Mapping[str, Any]) -> None:
         """Merge-patch ``obj``'s status subresource."""

@@ -27,9 +27,8 @@ def scale_owner_of(deployment: Mapping[str, Any]) -> list[str]:
 class ReplicaScaler:
     """Writes worker replicas through the scale subresource."""
 
-    def __init__(self, kube: KubeClient, field_manager: str = AUTOSCALER_FIELD_MANAGER) -> None:
+    def __init__(self, kube: KubeClient) -> None:
         self.kube = kube
-        self.field_manager = field_manager
 
     def scale(self, namespace: str, name: str, replicas: int) -> None:
         """Apply ``replicas`` to the Deployment (raises when gone or refused)."""
@@ -43,7 +42,7 @@ class ReplicaScaler:
             name,
             namespace,
             body,
-            field_manager=self.field_manager,
+            field_manager=AUTOSCALER_FIELD_MANAGER,
             force=True,
             _content_type="application/apply-patch+yaml",
         )

@@ -192,9 +192,11 @@ class GuardChannel:
         _write_atomically(self.directory / "control.json", json.dumps(data))
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def _write_atomically(path: Path, text: str, *, mode: int | None = None) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
     tmp.write_text(text)
+    if mode is not None:
+        tmp.chmod(mode)
     os.replace(tmp, path)
 
 
@@ -215,10 +217,7 @@ def install_wrapper(real: str, *, root: Path) -> Path:
     target = base / "bin" / "pulumi"
     if not target.exists() or target.read_text() != script:
         target.parent.mkdir(mode=0o700, exist_ok=True)
-        tmp = target.with_name(f".pulumi.{os.getpid()}")
-        tmp.write_text(script)
-        tmp.chmod(0o755)
-        os.replace(tmp, target)
+        _write_atomically(target, script, mode=0o755)
     return base
 
 

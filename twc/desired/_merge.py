@@ -86,7 +86,7 @@ class _Candidate:
 # Object → candidate entry (``None``: not ours to merge); raises when invalid on its own.
 _Convert = Callable[[Mapping[str, Any]], "_Candidate | None"]
 # The fleet with the candidates added, and the candidates that do not fit, by key.
-_Fits = Callable[[Fleet, Sequence[_Candidate]], tuple[Fleet, dict[str, Exception]]]
+_Fits = Callable[[Sequence[_Candidate]], tuple[Fleet, dict[str, Exception]]]
 
 
 def with_entries(
@@ -136,7 +136,7 @@ def _merge_kind(
     if rows and len(candidates) == len(rows):
         # The common case: every object valid, all of them fit at once.
         with suppress(SpecError):
-            trial, failing = fits(fleet, candidates)
+            trial, failing = fits(candidates)
             if not failing:
                 merged, chosen, rows = trial, candidates, []
     for _key, primary, fallback, nat in rows:
@@ -206,7 +206,7 @@ def _try(
     candidate: _Candidate,
 ) -> tuple[Fleet, Exception | None]:
     try:
-        trial, failing = fits(fleet, [*chosen, candidate])
+        trial, failing = fits([*chosen, candidate])
     except SpecError as exc:
         return fleet, exc
     if failing:
@@ -227,26 +227,26 @@ def _pod_security(fleet: Fleet, worker: ResolvedWorker) -> ValueError | None:
     )
 
 
-def _validates(fleet: Fleet, file: str) -> _Fits:
-    def fits(_base: Fleet, candidates: Sequence[_Candidate]) -> tuple[Fleet, dict[str, Exception]]:
-        return with_entries(fleet, _sections(candidates), file), {}
-
-    return fits
-
-
 def _queue_key(worker: ResolvedWorker) -> str | None:
     queue = worker.queue
     return f"{queue.namespace}/{queue.name}" if worker.derived and queue is not None else None
 
 
-def _resolves(
-    fleet: Fleet, file: str, registry: Registry, key_of: Callable[[ResolvedWorker], str | None]
+def _fits(
+    fleet: Fleet,
+    file: str,
+    registry: Registry | None = None,
+    key_of: Callable[[ResolvedWorker], str | None] = _queue_key,
 ) -> _Fits:
+    """Candidates fit when ``fleet`` with them validates; with ``registry``, the worker of
+    each (``key_of``) must also resolve its connection and pass pod security."""
 
-    def fits(_base: Fleet, candidates: Sequence[_Candidate]) -> tuple[Fleet, dict[str, Exception]]:
+    def fits(candidates: Sequence[_Candidate]) -> tuple[Fleet, dict[str, Exception]]:
         trial = with_entries(fleet, _sections(candidates), file)
         wanted = {c.obj.key for c in candidates}
         failing: dict[str, Exception] = {}
+        if registry is None:
+            return trial, failing
         for worker in trial.resolved_workers():
             key = key_of(worker)
             if key is None or key not in wanted:
@@ -301,7 +301,6 @@ def merge_connections(
     )
 
     def convert(obj: Mapping[str, Any]) -> _Candidate | None:
-        nat = connection_native(watched, obj)
         section: str
         ident: IdentityKey
         model: Any
@@ -325,7 +324,7 @@ def merge_connections(
             ident = (custom.api_group, custom.kind, custom.name, custom.namespace)
         if ident in declared:
             return None
-        return _Candidate(section, _dump(model), nat, obj, ident)
+        return _Candidate(section, _dump(model), connection_native(watched, obj), obj, ident)
 
     return _merge_kind(
         fleet,
@@ -333,7 +332,7 @@ def merge_connections(
         accepted,
         convert=convert,
         native=lambda obj: connection_native(watched, obj),
-        fits=_validates(fleet, file),
+        fits=_fits(fleet, file),
     )
 
 
@@ -362,11 +361,7 @@ def merge_queues(
             return None
         return _Candidate("queues", _dump(queue), queue_native(obj), obj)
 
-    fits = (
-        _validates(fleet, file)
-        if registry is None
-        else _resolves(fleet, file, registry, _queue_key)
-    )
+    fits = _fits(fleet, file, registry)
     return _merge_kind(fleet, observed, accepted, convert=convert, native=queue_native, fits=fits)
 
 
@@ -393,5 +388,5 @@ def merge_workers(
             registry.resolve(ref.target(worker.namespace), fleet)
         return _Candidate("workers", _dump(worker), worker_native(obj), obj)
 
-    fits = _resolves(fleet, file, registry, lambda w: w.stack_key)
+    fits = _fits(fleet, file, registry, lambda w: w.stack_key)
     return _merge_kind(fleet, observed, accepted, convert=convert, native=worker_native, fits=fits)

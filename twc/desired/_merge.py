@@ -262,14 +262,6 @@ def _fits(
     return fits
 
 
-def _declared(fleet: Fleet) -> set[IdentityKey]:
-    return {
-        *((API_GROUP, CLUSTER_CONNECTION_KIND, c.name, None) for c in fleet.cluster_connections),
-        *((API_GROUP, CONNECTION_KIND, c.name, c.namespace) for c in fleet.connections),
-        *((c.api_group, c.kind, c.name, c.namespace) for c in fleet.custom_connections),
-    }
-
-
 def _dump(model: Any) -> dict[str, Any]:
     return dict(model.model_dump(mode="json", by_alias=True, exclude_none=True))
 
@@ -294,7 +286,11 @@ def merge_connections(
     file: str,
 ) -> KindMerge:
     """Add one connection kind's objects to ``fleet`` (one the file declares is left out)."""
-    declared = _declared(fleet)
+    declared: set[IdentityKey] = {
+        *((API_GROUP, CLUSTER_CONNECTION_KIND, c.name, None) for c in fleet.cluster_connections),
+        *((API_GROUP, CONNECTION_KIND, c.name, c.namespace) for c in fleet.connections),
+        *((c.api_group, c.kind, c.name, c.namespace) for c in fleet.custom_connections),
+    }
     builtin = watched.api_group == API_GROUP and watched.kind in (
         CONNECTION_KIND,
         CLUSTER_CONNECTION_KIND,

@@ -382,7 +382,9 @@ class _GateRuns:
 
     def blocked(self, run: GateRun, routing: Routing, label: str = "") -> _Step:
         """The rollout stopped by a failed gate run; a ramp to the version is removed."""
-        label = label or f"the gate {_gate_stage(run.workflow_id)}"
+        stage = run.workflow_id.rpartition("-step")[2]
+        when = f"of step {stage}" if stage.isdigit() else "before traffic"
+        label = label or f"the gate {when}"
         detail = f": {run.message}" if run.message else ""
         message = (
             f"{label} {run.status.value.lower()} on version {self.target} "
@@ -496,8 +498,3 @@ def gate_runs(
         for task_queue in task_queues
         if (run := gates.get(gate_workflow_id(deployment, target, task_queue, stage)))
     ]
-
-
-def _gate_stage(workflow_id: str) -> str:
-    stage = workflow_id.rpartition("-step")[2]
-    return f"of step {stage}" if stage.isdigit() else "before traffic"

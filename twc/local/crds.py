@@ -44,8 +44,14 @@ spec:
 """
 
 
+def queue_crd() -> dict[str, Any]:
+    """The kmsvc Queue CRD: spec.fifo, spec.partitions, status conditions."""
+    crd: dict[str, Any] = yaml.safe_load(QUEUE_CRD)
+    return crd
+
+
 def all_crds() -> list[dict[str, Any]]:
     """Every CRD ``twc local up`` installs, the Queue labelled as twc's for the installer."""
-    queue: dict[str, Any] = yaml.safe_load(QUEUE_CRD)
+    queue = queue_crd()
     queue["metadata"]["labels"] = {spec_crds.MANAGED_BY_LABEL: "twc"}
     return [queue, *spec_crds.all_crds()]

@@ -139,28 +139,32 @@ def _merge_kind(
             trial, failing = fits(candidates)
             if not failing:
                 merged, chosen, rows = trial, candidates, []
+
+    def take(candidate: _Candidate) -> Exception | None:
+        """Add ``candidate`` when the fleet takes it next to those chosen; else why not."""
+        nonlocal merged
+        try:
+            trial, failing = fits([*chosen, candidate])
+        except SpecError as exc:
+            return exc
+        if failing:
+            return failing.get(candidate.obj.key) or next(iter(failing.values()))
+        chosen.append(candidate)
+        merged = trial
+        return None
+
     for _key, primary, fallback, nat in rows:
         if primary is None:
             continue
-        if isinstance(primary, _Candidate):
-            trial, error = _try(fits, fleet, chosen, primary)
-            if error is None:
-                chosen.append(primary)
-                merged = trial
-                continue
-        else:
-            error = primary
+        error = take(primary) if isinstance(primary, _Candidate) else primary
+        if error is None:
+            continue
         reason, message = _failure(error)
-        if fallback is not None:
-            kept = replace(fallback, obj=nat)
-            trial, fallback_error = _try(fits, fleet, chosen, kept)
-            if fallback_error is None:
-                chosen.append(kept)
-                merged = trial
-                gen = (fallback.raw.get("metadata") or {}).get("generation")
-                gen = gen if isinstance(gen, int) else None
-                rejected.append(Rejection(nat, reason, message, kept=True, kept_generation=gen))
-                continue
+        if fallback is not None and take(replace(fallback, obj=nat)) is None:
+            gen = (fallback.raw.get("metadata") or {}).get("generation")
+            gen = gen if isinstance(gen, int) else None
+            rejected.append(Rejection(nat, reason, message, kept=True, kept_generation=gen))
+            continue
         rejected.append(Rejection(nat, reason, message, kept=False))
 
     return KindMerge(
@@ -197,21 +201,6 @@ def _row(
         except (SpecError, TwcConnectionError):
             fallback = None
     return key, primary, fallback, native(obj)
-
-
-def _try(
-    fits: _Fits,
-    fleet: Fleet,
-    chosen: Sequence[_Candidate],
-    candidate: _Candidate,
-) -> tuple[Fleet, Exception | None]:
-    try:
-        trial, failing = fits([*chosen, candidate])
-    except SpecError as exc:
-        return fleet, exc
-    if failing:
-        return fleet, failing.get(candidate.obj.key) or next(iter(failing.values()))
-    return trial, None
 
 
 def _pod_security(fleet: Fleet, worker: ResolvedWorker) -> ValueError | None:

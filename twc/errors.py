@@ -43,11 +43,8 @@ class SpecIssue:
     reason: str
 
     def __str__(self) -> str:
-        return (
-            f"{self.file}: {self.path}: {self.reason}"
-            if self.path
-            else f"{self.file}: {self.reason}"
-        )
+        where = f"{self.path}: " if self.path else ""
+        return f"{self.file}: {where}{self.reason}"
 
 
 class SpecError(TwcError):

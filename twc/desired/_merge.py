@@ -86,7 +86,7 @@ class _Candidate:
 # Object → candidate entry (``None``: not ours to merge); raises when invalid on its own.
 _Convert = Callable[[Mapping[str, Any]], "_Candidate | None"]
 # The fleet with the candidates added, and the candidates that do not fit, by key.
-_Fits = Callable[[Fleet, Sequence[_Candidate]], tuple[Fleet, dict[str, Exception]]]
+_Fits = Callable[[Sequence[_Candidate]], tuple[Fleet, dict[str, Exception]]]
 
 
 def with_entries(
@@ -136,31 +136,35 @@ def _merge_kind(
     if rows and len(candidates) == len(rows):
         # The common case: every object valid, all of them fit at once.
         with suppress(SpecError):
-            trial, failing = fits(fleet, candidates)
+            trial, failing = fits(candidates)
             if not failing:
                 merged, chosen, rows = trial, candidates, []
+
+    def take(candidate: _Candidate) -> Exception | None:
+        """Add ``candidate`` when the fleet takes it next to those chosen; else why not."""
+        nonlocal merged
+        try:
+            trial, failing = fits([*chosen, candidate])
+        except SpecError as exc:
+            return exc
+        if failing:
+            return failing.get(candidate.obj.key) or next(iter(failing.values()))
+        chosen.append(candidate)
+        merged = trial
+        return None
+
     for _key, primary, fallback, nat in rows:
         if primary is None:
             continue
-        if isinstance(primary, _Candidate):
-            trial, error = _try(fits, fleet, chosen, primary)
-            if error is None:
-                chosen.append(primary)
-                merged = trial
-                continue
-        else:
-            error = primary
+        error = take(primary) if isinstance(primary, _Candidate) else primary
+        if error is None:
+            continue
         reason, message = _failure(error)
-        if fallback is not None:
-            kept = replace(fallback, obj=nat)
-            trial, fallback_error = _try(fits, fleet, chosen, kept)
-            if fallback_error is None:
-                chosen.append(kept)
-                merged = trial
-                gen = (fallback.raw.get("metadata") or {}).get("generation")
-                gen = gen if isinstance(gen, int) else None
-                rejected.append(Rejection(nat, reason, message, kept=True, kept_generation=gen))
-                continue
+        if fallback is not None and take(replace(fallback, obj=nat)) is None:
+            gen = (fallback.raw.get("metadata") or {}).get("generation")
+            gen = gen if isinstance(gen, int) else None
+            rejected.append(Rejection(nat, reason, message, kept=True, kept_generation=gen))
+            continue
         rejected.append(Rejection(nat, reason, message, kept=False))
 
     return KindMerge(
@@ -199,21 +203,6 @@ def _row(
     return key, primary, fallback, native(obj)
 
 
-def _try(
-    fits: _Fits,
-    fleet: Fleet,
-    chosen: Sequence[_Candidate],
-    candidate: _Candidate,
-) -> tuple[Fleet, Exception | None]:
-    try:
-        trial, failing = fits(fleet, [*chosen, candidate])
-    except SpecError as exc:
-        return fleet, exc
-    if failing:
-        return fleet, failing.get(candidate.obj.key) or next(iter(failing.values()))
-    return trial, None
-
-
 def _pod_security(fleet: Fleet, worker: ResolvedWorker) -> ValueError | None:
     level = fleet.pod_security_level(worker.namespace, worker.name)
     problems = pod_security_problems(worker.pod_template, level)
@@ -227,26 +216,26 @@ def _pod_security(fleet: Fleet, worker: ResolvedWorker) -> ValueError | None:
     )
 
 
-def _validates(fleet: Fleet, file: str) -> _Fits:
-    def fits(_base: Fleet, candidates: Sequence[_Candidate]) -> tuple[Fleet, dict[str, Exception]]:
-        return with_entries(fleet, _sections(candidates), file), {}
-
-    return fits
-
-
 def _queue_key(worker: ResolvedWorker) -> str | None:
     queue = worker.queue
     return f"{queue.namespace}/{queue.name}" if worker.derived and queue is not None else None
 
 
-def _resolves(
-    fleet: Fleet, file: str, registry: Registry, key_of: Callable[[ResolvedWorker], str | None]
+def _fits(
+    fleet: Fleet,
+    file: str,
+    registry: Registry | None = None,
+    key_of: Callable[[ResolvedWorker], str | None] = _queue_key,
 ) -> _Fits:
+    """Candidates fit when ``fleet`` with them validates; with ``registry``, the worker of
+    each (``key_of``) must also resolve its connection and pass pod security."""
 
-    def fits(_base: Fleet, candidates: Sequence[_Candidate]) -> tuple[Fleet, dict[str, Exception]]:
+    def fits(candidates: Sequence[_Candidate]) -> tuple[Fleet, dict[str, Exception]]:
         trial = with_entries(fleet, _sections(candidates), file)
         wanted = {c.obj.key for c in candidates}
         failing: dict[str, Exception] = {}
+        if registry is None:
+            return trial, failing
         for worker in trial.resolved_workers():
             key = key_of(worker)
             if key is None or key not in wanted:
@@ -260,14 +249,6 @@ def _resolves(
         return trial, failing
 
     return fits
-
-
-def _declared(fleet: Fleet) -> set[IdentityKey]:
-    return {
-        *((API_GROUP, CLUSTER_CONNECTION_KIND, c.name, None) for c in fleet.cluster_connections),
-        *((API_GROUP, CONNECTION_KIND, c.name, c.namespace) for c in fleet.connections),
-        *((c.api_group, c.kind, c.name, c.namespace) for c in fleet.custom_connections),
-    }
 
 
 def _dump(model: Any) -> dict[str, Any]:
@@ -294,14 +275,17 @@ def merge_connections(
     file: str,
 ) -> KindMerge:
     """Add one connection kind's objects to ``fleet`` (one the file declares is left out)."""
-    declared = _declared(fleet)
+    declared: set[IdentityKey] = {
+        *((API_GROUP, CLUSTER_CONNECTION_KIND, c.name, None) for c in fleet.cluster_connections),
+        *((API_GROUP, CONNECTION_KIND, c.name, c.namespace) for c in fleet.connections),
+        *((c.api_group, c.kind, c.name, c.namespace) for c in fleet.custom_connections),
+    }
     builtin = watched.api_group == API_GROUP and watched.kind in (
         CONNECTION_KIND,
         CLUSTER_CONNECTION_KIND,
     )
 
     def convert(obj: Mapping[str, Any]) -> _Candidate | None:
-        nat = connection_native(watched, obj)
         section: str
         ident: IdentityKey
         model: Any
@@ -325,7 +309,7 @@ def merge_connections(
             ident = (custom.api_group, custom.kind, custom.name, custom.namespace)
         if ident in declared:
             return None
-        return _Candidate(section, _dump(model), nat, obj, ident)
+        return _Candidate(section, _dump(model), connection_native(watched, obj), obj, ident)
 
     return _merge_kind(
         fleet,
@@ -333,7 +317,7 @@ def merge_connections(
         accepted,
         convert=convert,
         native=lambda obj: connection_native(watched, obj),
-        fits=_validates(fleet, file),
+        fits=_fits(fleet, file),
     )
 
 
@@ -362,11 +346,7 @@ def merge_queues(
             return None
         return _Candidate("queues", _dump(queue), queue_native(obj), obj)
 
-    fits = (
-        _validates(fleet, file)
-        if registry is None
-        else _resolves(fleet, file, registry, _queue_key)
-    )
+    fits = _fits(fleet, file, registry)
     return _merge_kind(fleet, observed, accepted, convert=convert, native=queue_native, fits=fits)
 
 
@@ -393,5 +373,5 @@ def merge_workers(
             registry.resolve(ref.target(worker.namespace), fleet)
         return _Candidate("workers", _dump(worker), worker_native(obj), obj)
 
-    fits = _resolves(fleet, file, registry, lambda w: w.stack_key)
+    fits = _fits(fleet, file, registry, lambda w: w.stack_key)
     return _merge_kind(fleet, observed, accepted, convert=convert, native=worker_native, fits=fits)

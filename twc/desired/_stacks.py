@@ -25,13 +25,8 @@ _NATIVE: Mapping[str, Callable[[Mapping[str, Any]], NativeObject]] = {
 }
 
 
-def _meta(obj: Mapping[str, Any]) -> tuple[str | None, Mapping[str, str]]:
-    meta = obj.get("metadata") or {}
-    return meta.get("namespace"), meta.get("labels") or {}
-
-
-def _own(obj: Mapping[str, Any]) -> bool:
-    return OWN_STACK in ((obj.get("metadata") or {}).get("annotations") or {})
+def _meta(obj: Mapping[str, Any], key: str) -> Any:
+    return (obj.get("metadata") or {}).get(key)
 
 
 def taken_objects(
@@ -49,7 +44,7 @@ def taken_objects(
         why = f"other stacks' selections unknown: {stacks.failure}"
         out.update({key: ObjectList.unknown(why) for key in _NATIVE})
         return out, {}
-    mine = [o for o in stacks.objects if _own(o)]
+    mine = [o for o in stacks.objects if OWN_STACK in (_meta(o, "annotations") or {})]
     own = object_key(mine[0]) if mine else "this stack"
     others = [
         (object_key(o), StackSelector.model_validate(o.get("spec") or {}))
@@ -63,7 +58,7 @@ def taken_objects(
             continue
         kept = []
         for obj in found.objects:
-            namespace, labels = _meta(obj)
+            namespace, labels = _meta(obj, "namespace"), _meta(obj, "labels") or {}
             if is_view(obj):
                 kept.append(obj)
                 continue

@@ -264,7 +264,9 @@ class LocalEnvironment:
                 if name == "kube-apiserver":
                     self._write_kubeconfig(state)
             self._save(state)
-            self._install_crds(progress)
+            with Kube(self.kubeconfig) as api:
+                outcomes = install_crds(api.api_client, crds.all_crds())
+            progress(f"CRDs installed: {', '.join(map(str, outcomes))}")
             processes.write_json(self.dir / "env.json", self.env())
             return crashes
 
@@ -437,11 +439,6 @@ class LocalEnvironment:
             "current-context": "twc-local",
         }
         write_private(self.kubeconfig, json.dumps(config))  # JSON is YAML
-
-    def _install_crds(self, progress: Progress) -> None:
-        with Kube(self.kubeconfig) as api:
-            outcomes = install_crds(api.api_client, crds.all_crds())
-        progress(f"CRDs installed: {', '.join(map(str, outcomes))}")
 
 
 def _http_ok(url: str, token: str | None = None) -> bool:

@@ -504,7 +504,7 @@ def _versions(group: _Group) -> None:
         and (state := version_state(m.op.value, m.old, m.new)) is not None
     ]
     for code, message in rollout_reasons(group.name, [s for _, s in states]):
-        group.add(ReasonCode(code), message)
+        group.add(code, message)
     created = [m for m, s in states if s.is_target and m.op is Operation.CREATE]
     before = [m for m, s in states if s.was_target and not s.is_target]
     if not (created and before):
@@ -837,30 +837,31 @@ def version_state(op: str, old: JsonValue, new: JsonValue) -> VersionState | Non
     )
 
 
-def rollout_reasons(worker: str, versions: Sequence[VersionState]) -> list[tuple[str, str]]:
+def rollout_reasons(worker: str, versions: Sequence[VersionState]) -> list[tuple[ReasonCode, str]]:
     """``(code, message)`` reasons for a versioned worker's group, most important first."""
-    reasons: list[tuple[str, str]] = []
+    reasons: list[tuple[ReasonCode, str]] = []
     target = next((v for v in versions if v.is_target and v.op != "delete"), None)
     previous = [v.build_id for v in versions if v.was_target and v is not target]
     if target is not None and target.policy is not None:
+        policy, build = target.policy, target.build_id
         if target.op == "create":
-            words = rollout_in_words(worker, target.policy, target.build_id, previous)
-            reasons.append(("NewVersion", words))
+            reasons.append(
+                (ReasonCode.NEW_VERSION, rollout_in_words(worker, policy, build, previous))
+            )
         elif not target.was_target and target.op != "same":
-            words = rollback_in_words(worker, target.policy, target.build_id, previous)
-            reasons.append(("VersionRollback", words))
-    for version in versions:
-        if version.is_target:
-            continue
+            words = rollback_in_words(worker, policy, build, previous)
+            reasons.append((ReasonCode.VERSION_ROLLBACK, words))
+    for version in (v for v in versions if not v.is_target):
         if version.op == "delete":
             words = f"version {version.build_id} is deleted (drained, sunset)"
-            reasons.append(("VersionSunset", words))
         elif version.op == "update" and version.new_replicas == 0 and version.old_replicas:
             words = (
                 f"version {version.build_id} is scaled to 0 "
                 f"(drained, replicas {version.old_replicas} → 0)"
             )
-            reasons.append(("VersionSunset", words))
+        else:
+            continue
+        reasons.append((ReasonCode.VERSION_SUNSET, words))
     return reasons
 
 
@@ -903,7 +904,7 @@ def merge_reports(stack: str, reports: Sequence[PreviewReport]) -> PreviewReport
     )
     return PreviewReport(
         project=reports[0].project,
-        stack=f"{stack} ({len(reports)} shard{'s' if len(reports) != 1 else ''})",
+        stack=f"{stack} ({plural(len(reports), 'shard')})",
         summary=summary,
         groups=merged,
         errors=[_tagged(d, r.stack) for r in reports for d in r.errors],

@@ -195,7 +195,7 @@ def _md_diagnostics(diagnostics: list[Diagnostic]) -> str:
         message = _truncate(diag.message, _MD_MESSAGE_WIDTH)
         if diag.urn:
             message = f"{diag.urn}\n{message}"
-        parts.append(_md_fence(message))
+        parts.append(f"{_ticks(message, 3)}\n{message}\n{_ticks(message, 3)}\n\n")
     if len(diagnostics) > _MD_MAX_DIAGNOSTICS:
         parts.append(f"… and {len(diagnostics) - _MD_MAX_DIAGNOSTICS} more.\n\n")
     return "".join(parts)
@@ -203,10 +203,6 @@ def _md_diagnostics(diagnostics: list[Diagnostic]) -> str:
 
 def _ticks(text: str, least: int) -> str:
     return "`" * max(least, max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
-
-
-def _md_fence(text: str) -> str:
-    return f"{_ticks(text, 3)}\n{text}\n{_ticks(text, 3)}\n\n"
 
 
 def _md_row(group: Group) -> str:

@@ -166,7 +166,8 @@ def build(
         if worker.derived and worker.queue is not None:
             parent = queues.get(f"{worker.queue.namespace}/{worker.queue.name}")
         # A worker moving in or out from under its queue's component is moved by alias.
-        aliases = [_worker_urn(key, under_queue=parent is None)]
+        chain = TEMPORAL_WORKER_TYPE if parent else f"{QUEUE_TYPE}${TEMPORAL_WORKER_TYPE}"
+        aliases = [f"urn:pulumi:{stack}::{pulumi.get_project()}::{chain}::{key}"]
         opts = (
             pulumi.ResourceOptions(parent=parent, aliases=aliases)
             if parent
@@ -186,11 +187,6 @@ def build(
         )
         statuses[key] = TemporalWorkerComponent(key, args, opts=opts).status
     return statuses
-
-
-def _worker_urn(key: str, *, under_queue: bool) -> str:
-    chain = f"{QUEUE_TYPE}${TEMPORAL_WORKER_TYPE}" if under_queue else TEMPORAL_WORKER_TYPE
-    return f"urn:pulumi:{pulumi.get_stack()}::{pulumi.get_project()}::{chain}::{key}"
 
 
 def _secret_source_namespace(fleet: Fleet, conn: ResolvedConnection) -> str | None:

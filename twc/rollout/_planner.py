@@ -146,6 +146,11 @@ class _Step:
     next_at: float | None = None
 
 
+def _routed(reason: str, message: str, change: RoutingChange) -> _Step:
+    """A step that makes one routing change."""
+    return _Step(Phase.PROGRESSING, reason, message, routing=change)
+
+
 def plan_rollout(
     policy: RolloutPolicy,
     *,
@@ -256,12 +261,11 @@ def _route(
         and routing.current is not None
     ):
         # It had traffic before and still runs: a rollback goes back at once.
-        return _Step(
-            Phase.PROGRESSING,
+        return _routed(
             "RollingBack",
             f"rolling back to version {target} (it had traffic before and still runs): "
             "Current at once",
-            routing=RoutingChange(
+            RoutingChange(
                 RoutingKind.SET_CURRENT,
                 target,
                 routing.conflict_token,
@@ -274,14 +278,8 @@ def _route(
             return blocked
     if routing.current is None or policy.strategy is Strategy.ALL_AT_ONCE:
         why = "the first version" if routing.current is None else "AllAtOnce"
-        return _Step(
-            Phase.PROGRESSING,
-            "Promoting",
-            f"version {target} → Current ({why})",
-            routing=RoutingChange(
-                RoutingKind.SET_CURRENT, target, routing.conflict_token, reason=why
-            ),
-        )
+        change = RoutingChange(RoutingKind.SET_CURRENT, target, routing.conflict_token, reason=why)
+        return _routed("Promoting", f"version {target} → Current ({why})", change)
     return _progressive(policy, target, routing, runs, now=now, scale=scale)
 
 
@@ -289,11 +287,10 @@ def _complete(target: str, routing: Routing) -> _Step:
     """The target is Current: done, once a ramp left over is removed."""
     if not routing.ramping:
         return _Step(Phase.COMPLETE, "RolloutComplete", f"version {target} is Current")
-    return _Step(
-        Phase.PROGRESSING,
+    return _routed(
         "RolloutComplete",
         f"version {target} is Current; removing the ramp of {routing.ramping}",
-        routing=RoutingChange(
+        RoutingChange(
             RoutingKind.CLEAR_RAMP,
             routing.ramping,
             routing.conflict_token,
@@ -316,17 +313,16 @@ def _progressive(
         # The spec refuses this; never promote on a guess.
         return _Step(Phase.BLOCKED, "InvalidSpec", "Progressive rollout without steps")
     token = routing.conflict_token
+
+    def ramp_to(percentage: float, message: str, reason: str) -> _Step:
+        change = RoutingChange(RoutingKind.SET_RAMPING, target, token, percentage, reason)
+        return _routed("Ramping", message, change)
+
     ramp = routing.ramp_percentage if routing.ramping == target else None
     if ramp is None or ramp <= 0:
         first = steps[0].ramp_percentage
-        return _Step(
-            Phase.PROGRESSING,
-            "Ramping",
-            f"version {target} → Ramping {_pct(first)} (step 1 of {len(steps)})",
-            routing=RoutingChange(
-                RoutingKind.SET_RAMPING, target, token, first, reason="first step"
-            ),
-        )
+        message = f"version {target} → Ramping {_pct(first)} (step 1 of {len(steps)})"
+        return ramp_to(first, message, "first step")
     index = 0
     for i, step in enumerate(steps):
         if step.ramp_percentage <= ramp:
@@ -334,18 +330,11 @@ def _progressive(
     step = steps[index]
     if ramp != step.ramp_percentage:
         # Someone else set the ramp (or the steps changed): resume from a known step.
-        return _Step(
-            Phase.PROGRESSING,
-            "Ramping",
+        return ramp_to(
+            step.ramp_percentage,
             f"version {target} ramps at {_pct(ramp)}, not a step's percentage: back to "
             f"{_pct(step.ramp_percentage)} (step {index + 1} of {len(steps)})",
-            routing=RoutingChange(
-                RoutingKind.SET_RAMPING,
-                target,
-                token,
-                step.ramp_percentage,
-                reason="resume from a known step",
-            ),
+            "resume from a known step",
         )
     where = f"step {index + 1} of {len(steps)}: {_pct(ramp)}"
     if step.gate is not None:
@@ -368,20 +357,10 @@ def _progressive(
         )
     if index + 1 < len(steps):
         nxt = steps[index + 1].ramp_percentage
-        return _Step(
-            Phase.PROGRESSING,
-            "Ramping",
-            f"version {target} → Ramping {_pct(nxt)} (step {index + 2} of {len(steps)})",
-            routing=RoutingChange(
-                RoutingKind.SET_RAMPING, target, token, nxt, reason=f"step {index + 2}"
-            ),
-        )
-    return _Step(
-        Phase.PROGRESSING,
-        "Promoting",
-        f"version {target} → Current (every step done)",
-        routing=RoutingChange(RoutingKind.SET_CURRENT, target, token, reason="every step done"),
-    )
+        message = f"version {target} → Ramping {_pct(nxt)} (step {index + 2} of {len(steps)})"
+        return ramp_to(nxt, message, f"step {index + 2}")
+    change = RoutingChange(RoutingKind.SET_CURRENT, target, token, reason="every step done")
+    return _routed("Promoting", f"version {target} → Current (every step done)", change)
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,16 +377,14 @@ class _GateRuns:
 
     def any_failed(self) -> GateRun | None:
         """A failed gate run of the target, at any stage."""
-        for stage in range(MAX_STAGES + 1):
-            for task_queue in self.task_queues:
-                run = self.gates.get(self._id(task_queue, stage))
-                if run is not None and run.status.failed:
-                    return run
-        return None
+        runs = gate_runs(self.gates, self.deployment, self.target, self.task_queues)
+        return next((run for run in runs if run.status.failed), None)
 
     def blocked(self, run: GateRun, routing: Routing, label: str = "") -> _Step:
         """The rollout stopped by a failed gate run; a ramp to the version is removed."""
-        label = label or f"the gate {_gate_stage(run.workflow_id)}"
+        stage = run.workflow_id.rpartition("-step")[2]
+        when = f"of step {stage}" if stage.isdigit() else "before traffic"
+        label = label or f"the gate {when}"
         detail = f": {run.message}" if run.message else ""
         message = (
             f"{label} {run.status.value.lower()} on version {self.target} "
@@ -511,6 +488,13 @@ def _sunset(
     return versions, deleted, forget, min(due) if due else None
 
 
-def _gate_stage(workflow_id: str) -> str:
-    stage = workflow_id.rpartition("-step")[2]
-    return f"of step {stage}" if stage.isdigit() else "before traffic"
+def gate_runs(
+    gates: Mapping[str, GateRun], deployment: str, target: str, task_queues: Sequence[str]
+) -> list[GateRun]:
+    """The gate runs of ``target`` found in ``gates``, stage by stage."""
+    return [
+        run
+        for stage in range(MAX_STAGES + 1)
+        for task_queue in task_queues
+        if (run := gates.get(gate_workflow_id(deployment, target, task_queue, stage)))
+    ]

@@ -8,8 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from twc.rollout._model import GateRun, Routing, VersionDeployment, VersionStatus
-from twc.rollout._names import gate_workflow_id
-from twc.rollout._planner import MAX_STAGES, RolloutPlan
+from twc.rollout._planner import RolloutPlan, gate_runs
 from twc.timestamps import rfc3339
 
 
@@ -47,13 +46,7 @@ def rollout_status(
         target_out["rampPercentage"] = routing.ramp_percentage
         if routing.ramp_changed_at:
             target_out["rampLastModifiedAt"] = rfc3339(routing.ramp_changed_at)
-    runs = [
-        run
-        for stage in range(MAX_STAGES + 1)
-        for tq in task_queues
-        if (run := (gates or {}).get(gate_workflow_id(deployment_name, target, tq, stage)))
-    ]
-    if runs:
+    if runs := gate_runs(gates or {}, deployment_name, target, task_queues):
         target_out["testWorkflows"] = [
             {"workflowID": r.workflow_id, "taskQueue": r.task_queue, "status": r.status.value}
             for r in runs

@@ -96,10 +96,11 @@ def assign(current: ShardMap, load: Mapping[str, int], *, max_workers_per_shard:
     return ShardMap(namespaces=namespaces, shards=shards)
 
 
-def _namespace(obj: Mapping[str, Any]) -> str | None:
+def namespace_of(obj: Mapping[str, Any]) -> str:
+    """An object's namespace; empty for a cluster-scoped (or malformed) one."""
     meta = obj.get("metadata") if isinstance(obj, Mapping) else None
     ns = meta.get("namespace") if isinstance(meta, Mapping) else None
-    return str(ns) if ns else None
+    return ns if isinstance(ns, str) else ""
 
 
 def _is_view(obj: Mapping[str, Any]) -> bool:
@@ -123,8 +124,7 @@ def namespace_load(
     if not fleet.cluster_objects:
         return load
     for obj in (*queues, *(w for w in workers if not _is_view(w))):
-        ns = _namespace(obj)
-        if ns is not None:
+        if ns := namespace_of(obj):
             load[ns] = load.get(ns, 0) + 1
     return load
 

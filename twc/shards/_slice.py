@@ -6,6 +6,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from twc.desired import DesiredFleet, DesiredInputs, ObjectList
+from twc.shards._assign import namespace_of
 from twc.spec import Fleet
 
 
@@ -33,13 +34,7 @@ def slice_objects(
 ) -> tuple[Mapping[str, Any], ...]:
     """The cluster objects of the shard's namespaces; cluster-scoped ones are kept."""
     wanted = set(namespaces)
-    return tuple(o for o in objects if not (ns := _namespace_of(o)) or ns in wanted)
-
-
-def _namespace_of(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    ns = meta.get("namespace") if isinstance(meta, Mapping) else None
-    return ns if isinstance(ns, str) else ""
+    return tuple(o for o in objects if not (ns := namespace_of(o)) or ns in wanted)
 
 
 def shard_part(
@@ -48,7 +43,7 @@ def shard_part(
     """The cluster-scoped objects of a shared list, then those of ``namespaces``, in order."""
     grouped: dict[str, list[Mapping[str, Any]]] = {}
     for obj in objects:
-        grouped.setdefault(_namespace_of(obj), []).append(obj)
+        grouped.setdefault(namespace_of(obj), []).append(obj)
     return tuple(obj for ns in ("", *namespaces) for obj in grouped.get(ns, ()))
 
 

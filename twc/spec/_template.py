@@ -146,18 +146,17 @@ def check_pod_template(template: Mapping[str, Any], reserved_env: frozenset[str]
             for j, item in enumerate(env)
             if item.get("name") in reserved_env
         ]
-    inits = _named_items(spec.get("initContainers"), "spec.initContainers", "containers", problems)
-    problems += [
-        f"spec.initContainers[{j}].name: {item.get('name')!r} is twc's own"
-        for j, item in enumerate(inits)
-        if item.get("name") == "wait-for-temporal"
+    owned = [
+        ("initContainers", "containers", "wait-for-temporal", ""),
+        ("volumes", "volumes", "temporal-tls", " (the mTLS secret)"),
     ]
-    volumes = _named_items(spec.get("volumes"), "spec.volumes", "volumes", problems)
-    problems += [
-        f"spec.volumes[{j}].name: {item.get('name')!r} is twc's own (the mTLS secret)"
-        for j, item in enumerate(volumes)
-        if item.get("name") == "temporal-tls"
-    ]
+    for key, what, own, why in owned:
+        items = _named_items(spec.get(key), f"spec.{key}", what, problems)
+        problems += [
+            f"spec.{key}[{j}].name: {own!r} is twc's own{why}"
+            for j, item in enumerate(items)
+            if item.get("name") == own
+        ]
     return problems
 
 

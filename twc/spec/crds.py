@@ -140,9 +140,9 @@ class TemporalWorkerStatus(_StatusModel):
     """With ``rollout``: where the rollout stands."""
 
 
-def structural(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> dict[str, Any]:
+def structural(schema: dict[str, Any]) -> dict[str, Any]:
     """A JSON Schema node as a structural schema; ValueError on what it cannot express."""
-    return _convert(schema, schema.get("$defs", {}) if defs is None else defs, ())
+    return _convert(schema, schema.get("$defs", {}), ())
 
 
 def _convert(node: dict[str, Any], defs: dict[str, Any], seen: tuple[str, ...]) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 Each iteration (:meth:`Daemon.iterate`) is observe → plan (pure) → execute → report. A
 failing step becomes an :class:`~twc.reconcile.outcome.Outcome`; nothing escapes an iteration.
 The sleep between iterations is woken by the watches and by :meth:`Daemon.request_stop`.
+The :class:`DeletionGuard` holds mass deletions across iterations.
 """
 
 from __future__ import annotations
@@ -11,21 +12,32 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from twc.connections import default_registry
-from twc.desired import DesiredFleet
+from twc.connections import Registry, default_registry
+from twc.desired import (
+    DesiredFleet,
+    DesiredInputs,
+    GuardVerdict,
+    Hold,
+    HoldFailed,
+    ObjectList,
+    deletion_digest,
+    desired_fleet,
+    held_objects,
+    judge_deletions,
+)
+from twc.kube.record import RecordStore
 from twc.reconcile.act import Actor, Effects
 from twc.reconcile.asking import POLLERS_DEADLINE, Asker, AskerThread, Budget
 from twc.reconcile.background import BackgroundEngine
 from twc.reconcile.decide import DesiredState, ReconcileAction, decide_reconcile
 from twc.reconcile.faults import BLOCKING, FaultBook
 from twc.reconcile.health import DaemonMetrics, Liveness
-from twc.reconcile.holds import DeletionGuard
 from twc.reconcile.observe import Observation, Observer, Sources, WorkerFacts
 from twc.reconcile.outcome import Outcome, outcome_of
 from twc.reconcile.plan import Plan, desired_from, make_plan, with_conflicts
@@ -33,8 +45,9 @@ from twc.reconcile.report import FaultReporter, Reporter, shorten
 from twc.reconcile.settings import DaemonSettings
 from twc.reconcile.state import LoopState
 from twc.reconcile.state import sleep as interruptible_sleep
+from twc.spec import Fleet, load_fleet
 
-__all__ = ["Clocks", "Daemon", "LeaderGate"]
+__all__ = ["Clocks", "Daemon", "DeletionGuard", "LeaderGate"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,15 +74,6 @@ class Clocks:
     jitter: Callable[[], float] | None = random.random
     engine: Callable[[str], Executor] = _engine_thread
     asker: Callable[[str], AskerThread] = AskerThread
-
-
-@dataclass(frozen=True)
-class Observed:
-    """What the observe step found: the cluster, the desired fleet, its workers' facts."""
-
-    seen: Observation
-    desired: DesiredFleet
-    facts: WorkerFacts
 
 
 class Daemon:
@@ -110,13 +114,10 @@ class Daemon:
         faults = FaultReporter(stack=stack, metrics=self.metrics, book=self.faults)
         self.observer = self._observer(sources, faults, budgets or Budget())
         self.reporter = Reporter(
-            stack=stack,
-            metrics=self.metrics,
             faults=faults,
             writer=effects.writer,
             wall=self.clocks.wall,
-            deployments=self.observer.deployments,
-            pollers=self.observer.pollers,
+            observer=self.observer,
             record=sources.record,
         )
         self.guard = DeletionGuard(
@@ -285,8 +286,8 @@ class Daemon:
         self.liveness.expect(state.next_delay(now=self.clocks.monotonic(), settings=self.settings))
         return state
 
-    def observe(self, *, now: float) -> Observed:
-        """Step one: the cluster, the file, the desired fleet the guards allow, its facts."""
+    def observe(self, *, now: float) -> tuple[Observation, DesiredFleet, WorkerFacts]:
+        """Step one: the cluster and the file, the desired fleet the guards allow, its facts."""
         observer, file = self.observer, self.observer.sources.file
         seen = observer.observe()
         if self._accepted is None:
@@ -301,15 +302,15 @@ class Daemon:
         desired = with_conflicts(
             seen.fleet, desired, conflicts, registry=observer.registry, file=file
         )
-        return Observed(seen, desired, observer.facts(desired))
+        return seen, desired, observer.facts(desired)
 
     def plan(self, state: LoopState, *, now: float) -> Plan:
         """Observe, then the pure plan; touches no engine."""
-        found = self.observe(now=now)
+        seen, desired, facts = self.observe(now=now)
         plan = make_plan(
-            found.seen,
-            found.desired,
-            found.facts,
+            seen,
+            desired,
+            facts,
             state,
             settings=self.settings,
             now=now,
@@ -321,9 +322,9 @@ class Daemon:
             views_of=self.stack if self.actor.keeps_views else None,
             deletions=self.guard.verdict,
         )
-        self.guard.planned(found.desired)
+        self.guard.planned(desired)
         self._desired = dict(plan.replicas)
-        self._observed = dict(found.seen.live or {})
+        self._observed = dict(seen.live or {})
         return plan
 
     def _planned(self, state: LoopState, *, now: float) -> tuple[LoopState, Plan]:
@@ -462,3 +463,118 @@ class Daemon:
         self.clocks.sleep(retry, self.wakeup)
         if not self._stop.is_set():
             self.wakeup.clear()  # watch events are for the leader
+
+
+class DeletionGuard:
+    """One stack's hold on mass deletions: :func:`twc.desired.judge_deletions` kept across
+    iterations, with its previous desired state and release.
+
+    Held workers stay desired with the inputs they last came from; ``DeletionsHeld`` names them
+    (on the stack's record too, for ``twc approve``). A released set stays released while its
+    deletions are under way; the same set coming back later is held again.
+    """
+
+    def __init__(
+        self,
+        *,
+        registry: Registry,
+        file: str,
+        record: RecordStore | None = None,
+        stack: str = "",
+        on_verdict: Callable[[GuardVerdict], None] | None = None,
+    ) -> None:
+        self._registry = registry
+        self._file = file
+        self._record = record
+        self._stack = stack
+        self._on_verdict = on_verdict
+        self.hold: Hold | None = None
+        self.previous: DesiredFleet | None = None
+        self.verdict: GuardVerdict | None = None
+        self._releasing: frozenset[str] = frozenset()
+
+    def remember(self, accepted: Mapping[str, Any], fleet: Mapping[str, Any] | None) -> None:
+        """Start from the desired state the record's last accepted objects and fleet make."""
+        if fleet is None or self.previous is not None:
+            return
+        try:
+            self.previous = desired_fleet(
+                load_fleet(dict(fleet), self._file),
+                DesiredInputs(
+                    fleet=dict(fleet),
+                    cluster={k: ObjectList.known(v.values()) for k, v in accepted.items()},
+                    accepted={k: dict(v) for k, v in accepted.items()},
+                ),
+                registry=self._registry,
+                file=self._file,
+            )
+        except Exception as exc:  # noqa: BLE001 - held workers cannot come back; the guard still holds
+            logger.warning("[%s] the recorded desired state does not load: %s", self._stack, exc)
+
+    def guard(
+        self,
+        fleet: Fleet,
+        desired: DesiredFleet,
+        existing: Collection[str] | None,
+        *,
+        now: float,
+        wall: float,
+    ) -> DesiredFleet:
+        """``desired`` with held workers put back; ``existing``: workers running now, or None."""
+        if existing is None:
+            existing = set(self.previous.workers) if self.previous is not None else set()
+        running = set(existing)
+        deleting = frozenset(running - set(desired.workers))
+        settings = fleet.deletion_guard
+        if not deleting or not deleting <= self._releasing:
+            self._releasing = frozenset()
+        approved: str | None = None
+        if len(deleting) > settings.allowed(len(running)):
+            approved = deletion_digest(deleting) if self._releasing else self._approved()
+        verdict = judge_deletions(
+            deleting,
+            len(running),
+            self.hold,
+            now=now,
+            wall=wall,
+            settings=settings,
+            approved=approved,
+        )
+        self.verdict = verdict
+        if verdict.released and not self._releasing:
+            self._releasing = verdict.deleting
+            names = ", ".join(sorted(verdict.deleting))
+            logger.warning(
+                "[%s] deleting %d workers (%s): %s",
+                self._stack,
+                len(verdict.deleting),
+                verdict.released,
+                names,
+            )
+        self.hold = verdict.hold
+        if self._on_verdict is not None:
+            self._on_verdict(verdict)
+        if verdict.hold is None:
+            return desired
+        if self.previous is None:
+            raise HoldFailed(verdict.hold.workers, "no earlier desired state knows them")
+        held, missing = held_objects(self.previous, verdict.hold.workers, desired)
+        if missing:
+            raise HoldFailed(missing, "no earlier input of theirs is known")
+        inputs = desired.inputs.model_copy(update={"held": held})
+        return desired_fleet(fleet, inputs, registry=self._registry, file=self._file)
+
+    def planned(self, desired: DesiredFleet) -> None:
+        """The desired state this iteration planned with: where held workers come from."""
+        self.previous = desired
+
+    def _approved(self) -> str | None:
+        if self._record is None:
+            return None
+        try:
+            return self._record.approved()
+        except Exception as exc:  # noqa: BLE001 - no approval read is no approval: still held
+            logger.warning(
+                "[%s] could not read approvals from %s: %s", self._stack, self._record, exc
+            )
+            return None

@@ -18,6 +18,7 @@ from twc.desired import (
     WORKER_KIND_KEY,
     DesiredFleet,
     DesiredInputs,
+    GuardVerdict,
     KindMerge,
     Rejection,
     connection_native,
@@ -30,7 +31,6 @@ from twc.native.objects import IdentityKey, NativeObject
 from twc.native.views import ViewPlan, desired_views, plan_views
 from twc.reconcile.autoscale import ScaleDecision, ScalingState, WorkerScaleInput, scale_fleet
 from twc.reconcile.decide import DesiredState, ReconcileDecision, decide_reconcile, desired_state
-from twc.reconcile.holds import GuardVerdict
 from twc.reconcile.observe import Observation, WorkerFacts
 from twc.reconcile.settings import DaemonSettings
 from twc.reconcile.state import LoopState

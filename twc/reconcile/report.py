@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ParamSpec
 
-from twc.desired import QUEUE_KIND_KEY, DesiredFleet, Rejection
+from twc.desired import QUEUE_KIND_KEY, DesiredFleet, GuardVerdict, Hold, Rejection
 from twc.engine.errors import engine_failure
 from twc.kube.record import HeldRecord, RecordStore
 from twc.kube.writer import ObjectWriter
@@ -19,15 +19,14 @@ from twc.native.messages import worker_failure
 from twc.native.objects import FINALIZER, IdentityKey, NativeObject, finalizer_updates
 from twc.native.status import (
     DeploymentFacts,
-    PollerFacts,
     accepted_status,
     rejected_status,
     status_patch,
 )
 from twc.reconcile.decide import DesiredState, ReconcileAction, ReconcileDecision
-from twc.reconcile.faults import Fault, FaultBook, FaultChange, engine_fault
+from twc.reconcile.faults import Fault, FaultBook, engine_fault
 from twc.reconcile.health import DaemonMetrics
-from twc.reconcile.holds import GuardVerdict, Hold
+from twc.reconcile.observe import Observer
 from twc.reconcile.outcome import FailureReason, Outcome, OutcomeKind
 from twc.reconcile.plan import NativePlan, Plan
 from twc.reconcile.state import LoopState
@@ -38,15 +37,12 @@ from twc.timestamps import rfc3339
 __all__ = ["FaultReporter", "Reporter", "shorten"]
 
 logger = logging.getLogger(__name__)
+_P = ParamSpec("_P")
 
 
 def shorten(text: str, limit: int = 2000) -> str:
     """``text`` cut in the middle to at most about ``limit`` characters."""
     return text if len(text) <= limit else f"{text[: limit // 2]} [...] {text[-limit // 2 :]}"
-
-
-def _retry(stack: str, what: str, exc: Exception) -> None:
-    logger.warning("[%s] %s (retrying): %s", stack, what, exc)
 
 
 class FaultReporter:
@@ -57,15 +53,12 @@ class FaultReporter:
         self.metrics = metrics
         self.book = book
 
-    def fault(self, fault: Fault, source: str, message: str) -> None:
-        """``source`` sees ``fault`` now."""
-        self._changed(self.book.report(fault, source, message))
-
-    def fault_cleared(self, fault: Fault, source: str) -> None:
-        """``source`` no longer sees ``fault``."""
-        self._changed(self.book.clear(fault, source))
-
-    def _changed(self, change: FaultChange | None) -> None:
+    def fault(self, fault: Fault, source: str, message: str | None) -> None:
+        """``source`` sees ``fault`` now (``message``), or no longer (``None``)."""
+        book = self.book
+        change = (
+            book.clear(fault, source) if message is None else book.report(fault, source, message)
+        )
         if change is None:
             return
         name = change.fault.value
@@ -83,7 +76,7 @@ class FaultReporter:
             if each is fault:
                 self.fault(each, "engine", engine_failure(outcome.message).reason)
             elif outcome.ok:
-                self.fault_cleared(each, "engine")
+                self.fault(each, "engine", None)
 
 
 class Reporter:
@@ -92,22 +85,16 @@ class Reporter:
     def __init__(
         self,
         *,
-        stack: str,
-        metrics: DaemonMetrics,
         faults: FaultReporter,
         writer: ObjectWriter | None,
         wall: Callable[[], float],
-        deployments: Callable[[], Mapping[str, tuple[int, int]] | None],
-        pollers: Callable[[DesiredFleet, Sequence[str]], Mapping[str, PollerFacts]],
-        record: RecordStore | None = None,
+        observer: Observer,
+        record: RecordStore | None,
     ) -> None:
-        self.stack = stack
-        self.metrics = metrics
-        self.faults = faults
+        self.stack, self.metrics, self.faults = faults.stack, faults.metrics, faults
         self._writer = writer
         self._wall = wall
-        self._deployments = deployments
-        self._pollers = pollers
+        self._observer = observer
         self._record = record
         self.reported_invalid: dict[str, str] = {}
         self.reported_native: dict[str, tuple[str, str]] = {}
@@ -123,6 +110,15 @@ class Reporter:
         self._hold: Hold | None = None
         self._hold_published: str | None = None
         self._remembered: tuple[object, ...] | None = None
+
+    def _tried(self, what: str, write: Callable[_P, object], *a: _P.args, **k: _P.kwargs) -> bool:
+        """Whether ``write(*a, **k)`` went through; a failure is logged, never raised."""
+        try:
+            write(*a, **k)
+        except Exception as exc:  # noqa: BLE001 - write-back never fails the loop: tried next time
+            logger.warning("[%s] %s (retrying): %s", self.stack, what, exc)
+            return False
+        return True
 
     def planned(self, plan: Plan) -> None:
         """Report what planning found: replica decisions, objects left out or kept."""
@@ -145,13 +141,12 @@ class Reporter:
         if plan.native is None or not plan.native.rejected:
             return
         # Rejections need no engine: say so now, not after a long up.
-        self._report_native(plan.native)
+        native = plan.native
+        self._report_native(native)
         if self._writer is not None:
             self._flush_events()
-            try:
-                self._update_status(None, plan.native, None, only_rejected=True)
-            except Exception as exc:  # noqa: BLE001 - write-back never fails the loop
-                _retry(self.stack, "status write-back failed", exc)
+            what = "status write-back failed"
+            self._tried(what, self._update_status, None, native, None, only_rejected=True)
 
     def _report_queues(self, desired: DesiredFleet) -> None:
         merge = desired.kinds.get(QUEUE_KIND_KEY)
@@ -196,12 +191,9 @@ class Reporter:
         )
         if marker == self._remembered:
             return
-        try:
-            self._record.save(accepted, plan.inputs.fleet)
-        except Exception as exc:  # noqa: BLE001 - write-back never fails the loop
-            _retry(self.stack, f"could not write {self._record}", exc)
-            return
-        self._remembered = marker
+        record = self._record
+        if self._tried(f"could not write {record}", record.save, accepted, plan.inputs.fleet):
+            self._remembered = marker
 
     def report_held(self, verdict: GuardVerdict | None) -> None:
         """``DeletionsHeld`` while the guard holds deletions: log, metric, Event, record."""
@@ -215,14 +207,11 @@ class Reporter:
         elif digest != self._hold_published:
             why = verdict.released if verdict is not None and verdict.released else None
             logger.info("[%s] held deletions released (%s)", self.stack, why or "no longer wanted")
-        if self._record is not None:
+        if (record := self._record) is not None:
             held = None
             if hold is not None:
                 held = HeldRecord(hold.digest, tuple(sorted(hold.workers)), hold.reason)
-            try:
-                self._record.publish_held(held)
-            except Exception as exc:  # noqa: BLE001 - write-back never fails the loop
-                _retry(self.stack, "could not publish held deletions", exc)
+            if not self._tried("could not publish held deletions", record.publish_held, held):
                 return
         self._hold_published = digest
 
@@ -339,14 +328,8 @@ class Reporter:
         if self._writer is None:
             return
         self._flush_events()
-        try:
-            self._update_finalizers(native)
-        except Exception as exc:  # noqa: BLE001 - write-back never fails the loop
-            _retry(self.stack, "finalizer update failed", exc)
-        try:
-            self._update_status(plan, native, applied)
-        except Exception as exc:  # noqa: BLE001 - write-back never fails the loop
-            _retry(self.stack, "status write-back failed", exc)
+        self._tried("finalizer update failed", self._update_finalizers, native)
+        self._tried("status write-back failed", self._update_status, plan, native, applied)
 
     def _report_native(self, native: NativePlan) -> None:
         found = {f"{r.obj.kind} {r.obj.key}": r for r in native.rejected}
@@ -375,10 +358,8 @@ class Reporter:
         assert self._writer is not None
         pending, self._pending_events = self._pending_events, []
         for obj, reason, message in pending:
-            try:
-                self._writer.event(obj, reason, message)
-            except Exception as exc:  # noqa: BLE001 - write-back never fails the loop
-                _retry(self.stack, f"could not record an Event on {obj}", exc)
+            what = f"could not record an Event on {obj}"
+            self._tried(what, self._writer.event, obj, reason, message)
 
     @property
     def in_use(self) -> frozenset[IdentityKey]:
@@ -396,10 +377,8 @@ class Reporter:
             updates = [(obj, fins) for obj, fins in updates if FINALIZER in fins]
         for obj, finalizers in updates:
             added = FINALIZER in finalizers
-            try:
-                self._writer.set_finalizers(obj, finalizers)
-            except Exception as exc:  # noqa: BLE001 - a 409 or 404: decided again next time
-                _retry(self.stack, f"finalizers of {obj} not updated", exc)
+            what = f"finalizers of {obj} not updated"
+            if not self._tried(what, self._writer.set_finalizers, obj, finalizers):
                 continue
             logger.info(
                 "[%s] %s %s: %s",
@@ -421,8 +400,8 @@ class Reporter:
         now = rfc3339(self._wall())
         accepted = {} if only_rejected else {**native.workers.accepted, **_views_shown(native)}
         rejected = {r.obj.key: r for r in native.workers.rejected}
-        deployments = self._deployments() if accepted else {}
-        pollers = self._pollers(plan.desired, sorted(accepted)) if plan is not None else {}
+        deployments = self._observer.deployments() if accepted else {}
+        pollers = self._observer.pollers(plan.desired, sorted(accepted)) if plan is not None else {}
         seen: set[str] = set()
         for obj in native.worker_objects:
             if obj.deleting or (only_rejected and obj.key not in rejected):
@@ -466,10 +445,9 @@ class Reporter:
             patch = status_patch(previous, desired)
             if patch is None:
                 continue
-            try:
-                self._writer.patch_status(obj, patch)
-            except Exception as exc:  # noqa: BLE001 - write-back never fails the loop
-                _retry(self.stack, f"status of {obj} not written", exc)
+            if not self._tried(
+                f"status of {obj} not written", self._writer.patch_status, obj, patch
+            ):
                 continue
             self._written[obj.uid] = {**self._written.get(obj.uid, {}), **patch["status"]}
             if "phase" in patch["status"]:

@@ -15,7 +15,7 @@ from prometheus_client import Counter, Gauge
 from twc.kube.writer import ObjectWriter
 from twc.native.objects import worker_native
 from twc.native.views import FROM_QUEUE, VIEW_LABEL, ViewPlan, ViewWrite, spec_matches
-from twc.reconcile.health import DaemonMetrics
+from twc.reconcile.health import DaemonMetrics, metric
 
 __all__ = ["VIEW_OVERWRITTEN", "ViewSync", "ViewWriter"]
 
@@ -53,18 +53,10 @@ class ViewSync:
         self._stack = stack
         self._events = events
         registry = metrics.registry
-        self._writes = Counter(
-            "twc_temporalworker_view_writes",
-            "Writes of generated TemporalWorker objects, by operation.",
-            ["stack", "operation"],
-            registry=registry,
-        )
-        self._shown = Gauge(
-            "twc_temporalworker_views",
-            "Generated TemporalWorker objects of Queue and fleet-file workers.",
-            ["stack"],
-            registry=registry,
-        )
+        what = "Writes of generated TemporalWorker objects, by operation."
+        self._writes = metric(Counter, registry, "temporalworker_view_writes", what, "operation")
+        what = "Generated TemporalWorker objects of Queue and fleet-file workers."
+        self._shown = metric(Gauge, registry, "temporalworker_views", what)
         self._skipped: dict[str, str] = {}
 
     def sync(self, views: ViewPlan) -> None:

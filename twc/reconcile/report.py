@@ -137,7 +137,12 @@ class Reporter:
         self.metrics.set_workers(dict(plan.replicas), current)
         self._report_queues(plan.desired)
         self._remember(plan)
-        self._report_conflicts(plan.desired)
+        conflicts = dict(plan.desired.conflicts)
+        gone = "[%s/%s] no longer in conflict (or gone)"
+        for key in self._changed(self.reported_conflicts, conflicts, gone):
+            logger.warning("[%s/%s] ObjectExists, left out: %s", self.stack, key, conflicts[key])
+        self.reported_conflicts = conflicts
+        self.metrics.object_conflicts.labels(self.stack).set(len(conflicts))
         if plan.native is None or not plan.native.rejected:
             return
         # Rejections need no engine: say so now, not after a long up.
@@ -164,15 +169,6 @@ class Reporter:
         self.metrics.cluster_queues.labels(self.stack).set(accepted)
         kept = sum(1 for r in rejected.values() if r.kept)
         self.metrics.kept_objects.labels(self.stack, "Queue").set(kept)
-
-    def _report_conflicts(self, desired: DesiredFleet) -> None:
-        now = dict(desired.conflicts)
-        for key in self._changed(
-            self.reported_conflicts, now, "[%s/%s] no longer in conflict (or gone)"
-        ):
-            logger.warning("[%s/%s] ObjectExists, left out: %s", self.stack, key, now[key])
-        self.reported_conflicts = now
-        self.metrics.object_conflicts.labels(self.stack).set(len(now))
 
     def _changed(
         self, before: Mapping[str, object], now: Mapping[str, object], gone: str
@@ -203,7 +199,10 @@ class Reporter:
         if digest != self._hold_published and hold is not None:
             names = ", ".join(sorted(hold.workers))
             logger.warning("[%s] DeletionsHeld: %s: %s", self.stack, hold.reason, names)
-            self._record_event("DeletionsHeld", f"{hold.reason}: {names}")
+            if self._writer is not None and (r := self._record) is not None:
+                obj = NativeObject("", "v1", "configmaps", "ConfigMap", r.name, r.namespace)
+                self._pending_events.append((obj, "DeletionsHeld", f"{hold.reason}: {names}"))
+                self._flush_events()
         elif digest != self._hold_published:
             why = verdict.released if verdict is not None and verdict.released else None
             logger.info("[%s] held deletions released (%s)", self.stack, why or "no longer wanted")
@@ -215,18 +214,9 @@ class Reporter:
                 return
         self._hold_published = digest
 
-    def _record_event(self, reason: str, message: str) -> None:
-        if self._writer is None or self._record is None:
-            return
-        record = self._record
-        obj = NativeObject("", "v1", "configmaps", "ConfigMap", record.name, record.namespace)
-        self._pending_events.append((obj, reason, message))
-        self._flush_events()
-
     def held_status(self) -> dict[str, Any] | None:
         """The held deletions for ``/status``, or ``None``."""
-        hold = self._hold
-        if hold is None:
+        if (hold := self._hold) is None:
             return None
         return {
             "workers": sorted(hold.workers),

@@ -52,16 +52,10 @@ class LoopState:
         """The state after an iteration that ran ``up`` for ``attempted`` (or none)."""
         state = replace(self, iteration=self.iteration + 1, last_outcome=outcome)
         if outcome.kind is OutcomeKind.SUCCESS:
+            state = replace(state, consecutive_failures=0, last_success_at=now)
             if attempted is None:
-                return replace(state, consecutive_failures=0, last_success_at=now)
-            return replace(
-                state,
-                consecutive_failures=0,
-                applied=attempted,
-                blocked=None,
-                blocked_at=None,
-                last_success_at=now,
-            )
+                return state
+            return replace(state, applied=attempted, blocked=None, blocked_at=None)
         state = replace(state, consecutive_failures=self.consecutive_failures + 1)
         if attempted is None:
             return state

@@ -61,7 +61,12 @@ class ViewSync:
 
     def sync(self, views: ViewPlan) -> None:
         """Create, put back and delete views as planned; never raises."""
-        self._report_skipped(views.skipped)
+        for key, reason in sorted(views.skipped.items()):
+            if self._skipped.get(key) != reason:
+                logger.warning("[%s] no TemporalWorker view of %s: %s", self._stack, key, reason)
+        for key in set(self._skipped) - set(views.skipped):
+            logger.info("[%s] TemporalWorker view of %s no longer held back", self._stack, key)
+        self._skipped = dict(views.skipped)
         self._shown.labels(self._stack).set(len(views.shown))
         for write in views.writes:
             try:
@@ -131,11 +136,3 @@ class ViewSync:
             self._events.event(worker_native(stored), VIEW_OVERWRITTEN, message)
         except Exception as exc:  # noqa: BLE001 - a view never fails the loop; the next iteration retries
             logger.warning("[%s] could not record an Event on %s: %s", self._stack, view.key, exc)
-
-    def _report_skipped(self, skipped: Mapping[str, str]) -> None:
-        for key, reason in sorted(skipped.items()):
-            if self._skipped.get(key) != reason:
-                logger.warning("[%s] no TemporalWorker view of %s: %s", self._stack, key, reason)
-        for key in set(self._skipped) - set(skipped):
-            logger.info("[%s] TemporalWorker view of %s no longer held back", self._stack, key)
-        self._skipped = dict(skipped)

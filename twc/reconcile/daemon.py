@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from twc.connections import Registry, default_registry
+from twc.connections import default_registry
 from twc.desired import (
     DesiredFleet,
     DesiredInputs,
@@ -31,7 +31,6 @@ from twc.desired import (
     held_objects,
     judge_deletions,
 )
-from twc.kube.record import RecordStore
 from twc.reconcile.act import Actor, Effects
 from twc.reconcile.asking import POLLERS_DEADLINE, Asker, AskerThread, Budget
 from twc.reconcile.background import BackgroundEngine
@@ -112,21 +111,21 @@ class Daemon:
         self.liveness = Liveness(clock, settings.liveness_allowance)
         self.faults = FaultBook(clock, self.clocks.wall)
         faults = FaultReporter(stack=stack, metrics=self.metrics, book=self.faults)
-        self.observer = self._observer(sources, faults, budgets or Budget())
-        self.reporter = Reporter(
+        asking, wake = self.clocks.asker(stack), self.wakeup.set
+        self.observer = Observer(
+            sources,
+            settings=settings,
             faults=faults,
-            writer=effects.writer,
-            wall=self.clocks.wall,
-            observer=self.observer,
-            record=sources.record,
+            metrics=self.metrics,
+            clock=clock,
+            budgets=budgets or Budget(),
+            asker=Asker(name=stack, thread=asking, wake=wake),
+            sampler=Asker(thread=asking, wake=wake, wall=self.clocks.wall),
         )
-        self.guard = DeletionGuard(
-            registry=sources.registry or default_registry(),
-            file=sources.file,
-            record=sources.record,
-            stack=stack,
-            on_verdict=self.reporter.report_held,
+        self.reporter = Reporter(
+            faults=faults, writer=effects.writer, wall=self.clocks.wall, observer=self.observer
         )
+        self.guard = DeletionGuard(sources, stack=stack, on_verdict=self.reporter.report_held)
         self.actor = Actor(
             effects,
             sources,
@@ -145,19 +144,6 @@ class Daemon:
             executor=self.clocks.engine(stack),
         )
         self.metrics.leader.labels(stack).set(0)
-
-    def _observer(self, sources: Sources, faults: FaultReporter, budgets: Budget) -> Observer:
-        asking, wake, clock = self.clocks.asker(self.stack), self.wakeup.set, self.clocks.monotonic
-        return Observer(
-            sources,
-            settings=self.settings,
-            faults=faults,
-            metrics=self.metrics,
-            clock=clock,
-            budgets=budgets,
-            asker=Asker(name=self.stack, thread=asking, wake=wake),
-            sampler=Asker(thread=asking, wake=wake, wall=self.clocks.wall),
-        )
 
     def _may_apply_now(self) -> bool:
         return self._leader is None or self._leader.is_leader()
@@ -475,17 +461,11 @@ class DeletionGuard:
     """
 
     def __init__(
-        self,
-        *,
-        registry: Registry,
-        file: str,
-        record: RecordStore | None = None,
-        stack: str = "",
-        on_verdict: Callable[[GuardVerdict], None] | None = None,
+        self, sources: Sources, *, stack: str, on_verdict: Callable[[GuardVerdict], None]
     ) -> None:
-        self._registry = registry
-        self._file = file
-        self._record = record
+        self._registry = sources.registry or default_registry()
+        self._file = sources.file
+        self._record = sources.record
         self._stack = stack
         self._on_verdict = on_verdict
         self.hold: Hold | None = None
@@ -552,8 +532,7 @@ class DeletionGuard:
                 names,
             )
         self.hold = verdict.hold
-        if self._on_verdict is not None:
-            self._on_verdict(verdict)
+        self._on_verdict(verdict)
         if verdict.hold is None:
             return desired
         if self.previous is None:

@@ -13,7 +13,7 @@ from typing import Any, ParamSpec
 
 from twc.desired import QUEUE_KIND_KEY, DesiredFleet, GuardVerdict, Hold, Rejection
 from twc.engine.errors import engine_failure
-from twc.kube.record import HeldRecord, RecordStore
+from twc.kube.record import HeldRecord
 from twc.kube.writer import ObjectWriter
 from twc.native.messages import worker_failure
 from twc.native.objects import FINALIZER, IdentityKey, NativeObject, finalizer_updates
@@ -89,13 +89,12 @@ class Reporter:
         writer: ObjectWriter | None,
         wall: Callable[[], float],
         observer: Observer,
-        record: RecordStore | None,
     ) -> None:
         self.stack, self.metrics, self.faults = faults.stack, faults.metrics, faults
         self._writer = writer
         self._wall = wall
         self._observer = observer
-        self._record = record
+        self._record = observer.sources.record
         self.reported_invalid: dict[str, str] = {}
         self.reported_native: dict[str, tuple[str, str]] = {}
         self.reported_conflicts: dict[str, str] = {}

@@ -231,6 +231,8 @@ class TemporalBacklogs:
             secret_data = await asyncio.to_thread(self._read_secret, secret_ns, conn.secret_name)
         client = await conn.client(ref.namespace, secret_data)
         queue = TaskQueue(name=ref.name, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL)
+        describe = client.workflow_service.describe_task_queue
+        timeout = timedelta(seconds=self._timeout)
         answers = []
         for name in types:
             request = DescribeTaskQueueRequest(
@@ -240,11 +242,7 @@ class TemporalBacklogs:
                 report_stats=stats,
             )
             try:
-                answers.append(
-                    await client.workflow_service.describe_task_queue(
-                        request, timeout=timedelta(seconds=self._timeout)
-                    )
-                )
+                answers.append(await describe(request, timeout=timeout))
             except RPCError:
                 if name != "NEXUS":
                     raise

@@ -149,8 +149,7 @@ class Reporter:
         self._report_native(native)
         if self._writer is not None:
             self._flush_events()
-            what = "status write-back failed"
-            self._tried(what, self._update_status, None, native, None, only_rejected=True)
+            self._tried("status write-back failed", self._update_status, native, None, None)
 
     def _report_queues(self, desired: DesiredFleet) -> None:
         merge = desired.kinds.get(QUEUE_KIND_KEY)
@@ -318,7 +317,7 @@ class Reporter:
             return
         self._flush_events()
         self._tried("finalizer update failed", self._update_finalizers, native)
-        self._tried("status write-back failed", self._update_status, plan, native, applied)
+        self._tried("status write-back failed", self._update_status, native, plan, applied)
 
     def _report_native(self, native: NativePlan) -> None:
         found = {f"{r.obj.kind} {r.obj.key}": r for r in native.rejected}
@@ -378,19 +377,16 @@ class Reporter:
             )
 
     def _update_status(
-        self,
-        plan: Plan | None,
-        native: NativePlan,
-        applied: DesiredState | None,
-        *,
-        only_rejected: bool = False,
+        self, native: NativePlan, plan: Plan | None, applied: DesiredState | None
     ) -> None:
+        """The TemporalWorkers' status as planned; only the rejected ones' without a ``plan``."""
         assert self._writer is not None
+        only_rejected = plan is None
         now = rfc3339(self._wall())
         accepted = {} if only_rejected else {**native.workers.accepted, **_views_shown(native)}
         rejected = {r.obj.key: r for r in native.workers.rejected}
         deployments = self._observer.deployments() if accepted else {}
-        pollers = self._observer.pollers(plan.desired, sorted(accepted)) if plan is not None else {}
+        pollers = self._observer.pollers(plan.desired, sorted(accepted)) if plan else {}
         seen: set[str] = set()
         for obj in native.worker_objects:
             if obj.deleting or (only_rejected and obj.key not in rejected):
@@ -412,7 +408,7 @@ class Reporter:
                     message=why,
                     now=now,
                 )
-            elif key in accepted and plan is not None:
+            elif plan is not None and key in accepted:
                 kept, hashes = rejection, plan.hashes.workers
                 in_stack = applied is not None and applied.workers.get(key) == hashes.get(key)
                 dep = target_deployment(plan.versions, key) or (deployments or {}).get(key)
@@ -434,9 +430,8 @@ class Reporter:
             patch = status_patch(previous, desired)
             if patch is None:
                 continue
-            if not self._tried(
-                f"status of {obj} not written", self._writer.patch_status, obj, patch
-            ):
+            what = f"status of {obj} not written"
+            if not self._tried(what, self._writer.patch_status, obj, patch):
                 continue
             self._written[obj.uid] = {**self._written.get(obj.uid, {}), **patch["status"]}
             if "phase" in patch["status"]:

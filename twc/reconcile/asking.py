@@ -327,9 +327,7 @@ class Asker:
         thread: AskerThread,
         wake: Callable[[], None] | None = None,
         wall: Callable[[], float] = time.time,
-        name: str = "",
     ) -> None:
-        self.name = name
         self.thread = thread
         self.wake = wake
         self._wall = wall
@@ -408,10 +406,6 @@ class Asker:
         """The queues asked about and not answered yet."""
         with self._lock:
             return frozenset(self._flying)
-
-    def close(self) -> None:
-        """Stop the (shared) thread; questions in flight are cancelled."""
-        self.thread.close()
 
 
 def _news(answer: Answer) -> object:

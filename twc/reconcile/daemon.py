@@ -119,7 +119,7 @@ class Daemon:
             metrics=self.metrics,
             clock=clock,
             budgets=budgets or Budget(),
-            asker=Asker(name=stack, thread=asking, wake=wake),
+            asker=Asker(thread=asking, wake=wake),
             sampler=Asker(thread=asking, wake=wake, wall=self.clocks.wall),
         )
         self.reporter = Reporter(

@@ -178,7 +178,7 @@ class Observer:
 
     def close(self) -> None:
         """Close the askers' thread and the rollouts' event loop."""
-        self.asker.close()
+        self.asker.thread.close()  # the sampler's too: they share it
         if self._loop is not None:
             self._loop.close()
             self._loop = None

@@ -147,10 +147,8 @@ class ShardQueues(_ShardView[QueueSource]):
 
     def observed(self) -> ObjectList:
         """The shard's objects as the desired state's input (unknown until listed)."""
-        found = self._shared.snapshot()
-        if found is None:
-            return self._shared.observed()
-        return ObjectList.known(shard_part(found, self._namespaces()), trim=False)
+        found = self.snapshot()
+        return self._shared.observed() if found is None else ObjectList.known(found, trim=False)
 
 
 class ShardNative(_ShardView[NativeSource]):

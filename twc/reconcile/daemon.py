@@ -39,7 +39,7 @@ from twc.reconcile.faults import BLOCKING, FaultBook
 from twc.reconcile.health import DaemonMetrics, Liveness
 from twc.reconcile.observe import Observation, Observer, Sources, WorkerFacts
 from twc.reconcile.outcome import Outcome, outcome_of
-from twc.reconcile.plan import Plan, desired_from, make_plan, with_conflicts
+from twc.reconcile.plan import Plan, desired_from, make_plan
 from twc.reconcile.report import FaultReporter, Reporter, shorten
 from twc.reconcile.settings import DaemonSettings
 from twc.reconcile.state import LoopState
@@ -284,10 +284,10 @@ class Daemon:
         existing = seen.live.keys() if seen.live is not None else None
         desired = self.guard.guard(seen.fleet, desired, existing, now=now, wall=self.clocks.wall())
         known = self.guard.previous.workers if self.guard.previous is not None else ()
-        conflicts = observer.conflicts(desired, existing, known)
-        desired = with_conflicts(
-            seen.fleet, desired, conflicts, registry=observer.registry, file=file
-        )
+        # Without new workers whose names others' objects have (``ObjectExists``).
+        if conflicts := observer.conflicts(desired, existing, known):
+            inputs = desired.inputs.model_copy(update={"conflicts": conflicts})
+            desired = desired_fleet(seen.fleet, inputs, registry=observer.registry, file=file)
         return seen, desired, observer.facts(desired)
 
     def plan(self, state: LoopState, *, now: float) -> Plan:

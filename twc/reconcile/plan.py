@@ -42,9 +42,9 @@ from twc.reconcile.versions import (
     version_scale_inputs,
 )
 from twc.rollout import RolloutPlan
-from twc.spec import Fleet, ResolvedWorker
+from twc.spec import ResolvedWorker
 
-__all__ = ["NativePlan", "Plan", "desired_from", "make_plan", "scale_writes", "with_conflicts"]
+__all__ = ["NativePlan", "Plan", "desired_from", "make_plan", "scale_writes"]
 
 _POSITIONAL = {"source", "connection_source"}  # where in the file a worker is, not what
 
@@ -95,21 +95,6 @@ def desired_from(
         accepted=dict(accepted),
     )
     return desired_fleet(seen.fleet, inputs, registry=registry, file=file)
-
-
-def with_conflicts(
-    fleet: Fleet,
-    desired: DesiredFleet,
-    conflicts: Mapping[str, str],
-    *,
-    registry: Registry,
-    file: str,
-) -> DesiredFleet:
-    """``desired`` without new workers whose names others' objects have (``ObjectExists``)."""
-    if not conflicts:
-        return desired
-    inputs = desired.inputs.model_copy(update={"conflicts": dict(conflicts)})
-    return desired_fleet(fleet, inputs, registry=registry, file=file)
 
 
 def make_plan(

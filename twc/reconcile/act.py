@@ -131,14 +131,14 @@ class Actor:
                     "[%s/%s] rollout: the Deployments of %s are deleted", self._stack, key, gone
                 )
 
-    def apply_early(self, decision: ReconcileDecision, plan: Plan) -> None:
+    def apply_early(self, plan: Plan) -> None:
         """Apply new workers' ServiceAccount and Deployment now, ahead of the ``up``."""
         if self._effects.early is None or not self._may_apply():
             return
         pending = self._pending_early()
         applied = [
             key
-            for key in sorted(decision.added)
+            for key in sorted(plan.decision.added)
             # A versioned worker's Deployments are its versions': the up makes them.
             if (worker := plan.workers.get(key)) is not None
             and worker.rollout is None
@@ -154,8 +154,9 @@ class Actor:
             if pending:
                 self._release_early(plan, set(pending))
 
-    def run_up(self, decision: ReconcileDecision, plan: Plan) -> None:
+    def run_up(self, plan: Plan) -> None:
         """Repair, ``up``, then release the early objects it adopted (engine's thread)."""
+        decision = plan.decision
         if not self._may_apply():
             raise TemporaryError("not leading any more; not applying")
         if not self._recovered:

@@ -332,9 +332,9 @@ class Daemon:
             # An engine run started now could outlive the grace period.
             logger.info("[%s] stopping: not starting an up (%s)", self.stack, decision.reason)
         else:
-            self.actor.apply_early(decision, plan)
+            self.actor.apply_early(plan)
             if not self._engine.busy():
-                self._engine.start_up(decision, plan, started)
+                self._engine.start_up(plan, started)
             elif decision.workers:
                 self._engine.give_way(decision.reason)  # a refresh yields to a change
             deferred = True
@@ -356,8 +356,7 @@ class Daemon:
     ) -> LoopState:
         now = self.clocks.monotonic
         state = state.finished(outcome, now=now())
-        decision = plan.decision if plan is not None else None
-        self.reporter.finished(plan, decision, outcome, state, started=started, now=now())
+        self.reporter.finished(plan, outcome, state, started=started, now=now())
         due = state.refresh_due(now=now(), settings=self.settings)
         if outcome.ok and due and not self._stop.is_set() and not self._engine.busy():
             since = state.refresh_due_at(self.settings)
@@ -376,7 +375,7 @@ class Daemon:
                 # Before the ended run is folded (and reported): a new Queue's worker waits not.
                 state, plan = self._planned(state, now=self.clocks.monotonic())
                 if plan.decision.added:
-                    self.actor.apply_early(plan.decision, plan)
+                    self.actor.apply_early(plan)
                 self._engine_free(plan)
             except Exception as exc:  # noqa: BLE001 - the iteration after the settle reports it
                 logger.debug("[%s] not answered before the settle: %s", self.stack, exc)

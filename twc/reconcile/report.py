@@ -23,7 +23,7 @@ from twc.native.status import (
     rejected_status,
     status_patch,
 )
-from twc.reconcile.decide import DesiredState, ReconcileAction, ReconcileDecision
+from twc.reconcile.decide import DesiredState, ReconcileAction
 from twc.reconcile.faults import Fault, FaultBook, engine_fault
 from twc.reconcile.health import DaemonMetrics
 from twc.reconcile.observe import Observer
@@ -227,7 +227,6 @@ class Reporter:
     def finished(
         self,
         plan: Plan | None,
-        decision: ReconcileDecision | None,
         outcome: Outcome,
         state: LoopState,
         *,
@@ -243,7 +242,7 @@ class Reporter:
         else:
             self._log_failure(outcome)
         if plan is not None and plan.native is not None:
-            self._write_back(plan, decision, outcome, state)
+            self._write_back(plan, outcome, state)
 
     def _log_failure(self, outcome: Outcome) -> None:
         reason = outcome.reason.value if outcome.reason is not None else "Unknown"
@@ -290,9 +289,7 @@ class Reporter:
         )
         self.metrics.drift_detected.labels(self.stack).inc()
 
-    def _write_back(
-        self, plan: Plan, decision: ReconcileDecision | None, outcome: Outcome, state: LoopState
-    ) -> None:
+    def _write_back(self, plan: Plan, outcome: Outcome, state: LoopState) -> None:
         native = plan.native
         assert native is not None
         applied = state.applied
@@ -301,7 +298,7 @@ class Reporter:
         self._report_native(native)
         if outcome.ok:
             self._apply_failed.clear()
-        elif decision is not None and decision.action is not ReconcileAction.SKIP:
+        elif (decision := plan.decision).action is not ReconcileAction.SKIP:
             changed = decision.workers if decision.action is ReconcileAction.TARGETED else None
             # Tenants read the first error on their own resources, not the stack's output.
             refused = outcome.kind is OutcomeKind.PERMANENT

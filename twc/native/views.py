@@ -141,10 +141,6 @@ class View:
     def spec(self) -> Mapping[str, Any]:
         return cast(Mapping[str, Any], self.body["spec"])
 
-    @property
-    def labels(self) -> Mapping[str, str]:
-        return cast(Mapping[str, str], self.body["metadata"]["labels"])
-
 
 def desired_views(
     workers: Mapping[str, ResolvedWorker],

@@ -95,7 +95,7 @@ class BackgroundEngine:
             run = self._run
         if run is None or run.kind != "refresh" or run.future.done() or run.yielded:
             return
-        if self._actor.give_way(reason):
+        if self._actor.engine.preempt(reason):
             run.yielded = True
             logger.info("[%s] refresh gives way to a change: %s", self.stack, reason)
 

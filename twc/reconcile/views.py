@@ -124,7 +124,7 @@ class ViewSync:
         view = write.view
         where = (
             "the Queue object or the fleet's defaults"
-            if view.labels.get(VIEW_LABEL) == FROM_QUEUE
+            if view.body["metadata"]["labels"].get(VIEW_LABEL) == FROM_QUEUE
             else "the fleet file"
         )
         message = (

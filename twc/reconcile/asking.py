@@ -202,11 +202,8 @@ class TemporalBacklogs:
             conn = registry.resolve_worker(worker, fleet)
             if self._address:
                 conn = dataclasses.replace(conn, host_port=self._address)
-            secret_ns = None
-            if conn.secret_name is not None:
-                secret_ns = (
-                    conn.secret_source_namespace or conn.identity.namespace or worker.namespace
-                )
+            ns = conn.secret_source_namespace or conn.identity.namespace or worker.namespace
+            secret_ns = ns if conn.secret_name is not None else None
             conn_id = f"{conn.identity}@{conn.host_port}@{secret_ns or ''}"
             self._connections[conn_id] = (conn, secret_ns)
             out[worker.stack_key] = TaskQueueRef(

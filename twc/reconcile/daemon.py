@@ -292,11 +292,8 @@ class Daemon:
 
     def plan(self, state: LoopState, *, now: float) -> Plan:
         """Observe, then the pure plan; touches no engine."""
-        seen, desired, facts = self.observe(now=now)
         plan = make_plan(
-            seen,
-            desired,
-            facts,
+            *self.observe(now=now),
             state,
             settings=self.settings,
             now=now,
@@ -308,9 +305,9 @@ class Daemon:
             views_of=self.stack if self.actor.keeps_views else None,
             deletions=self.guard.verdict,
         )
-        self.guard.planned(desired)
+        self.guard.planned(plan.desired)
         self._desired = dict(plan.replicas)
-        self._observed = dict(seen.live or {})
+        self._observed = dict(plan.current)
         return plan
 
     def _planned(self, state: LoopState, *, now: float) -> tuple[LoopState, Plan]:

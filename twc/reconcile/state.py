@@ -21,9 +21,7 @@ __all__ = ["LoopState", "sleep"]
 
 def sleep(delay: float, wakeup: threading.Event) -> bool:
     """Sleep up to ``delay`` seconds; True if ``wakeup`` was set (it is not cleared)."""
-    if delay <= 0:
-        return wakeup.is_set()
-    return wakeup.wait(delay)
+    return wakeup.wait(delay) if delay > 0 else wakeup.is_set()
 
 
 @dataclass(frozen=True, slots=True)

@@ -148,10 +148,8 @@ class Actor:
 
     def settle_early(self, plan: Plan) -> None:
         """Nothing to apply: release early objects of planned workers, delete the others'."""
-        if self._effects.early is not None and self._may_apply():
-            pending = self._pending_early()
-            if pending:
-                self._release_early(plan, set(pending))
+        if self._may_apply():
+            self._release_early(plan, set(self._pending_early()))
 
     def run_up(self, plan: Plan) -> None:
         """Repair, ``up``, then release the early objects it adopted (engine's thread)."""

@@ -354,11 +354,10 @@ class Daemon:
         now = self.clocks.monotonic
         state = state.finished(outcome, now=now())
         self.reporter.finished(plan, outcome, state, started=started, now=now())
-        due = state.refresh_due(now=now(), settings=self.settings)
-        if outcome.ok and due and not self._stop.is_set() and not self._engine.busy():
-            since = state.refresh_due_at(self.settings)
-            if self._turn is None or self._turn(self.stack, since):
-                self._engine.start_refresh()
+        since = state.refresh_due_at(self.settings)
+        due = outcome.ok and now() >= since and not self._stop.is_set() and not self._engine.busy()
+        if due and (self._turn is None or self._turn(self.stack, since)):
+            self._engine.start_refresh()
         return state
 
     def _wait(self, state: LoopState) -> LoopState:

@@ -228,9 +228,8 @@ class Observer:
         out: dict[str, ObjectList] = {QUEUE_KIND_KEY: self.sources.queues.observed()}
         native = self.sources.native
         if native is None:
-            out[WORKER_KIND_KEY] = ObjectList.known(())  # no cluster: no such objects
-            for kind in self.registry.watched_kinds():
-                out[kind_key(kind.kind, kind.api_group)] = ObjectList.known(())
+            for key in (WORKER_KIND_KEY, *self.watched_kinds()):  # no cluster: no such objects
+                out[key] = ObjectList.known(())
         else:
             out.update(native.observed())
         for key, found in sorted(out.items()):

@@ -170,8 +170,7 @@ class Daemon:
         """Readiness: a standby is; a leader once it reconciled and nothing blocks it."""
         if not self._may_apply():
             return True, "standby: another daemon holds the lease"
-        blocking = sorted(f.value for f in self.faults.active() if f in BLOCKING)
-        if blocking:
+        if blocking := sorted(f.value for f in self.faults.active() if f in BLOCKING):
             return False, f"cannot apply the stack: {', '.join(blocking)}"
         if self.state is None or self.state.last_success_at is None:
             return False, "no successful reconcile yet"

@@ -176,7 +176,7 @@ class Reporter:
         return [key for key in sorted(now) if before.get(key) != now[key]]
 
     def _remember(self, plan: Plan) -> None:
-        if self._record is None or not plan.desired.cluster_managed:
+        if (record := self._record) is None or not plan.desired.cluster_managed:
             return
         accepted = plan.desired.accepted
         marker = (
@@ -185,7 +185,6 @@ class Reporter:
         )
         if marker == self._remembered:
             return
-        record = self._record
         if self._tried(f"could not write {record}", record.save, accepted, plan.inputs.fleet):
             self._remembered = marker
 
@@ -225,13 +224,7 @@ class Reporter:
         }
 
     def finished(
-        self,
-        plan: Plan | None,
-        outcome: Outcome,
-        state: LoopState,
-        *,
-        started: float,
-        now: float,
+        self, plan: Plan | None, outcome: Outcome, state: LoopState, *, started: float, now: float
     ) -> None:
         """Report how an iteration ended (metrics, faults, log, write-back)."""
         self.faults.engine_faults(outcome)

@@ -20,15 +20,14 @@ from twc.spec import (
     TemporalWorker,
     label_value,
 )
+from twc.spec.crds import MANAGED_BY_LABEL, WORKER_KIND
 from twc.spec.crds import VIEW_LABEL as VIEW_LABEL
-from twc.spec.crds import WORKER_KIND
 from twc.spec.labels import STACK_LABEL as STACK_LABEL
 
 FROM_QUEUE = "Queue"
 """:data:`VIEW_LABEL` of a view of a worker derived from a labelled kmsvc Queue."""
 FROM_FLEET = "Fleet"
 """:data:`VIEW_LABEL` of a view of a worker in the fleet file."""
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 VIEW_ANNOTATION = "twc.temporal.io/view-of"
 """Where the worker is declared: ``Queue <ns>/<name>`` or ``fleet of stack <stack>``."""
 VIEW_FIELD_MANAGER = "twc-views"
@@ -140,10 +139,6 @@ class View:
     @property
     def spec(self) -> Mapping[str, Any]:
         return cast(Mapping[str, Any], self.body["spec"])
-
-    @property
-    def labels(self) -> Mapping[str, str]:
-        return cast(Mapping[str, str], self.body["metadata"]["labels"])
 
 
 def desired_views(

@@ -8,10 +8,9 @@ engine's own failure fails an iteration.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -131,14 +130,14 @@ class Actor:
                     "[%s/%s] rollout: the Deployments of %s are deleted", self._stack, key, gone
                 )
 
-    def apply_early(self, decision: ReconcileDecision, plan: Plan) -> None:
+    def apply_early(self, plan: Plan) -> None:
         """Apply new workers' ServiceAccount and Deployment now, ahead of the ``up``."""
         if self._effects.early is None or not self._may_apply():
             return
         pending = self._pending_early()
         applied = [
             key
-            for key in sorted(decision.added)
+            for key in sorted(plan.decision.added)
             # A versioned worker's Deployments are its versions': the up makes them.
             if (worker := plan.workers.get(key)) is not None
             and worker.rollout is None
@@ -149,13 +148,12 @@ class Actor:
 
     def settle_early(self, plan: Plan) -> None:
         """Nothing to apply: release early objects of planned workers, delete the others'."""
-        if self._effects.early is not None and self._may_apply():
-            pending = self._pending_early()
-            if pending:
-                self._release_early(plan, set(pending))
+        if self._may_apply():
+            self._release_early(plan, set(self._pending_early()))
 
-    def run_up(self, decision: ReconcileDecision, plan: Plan) -> None:
+    def run_up(self, plan: Plan) -> None:
         """Repair, ``up``, then release the early objects it adopted (engine's thread)."""
+        decision = plan.decision
         if not self._may_apply():
             raise TemporaryError("not leading any more; not applying")
         if not self._recovered:
@@ -169,7 +167,7 @@ class Actor:
         with self._early_lock:
             # Early objects of workers it does not have go only if pending before it.
             owned = set(self._early_pending or ())
-        with self._engine_running("up"):
+        with self._metrics.engine_in_progress.labels(self._stack, "up").track_inprogress():
             report = self.engine.up(plan.inputs, targets)
         if report.update is not None:
             h = plan.hashes
@@ -181,15 +179,6 @@ class Actor:
         self._release_early(plan, owned)
         changes = {op: n for op, n in report.changes.items() if op != "same" and n}
         logger.info("[%s] up (%s) done: %s", self._stack, mode, changes or "no changes")
-
-    @contextlib.contextmanager
-    def _engine_running(self, operation: str) -> Iterator[None]:
-        gauge = self._metrics.engine_in_progress.labels(self._stack, operation)
-        gauge.set(1)
-        try:
-            yield
-        finally:
-            gauge.set(0)
 
     def _targets(self, decision: ReconcileDecision, plan: Plan) -> list[str] | None:
         urns = self.engine.worker_urns()
@@ -258,20 +247,16 @@ class Actor:
         self._metrics.engine_runs.labels(self._stack, "refresh", "full").inc()
         if not self._recovered:
             self.recover()
-        with self._engine_running("refresh"):
+        with self._metrics.engine_in_progress.labels(self._stack, "refresh").track_inprogress():
             drifted = list(self.engine.refresh())
         if not drifted and self._applied is not None:
             # Still as the recorded up left it, one update later.
             self._record(replace(self._applied, update=self.engine.last_update() or "-"))
         return drifted
 
-    def give_way(self, reason: str) -> bool:
-        """Stop the refresh in progress so a change runs first; whether one was told to."""
-        return self.engine.preempt(reason)
-
     def recover(self) -> None:
         """Repair what a killed run left (a lock, pending operations)."""
-        with self._engine_running("recover"):
+        with self._metrics.engine_in_progress.labels(self._stack, "recover").track_inprogress():
             actions = self.engine.recover()
         self._count_recoveries(actions)
         self._repaired = tuple(actions)

@@ -202,11 +202,8 @@ class TemporalBacklogs:
             conn = registry.resolve_worker(worker, fleet)
             if self._address:
                 conn = dataclasses.replace(conn, host_port=self._address)
-            secret_ns = None
-            if conn.secret_name is not None:
-                secret_ns = (
-                    conn.secret_source_namespace or conn.identity.namespace or worker.namespace
-                )
+            ns = conn.secret_source_namespace or conn.identity.namespace or worker.namespace
+            secret_ns = ns if conn.secret_name is not None else None
             conn_id = f"{conn.identity}@{conn.host_port}@{secret_ns or ''}"
             self._connections[conn_id] = (conn, secret_ns)
             out[worker.stack_key] = TaskQueueRef(
@@ -231,6 +228,8 @@ class TemporalBacklogs:
             secret_data = await asyncio.to_thread(self._read_secret, secret_ns, conn.secret_name)
         client = await conn.client(ref.namespace, secret_data)
         queue = TaskQueue(name=ref.name, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL)
+        describe = client.workflow_service.describe_task_queue
+        timeout = timedelta(seconds=self._timeout)
         answers = []
         for name in types:
             request = DescribeTaskQueueRequest(
@@ -240,11 +239,7 @@ class TemporalBacklogs:
                 report_stats=stats,
             )
             try:
-                answers.append(
-                    await client.workflow_service.describe_task_queue(
-                        request, timeout=timedelta(seconds=self._timeout)
-                    )
-                )
+                answers.append(await describe(request, timeout=timeout))
             except RPCError:
                 if name != "NEXUS":
                     raise
@@ -329,9 +324,7 @@ class Asker:
         thread: AskerThread,
         wake: Callable[[], None] | None = None,
         wall: Callable[[], float] = time.time,
-        name: str = "",
     ) -> None:
-        self.name = name
         self.thread = thread
         self.wake = wake
         self._wall = wall
@@ -410,10 +403,6 @@ class Asker:
         """The queues asked about and not answered yet."""
         with self._lock:
             return frozenset(self._flying)
-
-    def close(self) -> None:
-        """Stop the (shared) thread; questions in flight are cancelled."""
-        self.thread.close()
 
 
 def _news(answer: Answer) -> object:

@@ -254,14 +254,11 @@ def _limit(current: int, state: ScalingState, rules: ScalingRules, now: float, u
 
 
 def _with_event(state: ScalingState, current: int, new: int, now: float) -> ScalingState:
+    event = ScaleEvent(now, abs(new - current))
     if new > current:
-        return replace(
-            state, scale_up_events=(*state.scale_up_events, ScaleEvent(now, new - current))
-        )
+        return replace(state, scale_up_events=(*state.scale_up_events, event))
     if new < current:
-        return replace(
-            state, scale_down_events=(*state.scale_down_events, ScaleEvent(now, current - new))
-        )
+        return replace(state, scale_down_events=(*state.scale_down_events, event))
     return state
 
 

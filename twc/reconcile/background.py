@@ -16,7 +16,6 @@ from typing import Any
 
 from twc.engine.errors import EngineYielded
 from twc.reconcile.act import Actor
-from twc.reconcile.decide import DesiredState, ReconcileDecision
 from twc.reconcile.outcome import EngineNotStarted, outcome_of
 from twc.reconcile.plan import Plan
 from twc.reconcile.report import Reporter
@@ -34,8 +33,6 @@ class EngineRun:
     future: Future[Any]
     started: float
     plan: Plan | None = None
-    decision: ReconcileDecision | None = None
-    attempted: DesiredState | None = None
     yielded: bool = False
 
 
@@ -84,16 +81,9 @@ class BackgroundEngine:
                 raise RuntimeError("an engine run is in progress already")
             self._run = EngineRun(kind, self._executor.submit(work), **details)
 
-    def start_up(self, decision: ReconcileDecision, plan: Plan, started: float) -> None:
-        """Start the ``up`` that carries out ``decision``."""
-        self._start(
-            "up",
-            lambda: self._actor.run_up(decision, plan),
-            started=started,
-            plan=plan,
-            decision=decision,
-            attempted=plan.hashes,
-        )
+    def start_up(self, plan: Plan, started: float) -> None:
+        """Start the ``up`` that carries out ``plan``'s decision."""
+        self._start("up", lambda: self._actor.run_up(plan), started=started, plan=plan)
 
     def start_refresh(self) -> None:
         """Start a ``refresh`` (drift detection)."""
@@ -105,7 +95,7 @@ class BackgroundEngine:
             run = self._run
         if run is None or run.kind != "refresh" or run.future.done() or run.yielded:
             return
-        if self._actor.give_way(reason):
+        if self._actor.engine.preempt(reason):
             run.yielded = True
             logger.info("[%s] refresh gives way to a change: %s", self.stack, reason)
 
@@ -135,9 +125,11 @@ class BackgroundEngine:
             return self._fold_refresh(state, run, error)
         settings, jitter = self._settings.backoff, self._jitter
         outcome = outcome_of(error, attempt=state.next_attempt, settings=settings, jitter=jitter)
-        state = state.finished(outcome, now=self._monotonic(), attempted=run.attempted)
+        state = state.finished(
+            outcome, now=self._monotonic(), attempted=run.plan.hashes if run.plan else None
+        )
         self._reporter.finished(
-            run.plan, run.decision, outcome, state, started=run.started, now=self._monotonic()
+            run.plan, outcome, state, started=run.started, now=self._monotonic()
         )
         return state
 

@@ -3,6 +3,7 @@
 Each iteration (:meth:`Daemon.iterate`) is observe → plan (pure) → execute → report. A
 failing step becomes an :class:`~twc.reconcile.outcome.Outcome`; nothing escapes an iteration.
 The sleep between iterations is woken by the watches and by :meth:`Daemon.request_stop`.
+The :class:`DeletionGuard` holds mass deletions across iterations.
 """
 
 from __future__ import annotations
@@ -11,30 +12,41 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Protocol
 
 from twc.connections import default_registry
-from twc.desired import DesiredFleet
+from twc.desired import (
+    DesiredFleet,
+    DesiredInputs,
+    GuardVerdict,
+    Hold,
+    HoldFailed,
+    ObjectList,
+    deletion_digest,
+    desired_fleet,
+    held_objects,
+    judge_deletions,
+)
 from twc.reconcile.act import Actor, Effects
 from twc.reconcile.asking import POLLERS_DEADLINE, Asker, AskerThread, Budget
 from twc.reconcile.background import BackgroundEngine
 from twc.reconcile.decide import DesiredState, ReconcileAction, decide_reconcile
 from twc.reconcile.faults import BLOCKING, FaultBook
 from twc.reconcile.health import DaemonMetrics, Liveness
-from twc.reconcile.holds import DeletionGuard
 from twc.reconcile.observe import Observation, Observer, Sources, WorkerFacts
 from twc.reconcile.outcome import Outcome, outcome_of
-from twc.reconcile.plan import Plan, desired_from, make_plan, with_conflicts
+from twc.reconcile.plan import Plan, desired_from, make_plan
 from twc.reconcile.report import FaultReporter, Reporter, shorten
 from twc.reconcile.settings import DaemonSettings
 from twc.reconcile.state import LoopState
 from twc.reconcile.state import sleep as interruptible_sleep
+from twc.spec import Fleet, load_fleet
 
-__all__ = ["Clocks", "Daemon", "LeaderGate"]
+__all__ = ["Clocks", "Daemon", "DeletionGuard", "LeaderGate"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,15 +73,6 @@ class Clocks:
     jitter: Callable[[], float] | None = random.random
     engine: Callable[[str], Executor] = _engine_thread
     asker: Callable[[str], AskerThread] = AskerThread
-
-
-@dataclass(frozen=True)
-class Observed:
-    """What the observe step found: the cluster, the desired fleet, its workers' facts."""
-
-    seen: Observation
-    desired: DesiredFleet
-    facts: WorkerFacts
 
 
 class Daemon:
@@ -108,24 +111,21 @@ class Daemon:
         self.liveness = Liveness(clock, settings.liveness_allowance)
         self.faults = FaultBook(clock, self.clocks.wall)
         faults = FaultReporter(stack=stack, metrics=self.metrics, book=self.faults)
-        self.observer = self._observer(sources, faults, budgets or Budget())
-        self.reporter = Reporter(
-            stack=stack,
-            metrics=self.metrics,
+        asking, wake = self.clocks.asker(stack), self.wakeup.set
+        self.observer = Observer(
+            sources,
+            settings=settings,
             faults=faults,
-            writer=effects.writer,
-            wall=self.clocks.wall,
-            deployments=self.observer.deployments,
-            pollers=self.observer.pollers,
-            record=sources.record,
+            metrics=self.metrics,
+            clock=clock,
+            budgets=budgets or Budget(),
+            asker=Asker(thread=asking, wake=wake),
+            sampler=Asker(thread=asking, wake=wake, wall=self.clocks.wall),
         )
-        self.guard = DeletionGuard(
-            registry=sources.registry or default_registry(),
-            file=sources.file,
-            record=sources.record,
-            stack=stack,
-            on_verdict=self.reporter.report_held,
+        self.reporter = Reporter(
+            faults=faults, writer=effects.writer, wall=self.clocks.wall, observer=self.observer
         )
+        self.guard = DeletionGuard(sources, stack=stack, on_verdict=self.reporter.report_held)
         self.actor = Actor(
             effects,
             sources,
@@ -144,19 +144,6 @@ class Daemon:
             executor=self.clocks.engine(stack),
         )
         self.metrics.leader.labels(stack).set(0)
-
-    def _observer(self, sources: Sources, faults: FaultReporter, budgets: Budget) -> Observer:
-        asking, wake, clock = self.clocks.asker(self.stack), self.wakeup.set, self.clocks.monotonic
-        return Observer(
-            sources,
-            settings=self.settings,
-            faults=faults,
-            metrics=self.metrics,
-            clock=clock,
-            budgets=budgets,
-            asker=Asker(name=self.stack, thread=asking, wake=wake),
-            sampler=Asker(thread=asking, wake=wake, wall=self.clocks.wall),
-        )
 
     def _may_apply_now(self) -> bool:
         return self._leader is None or self._leader.is_leader()
@@ -183,8 +170,7 @@ class Daemon:
         """Readiness: a standby is; a leader once it reconciled and nothing blocks it."""
         if not self._may_apply():
             return True, "standby: another daemon holds the lease"
-        blocking = sorted(f.value for f in self.faults.active() if f in BLOCKING)
-        if blocking:
+        if blocking := sorted(f.value for f in self.faults.active() if f in BLOCKING):
             return False, f"cannot apply the stack: {', '.join(blocking)}"
         if self.state is None or self.state.last_success_at is None:
             return False, "no successful reconcile yet"
@@ -285,8 +271,8 @@ class Daemon:
         self.liveness.expect(state.next_delay(now=self.clocks.monotonic(), settings=self.settings))
         return state
 
-    def observe(self, *, now: float) -> Observed:
-        """Step one: the cluster, the file, the desired fleet the guards allow, its facts."""
+    def observe(self, *, now: float) -> tuple[Observation, DesiredFleet, WorkerFacts]:
+        """Step one: the cluster and the file, the desired fleet the guards allow, its facts."""
         observer, file = self.observer, self.observer.sources.file
         seen = observer.observe()
         if self._accepted is None:
@@ -297,19 +283,16 @@ class Daemon:
         existing = seen.live.keys() if seen.live is not None else None
         desired = self.guard.guard(seen.fleet, desired, existing, now=now, wall=self.clocks.wall())
         known = self.guard.previous.workers if self.guard.previous is not None else ()
-        conflicts = observer.conflicts(desired, existing, known)
-        desired = with_conflicts(
-            seen.fleet, desired, conflicts, registry=observer.registry, file=file
-        )
-        return Observed(seen, desired, observer.facts(desired))
+        # Without new workers whose names others' objects have (``ObjectExists``).
+        if conflicts := observer.conflicts(desired, existing, known):
+            inputs = desired.inputs.model_copy(update={"conflicts": conflicts})
+            desired = desired_fleet(seen.fleet, inputs, registry=observer.registry, file=file)
+        return seen, desired, observer.facts(desired)
 
     def plan(self, state: LoopState, *, now: float) -> Plan:
         """Observe, then the pure plan; touches no engine."""
-        found = self.observe(now=now)
         plan = make_plan(
-            found.seen,
-            found.desired,
-            found.facts,
+            *self.observe(now=now),
             state,
             settings=self.settings,
             now=now,
@@ -321,9 +304,9 @@ class Daemon:
             views_of=self.stack if self.actor.keeps_views else None,
             deletions=self.guard.verdict,
         )
-        self.guard.planned(found.desired)
+        self.guard.planned(plan.desired)
         self._desired = dict(plan.replicas)
-        self._observed = dict(found.seen.live or {})
+        self._observed = dict(plan.current)
         return plan
 
     def _planned(self, state: LoopState, *, now: float) -> tuple[LoopState, Plan]:
@@ -345,9 +328,9 @@ class Daemon:
             # An engine run started now could outlive the grace period.
             logger.info("[%s] stopping: not starting an up (%s)", self.stack, decision.reason)
         else:
-            self.actor.apply_early(decision, plan)
+            self.actor.apply_early(plan)
             if not self._engine.busy():
-                self._engine.start_up(decision, plan, started)
+                self._engine.start_up(plan, started)
             elif decision.workers:
                 self._engine.give_way(decision.reason)  # a refresh yields to a change
             deferred = True
@@ -369,13 +352,11 @@ class Daemon:
     ) -> LoopState:
         now = self.clocks.monotonic
         state = state.finished(outcome, now=now())
-        decision = plan.decision if plan is not None else None
-        self.reporter.finished(plan, decision, outcome, state, started=started, now=now())
-        due = state.refresh_due(now=now(), settings=self.settings)
-        if outcome.ok and due and not self._stop.is_set() and not self._engine.busy():
-            since = state.refresh_due_at(self.settings)
-            if self._turn is None or self._turn(self.stack, since):
-                self._engine.start_refresh()
+        self.reporter.finished(plan, outcome, state, started=started, now=now())
+        since = state.refresh_due_at(self.settings)
+        due = outcome.ok and now() >= since and not self._stop.is_set() and not self._engine.busy()
+        if due and (self._turn is None or self._turn(self.stack, since)):
+            self._engine.start_refresh()
         return state
 
     def _wait(self, state: LoopState) -> LoopState:
@@ -389,7 +370,7 @@ class Daemon:
                 # Before the ended run is folded (and reported): a new Queue's worker waits not.
                 state, plan = self._planned(state, now=self.clocks.monotonic())
                 if plan.decision.added:
-                    self.actor.apply_early(plan.decision, plan)
+                    self.actor.apply_early(plan)
                 self._engine_free(plan)
             except Exception as exc:  # noqa: BLE001 - the iteration after the settle reports it
                 logger.debug("[%s] not answered before the settle: %s", self.stack, exc)
@@ -462,3 +443,111 @@ class Daemon:
         self.clocks.sleep(retry, self.wakeup)
         if not self._stop.is_set():
             self.wakeup.clear()  # watch events are for the leader
+
+
+class DeletionGuard:
+    """One stack's hold on mass deletions: :func:`twc.desired.judge_deletions` kept across
+    iterations, with its previous desired state and release.
+
+    Held workers stay desired with the inputs they last came from; ``DeletionsHeld`` names them
+    (on the stack's record too, for ``twc approve``). A released set stays released while its
+    deletions are under way; the same set coming back later is held again.
+    """
+
+    def __init__(
+        self, sources: Sources, *, stack: str, on_verdict: Callable[[GuardVerdict], None]
+    ) -> None:
+        self._registry = sources.registry or default_registry()
+        self._file = sources.file
+        self._record = sources.record
+        self._stack = stack
+        self._on_verdict = on_verdict
+        self.hold: Hold | None = None
+        self.previous: DesiredFleet | None = None
+        self.verdict: GuardVerdict | None = None
+        self._releasing: frozenset[str] = frozenset()
+
+    def remember(self, accepted: Mapping[str, Any], fleet: Mapping[str, Any] | None) -> None:
+        """Start from the desired state the record's last accepted objects and fleet make."""
+        if fleet is None or self.previous is not None:
+            return
+        try:
+            self.previous = desired_fleet(
+                load_fleet(dict(fleet), self._file),
+                DesiredInputs(
+                    fleet=dict(fleet),
+                    cluster={k: ObjectList.known(v.values()) for k, v in accepted.items()},
+                    accepted={k: dict(v) for k, v in accepted.items()},
+                ),
+                registry=self._registry,
+                file=self._file,
+            )
+        except Exception as exc:  # noqa: BLE001 - held workers cannot come back; the guard still holds
+            logger.warning("[%s] the recorded desired state does not load: %s", self._stack, exc)
+
+    def guard(
+        self,
+        fleet: Fleet,
+        desired: DesiredFleet,
+        existing: Collection[str] | None,
+        *,
+        now: float,
+        wall: float,
+    ) -> DesiredFleet:
+        """``desired`` with held workers put back; ``existing``: workers running now, or None."""
+        if existing is None:
+            existing = set(self.previous.workers) if self.previous is not None else set()
+        running = set(existing)
+        deleting = frozenset(running - set(desired.workers))
+        settings = fleet.deletion_guard
+        if not deleting or not deleting <= self._releasing:
+            self._releasing = frozenset()
+        approved: str | None = None
+        if len(deleting) > settings.allowed(len(running)):
+            approved = deletion_digest(deleting) if self._releasing else self._approved()
+        verdict = judge_deletions(
+            deleting,
+            len(running),
+            self.hold,
+            now=now,
+            wall=wall,
+            settings=settings,
+            approved=approved,
+        )
+        self.verdict = verdict
+        if verdict.released and not self._releasing:
+            self._releasing = verdict.deleting
+            names = ", ".join(sorted(verdict.deleting))
+            logger.warning(
+                "[%s] deleting %d workers (%s): %s",
+                self._stack,
+                len(verdict.deleting),
+                verdict.released,
+                names,
+            )
+        self.hold = verdict.hold
+        self._on_verdict(verdict)
+        if verdict.hold is None:
+            return desired
+        if self.previous is None:
+            raise HoldFailed(verdict.hold.workers, "no earlier desired state knows them")
+        held, missing = held_objects(self.previous, verdict.hold.workers, desired)
+        if missing:
+            raise HoldFailed(missing, "no earlier input of theirs is known")
+        inputs = desired.inputs.model_copy(update={"held": held})
+        return desired_fleet(fleet, inputs, registry=self._registry, file=self._file)
+
+    def planned(self, desired: DesiredFleet) -> None:
+        """The desired state this iteration planned with: where held workers come from."""
+        self.previous = desired
+
+    def _approved(self) -> str | None:
+        if self._record is None:
+            return None
+        try:
+            return self._record.approved()
+        except Exception as exc:  # noqa: BLE001 - no approval read is no approval: still held
+            logger.warning(
+                "[%s] could not read approvals from %s: %s", self._stack, self._record, exc
+            )
+            return None

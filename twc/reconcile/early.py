@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from twc import builders
 from twc.connections import default_registry
-from twc.kube.workloads import ObjectRef, ref_of
+from twc.kube.workloads import ObjectRef
 from twc.spec import Fleet, ResolvedWorker
 
 __all__ = [
@@ -22,7 +22,6 @@ __all__ = [
     "ObjectRef",
     "early_objects",
     "plan_release",
-    "ref_of",
 ]
 
 EARLY_FIELD_MANAGER = "twc-early-apply"

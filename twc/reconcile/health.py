@@ -11,6 +11,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol, TypeVar
 
@@ -33,9 +34,10 @@ _DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 _M = TypeVar("_M", Counter, Gauge, Histogram)
 
 
-def _metric(
+def metric(
     kind: type[_M], registry: CollectorRegistry, name: str, doc: str, labels: str = ""
 ) -> _M:
+    """A ``twc_<name>`` metric in ``registry``, labelled by stack and ``labels``."""
     extra: dict[str, Any] = {"buckets": _DURATION_BUCKETS} if kind is Histogram else {}
     return kind(f"twc_{name}", doc, ["stack", *labels.split()], registry=registry, **extra)
 
@@ -47,49 +49,34 @@ class DaemonMetrics:
         self.stack = stack
         r = self.registry = registry if registry is not None else CollectorRegistry()
         queue = "temporal_namespace task_queue"
-        self.reconciles = _metric(Counter, r, "reconcile", "Reconcile iterations.", "result")
-        self.reconcile_errors = _metric(
-            Counter, r, "reconcile_errors", "Failed iterations.", "reason"
+        counter, gauge = partial(metric, Counter, r), partial(metric, Gauge, r)
+        self.reconciles = counter("reconcile", "Reconcile iterations.", "result")
+        self.reconcile_errors = counter("reconcile_errors", "Failed iterations.", "reason")
+        self.reconcile_duration = metric(Histogram, r, "reconcile_duration_seconds", "Duration.")
+        self.engine_runs = counter("engine_runs", "Engine runs.", "operation mode")
+        self.engine_in_progress = gauge("engine_in_progress", "1 while it runs.", "operation")
+        self.last_success = gauge("last_success_timestamp_seconds", "Last success.")
+        self.desired_replicas = gauge("worker_desired_replicas", "Replicas wanted.", "worker")
+        self.current_replicas = gauge("worker_current_replicas", "Replicas now.", "worker")
+        self.backlog = gauge("task_queue_backlog", "Approximate backlog.", queue)
+        self.backlog_sampled_at = gauge(
+            "task_queue_backlog_sampled_at_seconds", "The backlog's time.", queue
         )
-        self.reconcile_duration = _metric(Histogram, r, "reconcile_duration_seconds", "Duration.")
-        self.engine_runs = _metric(Counter, r, "engine_runs", "Engine runs.", "operation mode")
-        self.engine_in_progress = _metric(
-            Gauge, r, "engine_in_progress", "1 while it runs.", "operation"
-        )
-        self.last_success = _metric(Gauge, r, "last_success_timestamp_seconds", "Last success.")
-        self.desired_replicas = _metric(
-            Gauge, r, "worker_desired_replicas", "Replicas wanted.", "worker"
-        )
-        self.current_replicas = _metric(
-            Gauge, r, "worker_current_replicas", "Replicas now.", "worker"
-        )
-        self.backlog = _metric(Gauge, r, "task_queue_backlog", "Approximate backlog.", queue)
-        self.backlog_sampled_at = _metric(
-            Gauge, r, "task_queue_backlog_sampled_at_seconds", "The backlog's time.", queue
-        )
-        self.backlog_errors = _metric(Counter, r, "backlog_sample_errors", "Failed samples.")
-        self.invalid_queues = _metric(
-            Gauge, r, "invalid_queue_objects", "Queue objects skipped as invalid."
-        )
-        self.cluster_queues = _metric(Gauge, r, "cluster_queue_objects", "Queue objects accepted.")
-        self.invalid_objects = _metric(
-            Gauge, r, "invalid_native_objects", "Invalid objects.", "kind"
-        )
-        self.drifted = _metric(Gauge, r, "drifted_resources", "Drift the last refresh found.")
-        self.drift_detected = _metric(Counter, r, "drift_detected", "Refreshes with drift.")
-        self.recoveries = _metric(Counter, r, "stack_recoveries", "Stack repairs.", "action")
-        self.early_applies = _metric(
-            Counter, r, "early_applies", "Applied before the engine.", "result"
-        )
-        self.scale_writes = _metric(
-            Counter, r, "scale_writes", "Replicas written by scale.", "result"
-        )
-        self.leader = _metric(Gauge, r, "leader", "1 while this daemon may apply the stack.")
-        self.fault_active = _metric(Gauge, r, "fault_active", "1 while it lasts.", "fault")
-        self.faults = _metric(Counter, r, "faults", "Faults that started.", "fault")
-        self.kept_objects = _metric(Gauge, r, "kept_objects", "Kept on their last spec.", "kind")
-        self.object_conflicts = _metric(Gauge, r, "object_conflicts", "Left out: ObjectExists.")
-        self.deletions_held = _metric(Gauge, r, "deletions_held", "Workers whose deletion is held.")
+        self.backlog_errors = counter("backlog_sample_errors", "Failed samples.")
+        self.invalid_queues = gauge("invalid_queue_objects", "Queue objects skipped as invalid.")
+        self.cluster_queues = gauge("cluster_queue_objects", "Queue objects accepted.")
+        self.invalid_objects = gauge("invalid_native_objects", "Invalid objects.", "kind")
+        self.drifted = gauge("drifted_resources", "Drift the last refresh found.")
+        self.drift_detected = counter("drift_detected", "Refreshes with drift.")
+        self.recoveries = counter("stack_recoveries", "Stack repairs.", "action")
+        self.early_applies = counter("early_applies", "Applied before the engine.", "result")
+        self.scale_writes = counter("scale_writes", "Replicas written by scale.", "result")
+        self.leader = gauge("leader", "1 while this daemon may apply the stack.")
+        self.fault_active = gauge("fault_active", "1 while it lasts.", "fault")
+        self.faults = counter("faults", "Faults that started.", "fault")
+        self.kept_objects = gauge("kept_objects", "Kept on their last spec.", "kind")
+        self.object_conflicts = gauge("object_conflicts", "Left out: ObjectExists.")
+        self.deletions_held = gauge("deletions_held", "Workers whose deletion is held.")
         for operation in ("up", "refresh", "recover"):
             self.engine_in_progress.labels(stack, operation).set(0)
         self._known_workers: set[str] = set()

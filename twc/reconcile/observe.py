@@ -64,8 +64,7 @@ POLLERS_RECHECK_INTERVAL = 5.0
 class FaultSink(Protocol):
     """Where observed faults go (the loop's report step)."""
 
-    def fault(self, fault: Fault, source: str, message: str) -> None: ...
-    def fault_cleared(self, fault: Fault, source: str) -> None: ...
+    def fault(self, fault: Fault, source: str, message: str | None) -> None: ...
 
 
 class CachedFleetFile:
@@ -179,7 +178,7 @@ class Observer:
 
     def close(self) -> None:
         """Close the askers' thread and the rollouts' event loop."""
-        self.asker.close()
+        self.asker.thread.close()  # the sampler's too: they share it
         if self._loop is not None:
             self._loop.close()
             self._loop = None
@@ -200,7 +199,7 @@ class Observer:
             # The watches retry in their own threads; the loop reports what they last saw.
             failure = getattr(watch, "failure", None)
             error = failure() if callable(failure) else None
-            self._fault(Fault.KUBERNETES_UNAVAILABLE, name, str(error) if error else None)
+            self._faults.fault(Fault.KUBERNETES_UNAVAILABLE, name, str(error) if error else None)
         cluster: dict[str, ObjectList] | None = None
         if fleet.cluster_objects:
             cluster = self._cluster()
@@ -213,9 +212,9 @@ class Observer:
                 live = self.sources.replicas()
             except Exception as exc:  # noqa: BLE001 - held and reported as a fault while it lasts
                 known = False
-                self._fault(Fault.KUBERNETES_UNAVAILABLE, "replicas", str(exc))
+                self._faults.fault(Fault.KUBERNETES_UNAVAILABLE, "replicas", str(exc))
             else:
-                self._fault(Fault.KUBERNETES_UNAVAILABLE, "replicas", None)
+                self._faults.fault(Fault.KUBERNETES_UNAVAILABLE, "replicas", None)
         scaled: frozenset[str] | None = None
         if known and self.sources.scaled is not None:
             try:
@@ -224,25 +223,18 @@ class Observer:
                 logger.debug("[%s] could not read replica ownership: %s", self._stack, exc)
         return Observation(fleet=fleet, cluster=cluster, live=live, live_known=known, scaled=scaled)
 
-    def _fault(self, fault: Fault, source: str, message: str | None) -> None:
-        if message is None:
-            self._faults.fault_cleared(fault, source)
-        else:
-            self._faults.fault(fault, source, message)
-
     def _cluster(self) -> dict[str, ObjectList]:
         # A kind whose list failed is unknown, never empty: its last accepted objects stay.
         out: dict[str, ObjectList] = {QUEUE_KIND_KEY: self.sources.queues.observed()}
         native = self.sources.native
         if native is None:
-            out[WORKER_KIND_KEY] = ObjectList.known(())  # no cluster: no such objects
-            for kind in self.registry.watched_kinds():
-                out[kind_key(kind.kind, kind.api_group)] = ObjectList.known(())
+            for key in (WORKER_KIND_KEY, *self.watched_kinds()):  # no cluster: no such objects
+                out[key] = ObjectList.known(())
         else:
             out.update(native.observed())
         for key, found in sorted(out.items()):
             failure = None if found.is_known else (found.failure or "unknown")
-            self._fault(Fault.OBJECTS_UNKNOWN, key, failure)
+            self._faults.fault(Fault.OBJECTS_UNKNOWN, key, failure)
         return out
 
     def _selections(self, select: Mapping[str, Any]) -> ObjectList:
@@ -359,7 +351,7 @@ class Observer:
         for fault in (Fault.TEMPORAL_UNAVAILABLE, Fault.BACKLOG_SAMPLING_FAILED):
             lines = found.get(fault)
             text = f"{len(lines)} worker(s), replicas held; {'; '.join(lines)}" if lines else None
-            self._fault(fault, "backlog", text)
+            self._faults.fault(fault, "backlog", text)
         return out
 
     def next_sample_in(self, now: float) -> float | None:

@@ -18,6 +18,7 @@ from twc.desired import (
     WORKER_KIND_KEY,
     DesiredFleet,
     DesiredInputs,
+    GuardVerdict,
     KindMerge,
     Rejection,
     connection_native,
@@ -30,7 +31,6 @@ from twc.native.objects import IdentityKey, NativeObject
 from twc.native.views import ViewPlan, desired_views, plan_views
 from twc.reconcile.autoscale import ScaleDecision, ScalingState, WorkerScaleInput, scale_fleet
 from twc.reconcile.decide import DesiredState, ReconcileDecision, decide_reconcile, desired_state
-from twc.reconcile.holds import GuardVerdict
 from twc.reconcile.observe import Observation, WorkerFacts
 from twc.reconcile.settings import DaemonSettings
 from twc.reconcile.state import LoopState
@@ -42,9 +42,9 @@ from twc.reconcile.versions import (
     version_scale_inputs,
 )
 from twc.rollout import RolloutPlan
-from twc.spec import Fleet, ResolvedWorker
+from twc.spec import ResolvedWorker
 
-__all__ = ["NativePlan", "Plan", "desired_from", "make_plan", "scale_writes", "with_conflicts"]
+__all__ = ["NativePlan", "Plan", "desired_from", "make_plan", "scale_writes"]
 
 _POSITIONAL = {"source", "connection_source"}  # where in the file a worker is, not what
 
@@ -95,21 +95,6 @@ def desired_from(
         accepted=dict(accepted),
     )
     return desired_fleet(seen.fleet, inputs, registry=registry, file=file)
-
-
-def with_conflicts(
-    fleet: Fleet,
-    desired: DesiredFleet,
-    conflicts: Mapping[str, str],
-    *,
-    registry: Registry,
-    file: str,
-) -> DesiredFleet:
-    """``desired`` without new workers whose names others' objects have (``ObjectExists``)."""
-    if not conflicts:
-        return desired
-    inputs = desired.inputs.model_copy(update={"conflicts": dict(conflicts)})
-    return desired_fleet(fleet, inputs, registry=registry, file=file)
 
 
 def make_plan(

@@ -9,25 +9,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ParamSpec
 
-from twc.desired import QUEUE_KIND_KEY, DesiredFleet, Rejection
+from twc.desired import QUEUE_KIND_KEY, DesiredFleet, GuardVerdict, Hold, Rejection
 from twc.engine.errors import engine_failure
-from twc.kube.record import HeldRecord, RecordStore
+from twc.kube.record import HeldRecord
 from twc.kube.writer import ObjectWriter
 from twc.native.messages import worker_failure
 from twc.native.objects import FINALIZER, IdentityKey, NativeObject, finalizer_updates
 from twc.native.status import (
     DeploymentFacts,
-    PollerFacts,
     accepted_status,
     rejected_status,
     status_patch,
 )
-from twc.reconcile.decide import DesiredState, ReconcileAction, ReconcileDecision
-from twc.reconcile.faults import Fault, FaultBook, FaultChange, engine_fault
+from twc.reconcile.decide import DesiredState, ReconcileAction
+from twc.reconcile.faults import Fault, FaultBook, engine_fault
 from twc.reconcile.health import DaemonMetrics
-from twc.reconcile.holds import GuardVerdict, Hold
+from twc.reconcile.observe import Observer
 from twc.reconcile.outcome import FailureReason, Outcome, OutcomeKind
 from twc.reconcile.plan import NativePlan, Plan
 from twc.reconcile.state import LoopState
@@ -38,15 +37,12 @@ from twc.timestamps import rfc3339
 __all__ = ["FaultReporter", "Reporter", "shorten"]
 
 logger = logging.getLogger(__name__)
+_P = ParamSpec("_P")
 
 
 def shorten(text: str, limit: int = 2000) -> str:
     """``text`` cut in the middle to at most about ``limit`` characters."""
     return text if len(text) <= limit else f"{text[: limit // 2]} [...] {text[-limit // 2 :]}"
-
-
-def _retry(stack: str, what: str, exc: Exception) -> None:
-    logger.warning("[%s] %s (retrying): %s", stack, what, exc)
 
 
 class FaultReporter:
@@ -57,15 +53,12 @@ class FaultReporter:
         self.metrics = metrics
         self.book = book
 
-    def fault(self, fault: Fault, source: str, message: str) -> None:
-        """``source`` sees ``fault`` now."""
-        self._changed(self.book.report(fault, source, message))
-
-    def fault_cleared(self, fault: Fault, source: str) -> None:
-        """``source`` no longer sees ``fault``."""
-        self._changed(self.book.clear(fault, source))
-
-    def _changed(self, change: FaultChange | None) -> None:
+    def fault(self, fault: Fault, source: str, message: str | None) -> None:
+        """``source`` sees ``fault`` now (``message``), or no longer (``None``)."""
+        book = self.book
+        change = (
+            book.clear(fault, source) if message is None else book.report(fault, source, message)
+        )
         if change is None:
             return
         name = change.fault.value
@@ -83,7 +76,7 @@ class FaultReporter:
             if each is fault:
                 self.fault(each, "engine", engine_failure(outcome.message).reason)
             elif outcome.ok:
-                self.fault_cleared(each, "engine")
+                self.fault(each, "engine", None)
 
 
 class Reporter:
@@ -92,23 +85,16 @@ class Reporter:
     def __init__(
         self,
         *,
-        stack: str,
-        metrics: DaemonMetrics,
         faults: FaultReporter,
         writer: ObjectWriter | None,
         wall: Callable[[], float],
-        deployments: Callable[[], Mapping[str, tuple[int, int]] | None],
-        pollers: Callable[[DesiredFleet, Sequence[str]], Mapping[str, PollerFacts]],
-        record: RecordStore | None = None,
+        observer: Observer,
     ) -> None:
-        self.stack = stack
-        self.metrics = metrics
-        self.faults = faults
+        self.stack, self.metrics, self.faults = faults.stack, faults.metrics, faults
         self._writer = writer
         self._wall = wall
-        self._deployments = deployments
-        self._pollers = pollers
-        self._record = record
+        self._observer = observer
+        self._record = observer.sources.record
         self.reported_invalid: dict[str, str] = {}
         self.reported_native: dict[str, tuple[str, str]] = {}
         self.reported_conflicts: dict[str, str] = {}
@@ -123,6 +109,15 @@ class Reporter:
         self._hold: Hold | None = None
         self._hold_published: str | None = None
         self._remembered: tuple[object, ...] | None = None
+
+    def _tried(self, what: str, write: Callable[_P, object], *a: _P.args, **k: _P.kwargs) -> bool:
+        """Whether ``write(*a, **k)`` went through; a failure is logged, never raised."""
+        try:
+            write(*a, **k)
+        except Exception as exc:  # noqa: BLE001 - write-back never fails the loop: tried next time
+            logger.warning("[%s] %s (retrying): %s", self.stack, what, exc)
+            return False
+        return True
 
     def planned(self, plan: Plan) -> None:
         """Report what planning found: replica decisions, objects left out or kept."""
@@ -141,17 +136,20 @@ class Reporter:
         self.metrics.set_workers(dict(plan.replicas), current)
         self._report_queues(plan.desired)
         self._remember(plan)
-        self._report_conflicts(plan.desired)
+        conflicts = dict(plan.desired.conflicts)
+        gone = "[%s/%s] no longer in conflict (or gone)"
+        for key in self._changed(self.reported_conflicts, conflicts, gone):
+            logger.warning("[%s/%s] ObjectExists, left out: %s", self.stack, key, conflicts[key])
+        self.reported_conflicts = conflicts
+        self.metrics.object_conflicts.labels(self.stack).set(len(conflicts))
         if plan.native is None or not plan.native.rejected:
             return
         # Rejections need no engine: say so now, not after a long up.
-        self._report_native(plan.native)
+        native = plan.native
+        self._report_native(native)
         if self._writer is not None:
             self._flush_events()
-            try:
-                self._update_status(None, plan.native, None, only_rejected=True)
-            except Exception as exc:  # noqa: BLE001 - write-back never fails the loop
-                _retry(self.stack, "status write-back failed", exc)
+            self._tried("status write-back failed", self._update_status, native, None, None)
 
     def _report_queues(self, desired: DesiredFleet) -> None:
         merge = desired.kinds.get(QUEUE_KIND_KEY)
@@ -170,15 +168,6 @@ class Reporter:
         kept = sum(1 for r in rejected.values() if r.kept)
         self.metrics.kept_objects.labels(self.stack, "Queue").set(kept)
 
-    def _report_conflicts(self, desired: DesiredFleet) -> None:
-        now = dict(desired.conflicts)
-        for key in self._changed(
-            self.reported_conflicts, now, "[%s/%s] no longer in conflict (or gone)"
-        ):
-            logger.warning("[%s/%s] ObjectExists, left out: %s", self.stack, key, now[key])
-        self.reported_conflicts = now
-        self.metrics.object_conflicts.labels(self.stack).set(len(now))
-
     def _changed(
         self, before: Mapping[str, object], now: Mapping[str, object], gone: str
     ) -> list[str]:
@@ -187,7 +176,7 @@ class Reporter:
         return [key for key in sorted(now) if before.get(key) != now[key]]
 
     def _remember(self, plan: Plan) -> None:
-        if self._record is None or not plan.desired.cluster_managed:
+        if (record := self._record) is None or not plan.desired.cluster_managed:
             return
         accepted = plan.desired.accepted
         marker = (
@@ -196,12 +185,8 @@ class Reporter:
         )
         if marker == self._remembered:
             return
-        try:
-            self._record.save(accepted, plan.inputs.fleet)
-        except Exception as exc:  # noqa: BLE001 - write-back never fails the loop
-            _retry(self.stack, f"could not write {self._record}", exc)
-            return
-        self._remembered = marker
+        if self._tried(f"could not write {record}", record.save, accepted, plan.inputs.fleet):
+            self._remembered = marker
 
     def report_held(self, verdict: GuardVerdict | None) -> None:
         """``DeletionsHeld`` while the guard holds deletions: log, metric, Event, record."""
@@ -211,33 +196,24 @@ class Reporter:
         if digest != self._hold_published and hold is not None:
             names = ", ".join(sorted(hold.workers))
             logger.warning("[%s] DeletionsHeld: %s: %s", self.stack, hold.reason, names)
-            self._record_event("DeletionsHeld", f"{hold.reason}: {names}")
+            if self._writer is not None and (r := self._record) is not None:
+                obj = NativeObject("", "v1", "configmaps", "ConfigMap", r.name, r.namespace)
+                self._pending_events.append((obj, "DeletionsHeld", f"{hold.reason}: {names}"))
+                self._flush_events()
         elif digest != self._hold_published:
             why = verdict.released if verdict is not None and verdict.released else None
             logger.info("[%s] held deletions released (%s)", self.stack, why or "no longer wanted")
-        if self._record is not None:
+        if (record := self._record) is not None:
             held = None
             if hold is not None:
                 held = HeldRecord(hold.digest, tuple(sorted(hold.workers)), hold.reason)
-            try:
-                self._record.publish_held(held)
-            except Exception as exc:  # noqa: BLE001 - write-back never fails the loop
-                _retry(self.stack, "could not publish held deletions", exc)
+            if not self._tried("could not publish held deletions", record.publish_held, held):
                 return
         self._hold_published = digest
 
-    def _record_event(self, reason: str, message: str) -> None:
-        if self._writer is None or self._record is None:
-            return
-        record = self._record
-        obj = NativeObject("", "v1", "configmaps", "ConfigMap", record.name, record.namespace)
-        self._pending_events.append((obj, reason, message))
-        self._flush_events()
-
     def held_status(self) -> dict[str, Any] | None:
         """The held deletions for ``/status``, or ``None``."""
-        hold = self._hold
-        if hold is None:
+        if (hold := self._hold) is None:
             return None
         return {
             "workers": sorted(hold.workers),
@@ -248,14 +224,7 @@ class Reporter:
         }
 
     def finished(
-        self,
-        plan: Plan | None,
-        decision: ReconcileDecision | None,
-        outcome: Outcome,
-        state: LoopState,
-        *,
-        started: float,
-        now: float,
+        self, plan: Plan | None, outcome: Outcome, state: LoopState, *, started: float, now: float
     ) -> None:
         """Report how an iteration ended (metrics, faults, log, write-back)."""
         self.faults.engine_faults(outcome)
@@ -266,7 +235,7 @@ class Reporter:
         else:
             self._log_failure(outcome)
         if plan is not None and plan.native is not None:
-            self._write_back(plan, decision, outcome, state)
+            self._write_back(plan, outcome, state)
 
     def _log_failure(self, outcome: Outcome) -> None:
         reason = outcome.reason.value if outcome.reason is not None else "Unknown"
@@ -313,9 +282,7 @@ class Reporter:
         )
         self.metrics.drift_detected.labels(self.stack).inc()
 
-    def _write_back(
-        self, plan: Plan, decision: ReconcileDecision | None, outcome: Outcome, state: LoopState
-    ) -> None:
+    def _write_back(self, plan: Plan, outcome: Outcome, state: LoopState) -> None:
         native = plan.native
         assert native is not None
         applied = state.applied
@@ -324,7 +291,7 @@ class Reporter:
         self._report_native(native)
         if outcome.ok:
             self._apply_failed.clear()
-        elif decision is not None and decision.action is not ReconcileAction.SKIP:
+        elif (decision := plan.decision).action is not ReconcileAction.SKIP:
             changed = decision.workers if decision.action is ReconcileAction.TARGETED else None
             # Tenants read the first error on their own resources, not the stack's output.
             refused = outcome.kind is OutcomeKind.PERMANENT
@@ -339,14 +306,8 @@ class Reporter:
         if self._writer is None:
             return
         self._flush_events()
-        try:
-            self._update_finalizers(native)
-        except Exception as exc:  # noqa: BLE001 - write-back never fails the loop
-            _retry(self.stack, "finalizer update failed", exc)
-        try:
-            self._update_status(plan, native, applied)
-        except Exception as exc:  # noqa: BLE001 - write-back never fails the loop
-            _retry(self.stack, "status write-back failed", exc)
+        self._tried("finalizer update failed", self._update_finalizers, native)
+        self._tried("status write-back failed", self._update_status, native, plan, applied)
 
     def _report_native(self, native: NativePlan) -> None:
         found = {f"{r.obj.kind} {r.obj.key}": r for r in native.rejected}
@@ -375,10 +336,8 @@ class Reporter:
         assert self._writer is not None
         pending, self._pending_events = self._pending_events, []
         for obj, reason, message in pending:
-            try:
-                self._writer.event(obj, reason, message)
-            except Exception as exc:  # noqa: BLE001 - write-back never fails the loop
-                _retry(self.stack, f"could not record an Event on {obj}", exc)
+            what = f"could not record an Event on {obj}"
+            self._tried(what, self._writer.event, obj, reason, message)
 
     @property
     def in_use(self) -> frozenset[IdentityKey]:
@@ -396,10 +355,8 @@ class Reporter:
             updates = [(obj, fins) for obj, fins in updates if FINALIZER in fins]
         for obj, finalizers in updates:
             added = FINALIZER in finalizers
-            try:
-                self._writer.set_finalizers(obj, finalizers)
-            except Exception as exc:  # noqa: BLE001 - a 409 or 404: decided again next time
-                _retry(self.stack, f"finalizers of {obj} not updated", exc)
+            what = f"finalizers of {obj} not updated"
+            if not self._tried(what, self._writer.set_finalizers, obj, finalizers):
                 continue
             logger.info(
                 "[%s] %s %s: %s",
@@ -410,19 +367,16 @@ class Reporter:
             )
 
     def _update_status(
-        self,
-        plan: Plan | None,
-        native: NativePlan,
-        applied: DesiredState | None,
-        *,
-        only_rejected: bool = False,
+        self, native: NativePlan, plan: Plan | None, applied: DesiredState | None
     ) -> None:
+        """The TemporalWorkers' status as planned; only the rejected ones' without a ``plan``."""
         assert self._writer is not None
+        only_rejected = plan is None
         now = rfc3339(self._wall())
         accepted = {} if only_rejected else {**native.workers.accepted, **_views_shown(native)}
         rejected = {r.obj.key: r for r in native.workers.rejected}
-        deployments = self._deployments() if accepted else {}
-        pollers = self._pollers(plan.desired, sorted(accepted)) if plan is not None else {}
+        deployments = self._observer.deployments() if accepted else {}
+        pollers = self._observer.pollers(plan.desired, sorted(accepted)) if plan else {}
         seen: set[str] = set()
         for obj in native.worker_objects:
             if obj.deleting or (only_rejected and obj.key not in rejected):
@@ -444,7 +398,7 @@ class Reporter:
                     message=why,
                     now=now,
                 )
-            elif key in accepted and plan is not None:
+            elif plan is not None and key in accepted:
                 kept, hashes = rejection, plan.hashes.workers
                 in_stack = applied is not None and applied.workers.get(key) == hashes.get(key)
                 dep = target_deployment(plan.versions, key) or (deployments or {}).get(key)
@@ -466,10 +420,8 @@ class Reporter:
             patch = status_patch(previous, desired)
             if patch is None:
                 continue
-            try:
-                self._writer.patch_status(obj, patch)
-            except Exception as exc:  # noqa: BLE001 - write-back never fails the loop
-                _retry(self.stack, f"status of {obj} not written", exc)
+            what = f"status of {obj} not written"
+            if not self._tried(what, self._writer.patch_status, obj, patch):
                 continue
             self._written[obj.uid] = {**self._written.get(obj.uid, {}), **patch["status"]}
             if "phase" in patch["status"]:

@@ -147,10 +147,8 @@ class ShardQueues(_ShardView[QueueSource]):
 
     def observed(self) -> ObjectList:
         """The shard's objects as the desired state's input (unknown until listed)."""
-        found = self._shared.snapshot()
-        if found is None:
-            return self._shared.observed()
-        return ObjectList.known(shard_part(found, self._namespaces()), trim=False)
+        found = self.snapshot()
+        return self._shared.observed() if found is None else ObjectList.known(found, trim=False)
 
 
 class ShardNative(_ShardView[NativeSource]):
@@ -196,8 +194,7 @@ class EngineSlots:
         self._clock = clock
         self._claim_ttl = claim_ttl
         self._free = threading.Condition()
-        self._ups_waiting = 0
-        self._refreshes_waiting = 0
+        self._waiting = {True: 0, False: 0}  # runs waiting: refreshes (True), ups (False)
         self._refresh_after = float("-inf")
         self._claims: dict[str, tuple[float, float]] = {}  # stack: (due since, last asked)
         self.running = 0
@@ -209,8 +206,7 @@ class EngineSlots:
     def acquire(self, *, refresh: bool, give_way: Callable[[], bool] | None = None) -> float:
         """Wait for a slot (a refresh also for its turn and the budget); when it started."""
         with self._free:
-            self._refreshes_waiting += int(refresh)
-            self._ups_waiting += int(not refresh)
+            self._waiting[refresh] += 1
             try:
                 while not self._may_start(refresh):
                     if self.closed:
@@ -220,8 +216,7 @@ class EngineSlots:
                     left = self._refresh_after - self._clock() if refresh else 0.0
                     self._free.wait(left if left > 0 else None)
             finally:
-                self._refreshes_waiting -= int(refresh)
-                self._ups_waiting -= int(not refresh)
+                self._waiting[refresh] -= 1
             self.running += 1
             self.refreshing += int(refresh)
             self.peak = max(self.peak, self.running)
@@ -232,7 +227,7 @@ class EngineSlots:
             return False
         kept_free = 1 if self.limit >= 2 else 0
         return not refresh or (
-            self._ups_waiting == 0
+            self._waiting[False] == 0
             and self.running + 1 <= self.limit - kept_free
             and self._clock() >= self._refresh_after
         )
@@ -258,7 +253,7 @@ class EngineSlots:
             for other, (_, asked) in list(self._claims.items()):
                 if now - asked > self._claim_ttl:
                     del self._claims[other]  # stopped asking: stopped, standby or failing
-            if self.closed or now < self._refresh_after or self._refreshes_waiting:
+            if self.closed or now < self._refresh_after or self._waiting[True]:
                 return False
             if min(self._claims, key=lambda k: (self._claims[k][0], k)) != stack:
                 return False

@@ -21,9 +21,7 @@ __all__ = ["LoopState", "sleep"]
 
 def sleep(delay: float, wakeup: threading.Event) -> bool:
     """Sleep up to ``delay`` seconds; True if ``wakeup`` was set (it is not cleared)."""
-    if delay <= 0:
-        return wakeup.is_set()
-    return wakeup.wait(delay)
+    return wakeup.wait(delay) if delay > 0 else wakeup.is_set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,16 +50,10 @@ class LoopState:
         """The state after an iteration that ran ``up`` for ``attempted`` (or none)."""
         state = replace(self, iteration=self.iteration + 1, last_outcome=outcome)
         if outcome.kind is OutcomeKind.SUCCESS:
+            state = replace(state, consecutive_failures=0, last_success_at=now)
             if attempted is None:
-                return replace(state, consecutive_failures=0, last_success_at=now)
-            return replace(
-                state,
-                consecutive_failures=0,
-                applied=attempted,
-                blocked=None,
-                blocked_at=None,
-                last_success_at=now,
-            )
+                return state
+            return replace(state, applied=attempted, blocked=None, blocked_at=None)
         state = replace(state, consecutive_failures=self.consecutive_failures + 1)
         if attempted is None:
             return state

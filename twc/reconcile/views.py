@@ -15,7 +15,7 @@ from prometheus_client import Counter, Gauge
 from twc.kube.writer import ObjectWriter
 from twc.native.objects import worker_native
 from twc.native.views import FROM_QUEUE, VIEW_LABEL, ViewPlan, ViewWrite, spec_matches
-from twc.reconcile.health import DaemonMetrics
+from twc.reconcile.health import DaemonMetrics, metric
 
 __all__ = ["VIEW_OVERWRITTEN", "ViewSync", "ViewWriter"]
 
@@ -53,23 +53,20 @@ class ViewSync:
         self._stack = stack
         self._events = events
         registry = metrics.registry
-        self._writes = Counter(
-            "twc_temporalworker_view_writes",
-            "Writes of generated TemporalWorker objects, by operation.",
-            ["stack", "operation"],
-            registry=registry,
-        )
-        self._shown = Gauge(
-            "twc_temporalworker_views",
-            "Generated TemporalWorker objects of Queue and fleet-file workers.",
-            ["stack"],
-            registry=registry,
-        )
+        what = "Writes of generated TemporalWorker objects, by operation."
+        self._writes = metric(Counter, registry, "temporalworker_view_writes", what, "operation")
+        what = "Generated TemporalWorker objects of Queue and fleet-file workers."
+        self._shown = metric(Gauge, registry, "temporalworker_views", what)
         self._skipped: dict[str, str] = {}
 
     def sync(self, views: ViewPlan) -> None:
         """Create, put back and delete views as planned; never raises."""
-        self._report_skipped(views.skipped)
+        for key, reason in sorted(views.skipped.items()):
+            if self._skipped.get(key) != reason:
+                logger.warning("[%s] no TemporalWorker view of %s: %s", self._stack, key, reason)
+        for key in set(self._skipped) - set(views.skipped):
+            logger.info("[%s] TemporalWorker view of %s no longer held back", self._stack, key)
+        self._skipped = dict(views.skipped)
         self._shown.labels(self._stack).set(len(views.shown))
         for write in views.writes:
             try:
@@ -127,7 +124,7 @@ class ViewSync:
         view = write.view
         where = (
             "the Queue object or the fleet's defaults"
-            if view.labels.get(VIEW_LABEL) == FROM_QUEUE
+            if view.body["metadata"]["labels"].get(VIEW_LABEL) == FROM_QUEUE
             else "the fleet file"
         )
         message = (
@@ -139,11 +136,3 @@ class ViewSync:
             self._events.event(worker_native(stored), VIEW_OVERWRITTEN, message)
         except Exception as exc:  # noqa: BLE001 - a view never fails the loop; the next iteration retries
             logger.warning("[%s] could not record an Event on %s: %s", self._stack, view.key, exc)
-
-    def _report_skipped(self, skipped: Mapping[str, str]) -> None:
-        for key, reason in sorted(skipped.items()):
-            if self._skipped.get(key) != reason:
-                logger.warning("[%s] no TemporalWorker view of %s: %s", self._stack, key, reason)
-        for key in set(self._skipped) - set(skipped):
-            logger.info("[%s] TemporalWorker view of %s no longer held back", self._stack, key)
-        self._skipped = dict(skipped)

@@ -429,13 +429,12 @@ def _wire_one(
     reads: dict[str, Any] = {"fleet": CachedFleetFile(path), "queues": StaticQueues(())}
     if kube is not None:
         cluster = _cluster(kube, options, settings, options.stack)
-        deployments = cluster.deployments
         reads |= {
             "queues": cluster.queues,
             "native": cluster.native,
-            "replicas": deployments.worker_replicas,
-            "scaled": deployments.scaled,
-            "deployments": deployments.worker_deployments,
+            "replicas": cluster.deployments.worker_replicas,
+            "scaled": cluster.deployments.scaled,
+            "deployments": cluster.deployments.worker_deployments,
         }
     automation = _automation(ref, settings, state_dir, channel, elector)
     own = cluster.workloads if cluster is not None else None
@@ -631,17 +630,6 @@ class _Shards:
         self.cluster.native.stop()
 
 
-def _configure_logging() -> None:
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=os.environ.get("TWC_LOG_LEVEL", "INFO").upper(),
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-            stream=sys.stderr,
-        )
-    # The client's pool logs every retry; an unreachable API server is one fault instead.
-    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
-
-
 def _serve(wiring: Wiring, settings: DaemonSettings) -> list[HealthServer] | None:
     """The probes, ``/metrics`` and ``/status`` (own listener); ``None`` if a port is taken."""
     runner, servers = wiring.runner, list[HealthServer]()
@@ -671,7 +659,14 @@ def _serve(wiring: Wiring, settings: DaemonSettings) -> list[HealthServer] | Non
 def run_daemon(options: RunOptions) -> int:
     """Run the daemon until SIGTERM (or ``--once``): 0 then; 1 after losing the Lease
     (unsharded), a failed ``--once``, invalid settings, or a root thread that ended."""
-    _configure_logging()
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=os.environ.get("TWC_LOG_LEVEL", "INFO").upper(),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            stream=sys.stderr,
+        )
+    # The client's pool logs every retry; an unreachable API server is one fault instead.
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     try:
         settings = load_settings(options)
     except (OSError, ValueError) as exc:

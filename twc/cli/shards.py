@@ -242,7 +242,7 @@ def run_status_sharded(
     for index in indexes:
         ref = sharded.ref(index)
         try:
-            found = live_status(ref.name, ref=ref)
+            found = live_status(ref)
         except CommandError as exc:
             print(engine_failure(exc).text, file=sys.stderr)
             return 1

@@ -124,20 +124,6 @@ def plan_versions(
     return inputs.model_copy(update={"versions": round_.versions()})
 
 
-def _needs_engine(round_: RolloutRound) -> list[str]:
-    """Workers whose plan deletes or scales a version: the next ``up`` does that."""
-    out = []
-    for key, plan in round_.plans.items():
-        deployments = round_.facts.observed[key].deployments
-        rescaled = any(
-            v.replicas is not None and b in deployments and deployments[b].replicas != v.replicas
-            for b, v in plan.versions.items()
-        )
-        if rescaled or plan.deleted:
-            out.append(key)
-    return out
-
-
 def drive_rollouts(
     kube: KubeClient,
     desired: DesiredFleet,
@@ -183,8 +169,14 @@ def drive_rollouts(
             break
         time.sleep(1.0)
     due = "versions to scale down or delete: the next `twc up` (or the daemon) applies them"
-    for key in _needs_engine(round_):
-        print(f"rollout of {key}: {due}", file=out, flush=True)
+    for key, plan in round_.plans.items():  # the next `twc up` deletes or scales versions
+        deployments = round_.facts.observed[key].deployments
+        rescaled = any(
+            v.replicas is not None and b in deployments and deployments[b].replicas != v.replicas
+            for b, v in plan.versions.items()
+        )
+        if rescaled or plan.deleted:
+            print(f"rollout of {key}: {due}", file=out, flush=True)
     return plans
 
 

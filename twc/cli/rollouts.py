@@ -14,7 +14,6 @@ import json
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from twc.desired import DesiredInputs
@@ -41,30 +40,6 @@ if TYPE_CHECKING:
     from twc.versioning import WorkerClients
 
 
-@dataclass(frozen=True)
-class RolloutRound:
-    """Every versioned worker, observed and planned once."""
-
-    desired: DesiredFleet
-    facts: RolloutFacts
-    plans: Mapping[str, RolloutPlan]
-
-    def versions(self) -> dict[str, WorkerVersions]:
-        """The desired state's ``versions`` input."""
-        out: dict[str, WorkerVersions] = {}
-        for key, plan in self.plans.items():
-            seen = self.facts.observed[key]
-            live = {b: d.replicas for b, d in seen.deployments.items()}
-            autoscaled = self.desired.workers[key].autoscaling is not None
-            out[key] = WorkerVersions(
-                versions=version_inputs(
-                    plan, self.facts.specs.get(key, {}), live if autoscaled else None
-                ),
-                status=observed_status(seen, plan),
-            )
-        return out
-
-
 def _clients(
     kube: KubeClient, temporal_address: str | None, settings: RolloutSettings
 ) -> WorkerClients:
@@ -85,8 +60,8 @@ def observe_round(
     *,
     settings: RolloutSettings,
     now: float,
-) -> RolloutRound:
-    """Observe (as the daemon does) and plan every versioned worker once; raises if
+) -> tuple[RolloutFacts, dict[str, RolloutPlan]]:
+    """Every versioned worker observed (as the daemon does) and planned once; raises if
     Deployments cannot be listed."""
     from twc.kube.versions import versions
     from twc.reconcile.rollouts import RolloutSource, observe_facts
@@ -96,8 +71,9 @@ def observe_round(
     source = RolloutSource(versions=lambda: found, clients=clients)
     with asyncio.Runner() as runner:
         facts = observe_facts(source, desired, runner.get_loop()) or RolloutFacts()
-    plans = {k: plan_observed(s, now=now, settings=settings) for k, s in facts.observed.items()}
-    return RolloutRound(desired, facts, plans)
+    return facts, {
+        k: plan_observed(s, now=now, settings=settings) for k, s in facts.observed.items()
+    }
 
 
 def plan_versions(
@@ -118,10 +94,19 @@ def plan_versions(
     if not any(w.rollout is not None for w in desired.workers.values()):
         return inputs
     clients = _clients(kube, temporal_address, settings)
-    round_ = observe_round(kube, desired, clients, settings=settings, now=time.time())
-    for key, plan in sorted(round_.plans.items()):
+    facts, plans = observe_round(kube, desired, clients, settings=settings, now=time.time())
+    for key, plan in sorted(plans.items()):
         print(f"rollout of {key}: {plan.message}", file=err or sys.stderr)
-    return inputs.model_copy(update={"versions": round_.versions()})
+    versions: dict[str, WorkerVersions] = {}
+    for key, plan in plans.items():
+        seen = facts.observed[key]
+        live = {b: d.replicas for b, d in seen.deployments.items()}
+        autoscaled = desired.workers[key].autoscaling is not None
+        versions[key] = WorkerVersions(
+            versions=version_inputs(plan, facts.specs.get(key, {}), live if autoscaled else None),
+            status=observed_status(seen, plan),
+        )
+    return inputs.model_copy(update={"versions": versions})
 
 
 def drive_rollouts(
@@ -141,11 +126,10 @@ def drive_rollouts(
     said: dict[str, str] = {}
     clients = _clients(kube, temporal_address, settings)
     while True:
-        round_ = observe_round(kube, desired, clients, settings=settings, now=time.time())
-        plans = dict(round_.plans)
+        facts, plans = observe_round(kube, desired, clients, settings=settings, now=time.time())
         if not plans:
             return plans
-        seen = (round_.plans, round_.facts.observed, desired.workers, desired.fleet)
+        seen = (plans, facts.observed, desired.workers, desired.fleet)
         read_input = functools.partial(read_gate_input, kube)
         results = asyncio.run(carry_out_all(*seen, clients, read_input=read_input))
         for key, plan in sorted(plans.items()):
@@ -169,8 +153,8 @@ def drive_rollouts(
             break
         time.sleep(1.0)
     due = "versions to scale down or delete: the next `twc up` (or the daemon) applies them"
-    for key, plan in round_.plans.items():  # the next `twc up` deletes or scales versions
-        deployments = round_.facts.observed[key].deployments
+    for key, plan in plans.items():  # the next `twc up` deletes or scales versions
+        deployments = facts.observed[key].deployments
         rescaled = any(
             v.replicas is not None and b in deployments and deployments[b].replicas != v.replicas
             for b, v in plan.versions.items()

@@ -97,7 +97,8 @@ def sharded_stack(
         if include:
             inputs = observe_inputs(kube, default_registry().watched_kinds(), fleet=document)
         cluster = inputs.cluster or {}
-        objects = [(cluster.get(k) or ObjectList()).objects or () for k in _KINDS]
+        kinds = (QUEUE_KIND_KEY, WORKER_KIND_KEY)
+        objects = [(cluster.get(k) or ObjectList()).objects or () for k in kinds]
         load = namespace_load(fleet, *objects)
         store = ShardMapStore(kube.core, namespace=fleet.sharding.assignment_namespace, stack=stack)
         limit = fleet.sharding.max_workers_per_shard
@@ -110,9 +111,6 @@ def sharded_stack(
     if include and common.cluster_adds_a_source(inputs):
         print(common.summary(inputs), file=err or sys.stderr)
     return ShardedStack(base, file, fleet, shard_map, recorded, include)
-
-
-_KINDS = (QUEUE_KIND_KEY, WORKER_KIND_KEY)
 
 
 def _open(

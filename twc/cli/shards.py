@@ -7,9 +7,9 @@ it), then run each shard, or the one ``--shard`` names, as the unsharded verb ru
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -263,18 +263,12 @@ def run_show(stack: str, fleet_file: str | None = None, out: TextIO = sys.stdout
     return 0
 
 
-def run_migrate(
-    stack: str,
-    fleet_file: str | None = None,
-    out: TextIO = sys.stdout,
-    *,
-    progress: Callable[[str], None] | None = None,
-) -> int:
+def run_migrate(stack: str, fleet_file: str | None = None, out: TextIO = sys.stdout) -> int:
     """``twc shards migrate``: move an unsharded stack's state into its shards, ``up``
     each, then forget the old stack; refuses while a daemon may hold the stack's Lease."""
     from twc.engine.shards import forget_stack, move_state, stack_resources
 
-    say = progress or (lambda line: print(line, file=out, flush=True))
+    say = functools.partial(print, file=out, flush=True)
     base = common.stack_ref(stack, fleet_file)
     if stack_resources(base) is None:
         say(f"{stack}: no unsharded stack to move; nothing to do")

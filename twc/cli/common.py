@@ -136,7 +136,32 @@ def observe(
             print(summary(inputs), file=err)
     if namespaces is not None:
         inputs = slice_inputs(inputs, fleet, namespaces)
-    return _with_versions(ref, file, fleet, inputs, rollouts or RolloutSettings(), err)
+    # With the versioned workers' planned versions.
+    versioned = any(w.rollout is not None for w in fleet.resolved_workers())
+    if inputs.cluster is None and not versioned:
+        return inputs
+    from twc.cli.rollouts import plan_versions
+
+    try:
+        with stack_kube(ref) as kube:
+            return plan_versions(
+                kube,
+                fleet,
+                inputs,
+                file=file,
+                temporal_address=(ref.config or {}).get("temporalAddress"),
+                settings=rollouts or RolloutSettings(),
+                err=err,
+            )
+    except NoClusterError:
+        if not versioned:
+            return inputs
+        print("versioned workers need the cluster: no cluster is configured", file=err)
+    except Exception as exc:  # noqa: BLE001 - any read failure stops the command with its reason
+        print(
+            f"cannot read the versions of versioned workers: {exc}; nothing was applied", file=err
+        )
+    return None
 
 
 @contextmanager
@@ -185,42 +210,6 @@ def dry_run_or_report(ref: engine.StackRef, file: str, err: TextIO | None = None
     if result.issues:
         print("nothing was applied", file=err)
     return not result.issues
-
-
-def _with_versions(
-    ref: engine.StackRef,
-    file: str,
-    fleet: Fleet,
-    inputs: DesiredInputs,
-    settings: RolloutSettings,
-    err: TextIO,
-) -> DesiredInputs | None:
-    """``inputs`` with the versioned workers' planned versions; ``None`` if unreadable."""
-    versioned = any(w.rollout is not None for w in fleet.resolved_workers())
-    if inputs.cluster is None and not versioned:
-        return inputs
-    from twc.cli.rollouts import plan_versions
-
-    try:
-        with stack_kube(ref) as kube:
-            return plan_versions(
-                kube,
-                fleet,
-                inputs,
-                file=file,
-                temporal_address=(ref.config or {}).get("temporalAddress"),
-                settings=settings,
-                err=err,
-            )
-    except NoClusterError:
-        if not versioned:
-            return inputs
-        print("versioned workers need the cluster: no cluster is configured", file=err)
-    except Exception as exc:  # noqa: BLE001 - any read failure stops the command with its reason
-        print(
-            f"cannot read the versions of versioned workers: {exc}; nothing was applied", file=err
-        )
-    return None
 
 
 def cluster_adds_a_source(inputs: DesiredInputs) -> bool:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 from twc.desired import DesiredInputs
@@ -32,38 +32,17 @@ from twc.rollout import (
 )
 
 if TYPE_CHECKING:
+    from twc.desired import DesiredFleet
     from twc.kube.client import KubeClient
     from twc.kube.versions import ObservedVersion
-    from twc.spec import Fleet, ResolvedWorker
+    from twc.reconcile.versions import RolloutFacts
+    from twc.spec import Fleet
+    from twc.versioning import WorkerClients
 
 
-@dataclass(frozen=True)
-class RolloutRound:
-    """Every versioned worker, observed and planned once."""
-
-    workers: Mapping[str, ResolvedWorker]
-    fleet: Fleet
-    observed: Mapping[str, RolloutObservation]
-    specs: Mapping[str, Mapping[str, Mapping[str, Any] | None]]  # worker: build: spec
-    plans: Mapping[str, RolloutPlan]
-
-    def versions(self) -> dict[str, WorkerVersions]:
-        """The desired state's ``versions`` input."""
-        out: dict[str, WorkerVersions] = {}
-        for key, plan in self.plans.items():
-            seen = self.observed[key]
-            live = {b: d.replicas for b, d in seen.deployments.items()}
-            autoscaled = self.workers[key].autoscaling is not None
-            out[key] = WorkerVersions(
-                versions=version_inputs(
-                    plan, self.specs.get(key, {}), live if autoscaled else None
-                ),
-                status=observed_status(seen, plan),
-            )
-        return out
-
-
-def _clients(kube: KubeClient, temporal_address: str | None, settings: RolloutSettings) -> Any:
+def _clients(
+    kube: KubeClient, temporal_address: str | None, settings: RolloutSettings
+) -> WorkerClients:
     from twc.kube.workloads import read_secret_data
     from twc.versioning import WorkerClients
 
@@ -76,30 +55,25 @@ def _clients(kube: KubeClient, temporal_address: str | None, settings: RolloutSe
 
 def observe_round(
     kube: KubeClient,
-    fleet: Fleet,
-    workers: Sequence[ResolvedWorker],
+    desired: DesiredFleet,
+    clients: WorkerClients,
     *,
-    temporal_address: str | None,
     settings: RolloutSettings,
     now: float,
-) -> RolloutRound:
-    """Observe and plan every versioned worker once; raises if Deployments cannot be listed."""
+) -> tuple[RolloutFacts, dict[str, RolloutPlan]]:
+    """Every versioned worker observed (as the daemon does) and planned once; raises if
+    Deployments cannot be listed."""
     from twc.kube.versions import versions
-    from twc.versioning import observe_rollouts
+    from twc.reconcile.rollouts import RolloutSource, observe_facts
+    from twc.reconcile.versions import RolloutFacts
 
-    versioned = {w.stack_key: w for w in workers if w.rollout is not None}
-    found: dict[str, dict[str, ObservedVersion]] = versions(kube) if versioned else {}
-    mine = {k: found.get(k, {}) for k in versioned}
-    deployments = {k: {b: v.deployment for b, v in builds.items()} for k, builds in mine.items()}
-    clients = _clients(kube, temporal_address, settings)
-    observed = asyncio.run(observe_rollouts(versioned.values(), fleet, deployments, clients))
-    return RolloutRound(
-        workers=versioned,
-        fleet=fleet,
-        observed=observed,
-        specs={k: {b: v.spec for b, v in builds.items()} for k, builds in mine.items()},
-        plans={k: plan_observed(s, now=now, settings=settings) for k, s in observed.items()},
-    )
+    found = versions(kube)
+    source = RolloutSource(versions=lambda: found, clients=clients)
+    with asyncio.Runner() as runner:
+        facts = observe_facts(source, desired, runner.get_loop()) or RolloutFacts()
+    return facts, {
+        k: plan_observed(s, now=now, settings=settings) for k, s in facts.observed.items()
+    }
 
 
 def plan_versions(
@@ -117,59 +91,46 @@ def plan_versions(
     from twc.desired import desired_fleet
 
     desired = desired_fleet(fleet, inputs, registry=default_registry(), file=file)
-    workers = list(desired.workers.values())
-    if not any(w.rollout is not None for w in workers):
+    if not any(w.rollout is not None for w in desired.workers.values()):
         return inputs
-    address, now = temporal_address, time.time()
-    round_ = observe_round(
-        kube, desired.fleet, workers, temporal_address=address, settings=settings, now=now
-    )
-    for key, plan in sorted(round_.plans.items()):
+    clients = _clients(kube, temporal_address, settings)
+    facts, plans = observe_round(kube, desired, clients, settings=settings, now=time.time())
+    for key, plan in sorted(plans.items()):
         print(f"rollout of {key}: {plan.message}", file=err or sys.stderr)
-    return inputs.model_copy(update={"versions": round_.versions()})
-
-
-def _needs_engine(round_: RolloutRound) -> list[str]:
-    """Workers whose plan deletes or scales a version: the next ``up`` does that."""
-    out = []
-    for key, plan in round_.plans.items():
-        deployments = round_.observed[key].deployments
-        rescaled = any(
-            v.replicas is not None and b in deployments and deployments[b].replicas != v.replicas
-            for b, v in plan.versions.items()
+    versions: dict[str, WorkerVersions] = {}
+    for key, plan in plans.items():
+        seen = facts.observed[key]
+        live = {b: d.replicas for b, d in seen.deployments.items()}
+        autoscaled = desired.workers[key].autoscaling is not None
+        versions[key] = WorkerVersions(
+            versions=version_inputs(plan, facts.specs.get(key, {}), live if autoscaled else None),
+            status=observed_status(seen, plan),
         )
-        if rescaled or plan.deleted:
-            out.append(key)
-    return out
+    return inputs.model_copy(update={"versions": versions})
 
 
 def drive_rollouts(
     kube: KubeClient,
-    fleet: Fleet,
-    workers: Sequence[ResolvedWorker],
+    desired: DesiredFleet,
     *,
     temporal_address: str | None,
     settings: RolloutSettings,
     wait: float,
     out: TextIO,
-    read_input: Callable[[str, Mapping[str, Any]], Any] | None = None,
-    clock: Callable[[], float] = time.time,
-    sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, RolloutPlan]:
     """After an ``up``: carry out what is due for up to ``wait`` seconds; the last plans."""
+    from twc.kube.versions import read_gate_input
     from twc.versioning import carry_out_all
 
-    deadline = clock() + max(0.0, wait)
+    deadline = time.time() + max(0.0, wait)
     said: dict[str, str] = {}
+    clients = _clients(kube, temporal_address, settings)
     while True:
-        round_ = observe_round(
-            kube, fleet, workers, temporal_address=temporal_address, settings=settings, now=clock()
-        )
-        plans = dict(round_.plans)
+        facts, plans = observe_round(kube, desired, clients, settings=settings, now=time.time())
         if not plans:
             return plans
-        seen = (round_.plans, round_.observed, round_.workers, round_.fleet)
-        clients = _clients(kube, temporal_address, settings)
+        seen = (plans, facts.observed, desired.workers, desired.fleet)
+        read_input = functools.partial(read_gate_input, kube)
         results = asyncio.run(carry_out_all(*seen, clients, read_input=read_input))
         for key, plan in sorted(plans.items()):
             result = results.get(key)
@@ -188,12 +149,18 @@ def drive_rollouts(
         # than the wait are left.
         if not acting and (not moving or (len(later) == len(moving) and min(later) > deadline)):
             break
-        if clock() >= deadline:
+        if time.time() >= deadline:
             break
-        sleep(1.0)
+        time.sleep(1.0)
     due = "versions to scale down or delete: the next `twc up` (or the daemon) applies them"
-    for key in _needs_engine(round_):
-        print(f"rollout of {key}: {due}", file=out, flush=True)
+    for key, plan in plans.items():  # the next `twc up` deletes or scales versions
+        deployments = facts.observed[key].deployments
+        rescaled = any(
+            v.replicas is not None and b in deployments and deployments[b].replicas != v.replicas
+            for b, v in plan.versions.items()
+        )
+        if rescaled or plan.deleted:
+            print(f"rollout of {key}: {due}", file=out, flush=True)
     return plans
 
 

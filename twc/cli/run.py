@@ -242,6 +242,9 @@ class _Cluster:
     workloads: Workloads  # reads Secrets and objects by name (any stack's)
     deployments: DeploymentCache
     secrets: SecretCache | None  # None under namespaced RBAC: each Secret read by name
+    queues: QueueWatcher
+    # TemporalWorkers and every connection kind the registry knows (plugins too).
+    native: NativeWatch
 
     def watch(self, wiring: Wiring) -> None:
         """Start the caches with ``wiring``, waiting a moment for their first lists."""
@@ -270,7 +273,9 @@ def _cluster(
     else:
         secrets = SecretCache(kube, resync_interval=resync)
     deployments = DeploymentCache(kube, resync_interval=resync, stack=options.stack)
-    return _Cluster(kube, Workloads(kube, stack=stack), deployments, secrets)
+    queues = QueueWatcher(kube.custom, resync_interval=resync)
+    native = NativeWatch(kube.custom, default_registry().watched_kinds(), resync_interval=resync)
+    return _Cluster(kube, Workloads(kube, stack=stack), deployments, secrets, queues, native)
 
 
 def _identity() -> str:
@@ -424,16 +429,12 @@ def _wire_one(
     reads: dict[str, Any] = {"fleet": CachedFleetFile(path), "queues": StaticQueues(())}
     if kube is not None:
         cluster = _cluster(kube, options, settings, options.stack)
-        deployments, resync = cluster.deployments, settings.resync_interval
         reads |= {
-            "queues": QueueWatcher(kube.custom, resync_interval=resync),
-            # TemporalWorkers and every connection kind the registry knows (plugins too).
-            "native": NativeWatch(
-                kube.custom, default_registry().watched_kinds(), resync_interval=resync
-            ),
-            "replicas": deployments.worker_replicas,
-            "scaled": deployments.scaled,
-            "deployments": deployments.worker_deployments,
+            "queues": cluster.queues,
+            "native": cluster.native,
+            "replicas": cluster.deployments.worker_replicas,
+            "scaled": cluster.deployments.scaled,
+            "deployments": cluster.deployments.worker_deployments,
         }
     automation = _automation(ref, settings, state_dir, channel, elector)
     own = cluster.workloads if cluster is not None else None
@@ -471,10 +472,6 @@ class _Shards:
         self.path, self.file = path, file
         self.cluster = _cluster(kube, options, settings, None)
         self.fleet = CachedFleetFile(path)
-        resync = settings.resync_interval
-        self.queue_watch = QueueWatcher(kube.custom, resync_interval=resync)
-        kinds = default_registry().watched_kinds()
-        self.native_watch = NativeWatch(kube.custom, kinds, resync_interval=resync)
         self.fanout = shards.FanoutWakeup()
         # A due shard asks every iteration; one that has not for a few is out of line.
         ttl = max(120.0, 4 * settings.reconcile_interval)
@@ -494,9 +491,9 @@ class _Shards:
         """Workers per namespace, for the assignment."""
         from twc.shards import namespace_load
 
-        native = self.native_watch.snapshot()
+        native = self.cluster.native.snapshot()
         workers = native.workers if native is not None else ()
-        return namespace_load(self.fleet(), self.queue_watch.snapshot() or (), workers)
+        return namespace_load(self.fleet(), self.cluster.queues.snapshot() or (), workers)
 
     def make_shard(self, index: int, namespaces: shards.ShardNamespaces) -> shards.Shard:
         """Shard ``index``'s loop over ``namespaces``, gated on the process's slots."""
@@ -510,7 +507,28 @@ class _Shards:
         if election.enabled:
             lease_name = lease_name_for(PROJECT, ref.name)
             ref = _in_lease(ref, election.lease_namespace, lease_name)
-            leader = self._leader(index, ref.name, lease_name, channel)
+            assert self.sharded is not None
+            assert self.lease_kube is not None
+            leases, may_acquire, stack = self.lease_kube, self.sharded.may_acquire, ref.name
+
+            def lost() -> None:
+                # Only this shard's engine stops, and only its loop turns standby.
+                channel.lease_ended()
+                logger.error("[%s] lost the shard's lease", stack)
+
+            leader = shards.ShardLeader(
+                lambda: guard_elector(
+                    leases,
+                    channel,
+                    name=lease_name,
+                    namespace=election.lease_namespace,
+                    identity=self.identity,
+                    timings=election,
+                    on_lost=lost,
+                    may_acquire=may_acquire,
+                    thread_name=f"shard-leader-{index}",
+                )
+            )
             # Every write of the shard checks its term right before it.
             cluster = replace(cluster, kube=cluster.kube.fenced(channel.term_left))
         automation = _automation(ref, self.settings, state_dir, channel, leader, namespaces)
@@ -521,8 +539,8 @@ class _Shards:
         keyed, keys = shards.shard_keyed, shards.shard_keys
         reads = {
             "fleet": shards.shard_fleet(self.fleet, namespaces),
-            "queues": shards.ShardQueues(self.queue_watch, namespaces, self.fanout),
-            "native": shards.ShardNative(self.native_watch, namespaces, self.fanout),
+            "queues": shards.ShardQueues(self.cluster.queues, namespaces, self.fanout),
+            "native": shards.ShardNative(self.cluster.native, namespaces, self.fanout),
             "replicas": keyed(lambda: by_namespace("replicas"), namespaces),
             "scaled": keys(lambda: by_namespace("scaled"), namespaces),
             "deployments": keyed(lambda: by_namespace("deployments"), namespaces),
@@ -539,32 +557,6 @@ class _Shards:
 
         daemon.reporter.also_in_use = others
         return shards.Shard(index, ref.name, namespaces, daemon, engine_, leader)
-
-    def _leader(
-        self, index: int, stack: str, lease_name: str, channel: GuardChannel
-    ) -> shards.ShardLeader:
-        assert self.sharded is not None
-        assert self.lease_kube is not None
-        leases, may_acquire = self.lease_kube, self.sharded.may_acquire
-
-        def lost() -> None:
-            # Only this shard's engine stops, and only its loop turns standby.
-            channel.lease_ended()
-            logger.error("[%s] lost the shard's lease", stack)
-
-        return shards.ShardLeader(
-            lambda: guard_elector(
-                leases,
-                channel,
-                name=lease_name,
-                namespace=self.settings.leader_election.lease_namespace,
-                identity=self.identity,
-                timings=self.settings.leader_election,
-                on_lost=lost,
-                may_acquire=may_acquire,
-                thread_name=f"shard-leader-{index}",
-            )
-        )
 
     def wire(self, sharding: Any) -> Wiring:
         from twc.kube.members import MemberRoster, fair_share
@@ -617,11 +609,11 @@ class _Shards:
 
     def _start(self, roster: Any) -> None:
         """Start the shared watches, and count the replicas before any shard's Lease."""
-        self.queue_watch.start(self.fanout)
-        self.native_watch.start(self.fanout)
+        self.cluster.queues.start(self.fanout)
+        self.cluster.native.start(self.fanout)
         deadline = time.monotonic() + 10.0
         while time.monotonic() < deadline and (
-            self.queue_watch.snapshot() is None or self.native_watch.snapshot() is None
+            self.cluster.queues.snapshot() is None or self.cluster.native.snapshot() is None
         ):
             time.sleep(0.05)
         if roster is not None:
@@ -634,19 +626,8 @@ class _Shards:
     def _stop(self, roster: Any) -> None:
         if roster is not None:
             roster.stop()
-        self.queue_watch.stop()
-        self.native_watch.stop()
-
-
-def _configure_logging() -> None:
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=os.environ.get("TWC_LOG_LEVEL", "INFO").upper(),
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-            stream=sys.stderr,
-        )
-    # The client's pool logs every retry; an unreachable API server is one fault instead.
-    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+        self.cluster.queues.stop()
+        self.cluster.native.stop()
 
 
 def _serve(wiring: Wiring, settings: DaemonSettings) -> list[HealthServer] | None:
@@ -678,7 +659,14 @@ def _serve(wiring: Wiring, settings: DaemonSettings) -> list[HealthServer] | Non
 def run_daemon(options: RunOptions) -> int:
     """Run the daemon until SIGTERM (or ``--once``): 0 then; 1 after losing the Lease
     (unsharded), a failed ``--once``, invalid settings, or a root thread that ended."""
-    _configure_logging()
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=os.environ.get("TWC_LOG_LEVEL", "INFO").upper(),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            stream=sys.stderr,
+        )
+    # The client's pool logs every retry; an unreachable API server is one fault instead.
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     try:
         settings = load_settings(options)
     except (OSError, ValueError) as exc:

@@ -7,9 +7,9 @@ it), then run each shard, or the one ``--shard`` names, as the unsharded verb ru
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -97,7 +97,8 @@ def sharded_stack(
         if include:
             inputs = observe_inputs(kube, default_registry().watched_kinds(), fleet=document)
         cluster = inputs.cluster or {}
-        objects = [(cluster.get(k) or ObjectList()).objects or () for k in _KINDS]
+        kinds = (QUEUE_KIND_KEY, WORKER_KIND_KEY)
+        objects = [(cluster.get(k) or ObjectList()).objects or () for k in kinds]
         load = namespace_load(fleet, *objects)
         store = ShardMapStore(kube.core, namespace=fleet.sharding.assignment_namespace, stack=stack)
         limit = fleet.sharding.max_workers_per_shard
@@ -110,9 +111,6 @@ def sharded_stack(
     if include and common.cluster_adds_a_source(inputs):
         print(common.summary(inputs), file=err or sys.stderr)
     return ShardedStack(base, file, fleet, shard_map, recorded, include)
-
-
-_KINDS = (QUEUE_KIND_KEY, WORKER_KIND_KEY)
 
 
 def _open(
@@ -242,7 +240,7 @@ def run_status_sharded(
     for index in indexes:
         ref = sharded.ref(index)
         try:
-            found = live_status(ref.name, ref=ref)
+            found = live_status(ref)
         except CommandError as exc:
             print(engine_failure(exc).text, file=sys.stderr)
             return 1
@@ -265,18 +263,12 @@ def run_show(stack: str, fleet_file: str | None = None, out: TextIO = sys.stdout
     return 0
 
 
-def run_migrate(
-    stack: str,
-    fleet_file: str | None = None,
-    out: TextIO = sys.stdout,
-    *,
-    progress: Callable[[str], None] | None = None,
-) -> int:
+def run_migrate(stack: str, fleet_file: str | None = None, out: TextIO = sys.stdout) -> int:
     """``twc shards migrate``: move an unsharded stack's state into its shards, ``up``
     each, then forget the old stack; refuses while a daemon may hold the stack's Lease."""
     from twc.engine.shards import forget_stack, move_state, stack_resources
 
-    say = progress or (lambda line: print(line, file=out, flush=True))
+    say = functools.partial(print, file=out, flush=True)
     base = common.stack_ref(stack, fleet_file)
     if stack_resources(base) is None:
         say(f"{stack}: no unsharded stack to move; nothing to do")

@@ -71,18 +71,15 @@ def _by_worker(resources: list[dict[str, Any]], kind: str, suffix: str) -> dict[
     }
 
 
-def live_status(
-    stack: str, *, check_temporal: bool = True, ref: Any = None
-) -> dict[str, dict[str, Any]]:
+def live_status(ref: engine.StackRef) -> dict[str, dict[str, Any]]:
     """Per worker, the recorded status refreshed from the live cluster and Temporal."""
     from providers.taskqueue import check_task_queue
     from twc.builders import REPLICAS_SOURCE_ANNOTATION
-    from twc.cli.common import stack_kube, stack_ref
+    from twc.cli.common import stack_kube
     from twc.kube.client import KubeClient, NoClusterError
     from twc.kube.workloads import read_deployment
     from twc.status import worker_status
 
-    ref = ref if ref is not None else stack_ref(stack)
     if ref.env and "KUBECONFIG" in ref.env:
         # The check reads credential secrets from the cluster, as the provider does.
         os.environ.setdefault("KUBECONFIG", ref.env["KUBECONFIG"])
@@ -111,7 +108,7 @@ def live_status(
             dep_status = live.get("status") or {}
             # The daemon scales autoscaled workers outside the engine: the cluster knows.
             desired = int((live.get("spec") or {}).get("replicas", desired))
-        check = check_task_queue(props, props.get("condition")) if check_temporal else props
+        check = check_task_queue(props, props.get("condition"))
         result[key] = worker_status(
             desired=desired,
             deployment_status=dep_status,
@@ -167,8 +164,10 @@ def run_status(stack: str, output: str = "table", out: TextIO = sys.stdout) -> i
     """``twc status``."""
     from pulumi.automation import CommandError
 
+    from twc.cli.common import stack_ref
+
     try:
-        workers = live_status(stack)
+        workers = live_status(stack_ref(stack))
     except CommandError as exc:
         print(engine_failure(exc).text, file=sys.stderr)
         return 1

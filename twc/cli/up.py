@@ -143,7 +143,6 @@ def _drive(
 ) -> None:
     """Drive the versioned workers' rollouts after the ``up``; a failure is only reported."""
     from twc.cli.rollouts import drive_rollouts
-    from twc.kube.versions import read_gate_input
 
     if not any(w.rollout is not None for w in desired.workers.values()):
         return
@@ -151,13 +150,11 @@ def _drive(
         with common.stack_kube(ref) as kube:
             drive_rollouts(
                 kube,
-                desired.fleet,
-                list(desired.workers.values()),
+                desired,
                 temporal_address=(ref.config or {}).get("temporalAddress"),
                 settings=settings,
                 wait=wait,
                 out=out,
-                read_input=lambda ns, source: read_gate_input(kube, ns, source),
             )
     except Exception as exc:  # noqa: BLE001 - the up stands; the rollout goes on next time
         print(f"rollouts not driven: {exc}", file=sys.stderr)

@@ -3,7 +3,7 @@ resources only: never the engine's output, nor another namespace's names."""
 
 from __future__ import annotations
 
-from twc.native.messages import ELSEWHERE, REFUSED, worker_failure
+from twc.native.status import ELSEWHERE, REFUSED, worker_failure
 
 URN = "urn:pulumi:e2e-3f2a::twc::twc:temporal:TemporalWorker$kubernetes:apps/v1:Deployment"
 # As a failed `up` prints it (the real engine; stack and URNs from an e2e run).

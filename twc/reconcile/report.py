@@ -15,13 +15,13 @@ from twc.desired import QUEUE_KIND_KEY, DesiredFleet, GuardVerdict, Hold, Reject
 from twc.engine.errors import engine_failure
 from twc.kube.record import HeldRecord
 from twc.kube.writer import ObjectWriter
-from twc.native.messages import worker_failure
 from twc.native.objects import FINALIZER, IdentityKey, NativeObject, finalizer_updates
 from twc.native.status import (
     DeploymentFacts,
     accepted_status,
     rejected_status,
     status_patch,
+    worker_failure,
 )
 from twc.reconcile.decide import DesiredState, ReconcileAction
 from twc.reconcile.faults import Fault, FaultBook, engine_fault

@@ -10,10 +10,10 @@ from twc.desired._deletions import (
     Hold,
     deletion_digest,
     deletion_verdict,
+    held_objects,
     judge_deletions,
     refusal,
 )
-from twc.desired._held import held_objects
 from twc.desired._inputs import (
     INPUTS_ENV,
     QUEUE_KIND_KEY,
@@ -25,8 +25,14 @@ from twc.desired._inputs import (
     object_key,
     trimmed,
 )
-from twc.desired._merge import QUEUE_PLURAL, KindMerge, Rejection, connection_native
-from twc.desired._stacks import OWN_STACK, STACKS_KEY
+from twc.desired._merge import (
+    OWN_STACK,
+    QUEUE_PLURAL,
+    STACKS_KEY,
+    KindMerge,
+    Rejection,
+    connection_native,
+)
 from twc.desired._state import DesiredFleet, HoldFailed, ObjectsUnknown, desired_fleet
 from twc.native.objects import worker_native
 

@@ -1,15 +1,21 @@
 """The deletion verdict: one apply deletes at most ``deletionGuard.maxShare`` of the stack's
 workers (at least one). More is *held* until a person approves that exact set by its
 :func:`deletion_digest` (``twc approve``, ``twc up --yes``), or, when the fleet opts in,
-``releaseAfter`` passed. Every entry point asks :func:`judge_deletions`; time is an argument."""
+``releaseAfter`` passed. Every entry point asks :func:`judge_deletions`; time is an argument.
+A held worker stays in the desired state through the object or fleet-file entry it last
+came from, and its queue's and connection's when those went too (:func:`held_objects`)."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from twc.spec import DeletionGuard
+from twc.desired._inputs import QUEUE_KIND_KEY, WORKER_KIND_KEY, HeldObjects
+from twc.desired._state import DesiredFleet
+from twc.native.objects import IdentityKey
+from twc.spec import API_GROUP, CLUSTER_CONNECTION_KIND, CONNECTION_KIND, DeletionGuard
 
 
 def deletion_digest(workers: Collection[str]) -> str:
@@ -104,3 +110,110 @@ def refusal(hold: Hold, stack: str) -> str:
         f"To delete them: `twc up --stack {stack} --yes`, or `twc approve --stack {stack}` "
         f"(approves {hold.digest}) and apply again"
     )
+
+
+def _find(entries: Iterable[Mapping[str, Any]], **match: Any) -> Mapping[str, Any] | None:
+    for entry in entries:
+        if all(
+            entry.get(k, "default" if k == "namespace" else None) == v for k, v in match.items()
+        ):
+            return entry
+    return None
+
+
+def _connection_entry(
+    document: Mapping[str, Any], ident: IdentityKey
+) -> tuple[str, Mapping[str, Any]] | None:
+    group, kind, name, namespace = ident
+    if group == API_GROUP and kind == CLUSTER_CONNECTION_KIND:
+        found = _find(document.get("clusterConnections") or [], name=name)
+        return ("clusterConnections", found) if found is not None else None
+    if group == API_GROUP and kind == CONNECTION_KIND:
+        found = _find(document.get("connections") or [], name=name, namespace=namespace)
+        return ("connections", found) if found is not None else None
+    for entry in document.get("customConnections") or []:
+        if (entry.get("kind"), entry.get("name"), entry.get("namespace")) == ident[1:]:
+            return ("customConnections", entry)
+    return None
+
+
+class _Holder:
+    def __init__(self, previous: DesiredFleet, current: DesiredFleet) -> None:
+        self.previous, self.current = previous, current
+        self.document: Mapping[str, Any] = previous.inputs.fleet or {}
+        self.cluster: dict[str, dict[str, dict[str, Any]]] = {}
+        self.file: dict[str, list[dict[str, Any]]] = {}
+        self.present = set(current.references.values())
+        for merge in current.kinds.values():
+            self.present.update(merge.identities.values())
+
+    def object(self, kind: str, key: str) -> bool:
+        merge = self.previous.kinds.get(kind)
+        obj = merge.store.get(key) if merge is not None else None
+        if obj is not None:
+            self.cluster.setdefault(kind, {})[key] = dict(obj)
+        return obj is not None
+
+    def entry(self, section: str, match: Mapping[str, Any] | None) -> bool:
+        if match is not None and dict(match) not in (entries := self.file.setdefault(section, [])):
+            entries.append(dict(match))
+        return match is not None
+
+    def file_entry(self, section: str, name: str, namespace: str) -> bool:
+        found = _find(self.document.get(section) or [], name=name, namespace=namespace)
+        return self.entry(section, found)
+
+    def worker(self, key: str) -> bool:
+        """Holds the worker's own source (and its file queue's, when that went); False if none."""
+        worker = self.previous.workers[key]
+        kind, _, object_key = self.previous.origins.get(key, "").partition(" ")
+        if kind == "TemporalWorker":
+            return self.object(WORKER_KIND_KEY, object_key)
+        if kind == "Queue":
+            return self.object(QUEUE_KIND_KEY, object_key)
+        queue = worker.queue
+        if worker.derived and queue is not None:
+            return self.file_entry("queues", queue.name, queue.namespace)
+        if not self.file_entry("workers", worker.name, worker.namespace):
+            return False
+        if queue is None or self.current.fleet.find_queue(queue.namespace, queue.name) is not None:
+            return True
+        return self.file_entry("queues", queue.name, queue.namespace) or self.object(
+            QUEUE_KIND_KEY, f"{queue.namespace}/{queue.name}"
+        )
+
+    def connection(self, key: str) -> bool:
+        """Holds the worker's connection when it went too; False if it cannot be found."""
+        ident = self.previous.references.get(key)
+        if ident is None or ident in self.present:
+            return True
+        held = False
+        for kind_key, merge in self.previous.kinds.items():
+            for obj_key, provided in merge.identities.items():
+                if provided == ident and self.object(kind_key, obj_key):
+                    held = True
+        found = None if held else _connection_entry(self.document, ident)
+        held = held or (found is not None and self.entry(*found))
+        if held:
+            self.present.add(ident)
+        return held
+
+
+def held_objects(
+    previous: DesiredFleet, workers: Iterable[str], current: DesiredFleet
+) -> tuple[HeldObjects, frozenset[str]]:
+    """The inputs that keep ``workers`` of ``previous`` in ``current``, and the workers whose
+    inputs were not found."""
+    holder = _Holder(previous, current)
+    wanted = sorted(set(workers))
+    missing = {
+        key
+        for key in wanted
+        if key not in previous.workers or not holder.worker(key) or not holder.connection(key)
+    }
+    held = HeldObjects(
+        workers=tuple(k for k in wanted if k not in missing),
+        cluster=holder.cluster,
+        file={section: tuple(entries) for section, entries in holder.file.items()},
+    )
+    return held, frozenset(missing)

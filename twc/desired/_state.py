@@ -22,9 +22,9 @@ from twc.desired._merge import (
     merge_connections,
     merge_queues,
     merge_workers,
+    taken_objects,
     with_entries,
 )
-from twc.desired._stacks import taken_objects
 from twc.errors import Reason, SpecError, TemporaryError, TwcConnectionError, TwcError
 from twc.native.objects import IdentityKey, NativeObject, identity_key
 from twc.spec import Fleet, Queue, ResolvedWorker

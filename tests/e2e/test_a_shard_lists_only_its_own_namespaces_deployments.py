@@ -19,7 +19,7 @@ from twc.builders import COMPONENT_WORKER, LABEL_COMPONENT, LABEL_STACK, LABEL_W
 from twc.kube.client import kube_client
 from twc.kube.workloads import ObjectRef, Workloads
 from twc.local import LocalEnvironment
-from twc.reconcile.early import EARLY_FIELD_MANAGER
+from twc.reconcile.act import EARLY_FIELD_MANAGER
 from twc.reconcile.shards import ShardNamespaces
 
 pytestmark = pytest.mark.e2e

@@ -22,7 +22,7 @@ from twc.engine.automation import PATCH_FORCE_ENV
 from twc.kube.client import kube_client
 from twc.kube.workloads import Workloads
 from twc.local import LocalEnvironment
-from twc.reconcile.early import EARLY_FIELD_MANAGER, early_objects
+from twc.reconcile.act import EARLY_FIELD_MANAGER, early_objects
 from twc.spec import load_fleet
 
 pytestmark = pytest.mark.e2e

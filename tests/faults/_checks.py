@@ -11,7 +11,7 @@ from tests.e2e.conftest import FleetStack
 from tests.e2e.daemon_process import DaemonProcess
 from twc.engine.supervisor import JournalEntry
 from twc.local.kube import Kube
-from twc.reconcile.early import EARLY_FIELD_MANAGER
+from twc.reconcile.act import EARLY_FIELD_MANAGER
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 

@@ -11,7 +11,8 @@ import pytest
 
 from tests.unit._daemon_fakes import NS, FakeEngine, fleet_data, make_daemon, queue_object
 from tests.unit.pulumi_mocks import RecordingMocks, pulumi_test
-from twc.reconcile.early import EARLY_FIELD_MANAGER, ObjectRef, early_objects, plan_release
+from twc.kube.workloads import ObjectRef
+from twc.reconcile.act import EARLY_FIELD_MANAGER, early_objects, plan_release
 from twc.spec import load_fleet
 
 ORDERS_SA = ObjectRef("ServiceAccount", NS, "worker-orders")

@@ -20,7 +20,7 @@ from tests.unit._daemon_fakes import (
     queue_object,
 )
 from tests.unit.test_daemon_applies_new_workers_early import FakeApplier
-from twc.reconcile.early import ObjectRef
+from twc.kube.workloads import ObjectRef
 from twc.reconcile.settings import DaemonSettings
 
 

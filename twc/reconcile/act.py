@@ -3,35 +3,240 @@
 Before a term's first engine run a killed run's leftovers are repaired; what each ``up``
 applied is recorded, so a restarted daemon on an unchanged stack runs none. Only the
 engine's own failure fails an iteration.
+
+Early apply: a new worker's ServiceAccount and Deployment are server-side-applied under the
+daemon's field manager, only where nothing exists yet, before the engine runs; the ``up``
+that follows takes every field over, then the daemon lets go. The engine stays the truth.
+Views: the planned generated TemporalWorkers are created, put back and deleted while
+leading; an edit of a view's spec is undone with a ``ViewOverwritten`` Warning Event.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
+from prometheus_client import Counter, Gauge
+
+from twc import builders
+from twc.connections import default_registry
 from twc.engine.automation import StackEngine, new_worker_targets, under_queue
 from twc.engine.build import build_id
 from twc.errors import TemporaryError
 from twc.kube.record import AppliedRecord
 from twc.kube.workloads import ObjectRef, ref_of
 from twc.kube.writer import ObjectWriter
+from twc.native.objects import worker_native
+from twc.native.views import FROM_QUEUE, VIEW_LABEL, ViewPlan, ViewWrite, spec_matches
 from twc.reconcile.decide import ReconcileAction, ReconcileDecision
-from twc.reconcile.early import EARLY_FIELD_MANAGER, EarlyApplier, early_objects, plan_release
-from twc.reconcile.health import DaemonMetrics
+from twc.reconcile.health import DaemonMetrics, metric
 from twc.reconcile.observe import Sources
 from twc.reconcile.plan import Plan
-from twc.reconcile.views import ViewSync, ViewWriter
-from twc.spec import ResolvedWorker
+from twc.spec import Fleet, ResolvedWorker
 from twc.versioning import carry_out_all
 
-__all__ = ["Actor", "Effects", "Scaler"]
+__all__ = [
+    "EARLY_FIELD_MANAGER",
+    "VIEW_OVERWRITTEN",
+    "Actor",
+    "EarlyApplier",
+    "Effects",
+    "Scaler",
+    "ViewSync",
+    "ViewWriter",
+    "early_objects",
+    "plan_release",
+]
 
 logger = logging.getLogger(__name__)
+
+
+VIEW_OVERWRITTEN = "ViewOverwritten"  # the Event on a view whose edit was put back
+
+
+class ViewWriter(Protocol):
+    """The writes of views (:class:`twc.kube.views.TemporalWorkerViews` is the real one)."""
+
+    def apply(self, body: Mapping[str, Any], *, resource_version: str | None) -> dict[str, Any]:
+        """Server-side apply a view (conditional on ``resource_version`` when given)."""
+        ...
+
+    def replace_spec(
+        self, namespace: str, name: str, spec: Mapping[str, Any], resource_version: str
+    ) -> dict[str, Any]: ...
+
+    def delete(self, namespace: str, name: str, uid: str) -> None: ...
+
+
+class ViewSync:
+    """Carries out the views part of each plan."""
+
+    def __init__(
+        self,
+        writer: ViewWriter,
+        *,
+        stack: str,
+        metrics: DaemonMetrics,
+        events: ObjectWriter | None = None,
+    ) -> None:
+        self._writer = writer
+        self._stack = stack
+        self._events = events
+        registry = metrics.registry
+        what = "Writes of generated TemporalWorker objects, by operation."
+        self._writes = metric(Counter, registry, "temporalworker_view_writes", what, "operation")
+        what = "Generated TemporalWorker objects of Queue and fleet-file workers."
+        self._shown = metric(Gauge, registry, "temporalworker_views", what)
+        self._skipped: dict[str, str] = {}
+
+    def sync(self, views: ViewPlan) -> None:
+        """Create, put back and delete views as planned; never raises."""
+        for key, reason in sorted(views.skipped.items()):
+            if self._skipped.get(key) != reason:
+                logger.warning("[%s] no TemporalWorker view of %s: %s", self._stack, key, reason)
+        for key in set(self._skipped) - set(views.skipped):
+            logger.info("[%s] TemporalWorker view of %s no longer held back", self._stack, key)
+        self._skipped = dict(views.skipped)
+        self._shown.labels(self._stack).set(len(views.shown))
+        for write in views.writes:
+            try:
+                self._write(write)
+            except Exception as exc:  # noqa: BLE001 - a view never fails the loop; the next iteration retries
+                logger.warning(
+                    "[%s] view %s not written (retrying): %s", self._stack, write.view.key, exc
+                )
+        for gone in views.deletes:
+            obj = gone.obj
+            try:
+                self._writer.delete(obj.namespace or "", obj.name, obj.uid)
+            except Exception as exc:  # noqa: BLE001 - a view never fails the loop; the next iteration retries
+                logger.warning("[%s] view %s not deleted (retrying): %s", self._stack, obj.key, exc)
+                continue
+            self._writes.labels(self._stack, "delete").inc()
+            logger.info(
+                "[%s] deleted TemporalWorker view %s: its worker (%s) is gone",
+                self._stack,
+                obj.key,
+                gone.source,
+            )
+
+    def _write(self, write: ViewWrite) -> None:
+        view = write.view
+        stored = self._writer.apply(view.body, resource_version=write.resource_version)
+        if not spec_matches(stored, view.spec):
+            # Fields another manager added survive an apply (it removes only its own).
+            meta = stored.get("metadata") or {}
+            stored = self._writer.replace_spec(
+                str(meta.get("namespace")),
+                str(meta.get("name")),
+                view.spec,
+                str(meta.get("resourceVersion")),
+            )
+        self._writes.labels(self._stack, "create" if write.create else "update").inc()
+        if write.edited_by:
+            logger.warning(
+                "[%s] TemporalWorker view %s was edited by %s: put back (%s)",
+                self._stack,
+                view.key,
+                ", ".join(write.edited_by),
+                view.source,
+            )
+            self._event(stored, write)
+        else:
+            word = "created" if write.create else "updated"
+            logger.info(
+                "[%s] %s TemporalWorker view %s (%s)", self._stack, word, view.key, view.source
+            )
+
+    def _event(self, stored: Mapping[str, Any], write: ViewWrite) -> None:
+        if self._events is None:
+            return
+        view = write.view
+        where = (
+            "the Queue object or the fleet's defaults"
+            if view.body["metadata"]["labels"].get(VIEW_LABEL) == FROM_QUEUE
+            else "the fleet file"
+        )
+        message = (
+            f"this TemporalWorker is generated by twc from {view.source} and shows the "
+            f"worker twc runs for it: the change to its spec by {', '.join(write.edited_by)} "
+            f"was undone; change {where} instead"
+        )
+        try:
+            self._events.event(worker_native(stored), VIEW_OVERWRITTEN, message)
+        except Exception as exc:  # noqa: BLE001 - a view never fails the loop; the next iteration retries
+            logger.warning("[%s] could not record an Event on %s: %s", self._stack, view.key, exc)
+
+
+EARLY_FIELD_MANAGER = "twc-early-apply"
+
+
+class EarlyApplier(Protocol):
+    """The cluster calls early apply needs (:class:`twc.kube.client.Cluster`)."""
+
+    def exists(self, ref: ObjectRef) -> bool: ...
+
+    def apply(self, obj: Mapping[str, Any], field_manager: str) -> None:
+        """Server-side apply without forcing conflicts."""
+
+    def release(self, ref: ObjectRef, field_manager: str) -> bool:
+        """Drop ``field_manager``'s fields; False if the object is gone."""
+
+    def delete(self, ref: ObjectRef) -> None: ...
+
+    def managed_by(self, field_manager: str) -> list[ObjectRef]:
+        """Worker Deployments and ServiceAccounts ``field_manager`` owns fields of."""
+
+
+def early_objects(
+    worker: ResolvedWorker,
+    fleet: Fleet,
+    *,
+    read_secret: Callable[[str, str], Mapping[str, bytes]] | None,
+    temporal_address: str | None = None,
+    replicas: int | None = None,
+    stack: str | None = None,
+) -> list[dict[str, Any]]:
+    """The ServiceAccount and Deployment the program would apply for ``worker``.
+
+    Raises LookupError when the connection's secret is missing, TwcConnectionError when
+    the connection does not resolve."""
+    conn = default_registry().resolve_worker(worker, fleet)
+    if temporal_address:
+        conn = dataclasses.replace(conn, host_port=temporal_address)
+    keys: frozenset[str] | None = None
+    digest: str | None = None
+    if conn.secret_name is not None:
+        if read_secret is None:
+            raise LookupError("no access to the connection's secret")
+        data = read_secret(conn.secret_source_namespace or worker.namespace, conn.secret_name)
+        digest = conn.secret_digest(data)
+        keys = frozenset(data)
+    deployment = builders.worker_deployment(
+        worker,
+        conn,
+        conn.fingerprint(digest),
+        replicas=replicas if worker.autoscaling else None,
+        options=builders.PodTemplateOptions(secret_keys=keys),
+        connection_name=builders.connection_name(conn),
+        stack=stack,
+    )
+    return [builders.worker_service_account(worker, stack=stack), deployment]
+
+
+def plan_release(
+    pending: Collection[ObjectRef], desired_workers: Collection[str]
+) -> tuple[list[ObjectRef], list[ObjectRef]]:
+    """After an ``up``: ``(release, delete)``, objects of workers still desired and of the rest."""
+    wanted = set(desired_workers)
+    release = sorted(r for r in set(pending) if r.worker in wanted)
+    delete = sorted(r for r in set(pending) if r.worker not in wanted)
+    return release, delete
 
 
 class Scaler(Protocol):

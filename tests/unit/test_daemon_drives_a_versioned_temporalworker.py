@@ -35,8 +35,7 @@ from twc.native.objects import NativeObject
 from twc.reconcile.act import Effects
 from twc.reconcile.daemon import Daemon
 from twc.reconcile.health import DaemonMetrics
-from twc.reconcile.observe import Sources
-from twc.reconcile.rollouts import RolloutSource
+from twc.reconcile.observe import RolloutSource, Sources
 from twc.reconcile.settings import DaemonSettings
 from twc.reconcile.state import LoopState
 from twc.rollout import (

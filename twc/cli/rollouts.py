@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from twc.desired import DesiredFleet
     from twc.kube.client import KubeClient
     from twc.kube.versions import ObservedVersion
-    from twc.reconcile.versions import RolloutFacts
+    from twc.reconcile.observe import RolloutFacts
     from twc.spec import Fleet
     from twc.versioning import WorkerClients
 
@@ -64,8 +64,7 @@ def observe_round(
     """Every versioned worker observed (as the daemon does) and planned once; raises if
     Deployments cannot be listed."""
     from twc.kube.versions import versions
-    from twc.reconcile.rollouts import RolloutSource, observe_facts
-    from twc.reconcile.versions import RolloutFacts
+    from twc.reconcile.observe import RolloutFacts, RolloutSource, observe_facts
 
     found = versions(kube)
     source = RolloutSource(versions=lambda: found, clients=clients)

@@ -46,8 +46,7 @@ from twc.reconcile.act import Effects
 from twc.reconcile.asking import Budget, TemporalBacklogs, import_temporal
 from twc.reconcile.daemon import Daemon
 from twc.reconcile.health import HealthServer, MetricsSource
-from twc.reconcile.observe import CachedFleetFile, FleetFileWatch, Sources
-from twc.reconcile.rollouts import RolloutSource
+from twc.reconcile.observe import CachedFleetFile, FleetFileWatch, RolloutSource, Sources
 from twc.reconcile.settings import KILL_MARGIN, DaemonSettings
 
 logger = logging.getLogger(__name__)

@@ -3,6 +3,9 @@
 :meth:`Observer.observe` reads the fleet file, the cluster's objects and live replicas;
 :meth:`Observer.facts` the desired workers' backlogs, credential digests, placement and
 versions. Faults go to a :class:`FaultSink`; the iteration holds what it cannot know.
+:func:`observe_facts` reads the versioned workers' Deployments and Temporal's routing,
+queues, gates and backlogs; nothing lives in memory: a new leader continues where the last
+one was.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from twc.builders import connection_name, foreign_owner
@@ -34,6 +38,7 @@ from twc.desired import (
 )
 from twc.errors import SpecError, TemporaryError, TwcConnectionError
 from twc.kube.record import SELECTIONS, RecordStore, StackRecord
+from twc.kube.versions import ObservedVersion
 from twc.kube.watch import NativeSource, QueueSource
 from twc.kube.workloads import ObjectRef
 from twc.native.status import PollerFacts
@@ -48,12 +53,68 @@ from twc.reconcile.asking import (
 )
 from twc.reconcile.faults import Fault, sample_fault
 from twc.reconcile.health import DaemonMetrics
-from twc.reconcile.rollouts import RolloutSource, observe_facts
 from twc.reconcile.settings import DaemonSettings
-from twc.reconcile.versions import RolloutFacts
+from twc.rollout import RolloutObservation
 from twc.spec import Fleet, ResolvedWorker, load_fleet_file
+from twc.versioning import GateInputReader, WorkerClients, observe_rollouts
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutFacts:
+    """What the observe step read about the versioned workers."""
+
+    observed: Mapping[str, RolloutObservation] = field(default_factory=lambda: MappingProxyType({}))
+    specs: Mapping[str, Mapping[str, Mapping[str, Any] | None]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class RolloutSource:
+    """Where the daemon reads versioned workers from (and routes through)."""
+
+    versions: Callable[[], Mapping[str, Mapping[str, ObservedVersion]]]  # per worker, build
+    clients: WorkerClients
+    read_input: GateInputReader | None = None  # a gate's ``inputFrom``
+
+
+def observe_facts(
+    source: RolloutSource | None,
+    desired: DesiredFleet,
+    loop: asyncio.AbstractEventLoop,
+    *,
+    concurrency: int = 8,
+) -> RolloutFacts | None:
+    """The versioned workers as seen now; ``None`` without a source (the plan refuses)."""
+    versioned = [w for w in desired.workers.values() if w.rollout is not None]
+    if not versioned:
+        return RolloutFacts()
+    if source is None:
+        return None
+    try:
+        found = source.versions()
+    except Exception as exc:  # noqa: BLE001 - unknown versions stop the plan, never delete them
+        return RolloutFacts(error=f"{type(exc).__name__}: {exc}")
+    deployments = {
+        w.stack_key: {b: v.deployment for b, v in found.get(w.stack_key, {}).items()}
+        for w in versioned
+    }
+    observed = loop.run_until_complete(
+        observe_rollouts(
+            versioned, desired.fleet, deployments, source.clients, concurrency=concurrency
+        )
+    )
+    return RolloutFacts(
+        observed=observed,
+        specs={
+            w.stack_key: {b: v.spec for b, v in found.get(w.stack_key, {}).items()}
+            for w in versioned
+        },
+    )
+
 
 POLLERS_INTERVAL = 30.0
 """Seconds a task queue's poller count is reused while it has pollers."""

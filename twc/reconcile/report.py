@@ -28,9 +28,8 @@ from twc.reconcile.faults import Fault, FaultBook, engine_fault
 from twc.reconcile.health import DaemonMetrics
 from twc.reconcile.observe import Observer
 from twc.reconcile.outcome import FailureReason, Outcome, OutcomeKind
-from twc.reconcile.plan import NativePlan, Plan
+from twc.reconcile.plan import NativePlan, Plan, rollout_fields, target_deployment
 from twc.reconcile.state import LoopState
-from twc.reconcile.versions import rollout_fields, target_deployment
 from twc.spec.crds import WORKER_KIND
 from twc.timestamps import rfc3339
 

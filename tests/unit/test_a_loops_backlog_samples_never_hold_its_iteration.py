@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from tests.unit._daemon_fakes import NS, FakeBacklogs, Harness, autoscaled, fleet_data, make_daemon
 from twc.reconcile.asking import Asker, Backlog, Budget, TaskQueueRef
-from twc.reconcile.faults import Fault
+from twc.reconcile.outcome import Fault
 from twc.reconcile.settings import DaemonSettings
 
 # Scale straight to ceil(backlog / target), no step policies in the way.

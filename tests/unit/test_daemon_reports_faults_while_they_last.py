@@ -18,8 +18,15 @@ from tests.unit._daemon_fakes import (
 )
 from twc.engine.errors import engine_failure
 from twc.kube.watch import StaticQueues
-from twc.reconcile.faults import Fault, FaultBook, engine_fault, sample_fault
-from twc.reconcile.outcome import FailureReason, OutcomeKind, classify
+from twc.reconcile.outcome import (
+    FailureReason,
+    Fault,
+    FaultBook,
+    OutcomeKind,
+    classify,
+    engine_fault,
+    sample_fault,
+)
 
 KEY = f"{NS}/orders"
 

@@ -35,10 +35,9 @@ from twc.reconcile.act import Actor, Effects
 from twc.reconcile.asking import POLLERS_DEADLINE, Asker, AskerThread, Budget
 from twc.reconcile.background import BackgroundEngine
 from twc.reconcile.decide import DesiredState, ReconcileAction, decide_reconcile
-from twc.reconcile.faults import BLOCKING, FaultBook
 from twc.reconcile.health import DaemonMetrics, Liveness
 from twc.reconcile.observe import Observation, Observer, Sources, WorkerFacts
-from twc.reconcile.outcome import Outcome, outcome_of
+from twc.reconcile.outcome import BLOCKING, FaultBook, Outcome, outcome_of
 from twc.reconcile.plan import Plan, desired_from, make_plan
 from twc.reconcile.report import FaultReporter, Reporter, shorten
 from twc.reconcile.settings import DaemonSettings

@@ -51,8 +51,8 @@ from twc.reconcile.asking import (
     Budget,
     SecretReader,
 )
-from twc.reconcile.faults import Fault, sample_fault
 from twc.reconcile.health import DaemonMetrics
+from twc.reconcile.outcome import Fault, sample_fault
 from twc.reconcile.settings import DaemonSettings
 from twc.rollout import RolloutObservation
 from twc.spec import Fleet, ResolvedWorker, load_fleet_file

@@ -48,7 +48,17 @@ from twc.rollout import (
 )
 from twc.spec import ResolvedWorker
 
-__all__ = ["NativePlan", "Plan", "desired_from", "make_plan", "scale_writes"]
+__all__ = [
+    "NativePlan",
+    "Plan",
+    "VersionsPlan",
+    "desired_from",
+    "make_plan",
+    "rollout_fields",
+    "scale_writes",
+    "target_deployment",
+    "version_key",
+]
 
 
 _STATUS_KEYS = (

@@ -24,10 +24,16 @@ from twc.native.status import (
     worker_failure,
 )
 from twc.reconcile.decide import DesiredState, ReconcileAction
-from twc.reconcile.faults import Fault, FaultBook, engine_fault
 from twc.reconcile.health import DaemonMetrics
 from twc.reconcile.observe import Observer
-from twc.reconcile.outcome import FailureReason, Outcome, OutcomeKind
+from twc.reconcile.outcome import (
+    FailureReason,
+    Fault,
+    FaultBook,
+    Outcome,
+    OutcomeKind,
+    engine_fault,
+)
 from twc.reconcile.plan import NativePlan, Plan, rollout_fields, target_deployment
 from twc.reconcile.state import LoopState
 from twc.spec.crds import WORKER_KIND

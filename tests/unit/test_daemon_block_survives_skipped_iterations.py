@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from twc.reconcile.decide import ReconcileAction, decide_reconcile, desired_state
 from twc.reconcile.outcome import Outcome, PermanentError, outcome_of
 from twc.reconcile.settings import DaemonSettings
-from twc.reconcile.state import LoopState
+from twc.reconcile.state import LoopState, ReconcileAction, decide_reconcile, desired_state
 
 SETTINGS = DaemonSettings(resync_interval=300)
 BROKEN = desired_state({"a": {"image": "w:broken"}})

@@ -30,11 +30,10 @@ from twc.kube.watch import NativeSnapshot, StaticQueues
 from twc.native.views import VIEW_FIELD_MANAGER, VIEW_LABEL
 from twc.reconcile.act import VIEW_OVERWRITTEN, Effects
 from twc.reconcile.daemon import Daemon
-from twc.reconcile.decide import ReconcileAction
 from twc.reconcile.health import DaemonMetrics
 from twc.reconcile.observe import POLLERS_RECHECK_INTERVAL, Sources
 from twc.reconcile.settings import DaemonSettings
-from twc.reconcile.state import LoopState
+from twc.reconcile.state import LoopState, ReconcileAction
 from twc.spec import Fleet, load_fleet
 
 

@@ -15,11 +15,10 @@ import pytest
 
 from twc.connections import default_registry
 from twc.errors import TemporaryError
-from twc.reconcile.decide import ReconcileAction
 from twc.reconcile.observe import Observation, RolloutFacts, WorkerFacts
 from twc.reconcile.plan import desired_from, make_plan, version_key
 from twc.reconcile.settings import DaemonSettings
-from twc.reconcile.state import LoopState
+from twc.reconcile.state import LoopState, ReconcileAction
 from twc.rollout import (
     RolloutObservation,
     Routing,

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tests.unit._daemon_fakes import NS, autoscaled, fleet_data, make_daemon
-from twc.reconcile.decide import ReconcileAction, decide_reconcile
 from twc.reconcile.settings import DaemonSettings
+from twc.reconcile.state import ReconcileAction, decide_reconcile
 
 
 def test_the_first_iteration_applies_everything_then_unchanged_iterations_skip_the_engine() -> None:

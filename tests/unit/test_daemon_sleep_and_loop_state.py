@@ -8,10 +8,9 @@ import time
 import pytest
 
 from twc.reconcile.autoscale import ScalingState
-from twc.reconcile.decide import desired_state
 from twc.reconcile.outcome import Outcome, PermanentError, outcome_of
 from twc.reconcile.settings import BackoffSettings, DaemonSettings
-from twc.reconcile.state import LoopState, sleep
+from twc.reconcile.state import LoopState, desired_state, sleep
 
 SETTINGS = DaemonSettings(reconcile_interval=30, refresh_interval=600, resync_interval=300)
 APPLIED = desired_state({"a": {"image": "w:1"}})

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from twc.reconcile.decide import (
+from twc.reconcile.state import (
     DesiredState,
     ReconcileAction,
     canonical_json,

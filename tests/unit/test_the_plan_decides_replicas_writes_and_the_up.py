@@ -15,11 +15,10 @@ import pytest
 from tests.unit._daemon_fakes import NS, autoscaled, fleet_data
 from twc.connections import default_registry
 from twc.errors import TemporaryError
-from twc.reconcile.decide import ReconcileAction
 from twc.reconcile.observe import Observation, WorkerFacts
 from twc.reconcile.plan import Plan, desired_from, make_plan
 from twc.reconcile.settings import DaemonSettings
-from twc.reconcile.state import LoopState
+from twc.reconcile.state import LoopState, ReconcileAction
 from twc.spec import load_fleet
 
 SKIP, TARGETED, FULL = ReconcileAction.SKIP, ReconcileAction.TARGETED, ReconcileAction.FULL

@@ -33,10 +33,10 @@ from twc.kube.workloads import ObjectRef, ref_of
 from twc.kube.writer import ObjectWriter
 from twc.native.objects import worker_native
 from twc.native.views import FROM_QUEUE, VIEW_LABEL, ViewPlan, ViewWrite, spec_matches
-from twc.reconcile.decide import ReconcileAction, ReconcileDecision
 from twc.reconcile.health import DaemonMetrics, metric
 from twc.reconcile.observe import Sources
 from twc.reconcile.plan import Plan
+from twc.reconcile.state import ReconcileAction, ReconcileDecision
 from twc.spec import Fleet, ResolvedWorker
 from twc.versioning import carry_out_all
 

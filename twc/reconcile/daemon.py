@@ -34,14 +34,13 @@ from twc.desired import (
 from twc.reconcile.act import Actor, Effects
 from twc.reconcile.asking import POLLERS_DEADLINE, Asker, AskerThread, Budget
 from twc.reconcile.background import BackgroundEngine
-from twc.reconcile.decide import DesiredState, ReconcileAction, decide_reconcile
 from twc.reconcile.health import DaemonMetrics, Liveness
 from twc.reconcile.observe import Observation, Observer, Sources, WorkerFacts
 from twc.reconcile.outcome import BLOCKING, FaultBook, Outcome, outcome_of
 from twc.reconcile.plan import Plan, desired_from, make_plan
 from twc.reconcile.report import FaultReporter, Reporter, shorten
 from twc.reconcile.settings import DaemonSettings
-from twc.reconcile.state import LoopState
+from twc.reconcile.state import DesiredState, LoopState, ReconcileAction, decide_reconcile
 from twc.reconcile.state import sleep as interruptible_sleep
 from twc.spec import Fleet, load_fleet
 

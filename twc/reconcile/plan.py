@@ -33,10 +33,15 @@ from twc.errors import TemporaryError
 from twc.native.objects import IdentityKey, NativeObject
 from twc.native.views import ViewPlan, desired_views, plan_views
 from twc.reconcile.autoscale import ScaleDecision, ScalingState, WorkerScaleInput, scale_fleet
-from twc.reconcile.decide import DesiredState, ReconcileDecision, decide_reconcile, desired_state
 from twc.reconcile.observe import Observation, RolloutFacts, WorkerFacts
 from twc.reconcile.settings import DaemonSettings
-from twc.reconcile.state import LoopState
+from twc.reconcile.state import (
+    DesiredState,
+    LoopState,
+    ReconcileDecision,
+    decide_reconcile,
+    desired_state,
+)
 from twc.rollout import (
     RolloutObservation,
     RolloutPlan,

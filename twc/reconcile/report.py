@@ -23,7 +23,6 @@ from twc.native.status import (
     status_patch,
     worker_failure,
 )
-from twc.reconcile.decide import DesiredState, ReconcileAction
 from twc.reconcile.health import DaemonMetrics
 from twc.reconcile.observe import Observer
 from twc.reconcile.outcome import (
@@ -35,7 +34,7 @@ from twc.reconcile.outcome import (
     engine_fault,
 )
 from twc.reconcile.plan import NativePlan, Plan, rollout_fields, target_deployment
-from twc.reconcile.state import LoopState
+from twc.reconcile.state import DesiredState, LoopState, ReconcileAction
 from twc.spec.crds import WORKER_KIND
 from twc.timestamps import rfc3339
 

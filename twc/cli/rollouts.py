@@ -226,28 +226,14 @@ async def _observe_live(
     policy: RolloutPolicy,
     deployments: Mapping[str, VersionDeployment],
 ) -> RolloutObservation:
-    from twc.connections import ConnectOptions, connect
+    from twc.connections import connect_check
     from twc.kube.workloads import read_secret_data
     from twc.rollout import MAX_STAGES, gate_workflow_id, temporal_deployment_name
-    from twc.spec import AuthMode
     from twc.versioning import WorkerVersioning
 
     ref = props.get("secretRef")
-    creds: Mapping[str, bytes] = (
-        read_secret_data(kube, ref["namespace"], ref["name"]) if ref else {}
-    )
-    api_key = (creds.get(props.get("apiKeyKey") or "") or b"").decode().strip()
-    options = ConnectOptions(
-        target_host=str(props["address"]),
-        namespace=str(props["namespace"]),
-        tls=bool(props.get("tls")),
-        server_name=props.get("serverName") or None,
-        server_root_ca_cert=creds.get("ca.crt"),
-        client_cert=creds.get("tls.crt"),
-        client_private_key=creds.get("tls.key"),
-        api_key=api_key or None,
-    )
-    client = await connect(options, AuthMode(props.get("authMode") or "none"), timeout=5.0)
+    creds = read_secret_data(kube, ref["namespace"], ref["name"]) if ref else {}
+    client = await connect_check(props, creds)
     versioning = WorkerVersioning(client, str(props["namespace"]))
     namespace, _, name = key.partition("/")
     deployment_name = temporal_deployment_name(namespace, name)

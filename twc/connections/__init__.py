@@ -22,6 +22,7 @@ from twc.connections._resolved import ResolvedConnection as ResolvedConnection
 from twc.connections._resolved import SecretKeySelector as SecretKeySelector
 from twc.connections._resolved import TLSSettings as TLSSettings
 from twc.connections._resolved import connect as connect
+from twc.connections._resolved import connect_check as connect_check
 from twc.connections._resolved import fingerprint_of as fingerprint_of
 from twc.connections._resolved import map_connect_error as map_connect_error
 from twc.connections._resolved import poller_failure as poller_failure

@@ -375,6 +375,23 @@ def map_connect_error(error: BaseException, auth_mode: AuthMode, target: str) ->
     return TwcConnectionError(reason, f"{target}: {text}")
 
 
+async def connect_check(props: Mapping[str, Any], creds: Mapping[str, bytes]) -> Client:
+    """A client (5 s to connect) for a ``TaskQueueCheck``'s inputs ``props``, with ``creds``
+    the data of the Secret its ``secretRef`` names (``ca.crt``, ``tls.*``, the API key)."""
+    api_key = (creds.get(props.get("apiKeyKey") or "") or b"").decode().strip()
+    options = ConnectOptions(
+        target_host=str(props["address"]),
+        namespace=str(props["namespace"]),
+        tls=bool(props.get("tls")),
+        server_name=props.get("serverName") or None,
+        server_root_ca_cert=creds.get("ca.crt") or None,
+        client_cert=creds.get("tls.crt") or None,
+        client_private_key=creds.get("tls.key") or None,
+        api_key=api_key or None,
+    )
+    return await connect(options, AuthMode(props.get("authMode") or "none"), timeout=5.0)
+
+
 async def connect(options: ConnectOptions, auth_mode: AuthMode, timeout: float) -> Client:
     """Open a temporalio client (uncached); raises :func:`map_connect_error`'s error."""
     from temporalio.client import Client

@@ -431,12 +431,12 @@ class LocalEnvironment:
         pem = (self._apiserver_dir / "apiserver.crt").read_bytes()
         ca = b"-----BEGIN CERTIFICATE-----" + pem.split(b"-----BEGIN CERTIFICATE-----")[-1]
         server = f"https://127.0.0.1:{state.ports['apiserver']}"
-        cluster = {"server": server, "certificate-authority-data": base64.b64encode(ca).decode()}
+        api_server = {"server": server, "certificate-authority-data": base64.b64encode(ca).decode()}
         context = {"cluster": "twc-local", "user": "twc-admin"}
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "twc-local", "cluster": cluster}],
+            "clusters": [{"name": "twc-local", "cluster": api_server}],
             "users": [{"name": "twc-admin", "user": {"token": self.admin_token()}}],
             "contexts": [{"name": "twc-local", "context": context}],
             "current-context": "twc-local",

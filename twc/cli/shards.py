@@ -82,7 +82,7 @@ def sharded_stack(
 ) -> ShardedStack:
     """The fleet and the assignment, extended for new namespaces (recorded with
     ``record``); raises for an invalid fleet or an unreadable cluster."""
-    from twc.kube.shardmap import ShardMapStore
+    from twc.kube.shards import ShardMapStore
 
     file = common.fleet_file_for(stack, fleet_file)
     path = common.fleet_path(file)

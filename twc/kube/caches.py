@@ -12,9 +12,9 @@ from typing import Any
 
 from twc.builders import LABEL_STACK
 from twc.kube.client import KubeClient
-from twc.kube.scale import AUTOSCALER_FIELD_MANAGER
 from twc.kube.watch import ObjectWatcher, Resource, WatchSettings, builtin_lister
 from twc.kube.workloads import (
+    AUTOSCALER_FIELD_MANAGER,
     WORKER_SELECTOR,
     deployment_kept,
     worker_deployments,

@@ -27,7 +27,7 @@ from twc.cli.common import fleet_file_for, fleet_path, stack_config, stack_ref
 from twc.cli.shards import is_sharded
 from twc.cli.stack_lease import guard_elector, lease_client
 from twc.connections import default_registry
-from twc.engine import engine, retention
+from twc.engine import engine, workspace
 from twc.engine.automation import INPUTS_PREFIX, AutomationEngine
 from twc.engine.engine import SHARD_CONFIG
 from twc.engine.shards import shard_ref, stack_resources
@@ -360,7 +360,7 @@ def wire(options: RunOptions, settings: DaemonSettings) -> Wiring:
     file = fleet_file_for(options.stack, options.fleet_file)
     path = fleet_path(file)
     ref = stack_ref(options.stack, path)
-    tuning = retention.engine_env(checkpoints=settings.state.checkpoints)
+    tuning = workspace.engine_env(checkpoints=settings.state.checkpoints)
     # The record's namespace is part of the stack's config: every entry point finds it.
     control = control_namespace(stack_config(ref))
     ref = replace(

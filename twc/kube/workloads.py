@@ -212,10 +212,9 @@ def _replicas(dep: Mapping[str, Any]) -> int:
     return int(1 if dep["replicas"] is None else dep["replicas"])
 
 
-def _stack_of(obj: Mapping[str, Any]) -> str | None:
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    value = labels.get(LABEL_STACK)
-    return str(value) if value is not None else None
+def of_stack(dep: Mapping[str, Any], label: str) -> bool:
+    """Whether a worker Deployment's stack label is ``label``, or it has none."""
+    return ((dep.get("metadata") or {}).get("labels") or {}).get(LABEL_STACK) in (label, None)
 
 
 class Workloads:
@@ -247,7 +246,7 @@ class Workloads:
         if self.stack is None:
             return found
         ours = label_value(owner_stack(self.stack))
-        return [d for d in found if _stack_of(d) in (ours, None)]
+        return [d for d in found if of_stack(d, ours)]
 
     def worker_replicas(self) -> dict[str, int]:
         return worker_replicas(self._kept())

@@ -25,7 +25,7 @@ from tests.faults._checks import assert_unchanged, deployment_bytes
 from twc.cli import up
 from twc.engine.shards import stack_resources
 from twc.kube.record import record_name
-from twc.kube.shardmap import shard_map_name
+from twc.kube.shards import shard_map_name
 from twc.local import LocalEnvironment
 
 pytestmark = pytest.mark.e2e

@@ -34,7 +34,7 @@ from twc.rollout import (
 if TYPE_CHECKING:
     from twc.desired import DesiredFleet
     from twc.kube.client import KubeClient
-    from twc.kube.versions import ObservedVersion
+    from twc.kube.workloads import ObservedVersion
     from twc.reconcile.versions import RolloutFacts
     from twc.spec import Fleet
     from twc.versioning import WorkerClients
@@ -63,7 +63,7 @@ def observe_round(
 ) -> tuple[RolloutFacts, dict[str, RolloutPlan]]:
     """Every versioned worker observed (as the daemon does) and planned once; raises if
     Deployments cannot be listed."""
-    from twc.kube.versions import versions
+    from twc.kube.workloads import versions
     from twc.reconcile.rollouts import RolloutSource, observe_facts
     from twc.reconcile.versions import RolloutFacts
 
@@ -119,7 +119,7 @@ def drive_rollouts(
     out: TextIO,
 ) -> dict[str, RolloutPlan]:
     """After an ``up``: carry out what is due for up to ``wait`` seconds; the last plans."""
-    from twc.kube.versions import read_gate_input
+    from twc.kube.workloads import read_gate_input
     from twc.versioning import carry_out_all
 
     deadline = time.time() + max(0.0, wait)
@@ -173,7 +173,7 @@ def live_rollouts(
 ) -> dict[str, dict[str, Any]]:
     """Each versioned worker's versions as the cluster and Temporal show them now (with
     ``error`` when Temporal cannot be asked)."""
-    from twc.kube.versions import versions
+    from twc.kube.workloads import versions
 
     wanted = {k: str(v["targetBuildID"]) for k, v in recorded.items() if v.get("targetBuildID")}
     if kube is None or not wanted:

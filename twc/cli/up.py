@@ -23,7 +23,7 @@ from twc.cli.status import format_status_table
 from twc.desired import DesiredFleet, Hold, refusal
 from twc.engine import engine
 from twc.engine.errors import engine_failure
-from twc.engine.retention import DEFAULT_KEEP_BACKUPS, backend_url, prune_backups
+from twc.engine.workspace import DEFAULT_KEEP_BACKUPS, backend_url, prune_backups
 from twc.rollout import RolloutSettings
 
 

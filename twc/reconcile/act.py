@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 
 class Scaler(Protocol):
-    """Writes an autoscaled worker's replicas (:class:`twc.kube.scale.ReplicaScaler`)."""
+    """Writes an autoscaled worker's replicas (:class:`twc.kube.workloads.ReplicaScaler`)."""
 
     def scale(self, namespace: str, name: str, replicas: int) -> None: ...
 

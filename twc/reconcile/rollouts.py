@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from twc.desired import DesiredFleet
-from twc.kube.versions import ObservedVersion
+from twc.kube.workloads import ObservedVersion
 from twc.reconcile.versions import RolloutFacts
 from twc.versioning import GateInputReader, WorkerClients, observe_rollouts
 

@@ -25,7 +25,7 @@ VIEW_OVERWRITTEN = "ViewOverwritten"  # the Event on a view whose edit was put b
 
 
 class ViewWriter(Protocol):
-    """The writes of views (:class:`twc.kube.views.TemporalWorkerViews` is the real one)."""
+    """The writes of views (:class:`twc.kube.writer.TemporalWorkerViews` is the real one)."""
 
     def apply(self, body: Mapping[str, Any], *, resource_version: str | None) -> dict[str, Any]:
         """Server-side apply a view (conditional on ``resource_version`` when given)."""

@@ -182,7 +182,7 @@ class Run:
     # ----------------------------------------------------------------- run
     def execute(self, keep: bool) -> None:
         from twc.local import LocalEnvironment
-        from twc.local.kube import Kube
+        from twc.local.cluster import Kube
 
         env = LocalEnvironment(self.workdir / "env", state="file")
         env.up(progress=lambda m: log.info("[local] %s", m))
@@ -428,7 +428,7 @@ class Run:
     def _state(self, env: Any, kube: Any) -> Any:
         from bench.statebench import Backend, choose, measure_state_settings
         from twc.local import LocalEnvironment
-        from twc.local.postgres import postgres_tool
+        from twc.local.environment import postgres_tool
 
         workers = self.plan["state_workers"]
         address = env.temporal_address()

@@ -47,10 +47,14 @@ def condition(
     }
 
 
-def _b(value: Any) -> bytes | None:
-    if not value:
-        return None
-    return value.encode() if isinstance(value, str) else bytes(value)
+def read_secret_data(namespace: str, name: str) -> dict[str, bytes]:
+    """A Secret's decoded data, through twc's client factory (the engine's env); raises
+    ``LookupError`` when it does not exist."""
+    from twc.kube.client import kube_client
+    from twc.kube.workloads import read_secret_data as read
+
+    with kube_client() as kube:
+        return read(kube, namespace, name)
 
 
 async def _describe(props: dict[str, Any]) -> tuple[int, int]:
@@ -59,24 +63,11 @@ async def _describe(props: dict[str, Any]) -> tuple[int, int]:
     from temporalio.api.taskqueue.v1 import TaskQueue
     from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 
-    from providers._kube import read_secret_data
-    from twc.connections import ConnectOptions, connect
-    from twc.spec import AuthMode
+    from twc.connections import connect_check
 
     ref = props.get("secretRef")
     creds = read_secret_data(ref["namespace"], ref["name"]) if ref else {}
-    api_key = (_b(creds.get(props.get("apiKeyKey") or "")) or b"").decode().strip()
-    options = ConnectOptions(
-        target_host=props["address"],
-        namespace=props["namespace"],
-        tls=bool(props.get("tls")),
-        server_name=props.get("serverName") or None,
-        server_root_ca_cert=_b(creds.get("ca.crt")),
-        client_cert=_b(creds.get("tls.crt")),
-        client_private_key=_b(creds.get("tls.key")),
-        api_key=api_key or None,
-    )
-    client = await connect(options, AuthMode(props.get("authMode") or "none"), timeout=5.0)
+    client = await connect_check(props, creds)
     pollers = backlog = 0
     queue = TaskQueue(name=props["taskQueue"], kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL)
     for kind in (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY):

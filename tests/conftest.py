@@ -190,7 +190,7 @@ def local_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalEnviron
 
 @pytest.fixture(scope="session")
 def kube(local_env: LocalEnvironment) -> Iterator[object]:
-    from twc.local.kube import Kube
+    from twc.local.cluster import Kube
 
     api = Kube(local_env.kubeconfig)
     yield api
@@ -208,7 +208,7 @@ def postgres_env(local_env: LocalEnvironment) -> dict[str, str]:
     """The engine's environment with the Pulumi state in PostgreSQL: the session's
     embedded environment, plus its PostgreSQL part (``twc local up --state postgres``)
     started next to it (the file backend stays the session's default)."""
-    from twc.local.postgres import PG_BIN
+    from twc.local.environment import PG_BIN
 
     if not (PG_BIN / "postgres").exists():
         message = f"PostgreSQL 15 not installed in {PG_BIN}: run `make setup-test`"

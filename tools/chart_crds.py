@@ -47,7 +47,7 @@ def twc_crds_text() -> str:
 
 def queue_crd_text() -> str:
     """The chart's templates/queue-crd.yaml: the Queue CRD, rendered only when asked."""
-    from twc.local.crds import queue_crd
+    from twc.local.cluster import queue_crd
 
     crd = queue_crd()
     crd["metadata"].setdefault("annotations", {})["helm.sh/resource-policy"] = "keep"

@@ -15,7 +15,7 @@ from tests.e2e.conftest import FleetStack, fleet_doc
 from tests.e2e.daemon_process import Daemons, eventually
 from tests.helpers import delete_twc_objects
 from twc.engine import engine
-from twc.kube.shardmap import shard_map_name
+from twc.kube.shards import shard_map_name
 from twc.local import LocalEnvironment
 
 

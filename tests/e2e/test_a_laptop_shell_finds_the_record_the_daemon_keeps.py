@@ -22,10 +22,10 @@ from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import FAST, ROOT, Daemons, wait_for_success, wait_until_settled
 from tests.e2e.kept import accepted_worker, edit_invalidly
 from tests.faults._checks import assert_unchanged, deployment_bytes
-from twc.cli import approve, up
+from twc.cli import up
 from twc.engine.shards import stack_resources
 from twc.kube.record import record_name
-from twc.kube.shardmap import shard_map_name
+from twc.kube.shards import shard_map_name
 from twc.local import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
@@ -116,7 +116,7 @@ def test_a_laptop_finds_the_daemons_record_and_migrate_refuses_while_the_daemon_
     assert_unchanged(before, deployment_bytes(kube, namespace))
 
     out, err = io.StringIO(), io.StringIO()
-    assert approve.run_approve(fs.name, out=out, err=err) == 1  # nothing is held ...
+    assert up.run_approve(fs.name, out=out, err=err) == 1  # nothing is held ...
     # ... in the daemon's record, which it found
     assert f"ConfigMap {namespace}/{record_name(fs.name)}" in err.getvalue(), err.getvalue()
     assert pinned == namespace  # the daemon wrote where its record is to the stack's config

@@ -19,7 +19,7 @@ from tests.e2e.conftest import create_tls_secret, fleet_doc
 from tests.helpers import delete_twc_objects
 from twc.cli import shards
 from twc.engine import engine
-from twc.kube.shardmap import ASSIGNMENT_KEY, shard_map_name
+from twc.kube.shards import ASSIGNMENT_KEY, shard_map_name
 from twc.local import LocalEnvironment
 
 pytestmark = pytest.mark.e2e

@@ -31,7 +31,7 @@ from tests.e2e.sharded import fresh_namespaces, one_worker_per_shard, wait_for_w
 from tests.faults._checks import deployment_bytes
 from twc.engine import engine
 from twc.kube.record import record_name
-from twc.kube.shardmap import ShardMapStore, shard_map_name
+from twc.kube.shards import ShardMapStore, shard_map_name
 from twc.local import LocalEnvironment
 from twc.shards import shard_stack
 

@@ -18,7 +18,7 @@ import pytest
 from tests.e2e.conftest import FleetStack, fleet_doc
 from twc.engine.automation import PATCH_FORCE_ENV
 from twc.kube.client import KubeClient
-from twc.kube.scale import AUTOSCALER_FIELD_MANAGER, ReplicaScaler, scale_owner_of
+from twc.kube.workloads import AUTOSCALER_FIELD_MANAGER, ReplicaScaler, scale_owner_of
 from twc.local import LocalEnvironment
 
 pytestmark = pytest.mark.e2e

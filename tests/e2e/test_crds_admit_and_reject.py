@@ -1,6 +1,6 @@
 """The generated CRDs on a real kube-apiserver.
 
-The session's local environment installs every CRD of ``twc.local.crds.all_crds()``, so
+The session's local environment installs every CRD of ``twc.local.cluster.all_crds()``, so
 the API server has already accepted the generated schemas as structural (it refuses
 anything else). These tests create objects through it: valid ones are admitted, and the
 rules the pydantic validators enforce are enforced by the server's CEL rules too, with

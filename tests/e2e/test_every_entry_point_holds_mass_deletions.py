@@ -15,7 +15,7 @@ import pytest
 
 from tests.e2e.conftest import FleetStack, fleet_doc, plain_workers
 from tests.faults._checks import assert_unchanged, deployment_bytes, lock_files
-from twc.cli import approve, up
+from twc.cli import up
 from twc.engine.engine import ROOT
 from twc.local import LocalEnvironment
 
@@ -83,7 +83,7 @@ def test_plain_pulumi_up_refuses_to_delete_beyond_the_share_until_approved(
 
     # The refusal put the held set on the stack's record: approved, the next up goes.
     out = io.StringIO()
-    assert approve.run_approve(fs.name, out=out, err=io.StringIO()) == 0
+    assert up.run_approve(fs.name, out=out, err=io.StringIO()) == 0
     assert f"{namespace}/gone-a" in out.getvalue()
     applied = _pulumi_up(fs)
     assert applied.returncode == 0, (applied.stdout + applied.stderr)[-3000:]
@@ -111,7 +111,7 @@ def test_twc_up_holds_deletions_beyond_the_share_until_approved_once(
     assert_unchanged(before, deployment_bytes(kube, namespace))
     assert not lock_files(fs)
 
-    assert approve.run_approve(fs.name, out=io.StringIO(), err=io.StringIO()) == 0
+    assert up.run_approve(fs.name, out=io.StringIO(), err=io.StringIO()) == 0
     assert up.run_up(fs.name, str(fs.fleet_file), out=io.StringIO()) == 0
     assert sorted(deployment_bytes(kube, namespace)) == ["keep"]
 

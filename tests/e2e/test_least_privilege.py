@@ -224,7 +224,7 @@ def test_the_daemon_reconciles_a_fleet_with_exactly_the_charts_cluster_role(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from twc.local.kube import Kube
+    from twc.local.cluster import Kube
 
     fs = fleet_stack(_fleet_with_every_grant(local_env, kube, namespace))
     account = chart_rbac(namespace)
@@ -251,7 +251,7 @@ def test_the_namespaced_scope_reconciles_with_roles_in_the_given_namespaces_only
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from twc.local.kube import Kube
+    from twc.local.cluster import Kube
 
     fs = fleet_stack(_fleet_with_every_grant(local_env, kube, namespace))
     other = f"{namespace}-other"

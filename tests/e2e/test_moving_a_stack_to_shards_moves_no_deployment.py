@@ -18,7 +18,7 @@ from tests.e2e.conftest import create_tls_secret, fleet_doc
 from twc.cli import shards, up
 from twc.engine import engine
 from twc.engine.shards import stack_resources
-from twc.kube.shardmap import shard_map_name
+from twc.kube.shards import shard_map_name
 from twc.local import LocalEnvironment
 
 pytestmark = pytest.mark.e2e

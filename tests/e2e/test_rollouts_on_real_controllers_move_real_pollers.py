@@ -28,8 +28,7 @@ import yaml
 from tests.conftest import TEST_BED_TOOLS, require_tools
 from tests.helpers import assert_eventually
 from twc.local import processes, project_root
-from twc.local.kube import Kube
-from twc.local.kwok import NODE_ANNOTATION, NODES
+from twc.local.cluster import NODE_ANNOTATION, NODES, Kube
 from twc.local.processes import recorded
 
 pytestmark = pytest.mark.e2e

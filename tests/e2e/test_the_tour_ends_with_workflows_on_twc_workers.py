@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, TEST_BED_TOOLS, require_tools
-from twc.local.smoke import run_smoke
+from twc.local.cli import run_smoke
 from twc.spec import load_fleet_file
 
 pytestmark = pytest.mark.e2e

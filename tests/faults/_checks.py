@@ -10,7 +10,7 @@ from typing import Any
 from tests.e2e.conftest import FleetStack
 from tests.e2e.daemon_process import DaemonProcess
 from twc.engine.supervisor import JournalEntry
-from twc.local.kube import Kube
+from twc.local.cluster import Kube
 from twc.reconcile.act import EARLY_FIELD_MANAGER
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"

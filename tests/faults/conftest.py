@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import TEST_BED_TOOLS, require_tools
 from tests.e2e.daemon_process import Daemons, run_daemons
 from twc.local import LocalEnvironment
-from twc.local.kube import Kube
+from twc.local.cluster import Kube
 
 
 @pytest.fixture

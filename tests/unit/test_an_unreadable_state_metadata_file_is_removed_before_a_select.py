@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from twc.engine import engine, filebackend
+from twc.engine import engine, workspace
 
 pytestmark = pytest.mark.unit
 
@@ -26,7 +26,7 @@ VALID = json.dumps({"user.content_type": "application/octet-stream", "md5": "AAA
     ],
 )
 def test_a_file_backend_is_handed_to_the_engine_without_sidecars(given: str, expected: str) -> None:
-    assert filebackend.atomic_url(given) == expected
+    assert workspace.atomic_url(given) == expected
     assert engine.engine_env({"PULUMI_BACKEND_URL": given})["PULUMI_BACKEND_URL"] == expected
 
 
@@ -38,8 +38,8 @@ def test_the_engine_env_takes_the_process_backend_when_the_stack_names_none(
 
 
 def test_the_root_of_a_skipping_url_is_the_directory(tmp_path: Path) -> None:
-    assert filebackend.root(f"file://{tmp_path}?metadata=skip") == tmp_path
-    assert filebackend.root("postgres://x/y") is None
+    assert workspace.backend_root(f"file://{tmp_path}?metadata=skip") == tmp_path
+    assert workspace.backend_root("postgres://x/y") is None
 
 
 def _backend(tmp_path: Path) -> dict[str, Path]:
@@ -70,7 +70,7 @@ def test_unreadable_sidecars_of_the_stack_are_removed_and_the_rest_kept(
     kept.write_text("{}")  # the state itself is never touched
 
     with caplog.at_level(logging.WARNING):
-        removed = filebackend.repair_sidecars(f"file://{tmp_path}", project="twc", stack="s1")
+        removed = workspace.repair_sidecars(f"file://{tmp_path}", project="twc", stack="s1")
 
     mine = {files[n] for n in ("meta", "state", "gzip", "backup", "lock")}
     assert set(removed) == mine
@@ -83,18 +83,18 @@ def test_unreadable_sidecars_of_the_stack_are_removed_and_the_rest_kept(
 
 def test_readable_sidecars_are_kept(tmp_path: Path) -> None:
     files = _backend(tmp_path)
-    assert filebackend.repair_sidecars(f"file://{tmp_path}", project="twc", stack="s1") == []
+    assert workspace.repair_sidecars(f"file://{tmp_path}", project="twc", stack="s1") == []
     assert all(path.read_text() == VALID for path in files.values())
 
 
 def test_other_backends_and_a_missing_directory_are_left_alone(tmp_path: Path) -> None:
-    assert filebackend.repair_sidecars("postgres://x/y", project="twc", stack="s1") == []
+    assert workspace.repair_sidecars("postgres://x/y", project="twc", stack="s1") == []
     missing = f"file://{tmp_path / 'none'}"
-    assert filebackend.repair_sidecars(missing, project="twc", stack="s1") == []
+    assert workspace.repair_sidecars(missing, project="twc", stack="s1") == []
 
 
 def test_the_legacy_layout_without_a_project_directory_is_repaired(tmp_path: Path) -> None:
     legacy = tmp_path / ".pulumi" / "stacks" / "s1.json.attrs"
     legacy.parent.mkdir(parents=True)
     legacy.write_text("")
-    assert filebackend.repair_sidecars(f"file://{tmp_path}", project="twc", stack="s1") == [legacy]
+    assert workspace.repair_sidecars(f"file://{tmp_path}", project="twc", stack="s1") == [legacy]

@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, JsonValue
 
 from twc import cli
-from twc.local import crds as local_crds
+from twc.local import cluster as local_crds
 from twc.spec import ClusterConnection, Connection, TemporalWorker
 from twc.spec.crds import (
     TemporalWorkerStatus,

@@ -29,8 +29,8 @@ from tests.unit._native_objects import (
     worker_obj,
 )
 from twc.connections import Registry
-from twc.kube.versions import ObservedVersion
 from twc.kube.watch import NativeSnapshot, StaticQueues
+from twc.kube.workloads import ObservedVersion
 from twc.native.objects import NativeObject
 from twc.reconcile.act import Effects
 from twc.reconcile.daemon import Daemon

@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from twc.kube.caches import SECRET_FIELD_SELECTOR, DeploymentCache, SecretCache, digests_by_name
-from twc.kube.scale import AUTOSCALER_FIELD_MANAGER
-from twc.kube.workloads import WORKER_SELECTOR
+from twc.kube.workloads import AUTOSCALER_FIELD_MANAGER, WORKER_SELECTOR
 
 
 @dataclass

@@ -339,7 +339,7 @@ def test_twc_approve_writes_the_digest_of_what_is_held(
 ) -> None:
     import contextlib
 
-    from twc.cli import approve, common
+    from twc.cli import common, up
     from twc.kube.record import HeldRecord
 
     api = FakeConfigMaps()
@@ -347,12 +347,12 @@ def test_twc_approve_writes_the_digest_of_what_is_held(
     monkeypatch.setattr(common, "stack_kube", lambda ref: contextlib.nullcontext())
     monkeypatch.setattr(common, "stack_record", lambda ref, kube: record)
 
-    assert approve.run_approve("prod") == 1
+    assert up.run_approve("prod") == 1
     assert "no deletions are held" in capsys.readouterr().err
 
     record.save({}, None)
     record.publish_held(HeldRecord("d1g35t", (f"{NS}/a", f"{NS}/b"), "2 of 4 workers"))
-    assert approve.run_approve("prod") == 0
+    assert up.run_approve("prod") == 0
     out = capsys.readouterr().out
     assert f"{NS}/a" in out
     assert "approved (d1g35t)" in out

@@ -89,7 +89,7 @@ def test_unreachable_temporal_gives_a_false_condition_not_an_error() -> None:
 
 
 def test_missing_credential_secret_is_reported_as_auth_secret_invalid(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import providers._kube as kube
+    import providers.taskqueue as kube
 
     def missing(namespace: str, name: str) -> dict[str, bytes]:
         raise LookupError(f"secret {namespace}/{name} not found")

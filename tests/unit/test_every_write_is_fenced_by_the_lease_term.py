@@ -19,10 +19,8 @@ from kubernetes import client
 from twc.kube.client import KubeClient, TimeoutApiClient
 from twc.kube.lease import NotLeadingError
 from twc.kube.record import RecordStore
-from twc.kube.scale import ReplicaScaler
-from twc.kube.views import TemporalWorkerViews
-from twc.kube.workloads import ObjectRef, Workloads
-from twc.kube.writer import NativeWriter
+from twc.kube.workloads import ObjectRef, ReplicaScaler, Workloads
+from twc.kube.writer import NativeWriter, TemporalWorkerViews
 from twc.native.objects import NativeObject
 
 

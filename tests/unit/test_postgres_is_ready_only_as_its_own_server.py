@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from twc.local.postgres import Postgres
+from twc.local.environment import Postgres
 
 pytestmark = pytest.mark.unit
 

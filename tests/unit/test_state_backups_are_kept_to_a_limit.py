@@ -12,8 +12,8 @@ import pytest
 from twc.desired import DesiredInputs
 from twc.engine import engine as engine_module
 from twc.engine.automation import AutomationEngine
-from twc.engine.retention import DEFAULT_KEEP_BACKUPS as KEEP_BACKUPS
-from twc.engine.retention import engine_env, prune_backups
+from twc.engine.workspace import DEFAULT_KEEP_BACKUPS as KEEP_BACKUPS
+from twc.engine.workspace import engine_env, prune_backups
 from twc.reconcile.settings import DaemonSettings
 
 STACK = "prod.s01"

@@ -12,6 +12,7 @@ import pytest
 from temporalio.service import RPCError, RPCStatusCode
 
 from tests.unit.fleet_data import CA_PEM, CERT_PEM, KEY_PEM
+from twc import connections as client_module
 from twc.connections import (
     ConnectionIdentity,
     ConnectOptions,
@@ -20,7 +21,6 @@ from twc.connections import (
     TLSSettings,
     map_connect_error,
 )
-from twc.connections import _resolved as client_module
 from twc.errors import Reason, TwcConnectionError
 from twc.spec import AuthMode
 

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from twc.cli.status import format_status_table
-from twc.kube.versions import parse_versions
+from twc.kube.workloads import parse_versions
 from twc.rollout import (
     Routing,
     TemporalVersion,

@@ -152,7 +152,7 @@ def _cmd_preview(args: Args) -> int:
 
 
 def _cmd_approve(args: Args) -> int:
-    from twc.cli.approve import run_approve
+    from twc.cli.up import run_approve
 
     return run_approve(args.stack)
 

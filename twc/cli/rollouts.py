@@ -34,7 +34,7 @@ from twc.rollout import (
 if TYPE_CHECKING:
     from twc.desired import DesiredFleet
     from twc.kube.client import KubeClient
-    from twc.kube.versions import ObservedVersion
+    from twc.kube.workloads import ObservedVersion
     from twc.reconcile.observe import RolloutFacts
     from twc.spec import Fleet
     from twc.versioning import WorkerClients
@@ -63,7 +63,7 @@ def observe_round(
 ) -> tuple[RolloutFacts, dict[str, RolloutPlan]]:
     """Every versioned worker observed (as the daemon does) and planned once; raises if
     Deployments cannot be listed."""
-    from twc.kube.versions import versions
+    from twc.kube.workloads import versions
     from twc.reconcile.observe import RolloutFacts, RolloutSource, observe_facts
 
     found = versions(kube)
@@ -118,7 +118,7 @@ def drive_rollouts(
     out: TextIO,
 ) -> dict[str, RolloutPlan]:
     """After an ``up``: carry out what is due for up to ``wait`` seconds; the last plans."""
-    from twc.kube.versions import read_gate_input
+    from twc.kube.workloads import read_gate_input
     from twc.versioning import carry_out_all
 
     deadline = time.time() + max(0.0, wait)
@@ -172,7 +172,7 @@ def live_rollouts(
 ) -> dict[str, dict[str, Any]]:
     """Each versioned worker's versions as the cluster and Temporal show them now (with
     ``error`` when Temporal cannot be asked)."""
-    from twc.kube.versions import versions
+    from twc.kube.workloads import versions
 
     wanted = {k: str(v["targetBuildID"]) for k, v in recorded.items() if v.get("targetBuildID")}
     if kube is None or not wanted:
@@ -225,28 +225,14 @@ async def _observe_live(
     policy: RolloutPolicy,
     deployments: Mapping[str, VersionDeployment],
 ) -> RolloutObservation:
-    from twc.connections import ConnectOptions, connect
+    from twc.connections import connect_check
     from twc.kube.workloads import read_secret_data
     from twc.rollout import MAX_STAGES, gate_workflow_id, temporal_deployment_name
-    from twc.spec import AuthMode
     from twc.versioning import WorkerVersioning
 
     ref = props.get("secretRef")
-    creds: Mapping[str, bytes] = (
-        read_secret_data(kube, ref["namespace"], ref["name"]) if ref else {}
-    )
-    api_key = (creds.get(props.get("apiKeyKey") or "") or b"").decode().strip()
-    options = ConnectOptions(
-        target_host=str(props["address"]),
-        namespace=str(props["namespace"]),
-        tls=bool(props.get("tls")),
-        server_name=props.get("serverName") or None,
-        server_root_ca_cert=creds.get("ca.crt"),
-        client_cert=creds.get("tls.crt"),
-        client_private_key=creds.get("tls.key"),
-        api_key=api_key or None,
-    )
-    client = await connect(options, AuthMode(props.get("authMode") or "none"), timeout=5.0)
+    creds = read_secret_data(kube, ref["namespace"], ref["name"]) if ref else {}
+    client = await connect_check(props, creds)
     versioning = WorkerVersioning(client, str(props["namespace"]))
     namespace, _, name = key.partition("/")
     deployment_name = temporal_deployment_name(namespace, name)

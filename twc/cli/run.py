@@ -27,7 +27,7 @@ from twc.cli.common import fleet_file_for, fleet_path, stack_config, stack_ref
 from twc.cli.shards import is_sharded
 from twc.cli.stack_lease import guard_elector, lease_client
 from twc.connections import default_registry
-from twc.engine import engine, retention
+from twc.engine import engine, workspace
 from twc.engine.automation import INPUTS_PREFIX, AutomationEngine
 from twc.engine.engine import SHARD_CONFIG
 from twc.engine.shards import shard_ref, stack_resources
@@ -36,11 +36,9 @@ from twc.kube.caches import DeploymentCache, SecretCache, digests_by_name
 from twc.kube.client import KubeClient, NoClusterError, kube_client
 from twc.kube.lease import DAEMON_LEASE_ENV, LeaseElector, lease_name_for
 from twc.kube.record import CONTROL_NAMESPACE, control_namespace, record_for_stack
-from twc.kube.scale import ReplicaScaler
-from twc.kube.views import TemporalWorkerViews
 from twc.kube.watch import NativeWatch, QueueWatcher, StaticQueues
-from twc.kube.workloads import Workloads
-from twc.kube.writer import NativeWriter
+from twc.kube.workloads import ReplicaScaler, Workloads
+from twc.kube.writer import NativeWriter, TemporalWorkerViews
 from twc.reconcile import shards
 from twc.reconcile.act import Effects
 from twc.reconcile.asking import Budget, TemporalBacklogs, import_temporal
@@ -329,7 +327,7 @@ def _daemon(
     effect: dict[str, Any] = {"temporal_address": address}
     read_secret = None
     if cluster is not None and own is not None:
-        from twc.kube.versions import read_gate_input, versions
+        from twc.kube.workloads import read_gate_input, versions
         from twc.versioning import WorkerClients
 
         kube, read_secret, secrets = cluster.kube, cluster.workloads.read_secret, cluster.secrets
@@ -361,7 +359,7 @@ def wire(options: RunOptions, settings: DaemonSettings) -> Wiring:
     file = fleet_file_for(options.stack, options.fleet_file)
     path = fleet_path(file)
     ref = stack_ref(options.stack, path)
-    tuning = retention.engine_env(checkpoints=settings.state.checkpoints)
+    tuning = workspace.engine_env(checkpoints=settings.state.checkpoints)
     # The record's namespace is part of the stack's config: every entry point finds it.
     control = control_namespace(stack_config(ref))
     ref = replace(
@@ -558,8 +556,7 @@ class _Shards:
         return shards.Shard(index, ref.name, namespaces, daemon, engine_, leader)
 
     def wire(self, sharding: Any) -> Wiring:
-        from twc.kube.members import MemberRoster, fair_share
-        from twc.kube.shardmap import ShardMapStore
+        from twc.kube.shards import MemberRoster, ShardMapStore, fair_share
 
         stack = self.options.stack
         import_temporal()  # the shards' loops sample from several threads: import it once

@@ -25,8 +25,8 @@ from twc.connections import default_registry
 from twc.desired import QUEUE_KIND_KEY, WORKER_KIND_KEY, DesiredInputs, ObjectList
 from twc.engine import engine
 from twc.engine.errors import engine_failure
-from twc.engine.retention import DEFAULT_KEEP_BACKUPS, backend_url, prune_backups
 from twc.engine.shards import shard_ref
+from twc.engine.workspace import DEFAULT_KEEP_BACKUPS, backend_url, prune_backups
 from twc.errors import SpecError, SpecIssue
 from twc.kube.observe import observe_inputs
 from twc.rollout import RolloutSettings
@@ -82,7 +82,7 @@ def sharded_stack(
 ) -> ShardedStack:
     """The fleet and the assignment, extended for new namespaces (recorded with
     ``record``); raises for an invalid fleet or an unreadable cluster."""
-    from twc.kube.shardmap import ShardMapStore
+    from twc.kube.shards import ShardMapStore
 
     file = common.fleet_file_for(stack, fleet_file)
     path = common.fleet_path(file)

@@ -1,8 +1,11 @@
-"""``twc up``: one iteration of the pipeline with the engine inline, under the stack's Lease.
+"""``twc up``: one iteration of the pipeline with the engine inline, under the stack's Lease;
+``twc approve``: confirm the deletions it held.
 
 Deleting more than the fleet's ``deletionGuard.maxShare`` of the running workers needs an
 approval on the record (``twc approve``), a yes at the prompt, or ``--yes``; otherwise
-nothing is applied and the held set goes on the record for ``twc approve``.
+nothing is applied and the held set goes on the record for ``twc approve``. That shows the
+held deletions on the stack's record and writes their digest back as the approval; the next
+apply deletes exactly those workers and spends it.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from twc.cli.status import format_status_table
 from twc.desired import DesiredFleet, Hold, refusal
 from twc.engine import engine
 from twc.engine.errors import engine_failure
-from twc.engine.retention import DEFAULT_KEEP_BACKUPS, backend_url, prune_backups
+from twc.engine.workspace import DEFAULT_KEEP_BACKUPS, backend_url, prune_backups
 from twc.rollout import RolloutSettings
 
 
@@ -158,3 +161,35 @@ def _drive(
             )
     except Exception as exc:  # noqa: BLE001 - the up stands; the rollout goes on next time
         print(f"rollouts not driven: {exc}", file=sys.stderr)
+
+
+def run_approve(stack: str, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Approve the held deletions of ``stack``: 0 when approved, else 1."""
+    out, err = out or sys.stdout, err or sys.stderr
+    from twc.kube.client import NoClusterError
+
+    ref = common.stack_ref(stack)
+    try:
+        with common.stack_kube(ref) as kube:
+            record = common.stack_record(ref, kube)
+            found = record.load()
+            if found is None or found.held is None:
+                print(f"no deletions are held for stack {stack} ({record})", file=err)
+                return 1
+            held = found.held
+            print(f"{held.reason}:", file=out)
+            for worker in held.workers:
+                print(f"  {worker}", file=out)
+            record.approve(held.digest)
+    except NoClusterError as exc:
+        print(f"twc approve: {exc}", file=err)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - any failure ends the command with its reason
+        print(f"twc approve: cannot read or write the stack's record: {exc}", file=err)
+        return 1
+    print(
+        f"approved ({held.digest}): the next apply of stack {stack} (the daemon's next "
+        f"iteration, twc up or pulumi up) deletes these {len(held.workers)} workers",
+        file=out,
+    )
+    return 0

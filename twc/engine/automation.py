@@ -28,8 +28,8 @@ from twc.engine.errors import (
     EngineYielded,
     engine_failure,
 )
-from twc.engine.retention import DEFAULT_KEEP_BACKUPS, backend_url, prune_backups
 from twc.engine.supervisor import GuardChannel, engine_alive
+from twc.engine.workspace import DEFAULT_KEEP_BACKUPS, backend_url, prune_backups
 from twc.errors import PermanentError
 from twc.kube.lease import EngineRecord
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from pulumi import automation as auto
 
-from twc.engine import filebackend, workspace
+from twc.engine import workspace
 from twc.engine.supervisor import GUARD_MARK, install_wrapper
 
 _IMPORT_ROOT = Path(__file__).resolve().parents[2]
@@ -35,9 +35,8 @@ def engine_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
         "PULUMI_DIY_BACKEND_NO_LEGACY_WARNING": "true",
         **(extra or {}),
     }
-    url = env.get("PULUMI_BACKEND_URL") or os.environ.get("PULUMI_BACKEND_URL")
-    if url:
-        env["PULUMI_BACKEND_URL"] = filebackend.atomic_url(url)
+    if url := workspace.backend_url(extra):
+        env["PULUMI_BACKEND_URL"] = workspace.atomic_url(url)
     return env
 
 
@@ -70,7 +69,7 @@ def select_stack(ref: StackRef) -> auto.Stack:
     """Create or select the stack (one select at a time) and apply ``ref.config``."""
     env = engine_env(ref.env)
     project = workspace.project_name(ref.work_dir)
-    filebackend.repair_sidecars(env.get("PULUMI_BACKEND_URL", ""), project=project, stack=ref.name)
+    workspace.repair_sidecars(env.get("PULUMI_BACKEND_URL", ""), project=project, stack=ref.name)
     options = auto.LocalWorkspaceOptions(env_vars=env, pulumi_command=pulumi_command())
     with workspace.selecting(ref.work_dir, env) as settings:
         try:

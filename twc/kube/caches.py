@@ -10,13 +10,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from twc.builders import LABEL_STACK
 from twc.kube.client import KubeClient
-from twc.kube.scale import AUTOSCALER_FIELD_MANAGER
 from twc.kube.watch import ObjectWatcher, Resource, WatchSettings, builtin_lister
 from twc.kube.workloads import (
+    AUTOSCALER_FIELD_MANAGER,
     WORKER_SELECTOR,
     deployment_kept,
+    of_stack,
     worker_deployments,
     worker_replicas,
 )
@@ -102,10 +102,7 @@ class DeploymentCache(_Cache):
         found = self._objects()
         if self._stack is None:
             return found
-        labels = {k: dep["metadata"].get("labels") or {} for k, dep in found.items()}
-        return {
-            k: dep for k, dep in found.items() if labels[k].get(LABEL_STACK) in (self._stack, None)
-        }
+        return {k: dep for k, dep in found.items() if of_stack(dep, self._stack)}
 
     def by_namespace(self, reading: str) -> Mapping[str, Any]:
         """One reading (``replicas``, ``deployments``, ``scaled``) per namespace."""

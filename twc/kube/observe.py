@@ -11,9 +11,8 @@ from twc.connections import WatchedKind
 from twc.desired import QUEUE_KIND_KEY, STACKS_KEY, DesiredInputs, ObjectList
 from twc.kube.client import KubeClient
 from twc.kube.record import RecordStore
-from twc.kube.versions import versions
 from twc.kube.watch import NativeWatch, ObjectWatcher, QueueWatcher, list_failure
-from twc.kube.workloads import Workloads
+from twc.kube.workloads import Workloads, versions
 from twc.rollout import VersionInput, WorkerVersions
 
 

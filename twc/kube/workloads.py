@@ -1,5 +1,10 @@
 """Worker Deployments, their ServiceAccounts and credential Secrets, as the daemon reads
-and writes them outside the engine (only calls its ClusterRole grants)."""
+and writes them outside the engine (only calls its ClusterRole grants); the versions of
+versioned workers as the cluster runs them (Deployments labelled with worker and build ID,
+annotated with their version spec, always read back), and gate inputs. Autoscaled workers'
+replicas are a forced server-side apply of a ``Scale`` under :data:`AUTOSCALER_FIELD_MANAGER`,
+whose ownership in ``managedFields`` keeps the engine's apply off the field and tells the
+daemon which counts it claimed (:func:`scale_owner_of`)."""
 
 from __future__ import annotations
 
@@ -19,12 +24,18 @@ from twc.builders import (
     MANAGED_BY,
 )
 from twc.kube.client import KubeClient, read_json, tolerating
-from twc.kube.scale import scale_owner_of
-from twc.rollout import BUILD_ID_LABEL
+from twc.rollout import (
+    BUILD_ID_LABEL,
+    TARGET_ANNOTATION,
+    VERSION_ANNOTATION,
+    VersionDeployment,
+)
 from twc.spec import label_value
 from twc.spec.labels import owner_stack
 
 WORKER_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_COMPONENT}={COMPONENT_WORKER}"
+VERSION_SELECTOR = f"{WORKER_SELECTOR},{BUILD_ID_LABEL}"
+AUTOSCALER_FIELD_MANAGER = "twc-autoscaler"
 
 
 def stack_selector(stack: str) -> str:
@@ -77,7 +88,86 @@ def read_deployment(kube: KubeClient, namespace: str, name: str) -> dict[str, An
     return read_json(kube.apps.read_namespaced_deployment, name, namespace)
 
 
+@dataclass(frozen=True, slots=True)
+class ObservedVersion:
+    """One version's Deployment, as read from the cluster."""
+
+    deployment: VersionDeployment
+    spec: dict[str, Any] | None  # None when missing or unreadable
+    target: bool  # the target when last applied
+
+
+def parse_versions(items: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, ObservedVersion]]:
+    """Per worker key (``<ns>/<worker>``), per build ID, its version Deployment."""
+    out: dict[str, dict[str, ObservedVersion]] = {}
+    for dep in items:
+        meta = dep.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        build, worker = labels.get(BUILD_ID_LABEL), labels.get(LABEL_WORKER)
+        if not build or not worker:
+            continue
+        annotations = meta.get("annotations") or {}
+        try:
+            spec = json.loads(annotations.get(VERSION_ANNOTATION) or "null")
+        except ValueError:
+            spec = None
+        replicas = (dep.get("spec") or {}).get("replicas")
+        ready = int((dep.get("status") or {}).get("readyReplicas") or 0)
+        name, count = str(meta.get("name")), int(1 if replicas is None else replicas)
+        out.setdefault(f"{meta.get('namespace')}/{worker}", {})[str(build)] = ObservedVersion(
+            VersionDeployment(str(build), name, count, ready),
+            spec if isinstance(spec, dict) else None,
+            annotations.get(TARGET_ANNOTATION) == "true",
+        )
+    return out
+
+
+def _listed(call: Callable[..., Any], selector: str) -> list[dict[str, Any]]:
+    response = call(label_selector=selector, _preload_content=False)
+    return [d for d in json.loads(response.data).get("items") or [] if isinstance(d, dict)]
+
+
+def versions(kube: KubeClient) -> dict[str, dict[str, ObservedVersion]]:
+    """Every version Deployment, per worker and build ID (raises when the list fails)."""
+    return parse_versions(_listed(kube.apps.list_deployment_for_all_namespaces, VERSION_SELECTOR))
+
+
+def read_gate_input(kube: KubeClient, namespace: str, source: Mapping[str, Any]) -> Any:
+    """A gate's ``inputFrom``: the JSON in a ConfigMap or Secret key (LookupError when
+    missing and not ``optional``; ValueError when not JSON)."""
+    ref = source.get("configMapKeyRef") or source.get("secretKeyRef") or {}
+    name, key = str(ref.get("name", "")), str(ref.get("key", ""))
+    secret = "secretKeyRef" in source
+    what = f"{'Secret' if secret else 'ConfigMap'} {namespace}/{name} key {key!r}"
+    read = kube.core.read_namespaced_secret if secret else kube.core.read_namespaced_config_map
+    obj = read_json(read, name, namespace) or {}
+    raw = None if secret else (obj.get("data") or {}).get(key)
+    encoded = (obj.get("data") if secret else obj.get("binaryData")) or {}
+    if raw is None and key in encoded:
+        raw = base64.b64decode(encoded[key]).decode()
+    if raw is None:
+        if ref.get("optional"):
+            return None
+        raise LookupError(f"gate input {what} not found")
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise ValueError(f"gate input {what} is not JSON: {exc}") from exc
+
+
 _DEPLOYMENT_LABELS = (LABEL_STACK, LABEL_WORKER, BUILD_ID_LABEL)
+
+
+def scale_owner_of(deployment: Mapping[str, Any]) -> list[str]:
+    """The field managers that own a Deployment's ``spec.replicas`` (usually one)."""
+    entries = (deployment.get("metadata") or {}).get("managedFields") or ()
+    return sorted(
+        {
+            str(entry.get("manager"))
+            for entry in entries
+            if "f:replicas" in ((entry.get("fieldsV1") or {}).get("f:spec") or {})
+        }
+    )
 
 
 def deployment_kept(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -122,10 +212,9 @@ def _replicas(dep: Mapping[str, Any]) -> int:
     return int(1 if dep["replicas"] is None else dep["replicas"])
 
 
-def _stack_of(obj: Mapping[str, Any]) -> str | None:
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    value = labels.get(LABEL_STACK)
-    return str(value) if value is not None else None
+def of_stack(dep: Mapping[str, Any], label: str) -> bool:
+    """Whether a worker Deployment's stack label is ``label``, or it has none."""
+    return ((dep.get("metadata") or {}).get("labels") or {}).get(LABEL_STACK) in (label, None)
 
 
 class Workloads:
@@ -153,15 +242,11 @@ class Workloads:
             calls = [partial(apps.list_deployment_for_all_namespaces)]
         else:
             calls = [partial(apps.list_namespaced_deployment, ns) for ns in self.namespaces()]
-        found: list[dict[str, Any]] = []
-        for call in calls:
-            response = call(label_selector=selector, _preload_content=False)
-            items = json.loads(response.data).get("items") or []
-            found += [d for d in items if isinstance(d, dict)]
+        found = [dep for call in calls for dep in _listed(call, selector)]
         if self.stack is None:
             return found
         ours = label_value(owner_stack(self.stack))
-        return [d for d in found if _stack_of(d) in (ours, None)]
+        return [d for d in found if of_stack(d, ours)]
 
     def worker_replicas(self) -> dict[str, int]:
         return worker_replicas(self._kept())
@@ -222,3 +307,27 @@ class Workloads:
 
     def read(self, ref: ObjectRef) -> dict[str, Any] | None:
         return read_json(self._call("read", ref.kind), ref.name, ref.namespace)
+
+
+class ReplicaScaler:
+    """Writes worker replicas through the scale subresource."""
+
+    def __init__(self, kube: KubeClient) -> None:
+        self.kube = kube
+
+    def scale(self, namespace: str, name: str, replicas: int) -> None:
+        """Apply ``replicas`` to the Deployment (raises when gone or refused)."""
+        body = {
+            "apiVersion": "autoscaling/v1",
+            "kind": "Scale",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"replicas": int(replicas)},
+        }
+        self.kube.apps.patch_namespaced_deployment_scale(
+            name,
+            namespace,
+            body,
+            field_manager=AUTOSCALER_FIELD_MANAGER,
+            force=True,
+            _content_type="application/apply-patch+yaml",
+        )

@@ -1,7 +1,10 @@
 """The embedded local environment: etcd, kube-apiserver, controllers, KWOK's simulated
 nodes, the Temporal dev server and, when asked, a worker process per Running pod and
 PostgreSQL for the Pulumi state; on loopback, under one state directory (``.twc/``).
-``up`` is idempotent; a component that died is reported and started again on its ports."""
+``up`` is idempotent; a component that died is reported and started again on its ports.
+
+PostgreSQL 15 (``--state postgres``) listens on loopback only, its random password in 0600
+files (``PGPASSFILE``), never in a URL or log; under root in a user namespace of its own."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import secrets
 import shutil
 import socket
 import ssl
+import subprocess
 import sys
 import time
 import urllib.request
@@ -26,9 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from twc.kube.crds import install_crds
-from twc.local import crds, kwok, processes
-from twc.local.kube import Kube
-from twc.local.postgres import Postgres, write_private
+from twc.local import cluster, processes
+from twc.local.cluster import Kube
 from twc.local.processes import ProcessRecord
 
 log = logging.getLogger(__name__)
@@ -226,7 +229,7 @@ class LocalEnvironment:
             "kube-apiserver": f"https://127.0.0.1:{p['apiserver']}",
             "kube-controller-manager": CONTROLLERS.replace(",", ", "),
             "kube-scheduler": f"https://127.0.0.1:{p['scheduler']}",
-            "kwok": f"nodes {', '.join(kwok.NODES)}",
+            "kwok": f"nodes {', '.join(cluster.NODES)}",
             "temporal": self.temporal_address(state),
             "pod-workers": "a worker process per Running pod",
             "postgres": f"127.0.0.1:{p['postgres']} (Pulumi state)",
@@ -265,7 +268,7 @@ class LocalEnvironment:
                     self._write_kubeconfig(state)
             self._save(state)
             with Kube(self.kubeconfig) as api:
-                outcomes = install_crds(api.api_client, crds.all_crds())
+                outcomes = install_crds(api.api_client, cluster.all_crds())
             progress(f"CRDs installed: {', '.join(map(str, outcomes))}")
             processes.write_json(self.dir / "env.json", self.env())
             return crashes
@@ -372,19 +375,19 @@ class LocalEnvironment:
 
     def _start_kwok(self, state: State, progress: Progress) -> ProcessRecord:
         config, port = self.dir / "kwok.yaml", state.ports["kwok"]
-        config.write_text(kwok.config_yaml())
+        config.write_text(cluster.config_yaml())
         argv = [
             *(find_tool("kwok"), f"--kubeconfig={self.kubeconfig}", f"--config={config}"),
-            f"--manage-nodes-with-annotation-selector={kwok.MANAGE_SELECTOR}",
-            *(f"--node-ip={kwok.NODE_IP}", f"--cidr={kwok.DEFAULT_POD_CIDR}"),
+            f"--manage-nodes-with-annotation-selector={cluster.MANAGE_SELECTOR}",
+            *(f"--node-ip={cluster.NODE_IP}", f"--cidr={cluster.DEFAULT_POD_CIDR}"),
             f"--server-address=127.0.0.1:{port}",
         ]
         with Kube(self.kubeconfig) as api:
-            kwok.ensure_nodes(api)
+            cluster.ensure_nodes(api)
             return self._start(
                 "kwok",
                 argv,
-                lambda: _http_ok(f"http://127.0.0.1:{port}/healthz") and kwok.nodes_ready(api),
+                lambda: _http_ok(f"http://127.0.0.1:{port}/healthz") and cluster.nodes_ready(api),
                 # KWOK also reads ~/.kwok/kwok.yaml when it exists: not a user's here.
                 env=dict(os.environ, HOME=str(self.dir / "kwok-home")),
             )
@@ -428,12 +431,12 @@ class LocalEnvironment:
         pem = (self._apiserver_dir / "apiserver.crt").read_bytes()
         ca = b"-----BEGIN CERTIFICATE-----" + pem.split(b"-----BEGIN CERTIFICATE-----")[-1]
         server = f"https://127.0.0.1:{state.ports['apiserver']}"
-        cluster = {"server": server, "certificate-authority-data": base64.b64encode(ca).decode()}
+        api_server = {"server": server, "certificate-authority-data": base64.b64encode(ca).decode()}
         context = {"cluster": "twc-local", "user": "twc-admin"}
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "twc-local", "cluster": cluster}],
+            "clusters": [{"name": "twc-local", "cluster": api_server}],
             "users": [{"name": "twc-admin", "user": {"token": self.admin_token()}}],
             "contexts": [{"name": "twc-local", "context": context}],
             "current-context": "twc-local",
@@ -452,3 +455,88 @@ def _http_ok(url: str, token: str | None = None) -> bool:
             return bool(resp.status == 200)
     except OSError:
         return False
+
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")  # Debian's postgresql-15
+USER = "twc"
+DATABASE = "pulumi"
+
+
+def postgres_tool(name: str) -> str:
+    """A PostgreSQL 15 binary; FileNotFoundError when it is not installed."""
+    candidate = PG_BIN / name
+    if not candidate.exists():
+        raise FileNotFoundError(f"{candidate} not found: `tools/setup.sh postgres` installs it")
+    return str(candidate)
+
+
+def _unprivileged(argv: list[str]) -> list[str]:
+    # PostgreSQL will not run as root; in a user namespace its files stay ours.
+    if os.geteuid() == 0:
+        return [shutil.which("unshare") or "/usr/bin/unshare", "-U", *argv]
+    return argv
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner may read."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+
+
+class Postgres:
+    """The PostgreSQL part of one embedded environment, under ``env_dir / "postgres"``."""
+
+    def __init__(self, env_dir: Path) -> None:
+        self.dir = env_dir / "postgres"
+        self.data = self.dir / "data"
+        self.password_file = self.dir / "password"
+        self.passfile = self.dir / "pgpass"
+
+    def env(self, port: int) -> dict[str, str]:
+        """The Pulumi backend URL (no password in it) and where the password is."""
+        write_private(self.passfile, f"127.0.0.1:{port}:{DATABASE}:{USER}:{self._password()}\n")
+        url = f"postgres://{USER}@127.0.0.1:{port}/{DATABASE}?sslmode=disable"
+        return {"PULUMI_BACKEND_URL": url, "PGPASSFILE": str(self.passfile)}
+
+    def _password(self) -> str:
+        if not self.password_file.exists():
+            self.dir.mkdir(parents=True, exist_ok=True)
+            write_private(self.password_file, secrets.token_urlsafe(24))
+        return self.password_file.read_text().strip()
+
+    def _run(self, argv: list[str], stdin: str | None = None) -> None:
+        done = subprocess.run(_unprivileged(argv), input=stdin, capture_output=True, text=True)
+        if done.returncode != 0 or "ERROR" in done.stdout + done.stderr:
+            raise RuntimeError(f"{Path(argv[0]).name} failed:\n{done.stdout}{done.stderr}")
+
+    def initialize(self) -> bool:
+        """Make the data directory and the database once; whether it did now."""
+        if (self.data / "PG_VERSION").exists():
+            return False
+        self._password()
+        initdb = [postgres_tool("initdb"), "-D", str(self.data), "-U", USER, "-E", "UTF8"]
+        auth = (f"--pwfile={self.password_file}", "--auth=scram-sha-256", "--no-instructions")
+        self._run([*initdb, *auth])
+        create = f"CREATE DATABASE {DATABASE} OWNER {USER};\n"
+        self._run([postgres_tool("postgres"), "--single", "-D", str(self.data), "postgres"], create)
+        return True
+
+    def argv(self, port: int) -> list[str]:
+        """The server on ``127.0.0.1:port``, no Unix socket, no durability (a test store)."""
+        settings = ("logging_collector", "fsync", "synchronous_commit", "full_page_writes")
+        off = [arg for name in settings for arg in ("-c", f"{name}=off")]
+        server = [postgres_tool("postgres"), "-D", str(self.data), "-h", "127.0.0.1"]
+        return _unprivileged([*server, "-p", str(port), "-k", "", *off])
+
+    def ready(self, port: int) -> bool:
+        """Whether this data directory's server is ready on ``port`` (``postmaster.pid``)."""
+        try:
+            lines = (self.data / "postmaster.pid").read_text().splitlines()
+        except OSError:
+            return False
+        # Line 4 is the port, line 8 the status ("starting", "ready", ...).
+        if len(lines) < 8 or lines[3].strip() != str(port) or lines[7].strip() != "ready":
+            return False
+        argv = [postgres_tool("pg_isready"), "-h", "127.0.0.1", "-p", str(port), "-d", DATABASE]
+        return subprocess.run(argv, capture_output=True).returncode == 0

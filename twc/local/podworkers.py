@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from twc.local import processes
-from twc.local.kube import Kube
+from twc.local.cluster import Kube
 from twc.local.workerpod import PodConfigError, WorkerPod, is_running, list_pods
 
 log = logging.getLogger(__name__)

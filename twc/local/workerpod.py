@@ -24,8 +24,8 @@ from typing import Any
 
 from twc.kube.client import status_of
 from twc.local import processes
+from twc.local.cluster import Kube
 from twc.local.environment import project_root
-from twc.local.kube import Kube
 from twc.local.processes import ProcessRecord
 
 _FIELD_LABEL = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")

@@ -36,10 +36,17 @@ from twc.kube.client import KubeClient, kube_client
 from twc.kube.lease import DAEMON_LEASE_ENV, DAEMON_LEASE_OUTPUT
 from twc.kube.observe import observe_inputs, running_versions
 from twc.kube.record import HeldRecord, RecordStore, record_for_stack
-from twc.kube.workloads import Workloads
-from twc.program.components.connection import ConnectionArgs, ConnectionComponent, SecretReader
-from twc.program.components.queue import QUEUE_TYPE, QueueComponent
-from twc.program.components.worker import TEMPORAL_WORKER_TYPE, TemporalWorkerComponent, WorkerArgs
+from twc.kube.workloads import Workloads, read_secret_data
+from twc.program.components import (
+    QUEUE_TYPE,
+    TEMPORAL_WORKER_TYPE,
+    ConnectionArgs,
+    ConnectionComponent,
+    QueueComponent,
+    SecretReader,
+    TemporalWorkerComponent,
+    WorkerArgs,
+)
 from twc.shards import restrict
 from twc.spec import Fleet, ResolvedWorker, load_fleet, load_fleet_file
 
@@ -55,10 +62,9 @@ class ProgramOptions:
 
 def default_secret_reader(namespace: str, name: str) -> Mapping[str, bytes] | None:
     """Read a Secret's data from the cluster the kubernetes provider targets."""
-    from providers._kube import read_secret_data
-
     try:
-        return read_secret_data(namespace, name)
+        with kube_client() as kube:
+            return read_secret_data(kube, namespace, name)
     except LookupError:
         return None
 

@@ -60,7 +60,7 @@ VIEW_OVERWRITTEN = "ViewOverwritten"  # the Event on a view whose edit was put b
 
 
 class ViewWriter(Protocol):
-    """The writes of views (:class:`twc.kube.views.TemporalWorkerViews` is the real one)."""
+    """The writes of views (:class:`twc.kube.writer.TemporalWorkerViews` is the real one)."""
 
     def apply(self, body: Mapping[str, Any], *, resource_version: str | None) -> dict[str, Any]:
         """Server-side apply a view (conditional on ``resource_version`` when given)."""
@@ -240,7 +240,7 @@ def plan_release(
 
 
 class Scaler(Protocol):
-    """Writes an autoscaled worker's replicas (:class:`twc.kube.scale.ReplicaScaler`)."""
+    """Writes an autoscaled worker's replicas (:class:`twc.kube.workloads.ReplicaScaler`)."""
 
     def scale(self, namespace: str, name: str, replicas: int) -> None: ...
 

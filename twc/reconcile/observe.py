@@ -38,9 +38,8 @@ from twc.desired import (
 )
 from twc.errors import SpecError, TemporaryError, TwcConnectionError
 from twc.kube.record import SELECTIONS, RecordStore, StackRecord
-from twc.kube.versions import ObservedVersion
 from twc.kube.watch import NativeSource, QueueSource
-from twc.kube.workloads import ObjectRef
+from twc.kube.workloads import ObjectRef, ObservedVersion
 from twc.native.status import PollerFacts
 from twc.reconcile import asking
 from twc.reconcile.asking import (

@@ -409,7 +409,7 @@ class Shard:
 
 
 class AssignmentStore(Protocol):
-    """Where the assignment is kept (:class:`twc.kube.shardmap.ShardMapStore`)."""
+    """Where the assignment is kept (:class:`twc.kube.shards.ShardMapStore`)."""
 
     def extend(self, load: Mapping[str, int], *, max_workers_per_shard: int) -> ShardMap: ...
 

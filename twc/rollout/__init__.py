@@ -3,7 +3,6 @@ Worker Versioning routes between them. Names as the official controller gives th
 planner (:func:`plan_rollout`), the status record and the preview words; no client, no
 clock (Temporal calls are in :mod:`twc.versioning`)."""
 
-from twc.rollout._inputs import VersionInput, WorkerVersions, version_inputs
 from twc.rollout._model import (
     GatePolicy,
     GateRun,
@@ -18,21 +17,6 @@ from twc.rollout._model import (
     VersionDeployment,
     VersionStatus,
 )
-from twc.rollout._names import (
-    BUILD_ID_LABEL,
-    DEPLOYMENT_NAME_LABEL,
-    ENV_BUILD_ID,
-    ENV_DEPLOYMENT_NAME,
-    POLICY_ANNOTATION,
-    TARGET_ANNOTATION,
-    VERSION_ANNOTATION,
-    derive_build_id,
-    gate_workflow_id,
-    image_prefix,
-    temporal_deployment_name,
-    version_deployment_name,
-)
-from twc.rollout._observed import RolloutObservation, observed_status, plan_observed
 from twc.rollout._planner import (
     MAX_STAGES,
     GateStart,
@@ -44,14 +28,35 @@ from twc.rollout._planner import (
     plan_rollout,
 )
 from twc.rollout._spec import (
+    BUILD_ID_LABEL,
+    DEPLOYMENT_NAME_LABEL,
+    ENV_BUILD_ID,
+    ENV_DEPLOYMENT_NAME,
+    POLICY_ANNOTATION,
+    TARGET_ANNOTATION,
+    VERSION_ANNOTATION,
     build_id_of,
     deployment_name_of,
+    derive_build_id,
+    gate_workflow_id,
+    image_prefix,
     policy_of,
+    temporal_deployment_name,
+    version_deployment_name,
     version_spec,
     version_spec_json,
     with_version_spec,
 )
-from twc.rollout._status import rollout_status, version_rows
+from twc.rollout._step import (
+    RolloutObservation,
+    VersionInput,
+    WorkerVersions,
+    observed_status,
+    plan_observed,
+    rollout_status,
+    version_inputs,
+    version_rows,
+)
 from twc.rollout._words import duration_words, rollback_in_words, rollout_in_words
 
 __all__ = [

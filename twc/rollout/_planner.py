@@ -23,7 +23,7 @@ from twc.rollout._model import (
     VersionDeployment,
     VersionStatus,
 )
-from twc.rollout._names import gate_workflow_id
+from twc.rollout._spec import gate_workflow_id
 from twc.timestamps import rfc3339
 
 MAX_STAGES = 20

@@ -1,7 +1,8 @@
-"""Worker Versioning in Temporal: the worker-deployment calls, their messages read as the
-rollout model, and the two halves of a rollout step around the pure planner (observing
-every versioned worker, carrying out its plan). Routing changes carry the conflict token
-they were planned from; one worker's failure is its own error, never another's."""
+"""Worker Versioning in Temporal, the I/O of versioned rollouts (the pure part is
+:mod:`twc.rollout`): the worker-deployment calls, their messages read as the rollout model,
+and the two halves of a rollout step around the pure planner (observing every versioned
+worker, carrying out its plan). Routing changes carry the conflict token they were planned
+from; one worker's failure is its own error, never another's."""
 
 from __future__ import annotations
 

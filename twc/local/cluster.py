@@ -1,12 +1,86 @@
-"""The simulated nodes of the local environment: KWOK's stages play their kubelets. A node
-turns Ready with room for everything; a pod scheduled on one turns Running and Ready (init
-containers completed, sidecars running); a pod being deleted is deleted. No heartbeats."""
+"""The test bed's cluster: its Kubernetes client (twc's :class:`KubeClient` over a
+kubeconfig, for the test bed and its tests), the CRDs it installs and its simulated nodes.
+
+The CRDs: the kmsvc ``Queue`` (``kmsvc.io/v1``; one labelled ``temporal.io/worker-enabled:
+"true"`` gets a worker derived by twc) and twc's own kinds. The nodes: KWOK's stages play
+their kubelets. A node turns Ready with room for everything; a pod scheduled on one turns
+Running and Ready (init containers completed, sidecars running); a pod being deleted is
+deleted. No heartbeats."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from twc.kube.client import KubeClient, status_of
+import yaml
+
+from twc.kube.client import KubeClient, api_client, read_json, status_of
+from twc.kube.workloads import ensure_namespace
+from twc.spec import crds as spec_crds
+
+
+class Kube(KubeClient):
+    """One API server through a kubeconfig, on an ``ApiClient`` of its own."""
+
+    def __init__(self, kubeconfig: Path | str) -> None:
+        self.kubeconfig = str(kubeconfig)
+        super().__init__(api_client(self.kubeconfig))
+        self.ext = self.extensions
+
+    def ensure_namespace(self, name: str) -> None:
+        ensure_namespace(self, name)
+
+    def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return read_json(self.apps.read_namespaced_deployment, name, namespace)
+
+
+QUEUE_CRD = r"""
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: queues.kmsvc.io}
+spec:
+  group: kmsvc.io
+  scope: Namespaced
+  names: {kind: Queue, listKind: QueueList, plural: queues, singular: queue, shortNames: [kq]}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    additionalPrinterColumns:
+    - {name: FIFO, type: boolean, jsonPath: .spec.fifo}
+    - {name: Partitions, type: integer, jsonPath: .spec.partitions}
+    - {name: Worker, type: string, jsonPath: '.metadata.labels.temporal\.io/worker-enabled'}
+    - {name: Age, type: date, jsonPath: .metadata.creationTimestamp}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              fifo: {type: boolean, description: Messages are delivered in order.}
+              partitions:
+                type: integer
+                minimum: 1
+                maximum: 1000
+                description: Partitions; a derived worker runs one replica per partition.
+          status: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"""
+
+
+def queue_crd() -> dict[str, Any]:
+    """The kmsvc Queue CRD: spec.fifo, spec.partitions, status conditions."""
+    crd: dict[str, Any] = yaml.safe_load(QUEUE_CRD)
+    return crd
+
+
+def all_crds() -> list[dict[str, Any]]:
+    """Every CRD ``twc local up`` installs, the Queue labelled as twc's for the installer."""
+    queue = queue_crd()
+    queue["metadata"]["labels"] = {spec_crds.MANAGED_BY_LABEL: "twc"}
+    return [queue, *spec_crds.all_crds()]
+
 
 NODE_ANNOTATION = "kwok.x-k8s.io/node"
 MANAGE_SELECTOR = f"{NODE_ANNOTATION}=fake"
@@ -100,8 +174,6 @@ _NOT_READY = {
 
 def config_yaml() -> str:
     """The file ``kwok --config`` reads: the Stage objects as one YAML stream."""
-    import yaml
-
     pod_running = [
         {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
         {"key": ".status.phase", "operator": "In", "values": ["Pending"]},

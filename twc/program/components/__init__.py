@@ -1,1 +1,0 @@
-"""Pulumi components: connections, queues and workers."""

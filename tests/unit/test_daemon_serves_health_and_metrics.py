@@ -220,3 +220,21 @@ def test_a_probe_whose_caller_gave_up_is_logged_not_a_traceback(
     finally:
         answer.set()
         server.stop()
+
+
+def test_status_says_how_long_the_last_iteration_took_and_when_it_ended(
+    served: tuple[Harness, int],
+) -> None:
+    h, port = served
+    assert json.loads(_get(port, "/status")[1])["lastIteration"] is None
+    h.step()
+    h.clock.now += 7.0
+    h.step()
+
+    last = json.loads(_get(port, "/status")[1])["lastIteration"]
+
+    assert last["number"] == 2
+    assert last["ok"] is True
+    assert last["seconds"] == 0.0  # the fake clock did not move during the iteration
+    assert last["cpuSeconds"] >= 0.0
+    assert last["endedAt"] == 1_700_000_000.0 + h.clock.now

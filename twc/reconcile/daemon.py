@@ -104,6 +104,7 @@ class Daemon:
         self._resuming = sources.record is not None
         self._desired: dict[str, int] = {}
         self._observed: dict[str, int] = {}
+        self.last_iteration: dict[str, Any] | None = None  # ``/status``'s ``lastIteration``
         self._turn = effects.refresh_turn
         clock = self.clocks.monotonic
         self.liveness = Liveness(clock, settings.liveness_allowance)
@@ -183,6 +184,7 @@ class Daemon:
             "leading": self._was_leader is True,
             "iterations": state.iteration,
             "consecutiveFailures": state.consecutive_failures,
+            "lastIteration": self.last_iteration,
             "lastOutcome": None
             if outcome is None
             else {
@@ -252,6 +254,7 @@ class Daemon:
 
     def iterate(self, state: LoopState) -> LoopState:
         """One iteration: observe → plan → execute → report; never raises for a failed step."""
+        began, cpu = self.clocks.monotonic(), time.thread_time()
         state = self._engine.collect(state)
         started = self.clocks.monotonic()
         plan: Plan | None = None
@@ -267,6 +270,14 @@ class Daemon:
             state = self._report(state, plan, outcome, started)
         state = self._engine.collect(state)
         self.liveness.expect(state.next_delay(now=self.clocks.monotonic(), settings=self.settings))
+        number = self.last_iteration["number"] + 1 if self.last_iteration else 1
+        self.last_iteration = {
+            "number": number,
+            "ok": outcome.ok,
+            "seconds": round(self.clocks.monotonic() - began, 6),
+            "cpuSeconds": round(time.thread_time() - cpu, 6),  # this thread's own work
+            "endedAt": self.clocks.wall(),
+        }
         return state
 
     def observe(self, *, now: float) -> tuple[Observation, DesiredFleet, WorkerFacts]:

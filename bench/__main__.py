@@ -83,7 +83,7 @@ def plan_for(quick: bool) -> dict[str, Any]:
         "middle": 1000,
         "largest": 5000,
         "trials": {"noop": 30, "change": 10, "backlog": 8, "queue": 20, "state": 5},
-        "baselines_at": [100, 1000],
+        "baselines_at": [100, 1000, 5000],
         "baseline_trials": 5,
         "queue_gap_s": 8.0,
         "workflows": 60,
@@ -120,6 +120,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--render", action="store_true", help="only re-render results.md from results.json"
     )
     parser.add_argument(
+        "--compare",
+        type=Path,
+        default=None,
+        help="an earlier results.json whose figures results.md sets beside this run's "
+        "(default: the results.json in --out, read before it is replaced)",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="sample twc run's threads with py-spy during the Queue figure",
@@ -150,12 +157,16 @@ class Run:
         self.results["settings"] = DAEMON_SETTINGS
         self.results["trials"] = self.plan["trials"]
         self.results["figures"] = list(self.figures)
+        self.results["noop_timed"] = report.NOOP_TIMED
         self.workdir = Path(tempfile.mkdtemp(prefix="twc-bench-"))
         self.skip_state = args.skip_state or args.refresh_only
         self.profile_dir: Path | None = args.out if args.profile else None
         if args.profile:
             DaemonProfile.executable()  # missing, the run stops now, not an hour in
         self.t0 = time.monotonic()
+        earlier = args.compare or args.out / "results.json"
+        if earlier.is_file():
+            self.results["previous"] = report.comparable(json.loads(earlier.read_text()))
 
     def progress(self, message: str) -> None:
         log.info("%s (%.0f s into the run)", message, time.monotonic() - self.t0)
@@ -282,7 +293,7 @@ class Run:
                 entry["noop"] = self.stage(
                     f"no-op iteration N={n}",
                     lambda: noop_iteration(
-                        stack, DAEMON_SETTINGS, trials=trials["noop"], progress=self.progress
+                        stack, daemon, trials=trials["noop"], progress=self.progress
                     ),
                 )
 

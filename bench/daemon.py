@@ -48,10 +48,11 @@ class DaemonProcess:
         tag: str = "",
     ) -> None:
         self.stack = stack
-        self.port = _free_port()
+        self.port, self.status_port = _free_port(), _free_port()
         name = f"daemon-{stack}{tag}"
         self.settings_file = workdir / f"{name}.json"
-        self.settings_file.write_text(json.dumps({**settings, "metrics_port": self.port}))
+        ports = {"metrics_port": self.port, "status_port": self.status_port}
+        self.settings_file.write_text(json.dumps({**settings, **ports}))
         self.log_file = workdir / f"{name}.log"
         self._log = self.log_file.open("w")
         self.proc = subprocess.Popen(
@@ -106,8 +107,11 @@ class DaemonProcess:
         return self.value("twc_engine_runs_total", **labels) or 0.0
 
     def status(self) -> dict[str, Any]:
-        code, text = _get(f"http://127.0.0.1:{self.port}/status")
-        return dict(json.loads(text)) if code == 200 and text else {}
+        """``/status`` (its own listener); raises when it does not answer."""
+        code, text = _get(f"http://127.0.0.1:{self.status_port}/status")
+        if code != 200 or not text:
+            raise RuntimeError(f"/status answered {code}; see {self.log_file}")
+        return dict(json.loads(text))
 
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -17,7 +17,6 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from typing import Any, TypeVar
 
 from bench import fleets
@@ -636,139 +635,72 @@ def queue_to_polling(
 
 
 # ------------------------------------------------------------ no-op iteration
-class _RefusingEngine:
-    """Stands in for the engine while the no-op iteration is measured: an iteration
-    that would start one is not a no-op, and must not race the running daemon."""
-
-    def recover(self) -> list[str]:
-        raise RuntimeError("a no-op iteration started the engine (recover)")
-
-    def up(self, inputs: Any, targets: Any) -> Any:
-        raise RuntimeError("a no-op iteration started the engine (up)")
-
-    def refresh(self) -> list[str]:
-        raise RuntimeError("a no-op iteration started the engine (refresh)")
-
-    def preempt(self, reason: str) -> bool:
-        return False
-
-    def last_update(self) -> str | None:
-        return None
-
-    def worker_urns(self) -> dict[str, list[str]]:
-        return {}
+def _last_iterations(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each loop's ``lastIteration`` from ``twc run``'s ``/status`` (every shard's)."""
+    loops = status.get("shards") or ({status["stack"]: status} if "stack" in status else {})
+    if not loops:
+        raise RuntimeError(f"/status names no loop: {sorted(status)}")
+    return {stack: loop.get("lastIteration") or {} for stack, loop in loops.items()}
 
 
 def noop_iteration(
-    stack: BenchStack, settings: dict[str, Any], *, trials: int, progress: Progress
+    stack: BenchStack, daemon: DaemonProcess, *, trials: int, progress: Progress
 ) -> dict[str, Any]:
-    """The daemon's own ``iterate()`` with nothing to do, on ``twc run``'s wiring.
+    """The running ``twc run``'s own iterations with nothing to do, timed inside it.
 
-    :func:`twc.cli.run.wire` builds the loop exactly as ``twc run`` does (watch
-    caches, the cached fleet file, the shard views); each shard's loop is given the
-    hashes it would have applied, iterates once unmeasured (a starting daemon's first
-    iteration), then iterates ``trials`` times back to back. Backlog samples and poller
-    counts are taken on their own intervals, as in the daemon, so most measured
-    iterations reuse them. Only the engine is replaced, by one that fails the figure if
-    an iteration calls it.
+    Each trial touches the fleet file without changing a byte: the file watch wakes every
+    shard's loop, which finds nothing to do. Each loop's ``/status`` says how long its
+    last iteration took (``lastIteration``: wall and thread CPU seconds, when it ended).
+    A trial is dropped (and counted) when a loop did not iterate within a minute or its
+    iteration failed. *All shards* is a trial's span from the first shard's start to the
+    last one's end (the shards' loops run in parallel threads). Backlog samples and poller
+    counts keep their own schedules, so most iterations reuse them; the p95 and max
+    include those that did not.
     """
-    from twc.cli.run import RunOptions, load_settings, wire
-    from twc.reconcile.daemon import Daemon
-    from twc.reconcile.shards import ShardedDaemon
-    from twc.reconcile.state import LoopState
+    per_shard: list[float] = []
+    per_shard_cpu: list[float] = []
+    rounds: list[float] = []
+    dropped = 0
+    for _ in range(trials):
+        before = _last_iterations(daemon.status())
+        os.utime(stack.fleet_file)  # the same bytes: a wake-up with nothing to do
+        time.sleep(1.5)  # the watch looks every second; /status is read after, not during
 
-    options = RunOptions(stack=stack.name, fleet_file=str(stack.fleet_file))
-    loaded = load_settings(options).model_validate({**settings, "metrics_port": 0})
-    wiring = wire(options, loaded)
-    wiring.start()
-    loops: list[Daemon] = []
-    try:
-        runner = wiring.runner
-        if isinstance(runner, ShardedDaemon):
-            runner.sync()  # the shards' loops, not started: iterated here
-            loops = [shard.daemon for shard in runner.shards.values()]
-        else:
-            loops = [runner]
-        per_shard: list[float] = []
-        per_shard_cpu: list[float] = []
-        rounds: list[float] = []
-        for loop in loops:
-            loop.actor.engine = _RefusingEngine()
-            sources = loop.observer.sources
-            sources.queues.start(loop.wakeup)  # as Daemon.run does
-            if sources.native is not None:
-                sources.native.start(loop.wakeup)
+        def iterated(b: dict[str, dict[str, Any]] = before) -> bool:
+            return _advanced(b, _last_iterations(daemon.status()))
 
-            def listed(s: Any = sources) -> bool:
-                return s.queues.snapshot() is not None and (
-                    s.native is None or s.native.snapshot() is not None
-                )
-
-            wait(listed, 60)
-        states = {}
-        for loop in loops:
-            now = time.monotonic()
-            plan = loop.plan(LoopState(started_at=now), now=now)
-            states[loop.stack] = replace(
-                LoopState(started_at=now), applied=plan.hashes, last_refresh_at=now
-            )
-        # One round first, not measured: a daemon's first iteration writes every view
-        # and status and reads every worker's pollers once; the figure is the iteration
-        # after that, when nothing changed.
-        for loop in loops:
-            state = loop.iterate(states[loop.stack])
-            states[loop.stack] = replace(state, last_refresh_at=time.monotonic())
-        profile = _profiler()
-        for _ in range(trials):
-            round_start = time.perf_counter()
-            for loop in loops:
-                if profile is not None:
-                    profile.enable()
-                start, cpu = time.perf_counter(), time.thread_time()
-                state = loop.iterate(states[loop.stack])
-                per_shard.append(time.perf_counter() - start)
-                # The iterating thread's own CPU time: the work the iteration did,
-                # apart from waiting for the CPU, the GIL or an answer.
-                per_shard_cpu.append(time.thread_time() - cpu)
-                if profile is not None:
-                    profile.disable()
-                outcome = state.last_outcome
-                if outcome is None or not outcome.ok:
-                    raise RuntimeError(f"{loop.stack}: the no-op iteration failed: {outcome}")
-                states[loop.stack] = replace(state, last_refresh_at=time.monotonic())
-            rounds.append(time.perf_counter() - round_start)
-        if profile is not None:
-            profile.dump_stats(f"{os.environ['TWC_BENCH_PROFILE']}-{stack.n}.prof")
-        progress(
-            f"N={stack.n} no-op iteration: p50 {summarize(per_shard)['p50'] * 1000:.1f} ms per "
-            f"shard (CPU {summarize(per_shard_cpu)['p50'] * 1000:.1f} ms), "
-            f"{summarize(rounds)['p50'] * 1000:.1f} ms for all {len(loops)} shard(s)"
-        )
-        return {
-            "per_shard_s": summarize(per_shard),
-            "per_shard_cpu_s": summarize(per_shard_cpu),
-            "all_shards_s": summarize(rounds),
-            "shards": len(loops),
-            "parses": getattr(loops[0].observer.sources.fleet, "parses", None),
-        }
-    finally:
-        for loop in loops:
-            loop.observer.sources.queues.stop()
-            if loop.observer.sources.native is not None:
-                loop.observer.sources.native.stop()
-            loop.observer.close()
-        wiring.close()
+        try:
+            wait(iterated, 60, 0.5)
+        except TimeoutError:
+            dropped += 1
+            continue
+        after = _last_iterations(daemon.status())
+        if not all(it.get("ok") for it in after.values()):
+            dropped += 1
+            continue
+        per_shard += [it["seconds"] for it in after.values()]
+        per_shard_cpu += [it["cpuSeconds"] for it in after.values()]
+        starts = [it["endedAt"] - it["seconds"] for it in after.values()]
+        rounds.append(max(it["endedAt"] for it in after.values()) - min(starts))
+    if not per_shard:
+        raise RuntimeError(f"every no-op trial was dropped ({dropped})")
+    progress(
+        f"N={stack.n} no-op iteration: p50 {summarize(per_shard)['p50'] * 1000:.1f} ms per "
+        f"shard (CPU {summarize(per_shard_cpu)['p50'] * 1000:.1f} ms), "
+        f"{summarize(rounds)['p50'] * 1000:.1f} ms for all shards, {dropped} dropped"
+    )
+    return {
+        "per_shard_s": summarize(per_shard),
+        "per_shard_cpu_s": summarize(per_shard_cpu),
+        "all_shards_s": summarize(rounds),
+        "shards": len(_last_iterations(daemon.status())),
+        "dropped": dropped,
+    }
 
 
-def _profiler() -> Any:
-    """A profiler of the measured no-op iterations when ``TWC_BENCH_PROFILE`` names a
-    file prefix (one ``<prefix>-<N>.prof`` per size), else ``None``: the profile shows
-    where an iteration's time goes, and its call counts what grows with the fleet."""
-    if not os.environ.get("TWC_BENCH_PROFILE"):
-        return None
-    import cProfile
-
-    return cProfile.Profile()
+def _advanced(before: dict[str, dict[str, Any]], now: dict[str, dict[str, Any]]) -> bool:
+    """Whether every loop iterated since ``before``."""
+    return all(it.get("number", 0) > before.get(k, {}).get("number", 0) for k, it in now.items())
 
 
 def daemon_memory(daemon: DaemonProcess) -> dict[str, float | None]:

@@ -61,11 +61,13 @@ p95, max, mean, samples}}` (its p95 is rendered only from ≥ {P95_MIN} samples)
   `duration_s`, `seed` (of the
   trials' random order), `machine` (`cores`, `memory_gib`, `cpu_model`, `os`,
   `load_average`, `load_average_end`), `versions`, `settings` (the daemon's, as run),
-  `note` (`--note`, when given).
+  `note` (`--note`, when given), `noop_timed` (how the no-op figures were timed),
+  `previous` (an earlier run's `started_at`, `twc`, `noop_timed` and, per size, the
+  figures set beside this run's).
 - `sizes[]`, one per fleet size: `n`, `shards`, `namespaces`, `initial_up_s` (set-up,
   per stack), `figure_order`;
   - `noop`: `per_shard_s`, `per_shard_cpu_s` (the iterating thread's CPU time),
-    `all_shards_s` (summaries), `shards`;
+    `all_shards_s` (summaries), `shards`, `dropped` (trials left out);
   - `change`: `latency_s`, `engine_runs_per_change`, `state_bytes_per_change`
     (summaries), `engine_peak_total_mb`, `engine_peak_process_mb`,
     `engine_peak_by_name_mb`;
@@ -421,6 +423,107 @@ def _intro(results: Mapping[str, Any], note: str | None) -> list[str]:
     return out
 
 
+TESTBED = [
+    "- Nodes are KWOK's: a scheduled pod turns Running and Ready at once (no image pull, "
+    "no container start); a real temporalio worker process per Running pod is started by "
+    "the harness from the pod's own env (the kubelet's part).",
+    "- One etcd member with `--unsafe-no-fsync`; kube-apiserver with API priority and "
+    "fairness off; kube-controller-manager with only the controllers twc's objects need "
+    "(deployment, replicaset, statefulset, garbagecollector, namespace, serviceaccount) "
+    "at 100 requests/s (burst 200).",
+    "- Temporal is the dev server (SQLite, one partition per task queue), with drainage "
+    "checks every 2 s (5 s grace) and pollers listed for 15 s.",
+    "- Every process runs on the same 2-core machine and talks over loopback: no network "
+    "latency, and the cluster's, Temporal's and twc's CPU compete.",
+]
+"""The test bed's settings that differ from a real cluster's (listed beside the figures)."""
+
+
+def _dropped(sizes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Per size, the trials dropped or failed (the figures are of the others)."""
+    rows = []
+    for size in sizes:
+        noop = get(size, "noop", "dropped")
+        queue = get(size, "queue", "errors")
+        parts = [
+            f"no-op iteration {noop if noop is not None else 'not measured'}",
+            f"Queue → polling worker {len(queue) if queue is not None else 'not measured'}",
+        ]
+        rows.append(f"- N={size['n']}: " + ", ".join(parts))
+    return (
+        [
+            "",
+            "Trials dropped (a figure is of the others; any other failed trial fails "
+            "its figure, listed under errors):",
+            "",
+            *rows,
+        ]
+        if rows
+        else []
+    )
+
+
+COMPARED = (
+    ("one-worker change, p50", ("change", "latency_s", "p50"), "s"),
+    ("backlog → replicas after the sample, p50", ("backlog", "sample_to_replicas_s", "p50"), "s"),
+    ("no-op iteration (one shard), p50", ("noop", "per_shard_s", "p50"), "s"),
+    ("no-op iteration (all shards), p50", ("noop", "all_shards_s", "p50"), "s"),
+    ("Queue → polling worker, p50", ("queue", "latency_s", "p50"), "s"),
+    ("daemon peak RSS", ("memory", "daemon_peak_rss_mb"), "MiB"),
+    ("largest engine process", ("change", "engine_peak_process_mb"), "MiB"),
+)
+"""The figures set beside an earlier run's (lower is better for each)."""
+
+NOOP_TIMED = "inside the running daemon, shards in parallel"
+NOOP_TIMED_BEFORE = "on a second wiring of the daemon, shards back to back"
+"""How a run timed its no-op figures (runs before ``noop_timed`` was recorded: the latter)."""
+
+
+def comparable(earlier: Mapping[str, Any]) -> dict[str, Any]:
+    """What of an earlier run's results the comparison needs: when, which twc, its figures."""
+    return {
+        "started_at": earlier.get("started_at"),
+        "twc": (earlier.get("versions") or {}).get("twc"),
+        "noop_timed": earlier.get("noop_timed", NOOP_TIMED_BEFORE),
+        "sizes": {
+            str(size["n"]): {words: get(size, *path) for words, path, _ in COMPARED}
+            for size in earlier.get("sizes", [])
+        },
+    }
+
+
+def _against_previous(results: Mapping[str, Any]) -> list[str]:
+    """Each figure beside the earlier run's, with the ratio (over 1.2x is marked)."""
+    previous = results.get("previous")
+    if not previous:
+        return []
+    out = [
+        "",
+        f"## Against the previous run (started {previous.get('started_at')}, "
+        f"twc {previous.get('twc')})",
+        "",
+        "| N | figure | previous | this run | ratio |",
+        "|---:|---|---:|---:|---:|",
+    ]
+    timed = results.get("noop_timed", NOOP_TIMED_BEFORE)
+    if previous.get("noop_timed") != timed:
+        out[-3:-3] = [
+            f"The no-op figures were timed {previous.get('noop_timed')} then, {timed} now.",
+            "",
+        ]
+    for size in results.get("sizes", []):
+        before = (previous.get("sizes") or {}).get(str(size["n"])) or {}
+        for words, path, unit in COMPARED:
+            old, new = before.get(words), get(size, *path)
+            ratio = "—" if not old or new is None else f"{new / old:.2f}x"
+            if ratio != "—" and new / old > 1.2:
+                ratio = f"**{ratio}**"
+            out.append(
+                f"| {size['n']} | {words} | {_fmt(old, unit)} | {_fmt(new, unit)} | {ratio} |"
+            )
+    return out
+
+
 def _per_size(results: Mapping[str, Any]) -> list[str]:
     """The table of every fleet size and what each figure is."""
     out: list[str] = []
@@ -456,6 +559,8 @@ def _per_size(results: Mapping[str, Any]) -> list[str]:
         )
     out += _queue_steps(results.get("sizes", []))
     out += _queue_profile(results.get("sizes", []))
+    out += _dropped(results.get("sizes", []))
+    out += ["", "Test-bed settings that differ from a real cluster's:", "", *TESTBED]
     out += ["", "What each figure is:", ""]
     out += [
         "- *one-worker change*: the fleet file gives one worker (at random, so a random "
@@ -469,17 +574,16 @@ def _per_size(results: Mapping[str, Any]) -> list[str]:
         "daemon's next sample (`sampling.interval`). *Ups* is how many `up`s started "
         "meanwhile (the largest of the trials); refreshes, which run on their own "
         "schedule in whichever shard is due, are counted apart in `refresh_runs`.",
-        "- *no-op iteration*: the daemon's own `iterate()` with nothing to do, built by "
-        "`twc run`'s wiring (`twc.cli.run.wire`) on the live cluster, after one "
-        "unmeasured iteration (a starting daemon's: every view, status and poller count "
-        "written or read once). Backlog samples (`sampling.interval`) and poller counts "
-        "(`pollers_interval`) are taken on their own schedules, as in the daemon, so most "
-        "measured iterations reuse them; the p95 and max include those that did not. "
-        "*Its CPU time* is the iterating thread's own (`time.thread_time`): the work "
-        "the iteration did, without its waits for a core, the GIL or an answer, so a "
-        "size whose wall time grows while this does not is a busier machine, not more "
-        "work. *All shards* is one iteration of every shard's loop back to back (they run "
-        "in parallel threads in the daemon).",
+        "- *no-op iteration*: the running `twc run`'s own iterations with nothing to do, "
+        "timed inside it (each loop's `/status` `lastIteration`): each trial touches the "
+        "fleet file without changing it, which wakes every shard's loop. Backlog samples "
+        "(`sampling.interval`) and poller counts (`pollers_interval`) keep their own "
+        "schedules, so most iterations reuse them; the p95 and max include those that did "
+        "not. *Its CPU time* is the iterating thread's own (`time.thread_time`): the work "
+        "the iteration did, without its waits for a core, the GIL or an answer. *All "
+        "shards* is a trial's span from the first shard's start to the last one's end "
+        "(the shards' loops run in parallel threads). A trial in which a loop did not "
+        "iterate within a minute, or failed, is dropped and counted.",
         "- *Queue → polling worker*: labelled Queue objects created at random (exponential "
         "gaps) while one-worker changes keep the daemon busy and refreshes run; until a "
         "real temporalio worker, started from the new Deployment's own env when it "
@@ -574,6 +678,7 @@ def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
     """The results as Markdown; every sentence from ``results`` alone (the run's own
     ``note`` included, unless ``note`` replaces it)."""
     out = _intro(results, note)
+    out += _against_previous(results)
     out += _per_size(results)
     out += _baselines(results)
     out += _state_and_refresh(results)

@@ -1,6 +1,6 @@
-"""The chart's optional NetworkPolicy (``networkPolicy.enabled``) admits to the daemon's
-port, which serves /metrics naming every tenant's workers, only the monitoring
-namespace; without it the chart renders none."""
+"""The chart's NetworkPolicy (on unless ``networkPolicy.enabled=false``) admits to the
+daemon's port, which serves /metrics naming every tenant's workers, only the monitoring
+namespace; turned off, the chart renders none."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ def test_the_network_policy_admits_only_the_selected_namespace_to_the_daemons_po
     real_tool: Callable[[str], str],
 ) -> None:
     real_tool("helm")
-    assert not [k for k in render() if k.startswith("NetworkPolicy/")]
-    objects = render("networkPolicy.enabled=true", "port=9090")
+    assert not [k for k in render("networkPolicy.enabled=false") if k.startswith("NetworkPolicy/")]
+    objects = render("port=9090")
     policy = objects["NetworkPolicy/twc"]["spec"]
     daemon = objects["Deployment/twc"]["spec"]["template"]["metadata"]["labels"]
     assert policy["podSelector"]["matchLabels"].items() <= daemon.items()

@@ -497,20 +497,16 @@ def _against_previous(results: Mapping[str, Any]) -> list[str]:
     previous = results.get("previous")
     if not previous:
         return []
+    timed = results.get("noop_timed", NOOP_TIMED_BEFORE)
     out = [
         "",
         f"## Against the previous run (started {previous.get('started_at')}, "
         f"twc {previous.get('twc')})",
         "",
-        "| N | figure | previous | this run | ratio |",
-        "|---:|---|---:|---:|---:|",
     ]
-    timed = results.get("noop_timed", NOOP_TIMED_BEFORE)
     if previous.get("noop_timed") != timed:
-        out[-3:-3] = [
-            f"The no-op figures were timed {previous.get('noop_timed')} then, {timed} now.",
-            "",
-        ]
+        out += [f"The no-op figures were timed {previous.get('noop_timed')} then; {timed} now.", ""]
+    out += ["| N | figure | previous | this run | ratio |", "|---:|---|---:|---:|---:|"]
     for size in results.get("sizes", []):
         before = (previous.get("sizes") or {}).get(str(size["n"])) or {}
         for words, path, unit in COMPARED:

@@ -258,3 +258,46 @@ def test_missing_credential_secret_is_a_clear_error_naming_the_source() -> None:
     assert err.value.reason == "AuthSecretInvalid"
     assert "temporal/temporal-mtls not found" in str(err.value)
     assert "stacks/test.yaml" in str(err.value)
+
+
+OWNED_TYPES = (
+    "kubernetes:apps/v1:Deployment",
+    "kubernetes:apps/v1:StatefulSet",
+    "kubernetes:core/v1:ServiceAccount",
+    "kubernetes:core/v1:Service",
+    "kubernetes:core/v1:Secret",
+    "kubernetes:policy/v1:PodDisruptionBudget",
+    "kubernetes:kmsvc.io/v1:Queue",
+)
+
+
+@pulumi_test
+def test_the_ownership_check_names_every_object_the_program_creates() -> Any:
+    mocks = RecordingMocks(fake_dynamic={"TaskQueueCheck": {"pollers": 1}})
+    fleet = {
+        **FLEET,
+        "workers": [
+            *FLEET["workers"],
+            {
+                "name": "worker-versioned",
+                "namespace": "billing",
+                "taskQueueName": "versioned",
+                "rollout": {"strategy": "AllAtOnce"},
+            },
+        ],
+    }
+    statuses = _build(mocks, fleet)
+
+    def check(_: Any) -> None:
+        [ownership] = [r for r in mocks.resources if r.type.endswith(":ObjectOwnership")]
+        created = {
+            f"{r.type.rsplit(':', 1)[1]} {r.inputs['metadata']['namespace']}/"
+            f"{r.inputs['metadata']['name']}"
+            for r in mocks.resources
+            if r.type in OWNED_TYPES
+        }
+        # Every kind twc creates, the copied credential and the Queue object among them.
+        assert {k.split(" ")[0] for k in created} == {t.rsplit(":", 1)[1] for t in OWNED_TYPES}
+        assert sorted(created) == ownership.inputs["objects"]
+
+    return pulumi.Output.all(*statuses.values()).apply(check)

@@ -23,14 +23,15 @@ from twc.builders import (
     LABEL_WORKER,
     MANAGED_BY,
 )
-from twc.kube.client import KubeClient, read_json, tolerating
+from twc.desired import QUEUE_PLURAL
+from twc.kube.client import KubeClient, read_json, tolerating, unless_404
 from twc.rollout import (
     BUILD_ID_LABEL,
     TARGET_ANNOTATION,
     VERSION_ANNOTATION,
     VersionDeployment,
 )
-from twc.spec import label_value
+from twc.spec import QUEUE_API_VERSION, QUEUE_KIND, label_value
 from twc.spec.labels import owner_stack
 
 WORKER_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_COMPONENT}={COMPONENT_WORKER}"
@@ -46,6 +47,24 @@ def stack_selector(stack: str) -> str:
 _API_VERSION = {"Deployment": "apps/v1", "ServiceAccount": "v1"}
 _TYPED = {"Deployment": ("apps", "deployment"), "ServiceAccount": ("core", "service_account")}
 _APPLY = "application/apply-patch+yaml"
+_OWNED = {
+    **_TYPED,
+    "StatefulSet": ("apps", "stateful_set"),
+    "Service": ("core", "service"),
+    "Secret": ("core", "secret"),
+    "PodDisruptionBudget": ("policy", "pod_disruption_budget"),
+}
+
+
+def read_object(kube: KubeClient, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    """One object of a kind twc creates (a kmsvc ``Queue`` too), or ``None`` when absent."""
+    if kind == QUEUE_KIND:
+        group, _, version = QUEUE_API_VERSION.partition("/")
+        get = kube.custom.get_namespaced_custom_object
+        found = unless_404(get, group, version, namespace, QUEUE_PLURAL, name)
+        return dict(found) if found is not None else None
+    api, resource = _OWNED[kind]
+    return read_json(getattr(getattr(kube, api), f"read_namespaced_{resource}"), name, namespace)
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,8 +47,9 @@ from twc.program.components import (
     TemporalWorkerComponent,
     WorkerArgs,
 )
+from twc.rollout import build_id_of, version_deployment_name
 from twc.shards import restrict
-from twc.spec import Fleet, ResolvedWorker, load_fleet, load_fleet_file
+from twc.spec import QUEUE_KIND, Fleet, ResolvedWorker, load_fleet, load_fleet_file
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,8 @@ def build(
     # adopting anyone else's object).
     provider = k8s.Provider("kubernetes", enable_secret_mutable=True, enable_server_side_apply=True)
     top = pulumi.ResourceOptions(providers=[provider])
+    objects = owned_objects(desired, resolved, users)
+    ownership = ObjectOwnership("ownership", stack=stack, objects=objects)
     components = {
         key: ConnectionComponent(
             key,
@@ -155,6 +158,7 @@ def build(
                 source=f"{file}: {users[key][0].connection_source}",
                 secret_source_namespace=_secret_source_namespace(fleet, conn),
                 stack=stack,
+                depends_on=(ownership,),
             ),
             read_secret,
             opts=top,
@@ -162,10 +166,11 @@ def build(
         for key, conn in sorted(resolved.items())
     }
     queues = {
-        f"{q.namespace}/{q.name}": QueueComponent(f"{q.namespace}/{q.name}", q, stack=stack)
+        f"{q.namespace}/{q.name}": QueueComponent(
+            f"{q.namespace}/{q.name}", q, stack=stack, depends_on=(ownership,)
+        )
         for q in fleet.queues
     }
-    ownership = ObjectOwnership("ownership", stack=stack, workers=sorted(desired.workers))
     statuses: dict[str, pulumi.Output[Any]] = {}
     for key, worker in desired.workers.items():
         parent = None
@@ -193,6 +198,39 @@ def build(
         )
         statuses[key] = TemporalWorkerComponent(key, args, opts=opts).status
     return statuses
+
+
+def owned_objects(
+    desired: DesiredFleet,
+    resolved: Mapping[str, ResolvedConnection],
+    users: Mapping[str, Sequence[ResolvedWorker]],
+) -> list[str]:
+    """Every object the components create, as ``Kind namespace/name``: what
+    :class:`ObjectOwnership` refuses to take over when someone else made it."""
+    found: set[str] = set()
+    for key, worker in desired.workers.items():
+        ns, name = worker.namespace, worker.name
+        found.add(f"ServiceAccount {ns}/{name}")
+        if worker.rollout is None:
+            found.add(f"Deployment {ns}/{name}")
+        else:
+            given = desired.inputs.versions.get(key)
+            builds = {build_id_of(worker), *(given.versions if given is not None else ())}
+            found |= {f"Deployment {ns}/{version_deployment_name(name, b)}" for b in builds}
+        if builders.pod_disruption_budget_spec(worker) is not None:
+            found.add(f"PodDisruptionBudget {ns}/{name}")
+        if worker.dlq is not None:
+            dlq = builders.dlq_statefulset_name(worker)
+            found |= {f"Service {ns}/{dlq}", f"StatefulSet {ns}/{dlq}"}
+    found |= {
+        f"{QUEUE_KIND} {q.namespace}/{q.name}" for q in desired.fleet.queues if q.create_object
+    }
+    for key, conn in resolved.items():
+        source = _secret_source_namespace(desired.fleet, conn)
+        if conn.secret_name and source:
+            copies = {w.namespace for w in users[key]} - {source}
+            found |= {f"Secret {ns}/{conn.secret_name}" for ns in copies}
+    return sorted(found)
 
 
 def _secret_source_namespace(fleet: Fleet, conn: ResolvedConnection) -> str | None:

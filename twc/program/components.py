@@ -62,6 +62,8 @@ class ConnectionArgs:
     source: str
     secret_source_namespace: str | None = None
     stack: str | None = None
+    depends_on: tuple[pulumi.Resource, ...] = ()
+    """What the secret copies wait for (the stack's ownership check)."""
 
 
 class ConnectionComponent(pulumi.ComponentResource):
@@ -133,7 +135,9 @@ class ConnectionComponent(pulumi.ComponentResource):
             type="kubernetes.io/tls" if {"tls.crt", "tls.key"} <= set(data) else "Opaque",
             data=pulumi.Output.secret(encoded),
             opts=pulumi.ResourceOptions(
-                parent=self, additional_secret_outputs=["data", "stringData"]
+                parent=self,
+                depends_on=list(self._args.depends_on),
+                additional_secret_outputs=["data", "stringData"],
             ),
         )
 
@@ -167,6 +171,7 @@ class QueueComponent(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
         *,
         stack: str | None = None,
+        depends_on: tuple[pulumi.Resource, ...] = (),
     ) -> None:
         super().__init__(QUEUE_TYPE, name, {}, opts)
         if queue.create_object:
@@ -182,7 +187,7 @@ class QueueComponent(pulumi.ComponentResource):
                 kind=QUEUE_KIND,
                 metadata={"name": queue.name, "namespace": queue.namespace, "labels": labels},
                 spec=spec,
-                opts=pulumi.ResourceOptions(parent=self),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=list(depends_on)),
             )
         self.register_outputs({"name": queue.name, "namespace": queue.namespace})
 

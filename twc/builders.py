@@ -4,7 +4,7 @@ components and the daemon's early apply pass through unchanged; the worker conta
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -327,6 +327,24 @@ def dlq_statefulset_spec(
         "updateStrategy": {"type": "RollingUpdate"},
         "revisionHistoryLimit": 5,
     }
+
+
+def worker_objects(worker: ResolvedWorker, builds: Iterable[str] = ()) -> set[str]:
+    """The objects a worker's component creates, as ``Kind namespace/name`` (``builds``: a
+    versioned worker's versions besides the one its spec asks for)."""
+    ns, name = worker.namespace, worker.name
+    found = {f"ServiceAccount {ns}/{name}"}
+    if worker.rollout is None:
+        found.add(f"Deployment {ns}/{name}")
+    else:
+        every = {rollout.build_id_of(worker), *builds}
+        found |= {f"Deployment {ns}/{rollout.version_deployment_name(name, b)}" for b in every}
+    if pod_disruption_budget_spec(worker) is not None:
+        found.add(f"PodDisruptionBudget {ns}/{name}")
+    if worker.dlq is not None:
+        dlq = dlq_statefulset_name(worker)
+        found |= {f"Service {ns}/{dlq}", f"StatefulSet {ns}/{dlq}"}
+    return found
 
 
 def pod_disruption_budget_spec(worker: ResolvedWorker) -> dict[str, Any] | None:

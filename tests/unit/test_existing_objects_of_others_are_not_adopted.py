@@ -1,4 +1,5 @@
-"""A new worker whose Deployment or ServiceAccount someone else created is left out
+"""A new worker one of whose objects (Deployment, ServiceAccount, DLQ Service and
+StatefulSet, PodDisruptionBudget, version Deployments) someone else created is left out
 (``ObjectExists``) instead of being taken over; the rest of the stack is applied."""
 
 from __future__ import annotations
@@ -74,3 +75,16 @@ def test_a_worker_the_stack_holds_is_never_second_guessed() -> None:
 
     assert f"{NS}/payments" in h.engine.last_program().workers
     assert h.daemon.status()["objectConflicts"] == {}
+
+
+def test_a_new_worker_whose_dlq_service_name_is_taken_is_left_out() -> None:
+    user = {"metadata": {"name": "queued-dlq", "labels": {"app": "mine"}}}
+    cluster = {ObjectRef("Service", NS, "queued-dlq"): user}
+    workers = [{"name": "queued", "namespace": NS, "taskQueueName": "q", "dlq": {"enabled": True}}]
+    h = make_daemon(fleet_data(workers=workers), objects=cluster.get)
+
+    h.step()
+
+    assert f"{NS}/queued" not in h.engine.last_program().workers
+    conflicts = h.daemon.status()["objectConflicts"]
+    assert f"Service {NS}/queued-dlq exists and was not created by twc" in conflicts[f"{NS}/queued"]

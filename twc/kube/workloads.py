@@ -325,7 +325,7 @@ class Workloads:
         return found
 
     def read(self, ref: ObjectRef) -> dict[str, Any] | None:
-        return read_json(self._call("read", ref.kind), ref.name, ref.namespace)
+        return read_object(self.kube, ref.kind, ref.namespace, ref.name)
 
 
 class ReplicaScaler:

@@ -47,7 +47,6 @@ from twc.program.components import (
     TemporalWorkerComponent,
     WorkerArgs,
 )
-from twc.rollout import build_id_of, version_deployment_name
 from twc.shards import restrict
 from twc.spec import QUEUE_KIND, Fleet, ResolvedWorker, load_fleet, load_fleet_file
 
@@ -209,19 +208,8 @@ def owned_objects(
     :class:`ObjectOwnership` refuses to take over when someone else made it."""
     found: set[str] = set()
     for key, worker in desired.workers.items():
-        ns, name = worker.namespace, worker.name
-        found.add(f"ServiceAccount {ns}/{name}")
-        if worker.rollout is None:
-            found.add(f"Deployment {ns}/{name}")
-        else:
-            given = desired.inputs.versions.get(key)
-            builds = {build_id_of(worker), *(given.versions if given is not None else ())}
-            found |= {f"Deployment {ns}/{version_deployment_name(name, b)}" for b in builds}
-        if builders.pod_disruption_budget_spec(worker) is not None:
-            found.add(f"PodDisruptionBudget {ns}/{name}")
-        if worker.dlq is not None:
-            dlq = builders.dlq_statefulset_name(worker)
-            found |= {f"Service {ns}/{dlq}", f"StatefulSet {ns}/{dlq}"}
+        given = desired.inputs.versions.get(key)
+        found |= builders.worker_objects(worker, given.versions if given is not None else ())
     found |= {
         f"{QUEUE_KIND} {q.namespace}/{q.name}" for q in desired.fleet.queues if q.create_object
     }

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from twc.builders import connection_name, foreign_owner
+from twc.builders import connection_name, foreign_owner, worker_objects
 from twc.connections import (
     Registry,
     ResolvedConnection,
@@ -421,23 +421,26 @@ class Observer:
     def conflicts(
         self, desired: DesiredFleet, existing: Collection[str] | None, known: Collection[str]
     ) -> dict[str, str]:
-        """Per new worker whose Deployment or ServiceAccount is not this stack's, why."""
+        """Per new worker one of whose objects exists and is not this stack's, why."""
         read = self.sources.objects
         if read is None or existing is None:
             return {}
         out: dict[str, str] = {}
         for key in sorted(set(desired.workers) - set(existing) - set(known)):
-            namespace, _, name = key.partition("/")
+            given = desired.inputs.versions.get(key)
+            builds = given.versions if given is not None else ()
             taken: list[str] = []
-            for kind in ("Deployment", "ServiceAccount"):
+            for entry in sorted(worker_objects(desired.workers[key], builds)):
+                kind, _, where = entry.partition(" ")
+                namespace, _, name = where.partition("/")
                 try:
                     obj = read(ObjectRef(kind, namespace, name))
                 except Exception as exc:  # noqa: BLE001 - unreadable: the engine's check decides
-                    logger.debug("[%s] could not read %s %s: %s", self._stack, kind, key, exc)
+                    logger.debug("[%s] could not read %s: %s", self._stack, entry, exc)
                     continue
                 why = foreign_owner(obj, self._stack) if obj is not None else None
                 if why is not None:
-                    taken.append(f"{kind} {key} exists and was {why}")
+                    taken.append(f"{entry} exists and was {why}")
             if taken:
                 out[key] = "; ".join(taken) + "; twc does not take it over"
         return out

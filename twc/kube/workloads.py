@@ -69,7 +69,8 @@ def read_object(kube: KubeClient, kind: str, namespace: str, name: str) -> dict[
 
 @dataclass(frozen=True, slots=True, order=True)
 class ObjectRef:
-    """A worker's Deployment or ServiceAccount (both are named like the worker)."""
+    """One object of a kind twc creates (:func:`read_object`); a worker's Deployment and
+    ServiceAccount are named like the worker."""
 
     kind: str
     namespace: str

@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import random
+import signal
 import threading
 import time
 import uuid
@@ -648,9 +649,10 @@ def noop_iteration(
 ) -> dict[str, Any]:
     """The running ``twc run``'s own iterations with nothing to do, timed inside it.
 
-    Each trial touches the fleet file without changing a byte: the file watch wakes every
-    shard's loop, which finds nothing to do. Each loop's ``/status`` says how long its
-    last iteration took (``lastIteration``: wall and thread CPU seconds, when it ended).
+    Each trial sends the daemon SIGHUP, which wakes every shard's loop at once (a touch of
+    the fleet file wakes none: no namespace's part changed); each finds nothing to do.
+    Each loop's ``/status`` says how long its last iteration took (``lastIteration``: wall
+    and thread CPU seconds, when it ended).
     A trial is dropped (and counted) when a loop did not iterate within a minute or its
     iteration failed. *All shards* is a trial's span from the first shard's start to the
     last one's end (the shards' loops run in parallel threads). Backlog samples and poller
@@ -663,8 +665,8 @@ def noop_iteration(
     dropped = 0
     for _ in range(trials):
         before = _last_iterations(daemon.status())
-        os.utime(stack.fleet_file)  # the same bytes: a wake-up with nothing to do
-        time.sleep(1.5)  # the watch looks every second; /status is read after, not during
+        os.kill(daemon.pid, signal.SIGHUP)  # every loop wakes with nothing to do
+        time.sleep(1.5)  # /status is read after the iterations, not during
 
         def iterated(b: dict[str, dict[str, Any]] = before) -> bool:
             return _advanced(b, _last_iterations(daemon.status()))

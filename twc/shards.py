@@ -157,6 +157,32 @@ def slice_fleet(fleet: Fleet, namespaces: Collection[str]) -> Fleet:
     )
 
 
+def namespaces_changed(old: Fleet, new: Fleet) -> frozenset[str] | None:
+    """The namespaces whose slice (:func:`slice_fleet`) differs between ``old`` and ``new``;
+    ``None`` when every shard must look: what every shard sees differs (the defaults,
+    cluster-scoped connections), or a namespace is new (the assignment gives it a shard)."""
+    lists = {"workers": (), "queues": (), "connections": ()}
+    before, after = _by_namespace(old), _by_namespace(new)
+    if after.keys() - before.keys() or old.model_copy(update=lists) != new.model_copy(update=lists):
+        return None
+    return frozenset(ns for ns in before.keys() | after.keys() if before.get(ns) != after.get(ns))
+
+
+def _by_namespace(fleet: Fleet) -> dict[str, list[object]]:
+    # A queue polled from another namespace is part of its workers' namespace too.
+    queues = {(q.namespace, q.name): q for q in fleet.queues}
+    parts: dict[str, list[object]] = {}
+    for namespaced in (fleet.workers, fleet.queues, fleet.connections):
+        for entry in namespaced:
+            parts.setdefault(entry.namespace, []).append(entry)
+    for w in fleet.workers:
+        if w.queue_ref is not None:
+            parts[w.namespace].append(
+                queues.get((w.queue_ref.namespace or w.namespace, w.queue_ref.name))
+            )
+    return parts
+
+
 def slice_objects(
     objects: Iterable[Mapping[str, Any]], namespaces: Collection[str]
 ) -> tuple[Mapping[str, Any], ...]:

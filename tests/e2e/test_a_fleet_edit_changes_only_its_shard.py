@@ -1,6 +1,6 @@
-"""A sharded ``twc run``: a fleet-file edit is applied in the shard it changed and leaves
-the other shards' Deployments as they were, and a worker in a namespace no shard holds
-yet is assigned and applied at once."""
+"""A sharded ``twc run``: a fleet-file edit wakes the loop of the shard it changed and no
+other, whose Deployments stay as they were, and a worker in a namespace no shard holds yet
+is assigned and applied at once."""
 
 from __future__ import annotations
 
@@ -87,8 +87,11 @@ def test_an_edit_changes_only_its_shard_and_a_new_namespace_is_assigned_at_once(
             timeout=120,
             message="the edited shard's iteration never ended",
         )
-        _quiet(daemon, shards)
-        # The other shards' Deployments are as they were.
+        after = _quiet(daemon, shards)
+        # The other shards' loops were not woken at all ...
+        assert after[shards[0]] == before[shards[0]]
+        assert after[shards[2]] == before[shards[2]]
+        # ... and their Deployments are as they were.
         for ns in (placed[0], placed[2]):
             now = kube.get_deployment(ns, "w")
             assert (

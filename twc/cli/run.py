@@ -184,6 +184,7 @@ class Wiring:
     stops: list[Callable[[], object]] = field(default_factory=list)
     release_leases: bool = False  # set by close(): no engine is left
     state_dir: Path | None = None  # the engines' inputs files, the guards' channels
+    watch: FleetFileWatch | None = None
 
     def start(self) -> None:
         """Start the watch caches and the elections."""
@@ -444,8 +445,8 @@ def _wire_one(
     wiring.state_dir = state_dir
     if cluster is not None:
         cluster.watch(wiring)
-    watch = FleetFileWatch(path, daemon.wakeup)  # an edit wakes the loop at once
-    wiring.run_with(watch.start, watch.stop)
+    wiring.watch = FleetFileWatch(path, daemon.wakeup)  # an edit wakes the loop at once
+    wiring.run_with(wiring.watch.start, wiring.watch.stop)
     if elector is not None:
         lease, where = elector, f"{elector.namespace}/{elector.name}"
         logger.info("[%s] leader election on lease %s as %s", options.stack, where, lease.identity)
@@ -597,10 +598,10 @@ class _Shards:
         wiring.state_dir = self.state_root
         wiring.run_with(lambda: self._start(roster), lambda: self._stop(roster))
         self.cluster.watch(wiring)
-        # An edit wakes every shard's loop, and the assignment (a new namespace needs a shard).
+        # An edit wakes the shards it changed, a new namespace the assignment (it has none).
         self.fanout.subscribe(sharded.wakeup, lambda: ())
-        watch = FleetFileWatch(self.path, self.fanout)
-        wiring.run_with(watch.start, watch.stop)
+        wiring.watch = FleetFileWatch(self.path, self.fanout, read=self.fleet)
+        wiring.run_with(wiring.watch.start, wiring.watch.stop)
         return wiring
 
     def _start(self, roster: Any) -> None:
@@ -686,6 +687,8 @@ def run_daemon(options: RunOptions) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if (watch := wiring.watch) is not None:
+        signal.signal(signal.SIGHUP, lambda _signum, _frame: watch.wake_all())
     logger.info(
         "[%s] twc daemon%s: fleet %s, /healthz /readyz /metrics on port %d, /status on %s:%d, "
         "settings %s",

@@ -38,7 +38,7 @@ from twc.desired import (
 )
 from twc.errors import SpecError, TemporaryError, TwcConnectionError
 from twc.kube.record import SELECTIONS, RecordStore, StackRecord
-from twc.kube.watch import NativeSource, QueueSource
+from twc.kube.watch import NativeSource, QueueSource, wake
 from twc.kube.workloads import ObjectRef, ObservedVersion
 from twc.native.status import PollerFacts
 from twc.reconcile import asking
@@ -54,6 +54,7 @@ from twc.reconcile.health import DaemonMetrics
 from twc.reconcile.outcome import Fault, sample_fault
 from twc.reconcile.settings import DaemonSettings
 from twc.rollout import RolloutObservation
+from twc.shards import namespaces_changed
 from twc.spec import Fleet, ResolvedWorker, load_fleet_file
 from twc.versioning import GateInputReader, WorkerClients, observe_rollouts
 
@@ -496,14 +497,25 @@ def signature(path: Path) -> tuple[int, int, int] | None:
 
 
 class FleetFileWatch:
-    """A thread that sets ``wakeup`` whenever the fleet file changes."""
+    """A thread that wakes the loops whenever the fleet file changes: given the parse
+    (``read``), only the loops of the namespaces whose part of the file changed
+    (:func:`twc.shards.namespaces_changed`, through a sharded daemon's fanout). An edit
+    outside the namespaced lists, an invalid file, or a version a loop parsed that the
+    watch never compared (two writes within one look) wakes every loop."""
 
     def __init__(
-        self, path: str | os.PathLike[str], wakeup: threading.Event, *, interval: float = 1.0
+        self,
+        path: str | os.PathLike[str],
+        wakeup: threading.Event,
+        *,
+        interval: float = 1.0,
+        read: CachedFleetFile | None = None,
     ):
         self.path = Path(path)
         self.interval = interval
         self._wakeup = wakeup
+        self._read = read
+        self._last: tuple[Fleet, int] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.changes = 0
@@ -512,6 +524,7 @@ class FleetFileWatch:
         """Take the file as it is now, then watch it."""
         if self._thread is None:
             seen = signature(self.path)
+            self._last = self._parsed()
             self._thread = threading.Thread(
                 target=self._run, args=(seen,), name="fleet-file-watch", daemon=True
             )
@@ -523,11 +536,35 @@ class FleetFileWatch:
         if self._thread is not None:
             self._thread.join(timeout=self.interval + 5.0)
 
+    def wake_all(self) -> None:
+        """Wake every loop (``twc run`` on SIGHUP: reconcile everything now)."""
+        logger.info("fleet file %s: every loop reconciles now", self.path)
+        self._wakeup.set()
+
+    def _parsed(self) -> tuple[Fleet, int] | None:
+        try:
+            return (self._read(), self._read.parses) if self._read is not None else None
+        except SpecError:
+            return None
+
     def _run(self, seen: tuple[int, int, int] | None) -> None:
         while not self._stop.wait(self.interval):
             now = signature(self.path)
-            if now != seen:
-                seen = now
-                self.changes += 1
+            if now == seen:
+                continue
+            seen, self.changes = now, self.changes + 1
+            last, self._last = self._last, self._parsed()
+            changed = None
+            if last is not None and self._last is not None and self._last[1] - last[1] <= 1:
+                changed = namespaces_changed(last[0], self._last[0])
+            if changed is None:
                 logger.info("fleet file %s changed: reconciling now", self.path)
                 self._wakeup.set()
+                continue
+            logger.info(
+                "fleet file %s changed in %s",
+                self.path,
+                ", ".join(sorted(changed)) or "no namespace",
+            )
+            for namespace in sorted(changed):
+                wake(self._wakeup, namespace)

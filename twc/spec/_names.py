@@ -5,6 +5,7 @@ Each ``check_*`` returns the value unchanged or raises ``ValueError`` for a user
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 import re
@@ -124,6 +125,7 @@ def check_task_queue_name(value: str) -> str:
     return value
 
 
+@functools.lru_cache(maxsize=4096)  # checked at each resolution of every worker's connection
 def split_host_port(value: str) -> tuple[str, int]:
     """Split ``host:port`` (``[v6]:port`` for IPv6); ValueError unless a host and 1-65535."""
     if value.startswith("["):

@@ -21,12 +21,6 @@ from twc.shards import ShardMap, shard_stack
 logger = logging.getLogger(__name__)
 
 
-def shard_namespaces(config: Mapping[str, str] | None) -> list[str] | None:
-    """A shard stack's namespaces from its config; ``None`` for a stack that is no shard."""
-    raw = (config or {}).get(SHARD_CONFIG)
-    return [str(ns) for ns in json.loads(raw)] if raw else None
-
-
 def shard_ref(base: engine.StackRef, index: int, namespaces: Sequence[str]) -> engine.StackRef:
     """Shard ``index`` of ``base``: its stack name, and its namespaces in the config."""
     config = {**(base.config or {}), SHARD_CONFIG: json.dumps(sorted(namespaces))}

@@ -309,7 +309,8 @@ def _boot_id() -> str:
         return ""
 
 
-def _started(pid: int) -> int | None:
+def start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks after boot; ``None`` if gone or a zombie."""
     found = _stat(pid)
     return None if len(found) < 20 or found[0] == "Z" else int(found[19])
 
@@ -323,7 +324,7 @@ def _engines_dir() -> Path | None:
 
 
 def _record_engine(pid: int) -> None:
-    boot, start, where = _boot_id(), _started(pid), _engines_dir()
+    boot, start, where = _boot_id(), start_ticks(pid), _engines_dir()
     if not boot or start is None or where is None:
         return  # no record: a lock it leaves is never judged gone by this host
     with contextlib.suppress(OSError):
@@ -349,7 +350,7 @@ def engine_alive(pid: int) -> bool:
         return True
     if not isinstance(record, dict) or record.get("boot") != boot or record.get("pid") != pid:
         return True
-    return _started(pid) == record.get("start")
+    return start_ticks(pid) == record.get("start")
 
 
 def descendants(pid: int) -> list[int]:

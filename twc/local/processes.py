@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from twc.engine.supervisor import start_ticks
+
 _PR_SET_PDEATHSIG = 1
 _prctl = ctypes.CDLL(None, use_errno=True).prctl
 _owner: int | None = None  # the pid whose children start() ties to it
@@ -56,18 +58,9 @@ class ProcessRecord:
         return cls(**{**data, "argv": tuple(data["argv"])})
 
 
-def _start_ticks(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    rest = stat.rsplit(")", 1)[1].split()  # the command name may contain spaces
-    return None if rest[0] == "Z" else int(rest[19])
-
-
 def is_alive(record: ProcessRecord) -> bool:
     """True while the recorded process (not merely its pid) runs."""
-    return _start_ticks(record.pid) == record.start_ticks
+    return start_ticks(record.pid) == record.start_ticks
 
 
 def start(
@@ -94,7 +87,7 @@ def start(
 
 
 def record(name: str, pid: int, argv: Sequence[str], log_file: Path) -> ProcessRecord:
-    return ProcessRecord(name, pid, _start_ticks(pid) or 0, tuple(argv), str(log_file))
+    return ProcessRecord(name, pid, start_ticks(pid) or 0, tuple(argv), str(log_file))
 
 
 def stop(record: ProcessRecord, timeout: float = 15.0) -> bool:

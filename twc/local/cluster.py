@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from twc.kube.client import KubeClient, api_client, read_json, status_of
+from twc.kube.client import KubeClient, api_client, read_json, tolerating
 from twc.kube.workloads import ensure_namespace
 from twc.spec import crds as spec_crds
 
@@ -194,11 +194,8 @@ def ensure_nodes(kube: KubeClient) -> None:
         labels["kubernetes.io/arch"] = "amd64"
         meta = {"name": name, "annotations": {NODE_ANNOTATION: "fake"}, "labels": labels}
         spec = {"podCIDR": f"127.{10 + index}.0.0/16"}
-        try:
+        with tolerating(409):
             kube.core.create_node({"metadata": meta, "spec": spec})
-        except Exception as exc:
-            if status_of(exc) != 409:
-                raise
 
 
 def nodes_ready(kube: KubeClient) -> bool:

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from twc.kube.client import status_of
+from twc.kube.client import unless_404
 from twc.local import processes
 from twc.local.cluster import Kube
 from twc.local.environment import project_root
@@ -112,14 +112,10 @@ class WorkerPod:
     def _data(self, kind: str, name: str, optional: bool) -> dict[str, bytes] | None:
         core = self.kube.core
         read = core.read_namespaced_secret if kind == "secret" else core.read_namespaced_config_map
-        try:
-            obj = read(name, self.namespace)
-        except Exception as exc:
-            if status_of(exc) != 404:
-                raise
+        if (obj := unless_404(read, name, self.namespace)) is None:
             if optional:
                 return None
-            raise self._fail(f"{kind} {name} not found") from None
+            raise self._fail(f"{kind} {name} not found")
         if kind == "secret":
             return {k: base64.b64decode(v) for k, v in (obj.data or {}).items()}
         binary = {k: base64.b64decode(v) for k, v in (obj.binary_data or {}).items()}

@@ -210,6 +210,7 @@ def test_the_daemon_holds_three_of_four_deletions_until_a_person_approves() -> N
     h.step()
     assert len(h.engine.ups) == 1
     assert h.daemon.status()["heldDeletions"]["workers"] == held["workers"]
+    assert h.daemon.status()["consecutiveFailures"] == 0, "a hold is kept, not failed"
 
 
 def test_the_daemon_releases_held_deletions_after_the_period_the_fleet_opts_into() -> None:
@@ -240,6 +241,13 @@ def test_held_deletions_apply_the_rest_of_the_change() -> None:
     program = h.engine.last_program()
     assert set(program.workers) == {f"{NS}/w{i}" for i in range(4)} | {f"{NS}/new"}
     assert program.workers[f"{NS}/w0"].image == "registry.example/worker:2.0.0"
+    assert program.held == frozenset({f"{NS}/w1", f"{NS}/w2", f"{NS}/w3"})
+
+    h.fleet["workers"][0]["image"] = "registry.example/worker:3.0.0"
+    h.step()  # still held: the next change applies too
+    assert len(h.engine.ups) == 3
+    program = h.engine.last_program()
+    assert program.workers[f"{NS}/w0"].image == "registry.example/worker:3.0.0"
     assert program.held == frozenset({f"{NS}/w1", f"{NS}/w2", f"{NS}/w3"})
 
 
@@ -357,3 +365,39 @@ def test_twc_approve_writes_the_digest_of_what_is_held(
     assert f"{NS}/a" in out
     assert "approved (d1g35t)" in out
     assert RecordStore(api, namespace="twc", stack="prod").approved() == "d1g35t"
+
+
+def test_while_the_running_workers_cannot_be_listed_every_deletion_is_held() -> None:
+    listing = {"fails": False}
+
+    def replicas(live: dict[str, int]) -> dict[str, int]:
+        if listing["fails"]:
+            raise LookupError("deployments not listed yet")
+        return dict(live)
+
+    h = make_daemon(_guarded_fleet(_four_workers()), read_replicas=replicas)
+    h.step()
+    h.live.update({f"{NS}/w{i}": 1 for i in range(4)})
+    listing["fails"] = True
+    h.fleet["workers"] = _four_workers()[:3]  # one of four: within the share when known
+
+    h.step()
+    h.step()
+    assert len(h.engine.ups) == 1
+    assert h.daemon.status()["heldDeletions"]["workers"] == [f"{NS}/w3"]
+    assert h.daemon.status()["consecutiveFailures"] == 0
+
+    listing["fails"] = False
+    h.step()
+    assert len(h.engine.ups) == 2
+    assert _program_workers(h) == {f"{NS}/w{i}" for i in range(3)}
+
+
+def test_a_daemon_that_neither_lists_nor_remembers_the_running_workers_applies_nothing() -> None:
+    def replicas(live: dict[str, int]) -> dict[str, int]:
+        raise LookupError("deployments not listed yet")
+
+    h = make_daemon(_guarded_fleet(_four_workers()), read_replicas=replicas)
+    h.step()
+    assert h.engine.ups == []
+    assert "running workers are unknown" in h.daemon.status()["lastOutcome"]["message"]

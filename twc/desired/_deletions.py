@@ -140,7 +140,10 @@ def _connection_entry(
 class _Holder:
     def __init__(self, previous: DesiredFleet, current: DesiredFleet) -> None:
         self.previous, self.current = previous, current
-        self.document: Mapping[str, Any] = previous.inputs.fleet or {}
+        self.document: dict[str, Any] = dict(previous.inputs.fleet or {})
+        if (held := previous.inputs.held) is not None:  # what was held then is held again
+            for section, entries in held.file.items():
+                self.document[section] = [*(self.document.get(section) or []), *entries]
         self.cluster: dict[str, dict[str, dict[str, Any]]] = {}
         self.file: dict[str, list[dict[str, Any]]] = {}
         self.present = set(current.references.values())

@@ -290,7 +290,8 @@ class Daemon:
             self._accepted = {k: dict(v) for k, v in recalled.accepted.items()}
         desired = desired_from(seen, accepted=self._accepted, registry=observer.registry, file=file)
         existing = seen.live.keys() if seen.live is not None else None
-        desired = self.guard.guard(seen.fleet, desired, existing, now=now, wall=self.clocks.wall())
+        listed, wall = seen.live_known, self.clocks.wall()
+        desired = self.guard.guard(seen.fleet, desired, existing, known=listed, now=now, wall=wall)
         known = self.guard.previous.workers if self.guard.previous is not None else ()
         # Without new workers whose names others' objects have (``ObjectExists``).
         if conflicts := observer.conflicts(desired, existing, known):
@@ -500,15 +501,21 @@ class DeletionGuard:
         desired: DesiredFleet,
         existing: Collection[str] | None,
         *,
+        known: bool = True,
         now: float,
         wall: float,
     ) -> DesiredFleet:
-        """``desired`` with held workers put back; ``existing``: workers running now, or None."""
+        """``desired`` with held workers put back; ``existing``: workers running now, or None
+        (then the previous plan's). Not ``known`` (their list failed), every deletion is held."""
+        if existing is None and not known and self.previous is None:
+            raise HoldFailed((), "the running workers are unknown and no earlier plan knows them")
         if existing is None:
             existing = set(self.previous.workers) if self.previous is not None else set()
         running = set(existing)
         deleting = frozenset(running - set(desired.workers))
         settings = fleet.deletion_guard
+        if not known:  # fail closed: no share of an unknown set is safe to delete
+            settings = settings.model_copy(update={"max_share": 0.0, "release_after": None})
         if not deleting or not deleting <= self._releasing:
             self._releasing = frozenset()
         approved: str | None = None

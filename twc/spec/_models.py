@@ -747,13 +747,14 @@ class DeletionGuard(SpecModel):
     """How many of the stack's workers one apply may delete before a person must approve."""
 
     max_share: float = Field(default=0.25, ge=0, le=1)
-    """Share of the stack's workers one apply may delete (at least one); ``1``: off."""
+    """Share of the stack's workers one apply may delete (at least one); ``0``: none
+    without approval; ``1``: off."""
     release_after: float | None = Field(default=None, ge=0)
     """Seconds after which the daemon deletes held workers itself; unset: never."""
 
     def allowed(self, total: int) -> int:
-        """How many of ``total`` workers one apply may delete (at least one)."""
-        return max(1, int(self.max_share * total))
+        """How many of ``total`` workers one apply may delete (at least one unless ``0``)."""
+        return max(1, int(self.max_share * total)) if self.max_share else 0
 
 
 class StackSelector(SpecModel):

@@ -328,6 +328,7 @@ def _daemon(
     effect: dict[str, Any] = {"temporal_address": address}
     read_secret = None
     if cluster is not None and own is not None:
+        from twc.kube.dryrun import dry_run_fleet
         from twc.kube.workloads import read_gate_input, versions
         from twc.versioning import WorkerClients
 
@@ -336,6 +337,11 @@ def _daemon(
             "secrets": secrets.reader(read_secret) if secrets else digests_by_name(read_secret),
             "secret_data": read_secret,
             "objects": own.read,
+            "dry_run": lambda fleet, origins, only: (
+                dry_run_fleet(
+                    fleet, file=file, api_client=kube.api_client, origins=origins, only=only
+                ).refused
+            ),
             "rollouts": RolloutSource(
                 versions=lambda: versions(kube),
                 clients=WorkerClients(read_secret=read_secret, temporal_address=address),

@@ -132,6 +132,8 @@ class DesiredInputs(_Model):
     held: HeldObjects | None = None
     conflicts: dict[str, str] = Field(default_factory=dict)
     """New workers left out because others' objects have their names (``ObjectExists``)."""
+    refused: dict[str, str] = Field(default_factory=dict)
+    """Per TemporalWorker object, the API server's refusal of its Deployment (``InvalidSpec``)."""
     versions: dict[str, WorkerVersions] = Field(default_factory=dict)
     """Per versioned worker, the versions whose Deployments the program declares."""
     scope: BuildScope | None = None

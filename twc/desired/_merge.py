@@ -167,8 +167,7 @@ def _merge_kind(
             continue
         reason, message = _failure(error)
         if fallback is not None and take(replace(fallback, obj=nat)) is None:
-            gen = (fallback.raw.get("metadata") or {}).get("generation")
-            gen = gen if isinstance(gen, int) else None
+            gen = _meta(fallback.raw, "generation")
             rejected.append(Rejection(nat, reason, message, kept=True, kept_generation=gen))
             continue
         rejected.append(Rejection(nat, reason, message, kept=False))
@@ -402,25 +401,27 @@ def taken_objects(
     select: StackSelector | None,
     cluster: Mapping[str, ObjectList],
     accepted: Mapping[str, Mapping[str, Any]],
+    refused: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, ObjectList], dict[str, list[Rejection]]]:
     """The observation to merge, and per kind key the objects refused (``select`` ``None``
-    takes every object)."""
-    if select is None:
-        return dict(cluster), {}
-    out = dict(cluster)
+    takes every object); ``refused``: per TemporalWorker object, the API server's refusal
+    of its Deployment (``InvalidSpec``). A refused object keeps its last accepted spec."""
+    out, refused = dict(cluster), refused or {}
+    if select is None and not refused:
+        return out, {}
     stacks = cluster.get(STACKS_KEY) or ObjectList.unknown("not observed")
-    if stacks.objects is None:
+    if select is not None and stacks.objects is None:
         why = f"other stacks' selections unknown: {stacks.failure}"
         out.update({key: ObjectList.unknown(why) for key in _NATIVE})
         return out, {}
-    mine = [o for o in stacks.objects if OWN_STACK in (_meta(o, "annotations") or {})]
+    mine = [o for o in stacks.objects or () if OWN_STACK in (_meta(o, "annotations") or {})]
     own = object_key(mine[0]) if mine else "this stack"
     others = [
         (object_key(o), StackSelector.model_validate(o.get("spec") or {}))
-        for o in stacks.objects
+        for o in stacks.objects or ()
         if o not in mine
     ]
-    refused: dict[str, list[Rejection]] = {}
+    rejected: dict[str, list[Rejection]] = {}
     for key, native in _NATIVE.items():
         found = cluster.get(key)
         if found is None or found.objects is None:
@@ -431,19 +432,23 @@ def taken_objects(
             if is_view(obj):
                 kept.append(obj)
                 continue
-            if not select.selects(namespace, labels):
+            if select is not None and not select.selects(namespace, labels):
                 continue
             rivals = sorted(name for name, sel in others if sel.selects(namespace, labels))
-            if not rivals:
+            invalid = refused.get(object_key(obj)) if key == WORKER_KIND_KEY else None
+            if not rivals and invalid is None:
                 kept.append(obj)
                 continue
             last = accepted.get(key, {}).get(object_key(obj))
             if last is not None:
                 kept.append(dict(last))
-            names = ", ".join(sorted({own, *rivals}))
-            message = f"selected by stacks {names}: exactly one stack may take it"
-            refused.setdefault(key, []).append(
-                Rejection(native(obj), Reason.STACK_CONFLICT.value, message, kept=last is not None)
-            )
+            reason, message = Reason.INVALID_SPEC.value, str(invalid)
+            if rivals:
+                names = ", ".join(sorted({own, *rivals}))
+                reason = Reason.STACK_CONFLICT.value
+                message = f"selected by stacks {names}: exactly one stack may take it"
+            gen = _meta(last, "generation") if last is not None else None
+            refusal = Rejection(native(obj), reason, message, last is not None, gen)
+            rejected.setdefault(key, []).append(refusal)
         out[key] = ObjectList.model_construct(objects=tuple(kept), failure=None)
-    return out, refused
+    return out, rejected

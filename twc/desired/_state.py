@@ -137,7 +137,9 @@ def desired_fleet(
     kinds: dict[str, KindMerge] = {}
     refused: dict[str, list[Rejection]] = {}
     if inputs.cluster is not None:
-        cluster, refused = taken_objects(fleet.select, inputs.cluster, inputs.accepted)
+        cluster, refused = taken_objects(
+            fleet.select, inputs.cluster, inputs.accepted, inputs.refused
+        )
         taken = inputs.model_copy(update={"cluster": cluster})
         fleet, kinds = _merge_cluster(fleet, taken, registry=registry, file=file)
     else:

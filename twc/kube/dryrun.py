@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from twc import builders
@@ -73,18 +73,23 @@ class DryRunResult:
     """Workers whose live Deployment already holds what twc would send."""
     skipped: tuple[str, ...] = ()
     """Workers that could not be checked, with the reason."""
+    refused: Mapping[str, str] = field(default_factory=dict)
+    """Per worker refused, its issues in one line."""
 
 
 def dry_run_targets(
     fleet: Fleet,
     registry: Registry | None = None,
     origins: Mapping[str, str] | None = None,
+    only: Collection[str] | None = None,
 ) -> list[DryRunTarget]:
-    """Every resolvable worker's Deployment as the program builds it; ``origins``: per
-    worker key, ``file``, ``TemporalWorker <ns>/<name>`` or ``Queue <ns>/<name>``."""
+    """Every resolvable worker's (``only``: these workers') Deployment as the program builds
+    it; ``origins``: per worker, ``file``, ``TemporalWorker <ns>/<name>``, ``Queue <ns>/<name>``."""
     registry = registry or default_registry()
     targets = []
     for worker in fleet.resolved_workers():
+        if only is not None and worker.stack_key not in only:
+            continue
         try:
             connection = registry.resolve_worker(worker, fleet)
         except TwcConnectionError:
@@ -103,10 +108,11 @@ def dry_run_fleet(
     api_client: Any,
     registry: Registry | None = None,
     origins: Mapping[str, str] | None = None,
+    only: Collection[str] | None = None,
 ) -> DryRunResult:
-    """Have the API server validate each changed worker's Deployment, applying nothing;
-    raises when the API server fails otherwise (unreachable, forbidden...)."""
-    targets = dry_run_targets(fleet, registry, origins)
+    """Have the API server validate each changed worker's Deployment (``only``: of these
+    workers), applying nothing; raises when it fails otherwise (unreachable, forbidden...)."""
+    targets = dry_run_targets(fleet, registry, origins, only)
     live: dict[str, dict[str, Any]] = {}
     selector = f"{builders.LABEL_MANAGED_BY}={builders.MANAGED_BY}"
     for namespace in sorted({t.worker.namespace for t in targets}):
@@ -117,7 +123,7 @@ def dry_run_fleet(
         for obj in json.loads(text).get("items") or []:
             live[f"{namespace}/{obj['metadata']['name']}"] = obj
     issues: list[SpecIssue] = []
-    checked, unchanged, skipped = [], [], []
+    checked, unchanged, skipped, refused = [], [], [], {}
     for target in targets:
         current = live.get(target.key)
         if current is not None:
@@ -128,9 +134,8 @@ def dry_run_fleet(
             logger.debug("dry run of %s: the live Deployment differs at %s", target.key, differs)
         body = _with_live_fingerprint(target.manifest, current)
         path = f"/apis/apps/v1/namespaces/{target.worker.namespace}/deployments"
-        if current is not None:
-            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-            path = f"{path}/{target.worker.name}"
+        # An unconditional update: the live object's status moving on is no refusal.
+        path += "" if current is None else f"/{target.worker.name}"
         method = "POST" if current is None else "PUT"
         status, text = _request(api_client, method, path, _DRY_RUN, body)
         if status == 404:
@@ -138,10 +143,12 @@ def dry_run_fleet(
             continue
         checked.append(target.key)
         if status in (400, 409, 422):
-            issues.extend(issues_from_status(text, target, file))
+            found = issues_from_status(text, target, file)
+            issues.extend(found)
+            refused[target.key] = "; ".join(map(str, found))
         elif not 200 <= status < 300:
             raise DryRunFailed(f"the dry run of {target.key} failed with HTTP {status}: {text}")
-    return DryRunResult(tuple(issues), tuple(checked), tuple(unchanged), tuple(skipped))
+    return DryRunResult(tuple(issues), tuple(checked), tuple(unchanged), tuple(skipped), refused)
 
 
 class DryRunFailed(RuntimeError):

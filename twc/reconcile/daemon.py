@@ -292,10 +292,13 @@ class Daemon:
         existing = seen.live.keys() if seen.live is not None else None
         listed, wall = seen.live_known, self.clocks.wall()
         desired = self.guard.guard(seen.fleet, desired, existing, known=listed, now=now, wall=wall)
-        known = self.guard.previous.workers if self.guard.previous is not None else ()
-        # Without new workers whose names others' objects have (``ObjectExists``).
-        if conflicts := observer.conflicts(desired, existing, known):
-            inputs = desired.inputs.model_copy(update={"conflicts": conflicts})
+        previous = self.guard.previous
+        # Without new workers whose names others' objects have (``ObjectExists``), and
+        # without objects whose Deployment the API server refuses (``InvalidSpec``).
+        conflicts = observer.conflicts(desired, existing, previous.workers if previous else ())
+        refused = observer.refusals(desired, previous, skip=conflicts)
+        if conflicts or refused:
+            inputs = desired.inputs.model_copy(update={"conflicts": conflicts, "refused": refused})
             desired = desired_fleet(seen.fleet, inputs, registry=observer.registry, file=file)
         return seen, desired, observer.facts(desired)
 

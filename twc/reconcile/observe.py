@@ -177,6 +177,9 @@ class Sources:
     record: RecordStore | None = None
     objects: Callable[[ObjectRef], Mapping[str, object] | None] | None = None
     program: Mapping[str, Any] = field(default_factory=dict)
+    dry_run: Callable[[Fleet, Mapping[str, str], Collection[str]], Mapping[str, str]] | None = None
+    """The API server's dry run of some workers' Deployments (fleet, origins, workers): the
+    refused ones, with why; raises when it cannot be asked."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +233,8 @@ class Observer:
         self.asker = asker
         self.sampler = sampler
         self._digests: dict[str, str] = {}
+        self._verdicts: dict[str, tuple[ResolvedWorker, str | None]] = {}
+        self._dry_run_failed = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -445,6 +450,35 @@ class Observer:
             if taken:
                 out[key] = "; ".join(taken) + "; twc does not take it over"
         return out
+
+    def refusals(
+        self, desired: DesiredFleet, previous: DesiredFleet | None, skip: Collection[str]
+    ) -> dict[str, str]:
+        """Per TemporalWorker object whose worker is new or changed since ``previous``, the
+        API server's refusal of its Deployment; each verdict is kept while the worker is."""
+        if (dry_run := self.sources.dry_run) is None:
+            return {}
+        before = previous.workers if previous is not None else {}
+        known, self._verdicts = self._verdicts, {}
+        ask: list[str] = []
+        for key, origin in desired.origins.items():
+            worker = desired.workers[key]
+            if not origin.startswith("TemporalWorker ") or key in skip or before.get(key) == worker:
+                continue
+            if key in known and known[key][0] == worker:
+                self._verdicts[key] = known[key]
+            else:
+                ask.append(key)
+        if ask:
+            try:
+                said = dry_run(desired.fleet, desired.origins, ask)
+            except Exception as exc:  # noqa: BLE001 - not asked: nothing is refused
+                log = logger.debug if self._dry_run_failed else logger.warning
+                self._dry_run_failed = True
+                log("[%s] the API server's dry run could not be asked: %s", self._stack, exc)
+            else:
+                self._verdicts |= {k: (desired.workers[k], said.get(k)) for k in ask}
+        return {k: why for k, (_, why) in self._verdicts.items() if why is not None}
 
     def deployments(self) -> Mapping[str, tuple[int, int]] | None:
         """``(replicas, readyReplicas)`` of the worker Deployments; ``None`` unknown."""

@@ -460,7 +460,7 @@ def test_a_withdrawn_handover_request_leaves_the_leader_leading() -> None:
     manual = _elector(api, "manual:dev@laptop:7", clock, yields=False)
     assert _round(daemon)
     assert manual.request_handover()
-    manual.withdraw_handover()
+    manual.request_handover(withdraw=True)
 
     clock.now += 2
     assert _round(daemon)

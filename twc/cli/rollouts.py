@@ -8,9 +8,7 @@ engine runs; :func:`drive_rollouts` then carries out what is due for up to
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
-import json
 import sys
 import time
 from collections.abc import Mapping
@@ -208,13 +206,9 @@ def _policy_of(
     from twc.rollout import POLICY_ANNOTATION, Strategy
 
     seen = builds.get(target)
-    if seen is not None:
-        dep = read_deployment(kube, namespace, seen.deployment.name) or {}
-        text = ((dep.get("metadata") or {}).get("annotations") or {}).get(POLICY_ANNOTATION)
-        if text:
-            with contextlib.suppress(ValueError):
-                return RolloutPolicy.from_json(json.loads(text))
-    return RolloutPolicy(Strategy.MANUAL)
+    dep = (read_deployment(kube, namespace, seen.deployment.name) if seen else None) or {}
+    text = ((dep.get("metadata") or {}).get("annotations") or {}).get(POLICY_ANNOTATION)
+    return RolloutPolicy.recorded(text) or RolloutPolicy(Strategy.MANUAL)
 
 
 async def _observe_live(

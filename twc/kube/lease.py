@@ -371,10 +371,6 @@ class LeaseElector:
         self._replace(lease, dict(lease.get("spec") or {}), annotations)
         return True
 
-    def withdraw_handover(self) -> None:
-        """Take this manual run's hand-over request off the Lease."""
-        self.request_handover(withdraw=True)
-
     def round(self) -> bool:
         """One :meth:`try_once`, failures included, and its consequences; whether leading."""
         try:

@@ -811,14 +811,6 @@ def int_or_none(value: JsonValue) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _policy(state: JsonValue) -> RolloutPolicy | None:
-    text = _get(state, "metadata", "annotations", POLICY_ANNOTATION)
-    try:
-        return RolloutPolicy.from_json(json.loads(text)) if isinstance(text, str) else None
-    except ValueError:
-        return None
-
-
 def version_state(op: str, old: JsonValue, new: JsonValue) -> VersionState | None:
     """The version a Deployment's states describe; ``None`` for other Deployments."""
     label = ("metadata", "labels", BUILD_ID_LABEL)
@@ -826,6 +818,7 @@ def version_state(op: str, old: JsonValue, new: JsonValue) -> VersionState | Non
     if not _known_str(build):
         return None
     target = ("metadata", "annotations", TARGET_ANNOTATION)
+    policy = ("metadata", "annotations", POLICY_ANNOTATION)
     return VersionState(
         build_id=str(build),
         op=op,
@@ -833,7 +826,8 @@ def version_state(op: str, old: JsonValue, new: JsonValue) -> VersionState | Non
         is_target=_get(new, *target) == "true",
         old_replicas=int_or_none(_get(old, "spec", "replicas")) if op != "create" else None,
         new_replicas=int_or_none(_get(new, "spec", "replicas")) if op != "delete" else None,
-        policy=_policy(new) or _policy(old),
+        policy=RolloutPolicy.recorded(_get(new, *policy))
+        or RolloutPolicy.recorded(_get(old, *policy)),
     )
 
 

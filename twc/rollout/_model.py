@@ -4,6 +4,7 @@ seconds."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -144,6 +145,14 @@ class RolloutPolicy:
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not a rollout policy record: {exc}") from exc
+
+    @classmethod
+    def recorded(cls, text: object) -> RolloutPolicy | None:
+        """The policy a version Deployment's annotation records; ``None`` if none is readable."""
+        try:
+            return cls.from_json(json.loads(text)) if isinstance(text, str) else None
+        except ValueError:
+            return None
 
 
 @dataclass(frozen=True, slots=True)

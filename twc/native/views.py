@@ -81,8 +81,15 @@ def _spec_value(worker: ResolvedWorker, name: str) -> Any:
     return getattr(worker, name) if name in type(worker).model_fields else None
 
 
+_SPECS: dict[str, tuple[ResolvedWorker, dict[str, Any]]] = {}
+"""The last spec made of each worker (by key): most iterations make every view again."""
+
+
 def view_spec(worker: ResolvedWorker) -> dict[str, Any]:
     """The TemporalWorker spec of the worker as resolved; ValueError when it is invalid."""
+    last = _SPECS.get(worker.stack_key)
+    if last is not None and last[0] == worker:
+        return dict(last[1])
     data = {
         info.alias or name: _spec_value(worker, name)
         for name, info in TemporalWorker.model_fields.items()
@@ -94,7 +101,8 @@ def view_spec(worker: ResolvedWorker) -> dict[str, Any]:
     except ValidationError as exc:
         raise ValueError(f"not a valid TemporalWorker spec: {exc}") from None
     spec = model.model_dump(mode="json", by_alias=True, exclude={"name", "namespace"})
-    return cast(dict[str, Any], _pruned(spec))
+    _SPECS[worker.stack_key] = (worker, cast(dict[str, Any], _pruned(spec)))
+    return dict(_SPECS[worker.stack_key][1])
 
 
 def _model(spec: Any, name: str, namespace: str) -> TemporalWorker:

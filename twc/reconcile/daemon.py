@@ -101,6 +101,7 @@ class Daemon:
         self._rounds_seen: float | None = None
         self._last_replicas: dict[str, int] = {}
         self._accepted: dict[str, Any] | None = None
+        self._desired_memo: tuple[tuple[Any, ...], DesiredFleet] | None = None
         self._resuming = sources.record is not None
         self._desired: dict[str, int] = {}
         self._observed: dict[str, int] = {}
@@ -288,7 +289,13 @@ class Daemon:
             recalled = observer.recall()
             self.guard.remember(recalled.accepted, recalled.fleet)
             self._accepted = {k: dict(v) for k, v in recalled.accepted.items()}
-        desired = desired_from(seen, accepted=self._accepted, registry=observer.registry, file=file)
+        key = (seen.fleet, seen.cluster, self._accepted)
+        if self._desired_memo is None or self._desired_memo[0] != key:
+            # The same file, objects and accepted specs make the same desired fleet: computing
+            # it again was a third of a no-op iteration (docs/architecture.md, its figure).
+            desired = desired_from(seen, accepted=key[2], registry=observer.registry, file=file)
+            self._desired_memo = (key, desired)
+        desired = self._desired_memo[1]
         existing = seen.live.keys() if seen.live is not None else None
         listed, wall = seen.live_known, self.clocks.wall()
         desired = self.guard.guard(seen.fleet, desired, existing, known=listed, now=now, wall=wall)

@@ -559,8 +559,8 @@ class Actor:
             pending = set(self._early_pending or ())
         if early is None or not pending:
             return
-        release, _ = plan_release(pending, plan.workers.keys())
-        _, delete = plan_release(owned & pending, plan.workers.keys())
+        release, gone = plan_release(pending, plan.workers.keys())
+        delete = [ref for ref in gone if ref in owned]
         for ref in release + delete:
             try:
                 if ref in release:

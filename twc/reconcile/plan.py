@@ -104,16 +104,6 @@ class VersionsPlan:
         return per_worker, shared
 
 
-def plan_rollouts(
-    facts: RolloutFacts, *, wall: float, settings: DaemonSettings
-) -> dict[str, RolloutPlan]:
-    """Each versioned worker's rollout plan."""
-    planner = RolloutSettings(time_scale=settings.rollout.time_scale)
-    return {
-        key: plan_observed(seen, now=wall, settings=planner) for key, seen in facts.observed.items()
-    }
-
-
 def version_scale_inputs(
     plans: Mapping[str, RolloutPlan],
     facts: RolloutFacts,
@@ -364,7 +354,10 @@ def _rollout_plans(
         raise TemporaryError(f"the versions of versioned workers are unknown: {why}")
     if wall is None:
         raise ValueError("versioned rollouts need the wall time")
-    return plan_rollouts(found, wall=wall, settings=settings)
+    planner = RolloutSettings(time_scale=settings.rollout.time_scale)
+    return {
+        key: plan_observed(seen, now=wall, settings=planner) for key, seen in found.observed.items()
+    }
 
 
 def _worker_hash_part(

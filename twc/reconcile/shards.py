@@ -290,6 +290,9 @@ class SlotEngine:
         self.slots = slots
         self.busy = False
         self.give_way = threading.Event()
+        # Reads of the stack need no slot.
+        self.worker_urns = engine.worker_urns
+        self.last_update = engine.last_update
 
     @contextlib.contextmanager
     def _held(self, *, refresh: bool = False) -> Iterator[None]:
@@ -334,14 +337,6 @@ class SlotEngine:
         self.slots.wake()
         return True
 
-    def worker_urns(self) -> Mapping[str, Sequence[str]]:
-        """:meth:`StackEngine.worker_urns` (needs no slot)."""
-        return self.engine.worker_urns()
-
-    def last_update(self) -> str | None:
-        """:meth:`StackEngine.last_update` (needs no slot)."""
-        return self.engine.last_update()
-
 
 class Elector(Protocol):
     """A shard's Lease elector (:class:`twc.kube.lease.LeaseElector`)."""
@@ -358,38 +353,31 @@ class ShardLeader:
 
     def __init__(self, make: Callable[[], Elector]) -> None:
         self._make = make
-        self._lock = threading.Lock()
-        self._elector = make()
-
-    def _current(self) -> Elector:
-        with self._lock:
-            return self._elector
+        self._elector = make()  # replaced whole by hand_back: a read needs no lock
 
     def is_leader(self) -> bool:
         """Whether this replica leads the shard now."""
-        return self._current().is_leader()
+        return self._elector.is_leader()
 
     def start(self) -> None:
         """Start the election."""
-        self._current().start()
+        self._elector.start()
 
     def hold(self) -> AbstractContextManager[None]:
         """Around an engine run: the Lease is not handed over during it."""
-        return self._current().hold()
+        return self._elector.hold()
 
     def inherited_engines(self) -> Sequence[Any]:
         """Engine records of earlier holders, taken over with the Lease."""
-        return self._current().inherited_engines()
+        return self._elector.inherited_engines()
 
     def stop(self) -> None:
         """Leave the election, handing the Lease back."""
-        self._current().stop(release=True)
+        self._elector.stop(release=True)
 
     def hand_back(self) -> None:
-        """Release the Lease and stand again (below this replica's share only)."""
-        with self._lock:
-            old = self._elector
-            self._elector = self._make()
+        """Release the Lease and stand again (below this replica's share; one caller at a time)."""
+        old, self._elector = self._elector, self._make()
         old.stop(release=True)
         self._elector.start()
 

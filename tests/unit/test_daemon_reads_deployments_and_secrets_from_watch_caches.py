@@ -85,9 +85,9 @@ def test_replicas_readiness_and_the_autoscalers_claim_are_read_from_one_list() -
     deployments.watcher.list_now()
 
     for _ in range(3):  # every iteration reads the cache, not the API
-        assert deployments.worker_replicas() == {"team/orders": 4, "team/billing": 1}
-        assert deployments.worker_deployments() == {"team/orders": (4, 1), "team/billing": (1, 1)}
-        assert deployments.scaled() == ["team/orders"]
+        assert deployments.read("replicas") == {"team/orders": 4, "team/billing": 1}
+        assert deployments.read("deployments") == {"team/orders": (4, 1), "team/billing": (1, 1)}
+        assert deployments.read("scaled") == ["team/orders"]
     assert len(listed.calls) == 1
     assert listed.calls[0]["label_selector"] == WORKER_SELECTOR
 
@@ -100,21 +100,21 @@ def test_a_watch_event_updates_the_cache_and_keeps_only_what_the_loop_reads() ->
         "MODIFIED", _deployment("orders", 6, scaled_by=AUTOSCALER_FIELD_MANAGER)
     )
 
-    assert deployments.worker_replicas() == {"team/orders": 6}
-    assert deployments.scaled() == ["team/orders"]
+    assert deployments.read("replicas") == {"team/orders": 6}
+    assert deployments.read("scaled") == ["team/orders"]
     held = deployments.watcher.by_key()
     assert held is not None
     assert set(held["team/orders"]) == {"metadata", "replicas", "readyReplicas", "replicaOwners"}
 
     deployments.watcher._apply("DELETED", _deployment("orders", 6))
-    assert deployments.worker_replicas() == {}
+    assert deployments.read("replicas") == {}
 
 
 def test_before_the_first_list_the_replicas_are_unknown_not_zero() -> None:
     deployments, secrets, _, _ = _caches([], [])
 
     with pytest.raises(LookupError):
-        deployments.worker_replicas()
+        deployments.read("replicas")
     with pytest.raises(LookupError):
         secrets.digests("team", "mtls")
 
@@ -164,7 +164,7 @@ def test_a_deployments_status_changes_do_not_wake_the_loop() -> None:
     deployments.watcher._apply("MODIFIED", changed)
 
     assert not deployments.watcher._wakeup.is_set()
-    assert deployments.worker_deployments() == {"team/orders": (2, 2)}
+    assert deployments.read("deployments") == {"team/orders": (2, 2)}
 
 
 def test_before_the_secrets_are_listed_a_direct_read_gives_the_same_digests() -> None:
@@ -222,8 +222,8 @@ def test_a_stacks_cache_leaves_another_stacks_workers_out() -> None:
     cache = DeploymentCache(kube, resync_interval=300, stack="bench-60")
     cache.watcher.list_now()
 
-    assert cache.worker_replicas() == {"team/mine": 1, "team/old": 1}
-    assert set(cache.worker_deployments()) == {"team/mine", "team/old"}
+    assert cache.read("replicas") == {"team/mine": 1, "team/old": 1}
+    assert set(cache.read("deployments")) == {"team/mine", "team/old"}
 
 
 def _in(namespace: str, dep: dict[str, Any]) -> dict[str, Any]:
@@ -251,8 +251,8 @@ def test_the_readings_by_namespace_are_the_whole_readings_cut_by_namespace() -> 
     deployments.watcher.list_now()
 
     for reading, whole in (
-        ("replicas", deployments.worker_replicas()),
-        ("deployments", deployments.worker_deployments()),
+        ("replicas", deployments.read("replicas")),
+        ("deployments", deployments.read("deployments")),
     ):
         by_ns = deployments.by_namespace(reading)
         assert {k: v for part in by_ns.values() for k, v in part.items()} == whole

@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -433,12 +434,9 @@ def _wire_one(
     reads: dict[str, Any] = {"fleet": CachedFleetFile(path), "queues": StaticQueues(())}
     if kube is not None:
         cluster = _cluster(kube, options, settings, options.stack)
+        reads |= {"queues": cluster.queues, "native": cluster.native}
         reads |= {
-            "queues": cluster.queues,
-            "native": cluster.native,
-            "replicas": cluster.deployments.worker_replicas,
-            "scaled": cluster.deployments.scaled,
-            "deployments": cluster.deployments.worker_deployments,
+            r: partial(cluster.deployments.read, r) for r in ("replicas", "scaled", "deployments")
         }
     automation = _automation(ref, settings, state_dir, channel, elector)
     own = cluster.workloads if cluster is not None else None

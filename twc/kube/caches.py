@@ -104,24 +104,18 @@ class DeploymentCache(_Cache):
             return found
         return {k: dep for k, dep in found.items() if of_stack(dep, self._stack)}
 
+    def read(self, reading: str) -> Any:
+        """One reading of the cache (LookupError before the first list): ``replicas``
+        (:func:`worker_replicas`), ``deployments`` (:func:`worker_deployments`) or ``scaled``
+        (the Deployments whose ``spec.replicas`` the autoscaler's field manager owns)."""
+        return _READINGS[reading](self._mine())
+
     def by_namespace(self, reading: str) -> Mapping[str, Any]:
-        """One reading (``replicas``, ``deployments``, ``scaled``) per namespace."""
+        """:meth:`read` per namespace."""
         groups: dict[str, dict[str, Mapping[str, Any]]] = {}
         for key, dep in self._mine().items():
             groups.setdefault(key.partition("/")[0], {})[key] = dep
         return {ns: _READINGS[reading](group) for ns, group in groups.items()}
-
-    def worker_replicas(self) -> dict[str, int]:
-        """:func:`worker_replicas` of the cache (LookupError before the first list)."""
-        return worker_replicas(self._mine())
-
-    def worker_deployments(self) -> dict[str, tuple[int, int]]:
-        """``(spec.replicas, status.readyReplicas)`` of every worker Deployment."""
-        return worker_deployments(self._mine())
-
-    def scaled(self) -> list[str]:
-        """Worker Deployments whose ``spec.replicas`` the autoscaler's field manager owns."""
-        return _scaled(self._mine())
 
 
 def digests_by_name(

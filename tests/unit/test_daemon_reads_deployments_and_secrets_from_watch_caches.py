@@ -82,7 +82,7 @@ def test_replicas_readiness_and_the_autoscalers_claim_are_read_from_one_list() -
         ],
         [],
     )
-    deployments.watcher.list_now()
+    deployments.list_now()
 
     for _ in range(3):  # every iteration reads the cache, not the API
         assert deployments.read("replicas") == {"team/orders": 4, "team/billing": 1}
@@ -94,19 +94,17 @@ def test_replicas_readiness_and_the_autoscalers_claim_are_read_from_one_list() -
 
 def test_a_watch_event_updates_the_cache_and_keeps_only_what_the_loop_reads() -> None:
     deployments, _, _, _ = _caches([_deployment("orders", 1)], [])
-    deployments.watcher.list_now()
+    deployments.list_now()
 
-    deployments.watcher._apply(
-        "MODIFIED", _deployment("orders", 6, scaled_by=AUTOSCALER_FIELD_MANAGER)
-    )
+    deployments._apply("MODIFIED", _deployment("orders", 6, scaled_by=AUTOSCALER_FIELD_MANAGER))
 
     assert deployments.read("replicas") == {"team/orders": 6}
     assert deployments.read("scaled") == ["team/orders"]
-    held = deployments.watcher.by_key()
+    held = deployments.by_key()
     assert held is not None
     assert set(held["team/orders"]) == {"metadata", "replicas", "readyReplicas", "replicaOwners"}
 
-    deployments.watcher._apply("DELETED", _deployment("orders", 6))
+    deployments._apply("DELETED", _deployment("orders", 6))
     assert deployments.read("replicas") == {}
 
 
@@ -128,11 +126,11 @@ def _secret(name: str, data: dict[str, str]) -> dict[str, Any]:
 
 def test_secrets_are_held_as_digests_per_key_never_as_values() -> None:
     _, secrets, _, listed = _caches([], [_secret("mtls", {"tls.crt": "CERT", "tls.key": "KEY"})])
-    secrets.watcher.list_now()
+    secrets.list_now()
 
     digests = secrets.digests("temporal", "mtls")
     assert set(digests) == {"tls.crt", "tls.key"}
-    held = json.dumps(dict(secrets.watcher.by_key() or {}))
+    held = json.dumps(dict(secrets.by_key() or {}))
     for value in ("CERT", "KEY", base64.b64encode(b"CERT").decode()):
         assert value not in held
     assert listed.calls[0]["field_selector"] == SECRET_FIELD_SELECTOR
@@ -142,28 +140,28 @@ def test_secrets_are_held_as_digests_per_key_never_as_values() -> None:
 
 def test_a_rotated_key_changes_its_digest_and_wakes_the_loop() -> None:
     _, secrets, _, _ = _caches([], [_secret("mtls", {"tls.crt": "CERT", "tls.key": "KEY"})])
-    secrets.watcher.list_now()
+    secrets.list_now()
     before = secrets.digests("temporal", "mtls")
-    secrets.watcher._wakeup.clear()
+    secrets._wakeup.clear()
 
-    secrets.watcher._apply("MODIFIED", _secret("mtls", {"tls.crt": "NEW", "tls.key": "KEY"}))
+    secrets._apply("MODIFIED", _secret("mtls", {"tls.crt": "NEW", "tls.key": "KEY"}))
 
     after = secrets.digests("temporal", "mtls")
     assert after["tls.crt"] != before["tls.crt"]
     assert after["tls.key"] == before["tls.key"]
-    assert secrets.watcher._wakeup.is_set()
+    assert secrets._wakeup.is_set()
 
 
 def test_a_deployments_status_changes_do_not_wake_the_loop() -> None:
     deployments, _, _, _ = _caches([_deployment("orders", 2)], [])
-    deployments.watcher.list_now()
-    deployments.watcher._wakeup.clear()
+    deployments.list_now()
+    deployments._wakeup.clear()
 
     changed = _deployment("orders", 2)
     changed["status"]["readyReplicas"] = 2
-    deployments.watcher._apply("MODIFIED", changed)
+    deployments._apply("MODIFIED", changed)
 
-    assert not deployments.watcher._wakeup.is_set()
+    assert not deployments._wakeup.is_set()
     assert deployments.read("deployments") == {"team/orders": (2, 2)}
 
 
@@ -182,7 +180,7 @@ def test_before_the_secrets_are_listed_a_direct_read_gives_the_same_digests() ->
     before = read("temporal", "mtls")
     assert reads == [("temporal", "mtls")]
 
-    secrets.watcher.list_now()
+    secrets.list_now()
     after = read("temporal", "mtls")
 
     assert reads == [("temporal", "mtls")]  # listed: no direct read any more
@@ -193,7 +191,7 @@ def test_without_a_secret_cache_a_read_by_name_digests_as_the_cache_and_sees_a_r
     # Under namespaced RBAC the daemon keeps no Secret cache: every read is by name, its
     # digests equal the cache's (switching scope rolls nothing), and a rotated key shows.
     _, secrets, _, _ = _caches([], [_secret("mtls", {"tls.crt": "CERT", "tls.key": "KEY"})])
-    secrets.watcher.list_now()
+    secrets.list_now()
     data = {"tls.crt": b"CERT", "tls.key": b"KEY"}
     read = digests_by_name(lambda _namespace, _name: data)
 
@@ -220,7 +218,7 @@ def test_a_stacks_cache_leaves_another_stacks_workers_out() -> None:
     )
     kube: Any = _Kube(listed, FakeList([]))
     cache = DeploymentCache(kube, resync_interval=300, stack="bench-60")
-    cache.watcher.list_now()
+    cache.list_now()
 
     assert cache.read("replicas") == {"team/mine": 1, "team/old": 1}
     assert set(cache.read("deployments")) == {"team/mine", "team/old"}
@@ -248,7 +246,7 @@ def test_the_readings_by_namespace_are_the_whole_readings_cut_by_namespace() -> 
         ],
         [],
     )
-    deployments.watcher.list_now()
+    deployments.list_now()
 
     for reading, whole in (
         ("replicas", deployments.read("replicas")),

@@ -255,9 +255,7 @@ class _Cluster:
             for cache in caches:
                 if not cache.wait_listed(timeout=10.0):
                     why = cache.failure() or "waiting"
-                    logger.warning(
-                        "[%s] %s not listed yet: %s", wiring.stack, cache.watcher.plural, why
-                    )
+                    logger.warning("[%s] %s not listed yet: %s", wiring.stack, cache.plural, why)
 
         wiring.run_with(start, lambda: [cache.stop() for cache in caches])
 

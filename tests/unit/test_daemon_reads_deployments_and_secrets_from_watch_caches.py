@@ -82,39 +82,37 @@ def test_replicas_readiness_and_the_autoscalers_claim_are_read_from_one_list() -
         ],
         [],
     )
-    deployments.watcher.list_now()
+    deployments.list_now()
 
     for _ in range(3):  # every iteration reads the cache, not the API
-        assert deployments.worker_replicas() == {"team/orders": 4, "team/billing": 1}
-        assert deployments.worker_deployments() == {"team/orders": (4, 1), "team/billing": (1, 1)}
-        assert deployments.scaled() == ["team/orders"]
+        assert deployments.read("replicas") == {"team/orders": 4, "team/billing": 1}
+        assert deployments.read("deployments") == {"team/orders": (4, 1), "team/billing": (1, 1)}
+        assert deployments.read("scaled") == ["team/orders"]
     assert len(listed.calls) == 1
     assert listed.calls[0]["label_selector"] == WORKER_SELECTOR
 
 
 def test_a_watch_event_updates_the_cache_and_keeps_only_what_the_loop_reads() -> None:
     deployments, _, _, _ = _caches([_deployment("orders", 1)], [])
-    deployments.watcher.list_now()
+    deployments.list_now()
 
-    deployments.watcher._apply(
-        "MODIFIED", _deployment("orders", 6, scaled_by=AUTOSCALER_FIELD_MANAGER)
-    )
+    deployments._apply("MODIFIED", _deployment("orders", 6, scaled_by=AUTOSCALER_FIELD_MANAGER))
 
-    assert deployments.worker_replicas() == {"team/orders": 6}
-    assert deployments.scaled() == ["team/orders"]
-    held = deployments.watcher.by_key()
+    assert deployments.read("replicas") == {"team/orders": 6}
+    assert deployments.read("scaled") == ["team/orders"]
+    held = deployments.by_key()
     assert held is not None
     assert set(held["team/orders"]) == {"metadata", "replicas", "readyReplicas", "replicaOwners"}
 
-    deployments.watcher._apply("DELETED", _deployment("orders", 6))
-    assert deployments.worker_replicas() == {}
+    deployments._apply("DELETED", _deployment("orders", 6))
+    assert deployments.read("replicas") == {}
 
 
 def test_before_the_first_list_the_replicas_are_unknown_not_zero() -> None:
     deployments, secrets, _, _ = _caches([], [])
 
     with pytest.raises(LookupError):
-        deployments.worker_replicas()
+        deployments.read("replicas")
     with pytest.raises(LookupError):
         secrets.digests("team", "mtls")
 
@@ -128,11 +126,11 @@ def _secret(name: str, data: dict[str, str]) -> dict[str, Any]:
 
 def test_secrets_are_held_as_digests_per_key_never_as_values() -> None:
     _, secrets, _, listed = _caches([], [_secret("mtls", {"tls.crt": "CERT", "tls.key": "KEY"})])
-    secrets.watcher.list_now()
+    secrets.list_now()
 
     digests = secrets.digests("temporal", "mtls")
     assert set(digests) == {"tls.crt", "tls.key"}
-    held = json.dumps(dict(secrets.watcher.by_key() or {}))
+    held = json.dumps(dict(secrets.by_key() or {}))
     for value in ("CERT", "KEY", base64.b64encode(b"CERT").decode()):
         assert value not in held
     assert listed.calls[0]["field_selector"] == SECRET_FIELD_SELECTOR
@@ -142,29 +140,29 @@ def test_secrets_are_held_as_digests_per_key_never_as_values() -> None:
 
 def test_a_rotated_key_changes_its_digest_and_wakes_the_loop() -> None:
     _, secrets, _, _ = _caches([], [_secret("mtls", {"tls.crt": "CERT", "tls.key": "KEY"})])
-    secrets.watcher.list_now()
+    secrets.list_now()
     before = secrets.digests("temporal", "mtls")
-    secrets.watcher._wakeup.clear()
+    secrets._wakeup.clear()
 
-    secrets.watcher._apply("MODIFIED", _secret("mtls", {"tls.crt": "NEW", "tls.key": "KEY"}))
+    secrets._apply("MODIFIED", _secret("mtls", {"tls.crt": "NEW", "tls.key": "KEY"}))
 
     after = secrets.digests("temporal", "mtls")
     assert after["tls.crt"] != before["tls.crt"]
     assert after["tls.key"] == before["tls.key"]
-    assert secrets.watcher._wakeup.is_set()
+    assert secrets._wakeup.is_set()
 
 
 def test_a_deployments_status_changes_do_not_wake_the_loop() -> None:
     deployments, _, _, _ = _caches([_deployment("orders", 2)], [])
-    deployments.watcher.list_now()
-    deployments.watcher._wakeup.clear()
+    deployments.list_now()
+    deployments._wakeup.clear()
 
     changed = _deployment("orders", 2)
     changed["status"]["readyReplicas"] = 2
-    deployments.watcher._apply("MODIFIED", changed)
+    deployments._apply("MODIFIED", changed)
 
-    assert not deployments.watcher._wakeup.is_set()
-    assert deployments.worker_deployments() == {"team/orders": (2, 2)}
+    assert not deployments._wakeup.is_set()
+    assert deployments.read("deployments") == {"team/orders": (2, 2)}
 
 
 def test_before_the_secrets_are_listed_a_direct_read_gives_the_same_digests() -> None:
@@ -182,7 +180,7 @@ def test_before_the_secrets_are_listed_a_direct_read_gives_the_same_digests() ->
     before = read("temporal", "mtls")
     assert reads == [("temporal", "mtls")]
 
-    secrets.watcher.list_now()
+    secrets.list_now()
     after = read("temporal", "mtls")
 
     assert reads == [("temporal", "mtls")]  # listed: no direct read any more
@@ -193,7 +191,7 @@ def test_without_a_secret_cache_a_read_by_name_digests_as_the_cache_and_sees_a_r
     # Under namespaced RBAC the daemon keeps no Secret cache: every read is by name, its
     # digests equal the cache's (switching scope rolls nothing), and a rotated key shows.
     _, secrets, _, _ = _caches([], [_secret("mtls", {"tls.crt": "CERT", "tls.key": "KEY"})])
-    secrets.watcher.list_now()
+    secrets.list_now()
     data = {"tls.crt": b"CERT", "tls.key": b"KEY"}
     read = digests_by_name(lambda _namespace, _name: data)
 
@@ -220,10 +218,10 @@ def test_a_stacks_cache_leaves_another_stacks_workers_out() -> None:
     )
     kube: Any = _Kube(listed, FakeList([]))
     cache = DeploymentCache(kube, resync_interval=300, stack="bench-60")
-    cache.watcher.list_now()
+    cache.list_now()
 
-    assert cache.worker_replicas() == {"team/mine": 1, "team/old": 1}
-    assert set(cache.worker_deployments()) == {"team/mine", "team/old"}
+    assert cache.read("replicas") == {"team/mine": 1, "team/old": 1}
+    assert set(cache.read("deployments")) == {"team/mine", "team/old"}
 
 
 def _in(namespace: str, dep: dict[str, Any]) -> dict[str, Any]:
@@ -248,11 +246,11 @@ def test_the_readings_by_namespace_are_the_whole_readings_cut_by_namespace() -> 
         ],
         [],
     )
-    deployments.watcher.list_now()
+    deployments.list_now()
 
     for reading, whole in (
-        ("replicas", deployments.worker_replicas()),
-        ("deployments", deployments.worker_deployments()),
+        ("replicas", deployments.read("replicas")),
+        ("deployments", deployments.read("deployments")),
     ):
         by_ns = deployments.by_namespace(reading)
         assert {k: v for part in by_ns.values() for k, v in part.items()} == whole

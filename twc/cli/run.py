@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -254,9 +255,7 @@ class _Cluster:
             for cache in caches:
                 if not cache.wait_listed(timeout=10.0):
                     why = cache.failure() or "waiting"
-                    logger.warning(
-                        "[%s] %s not listed yet: %s", wiring.stack, cache.watcher.plural, why
-                    )
+                    logger.warning("[%s] %s not listed yet: %s", wiring.stack, cache.plural, why)
 
         wiring.run_with(start, lambda: [cache.stop() for cache in caches])
 
@@ -433,12 +432,9 @@ def _wire_one(
     reads: dict[str, Any] = {"fleet": CachedFleetFile(path), "queues": StaticQueues(())}
     if kube is not None:
         cluster = _cluster(kube, options, settings, options.stack)
+        reads |= {"queues": cluster.queues, "native": cluster.native}
         reads |= {
-            "queues": cluster.queues,
-            "native": cluster.native,
-            "replicas": cluster.deployments.worker_replicas,
-            "scaled": cluster.deployments.scaled,
-            "deployments": cluster.deployments.worker_deployments,
+            r: partial(cluster.deployments.read, r) for r in ("replicas", "scaled", "deployments")
         }
     automation = _automation(ref, settings, state_dir, channel, elector)
     own = cluster.workloads if cluster is not None else None

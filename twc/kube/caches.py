@@ -51,36 +51,27 @@ _READINGS: dict[str, Callable[[Objects], Any]] = {
 }
 
 
-class _Cache:
-    """One :class:`ObjectWatcher` of a built-in kind, read from memory."""
+class _Cache(ObjectWatcher):
+    """An :class:`ObjectWatcher` of a built-in kind, read from memory."""
 
     def __init__(self, list_all: Callable[..., Any], resource: Resource, resync: float) -> None:
-        self.watcher = ObjectWatcher(
-            None, resource, WatchSettings(resync), lister=builtin_lister(list_all)
-        )
+        super().__init__(None, resource, WatchSettings(resync), lister=builtin_lister(list_all))
 
     def start(self, wakeup: threading.Event | None = None) -> None:
         """Start listing and watching (never waking the loop)."""
-        self.watcher.start(wakeup or threading.Event())
-
-    def stop(self) -> None:
-        self.watcher.stop()
-
-    def failure(self) -> str | None:
-        return self.watcher.failure()
+        super().start(wakeup or threading.Event())
 
     def wait_listed(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the first list; whether it happened."""
         deadline = time.monotonic() + timeout
-        while self.watcher.snapshot() is None and time.monotonic() < deadline:
+        while self.snapshot() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        return self.watcher.snapshot() is not None
+        return self.snapshot() is not None
 
-    def _objects(self) -> Objects:
-        found = self.watcher.by_key()
+    def _listed(self) -> Objects:
+        found = self.by_key()
         if found is None:
-            failure = self.watcher.failure()
-            raise LookupError(f"{self.watcher.plural} not listed yet: {failure or 'waiting'}")
+            raise LookupError(f"{self.plural} not listed yet: {self.failure() or 'waiting'}")
         return found
 
 
@@ -99,29 +90,23 @@ class DeploymentCache(_Cache):
         super().__init__(kube.apps.list_deployment_for_all_namespaces, resource, resync_interval)
 
     def _mine(self) -> Objects:
-        found = self._objects()
+        found = self._listed()
         if self._stack is None:
             return found
         return {k: dep for k, dep in found.items() if of_stack(dep, self._stack)}
 
+    def read(self, reading: str) -> Any:
+        """One reading of the cache (LookupError before the first list): ``replicas``
+        (:func:`worker_replicas`), ``deployments`` (:func:`worker_deployments`) or ``scaled``
+        (the Deployments whose ``spec.replicas`` the autoscaler's field manager owns)."""
+        return _READINGS[reading](self._mine())
+
     def by_namespace(self, reading: str) -> Mapping[str, Any]:
-        """One reading (``replicas``, ``deployments``, ``scaled``) per namespace."""
+        """:meth:`read` per namespace."""
         groups: dict[str, dict[str, Mapping[str, Any]]] = {}
         for key, dep in self._mine().items():
             groups.setdefault(key.partition("/")[0], {})[key] = dep
         return {ns: _READINGS[reading](group) for ns, group in groups.items()}
-
-    def worker_replicas(self) -> dict[str, int]:
-        """:func:`worker_replicas` of the cache (LookupError before the first list)."""
-        return worker_replicas(self._mine())
-
-    def worker_deployments(self) -> dict[str, tuple[int, int]]:
-        """``(spec.replicas, status.readyReplicas)`` of every worker Deployment."""
-        return worker_deployments(self._mine())
-
-    def scaled(self) -> list[str]:
-        """Worker Deployments whose ``spec.replicas`` the autoscaler's field manager owns."""
-        return _scaled(self._mine())
 
 
 def digests_by_name(
@@ -157,7 +142,7 @@ class SecretCache(_Cache):
         direct = digests_by_name(fallback)
 
         def read(namespace: str, name: str) -> dict[str, bytes]:
-            if self.watcher.by_key() is not None:
+            if self.by_key() is not None:
                 return self.digests(namespace, name)
             return direct(namespace, name)
 
@@ -165,7 +150,7 @@ class SecretCache(_Cache):
 
     def digests(self, namespace: str, name: str) -> dict[str, bytes]:
         """The Secret's per-key digests; LookupError when absent (or not listed yet)."""
-        secret = self._objects().get(f"{namespace}/{name}")
+        secret = self._listed().get(f"{namespace}/{name}")
         if secret is None:
             raise LookupError(f"secret {namespace}/{name} not found")
         return {k: v.encode() for k, v in secret["digests"].items()}

@@ -170,14 +170,18 @@ def _envelope(obj: object, api_version: str, kind: str, describe: str) -> None:
         raise SpecError(issues)
 
 
-def _load(model: type[_M], obj: object, api_version: str, kind: str, namespaced: bool) -> _M:
+def _load(
+    model: type[_M], obj: object, api_version: str, kind: str, namespaced: bool, /, **plugin: str
+) -> _M:
+    """``obj`` as ``model``: its spec's fields, or (a ``plugin`` kind's) its whole ``spec``."""
     describe = object_description(api_version, kind, obj)
     _envelope(obj, api_version, kind, describe)
     meta, spec = _part(obj, "metadata"), _part(obj, "spec")
-    rename = {key: f"spec.{key}" for key in spec}
+    rename = {} if plugin else {key: f"spec.{key}" for key in spec}
     rename |= {"name": "metadata.name", "namespace": "metadata.namespace"}
     # The object's own metadata wins: a spec cannot rename or move the object.
-    data = {**spec, "name": meta.get("name")}
+    data: dict[str, Any] = {**plugin, "spec": dict(spec)} if plugin else dict(spec)
+    data["name"] = meta.get("name")
     data.pop("namespace", None)
     if namespaced:
         data["namespace"] = meta.get("namespace")
@@ -203,16 +207,8 @@ def load_custom_connection_object(
     obj: object, *, api_group: str, kind: str, namespaced: bool, version: str = "v1"
 ) -> CustomConnection:
     """An object of a plugin's connection kind as a ``customConnections`` entry."""
-    api_version = f"{api_group}/{version}"
-    describe = object_description(api_version, kind, obj)
-    _envelope(obj, api_version, kind, describe)
-    meta = _part(obj, "metadata")
-    data = {"apiGroup": api_group, "kind": kind, "name": meta.get("name")}
-    if namespaced:
-        data["namespace"] = meta.get("namespace")
-    data["spec"] = dict(_part(obj, "spec"))
-    rename = {"name": "metadata.name", "namespace": "metadata.namespace"}
-    return _validate(CustomConnection, data, describe, rename)
+    plugin = {"apiGroup": api_group, "kind": kind}
+    return _load(CustomConnection, obj, f"{api_group}/{version}", kind, namespaced, **plugin)
 
 
 def load_queue_object(obj: Mapping[str, Any]) -> Queue:

@@ -1,9 +1,10 @@
 """A sharded ``twc run``: a fleet-file edit wakes the loop of the shard it changed and no
-other, whose Deployments stay as they were, and a worker in a namespace no shard holds yet
-is assigned and applied at once."""
+other, whose Deployments stay as they were; a worker in a namespace no shard holds yet is
+assigned and applied at once; SIGHUP wakes every shard's loop."""
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -107,4 +108,13 @@ def test_an_edit_changes_only_its_shard_and_a_new_namespace_is_assigned_at_once(
             message="the worker of a new namespace waited for the assignment's next round",
         )
         assert sorted(daemon.status()["shards"]) == shard_stacks
+
+        # SIGHUP: every shard's loop reconciles now.
+        before = _quiet(daemon, shards)
+        daemon.proc.send_signal(signal.SIGHUP)
+        eventually(
+            lambda: all(n > before[s] for s, n in _iterations(daemon, shards).items()),
+            timeout=120,
+            message="SIGHUP did not wake every shard's loop",
+        )
         assert daemon.alive()

@@ -178,7 +178,5 @@ def test_through_a_fanout_an_edit_wakes_only_the_loops_of_its_namespaces(tmp_pat
         doc["workers"].append({"name": "x", "namespace": "new", "taskQueueName": "x"})
         path.write_text(yaml.safe_dump(doc))
         assert assignment.wait(10), "a namespace no shard holds never woke the assignment"
-        watch.wake_all()
-        assert all(e.wait(10) for e in loops.values())
     finally:
         watch.stop()

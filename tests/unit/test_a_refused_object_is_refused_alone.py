@@ -142,3 +142,8 @@ def test_a_dry_run_that_cannot_be_asked_refuses_nothing() -> None:
     world.step()
 
     assert set(world.engine.last_program().workers) == {"team/evil"}
+    assert "dry-run" in world.daemon.status()["faults"]["KubernetesUnavailable"]["sources"]
+
+    dry_run.fails = False
+    world.step()
+    assert "KubernetesUnavailable" not in world.daemon.status()["faults"]

@@ -87,7 +87,7 @@ def test_replicas_readiness_and_the_autoscalers_claim_are_read_from_one_list() -
     for _ in range(3):  # every iteration reads the cache, not the API
         assert deployments.read("replicas") == {"team/orders": 4, "team/billing": 1}
         assert deployments.read("deployments") == {"team/orders": (4, 1), "team/billing": (1, 1)}
-        assert deployments.read("scaled") == ["team/orders"]
+        assert list(deployments.read("scaled")) == ["team/orders"]
     assert len(listed.calls) == 1
     assert listed.calls[0]["label_selector"] == WORKER_SELECTOR
 
@@ -99,7 +99,7 @@ def test_a_watch_event_updates_the_cache_and_keeps_only_what_the_loop_reads() ->
     deployments._apply("MODIFIED", _deployment("orders", 6, scaled_by=AUTOSCALER_FIELD_MANAGER))
 
     assert deployments.read("replicas") == {"team/orders": 6}
-    assert deployments.read("scaled") == ["team/orders"]
+    assert list(deployments.read("scaled")) == ["team/orders"]
     held = deployments.by_key()
     assert held is not None
     assert set(held["team/orders"]) == {"metadata", "replicas", "readyReplicas", "replicaOwners"}
@@ -256,7 +256,10 @@ def test_the_readings_by_namespace_are_the_whole_readings_cut_by_namespace() -> 
         assert {k: v for part in by_ns.values() for k, v in part.items()} == whole
         assert set(by_ns["a"]) == {k for k in whole if k.startswith("a/")}
     assert deployments.by_namespace("replicas")["a"]["a/w"] == 3  # versions summed
-    assert dict(deployments.by_namespace("scaled")) == {"a": ["a/plain"], "b": []}
+    assert {ns: list(k) for ns, k in deployments.by_namespace("scaled").items()} == {
+        "a": ["a/plain"],
+        "b": [],
+    }
 
 
 def test_the_readings_by_namespace_are_unknown_until_the_first_list() -> None:

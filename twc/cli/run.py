@@ -47,6 +47,7 @@ from twc.reconcile.daemon import Daemon
 from twc.reconcile.health import HealthServer, MetricsSource
 from twc.reconcile.observe import CachedFleetFile, FleetFileWatch, RolloutSource, Sources
 from twc.reconcile.settings import KILL_MARGIN, DaemonSettings
+from twc.shards import slice_fleet
 
 logger = logging.getLogger(__name__)
 
@@ -185,7 +186,7 @@ class Wiring:
     stops: list[Callable[[], object]] = field(default_factory=list)
     release_leases: bool = False  # set by close(): no engine is left
     state_dir: Path | None = None  # the engines' inputs files, the guards' channels
-    watch: FleetFileWatch | None = None
+    wake: Callable[[], None] | None = None  # every loop (SIGHUP)
 
     def start(self) -> None:
         """Start the watch caches and the elections."""
@@ -447,8 +448,9 @@ def _wire_one(
     wiring.state_dir = state_dir
     if cluster is not None:
         cluster.watch(wiring)
-    wiring.watch = FleetFileWatch(path, daemon.wakeup)  # an edit wakes the loop at once
-    wiring.run_with(wiring.watch.start, wiring.watch.stop)
+    watch = FleetFileWatch(path, daemon.wakeup)  # an edit wakes the loop at once
+    wiring.run_with(watch.start, watch.stop)
+    wiring.wake = daemon.wakeup.set
     if elector is not None:
         lease, where = elector, f"{elector.namespace}/{elector.name}"
         logger.info("[%s] leader election on lease %s as %s", options.stack, where, lease.identity)
@@ -536,13 +538,13 @@ class _Shards:
         # The shard's own objects (it is a stack of its own) and its own record.
         own = Workloads(cluster.kube, stack=ref.name, namespaces=namespaces)
         by_namespace = self.cluster.deployments.by_namespace
-        keyed, keys = shards.shard_keyed, shards.shard_keys
+        keyed = shards.shard_keyed
         reads = {
-            "fleet": shards.shard_fleet(self.fleet, namespaces),
+            "fleet": lambda: slice_fleet(self.fleet(), namespaces()),  # one shared parse
             "queues": shards.ShardQueues(self.cluster.queues, namespaces, self.fanout),
             "native": shards.ShardNative(self.cluster.native, namespaces, self.fanout),
             "replicas": keyed(lambda: by_namespace("replicas"), namespaces),
-            "scaled": keys(lambda: by_namespace("scaled"), namespaces),
+            "scaled": keyed(lambda: by_namespace("scaled"), namespaces),  # keys: the Deployments
             "deployments": keyed(lambda: by_namespace("deployments"), namespaces),
         }
         effects = {"engine": engine_, "refresh_turn": self.slots.refresh_turn}
@@ -602,8 +604,9 @@ class _Shards:
         self.cluster.watch(wiring)
         # An edit wakes the shards it changed, a new namespace the assignment (it has none).
         self.fanout.subscribe(sharded.wakeup, lambda: ())
-        wiring.watch = FleetFileWatch(self.path, self.fanout, read=self.fleet)
-        wiring.run_with(wiring.watch.start, wiring.watch.stop)
+        watch = FleetFileWatch(self.path, self.fanout, read=self.fleet)
+        wiring.run_with(watch.start, watch.stop)
+        wiring.wake = self.fanout.set
         return wiring
 
     def _start(self, roster: Any) -> None:
@@ -689,8 +692,8 @@ def run_daemon(options: RunOptions) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    if (watch := wiring.watch) is not None:
-        signal.signal(signal.SIGHUP, lambda _signum, _frame: watch.wake_all())
+    if (wake := wiring.wake) is not None:  # SIGHUP: every loop reconciles now
+        signal.signal(signal.SIGHUP, lambda _signum, _frame: wake())
     logger.info(
         "[%s] twc daemon%s: fleet %s, /healthz /readyz /metrics on port %d, /status on %s:%d, "
         "settings %s",

@@ -40,8 +40,8 @@ def _secret_kept(obj: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _scaled(found: Objects) -> list[str]:
-    return sorted(k for k, dep in found.items() if AUTOSCALER_FIELD_MANAGER in dep["replicaOwners"])
+def _scaled(found: Objects) -> dict[str, bool]:
+    return {k: True for k, dep in found.items() if AUTOSCALER_FIELD_MANAGER in dep["replicaOwners"]}
 
 
 _READINGS: dict[str, Callable[[Objects], Any]] = {

@@ -234,7 +234,6 @@ class Observer:
         self.sampler = sampler
         self._digests: dict[str, str] = {}
         self._verdicts: dict[str, tuple[ResolvedWorker, str | None]] = {}
-        self._dry_run_failed = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -469,15 +468,15 @@ class Observer:
                 self._verdicts[key] = known[key]
             else:
                 ask.append(key)
+        failure = None
         if ask:
             try:
                 said = dry_run(desired.fleet, desired.origins, ask)
-            except Exception as exc:  # noqa: BLE001 - not asked: nothing is refused
-                log = logger.debug if self._dry_run_failed else logger.warning
-                self._dry_run_failed = True
-                log("[%s] the API server's dry run could not be asked: %s", self._stack, exc)
+            except Exception as exc:  # noqa: BLE001 - not asked: nothing is refused, a fault says why
+                failure = str(exc)
             else:
                 self._verdicts |= {k: (desired.workers[k], said.get(k)) for k in ask}
+        self._faults.fault(Fault.KUBERNETES_UNAVAILABLE, "dry-run", failure)
         return {k: why for k, (_, why) in self._verdicts.items() if why is not None}
 
     def deployments(self) -> Mapping[str, tuple[int, int]] | None:
@@ -570,11 +569,6 @@ class FleetFileWatch:
         if self._thread is not None:
             self._thread.join(timeout=self.interval + 5.0)
 
-    def wake_all(self) -> None:
-        """Wake every loop (``twc run`` on SIGHUP: reconcile everything now)."""
-        logger.info("fleet file %s: every loop reconciles now", self.path)
-        self._wakeup.set()
-
     def _parsed(self) -> tuple[Fleet, int] | None:
         try:
             return (self._read(), self._read.parses) if self._read is not None else None
@@ -595,10 +589,6 @@ class FleetFileWatch:
                 logger.info("fleet file %s changed: reconciling now", self.path)
                 self._wakeup.set()
                 continue
-            logger.info(
-                "fleet file %s changed in %s",
-                self.path,
-                ", ".join(sorted(changed)) or "no namespace",
-            )
+            logger.info("fleet file %s changed in namespaces %s", self.path, sorted(changed))
             for namespace in sorted(changed):
                 wake(self._wakeup, namespace)

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -26,8 +26,7 @@ from twc.engine.errors import EngineYielded
 from twc.kube.watch import NativeSnapshot, NativeSource, QueueSource
 from twc.reconcile.daemon import Daemon
 from twc.reconcile.outcome import EngineNotStarted
-from twc.shards import ShardMap, shard_part, slice_fleet
-from twc.spec import Fleet
+from twc.shards import ShardMap, shard_part
 
 logger = logging.getLogger(__name__)
 
@@ -80,18 +79,6 @@ def shard_keyed(
     return cut
 
 
-def shard_keys(
-    read: Callable[[], Mapping[str, Collection[str]]], namespaces: Namespaces
-) -> Callable[[], frozenset[str]]:
-    """``read`` (a shared cache's keys per namespace) cut to the shard's namespaces."""
-
-    def cut() -> frozenset[str]:
-        found = read()
-        return frozenset(k for ns in namespaces() for k in found.get(ns, ()))
-
-    return cut
-
-
 class ShardNamespaces:
     """One shard's namespaces, sorted, as the assignment gives them."""
 
@@ -105,11 +92,6 @@ class ShardNamespaces:
         """Replace the namespaces; whether they changed."""
         old, self._namespaces = self._namespaces, tuple(sorted(namespaces))
         return old != self._namespaces
-
-
-def shard_fleet(read: Callable[[], Fleet], namespaces: Namespaces) -> Callable[[], Fleet]:
-    """The fleet file (one shared parse) sliced to the shard's namespaces."""
-    return lambda: slice_fleet(read(), namespaces())
 
 
 class _ShardView(Generic[_S]):

@@ -10,6 +10,7 @@ from typing import Any, Final
 
 from twc import rollout
 from twc.connections import DEFAULT_TLS_MOUNT_PATH, PodSpecOptions, ResolvedConnection
+from twc.native.objects import metadata
 from twc.spec import ResolvedWorker, label_value, worker_container_index
 from twc.spec.labels import STACK_LABEL, owner_stack
 
@@ -90,8 +91,7 @@ def stack_labels(stack: str | None) -> dict[str, str]:
 
 def foreign_owner(obj: Mapping[str, Any], stack: str) -> str | None:
     """Why an object is not ``stack``'s to adopt (not twc's, another stack's), else ``None``."""
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    labels = (meta.get("labels") or {}) if isinstance(meta, Mapping) else {}
+    labels = metadata(obj).get("labels") or {}
     other = labels.get(LABEL_MANAGED_BY)
     if other != MANAGED_BY:
         return f"not created by twc (managed-by: {other})" if other else "not created by twc"

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from twc.native.objects import metadata
 from twc.rollout import WorkerVersions
 from twc.spec import QUEUE_API_VERSION, QUEUE_KIND
 from twc.spec.crds import WORKER_GROUP, WORKER_KIND
@@ -31,9 +32,7 @@ def kind_key(kind: str, group: str) -> str:
 
 def object_key(obj: Mapping[str, Any]) -> str:
     """``<namespace>/<name>`` of an object, or ``<name>`` when cluster-scoped."""
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    if not isinstance(meta, Mapping):
-        return "?"
+    meta = metadata(obj)
     name = str(meta.get("name", "?"))
     namespace = meta.get("namespace")
     return f"{namespace}/{name}" if namespace else name
@@ -41,8 +40,7 @@ def object_key(obj: Mapping[str, Any]) -> str:
 
 def trimmed(obj: Mapping[str, Any]) -> dict[str, Any]:
     """What of an object the desired state reads: identity, labels, twc's annotations, spec."""
-    meta_raw = obj.get("metadata") if isinstance(obj, Mapping) else None
-    meta: Mapping[str, Any] = meta_raw if isinstance(meta_raw, Mapping) else {}
+    meta = metadata(obj)
     out_meta: dict[str, Any] = {
         k: meta[k] for k in ("name", "namespace", "uid", "generation") if k in meta
     }

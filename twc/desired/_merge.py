@@ -21,7 +21,7 @@ from typing import Any
 from twc.connections import Registry, WatchedKind
 from twc.desired._inputs import QUEUE_KIND_KEY, WORKER_KIND_KEY, ObjectList, object_key, trimmed
 from twc.errors import Reason, SpecError, TwcConnectionError
-from twc.native.objects import IdentityKey, NativeObject, worker_native
+from twc.native.objects import IdentityKey, NativeObject, metadata, worker_native
 from twc.native.views import is_view
 from twc.spec import (
     API_GROUP,
@@ -167,7 +167,7 @@ def _merge_kind(
             continue
         reason, message = _failure(error)
         if fallback is not None and take(replace(fallback, obj=nat)) is None:
-            gen = _meta(fallback.raw, "generation")
+            gen = metadata(fallback.raw).get("generation")
             rejected.append(Rejection(nat, reason, message, kept=True, kept_generation=gen))
             continue
         rejected.append(Rejection(nat, reason, message, kept=False))
@@ -393,10 +393,6 @@ _NATIVE: Mapping[str, Callable[[Mapping[str, Any]], NativeObject]] = {
 }
 
 
-def _meta(obj: Mapping[str, Any], key: str) -> Any:
-    return (obj.get("metadata") or {}).get(key)
-
-
 def taken_objects(
     select: StackSelector | None,
     cluster: Mapping[str, ObjectList],
@@ -414,7 +410,7 @@ def taken_objects(
         why = f"other stacks' selections unknown: {stacks.failure}"
         out.update({key: ObjectList.unknown(why) for key in _NATIVE})
         return out, {}
-    mine = [o for o in stacks.objects or () if OWN_STACK in (_meta(o, "annotations") or {})]
+    mine = [o for o in stacks.objects or () if OWN_STACK in (metadata(o).get("annotations") or {})]
     own = object_key(mine[0]) if mine else "this stack"
     others = [
         (object_key(o), StackSelector.model_validate(o.get("spec") or {}))
@@ -428,7 +424,8 @@ def taken_objects(
             continue
         kept = []
         for obj in found.objects:
-            namespace, labels = _meta(obj, "namespace"), _meta(obj, "labels") or {}
+            meta = metadata(obj)
+            namespace, labels = meta.get("namespace"), meta.get("labels") or {}
             if is_view(obj):
                 kept.append(obj)
                 continue
@@ -447,7 +444,7 @@ def taken_objects(
                 names = ", ".join(sorted({own, *rivals}))
                 reason = Reason.STACK_CONFLICT.value
                 message = f"selected by stacks {names}: exactly one stack may take it"
-            gen = _meta(last, "generation") if last is not None else None
+            gen = metadata(last).get("generation")
             refusal = Rejection(native(obj), reason, message, last is not None, gen)
             rejected.setdefault(key, []).append(refusal)
         out[key] = ObjectList.model_construct(objects=tuple(kept), failure=None)

@@ -21,6 +21,12 @@ def identity_key(identity: ConnectionIdentity) -> IdentityKey:
     return (identity.api_group, identity.kind, identity.name, identity.namespace)
 
 
+def metadata(obj: Any) -> Mapping[str, Any]:
+    """An object's ``metadata``; empty when it has none (or is no mapping at all)."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    return meta if isinstance(meta, Mapping) else {}
+
+
 @dataclass(frozen=True, slots=True)
 class NativeObject:
     """The bookkeeping of one cluster object: how to address it and its metadata."""
@@ -59,8 +65,7 @@ class NativeObject:
     def of(
         cls, obj: Mapping[str, Any], *, group: str, version: str, plural: str, kind: str
     ) -> NativeObject:
-        raw = obj.get("metadata") if isinstance(obj, Mapping) else None
-        meta: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+        meta = metadata(obj)
         status = obj.get("status") if isinstance(obj, Mapping) else None
         generation, finalizers = meta.get("generation"), meta.get("finalizers")
         return cls(

@@ -11,7 +11,7 @@ from typing import Any, cast
 from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 
-from twc.native.objects import NativeObject, worker_native
+from twc.native.objects import NativeObject, metadata, worker_native
 from twc.spec import (
     QUEUE_API_VERSION,
     QUEUE_KIND,
@@ -35,13 +35,8 @@ VIEW_FIELD_MANAGER = "twc-views"
 _QUEUE_ORIGIN = "Queue "
 
 
-def _meta(obj: Any, key: str) -> Any:
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    return meta.get(key) if isinstance(meta, Mapping) else None
-
-
 def _map(obj: Any, key: str) -> Mapping[str, Any]:
-    found = _meta(obj, key)
+    found = metadata(obj).get(key)
     return found if isinstance(found, Mapping) else {}
 
 
@@ -114,7 +109,8 @@ def spec_matches(obj: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
     current = obj.get("spec") if isinstance(obj, Mapping) else None
     if current == spec:
         return True
-    name, namespace = str(_meta(obj, "name") or ""), str(_meta(obj, "namespace") or "")
+    meta = metadata(obj)
+    name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
     try:
         return _model(current, name, namespace) == _model(spec, name, namespace)
     except (TypeError, ValidationError):
@@ -123,7 +119,7 @@ def spec_matches(obj: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
 
 def foreign_spec_managers(obj: Mapping[str, Any]) -> tuple[str, ...]:
     """Field managers other than twc's that own part of ``obj``'s spec (who edited it)."""
-    entries = _meta(obj, "managedFields")
+    entries = metadata(obj).get("managedFields")
     found = {
         str(entry.get("manager") or "") or "unknown"
         for entry in (entries if isinstance(entries, list) else ())
@@ -205,7 +201,7 @@ class ViewWrite:
     @property
     def resource_version(self) -> str | None:
         """The observed ``resourceVersion``: the apply is conditional on it."""
-        version = _meta(self.current, "resourceVersion")
+        version = metadata(self.current).get("resourceVersion")
         return str(version) if version else None
 
 
@@ -247,7 +243,7 @@ def _metadata_matches(obj: Mapping[str, Any], view: View) -> bool:
         _map(obj, key).get(k) == v
         for key in ("labels", "annotations")
         for k, v in wanted[key].items()
-    ) and _refs(wanted.get("ownerReferences")) <= _refs(_meta(obj, "ownerReferences"))
+    ) and _refs(wanted.get("ownerReferences")) <= _refs(metadata(obj).get("ownerReferences"))
 
 
 def plan_views(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from twc.desired._inputs import QUEUE_KIND_KEY, WORKER_KIND_KEY, HeldObjects
-from twc.desired._state import DesiredFleet
+from twc.desired._state import DesiredFleet, entry_id
 from twc.native.objects import IdentityKey
 from twc.spec import API_GROUP, CLUSTER_CONNECTION_KIND, CONNECTION_KIND, DeletionGuard
 
@@ -112,29 +112,22 @@ def refusal(hold: Hold, stack: str) -> str:
     )
 
 
-def _find(entries: Iterable[Mapping[str, Any]], **match: Any) -> Mapping[str, Any] | None:
-    for entry in entries:
-        if all(
-            entry.get(k, "default" if k == "namespace" else None) == v for k, v in match.items()
-        ):
-            return entry
-    return None
+def _find(document: Mapping[str, Any], section: str, *ident: Any) -> Mapping[str, Any] | None:
+    return next((e for e in document.get(section) or [] if entry_id(section, e) == ident), None)
 
 
 def _connection_entry(
     document: Mapping[str, Any], ident: IdentityKey
 ) -> tuple[str, Mapping[str, Any]] | None:
     group, kind, name, namespace = ident
+    key: tuple[str | None, ...] = (kind, namespace, name)
+    section = "customConnections"
     if group == API_GROUP and kind == CLUSTER_CONNECTION_KIND:
-        found = _find(document.get("clusterConnections") or [], name=name)
-        return ("clusterConnections", found) if found is not None else None
-    if group == API_GROUP and kind == CONNECTION_KIND:
-        found = _find(document.get("connections") or [], name=name, namespace=namespace)
-        return ("connections", found) if found is not None else None
-    for entry in document.get("customConnections") or []:
-        if (entry.get("kind"), entry.get("name"), entry.get("namespace")) == ident[1:]:
-            return ("customConnections", entry)
-    return None
+        section, key = "clusterConnections", (name,)
+    elif group == API_GROUP and kind == CONNECTION_KIND:
+        section, key = "connections", (namespace, name)
+    found = _find(document, section, *key)
+    return (section, found) if found is not None else None
 
 
 class _Holder:
@@ -163,8 +156,7 @@ class _Holder:
         return match is not None
 
     def file_entry(self, section: str, name: str, namespace: str) -> bool:
-        found = _find(self.document.get(section) or [], name=name, namespace=namespace)
-        return self.entry(section, found)
+        return self.entry(section, _find(self.document, section, namespace, name))
 
     def worker(self, key: str) -> bool:
         """Holds the worker's own source (and its file queue's, when that went); False if none."""

@@ -265,7 +265,8 @@ _IDENTITY_FIELDS = {
 }
 
 
-def _entry_id(section: str, entry: Mapping[str, Any]) -> tuple[Any, ...]:
+def entry_id(section: str, entry: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A fleet-file entry's identity in ``section`` (a namespace left out is ``default``)."""
     fields = _IDENTITY_FIELDS.get(section, ("name",))
     return tuple(
         entry.get(f, "default" if f == "namespace" and section != "customConnections" else None)
@@ -277,8 +278,8 @@ def _with_held_entries(fleet: Fleet, held: HeldObjects, file: str) -> Fleet:
     data = fleet.model_dump(mode="json", by_alias=True, exclude_none=True)
     extra: dict[str, list[Mapping[str, Any]]] = {}
     for section, entries in held.file.items():
-        present = {_entry_id(section, e) for e in data.get(section, [])}
-        extra[section] = [e for e in entries if _entry_id(section, e) not in present]
+        present = {entry_id(section, e) for e in data.get(section, [])}
+        extra[section] = [e for e in entries if entry_id(section, e) not in present]
     try:
         return with_entries(fleet, extra, file)
     except SpecError as exc:

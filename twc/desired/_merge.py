@@ -285,20 +285,16 @@ def merge_connections(
         *((API_GROUP, CONNECTION_KIND, c.name, c.namespace) for c in fleet.connections),
         *((c.api_group, c.kind, c.name, c.namespace) for c in fleet.custom_connections),
     }
-    builtin = watched.api_group == API_GROUP and watched.kind in (
-        CONNECTION_KIND,
-        CLUSTER_CONNECTION_KIND,
-    )
 
     def convert(obj: Mapping[str, Any]) -> _Candidate | None:
         section: str
         ident: IdentityKey
         model: Any
-        if builtin and watched.kind == CONNECTION_KIND:
+        if watched.api_group == API_GROUP and watched.kind == CONNECTION_KIND:
             conn = load_connection_object(obj)
             section, model = "connections", conn
             ident = (API_GROUP, CONNECTION_KIND, conn.name, conn.namespace)
-        elif builtin:
+        elif watched.api_group == API_GROUP and watched.kind == CLUSTER_CONNECTION_KIND:
             cc = load_cluster_connection_object(obj)
             section, model = "clusterConnections", cc
             ident = (API_GROUP, CLUSTER_CONNECTION_KIND, cc.name, None)

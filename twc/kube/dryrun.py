@@ -40,7 +40,7 @@ class DryRunTarget:
 
     @property
     def key(self) -> str:
-        return f"{self.worker.namespace}/{self.worker.name}"
+        return self.worker.stack_key
 
     @property
     def where(self) -> str:
@@ -95,8 +95,7 @@ def dry_run_targets(
         except TwcConnectionError:
             continue
         manifest = builders.worker_deployment(worker, connection, _PLACEHOLDER_FINGERPRINT)
-        key = f"{worker.namespace}/{worker.name}"
-        file, source, template = _naming(worker, (origins or {}).get(key))
+        file, source, template = _naming(worker, (origins or {}).get(worker.stack_key))
         targets.append(DryRunTarget(worker, manifest, file, source, template))
     return targets
 

@@ -166,11 +166,9 @@ def _merge_kind(
         if error is None:
             continue
         reason, message = _failure(error)
-        if fallback is not None and take(replace(fallback, obj=nat)) is None:
-            gen = metadata(fallback.raw).get("generation")
-            rejected.append(Rejection(nat, reason, message, kept=True, kept_generation=gen))
-            continue
-        rejected.append(Rejection(nat, reason, message, kept=False))
+        kept = fallback is not None and take(replace(fallback, obj=nat)) is None
+        gen = metadata(fallback.raw).get("generation") if kept and fallback is not None else None
+        rejected.append(Rejection(nat, reason, message, kept=kept, kept_generation=gen))
 
     return KindMerge(
         fleet=merged,

@@ -199,10 +199,8 @@ def _row(
     fallback: _Candidate | None = None
     last = accepted.get(key)
     if last is not None and trimmed(last) != trimmed(obj):
-        try:
+        with suppress(SpecError, TwcConnectionError):  # an invalid last spec keeps nothing
             fallback = convert(last)
-        except (SpecError, TwcConnectionError):
-            fallback = None
     return key, primary, fallback, native(obj)
 
 

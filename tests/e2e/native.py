@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 from typing import Any
@@ -9,6 +10,9 @@ from typing import Any
 import yaml
 
 from tests.conftest import require_tools
+from tests.e2e.conftest import fleet_doc
+from tests.e2e.daemon_process import wait_for_success
+from tests.helpers import delete_twc_objects
 from twc.local import LocalEnvironment, find_tool
 
 
@@ -88,3 +92,18 @@ def conditions(obj: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     """The object's status conditions by type."""
     found = ((obj or {}).get("status") or {}).get("conditions") or []
     return {c["type"]: c for c in found}
+
+
+def second_tenant(
+    local_env: LocalEnvironment, kube: Any, namespace: str, daemons: Any, request: Any
+) -> tuple[str, Any]:
+    """A second tenant's namespace beside ``namespace`` (its objects deleted at the end), and
+    a daemon, already applied once, on a fleet of ``namespace`` that takes both tenants'."""
+    other = f"{namespace}-b"
+    kube.ensure_namespace(other)
+    request.addfinalizer(functools.partial(delete_twc_objects, kube, other))
+    daemon = daemons.start(
+        daemons.stack(fleet_doc(namespace, host_port=local_env.temporal_address()))
+    )
+    wait_for_success(daemon)
+    return other, daemon

@@ -6,16 +6,13 @@ tenant B's change is applied meanwhile; the stack's ups keep succeeding."""
 
 from __future__ import annotations
 
-import functools
 import time
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import Daemons, eventually, wait_for_success
-from tests.e2e.native import Kubectl, conditions, object_ref, temporal_worker
-from tests.helpers import delete_twc_objects
+from tests.e2e.native import Kubectl, conditions, object_ref, second_tenant, temporal_worker
 from twc.local import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
@@ -110,13 +107,7 @@ def test_a_refused_object_is_refused_alone_while_the_rest_of_the_stack_applies(
     request: pytest.FixtureRequest,
 ) -> None:
     kubectl = Kubectl(local_env)
-    other = f"{namespace}-b"
-    kube.ensure_namespace(other)
-    request.addfinalizer(functools.partial(delete_twc_objects, kube, other))
-    daemon = daemons.start(
-        daemons.stack(fleet_doc(namespace, host_port=local_env.temporal_address()))
-    )
-    wait_for_success(daemon)
+    other, daemon = second_tenant(local_env, kube, namespace, daemons, request)
     ref = object_ref("ClusterConnection", "local")
     kept = temporal_worker(namespace, "kept", f"{task_queue}-k", ref)
     fine = temporal_worker(other, "fine", task_queue, ref)

@@ -4,16 +4,13 @@ worker is provisioned by the same daemon."""
 
 from __future__ import annotations
 
-import functools
 import time
 from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import fleet_doc
-from tests.e2e.daemon_process import Daemons, eventually, wait_for_success
-from tests.e2e.native import Kubectl, conditions, object_ref, temporal_worker
-from tests.helpers import delete_twc_objects
+from tests.e2e.daemon_process import Daemons, eventually
+from tests.e2e.native import Kubectl, conditions, object_ref, second_tenant, temporal_worker
 from twc.local import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
@@ -28,13 +25,7 @@ def test_a_privileged_temporal_worker_is_refused_while_another_tenants_is_provis
     request: pytest.FixtureRequest,
 ) -> None:
     kubectl = Kubectl(local_env)
-    other = f"{namespace}-b"
-    kube.ensure_namespace(other)
-    request.addfinalizer(functools.partial(delete_twc_objects, kube, other))
-    daemon = daemons.start(
-        daemons.stack(fleet_doc(namespace, host_port=local_env.temporal_address()))
-    )
-    wait_for_success(daemon)
+    other, _ = second_tenant(local_env, kube, namespace, daemons, request)
 
     ref = object_ref("ClusterConnection", "local")
     evil = temporal_worker(namespace, "evil", f"{task_queue}-e", ref)

@@ -14,6 +14,8 @@ from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import wait_for_success
 from tests.helpers import delete_twc_objects
 from twc.local import LocalEnvironment, find_tool
+from twc.local.podworkers import PodWorkers
+from twc.rollout import BUILD_ID_LABEL
 
 
 class Kubectl:
@@ -107,3 +109,45 @@ def second_tenant(
     )
     wait_for_success(daemon)
     return other, daemon
+
+
+class Kubelet:
+    """The pod runner of ``twc local up --run-workers`` (``twc.local.podworkers``) for
+    this worker's pods: a real worker process per Running pod of each version
+    Deployment, which the real controllers create, scale to 0 and delete; a pod that goes
+    takes its worker process with it."""
+
+    def __init__(self, kube: Any, namespace: str, worker: str) -> None:
+        self.kube = kube
+        self.namespace = namespace
+        self.worker = worker
+        self.runner = PodWorkers(
+            kube, namespace=namespace, selector=f"twc.temporal.io/worker={worker}"
+        )
+
+    def __enter__(self) -> Kubelet:
+        self.runner.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.runner.stop()
+
+    def deployments(self) -> dict[str, dict[str, Any]]:
+        """The worker's version Deployments, by build ID."""
+        selector = f"twc.temporal.io/worker={self.worker}"
+        response = self.kube.apps.list_namespaced_deployment(
+            self.namespace, label_selector=selector, _preload_content=False
+        )
+        out = {}
+        for dep in json.loads(response.data)["items"]:
+            build = (dep["metadata"].get("labels") or {}).get(BUILD_ID_LABEL)
+            if build:
+                out[build] = dep
+        return out
+
+    def running(self) -> set[str]:
+        """The builds whose pods have a worker process running now."""
+        return {
+            (w.pod["metadata"].get("labels") or {}).get(BUILD_ID_LABEL, "")
+            for w in self.runner.workers().values()
+        }

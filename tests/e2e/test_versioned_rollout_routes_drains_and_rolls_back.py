@@ -33,11 +33,11 @@ from temporalio.client import Client
 
 from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import FAST, Daemons, eventually
+from tests.e2e.native import Kubelet
 from twc.cli import preview as preview_cmd
 from twc.cli.status import run_status
 from twc.local import LocalEnvironment
-from twc.local.podworkers import PodWorkers
-from twc.rollout import BUILD_ID_LABEL, TARGET_ANNOTATION
+from twc.rollout import TARGET_ANNOTATION
 
 pytestmark = pytest.mark.e2e
 
@@ -51,48 +51,6 @@ ONE_UP = 120.0
 def _engine_environment(pulumi_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     for key, value in pulumi_env.items():
         monkeypatch.setenv(key, value)
-
-
-class Kubelet:
-    """The pod runner of ``twc local up --run-workers`` (``twc.local.podworkers``) for
-    this worker's pods: a real worker process per Running pod of each version
-    Deployment, which the real controllers create, scale to 0 and delete; a pod that goes
-    takes its worker process with it."""
-
-    def __init__(self, kube: Any, namespace: str, worker: str) -> None:
-        self.kube = kube
-        self.namespace = namespace
-        self.worker = worker
-        self.runner = PodWorkers(
-            kube, namespace=namespace, selector=f"twc.temporal.io/worker={worker}"
-        )
-
-    def __enter__(self) -> Kubelet:
-        self.runner.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.runner.stop()
-
-    def deployments(self) -> dict[str, dict[str, Any]]:
-        """The worker's version Deployments, by build ID."""
-        selector = f"twc.temporal.io/worker={self.worker}"
-        response = self.kube.apps.list_namespaced_deployment(
-            self.namespace, label_selector=selector, _preload_content=False
-        )
-        out = {}
-        for dep in json.loads(response.data)["items"]:
-            build = (dep["metadata"].get("labels") or {}).get(BUILD_ID_LABEL)
-            if build:
-                out[build] = dep
-        return out
-
-    def running(self) -> set[str]:
-        """The builds whose pods have a worker process running now."""
-        return {
-            (w.pod["metadata"].get("labels") or {}).get(BUILD_ID_LABEL, "")
-            for w in self.runner.workers().values()
-        }
 
 
 def _worker(namespace: str, task_queue: str, image: str, strategy: str) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from twc.spec.crds import (
     connection_crd,
     structural,
     temporal_worker_crd,
+    worker_deployment_crd,
 )
 
 METADATA = {"name", "namespace"}
@@ -208,7 +209,7 @@ def test_rules_follow_the_model_wherever_it_is_used() -> None:
 
 def test_names_scopes_and_groups() -> None:
     by_kind = {c["spec"]["names"]["kind"]: c for c in all_crds()}
-    assert set(by_kind) == {"TemporalWorker", "Connection", "ClusterConnection"}
+    assert set(by_kind) == {"TemporalWorker", "Connection", "ClusterConnection", "WorkerDeployment"}
     worker, conn, cluster = (
         by_kind["TemporalWorker"],
         by_kind["Connection"],
@@ -220,10 +221,35 @@ def test_names_scopes_and_groups() -> None:
     assert (cluster["spec"]["group"], cluster["spec"]["scope"]) == ("temporal.io", "Cluster")
     # The connection kinds at the official worker controller's version, the worker at twc's.
     expected = {"TemporalWorker": "v1", "Connection": "v1alpha1", "ClusterConnection": "v1alpha1"}
+    expected["WorkerDeployment"] = "v1alpha1"
     for crd in all_crds():
         (version,) = crd["spec"]["versions"]
         want = expected[crd["spec"]["names"]["kind"]]
         assert (version["name"], version["served"], version["storage"]) == (want, True, True)
+
+
+def test_the_official_worker_deployment_crd_has_the_official_fields_only() -> None:
+    crd = worker_deployment_crd()
+    assert crd["metadata"]["name"] == "workerdeployments.temporal.io"
+    assert crd["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "twc"}
+    (version,) = crd["spec"]["versions"]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert set(spec["properties"]) == {
+        *("replicas", "template", "minReadySeconds", "progressDeadlineSeconds"),
+        *("rollout", "sunset", "workerOptions"),
+    }
+    assert spec["required"] == ["rollout", "sunset", "template", "workerOptions"]
+    assert set(spec["properties"]["rollout"]["properties"]) == {"strategy", "steps", "gate"}
+    options = spec["properties"]["workerOptions"]
+    assert set(options["properties"]) == {
+        "connectionRef",
+        "temporalNamespace",
+        "unsafeCustomBuildID",
+    }
+    assert options["required"] == ["connectionRef", "temporalNamespace"]
+    columns = [(c["name"], c.get("priority", 0)) for c in version["additionalPrinterColumns"]]
+    assert columns == [("Current", 0), ("Target", 0), ("Ramp %", 0), ("Age", 0)]
+    assert version["subresources"] == {"status": {}}
 
 
 def test_worker_printer_columns_and_status_subresource() -> None:
@@ -341,4 +367,5 @@ def test_twc_local_up_installs_them_next_to_the_queue_crd() -> None:
         "temporalworkers.temporal.kmsvc.io",
         "connections.temporal.io",
         "clusterconnections.temporal.io",
+        "workerdeployments.temporal.io",
     ]

@@ -1,4 +1,5 @@
-"""The native watch covers TemporalWorkers and every kind the registry knows."""
+"""The native watch covers TemporalWorkers, the official WorkerDeployments where twc's CRD
+serves them, and every kind the registry knows."""
 
 from __future__ import annotations
 
@@ -11,6 +12,14 @@ import pytest
 from tests.unit._native_objects import cluster_conn_obj, worker_obj
 from twc.connections import Registry
 from twc.kube.watch import NativeWatch
+
+KINDS = Registry.with_builtins().watched_kinds()
+OFFICIAL = {
+    "apiVersion": "temporal.io/v1alpha1",
+    "kind": "WorkerDeployment",
+    "metadata": {"name": "payments", "namespace": "team", "uid": "u-1", "generation": 1},
+    "spec": {"workerOptions": {"connectionRef": {"name": "prod"}, "temporalNamespace": "p"}},
+}
 
 
 class Api:
@@ -42,25 +51,60 @@ def test_every_kind_is_listed_and_cluster_scoped_objects_are_keyed_by_name() -> 
         {
             "temporalworkers": [worker_obj("orders")],
             "clusterconnections": [cluster_conn_obj("prod")],
+            "workerdeployments": [OFFICIAL],
         },
         {},
     )
-    watch = NativeWatch(api, Registry.with_builtins().watched_kinds(), resync_interval=300)
+    watch = NativeWatch(api, KINDS, resync_interval=300, twc_crd=lambda name: True)
     assert watch.snapshot() is None
 
     _list_all(watch)
 
     snapshot = watch.snapshot()
     assert snapshot is not None
-    assert [w["metadata"]["name"] for w in snapshot.workers] == ["orders"]
+    assert [w["metadata"]["name"] for w in snapshot.workers] == ["orders", "payments"]
     by_plural = {k.plural: v for k, v in snapshot.connections.items()}
     assert [c["metadata"]["name"] for c in by_plural["clusterconnections"]] == ["prod"]
     assert by_plural["connections"] == ()
     assert sorted(api.listed) == [
         ("temporal.io", "clusterconnections"),
         ("temporal.io", "connections"),
+        ("temporal.io", "workerdeployments"),
         ("temporal.kmsvc.io", "temporalworkers"),
     ]
+    workers = watch.observed()["TemporalWorker.temporal.kmsvc.io"].objects or ()
+    assert [(o["kind"], o["metadata"]["name"]) for o in workers] == [  # type: ignore[index]
+        ("TemporalWorker", "orders"),
+        ("WorkerDeployment", "payments"),
+    ]
+
+
+@pytest.mark.parametrize("failure", [None, 403])
+def test_official_worker_deployments_of_the_official_crd_are_left_to_it(
+    failure: int | None,
+) -> None:
+    api = Api({"temporalworkers": [worker_obj("orders")], "workerdeployments": [OFFICIAL]}, {})
+    if failure:
+        api.fail["workerdeployments"] = failure
+    watch = NativeWatch(api, KINDS, resync_interval=300, twc_crd=lambda name: False)
+
+    _list_all(watch)
+
+    assert ("temporal.io", "workerdeployments") not in api.listed
+    workers = watch.observed()["TemporalWorker.temporal.kmsvc.io"]
+    names = [o["metadata"]["name"] for o in workers.objects or ()]  # type: ignore[index]
+    assert names == ["orders"]
+
+
+def test_an_unknown_worker_deployment_list_makes_every_worker_unknown() -> None:
+    api = Api({"temporalworkers": [worker_obj("orders")]}, {"workerdeployments": 500})
+    watch = NativeWatch(api, KINDS, resync_interval=300, twc_crd=lambda name: True)
+
+    _list_all(watch)
+
+    workers = watch.observed()["TemporalWorker.temporal.kmsvc.io"]
+    assert workers.objects is None
+    assert "workerdeployments.temporal.io" in str(workers.failure)
 
 
 @pytest.mark.parametrize(
@@ -76,6 +120,7 @@ def test_a_missing_crd_is_no_objects_but_any_other_failed_list_is_not_knowing(
         Registry.with_builtins().watched_kinds(),
         resync_interval=300,
         crd_exists=lambda name: crd_installed,
+        twc_crd=lambda name: True,
     )
 
     _list_all(watch)
@@ -91,7 +136,7 @@ def test_a_missing_crd_is_no_objects_but_any_other_failed_list_is_not_knowing(
 
 def test_the_observed_objects_stay_equal_until_the_watch_sees_a_change() -> None:
     api = Api({"temporalworkers": [worker_obj("orders")]}, {})
-    watch = NativeWatch(api, Registry.with_builtins().watched_kinds(), resync_interval=300)
+    watch = NativeWatch(api, KINDS, resync_interval=300, twc_crd=lambda name: True)
     _list_all(watch)
 
     first = watch.observed()

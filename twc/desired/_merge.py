@@ -38,6 +38,7 @@ from twc.spec import (
     load_worker_object,
     pod_security_problems,
 )
+from twc.spec.convert import as_temporal_worker
 
 QUEUE_GROUP = "kmsvc.io"
 QUEUE_VERSION = "v1"
@@ -363,7 +364,7 @@ def merge_workers(
         )
 
     def convert(obj: Mapping[str, Any]) -> _Candidate | None:
-        worker = load_worker_object(obj)
+        worker = load_worker_object(as_temporal_worker(obj))
         ref = worker.connection_ref or fleet.defaults.connection_ref
         if ref is not None:
             # First, so a bad connection is named as such, not as a fleet error.

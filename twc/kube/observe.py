@@ -4,6 +4,7 @@ watch caches, so every entry point computes the same desired state."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -11,25 +12,20 @@ from twc.connections import WatchedKind
 from twc.desired import QUEUE_KIND_KEY, STACKS_KEY, DesiredInputs, ObjectList
 from twc.kube.client import KubeClient
 from twc.kube.record import RecordStore
-from twc.kube.watch import NativeWatch, ObjectWatcher, QueueWatcher, list_failure
+from twc.kube.watch import NativeWatch, QueueWatcher
 from twc.kube.workloads import Workloads, versions
 from twc.rollout import VersionInput, WorkerVersions
 
 
 def observe_cluster(kube: KubeClient, kinds: Iterable[WatchedKind]) -> dict[str, ObjectList]:
     """List the Queue, TemporalWorker and connection objects once (failed: unknown)."""
-    out: dict[str, ObjectList] = {}
-    watchers: dict[str, ObjectWatcher] = {
-        QUEUE_KIND_KEY: QueueWatcher(kube.custom, resync_interval=0.1),
-        **NativeWatch(kube.custom, kinds, resync_interval=0.1).watchers(),
-    }
-    for key, watcher in watchers.items():
-        try:
+    queues = QueueWatcher(kube.custom, resync_interval=0.1)
+    native = NativeWatch(kube.custom, kinds, resync_interval=0.1)
+    for watcher in [queues, *native.watchers().values()]:
+        # A failed list makes the kind unknown (its observed() says why), never no objects.
+        with contextlib.suppress(Exception):
             watcher.list_now()
-            out[key] = watcher.observed()
-        except Exception as exc:  # noqa: BLE001 - a failed list makes the kind unknown, never no objects
-            out[key] = ObjectList.unknown(f"{watcher.crd}: {list_failure(exc)}")
-    return out
+    return {QUEUE_KIND_KEY: queues.observed(), **native.observed()}
 
 
 def observe_inputs(

@@ -11,15 +11,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Protocol
 
 from twc.connections import WatchedKind
-from twc.desired import QUEUE_PLURAL, ObjectList, kind_key, object_key
+from twc.desired import QUEUE_PLURAL, WORKER_KIND_KEY, ObjectList, kind_key, object_key
 from twc.kube.client import status_of, unless_404
-from twc.spec import WORKER_ENABLED_LABEL
-from twc.spec.crds import CRD_VERSION, WORKER_GROUP
+from twc.kube.crds import is_twc_crd
+from twc.spec import API_GROUP, CONNECTION_VERSION, WORKER_ENABLED_LABEL
+from twc.spec.crds import CRD_VERSION, OFFICIAL_WORKER_KIND, OFFICIAL_WORKER_PLURAL, WORKER_GROUP
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,8 @@ class Resource:
     """What of an object wakes the loop when it changes."""
     keep: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
     """What of each object to hold (the whole object by default)."""
+    served: Callable[[], bool] | None = None
+    """Whether the objects are twc's to read at all (``False``: none, listed again later)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +171,20 @@ def crd_lookup(custom_api: Any) -> CrdLookup:
         return unless_404(read, name, _request_timeout=timeout) is not None
 
     return exists
+
+
+def crd_is_twcs(custom_api: Any) -> CrdLookup:
+    """Whether a CRD is installed and labelled as twc's (not the official controller's)."""
+
+    def owned(name: str) -> bool:
+        from kubernetes import client
+
+        api = client.ApiextensionsV1Api(custom_api.api_client)
+        read, timeout = api.read_custom_resource_definition, (_CONNECT_TIMEOUT, 10.0)
+        found = unless_404(read, name, _request_timeout=timeout)
+        return found is not None and is_twc_crd(found.metadata.labels)
+
+    return owned
 
 
 def builtin_lister(list_for_all_namespaces: Callable[..., Any]) -> Lister:
@@ -278,6 +295,10 @@ class ObjectWatcher:
         """List, replace the snapshot, return the resourceVersion (empty: no CRD); raises
         when the list failed (the kind is then unknown)."""
         try:
+            if self.resource.served is not None and not self.resource.served():
+                self._replace({})
+                self._unknown = None
+                return ""
             items, version = self._pages()
         except Exception as exc:
             if not (self._custom and status_of(exc) == 404 and self._crd_gone(exc)):
@@ -472,7 +493,10 @@ class NativeWatch:
         *,
         resync_interval: float,
         crd_exists: CrdLookup | None = None,
+        twc_crd: CrdLookup | None = None,
     ) -> None:
+        """``twc_crd``: whether a CRD is twc's (official WorkerDeployments are read only
+        from twc's CRD: the official controller reconciles those of its own)."""
         settings = WatchSettings(resync_interval)
 
         def watcher(group: str, version: str, plural: str, content: Content) -> ObjectWatcher:
@@ -480,12 +504,19 @@ class NativeWatch:
             return ObjectWatcher(custom_api, resource, settings, crd_exists=crd_exists)
 
         self._workers = watcher(WORKER_GROUP, CRD_VERSION, WORKER_PLURAL, _worker_content)
+        owned, crd = twc_crd or crd_is_twcs(custom_api), f"{OFFICIAL_WORKER_PLURAL}.{API_GROUP}"
+        official = Resource(API_GROUP, CONNECTION_VERSION, OFFICIAL_WORKER_PLURAL)
+        official = replace(official, content=_worker_content, served=lambda: owned(crd))
+        self._official = ObjectWatcher(custom_api, official, settings, crd_exists=crd_exists)
         self._kinds = {
             k: watcher(k.api_group, k.version, k.plural, _connection_content) for k in kinds
         }
 
     def watchers(self) -> dict[str, ObjectWatcher]:
-        out = {kind_key("TemporalWorker", WORKER_GROUP): self._workers}
+        out = {
+            WORKER_KIND_KEY: self._workers,
+            kind_key(OFFICIAL_WORKER_KIND, API_GROUP): self._official,
+        }
         out.update({kind_key(k.kind, k.api_group): w for k, w in self._kinds.items()})
         return out
 
@@ -498,12 +529,20 @@ class NativeWatch:
             watcher.stop()
 
     def observed(self) -> dict[str, ObjectList]:
-        """Per kind key, the objects as the desired state's input."""
-        return {key: watcher.observed() for key, watcher in self.watchers().items()}
+        """Per kind key, the objects as the desired state's input (official
+        WorkerDeployments among the TemporalWorkers, as twc reconciles them alike)."""
+        found = {key: w.observed() for key, w in self.watchers().items() if w is not self._official}
+        ours, official = found[WORKER_KIND_KEY], self._official.observed()
+        if ours.objects is None or official.objects is None:
+            found[WORKER_KIND_KEY] = official if ours.objects is not None else ours
+        else:
+            found[WORKER_KIND_KEY] = ObjectList(objects=(*ours.objects, *official.objects))
+        return found
 
     def snapshot(self) -> NativeSnapshot | None:
         """The objects of every kind, or ``None`` until each was listed once."""
-        workers = self._workers.snapshot()
+        ours, official = self._workers.snapshot(), self._official.snapshot()
+        workers = None if ours is None or official is None else (*ours, *official)
         connections = {kind: watcher.snapshot() for kind, watcher in self._kinds.items()}
         if workers is None or any(found is None for found in connections.values()):
             return None

@@ -8,7 +8,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twc.connections import ConnectionIdentity
-from twc.spec.crds import CRD_VERSION, WORKER_GROUP, WORKER_KIND
+from twc.spec import API_GROUP, CONNECTION_VERSION
+from twc.spec.crds import (
+    CRD_VERSION,
+    OFFICIAL_WORKER_KIND,
+    OFFICIAL_WORKER_PLURAL,
+    WORKER_GROUP,
+    WORKER_KIND,
+)
 
 FINALIZER = "temporal.io/delete-protection"
 WORKER_PLURAL = "temporalworkers"
@@ -85,7 +92,10 @@ class NativeObject:
 
 
 def worker_native(obj: Mapping[str, Any], version: str = CRD_VERSION) -> NativeObject:
-    """The bookkeeping of a TemporalWorker object."""
+    """The bookkeeping of a TemporalWorker object, or of an official WorkerDeployment."""
+    if obj.get("kind") == OFFICIAL_WORKER_KIND:
+        official = {"version": CONNECTION_VERSION, "plural": OFFICIAL_WORKER_PLURAL}
+        return NativeObject.of(obj, group=API_GROUP, kind=OFFICIAL_WORKER_KIND, **official)
     return NativeObject.of(
         obj, group=WORKER_GROUP, version=version, plural=WORKER_PLURAL, kind=WORKER_KIND
     )

@@ -137,6 +137,61 @@ def rejected_status(
     return status
 
 
+_OFFICIAL_VERSION_KEYS = (
+    *("buildID", "status", "healthySince", "rampPercentage", "rampLastModifiedAt"),
+    *("testWorkflows", "drainedSince"),
+)
+
+
+def official_status(
+    status: Mapping[str, Any], previous: Mapping[str, Any], *, namespace: str, now: str
+) -> dict[str, Any]:
+    """A worker's status (:func:`accepted_status` or :func:`rejected_status` with its rollout
+    fields) in the official ``WorkerDeployment`` shape: its versions with a Deployment as an
+    object reference, ``versionCount``, and ``Ready``/``Progressing`` from the rollout and
+    the worker's Deployment and spec conditions; absent keys null (dropped by the patch)."""
+
+    def version(found: Any) -> dict[str, Any] | None:
+        if not isinstance(found, Mapping):
+            return None
+        out = {k: found[k] for k in _OFFICIAL_VERSION_KEYS if k in found}
+        if found.get("deployment"):
+            ref = {"name": found["deployment"], "namespace": namespace}
+            out["deployment"] = {"apiVersion": "apps/v1", "kind": "Deployment", **ref}
+        return out
+
+    rollout = status.get("rollout") or {}
+    problem: Mapping[str, Any] = next(
+        (
+            c
+            for c in status.get("conditions") or ()
+            if c.get("type") in (DEPLOYMENT_READY, SPEC_ACCEPTED) and c.get("status") != "True"
+        ),
+        {},
+    )
+    ready = rollout.get("phase") == "Complete" and not problem
+    why = problem or rollout
+    reason = "RolloutComplete" if ready else str(why.get("reason") or "WaitingForPollers")
+    message = str(why.get("message") or "")
+    progressing = rollout.get("phase") == "Progressing"
+    extra = {k: status[k] for k in ("observedGeneration",) if k in status}
+    conditions = [
+        {**_condition("Ready", ready, reason, message), **extra},
+        {**_condition("Progressing", progressing, reason, message), **extra},
+    ]
+    ramping = version(status.get("rampingVersion"))
+    return {
+        "targetVersion": version(status.get("targetVersion")),
+        "currentVersion": version(status.get("currentVersion")),
+        "deprecatedVersions": [
+            v for v in [ramping, *map(version, status.get("deprecatedVersions") or ())] if v
+        ]
+        or None,
+        "versionCount": status.get("versionCount"),
+        "conditions": merge_conditions(previous.get("conditions"), conditions, now=now),
+    }
+
+
 def status_patch(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any] | None:
     """The JSON merge patch of the keys of ``desired`` that differ from ``current``, or None."""
     changed = {k: v for k, v in desired.items() if current.get(k) != v}

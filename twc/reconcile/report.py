@@ -19,6 +19,7 @@ from twc.native.objects import FINALIZER, IdentityKey, NativeObject, finalizer_u
 from twc.native.status import (
     DeploymentFacts,
     accepted_status,
+    official_status,
     rejected_status,
     status_patch,
     worker_failure,
@@ -35,7 +36,7 @@ from twc.reconcile.outcome import (
 )
 from twc.reconcile.plan import NativePlan, Plan, rollout_fields, target_deployment
 from twc.reconcile.state import DesiredState, LoopState, ReconcileAction
-from twc.spec.crds import WORKER_KIND
+from twc.spec.crds import OFFICIAL_WORKER_KIND, WORKER_KIND
 from twc.timestamps import rfc3339
 
 __all__ = ["FaultReporter", "Reporter", "shorten"]
@@ -421,6 +422,8 @@ class Reporter:
             else:
                 continue
             desired.update(rollout_fields(plan.versions, key) if plan is not None else {})
+            if obj.kind == OFFICIAL_WORKER_KIND:
+                desired = official_status(desired, previous, namespace=obj.namespace or "", now=now)
             patch = status_patch(previous, desired)
             if patch is None:
                 continue

@@ -8,8 +8,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from twc.spec._load import WORKER_API_VERSION
 from twc.spec._models import API_GROUP, API_VERSION, RESERVED_ENV_NAMES
 from twc.spec._template import RESERVED_POD_LABELS, RESERVED_POD_SPEC_FIELDS, worker_container_index
+from twc.spec.crds import OFFICIAL_WORKER_KIND, WORKER_KIND
 
 WORKER_KINDS = frozenset({"WorkerDeployment", "TemporalWorkerDeployment"})
 CONNECTION_KINDS = frozenset({"Connection", "TemporalConnection"})
@@ -77,6 +79,19 @@ def convert_manifests(documents: Iterable[object]) -> Conversion:
     fleet |= {"connections": connections} if connections else {}
     fleet |= {"workers": workers} if workers else {}
     return Conversion(fleet=fleet, notes=tuple(notes), converted=len(connections) + len(workers))
+
+
+def as_temporal_worker(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A served ``WorkerDeployment`` object as the TemporalWorker twc reconciles it as, by
+    :func:`convert_manifests`' rules (notes dropped); any other object as it is."""
+    if obj.get("kind") != OFFICIAL_WORKER_KIND:
+        return obj
+    meta = obj["metadata"] if isinstance(obj.get("metadata"), Mapping) else {}
+    spec = obj["spec"] if isinstance(obj.get("spec"), Mapping) else {}
+    name, namespace = str(meta.get("name", "")), str(meta.get("namespace", ""))
+    worker = _worker(name, namespace, {}, spec, "", [])
+    del worker["name"], worker["namespace"]
+    return {**obj, "apiVersion": WORKER_API_VERSION, "kind": WORKER_KIND, "spec": worker}
 
 
 def _worker(

@@ -25,6 +25,9 @@ CRD_VERSION = "v1"
 """The served and stored version of the ``TemporalWorker`` CRD."""
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 """Label (value ``twc``) that tells twc's CRDs from the official controller's."""
+OFFICIAL_WORKER_KIND = "WorkerDeployment"
+"""The official controller's versioned worker (``temporal.io/v1alpha1``), served by twc too."""
+OFFICIAL_WORKER_PLURAL = "workerdeployments"
 VIEW_LABEL = "twc.temporal.io/derived-from"
 """Label of the TemporalWorker views twc writes of workers from a Queue or the fleet file."""
 _METADATA_FIELDS = frozenset({"name", "namespace"})
@@ -285,6 +288,56 @@ def cluster_connection_crd() -> dict[str, Any]:
     return _crd(ClusterConnection, "tcc", {"type": "object"}, [_HOST])
 
 
+def worker_deployment_crd() -> dict[str, Any]:
+    """The official ``WorkerDeployment`` CRD (``temporal.io/v1alpha1``): the official spec
+    fields and nothing of twc's (the official manifests apply as they are), read through
+    :func:`~twc.spec.convert.as_temporal_worker`; its status is the official shape."""
+    crd = temporal_worker_crd()
+    version = crd["spec"]["versions"][0]
+    root = version["schema"]["openAPIV3Schema"]
+    ours = root["properties"]["spec"]["properties"]
+    rollout = copy.deepcopy(ours["rollout"])
+    build_id = rollout["properties"].pop("buildID")
+    ref = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    options = {
+        "type": "object",
+        "properties": {
+            "connectionRef": ref,
+            "temporalNamespace": {"type": "string", "minLength": 1},
+            "unsafeCustomBuildID": {k: v for k, v in build_id.items() if k != "nullable"},
+        },
+        "required": ["connectionRef", "temporalNamespace"],
+    }
+    seconds = {"type": "integer", "minimum": 0}
+    root["properties"] = {
+        "spec": {
+            "type": "object",
+            "properties": {
+                **{key: ours[key] for key in ("replicas", "template", "sunset")},
+                **{"minReadySeconds": seconds, "progressDeadlineSeconds": seconds},
+                **{"rollout": rollout, "workerOptions": options},
+            },
+            "required": ["rollout", "sunset", "template", "workerOptions"],
+        },
+        "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+    }
+    root["description"] = "A versioned worker, the official worker controller's kind."
+    crd["metadata"]["name"] = f"{OFFICIAL_WORKER_PLURAL}.{API_GROUP}"
+    kind = OFFICIAL_WORKER_KIND
+    names = {"kind": kind, "listKind": f"{kind}List", "plural": OFFICIAL_WORKER_PLURAL}
+    crd["spec"] |= {"group": API_GROUP, "names": names | {"singular": kind.lower()}}
+    crd["spec"]["names"]["shortNames"] = ["wd", "wdeployment"]
+    version["name"] = CONNECTION_VERSION
+    columns = version["additionalPrinterColumns"][-4:]  # the official ones, shown by default
+    version["additionalPrinterColumns"] = [{**c, "priority": 0} for c in columns]
+    return crd
+
+
 def all_crds() -> list[dict[str, Any]]:
     """Every CRD generated from the spec models, in install order."""
-    return [temporal_worker_crd(), connection_crd(), cluster_connection_crd()]
+    return [
+        temporal_worker_crd(),
+        connection_crd(),
+        cluster_connection_crd(),
+        worker_deployment_crd(),
+    ]

@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Any
 
 from twc.desired import DesiredFleet, DesiredInputs, ObjectList
+from twc.native.objects import metadata
 from twc.spec import Fleet
 from twc.spec.crds import VIEW_LABEL
 from twc.spec.labels import SHARD_SUFFIX
@@ -102,14 +103,12 @@ def assign(current: ShardMap, load: Mapping[str, int], *, max_workers_per_shard:
 
 def namespace_of(obj: Mapping[str, Any]) -> str:
     """An object's namespace; empty for a cluster-scoped (or malformed) one."""
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+    ns = metadata(obj).get("namespace")
     return ns if isinstance(ns, str) else ""
 
 
 def _is_view(obj: Mapping[str, Any]) -> bool:
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    labels = metadata(obj).get("labels")
     return isinstance(labels, Mapping) and VIEW_LABEL in labels
 
 

@@ -1,5 +1,4 @@
-"""What a failed engine run said: the program's refusal, else the engine's error lines;
-Events and status get only the first line."""
+"""What a failed engine run said: the program's refusal, else the engine's error lines."""
 
 from __future__ import annotations
 
@@ -29,12 +28,6 @@ class EngineFailure:
     def text(self) -> str:
         """What to show a person running the command."""
         return self.program or self.reason
-
-    @property
-    def summary(self) -> str:
-        """One line for Events and object status: the first error line, nothing else."""
-        lines = [line.strip() for line in self.text.splitlines() if line.strip()]
-        return lines[0][:500] if lines else "the engine failed"
 
 
 class EngineInterrupted(TemporaryError):

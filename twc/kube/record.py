@@ -146,11 +146,6 @@ class AppliedRecord:
             return None
 
 
-def _gz64(data: Any) -> str:
-    payload = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
-    return base64.b64encode(gzip.compress(payload, mtime=0)).decode()
-
-
 class RecordStore:
     """Reads and writes one stack's record; every method raises when the API server fails."""
 
@@ -290,8 +285,9 @@ class RecordStore:
 
     def save_applied(self, applied: AppliedRecord) -> None:
         """Record what an ``up`` applied."""
-        body = {"binaryData": {_APPLIED_KEY: _gz64(applied.to_json())}}
-        self._put(self.applied_name, body, role="applied")
+        payload = json.dumps(applied.to_json(), sort_keys=True, separators=(",", ":")).encode()
+        blob = base64.b64encode(gzip.compress(payload, mtime=0)).decode()
+        self._put(self.applied_name, {"binaryData": {_APPLIED_KEY: blob}}, role="applied")
 
     def _read(self, name: str) -> dict[str, Any] | None:
         return read_json(self._core.read_namespaced_config_map, name, self.namespace)

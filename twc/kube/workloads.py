@@ -269,13 +269,12 @@ class Workloads:
         return [d for d in found if of_stack(d, ours)]
 
     def worker_replicas(self) -> dict[str, int]:
-        return worker_replicas(self._kept())
-
-    def _kept(self) -> dict[str, dict[str, Any]]:
-        return {
-            f"{d['metadata'].get('namespace')}/{d['metadata'].get('name')}": deployment_kept(d)
-            for d in self._worker_deployments()
-        }
+        return worker_replicas(
+            {
+                f"{d['metadata'].get('namespace')}/{d['metadata'].get('name')}": deployment_kept(d)
+                for d in self._worker_deployments()
+            }
+        )
 
     def read_secret(self, namespace: str, name: str) -> dict[str, bytes]:
         return read_secret_data(self.kube, namespace, name)

@@ -31,6 +31,7 @@ from twc.shards import ShardMap, shard_part
 logger = logging.getLogger(__name__)
 
 Namespaces = Callable[[], tuple[str, ...]]
+SYNC_INTERVAL = 2.0  # seconds between two rounds of the assignment and the hand-backs
 _V = TypeVar("_V")
 _S = TypeVar("_S", QueueSource, NativeSource)
 
@@ -418,7 +419,6 @@ class ShardedDaemon:
         make_shard: Callable[[int, ShardNamespaces], Shard],
         max_workers_per_shard: int,
         share: Callable[[int], int] | None = None,
-        interval: float = 2.0,
         slots: EngineSlots | None = None,
     ) -> None:
         self.stack = stack
@@ -427,7 +427,6 @@ class ShardedDaemon:
         self._make_shard = make_shard
         self._max = max_workers_per_shard
         self._share = share
-        self._interval = interval
         self._slots = slots
         self._lock = threading.Lock()
         self.shards: dict[int, Shard] = {}
@@ -570,7 +569,7 @@ class ShardedDaemon:
 
     def _supervise(self) -> None:
         while not self._stop.is_set():
-            self.wakeup.wait(self._interval)
+            self.wakeup.wait(SYNC_INTERVAL)
             self.wakeup.clear()
             if self._stop.is_set():
                 return

@@ -190,14 +190,12 @@ class WorkerVersioning:
         try:
             if change.kind is RoutingKind.SET_CURRENT:
                 current = SetWorkerDeploymentCurrentVersionRequest(**common)
-                done = await svc.set_worker_deployment_current_version(
-                    current, timeout=_RPC_TIMEOUT
-                )
-                return bytes(done.conflict_token)
-            percentage = change.percentage if ramp else 0
-            ramping = SetWorkerDeploymentRampingVersionRequest(percentage=percentage, **common)
-            answer = await svc.set_worker_deployment_ramping_version(ramping, timeout=_RPC_TIMEOUT)
-            return bytes(answer.conflict_token)
+                done: Any = svc.set_worker_deployment_current_version(current, timeout=_RPC_TIMEOUT)
+            else:
+                percentage = change.percentage if ramp else 0
+                ramping = SetWorkerDeploymentRampingVersionRequest(percentage=percentage, **common)
+                done = svc.set_worker_deployment_ramping_version(ramping, timeout=_RPC_TIMEOUT)
+            return bytes((await done).conflict_token)
         except RPCError as exc:
             refused = exc.status in (RPCStatusCode.FAILED_PRECONDITION, RPCStatusCode.ABORTED)
             if refused and "conflict" in exc.message.lower():

@@ -11,6 +11,11 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic.alias_generators import to_camel
+
+_CAMEL_CASE = ConfigDict(alias_generator=to_camel)  # how from_json reads the policy's keys
+
 
 class VersionStatus(StrEnum):
     """A version's status, with the official worker controller's names."""
@@ -54,6 +59,7 @@ class GateStatus(StrEnum):
 class GatePolicy:
     """A gate workflow: must complete on the new version before it moves on."""
 
+    __pydantic_config__ = _CAMEL_CASE
     workflow_type: str
     input: Any = None
     """Inline JSON passed as the first argument (``None``: no argument)."""
@@ -65,6 +71,7 @@ class GatePolicy:
 class StepPolicy:
     """One step of a Progressive rollout."""
 
+    __pydantic_config__ = _CAMEL_CASE
     ramp_percentage: int
     pause_seconds: float
     gate: GatePolicy | None = None
@@ -75,6 +82,7 @@ class StepPolicy:
 class SunsetPolicy:
     """When a drained version is scaled down and deleted."""
 
+    __pydantic_config__ = _CAMEL_CASE
     scaledown_seconds: float = 3600.0
     delete_seconds: float = 86400.0
 
@@ -83,6 +91,7 @@ class SunsetPolicy:
 class RolloutPolicy:
     """A worker's versioned-rollout settings, durations in seconds."""
 
+    __pydantic_config__ = _CAMEL_CASE
     strategy: Strategy
     steps: tuple[StepPolicy, ...] = ()
     """Progressive steps (ramp percentages increase)."""
@@ -122,28 +131,8 @@ class RolloutPolicy:
     def from_json(cls, data: Mapping[str, Any]) -> RolloutPolicy:
         """Read :meth:`to_json` back (without gate inputs); ValueError if it is not one."""
         try:
-
-            def gate(g: Any) -> GatePolicy | None:
-                return GatePolicy(workflow_type=str(g["workflowType"])) if g else None
-
-            sunset = data.get("sunset") or {}
-            return cls(
-                strategy=Strategy(data["strategy"]),
-                steps=tuple(
-                    StepPolicy(
-                        ramp_percentage=int(s["rampPercentage"]),
-                        pause_seconds=float(s["pauseSeconds"]),
-                        gate=gate(s.get("gate")),
-                    )
-                    for s in data.get("steps") or ()
-                ),
-                gate=gate(data.get("gate")),
-                sunset=SunsetPolicy(
-                    scaledown_seconds=float(sunset.get("scaledownSeconds", 3600.0)),
-                    delete_seconds=float(sunset.get("deleteSeconds", 86400.0)),
-                ),
-            )
-        except (KeyError, TypeError, AttributeError) as exc:
+            return _POLICY.validate_python(data)
+        except ValidationError as exc:
             raise ValueError(f"not a rollout policy record: {exc}") from exc
 
     @classmethod
@@ -153,6 +142,9 @@ class RolloutPolicy:
             return cls.from_json(json.loads(text)) if isinstance(text, str) else None
         except ValueError:
             return None
+
+
+_POLICY = TypeAdapter(RolloutPolicy)
 
 
 @dataclass(frozen=True, slots=True)

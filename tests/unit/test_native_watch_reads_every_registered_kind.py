@@ -73,7 +73,7 @@ def test_every_kind_is_listed_and_cluster_scoped_objects_are_keyed_by_name() -> 
         ("temporal.kmsvc.io", "temporalworkers"),
     ]
     workers = watch.observed()["TemporalWorker.temporal.kmsvc.io"].objects or ()
-    assert [(o["kind"], o["metadata"]["name"]) for o in workers] == [  # type: ignore[index]
+    assert [(o["kind"], cast(dict[str, Any], o["metadata"])["name"]) for o in workers] == [
         ("TemporalWorker", "orders"),
         ("WorkerDeployment", "payments"),
     ]
@@ -92,7 +92,7 @@ def test_official_worker_deployments_of_the_official_crd_are_left_to_it(
 
     assert ("temporal.io", "workerdeployments") not in api.listed
     workers = watch.observed()["TemporalWorker.temporal.kmsvc.io"]
-    names = [o["metadata"]["name"] for o in workers.objects or ()]  # type: ignore[index]
+    names = [cast(dict[str, Any], o["metadata"])["name"] for o in workers.objects or ()]
     assert names == ["orders"]
 
 

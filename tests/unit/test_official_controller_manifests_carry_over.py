@@ -2,8 +2,8 @@
 
 Its Connection CRD and twc's have the same fields (so neither prunes what the other
 writes), its documented Connections load as twc connections, twc watches them at
-``temporal.io/v1alpha1``, and ``twc convert`` turns its migration guide's
-WorkerDeployment into a fleet entry that validates.
+``temporal.io/v1alpha1``, and a WorkerDeployment is read as the TemporalWorker it is
+reconciled as, without what twc sets itself.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from twc import cli
 from twc.connections import Registry
-from twc.spec import CONNECTION_VERSION, load_connection_object, load_fleet
-from twc.spec.convert import convert_manifests
+from twc.spec import CONNECTION_VERSION, load_connection_object
+from twc.spec.convert import as_temporal_worker
 from twc.spec.crds import connection_crd
 
 OFFICIAL = Path(__file__).parent.parent / "fixtures" / "official"
@@ -85,54 +84,17 @@ def test_twc_watches_its_connection_kinds_at_the_official_version() -> None:
     )
 
 
-def test_convert_of_the_migration_guide_validates(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    code = cli.main(
-        [
-            "convert",
-            str(OFFICIAL / "migration-connections.yaml"),
-            str(OFFICIAL / "migration-workerdeployment.yaml"),
-        ]
-    )
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    fleet_file = tmp_path / "fleet.yaml"
-    fleet_file.write_text(out)
-    assert cli.main(["validate", str(fleet_file)]) == 0, capsys.readouterr().err
-    (worker,) = load_fleet(yaml.safe_load(out), "f").resolved_workers()
-    (official,) = _docs("migration-workerdeployment.yaml")
-    spec = official["spec"]
-    assert worker.rollout is not None
-    assert [(s.ramp_percentage, s.pause_duration) for s in worker.rollout.steps] == [
-        (s["rampPercentage"], s["pauseDuration"]) for s in spec["rollout"]["steps"]
-    ]
-    assert worker.sunset is not None
-    assert (worker.sunset.scaledown_delay, worker.sunset.delete_delay) == ("30m", "2h")
-    assert worker.replicas == 3
-    assert worker.temporal_namespace == "production"
-    assert worker.image == "payment-processor:v1.5.2"
-    assert worker.pod_template["spec"]["containers"][0]["resources"] == {
-        "requests": {"memory": "512Mi", "cpu": "250m"}
-    }
-    assert worker.connection.name == "production-temporal"
-    # The task queue the official kind does not have, and the object labels, are noted.
-    assert "taskQueueName is set to 'payment-processor'" in err
-    assert "metadata.labels" in err
-
-
-def test_convert_notes_what_has_no_counterpart_and_drops_what_twc_sets() -> None:
-    doc = {
+def test_a_worker_deployment_is_read_without_what_twc_sets() -> None:
+    doc: dict[str, Any] = {
         "apiVersion": "temporal.io/v1alpha1",
-        "kind": "TemporalWorkerDeployment",
+        "kind": "WorkerDeployment",
         "metadata": {"name": "orders", "namespace": "apps"},
         "spec": {
             "minReadySeconds": 10,
-            "progressDeadlineSeconds": 900,
             "rollout": {"strategy": "AllAtOnce"},
             "sunset": {"scaledownDelay": "1h", "deleteDelay": "24h"},
             "workerOptions": {
-                "connection": "prod",
+                "connectionRef": {"name": "prod"},
                 "temporalNamespace": "default",
                 "unsafeCustomBuildID": "v1",
             },
@@ -154,25 +116,17 @@ def test_convert_notes_what_has_no_counterpart_and_drops_what_twc_sets() -> None
             },
         },
     }
-    result = convert_manifests(
-        [doc, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}]
-    )
-    (worker,) = result.fleet["workers"]
-    fields = {n.field for n in result.notes}
-    assert {
-        "spec.minReadySeconds",
-        "spec.progressDeadlineSeconds",
-        "spec.workerOptions.unsafeCustomBuildID",
-        "spec.workerOptions.connection",
-        "spec.template.spec.serviceAccountName",
-        'spec.template.metadata.labels["app.kubernetes.io/name"]',
-        "spec.template.spec.containers[0].env.TEMPORAL_ADDRESS",
-        "spec.replicas",
-    } <= fields
-    assert any(n.source == "Service s" and "skipped" in n.message for n in result.notes)
-    assert worker["connectionRef"] == {"name": "prod"}
-    assert worker["rollout"] == {"strategy": "AllAtOnce", "buildID": "v1"}
-    assert worker["template"]["spec"] == {
+
+    worker = as_temporal_worker(doc)
+
+    assert (worker["apiVersion"], worker["kind"]) == ("temporal.kmsvc.io/v1", "TemporalWorker")
+    assert worker["metadata"] == doc["metadata"]
+    spec = worker["spec"]
+    assert spec["taskQueueName"] == "orders"
+    assert spec["connectionRef"] == {"name": "prod"}
+    assert spec["rollout"] == {"strategy": "AllAtOnce", "buildID": "v1"}
+    assert "minReadySeconds" not in spec
+    assert spec["template"]["spec"] == {
         "containers": [
             {
                 "name": "worker",
@@ -181,14 +135,8 @@ def test_convert_notes_what_has_no_counterpart_and_drops_what_twc_sets() -> None
             }
         ]
     }
-    assert worker["template"]["metadata"] == {"labels": {"team": "t"}}
-    assert result.converted == 1
-
-
-def test_convert_of_nothing_convertible_fails(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    empty = tmp_path / "svc.yaml"
-    empty.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: s}\n")
-    assert cli.main(["convert", str(empty)]) == 1
-    assert "nothing to convert" in capsys.readouterr().err
+    assert spec["template"]["metadata"] == {"labels": {"team": "t"}}
+    # The object itself is not changed, and any other kind passes as it is.
+    assert doc["spec"]["template"]["spec"]["serviceAccountName"] == "orders"
+    other = {"kind": "TemporalWorker", "spec": {}}
+    assert as_temporal_worker(other) is other

@@ -73,38 +73,6 @@ def _cmd_crds(args: Args) -> int:
     return 0
 
 
-def _cmd_convert(args: Args) -> int:
-    import yaml
-
-    from twc.connections import resolve_fleet_connections
-    from twc.errors import SpecError
-    from twc.spec import load_fleet
-    from twc.spec.convert import convert_manifests
-
-    documents: list[object] = []
-    for file in args.files:
-        try:
-            with open(file, encoding="utf-8") as fh:
-                documents.extend(yaml.safe_load_all(fh))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            print(f"{file}: cannot read: {exc}", file=sys.stderr)
-            return 1
-    result = convert_manifests(documents)
-    for note in result.notes:
-        print(f"note: {note}", file=sys.stderr)
-    if not result.converted:
-        print("nothing to convert: no WorkerDeployment or Connection", file=sys.stderr)
-        return 1
-    print(yaml.safe_dump(result.fleet, sort_keys=False), end="")
-    try:
-        resolve_fleet_connections(load_fleet(result.fleet, "<converted>"), file="<converted>")
-    except SpecError as err:
-        print("the converted fleet does not validate on its own yet:", file=sys.stderr)
-        print(*(f"  {line}" for line in err.lines()), sep="\n", file=sys.stderr)
-        return 1
-    return 0
-
-
 def _sharded(args: Args) -> bool:
     from twc.cli.shards import is_sharded
 
@@ -234,12 +202,6 @@ VERBS: dict[str, tuple[Any, ...]] = {  # verb: its function, help, arguments
         _cmd_crds,
         "print the TemporalWorker, Connection and ClusterConnection CRDs (YAML stream)",
         ("--install", _flag("install them into KUBECONFIG's cluster; others' CRDs stay")),
-    ),
-    "convert": (
-        _cmd_convert,
-        "the official worker controller's WorkerDeployment and Connection manifests as a "
-        "fleet file (stdout), with a note per field that has no counterpart (stderr)",
-        ("files", {"nargs": "+", "metavar": "FILE", "help": "YAML files of manifests"}),
     ),
     "up": (
         _cmd_up,

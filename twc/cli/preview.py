@@ -101,10 +101,7 @@ def preview_report(ref: engine.StackRef) -> PreviewReport:
     except (CommandError, RuntimeError, OSError) as exc:  # no summary event, no pulumi binary
         log.debug("preview of %s failed", ref.name, exc_info=True)
         failure = engine_failure(exc).text
-    report = build_report(events, project_name(ref.work_dir), ref.name)
-    if failure and not report.errors:  # the engine's own diagnostics say it better
-        report = build_report(events, project_name(ref.work_dir), ref.name, failure=failure)
-    return report
+    return build_report(events, project_name(ref.work_dir), ref.name, failure=failure)
 
 
 def render(report: PreviewReport, fmt: str) -> str:

@@ -43,16 +43,24 @@ def run_preview(
     out: TextIO | None = None,
     err: TextIO | None = None,
     cluster_objects: bool | None = None,
+    sharded: bool = False,
+    shard: str | None = None,
 ) -> int:
-    """``twc preview``: 0, 2 for changes with ``detailed``, 1 for an error."""
+    """``twc preview``: 0, 2 for changes with ``detailed``, 1 for an error; a ``sharded``
+    stack's shards (or the one ``shard`` names) as one merged report."""
     out, err = out or sys.stdout, err or sys.stderr
     file = common.fleet_file_for(stack, fleet_file)
     if fmt not in FORMATS:
         print(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}", file=err)
         return EXIT_ERROR
-    if not common.validate_or_report(file, err):
+    if sharded:
+        from twc.cli.shards import preview_shards
+
+        report = preview_shards(stack, fleet_file, shard, cluster_objects, err)
+    elif common.validate_or_report(file, err):
+        report = preview_one(common.stack_ref(stack, fleet_file), file, cluster_objects, err)
+    else:
         return EXIT_ERROR
-    report = preview_one(common.stack_ref(stack, fleet_file), file, cluster_objects, err)
     if report is None:
         return EXIT_ERROR
     print(render(report, fmt), end="", file=out, flush=True)

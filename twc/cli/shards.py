@@ -12,7 +12,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 from pulumi.automation import CommandError
@@ -32,6 +32,9 @@ from twc.kube.observe import observe_inputs
 from twc.rollout import RolloutSettings
 from twc.shards import ShardMap, assign, namespace_load, shard_stack
 from twc.spec import Fleet, load_fleet_file
+
+if TYPE_CHECKING:
+    from twc.preview import PreviewReport
 
 
 def is_sharded(stack: str, fleet_file: str | None) -> bool:
@@ -182,28 +185,17 @@ def run_up_sharded(
     return 1 if failed else 0
 
 
-def run_preview_sharded(
-    stack: str,
-    *,
-    fmt: str = "text",
-    detailed: bool = False,
-    fleet_file: str | None = None,
-    shard: str | None = None,
-    out: TextIO | None = None,
-    err: TextIO | None = None,
-    cluster_objects: bool | None = None,
-) -> int:
-    """``twc preview``: one merged report of the shards (new namespaces where they would go)."""
-    from twc.cli.preview import FORMATS, preview_one, render
-    from twc.preview import EXIT_ERROR, exit_code, merge_reports
+def preview_shards(
+    stack: str, fleet_file: str | None, shard: str | None, cluster_objects: bool | None, err: TextIO
+) -> PreviewReport | None:
+    """The shards' previews as one merged report (new namespaces where they would go);
+    ``None`` after saying why not."""
+    from twc.cli.preview import preview_one
+    from twc.preview import merge_reports
 
-    out, err = out or sys.stdout, err or sys.stderr
-    if fmt not in FORMATS:
-        print(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}", file=err)
-        return EXIT_ERROR
     opened = _open(stack, fleet_file, shard, record=False, cluster_objects=cluster_objects, err=err)
     if opened is None:
-        return EXIT_ERROR
+        return None
     sharded, indexes = opened
     if not sharded.recorded:
         assigned = json.dumps(sharded.shard_map.to_json()["namespaces"])
@@ -213,11 +205,9 @@ def run_preview_sharded(
         namespaces = sharded.shard_map.namespaces_of(i)
         one = preview_one(sharded.ref(i), sharded.file, sharded.cluster_objects, err, namespaces)
         if one is None:
-            return EXIT_ERROR
+            return None
         reports.append(one)
-    report = merge_reports(stack, reports)
-    print(render(report, fmt), end="", file=out, flush=True)
-    return exit_code(report, detailed)
+    return merge_reports(stack, reports)
 
 
 def run_status_sharded(

@@ -18,6 +18,7 @@ import yaml
 from tests.e2e.conftest import create_tls_secret, fleet_doc
 from tests.helpers import delete_twc_objects
 from twc.cli import preview, shards
+from twc.cli.status import run_status
 from twc.engine import engine
 from twc.kube.shards import ASSIGNMENT_KEY, shard_map_name
 from twc.local import LocalEnvironment
@@ -155,7 +156,7 @@ def test_shards_apply_their_own_namespaces_and_a_new_namespace_moves_nothing(
         assert after["metadata"]["generation"] == before["metadata"]["generation"]
 
         status = io.StringIO()
-        assert shards.run_status_sharded(stack, "json", status, fleet_file=str(file)) == 0, (
+        assert run_status(stack, "json", status, sharded=True, fleet_file=str(file)) == 0, (
             status.getvalue()
         )
         shown = json.loads(status.getvalue())

@@ -156,15 +156,12 @@ def _cmd_approve(args: Args) -> int:
 
 
 def _cmd_status(args: Args) -> int:
-    if _sharded(args):
-        from twc.cli.shards import run_status_sharded
-
-        return run_status_sharded(
-            args.stack, args.output, fleet_file=args.fleet_file, shard=args.shard
-        )
     from twc.cli.status import run_status
 
-    return run_status(args.stack, args.output)
+    sharded = _sharded(args)
+    return run_status(
+        args.stack, args.output, sharded=sharded, fleet_file=args.fleet_file, shard=args.shard
+    )
 
 
 def _cmd_shards(args: Args) -> int:

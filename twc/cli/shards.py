@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
-from pulumi.automation import CommandError
 
 from twc.cli import common
 from twc.cli.stack_lease import DEFAULT_WAIT, daemon_holder
@@ -24,7 +23,6 @@ from twc.cli.up import iterate
 from twc.connections import default_registry
 from twc.desired import QUEUE_KIND_KEY, WORKER_KIND_KEY, DesiredInputs, ObjectList
 from twc.engine import engine
-from twc.engine.errors import engine_failure
 from twc.engine.shards import shard_ref
 from twc.engine.workspace import DEFAULT_KEEP_BACKUPS, backend_url, prune_backups
 from twc.errors import SpecError, SpecIssue
@@ -210,33 +208,12 @@ def preview_shards(
     return merge_reports(stack, reports)
 
 
-def run_status_sharded(
-    stack: str,
-    output: str = "table",
-    out: TextIO = sys.stdout,
-    *,
-    fleet_file: str | None = None,
-    shard: str | None = None,
-) -> int:
-    """``twc status`` on a sharded stack: every shard's workers in one table."""
-    from twc.cli.status import live_status, print_status
-
+def shard_refs(
+    stack: str, fleet_file: str | None, shard: str | None
+) -> list[engine.StackRef] | None:
+    """The shard stacks ``shard`` names (all by default); ``None`` after saying why not."""
     opened = _open(stack, fleet_file, shard, record=False, cluster_objects=False, err=sys.stderr)
-    if opened is None:
-        return 1
-    sharded, indexes = opened
-    workers: dict[str, dict[str, Any]] = {}
-    shards: dict[str, list[str]] = {}
-    for index in indexes:
-        ref = sharded.ref(index)
-        try:
-            found = live_status(ref)
-        except CommandError as exc:
-            print(engine_failure(exc).text, file=sys.stderr)
-            return 1
-        workers.update(found)
-        shards[ref.name] = sorted(found)
-    return print_status({"stack": stack, "shards": shards, "workers": workers}, output, out)
+    return [opened[0].ref(index) for index in opened[1]] if opened is not None else None
 
 
 def run_show(stack: str, fleet_file: str | None = None, out: TextIO = sys.stdout) -> int:

@@ -109,8 +109,8 @@ def sharded_stack(
             current, _ = store.read()
             shard_map = assign(current or ShardMap(), load, max_workers_per_shard=limit)
             recorded = current is not None and shard_map == current
-    if include and common.cluster_adds_a_source(inputs):
-        print(common.summary(inputs), file=err or sys.stderr)
+    if include and (line := common.summary(inputs)):
+        print(line, file=err or sys.stderr)
     return ShardedStack(base, file, fleet, shard_map, recorded, include)
 
 

@@ -31,7 +31,7 @@ from twc.preview import (
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("text", "markdown", "json")
+RENDERERS = {"text": render_text, "markdown": render_markdown, "json": render_json}
 
 
 def run_preview(
@@ -50,8 +50,8 @@ def run_preview(
     stack's shards (or the one ``shard`` names) as one merged report."""
     out, err = out or sys.stdout, err or sys.stderr
     file = common.fleet_file_for(stack, fleet_file)
-    if fmt not in FORMATS:
-        print(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}", file=err)
+    if fmt not in RENDERERS:
+        print(f"unknown format {fmt!r}: use one of {', '.join(RENDERERS)}", file=err)
         return EXIT_ERROR
     if sharded:
         from twc.cli.shards import preview_shards
@@ -63,7 +63,7 @@ def run_preview(
         return EXIT_ERROR
     if report is None:
         return EXIT_ERROR
-    print(render(report, fmt), end="", file=out, flush=True)
+    print(RENDERERS[fmt](report), end="", file=out, flush=True)
     return exit_code(report, detailed)
 
 
@@ -110,8 +110,3 @@ def preview_report(ref: engine.StackRef) -> PreviewReport:
         log.debug("preview of %s failed", ref.name, exc_info=True)
         failure = engine_failure(exc).text
     return build_report(events, project_name(ref.work_dir), ref.name, failure=failure)
-
-
-def render(report: PreviewReport, fmt: str) -> str:
-    """The report in one of :data:`FORMATS`."""
-    return {"markdown": render_markdown, "json": render_json}.get(fmt, render_text)(report)

@@ -362,7 +362,6 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
             },
             opts=pulumi.ResourceOptions(parent=self),
         )
-        spec["template"]["spec"]["serviceAccountName"] = worker.name
         k8s.apps.v1.StatefulSet(
             f"{name}-dlq",
             metadata=meta,

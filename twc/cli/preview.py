@@ -13,7 +13,6 @@ from typing import Any, TextIO
 
 from twc.cli import common
 from twc.cli.stack_lease import guarded
-from twc.desired import Hold
 from twc.engine import engine
 from twc.engine.errors import engine_failure
 from twc.engine.workspace import project_name
@@ -81,21 +80,17 @@ def preview_one(
         # Under the engine guard with its deadline; no Lease (a preview takes no lock).
         with guarded(merged) as run:
             report = preview_report(run)
-        hold = _held(merged, file, err)
+        hold = None
+        try:
+            hold = common.deletion_verdict(merged, file).hold
+        except NoClusterError:
+            pass  # nothing running to delete
+        except Exception as exc:  # noqa: BLE001 - an up would apply nothing; say why
+            print(f"cannot tell what an up would delete: {exc}", file=err)
     if hold is None:
         return report
     held = HeldDeletions(workers=sorted(hold.workers), running=hold.total, allowed=hold.allowed)
     return report.model_copy(update={"held_deletions": held})
-
-
-def _held(ref: engine.StackRef, file: str, err: TextIO) -> Hold | None:
-    try:
-        return common.deletion_verdict(ref, file).hold
-    except NoClusterError:
-        return None  # nothing running to delete
-    except Exception as exc:  # noqa: BLE001 - an up would apply nothing; say why
-        print(f"cannot tell what an up would delete: {exc}", file=err)
-        return None
 
 
 def preview_report(ref: engine.StackRef) -> PreviewReport:

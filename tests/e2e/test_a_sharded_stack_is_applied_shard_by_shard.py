@@ -17,7 +17,8 @@ import yaml
 
 from tests.e2e.conftest import create_tls_secret, fleet_doc
 from tests.helpers import delete_twc_objects
-from twc.cli import shards
+from twc.cli import preview, shards
+from twc.cli.status import run_status
 from twc.engine import engine
 from twc.kube.shards import ASSIGNMENT_KEY, shard_map_name
 from twc.local import LocalEnvironment
@@ -112,8 +113,14 @@ def test_shards_apply_their_own_namespaces_and_a_new_namespace_moves_nothing(
 
         # Nothing changed: one merged preview, exit 0 with --detailed-exitcode.
         report, err = io.StringIO(), io.StringIO()
-        code = shards.run_preview_sharded(
-            stack, fmt="json", detailed=True, fleet_file=str(file), out=report, err=err
+        code = preview.run_preview(
+            stack,
+            sharded=True,
+            fmt="json",
+            detailed=True,
+            fleet_file=str(file),
+            out=report,
+            err=err,
         )
         assert code == 0, (report.getvalue()[-3000:], err.getvalue())
         assert json.loads(report.getvalue())["stack"] == f"{stack} (2 shards)"
@@ -123,8 +130,14 @@ def test_shards_apply_their_own_namespaces_and_a_new_namespace_moves_nothing(
             yaml.safe_dump(_fleet(address, {a: ["w1", "w2"], b: ["w3"], c: ["w4"]}, source))
         )
         report, err = io.StringIO(), io.StringIO()
-        code = shards.run_preview_sharded(
-            stack, fmt="json", detailed=True, fleet_file=str(file), out=report, err=err
+        code = preview.run_preview(
+            stack,
+            sharded=True,
+            fmt="json",
+            detailed=True,
+            fleet_file=str(file),
+            out=report,
+            err=err,
         )
         assert code == 2
         assert "new namespaces would be assigned" in err.getvalue()
@@ -143,7 +156,7 @@ def test_shards_apply_their_own_namespaces_and_a_new_namespace_moves_nothing(
         assert after["metadata"]["generation"] == before["metadata"]["generation"]
 
         status = io.StringIO()
-        assert shards.run_status_sharded(stack, "json", status, fleet_file=str(file)) == 0, (
+        assert run_status(stack, "json", status, sharded=True, fleet_file=str(file)) == 0, (
             status.getvalue()
         )
         shown = json.loads(status.getvalue())

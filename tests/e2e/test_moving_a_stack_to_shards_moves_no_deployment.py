@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.e2e.conftest import create_tls_secret, fleet_doc
-from twc.cli import shards, up
+from twc.cli import preview, shards, up
 from twc.engine import engine
 from twc.engine.shards import stack_resources
 from twc.kube.shards import shard_map_name
@@ -107,8 +107,14 @@ def test_migrating_to_shards_keeps_every_deployment_as_it_is(
         assert held == [[f"{a}/w1", f"{a}/worker-orders"], [f"{b}/w2", f"{b}/w3"]]
 
         report, err = io.StringIO(), io.StringIO()
-        code = shards.run_preview_sharded(
-            stack, fmt="json", detailed=True, fleet_file=str(file), out=report, err=err
+        code = preview.run_preview(
+            stack,
+            sharded=True,
+            fmt="json",
+            detailed=True,
+            fleet_file=str(file),
+            out=report,
+            err=err,
         )
         assert code == 0, (report.getvalue()[-3000:], err.getvalue())
         assert json.loads(report.getvalue())["summary"]["hasChanges"] is False

@@ -372,4 +372,5 @@ def test_twc_up_and_preview_say_views_are_not_counted_as_temporalworkers() -> No
     objects = [_stored(v) for v in views.values()] + [worker_obj("native")]
     line = summary(DesiredInputs(cluster={WORKER_KIND_KEY: ObjectList.known(objects)}))
 
+    assert line is not None
     assert line.endswith("1 TemporalWorker (+2 generated views of other workers)"), line

@@ -104,19 +104,17 @@ def _cmd_up(args: Args) -> int:
 
 
 def _cmd_preview(args: Args) -> int:
-    common = {
-        "fmt": args.format,
-        "detailed": args.detailed_exitcode,
-        "fleet_file": args.fleet_file,
-        "cluster_objects": args.cluster_objects,
-    }
-    if _sharded(args):
-        from twc.cli.shards import run_preview_sharded
-
-        return run_preview_sharded(args.stack, shard=args.shard, **common)
     from twc.cli.preview import run_preview
 
-    return run_preview(args.stack, **common)
+    return run_preview(
+        args.stack,
+        sharded=_sharded(args),
+        shard=args.shard,
+        fmt=args.format,
+        detailed=args.detailed_exitcode,
+        fleet_file=args.fleet_file,
+        cluster_objects=args.cluster_objects,
+    )
 
 
 def _cmd_approve(args: Args) -> int:
@@ -126,15 +124,12 @@ def _cmd_approve(args: Args) -> int:
 
 
 def _cmd_status(args: Args) -> int:
-    if _sharded(args):
-        from twc.cli.shards import run_status_sharded
-
-        return run_status_sharded(
-            args.stack, args.output, fleet_file=args.fleet_file, shard=args.shard
-        )
     from twc.cli.status import run_status
 
-    return run_status(args.stack, args.output)
+    sharded = _sharded(args)
+    return run_status(
+        args.stack, args.output, sharded=sharded, fleet_file=args.fleet_file, shard=args.shard
+    )
 
 
 def _cmd_shards(args: Args) -> int:

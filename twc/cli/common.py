@@ -132,8 +132,8 @@ def observe(
                 file=err,
             )
             return None
-        if namespaces is None and cluster_adds_a_source(inputs):
-            print(summary(inputs), file=err)
+        if namespaces is None and (line := summary(inputs)):
+            print(line, file=err)
     if namespaces is not None:
         inputs = slice_inputs(inputs, fleet, namespaces)
     # With the versioned workers' planned versions.
@@ -212,26 +212,21 @@ def dry_run_or_report(ref: engine.StackRef, file: str, err: TextIO | None = None
     return not result.issues
 
 
-def cluster_adds_a_source(inputs: DesiredInputs) -> bool:
-    """Whether the cluster's objects (views of other workers aside) add to the fleet file."""
-    return any(
-        not found.is_known or any(not is_view(o) for o in found.objects or ())
-        for found in (inputs.cluster or {}).values()
-    )
-
-
-def summary(inputs: DesiredInputs) -> str:
-    """The line that says which cluster objects the inputs include."""
-    counts = []
+def summary(inputs: DesiredInputs) -> str | None:
+    """The line that says which cluster objects the inputs include; ``None`` when they add
+    nothing to the fleet file (views of other workers aside)."""
+    counts, adds = [], False
     for key, found in sorted((inputs.cluster or {}).items()):
         kind = key.split(".", 1)[0]
         if found.objects is None:
             counts.append(f"{kind}: unknown ({found.failure})")
+            adds = True
             continue
         views = sum(1 for o in found.objects if is_view(o))
+        adds = adds or len(found.objects) > views
         shown = f" (+{views} generated views of other workers)" if views else ""
         counts.append(f"{len(found.objects) - views} {kind}{shown}")
-    return "including from the cluster, as the daemon does: " + ", ".join(counts)
+    return "including from the cluster, as the daemon does: " + ", ".join(counts) if adds else None
 
 
 def ensure_local_namespaces(file: str, ref: engine.StackRef) -> None:

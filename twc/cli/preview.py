@@ -13,7 +13,6 @@ from typing import Any, TextIO
 
 from twc.cli import common
 from twc.cli.stack_lease import guarded
-from twc.desired import Hold
 from twc.engine import engine
 from twc.engine.errors import engine_failure
 from twc.engine.workspace import project_name
@@ -31,7 +30,7 @@ from twc.preview import (
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("text", "markdown", "json")
+RENDERERS = {"text": render_text, "markdown": render_markdown, "json": render_json}
 
 
 def run_preview(
@@ -43,19 +42,27 @@ def run_preview(
     out: TextIO | None = None,
     err: TextIO | None = None,
     cluster_objects: bool | None = None,
+    sharded: bool = False,
+    shard: str | None = None,
 ) -> int:
-    """``twc preview``: 0, 2 for changes with ``detailed``, 1 for an error."""
+    """``twc preview``: 0, 2 for changes with ``detailed``, 1 for an error; a ``sharded``
+    stack's shards (or the one ``shard`` names) as one merged report."""
     out, err = out or sys.stdout, err or sys.stderr
     file = common.fleet_file_for(stack, fleet_file)
-    if fmt not in FORMATS:
-        print(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}", file=err)
+    if fmt not in RENDERERS:
+        print(f"unknown format {fmt!r}: use one of {', '.join(RENDERERS)}", file=err)
         return EXIT_ERROR
-    if not common.validate_or_report(file, err):
+    if sharded:
+        from twc.cli.shards import preview_shards
+
+        report = preview_shards(stack, fleet_file, shard, cluster_objects, err)
+    elif common.validate_or_report(file, err):
+        report = preview_one(common.stack_ref(stack, fleet_file), file, cluster_objects, err)
+    else:
         return EXIT_ERROR
-    report = preview_one(common.stack_ref(stack, fleet_file), file, cluster_objects, err)
     if report is None:
         return EXIT_ERROR
-    print(render(report, fmt), end="", file=out, flush=True)
+    print(RENDERERS[fmt](report), end="", file=out, flush=True)
     return exit_code(report, detailed)
 
 
@@ -73,21 +80,17 @@ def preview_one(
         # Under the engine guard with its deadline; no Lease (a preview takes no lock).
         with guarded(merged) as run:
             report = preview_report(run)
-        hold = _held(merged, file, err)
+        hold = None
+        try:
+            hold = common.deletion_verdict(merged, file).hold
+        except NoClusterError:
+            pass  # nothing running to delete
+        except Exception as exc:  # noqa: BLE001 - an up would apply nothing; say why
+            print(f"cannot tell what an up would delete: {exc}", file=err)
     if hold is None:
         return report
     held = HeldDeletions(workers=sorted(hold.workers), running=hold.total, allowed=hold.allowed)
     return report.model_copy(update={"held_deletions": held})
-
-
-def _held(ref: engine.StackRef, file: str, err: TextIO) -> Hold | None:
-    try:
-        return common.deletion_verdict(ref, file).hold
-    except NoClusterError:
-        return None  # nothing running to delete
-    except Exception as exc:  # noqa: BLE001 - an up would apply nothing; say why
-        print(f"cannot tell what an up would delete: {exc}", file=err)
-        return None
 
 
 def preview_report(ref: engine.StackRef) -> PreviewReport:
@@ -101,12 +104,4 @@ def preview_report(ref: engine.StackRef) -> PreviewReport:
     except (CommandError, RuntimeError, OSError) as exc:  # no summary event, no pulumi binary
         log.debug("preview of %s failed", ref.name, exc_info=True)
         failure = engine_failure(exc).text
-    report = build_report(events, project_name(ref.work_dir), ref.name)
-    if failure and not report.errors:  # the engine's own diagnostics say it better
-        report = build_report(events, project_name(ref.work_dir), ref.name, failure=failure)
-    return report
-
-
-def render(report: PreviewReport, fmt: str) -> str:
-    """The report in one of :data:`FORMATS`."""
-    return {"markdown": render_markdown, "json": render_json}.get(fmt, render_text)(report)
+    return build_report(events, project_name(ref.work_dir), ref.name, failure=failure)

@@ -102,27 +102,19 @@ def load_settings(options: RunOptions) -> DaemonSettings:
     return DaemonSettings.model_validate(data)
 
 
+@dataclass(kw_only=True)
 class Supervisor:
     """Runs the loop in a thread and ends the daemon when any root thread ends.
 
     ``on_fatal(reason)`` must make the loop return, within ``grace`` seconds; a root
     thread that ends while ``stopping()`` is no failure."""
 
-    def __init__(
-        self,
-        *,
-        stack: str,
-        stopping: Callable[[], bool],
-        on_fatal: Callable[[str], None],
-        grace: float,
-        poll: float = 0.5,
-    ) -> None:
-        self._stack = stack
-        self._stopping = stopping
-        self._on_fatal = on_fatal
-        self._grace = grace
-        self._poll = poll
-        self._seen: set[threading.Thread] = set()
+    stack: str
+    stopping: Callable[[], bool]
+    on_fatal: Callable[[str], None]
+    grace: float
+    poll: float = 0.5
+    _seen: set[threading.Thread] = field(default_factory=set, init=False)
 
     def run(self, loop: Callable[[], int]) -> int:
         """``loop``'s exit code (run in ``twc-loop``), or 1 if it raised or a root thread ended."""
@@ -132,19 +124,19 @@ class Supervisor:
             try:
                 result["code"] = loop()
             except BaseException:
-                logger.exception("[%s] the reconcile loop crashed", self._stack)
+                logger.exception("[%s] the reconcile loop crashed", self.stack)
 
         thread = threading.Thread(target=target, name=f"{ROOT_THREAD_PREFIX}loop", daemon=True)
         thread.start()
         while thread.is_alive():
             ended = self.ended()
-            if ended and not self._stopping():
+            if ended and not self.stopping():
                 reason = f"the daemon's thread {ended} ended"
-                logger.error("[%s] %s: exiting so that it is restarted", self._stack, reason)
-                self._on_fatal(reason)
-                thread.join(self._grace)
+                logger.error("[%s] %s: exiting so that it is restarted", self.stack, reason)
+                self.on_fatal(reason)
+                thread.join(self.grace)
                 return 1
-            thread.join(self._poll)
+            thread.join(self.poll)
         return result.get("code", 1)
 
     def _ours(self, name: str) -> bool:
@@ -152,7 +144,7 @@ class Supervisor:
         their stack's name, so another stack's (a daemon run before in this process) is not."""
         for kind in ("twc-engine-", "twc-ask-"):
             if name.startswith(kind):
-                return name[len(kind) :].startswith(self._stack)
+                return name[len(kind) :].startswith(self.stack)
         return name.startswith(ROOT_THREAD_PREFIX)
 
     def ended(self) -> str | None:

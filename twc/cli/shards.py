@@ -12,10 +12,9 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
-from pulumi.automation import CommandError
 
 from twc.cli import common
 from twc.cli.stack_lease import DEFAULT_WAIT, daemon_holder
@@ -24,7 +23,6 @@ from twc.cli.up import iterate
 from twc.connections import default_registry
 from twc.desired import QUEUE_KIND_KEY, WORKER_KIND_KEY, DesiredInputs, ObjectList
 from twc.engine import engine
-from twc.engine.errors import engine_failure
 from twc.engine.shards import shard_ref
 from twc.engine.workspace import DEFAULT_KEEP_BACKUPS, backend_url, prune_backups
 from twc.errors import SpecError, SpecIssue
@@ -32,6 +30,9 @@ from twc.kube.observe import observe_inputs
 from twc.rollout import RolloutSettings
 from twc.shards import ShardMap, assign, namespace_load, shard_stack
 from twc.spec import Fleet, load_fleet_file
+
+if TYPE_CHECKING:
+    from twc.preview import PreviewReport
 
 
 def is_sharded(stack: str, fleet_file: str | None) -> bool:
@@ -108,8 +109,8 @@ def sharded_stack(
             current, _ = store.read()
             shard_map = assign(current or ShardMap(), load, max_workers_per_shard=limit)
             recorded = current is not None and shard_map == current
-    if include and common.cluster_adds_a_source(inputs):
-        print(common.summary(inputs), file=err or sys.stderr)
+    if include and (line := common.summary(inputs)):
+        print(line, file=err or sys.stderr)
     return ShardedStack(base, file, fleet, shard_map, recorded, include)
 
 
@@ -182,28 +183,17 @@ def run_up_sharded(
     return 1 if failed else 0
 
 
-def run_preview_sharded(
-    stack: str,
-    *,
-    fmt: str = "text",
-    detailed: bool = False,
-    fleet_file: str | None = None,
-    shard: str | None = None,
-    out: TextIO | None = None,
-    err: TextIO | None = None,
-    cluster_objects: bool | None = None,
-) -> int:
-    """``twc preview``: one merged report of the shards (new namespaces where they would go)."""
-    from twc.cli.preview import FORMATS, preview_one, render
-    from twc.preview import EXIT_ERROR, exit_code, merge_reports
+def preview_shards(
+    stack: str, fleet_file: str | None, shard: str | None, cluster_objects: bool | None, err: TextIO
+) -> PreviewReport | None:
+    """The shards' previews as one merged report (new namespaces where they would go);
+    ``None`` after saying why not."""
+    from twc.cli.preview import preview_one
+    from twc.preview import merge_reports
 
-    out, err = out or sys.stdout, err or sys.stderr
-    if fmt not in FORMATS:
-        print(f"unknown format {fmt!r}: use one of {', '.join(FORMATS)}", file=err)
-        return EXIT_ERROR
     opened = _open(stack, fleet_file, shard, record=False, cluster_objects=cluster_objects, err=err)
     if opened is None:
-        return EXIT_ERROR
+        return None
     sharded, indexes = opened
     if not sharded.recorded:
         assigned = json.dumps(sharded.shard_map.to_json()["namespaces"])
@@ -213,40 +203,17 @@ def run_preview_sharded(
         namespaces = sharded.shard_map.namespaces_of(i)
         one = preview_one(sharded.ref(i), sharded.file, sharded.cluster_objects, err, namespaces)
         if one is None:
-            return EXIT_ERROR
+            return None
         reports.append(one)
-    report = merge_reports(stack, reports)
-    print(render(report, fmt), end="", file=out, flush=True)
-    return exit_code(report, detailed)
+    return merge_reports(stack, reports)
 
 
-def run_status_sharded(
-    stack: str,
-    output: str = "table",
-    out: TextIO = sys.stdout,
-    *,
-    fleet_file: str | None = None,
-    shard: str | None = None,
-) -> int:
-    """``twc status`` on a sharded stack: every shard's workers in one table."""
-    from twc.cli.status import live_status, print_status
-
+def shard_refs(
+    stack: str, fleet_file: str | None, shard: str | None
+) -> list[engine.StackRef] | None:
+    """The shard stacks ``shard`` names (all by default); ``None`` after saying why not."""
     opened = _open(stack, fleet_file, shard, record=False, cluster_objects=False, err=sys.stderr)
-    if opened is None:
-        return 1
-    sharded, indexes = opened
-    workers: dict[str, dict[str, Any]] = {}
-    shards: dict[str, list[str]] = {}
-    for index in indexes:
-        ref = sharded.ref(index)
-        try:
-            found = live_status(ref)
-        except CommandError as exc:
-            print(engine_failure(exc).text, file=sys.stderr)
-            return 1
-        workers.update(found)
-        shards[ref.name] = sorted(found)
-    return print_status({"stack": stack, "shards": shards, "workers": workers}, output, out)
+    return [opened[0].ref(index) for index in opened[1]] if opened is not None else None
 
 
 def run_show(stack: str, fleet_file: str | None = None, out: TextIO = sys.stdout) -> int:

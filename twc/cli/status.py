@@ -160,24 +160,38 @@ def _with_rollouts(
             worker["phase"] = "Ready"
 
 
-def run_status(stack: str, output: str = "table", out: TextIO = sys.stdout) -> int:
-    """``twc status``."""
+def run_status(
+    stack: str,
+    output: str = "table",
+    out: TextIO = sys.stdout,
+    *,
+    sharded: bool = False,
+    fleet_file: str | None = None,
+    shard: str | None = None,
+) -> int:
+    """``twc status``: JSON or the table; a ``sharded`` stack's shards (or the one ``shard``
+    names) in one, with each shard's workers."""
     from pulumi.automation import CommandError
 
     from twc.cli.common import stack_ref
+    from twc.cli.shards import shard_refs
 
-    try:
-        workers = live_status(stack_ref(stack))
-    except CommandError as exc:
-        print(engine_failure(exc).text, file=sys.stderr)
+    refs = shard_refs(stack, fleet_file, shard) if sharded else [stack_ref(stack)]
+    if refs is None:
         return 1
-    return print_status({"stack": stack, "workers": workers}, output, out)
-
-
-def print_status(body: dict[str, Any], output: str, out: TextIO) -> int:
-    """Print ``body`` as JSON, or its workers as the status table; 0."""
+    workers: dict[str, dict[str, Any]] = {}
+    shards: dict[str, list[str]] = {}
+    for ref in refs:
+        try:
+            found = live_status(ref)
+        except CommandError as exc:
+            print(engine_failure(exc).text, file=sys.stderr)
+            return 1
+        workers.update(found)
+        shards[ref.name] = sorted(found)
+    body = {"stack": stack, **({"shards": shards} if sharded else {}), "workers": workers}
     if output == "json":
         print(json.dumps(body, indent=2, sort_keys=True), file=out)
     else:
-        print(format_status_table(body["workers"], with_age=True), file=out)
+        print(format_status_table(workers, with_age=True), file=out)
     return 0

@@ -99,9 +99,10 @@ _ENV_REFS = {
 def build_report(
     events: Iterable[EngineEvent], project: str, stack: str, *, failure: str | None = None
 ) -> PreviewReport:
-    """The report of one preview's events (``failure``: what ``stack.preview`` raised)."""
+    """The report of one preview's events; ``failure`` (what ``stack.preview`` raised) is
+    an error only when the engine's own diagnostics, which say it better, name none."""
     resources, errors, warnings = _ingest(events)
-    if failure:
+    if failure and not errors:
         errors.append(Diagnostic(severity="error", message=_clean(failure)))
     groups = _build_groups(resources)
     counted = [r for r in resources.values() if not _skipped(r)]

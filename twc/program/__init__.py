@@ -9,7 +9,6 @@ itself. Config: ``twc:fleetFile``, ``twc:temporalAddress``, ``twc:waitForPollers
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+from pydantic import TypeAdapter, ValidationError
 
 from providers.ownership import ObjectOwnership
 from twc import builders
@@ -75,12 +75,9 @@ def shard_namespaces(config: Mapping[str, str] | None) -> tuple[str, ...] | None
     if raw is None:
         return None
     try:
-        value = json.loads(raw)
-    except ValueError:
-        value = None
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"twc:shardNamespaces must be a JSON list of names, got {raw!r}")
-    return tuple(sorted(value))
+        return tuple(sorted(TypeAdapter(list[str]).validate_json(raw, strict=True)))
+    except ValidationError:
+        raise ValueError(f"twc:shardNamespaces must be a JSON list of names, got {raw!r}") from None
 
 
 def observe(

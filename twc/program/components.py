@@ -84,33 +84,28 @@ class ConnectionComponent(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         spec = resolved.spec_document()
         self._by_namespace: dict[str, WorkerConnection] = {}
-        if secret is None or source:
-            # One fingerprint: no secret, or one secret copied from ``source``.
-            data = self._read(read_secret, source, secret) if secret and source else None
-            digest = resolved.secret_digest(data) if data is not None else None
-            fp = ConnectionFingerprint(
-                f"{name}-fingerprint", spec=spec, secret_digest=digest, opts=child
-            )
-            keys = frozenset(data) if data is not None else None
-            for ns in args.namespaces:
-                deps: tuple[pulumi.Resource, ...] = (fp,)
-                if data is not None and ns != source:
-                    deps = (fp, self._copy(name, ns, data))
-                where = ns if data is not None else None
-                self._by_namespace[ns] = WorkerConnection(
-                    resolved, resolved.fingerprint(digest), keys, where, deps
-                )
-        else:
-            # Each namespace holds its own copy of the secret: one fingerprint each.
-            many = len(args.namespaces) > 1
-            for ns in args.namespaces:
-                data = self._read(read_secret, ns, secret)
-                digest = resolved.secret_digest(data)
-                fp_name = f"{name}-fingerprint" + (f"-{ns}" if many else "")
+        # The secret is read where it lives: in ``source`` (copied from there into every
+        # other namespace), else in each namespace; one fingerprint per place it is read.
+        read: dict[
+            str | None, tuple[Mapping[str, bytes] | None, str | None, ConnectionFingerprint]
+        ] = {}
+        for ns in args.namespaces:
+            at = (source or ns) if secret else None
+            if at not in read:
+                data = self._read(read_secret, at, secret) if at and secret else None
+                digest = resolved.secret_digest(data) if data is not None else None
+                own = at is not None and not source and len(args.namespaces) > 1
+                fp_name = f"{name}-fingerprint" + (f"-{ns}" if own else "")
                 fp = ConnectionFingerprint(fp_name, spec=spec, secret_digest=digest, opts=child)
-                self._by_namespace[ns] = WorkerConnection(
-                    resolved, resolved.fingerprint(digest), frozenset(data), ns, (fp,)
-                )
+                read[at] = data, digest, fp
+            data, digest, fp = read[at]
+            deps: tuple[pulumi.Resource, ...] = (fp,)
+            if data is not None and source and ns != source:
+                deps = (fp, self._copy(name, ns, data))
+            keys = frozenset(data) if data is not None else None
+            self._by_namespace[ns] = WorkerConnection(
+                resolved, resolved.fingerprint(digest), keys, ns if at else None, deps
+            )
         fingerprints = {ns: wc.fingerprint for ns, wc in self._by_namespace.items()}
         self.register_outputs({"hostPort": resolved.host_port, "fingerprints": fingerprints})
 
@@ -367,7 +362,6 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
             },
             opts=pulumi.ResourceOptions(parent=self),
         )
-        spec["template"]["spec"]["serviceAccountName"] = worker.name
         k8s.apps.v1.StatefulSet(
             f"{name}-dlq",
             metadata=meta,

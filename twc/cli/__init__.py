@@ -195,7 +195,7 @@ VERBS: dict[str, tuple[Any, ...]] = {  # verb: its function, help, arguments
     "schema": (_cmd_schema, "print the fleet file's JSON Schema"),
     "crds": (
         _cmd_crds,
-        "print the TemporalWorker, Connection and ClusterConnection CRDs (YAML stream)",
+        "print the TemporalWorker, Connection, ClusterConnection and WorkerDeployment CRDs",
         ("--install", _flag("install them into KUBECONFIG's cluster; others' CRDs stay")),
     ),
     "up": (

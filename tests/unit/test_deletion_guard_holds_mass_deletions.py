@@ -251,6 +251,22 @@ def test_held_deletions_apply_the_rest_of_the_change() -> None:
     assert program.held == frozenset({f"{NS}/w1", f"{NS}/w2", f"{NS}/w3"})
 
 
+def test_a_deletion_an_earlier_up_let_go_is_not_counted_again_while_its_worker_stops() -> None:
+    h = _guarded_daemon()
+    h.fleet["workers"] = _four_workers()[1:]
+    h.step()  # 1 of 4: within the share, applied
+    assert _program_workers(h) == {f"{NS}/w{i}" for i in (1, 2, 3)}
+
+    # w0 still runs while the engine removes it; the next edit deletes one more.
+    h.live[f"{NS}/w0"] = 1
+    h.fleet["workers"] = _four_workers()[2:]
+    h.step()
+
+    assert h.daemon.status()["consecutiveFailures"] == 0
+    assert h.daemon.status()["heldDeletions"] is None
+    assert _program_workers(h) == {f"{NS}/w2", f"{NS}/w3"}
+
+
 def test_an_operators_approval_releases_the_held_deletions_at_once() -> None:
     api = FakeConfigMaps()
     record = RecordStore(api, namespace="twc", stack="unit")

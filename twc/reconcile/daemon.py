@@ -523,6 +523,8 @@ class DeletionGuard:
             existing = set(self.previous.workers) if self.previous is not None else set()
         running = set(existing)
         deleting = frozenset(running - set(desired.workers))
+        if self.previous is not None:  # the rest an earlier plan let go: still stopping
+            deleting &= set(self.previous.workers)
         settings = fleet.deletion_guard
         if not known:  # fail closed: no share of an unknown set is safe to delete
             settings = settings.model_copy(update={"max_share": 0.0, "release_after": None})

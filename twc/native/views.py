@@ -155,6 +155,10 @@ def desired_views(
     """The views by key, and why a worker's view cannot be made now (``held``)."""
     views: dict[str, View] = {}
     held: dict[str, str] = {}
+    # Forget the specs of gone workers (a shard's namespaces are whole: keep other shards').
+    namespaces = {w.namespace for w in workers.values()}
+    for gone in [k for k in _SPECS if k not in workers and k.split("/")[0] in namespaces]:
+        del _SPECS[gone]
     for key, worker in sorted(workers.items()):
         origin = origins.get(key, "file")
         owners: list[dict[str, Any]] = []

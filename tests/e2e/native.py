@@ -16,6 +16,7 @@ from tests.helpers import delete_twc_objects
 from twc.local import LocalEnvironment, find_tool
 from twc.local.podworkers import PodWorkers
 from twc.rollout import BUILD_ID_LABEL
+from twc.spec import ALLOWED_NAMESPACES_ANNOTATION, SOURCE_NAMESPACE_ANNOTATION
 
 
 class Kubectl:
@@ -49,12 +50,24 @@ class Kubectl:
         return json.loads(out) if out.strip() else None
 
 
-def cluster_connection(name: str, host_port: str, **spec: Any) -> dict[str, Any]:
-    """A ClusterConnection object."""
+def cluster_connection(
+    name: str,
+    host_port: str,
+    *,
+    secret_source: str | None = None,
+    allowed: list[str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A ClusterConnection object (twc's ``secretSource`` and ``allowedNamespaces`` as
+    its annotations)."""
+    annotations = {SOURCE_NAMESPACE_ANNOTATION: secret_source} if secret_source else {}
+    if allowed is not None:
+        annotations[ALLOWED_NAMESPACES_ANNOTATION] = ",".join(allowed)
+    metadata = {"name": name} | ({"annotations": annotations} if annotations else {})
     return {
         "apiVersion": "temporal.io/v1alpha1",
         "kind": "ClusterConnection",
-        "metadata": {"name": name},
+        "metadata": metadata,
         "spec": {"hostPort": host_port, **spec},
     }
 

@@ -71,8 +71,8 @@ def test_a_shared_cluster_connection_is_deleted_only_after_its_last_worker_moves
             shared,
             address,
             mutualTLSSecretRef={"name": "temporal-mtls"},
-            secretSource={"namespace": source},
-            allowedNamespaces=namespaces,
+            secret_source=source,
+            allowed=namespaces,
         ),
         *(temporal_worker(ns, "w", f"{task_queue}-{i}", ref) for i, ns in enumerate(namespaces)),
     )

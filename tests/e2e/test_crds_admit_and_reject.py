@@ -167,12 +167,14 @@ def test_valid_worker_and_connections_are_admitted(
             hostPort="temporal-frontend.temporal.svc.cluster.local:7233",
             tls={"serverName": "temporal.example"},
             mutualTLSSecretRef={"name": "temporal-mtls"},
+            # Not fields of the official schema (twc reads them from annotations): pruned.
             secretSource={"namespace": "temporal"},
             allowedNamespaces=["temporal"],
         ),
     )
     assert "namespace" not in cluster["metadata"]
     assert cluster["spec"]["mutualTLSSecretRef"] == {"name": "temporal-mtls"}
+    assert not {"secretSource", "allowedNamespaces"} & set(cluster["spec"])
 
     by_name = _create_worker(
         kube,

@@ -2,7 +2,8 @@
 
 On the real kube-apiserver with twc's ``workerdeployments.temporal.io`` CRD and the real
 daemon: the official migration guide's manifest (``tests/fixtures/official``, verbatim)
-gets a Deployment per build with real temporalio workers polling as the version; a new
+gets a Deployment per build with real temporalio workers polling as the version (and
+through a ClusterConnection of the official shape, named by ``connectionRef.kind``); a new
 image ramps by the manifest's own Progressive steps (durations scaled down by the daemon's
 ``time_scale``) until it is Current; a workflow pinned to the first version finishes
 there; and ``kubectl get workerdeployment -o yaml`` shows the official status fields.
@@ -25,7 +26,7 @@ from temporalio.client import Client
 
 from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import FAST, Daemons, eventually
-from tests.e2e.native import Kubectl, Kubelet, connection
+from tests.e2e.native import Kubectl, Kubelet, cluster_connection, connection
 from twc.local import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
@@ -76,10 +77,23 @@ def test_the_docs_worker_deployment_rolls_out_a_new_image_by_its_own_steps(
     assert made.returncode == 0 or "already" in made.stderr.lower(), made.stderr
     kubectl = Kubectl(local_env)
     manifest = MANIFEST.read_text()
+    # The same worker as `billing`, through a ClusterConnection of the official shape.
+    shared = f"cc-{namespace}"
+    billing = yaml.safe_load(manifest)
+    billing["metadata"]["name"] = "billing"
+    billing["spec"]["workerOptions"]["connectionRef"] = {
+        "name": shared,
+        "kind": "ClusterConnection",
+    }
+    billing["spec"]["rollout"] = {"strategy": "AllAtOnce"}
     fs = daemons.stack(fleet_doc(namespace, host_port=address))
-    with Kubelet(kube, namespace, NAME) as kubelet:
+    with Kubelet(kube, namespace, NAME) as kubelet, Kubelet(kube, namespace, "billing"):
         daemon = daemons.start(fs, settings=SETTINGS)
-        kubectl.apply(connection(namespace, "production-temporal", address))
+        kubectl.apply(
+            connection(namespace, "production-temporal", address),
+            cluster_connection(shared, address),
+            {**billing, "metadata": {**billing["metadata"], "namespace": namespace}},
+        )
         kubectl("apply", "-n", namespace, "-f", "-", stdin=manifest)
 
         def status() -> dict[str, Any]:
@@ -166,12 +180,15 @@ def test_the_docs_worker_deployment_rolls_out_a_new_image_by_its_own_steps(
             message=f"never Ready: {conditions}",
         )
         assert "phase" not in official
+        billed = kubectl.get_json("workerdeployment", "billing", "-n", namespace) or {}
+        assert (billed["status"]["currentVersion"] or {})["buildID"].startswith("v1.5.2-")
         table = kubectl("get", "workerdeployments", "-n", namespace)
         assert table.split("\n")[0].split() == ["NAME", "CURRENT", "TARGET", "RAMP", "%", "AGE"]
-        kubectl("delete", "workerdeployment", NAME, "-n", namespace)
+        kubectl("delete", "workerdeployment", NAME, "billing", "-n", namespace)
         eventually(
             lambda: not kubelet.deployments(),
             timeout=ONE_UP,
             message="deleting the WorkerDeployment left its Deployments",
         )
+        kubectl("delete", "clusterconnection", shared, "--timeout=60s")
         assert daemon.alive()

@@ -11,10 +11,10 @@ import pulumi
 import pytest
 
 from tests.unit._daemon_fakes import queue_object
-from tests.unit._native_objects import cluster_ref, worker_obj
+from tests.unit._native_objects import cluster_conn_obj, cluster_ref, worker_obj
 from tests.unit.pulumi_mocks import RecordingMocks
 from tests.unit.test_program_builds_resource_graph import CA, KEY
-from twc.connections import Registry, default_registry
+from twc.connections import Registry
 from twc.desired import (
     QUEUE_KIND_KEY,
     WORKER_KIND_KEY,
@@ -25,7 +25,12 @@ from twc.desired import (
     kind_key,
 )
 from twc.errors import SpecError
-from twc.spec import load_fleet
+from twc.spec import (
+    ALLOWED_NAMESPACES_ANNOTATION,
+    SOURCE_NAMESPACE_ANNOTATION,
+    load_cluster_connection_object,
+    load_fleet,
+)
 from twc.spec.crds import cluster_connection_crd
 
 REGISTRY = Registry.with_builtins()
@@ -134,9 +139,29 @@ def test_no_credential_copy_is_made_for_a_refused_namespace() -> Any:
     return pulumi.Output.all(*statuses.values()).apply(check)
 
 
-def test_the_crd_carries_allowed_namespaces() -> None:
+def test_an_objects_allowed_namespaces_and_secret_source_are_its_annotations() -> None:
+    obj = cluster_conn_obj("prod", mutualTLSSecretRef={"name": "mtls"})
+    obj["metadata"]["annotations"] = {
+        ALLOWED_NAMESPACES_ANNOTATION: "payments, billing",
+        SOURCE_NAMESPACE_ANNOTATION: "temporal",
+    }
+
+    conn = load_cluster_connection_object(obj)
+
+    assert conn.allowed_namespaces == ("payments", "billing")
+    assert conn.secret_source is not None
+    assert conn.secret_source.namespace == "temporal"
+    # The CRD is the official schema: neither is a field of it.
     spec = cluster_connection_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    allowed = spec["properties"]["spec"]["properties"]["allowedNamespaces"]
-    assert allowed["type"] == "array"
-    assert allowed["items"]["type"] == "string"
-    assert default_registry() is not None
+    assert not {"allowedNamespaces", "secretSource"} & set(spec["properties"]["spec"]["properties"])
+
+
+def test_a_secret_source_without_allowed_namespaces_names_the_annotation() -> None:
+    obj = cluster_conn_obj("prod", mutualTLSSecretRef={"name": "mtls"})
+    obj["metadata"]["annotations"] = {SOURCE_NAMESPACE_ANNOTATION: "temporal"}
+
+    with pytest.raises(SpecError, match="secretSource needs allowedNamespaces"):
+        load_cluster_connection_object(obj)
+    obj["metadata"]["annotations"][ALLOWED_NAMESPACES_ANNOTATION] = "Not_A_Label"
+    with pytest.raises(SpecError, match=r'annotations\["twc.temporal.io/allowed-namespaces"\]'):
+        load_cluster_connection_object(obj)

@@ -18,7 +18,7 @@ import yaml
 from twc.connections import Registry
 from twc.spec import CONNECTION_VERSION, load_connection_object
 from twc.spec.convert import as_temporal_worker
-from twc.spec.crds import connection_crd
+from twc.spec.crds import cluster_connection_crd, connection_crd
 
 OFFICIAL = Path(__file__).parent.parent / "fixtures" / "official"
 
@@ -55,6 +55,25 @@ def test_twc_and_the_official_connection_crd_have_the_same_fields() -> None:
     assert [c["name"] for c in _served(ours)["additionalPrinterColumns"]] == [
         c["name"] for c in _served(official)["additionalPrinterColumns"]
     ]
+
+
+def test_twcs_cluster_connection_has_the_official_connection_fields_only() -> None:
+    (official,) = _docs("crd-connections.yaml")
+    ours = cluster_connection_crd()
+    assert ours["spec"]["scope"] == "Cluster"
+    ours_spec = _served(ours)["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    official_spec = _served(official)["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert sorted(_paths(ours_spec)) == sorted(_paths(official_spec))
+
+
+def test_a_worker_deployment_may_name_a_cluster_connection() -> None:
+    ref = {"name": "shared", "kind": "ClusterConnection"}
+    doc = {"kind": "WorkerDeployment", "spec": {"workerOptions": {"connectionRef": ref}}}
+
+    spec = as_temporal_worker(doc)["spec"]
+
+    cluster = {"apiGroup": "temporal.io", "kind": "ClusterConnection", "name": "shared"}
+    assert spec["connectionRef"] == {"objectRef": cluster}
 
 
 def test_the_official_crd_is_not_labelled_as_twcs() -> None:

@@ -49,7 +49,9 @@ def _labels_and_spec(obj: Mapping[str, Any]) -> object:
 
 def _connection_content(obj: Mapping[str, Any]) -> object:
     meta = _meta(obj)
-    return (obj.get("spec"), meta.get("deletionTimestamp"), meta.get("finalizers"))
+    # Annotations: a ClusterConnection's secretSource and allowedNamespaces are twc's there.
+    fields = ("annotations", "deletionTimestamp", "finalizers")
+    return (obj.get("spec"), *(meta.get(f) for f in fields))
 
 
 def _worker_content(obj: Mapping[str, Any]) -> object:

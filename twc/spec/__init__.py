@@ -4,8 +4,10 @@ Pure: imports neither pulumi nor temporalio, so every rule is unit-testable.
 """
 
 from twc.spec._load import (
+    ALLOWED_NAMESPACES_ANNOTATION,
     QUEUE_API_VERSION,
     QUEUE_KIND,
+    SOURCE_NAMESPACE_ANNOTATION,
     WORKER_API_VERSION,
     WORKER_ENABLED_LABEL,
     fleet_json_schema,
@@ -43,6 +45,7 @@ from twc.spec._resolve import Fleet, ResolvedWorker
 from twc.spec._template import pod_security_problems, worker_container_index
 
 __all__ = [
+    "ALLOWED_NAMESPACES_ANNOTATION",
     "API_GROUP",
     "CLUSTER_CONNECTION_KIND",
     "CONNECTION_KIND",
@@ -50,6 +53,7 @@ __all__ = [
     "QUEUE_API_VERSION",
     "QUEUE_KIND",
     "RESERVED_ENV_NAMES",
+    "SOURCE_NAMESPACE_ANNOTATION",
     "WORKER_API_VERSION",
     "WORKER_ENABLED_LABEL",
     "AuthMode",

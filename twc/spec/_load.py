@@ -101,7 +101,10 @@ def _reason(error: ErrorDetails, root: type[BaseModel]) -> str:
 
 
 def _validate(
-    model: type[_M], data: dict[str, Any], file: str, rename: Mapping[str, str] = {}
+    model: type[_M],
+    data: dict[str, Any],
+    file: str,
+    rename: Mapping[str, str | tuple[str, ...]] = {},
 ) -> _M:
     """``data`` as a ``model``, or a SpecError naming ``file`` and each field's path."""
     try:
@@ -111,7 +114,8 @@ def _validate(
         for error in err.errors(include_url=False):
             loc = list(error["loc"])
             if loc and isinstance(loc[0], str) and loc[0] in rename:
-                loc[:1] = rename[loc[0]].split(".")
+                found = rename[loc[0]]
+                loc[:1] = found.split(".") if isinstance(found, str) else found
             issues.append(SpecIssue(file, format_path(loc), _reason(error, model)))
         raise SpecError(issues) from None
 
@@ -171,13 +175,23 @@ def _envelope(obj: object, api_version: str, kind: str, describe: str) -> None:
 
 
 def _load(
-    model: type[_M], obj: object, api_version: str, kind: str, namespaced: bool, /, **plugin: str
+    model: type[_M],
+    obj: object,
+    api_version: str,
+    kind: str,
+    namespaced: bool,
+    /,
+    *,
+    where: Mapping[str, tuple[str, ...]] | None = None,
+    plugin: Mapping[str, str] | None = None,
 ) -> _M:
-    """``obj`` as ``model``: its spec's fields, or (a ``plugin`` kind's) its whole ``spec``."""
+    """``obj`` as ``model``: its spec's fields, or (a ``plugin`` kind's) its whole ``spec``
+    (``where``: the field a model key is read from, when not ``spec.<key>``)."""
     describe = object_description(api_version, kind, obj)
     _envelope(obj, api_version, kind, describe)
     meta, spec = _part(obj, "metadata"), _part(obj, "spec")
-    rename = {} if plugin else {key: f"spec.{key}" for key in spec}
+    rename: dict[str, str | tuple[str, ...]] = {} if plugin else {k: f"spec.{k}" for k in spec}
+    rename |= where or {}
     rename |= {"name": "metadata.name", "namespace": "metadata.namespace"}
     # The object's own metadata wins: a spec cannot rename or move the object.
     data: dict[str, Any] = {**plugin, "spec": dict(spec)} if plugin else dict(spec)
@@ -198,9 +212,30 @@ def load_connection_object(obj: object) -> Connection:
     return _load(Connection, obj, CONNECTION_API_VERSION, CONNECTION_KIND, True)
 
 
+SOURCE_NAMESPACE_ANNOTATION = "twc.temporal.io/secret-source"
+"""On a ClusterConnection object: the namespace its credential is copied from (``secretSource``)."""
+ALLOWED_NAMESPACES_ANNOTATION = "twc.temporal.io/allowed-namespaces"
+"""On a ClusterConnection object: ``allowedNamespaces``, comma-separated."""
+
+
 def load_cluster_connection_object(obj: object) -> ClusterConnection:
-    """A cluster-scoped ``ClusterConnection`` object as its fleet-file model."""
-    return _load(ClusterConnection, obj, CONNECTION_API_VERSION, CLUSTER_CONNECTION_KIND, False)
+    """A cluster-scoped ``ClusterConnection`` object as its fleet-file model; twc's own
+    ``secretSource`` and ``allowedNamespaces`` come from its annotations (the official
+    schema, which the CRD is, has no field for them)."""
+    annotations = _part(_part(obj, "metadata"), "annotations")
+    spec = dict(_part(obj, "spec"))
+    if SOURCE_NAMESPACE_ANNOTATION in annotations:
+        spec["secretSource"] = {"namespace": annotations[SOURCE_NAMESPACE_ANNOTATION]}
+    if ALLOWED_NAMESPACES_ANNOTATION in annotations:
+        names = str(annotations[ALLOWED_NAMESPACES_ANNOTATION]).split(",")
+        spec["allowedNamespaces"] = [n.strip() for n in names if n.strip()]
+    found = {**obj, "spec": spec} if isinstance(obj, Mapping) else obj
+    where = {
+        "secretSource": ("metadata", "annotations", SOURCE_NAMESPACE_ANNOTATION),
+        "allowedNamespaces": ("metadata", "annotations", ALLOWED_NAMESPACES_ANNOTATION),
+    }
+    kind = CLUSTER_CONNECTION_KIND
+    return _load(ClusterConnection, found, CONNECTION_API_VERSION, kind, False, where=where)
 
 
 def load_custom_connection_object(
@@ -208,7 +243,8 @@ def load_custom_connection_object(
 ) -> CustomConnection:
     """An object of a plugin's connection kind as a ``customConnections`` entry."""
     plugin = {"apiGroup": api_group, "kind": kind}
-    return _load(CustomConnection, obj, f"{api_group}/{version}", kind, namespaced, **plugin)
+    api_version = f"{api_group}/{version}"
+    return _load(CustomConnection, obj, api_version, kind, namespaced, plugin=plugin)
 
 
 def load_queue_object(obj: Mapping[str, Any]) -> Queue:

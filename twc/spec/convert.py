@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from twc.spec._load import WORKER_API_VERSION
-from twc.spec._models import RESERVED_ENV_NAMES
+from twc.spec._models import API_GROUP, CLUSTER_CONNECTION_KIND, RESERVED_ENV_NAMES
 from twc.spec._template import RESERVED_POD_LABELS, RESERVED_POD_SPEC_FIELDS, worker_container_index
 from twc.spec.crds import OFFICIAL_WORKER_KIND, WORKER_KIND
 
@@ -28,8 +28,12 @@ def as_temporal_worker(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     spec = _part(obj, "spec")
     options = _part(spec, "workerOptions")
     worker: dict[str, Any] = {"taskQueueName": str(_part(obj, "metadata").get("name", ""))}
-    if _part(options, "connectionRef").get("name"):
-        worker["connectionRef"] = {"name": str(options["connectionRef"]["name"])}
+    ref = _part(options, "connectionRef")
+    if ref.get("kind") == CLUSTER_CONNECTION_KIND:
+        cluster = {"apiGroup": API_GROUP, "kind": CLUSTER_CONNECTION_KIND}
+        worker["connectionRef"] = {"objectRef": {**cluster, "name": str(ref.get("name", ""))}}
+    elif ref.get("name"):
+        worker["connectionRef"] = {"name": str(ref["name"])}
     if options.get("temporalNamespace"):
         worker["temporalNamespace"] = str(options["temporalNamespace"])
     if spec.get("replicas") is not None:

@@ -13,6 +13,7 @@ from pydantic.config import JsonDict
 from twc.spec._models import (
     API_GROUP,
     CLUSTER_CONNECTION_KIND,
+    CONNECTION_KIND,
     ClusterConnection,
     Connection,
     TemporalWorker,
@@ -200,12 +201,20 @@ def openapi_schema(model: type[BaseModel], *, drop: frozenset[str] = frozenset()
     schema = copy.deepcopy(model.model_json_schema(by_alias=True, mode="validation"))
     for key in drop:
         schema.get("properties", {}).pop(key, None)
+    if rules := schema.get("x-kubernetes-validations"):  # none about a dropped field
+        schema["x-kubernetes-validations"] = [
+            r for r in rules if not any(f"self.{key}" in r["rule"] for key in drop)
+        ]
     required = [key for key in schema.pop("required", []) if key not in drop]
     return structural(schema | ({"required": required} if required else {}))
 
 
 def _crd(
-    spec_model: type[BaseModel], short_name: str, status: JsonDict, columns: list[JsonDict]
+    spec_model: type[BaseModel],
+    short_name: str,
+    status: JsonDict,
+    columns: list[JsonDict],
+    drop: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     kind = spec_model.__name__
     worker, plural = kind == WORKER_KIND, f"{kind.lower()}s"
@@ -214,7 +223,10 @@ def _crd(
     root: dict[str, Any] = {
         "type": "object",
         "description": (spec_model.__doc__ or "").strip(),
-        "properties": {"spec": openapi_schema(spec_model, drop=_METADATA_FIELDS), "status": status},
+        "properties": {
+            "spec": openapi_schema(spec_model, drop=_METADATA_FIELDS | drop),
+            "status": status,
+        },
         "required": ["spec"],
     }
     if worker:
@@ -284,8 +296,10 @@ def connection_crd() -> dict[str, Any]:
 
 
 def cluster_connection_crd() -> dict[str, Any]:
-    """The cluster-scoped ``ClusterConnection`` CRD (``temporal.io/v1alpha1``, twc's own)."""
-    return _crd(ClusterConnection, "tcc", {"type": "object"}, [_HOST])
+    """The cluster-scoped ``ClusterConnection`` CRD (``temporal.io/v1alpha1``): the official
+    fields, twc's ``secretSource`` and ``allowedNamespaces`` being annotations."""
+    extras = frozenset({"secretSource", "allowedNamespaces"})
+    return _crd(ClusterConnection, "tcc", {"type": "object"}, [_HOST], extras)
 
 
 def worker_deployment_crd() -> dict[str, Any]:
@@ -298,7 +312,9 @@ def worker_deployment_crd() -> dict[str, Any]:
     ours = root["properties"]["spec"]["properties"]
     rollout = copy.deepcopy(ours["rollout"])
     build_id = rollout["properties"].pop("buildID")
-    ref = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    kinds = {"type": "string", "enum": [CONNECTION_KIND, CLUSTER_CONNECTION_KIND]}
+    ref = {"type": "object", "properties": {"name": {"type": "string"}, "kind": kinds}}
+    ref["required"] = ["name"]
     options = {
         "type": "object",
         "properties": {

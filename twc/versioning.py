@@ -271,6 +271,7 @@ def routing_from_describe(response: Any) -> Routing:
             status=status,
             drained_since=drained,
             activated_at=activated,
+            deactivated_at=_time(summary, "last_deactivation_time"),
             created_at=_time(summary, "create_time"),
         )
     return Routing(

@@ -44,9 +44,10 @@ def routing(
     ramping: str | None = None,
     pct: float = 0.0,
     changed: float | None = None,
-    **versions: tuple[VersionStatus, float | None, float | None],
+    **versions: tuple[VersionStatus, float | None, float | None]
+    | tuple[VersionStatus, float | None, float | None, float],
 ) -> Routing:
-    """``versions``: build → (status, drained since, activated at)."""
+    """``versions``: build → (status, drained since, activated at[, deactivated at])."""
     return Routing(
         conflict_token=TOKEN,
         current=current,
@@ -54,8 +55,9 @@ def routing(
         ramp_percentage=pct,
         ramp_changed_at=changed,
         versions={
-            b: TemporalVersion(b, st, drained_since=d, activated_at=a)
-            for b, (st, d, a) in versions.items()
+            b: TemporalVersion(b, v[0], drained_since=v[1], activated_at=v[2], deactivated_at=off)
+            for b, v in versions.items()
+            for off in [v[3] if len(v) > 3 else None]
         },
     )
 
@@ -327,16 +329,42 @@ CASES = [
         runs=gate_runs(("v2", 0, GateStatus.COMPLETED), ("v2", 1, GateStatus.FAILED)),
     ),
     Case(
-        "rollback to a version that still runs: Current at once, no steps or gates",
+        "rollback to a version Current within the hour: Current at once, no steps or gates",
         GATED,
         routing(
             current="v2",
-            v1=(S.DRAINED, NOW - 50, ACTIVE),
+            v1=(S.DRAINED, NOW - 50, ACTIVE, NOW - 3600),
             v2=(S.CURRENT, None, NOW - 100),
         ),
         deps("v1", "v2"),
         "RollingBack",
         change=(RoutingKind.SET_CURRENT, "v1", 0),
+        target="v1",
+    ),
+    Case(
+        "a version Current more than an hour ago rolls out again by the strategy",
+        ALL,
+        routing(
+            current="v2",
+            v1=(S.DRAINED, NOW - 50, ACTIVE, NOW - 3601),
+            v2=(S.CURRENT, None, NOW - 100),
+        ),
+        deps("v1", "v2"),
+        "Promoting",
+        change=(RoutingKind.SET_CURRENT, "v1", 0),
+        target="v1",
+    ),
+    Case(
+        "... and with a gate, it runs on it first",
+        GATED,
+        routing(
+            current="v2",
+            v1=(S.DRAINED, NOW - 50, ACTIVE, NOW - 3601),
+            v2=(S.CURRENT, None, NOW - 100),
+        ),
+        deps("v1", "v2"),
+        "WaitingForGate",
+        gates=(("v1", 0),),
         target="v1",
     ),
     Case(

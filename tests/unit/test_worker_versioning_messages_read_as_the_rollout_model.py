@@ -60,6 +60,7 @@ def test_a_ramp_in_progress_with_a_drained_and_a_draining_version() -> None:
                     "v1",
                     5,
                     first_activation_time=_ts(500),
+                    last_deactivation_time=_ts(1_000),
                     drainage_info=VersionDrainageInfo(status=2, last_changed_time=_ts(1_200)),  # type: ignore[arg-type]
                 ),
                 _summary(
@@ -89,6 +90,8 @@ def test_a_ramp_in_progress_with_a_drained_and_a_draining_version() -> None:
     assert routing.versions["v0"].drained_since is None
     assert routing.versions["v2"].activated_at == 1_000
     assert routing.versions["v9"].activated_at is None
+    assert routing.versions["v1"].deactivated_at == 1_000
+    assert routing.versions["v2"].deactivated_at is None
     assert routing.status("v7") is VersionStatus.NOT_REGISTERED
 
 

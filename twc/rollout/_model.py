@@ -167,6 +167,8 @@ class TemporalVersion:
     """When it became Drained (Temporal's drainage ``lastChangedTime``)."""
     activated_at: float | None = None
     """When it first became Current or Ramping; ``None``: it never had traffic."""
+    deactivated_at: float | None = None
+    """When it last stopped being Current or Ramping."""
     created_at: float | None = None
 
 

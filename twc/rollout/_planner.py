@@ -27,6 +27,8 @@ from twc.rollout._spec import gate_workflow_id
 from twc.timestamps import rfc3339
 
 MAX_STAGES = 20
+ROLLBACK_WINDOW = 3600.0
+"""A version Current or Ramping this recently (seconds) is rolled back to at once."""
 """Gate stages beyond the first: one per step, and the spec allows at most 20 steps."""
 
 
@@ -255,15 +257,13 @@ def _route(
     if failed is not None:
         # A failed gate at any stage stops this build for good.
         return runs.blocked(failed, routing)
-    if (
-        version.activated_at is not None
-        and routing.ramping != target
-        and routing.current is not None
-    ):
-        # It had traffic before and still runs: a rollback goes back at once.
+    since = version.deactivated_at
+    recent = since is not None and now - since <= ROLLBACK_WINDOW
+    if recent and routing.ramping != target and routing.current is not None:
+        # It was Current or Ramping within the hour and runs: a rollback goes back at once.
         return _routed(
             "RollingBack",
-            f"rolling back to version {target} (it had traffic before and still runs): "
+            f"rolling back to version {target} (it had traffic within the hour and runs): "
             "Current at once",
             RoutingChange(
                 RoutingKind.SET_CURRENT,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from twc.native.status import (
-    DeploymentFacts,
     PollerFacts,
     accepted_status,
     merge_conditions,
@@ -21,7 +20,7 @@ def _status(previous: dict[str, object], **kw: object) -> dict[str, object]:
         "generation": 2,
         "applied": True,
         "desired_replicas": 2,
-        "deployment": DeploymentFacts(2, 2),
+        "deployment": (2, 2),
         "pollers": PollerFacts(3),
         "connection_ref": REF,
         "now": T0,
@@ -37,7 +36,7 @@ def _conds(status: dict[str, object]) -> dict[str, dict[str, str]]:
 def test_ready_needs_the_replicas_ready_and_a_poller() -> None:
     ready = _status({})
     waiting = _status({}, pollers=PollerFacts(0))
-    rolling = _status({}, deployment=DeploymentFacts(2, 1))
+    rolling = _status({}, deployment=(2, 1))
 
     assert ready["phase"] == "Ready"
     assert {c["status"] for c in _conds(ready).values()} == {"True"}
@@ -96,7 +95,7 @@ def test_no_patch_when_nothing_changed_and_only_changed_fields_otherwise() -> No
     later = _status(current, now=T1)  # same facts, a later clock
 
     assert status_patch(current, later) is None
-    scaled = _status(current, now=T1, deployment=DeploymentFacts(3, 2), desired_replicas=3)
+    scaled = _status(current, now=T1, deployment=(3, 2), desired_replicas=3)
     patch = status_patch(current, scaled)
     assert patch is not None
     assert set(patch["status"]) == {"phase", "replicas", "conditions"}

@@ -22,14 +22,6 @@ _REJECTED_FAILED = FAILED_REASONS | {
 
 
 @dataclass(frozen=True, slots=True)
-class DeploymentFacts:
-    """A worker Deployment's ``spec.replicas`` and ``status.readyReplicas``."""
-
-    replicas: int
-    ready_replicas: int
-
-
-@dataclass(frozen=True, slots=True)
 class PollerFacts:
     """The pollers DescribeTaskQueue saw, or ``None`` with the failure's reason and message."""
 
@@ -62,20 +54,21 @@ def accepted_status(
     generation: int | None,
     applied: bool,
     desired_replicas: int,
-    deployment: DeploymentFacts | None,
+    deployment: tuple[int, int] | None,
     pollers: PollerFacts | None,
     connection_ref: Mapping[str, Any] | None,
     now: str,
     task_queue: str | None = None,
     kept: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A desired worker's status; ``kept``: ``(reason, message)`` of an invalid newer spec."""
+    """A desired worker's status; ``deployment``: its Deployment's ``(replicas,
+    readyReplicas)``, ``kept``: ``(reason, message)`` of an invalid newer spec."""
     if deployment is None:
         message = "the worker Deployment does not exist yet"
         dep = _condition(DEPLOYMENT_READY, False, "DeploymentNotFound", message)
         replicas, ready = desired_replicas, 0
     else:
-        replicas, ready = deployment.replicas, deployment.ready_replicas
+        replicas, ready = deployment
         reason = "ReplicasReady" if ready >= replicas else "ReplicasNotReady"
         message = f"{ready}/{replicas} replicas ready"
         dep = _condition(DEPLOYMENT_READY, ready >= replicas, reason, message)

@@ -17,7 +17,6 @@ from twc.kube.record import HeldRecord
 from twc.kube.writer import ObjectWriter
 from twc.native.objects import FINALIZER, IdentityKey, NativeObject, finalizer_updates
 from twc.native.status import (
-    DeploymentFacts,
     accepted_status,
     official_status,
     rejected_status,
@@ -380,7 +379,7 @@ class Reporter:
         now = rfc3339(self._wall())
         accepted = {} if only_rejected else {**native.workers.accepted, **_views_shown(native)}
         rejected = {r.obj.key: r for r in native.workers.rejected}
-        deployments = self._observer.deployments() if accepted else {}
+        deployments = (self._observer.deployments() if accepted else None) or {}
         pollers = self._observer.pollers(plan.desired, sorted(accepted)) if plan else {}
         seen: set[str] = set()
         for obj in native.worker_objects:
@@ -406,13 +405,12 @@ class Reporter:
             elif plan is not None and key in accepted:
                 kept, hashes = rejection, plan.hashes.workers
                 in_stack = applied is not None and applied.workers.get(key) == hashes.get(key)
-                dep = target_deployment(plan.versions, key) or (deployments or {}).get(key)
                 desired = accepted_status(
                     previous,
                     generation=obj.generation if kept is None else kept.kept_generation,
                     applied=in_stack,
                     desired_replicas=plan.replicas.get(key, 0),
-                    deployment=DeploymentFacts(*dep) if dep is not None else None,
+                    deployment=target_deployment(plan.versions, key) or deployments.get(key),
                     pollers=pollers.get(key),
                     connection_ref=_ref_dict(native.references.get(key)),
                     now=now,

@@ -82,11 +82,7 @@ class RolloutSource:
 
 
 def observe_facts(
-    source: RolloutSource | None,
-    desired: DesiredFleet,
-    loop: asyncio.AbstractEventLoop,
-    *,
-    concurrency: int = 8,
+    source: RolloutSource | None, desired: DesiredFleet, loop: asyncio.AbstractEventLoop
 ) -> RolloutFacts | None:
     """The versioned workers as seen now; ``None`` without a source (the plan refuses)."""
     versioned = [w for w in desired.workers.values() if w.rollout is not None]
@@ -98,22 +94,15 @@ def observe_facts(
         found = source.versions()
     except Exception as exc:  # noqa: BLE001 - unknown versions stop the plan, never delete them
         return RolloutFacts(error=f"{type(exc).__name__}: {exc}")
-    deployments = {
-        w.stack_key: {b: v.deployment for b, v in found.get(w.stack_key, {}).items()}
-        for w in versioned
-    }
+    mine = {w.stack_key: found.get(w.stack_key, {}) for w in versioned}
+    deployments = {k: {b: v.deployment for b, v in vs.items()} for k, vs in mine.items()}
     observed = loop.run_until_complete(
         observe_rollouts(
-            versioned, desired.fleet, deployments, source.clients, concurrency=concurrency
+            versioned, desired.fleet, deployments, source.clients, concurrency=SAMPLE_CONCURRENCY
         )
     )
-    return RolloutFacts(
-        observed=observed,
-        specs={
-            w.stack_key: {b: v.spec for b, v in found.get(w.stack_key, {}).items()}
-            for w in versioned
-        },
-    )
+    specs = {k: {b: v.spec for b, v in vs.items()} for k, vs in mine.items()}
+    return RolloutFacts(observed=observed, specs=specs)
 
 
 POLLERS_INTERVAL = 30.0
@@ -350,9 +339,7 @@ class Observer:
             backlogs=self._sample(desired.fleet, autoscaled),
             credentials=self._credential_digests(resolved),
             placement={name: sorted(ns) for name, ns in sorted(placement.items())},
-            rollouts=observe_facts(
-                self.sources.rollouts, desired, self.event_loop(), concurrency=SAMPLE_CONCURRENCY
-            ),
+            rollouts=observe_facts(self.sources.rollouts, desired, self.event_loop()),
         )
 
     def _credential_digests(

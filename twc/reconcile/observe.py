@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -197,33 +197,24 @@ class WorkerFacts:
     rollouts: RolloutFacts | None = field(default_factory=RolloutFacts)
 
 
+@dataclass(eq=False)
 class Observer:
     """The iteration's reads; questions to Temporal go to the askers' thread, never waited for."""
 
-    def __init__(
-        self,
-        sources: Sources,
-        *,
-        settings: DaemonSettings,
-        faults: FaultSink,
-        metrics: DaemonMetrics,
-        clock: Callable[[], float],
-        budgets: Budget,
-        asker: Asker,
-        sampler: Asker,
-    ) -> None:
-        self.sources = sources
-        self._settings = settings
-        self._faults = faults
-        self._budget = budgets
-        self._metrics = metrics
-        self._stack = metrics.stack
-        self._clock = clock
-        self.asker = asker
-        self.sampler = sampler
-        self._digests: dict[str, str] = {}
-        self._verdicts: dict[str, tuple[ResolvedWorker, str | None]] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
+    sources: Sources
+    _: KW_ONLY
+    settings: DaemonSettings
+    faults: FaultSink
+    metrics: DaemonMetrics
+    clock: Callable[[], float]
+    budgets: Budget
+    asker: Asker
+    sampler: Asker
+    _digests: dict[str, str] = field(default_factory=dict, init=False)
+    _verdicts: dict[str, tuple[ResolvedWorker, str | None]] = field(
+        default_factory=dict, init=False
+    )
+    _loop: asyncio.AbstractEventLoop | None = field(default=None, init=False)
 
     @property
     def registry(self) -> Registry:
@@ -253,7 +244,7 @@ class Observer:
             # The watches retry in their own threads; the loop reports what they last saw.
             failure = getattr(watch, "failure", None)
             error = failure() if callable(failure) else None
-            self._faults.fault(Fault.KUBERNETES_UNAVAILABLE, name, str(error) if error else None)
+            self.faults.fault(Fault.KUBERNETES_UNAVAILABLE, name, str(error) if error else None)
         cluster: dict[str, ObjectList] | None = None
         if fleet.cluster_objects:
             cluster = self._cluster()
@@ -266,15 +257,15 @@ class Observer:
                 live = self.sources.replicas()
             except Exception as exc:  # noqa: BLE001 - held and reported as a fault while it lasts
                 known = False
-                self._faults.fault(Fault.KUBERNETES_UNAVAILABLE, "replicas", str(exc))
+                self.faults.fault(Fault.KUBERNETES_UNAVAILABLE, "replicas", str(exc))
             else:
-                self._faults.fault(Fault.KUBERNETES_UNAVAILABLE, "replicas", None)
+                self.faults.fault(Fault.KUBERNETES_UNAVAILABLE, "replicas", None)
         scaled: frozenset[str] | None = None
         if known and self.sources.scaled is not None:
             try:
                 scaled = frozenset(self.sources.scaled())
             except Exception as exc:  # noqa: BLE001 - unknown ownership is only not re-claimed
-                logger.debug("[%s] could not read replica ownership: %s", self._stack, exc)
+                logger.debug("[%s] could not read replica ownership: %s", self.metrics.stack, exc)
         return Observation(fleet=fleet, cluster=cluster, live=live, live_known=known, scaled=scaled)
 
     def _cluster(self) -> dict[str, ObjectList]:
@@ -288,7 +279,7 @@ class Observer:
             out.update(native.observed())
         for key, found in sorted(out.items()):
             failure = None if found.is_known else (found.failure or "unknown")
-            self._faults.fault(Fault.OBJECTS_UNKNOWN, key, failure)
+            self.faults.fault(Fault.OBJECTS_UNKNOWN, key, failure)
         return out
 
     def _selections(self, select: Mapping[str, Any]) -> ObjectList:
@@ -310,10 +301,12 @@ class Observer:
         except Exception as exc:
             raise TemporaryError(f"cannot read the stack's record {record}: {exc}") from exc
         if found is None:
-            logger.info("[%s] no record in %s yet: nothing accepted before", self._stack, record)
+            logger.info(
+                "[%s] no record in %s yet: nothing accepted before", self.metrics.stack, record
+            )
             return StackRecord()
         count = sum(len(v) for v in found.accepted.values())
-        logger.info("[%s] accepted specs from %s: %d objects", self._stack, record, count)
+        logger.info("[%s] accepted specs from %s: %d objects", self.metrics.stack, record, count)
         return found
 
     def watched_kinds(self) -> dict[str, WatchedKind]:
@@ -362,7 +355,7 @@ class Observer:
             except LookupError:
                 digests[key] = "missing"
             except Exception as exc:  # noqa: BLE001 - unreadable for now: the last digest stays
-                logger.warning("[%s] could not read secret %s: %s", self._stack, key, exc)
+                logger.warning("[%s] could not read secret %s: %s", self.metrics.stack, key, exc)
                 digests[key] = self._digests.get(key, "unknown")
         self._digests = digests
         return digests
@@ -375,9 +368,9 @@ class Observer:
             answers = self.sampler.poll(
                 refs.values(),
                 source.describe,
-                now=self._clock(),
-                reuse=lambda a: self._settings.sampling.interval if a.ok else 0.0,
-                limiter=self._budget,
+                now=self.clock(),
+                reuse=lambda a: self.settings.sampling.interval if a.ok else 0.0,
+                limiter=self.budgets,
             )
         out: dict[str, int | None] = {}
         published: dict[tuple[str, str, int, float], None] = {}
@@ -392,23 +385,26 @@ class Observer:
                 published[(ref.namespace, ref.name, count, answer.wall)] = None
                 continue
             errors[key] = answer.error
-            self._metrics.backlog_errors.labels(self._stack).inc()
+            self.metrics.backlog_errors.labels(self.metrics.stack).inc()
             logger.warning(
-                "[%s/%s] backlog unknown, holding replicas: %s", self._stack, key, answer.error
+                "[%s/%s] backlog unknown, holding replicas: %s",
+                self.metrics.stack,
+                key,
+                answer.error,
             )
-        self._metrics.set_backlogs(published)
+        self.metrics.set_backlogs(published)
         found: dict[Fault, list[str]] = {}
         for key, err in sorted(errors.items()):
             found.setdefault(sample_fault(err), []).append(f"{key}: {err}")
         for fault in (Fault.TEMPORAL_UNAVAILABLE, Fault.BACKLOG_SAMPLING_FAILED):
             lines = found.get(fault)
             text = f"{len(lines)} worker(s), replicas held; {'; '.join(lines)}" if lines else None
-            self._faults.fault(fault, "backlog", text)
+            self.faults.fault(fault, "backlog", text)
         return out
 
     def next_sample_in(self, now: float) -> float | None:
         """Seconds until an autoscaled queue's sample is due; ``None`` without any."""
-        return self.sampler.next_due(now, self._settings.sampling.interval)
+        return self.sampler.next_due(now, self.settings.sampling.interval)
 
     def conflicts(
         self, desired: DesiredFleet, existing: Collection[str] | None, known: Collection[str]
@@ -428,9 +424,9 @@ class Observer:
                 try:
                     obj = read(ObjectRef(kind, namespace, name))
                 except Exception as exc:  # noqa: BLE001 - unreadable: the engine's check decides
-                    logger.debug("[%s] could not read %s: %s", self._stack, entry, exc)
+                    logger.debug("[%s] could not read %s: %s", self.metrics.stack, entry, exc)
                     continue
-                why = foreign_owner(obj, self._stack) if obj is not None else None
+                why = foreign_owner(obj, self.metrics.stack) if obj is not None else None
                 if why is not None:
                     taken.append(f"{entry} exists and was {why}")
             if taken:
@@ -463,7 +459,7 @@ class Observer:
                 failure = str(exc)
             else:
                 self._verdicts |= {k: (desired.workers[k], said.get(k)) for k in ask}
-        self._faults.fault(Fault.KUBERNETES_UNAVAILABLE, "dry-run", failure)
+        self.faults.fault(Fault.KUBERNETES_UNAVAILABLE, "dry-run", failure)
         return {k: why for k, (_, why) in self._verdicts.items() if why is not None}
 
     def deployments(self) -> Mapping[str, tuple[int, int]] | None:
@@ -474,7 +470,7 @@ class Observer:
         try:
             return read()
         except Exception as exc:  # noqa: BLE001 - unknown: the status says so
-            logger.warning("[%s] could not read worker Deployments: %s", self._stack, exc)
+            logger.warning("[%s] could not read worker Deployments: %s", self.metrics.stack, exc)
             return None
 
     def pollers(self, desired: DesiredFleet, keys: Sequence[str]) -> dict[str, PollerFacts]:
@@ -487,10 +483,10 @@ class Observer:
         answers = self.asker.poll(
             refs.values(),
             source.pollers,
-            now=self._clock(),
+            now=self.clock(),
             reuse=_pollers_reuse,
             deadline=asking.POLLERS_DEADLINE,
-            take=self._budget.take,
+            take=self.budgets.take,
         )
         return {
             key: PollerFacts(a.value)

@@ -17,7 +17,6 @@ import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, Protocol
 
 from twc.builders import connection_name, foreign_owner, worker_objects
@@ -65,10 +64,8 @@ logger = logging.getLogger(__name__)
 class RolloutFacts:
     """What the observe step read about the versioned workers."""
 
-    observed: Mapping[str, RolloutObservation] = field(default_factory=lambda: MappingProxyType({}))
-    specs: Mapping[str, Mapping[str, Mapping[str, Any] | None]] = field(
-        default_factory=lambda: MappingProxyType({})
-    )
+    observed: Mapping[str, RolloutObservation] = field(default_factory=dict)
+    specs: Mapping[str, Mapping[str, Mapping[str, Any] | None]] = field(default_factory=dict)
     error: str | None = None
 
 

@@ -138,25 +138,21 @@ class ViewSync:
                 str(meta.get("resourceVersion")),
             )
         self._writes.labels(self._stack, "create" if write.create else "update").inc()
-        if write.edited_by:
-            logger.warning(
-                "[%s] TemporalWorker view %s was edited by %s: put back (%s)",
-                self._stack,
-                view.key,
-                ", ".join(write.edited_by),
-                view.source,
-            )
-            self._event(stored, write)
-        else:
+        if not write.edited_by:
             word = "created" if write.create else "updated"
             logger.info(
                 "[%s] %s TemporalWorker view %s (%s)", self._stack, word, view.key, view.source
             )
-
-    def _event(self, stored: Mapping[str, Any], write: ViewWrite) -> None:
+            return
+        logger.warning(
+            "[%s] TemporalWorker view %s was edited by %s: put back (%s)",
+            self._stack,
+            view.key,
+            ", ".join(write.edited_by),
+            view.source,
+        )
         if self._events is None:
             return
-        view = write.view
         where = (
             "the Queue object or the fleet's defaults"
             if view.body["metadata"]["labels"].get(VIEW_LABEL) == FROM_QUEUE

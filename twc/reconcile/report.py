@@ -350,10 +350,8 @@ class Reporter:
 
     def _update_finalizers(self, native: NativePlan) -> None:
         assert self._writer is not None
-        current = frozenset(native.references.values())
-        self._planned_refs = current
-        keep = current | (self._applied_refs or frozenset()) | self.also_in_use()
-        updates = finalizer_updates(native.objects, keep)
+        self._planned_refs = frozenset(native.references.values())
+        updates = finalizer_updates(native.objects, self.in_use | self.also_in_use())
         if self._applied_refs is None:
             # What the stack holds is not known yet: protect, never release.
             updates = [(obj, fins) for obj, fins in updates if FINALIZER in fins]

@@ -390,11 +390,8 @@ class Observer:
                 answer.error,
             )
         self.metrics.set_backlogs(published)
-        found: dict[Fault, list[str]] = {}
-        for key, err in sorted(errors.items()):
-            found.setdefault(sample_fault(err), []).append(f"{key}: {err}")
         for fault in (Fault.TEMPORAL_UNAVAILABLE, Fault.BACKLOG_SAMPLING_FAILED):
-            lines = found.get(fault)
+            lines = [f"{k}: {e}" for k, e in sorted(errors.items()) if sample_fault(e) is fault]
             text = f"{len(lines)} worker(s), replicas held; {'; '.join(lines)}" if lines else None
             self.faults.fault(fault, "backlog", text)
         return out

@@ -36,7 +36,7 @@ from twc.native.views import FROM_QUEUE, VIEW_LABEL, ViewPlan, ViewWrite, spec_m
 from twc.reconcile.health import DaemonMetrics, metric
 from twc.reconcile.observe import Sources
 from twc.reconcile.plan import Plan
-from twc.reconcile.state import ReconcileAction, ReconcileDecision
+from twc.reconcile.state import ReconcileAction
 from twc.spec import Fleet, ResolvedWorker
 from twc.versioning import carry_out_all
 
@@ -359,8 +359,7 @@ class Actor:
             raise TemporaryError("not leading any more; not applying")
         if not self._recovered:
             self.recover()  # a killed predecessor may have left a lock
-        targeted = decision.action is ReconcileAction.TARGETED
-        targets = self._targets(decision, plan) if targeted else None
+        targets = self._targets(plan) if decision.action is ReconcileAction.TARGETED else None
         mode = "targeted" if targets else "full"
         workers = ", ".join(sorted(decision.workers)) or "-"
         logger.info("[%s] up (%s): %s [%s]", self._stack, mode, decision.reason, workers)
@@ -381,8 +380,8 @@ class Actor:
         changes = {op: n for op, n in report.changes.items() if op != "same" and n}
         logger.info("[%s] up (%s) done: %s", self._stack, mode, changes or "no changes")
 
-    def _targets(self, decision: ReconcileDecision, plan: Plan) -> list[str] | None:
-        urns = self.engine.worker_urns()
+    def _targets(self, plan: Plan) -> list[str] | None:
+        decision, urns = plan.decision, self.engine.worker_urns()
         targets: list[str] = []
         for worker in sorted(decision.workers - decision.added):
             found = urns.get(worker)

@@ -250,13 +250,12 @@ class Observer:
         live: Mapping[str, int] | None = None
         known = True
         if self.sources.replicas is not None:
+            failure = None
             try:
                 live = self.sources.replicas()
             except Exception as exc:  # noqa: BLE001 - held and reported as a fault while it lasts
-                known = False
-                self.faults.fault(Fault.KUBERNETES_UNAVAILABLE, "replicas", str(exc))
-            else:
-                self.faults.fault(Fault.KUBERNETES_UNAVAILABLE, "replicas", None)
+                known, failure = False, str(exc)
+            self.faults.fault(Fault.KUBERNETES_UNAVAILABLE, "replicas", failure)
         scaled: frozenset[str] | None = None
         if known and self.sources.scaled is not None:
             try:

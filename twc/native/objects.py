@@ -91,13 +91,13 @@ class NativeObject:
         )
 
 
-def worker_native(obj: Mapping[str, Any], version: str = CRD_VERSION) -> NativeObject:
+def worker_native(obj: Mapping[str, Any]) -> NativeObject:
     """The bookkeeping of a TemporalWorker object, or of an official WorkerDeployment."""
     if obj.get("kind") == OFFICIAL_WORKER_KIND:
         official = {"version": CONNECTION_VERSION, "plural": OFFICIAL_WORKER_PLURAL}
         return NativeObject.of(obj, group=API_GROUP, kind=OFFICIAL_WORKER_KIND, **official)
     return NativeObject.of(
-        obj, group=WORKER_GROUP, version=version, plural=WORKER_PLURAL, kind=WORKER_KIND
+        obj, group=WORKER_GROUP, version=CRD_VERSION, plural=WORKER_PLURAL, kind=WORKER_KIND
     )
 
 

@@ -14,7 +14,6 @@ leading; an edit of a view's spec is undone with a ``ViewOverwritten`` Warning E
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -204,7 +203,7 @@ def early_objects(
     the connection does not resolve."""
     conn = default_registry().resolve_worker(worker, fleet)
     if temporal_address:
-        conn = dataclasses.replace(conn, host_port=temporal_address)
+        conn = replace(conn, host_port=temporal_address)
     keys: frozenset[str] | None = None
     digest: str | None = None
     if conn.secret_name is not None:

@@ -162,31 +162,14 @@ class ListFailed(RuntimeError):
     """A list whose answer cannot be taken as the kind's objects (the kind is unknown)."""
 
 
-def crd_lookup(custom_api: Any) -> CrdLookup:
-    """The CRD check over the same client as ``custom_api``."""
+def _crd_labels(custom_api: Any, name: str) -> Mapping[str, str] | None:
+    """The labels of the CRD ``name`` (``None``: not installed) over ``custom_api``'s client."""
+    from kubernetes import client
 
-    def exists(name: str) -> bool:
-        from kubernetes import client
-
-        api = client.ApiextensionsV1Api(custom_api.api_client)
-        read, timeout = api.read_custom_resource_definition, (_CONNECT_TIMEOUT, 10.0)
-        return unless_404(read, name, _request_timeout=timeout) is not None
-
-    return exists
-
-
-def crd_is_twcs(custom_api: Any) -> CrdLookup:
-    """Whether a CRD is installed and labelled as twc's (not the official controller's)."""
-
-    def owned(name: str) -> bool:
-        from kubernetes import client
-
-        api = client.ApiextensionsV1Api(custom_api.api_client)
-        read, timeout = api.read_custom_resource_definition, (_CONNECT_TIMEOUT, 10.0)
-        found = unless_404(read, name, _request_timeout=timeout)
-        return found is not None and is_twc_crd(found.metadata.labels)
-
-    return owned
+    api = client.ApiextensionsV1Api(custom_api.api_client)
+    read, timeout = api.read_custom_resource_definition, (_CONNECT_TIMEOUT, 10.0)
+    found = unless_404(read, name, _request_timeout=timeout)
+    return None if found is None else found.metadata.labels or {}
 
 
 def builtin_lister(list_for_all_namespaces: Callable[..., Any]) -> Lister:
@@ -240,7 +223,7 @@ class ObjectWatcher:
                 resource.group, resource.version, resource.plural, **kw
             )
         )
-        self._crd_exists = crd_exists or crd_lookup(custom_api)
+        self._crd_exists = crd_exists or (lambda crd: _crd_labels(custom_api, crd) is not None)
         self._lock = threading.Lock()
         self._objects: dict[str, Mapping[str, Any]] | None = None
         self._stop = threading.Event()
@@ -506,7 +489,8 @@ class NativeWatch:
             return ObjectWatcher(custom_api, resource, settings, crd_exists=crd_exists)
 
         self._workers = watcher(WORKER_GROUP, CRD_VERSION, WORKER_PLURAL, _worker_content)
-        owned, crd = twc_crd or crd_is_twcs(custom_api), f"{OFFICIAL_WORKER_PLURAL}.{API_GROUP}"
+        owned = twc_crd or (lambda name: is_twc_crd(_crd_labels(custom_api, name)))
+        crd = f"{OFFICIAL_WORKER_PLURAL}.{API_GROUP}"
         official = Resource(API_GROUP, CONNECTION_VERSION, OFFICIAL_WORKER_PLURAL)
         official = replace(official, content=_worker_content, served=lambda: owned(crd))
         self._official = ObjectWatcher(custom_api, official, settings, crd_exists=crd_exists)

@@ -19,6 +19,7 @@ from twc.connections import WatchedKind
 from twc.desired import QUEUE_PLURAL, WORKER_KIND_KEY, ObjectList, kind_key, object_key
 from twc.kube.client import status_of, unless_404
 from twc.kube.crds import is_twc_crd
+from twc.native.objects import metadata
 from twc.spec import API_GROUP, CONNECTION_VERSION, WORKER_ENABLED_LABEL
 from twc.spec.crds import CRD_VERSION, OFFICIAL_WORKER_KIND, OFFICIAL_WORKER_PLURAL, WORKER_GROUP
 
@@ -38,17 +39,12 @@ Lister = Callable[..., Any]
 Content = Callable[[Mapping[str, Any]], object]
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    return meta if isinstance(meta, Mapping) else {}
-
-
 def _labels_and_spec(obj: Mapping[str, Any]) -> object:
-    return (_meta(obj).get("labels"), obj.get("spec"))
+    return (metadata(obj).get("labels"), obj.get("spec"))
 
 
 def _connection_content(obj: Mapping[str, Any]) -> object:
-    meta = _meta(obj)
+    meta = metadata(obj)
     # Annotations: a ClusterConnection's secretSource and allowedNamespaces are twc's there.
     fields = ("annotations", "deletionTimestamp", "finalizers")
     return (obj.get("spec"), *(meta.get(f) for f in fields))
@@ -56,7 +52,7 @@ def _connection_content(obj: Mapping[str, Any]) -> object:
 
 def _worker_content(obj: Mapping[str, Any]) -> object:
     # The daemon's own status writes must not wake the loop: spec and generation only.
-    return (obj.get("spec"), _meta(obj).get("generation"), _meta(obj).get("uid"))
+    return (obj.get("spec"), metadata(obj).get("generation"), metadata(obj).get("uid"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,16 +181,9 @@ def builtin_lister(list_for_all_namespaces: Callable[..., Any]) -> Lister:
 
 def _selector_matches(selector: str, obj: Mapping[str, Any]) -> bool:
     # Equality selectors only (``key=value,...``).
-    labels = _meta(obj).get("labels") or {}
+    labels = metadata(obj).get("labels") or {}
     terms = (t.partition("=") for t in selector.split(",") if t.strip())
     return all(labels.get(k.strip()) == v.strip() for k, _, v in terms)
-
-
-def _watch_key(obj: Mapping[str, Any]) -> str:
-    meta = _meta(obj)
-    if not meta.get("namespace") and meta.get("name"):
-        return str(meta["name"])
-    return object_key(obj)
 
 
 class ObjectWatcher:
@@ -317,7 +306,7 @@ class ObjectWatcher:
                 **({"_continue": token} if token else {}),
             )
             for obj in result.get("items") or []:
-                items[_watch_key(obj)] = self._kept(obj)
+                items[object_key(obj)] = self._kept(obj)
             meta = result.get("metadata") or {}
             token = str(meta.get("continue") or "")
             if not token:
@@ -355,7 +344,7 @@ class ObjectWatcher:
         return items
 
     def _get(self, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        name, namespace = str(_meta(obj).get("name", "")), _meta(obj).get("namespace")
+        name, namespace = str(metadata(obj).get("name", "")), metadata(obj).get("namespace")
         where = (namespace, self.plural, name) if namespace else (self.plural, name)
         api = self._api
         get = api.get_namespaced_custom_object if namespace else api.get_cluster_custom_object
@@ -379,7 +368,7 @@ class ObjectWatcher:
         return self.resource.keep(obj) if self.resource.keep is not None else obj
 
     def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
-        key, obj = _watch_key(obj), self._kept(obj)
+        key, obj = object_key(obj), self._kept(obj)
         with self._lock:
             current = dict(self._objects or {})
             before = current.pop(key, None)
@@ -388,7 +377,7 @@ class ObjectWatcher:
             self._objects = current  # a new mapping: by_key views never change
         if kind == "DELETED" or before is None or self._content_of(before) != self._content_of(obj):
             logger.info("%s %s %s", self.crd, key, kind.lower())
-            wake(self._wakeup, str(_meta(obj).get("namespace") or "") or None)
+            wake(self._wakeup, str(metadata(obj).get("namespace") or "") or None)
 
     def _stream(self, version: str) -> str:
         # Watch from ``version``; the last version seen (empty: list again).
@@ -413,7 +402,7 @@ class ObjectWatcher:
                 if obj.get("code") == 410:
                     return ""  # expired: list again
                 raise RuntimeError(f"watch error: {obj.get('message', obj)}")
-            version = str(_meta(obj).get("resourceVersion") or version)
+            version = str(metadata(obj).get("resourceVersion") or version)
             if kind in ("ADDED", "MODIFIED", "DELETED"):
                 self._apply(kind, obj)
         return version

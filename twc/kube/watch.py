@@ -19,7 +19,7 @@ from twc.connections import WatchedKind
 from twc.desired import QUEUE_PLURAL, WORKER_KIND_KEY, ObjectList, kind_key, object_key
 from twc.kube.client import status_of, unless_404
 from twc.kube.crds import is_twc_crd
-from twc.native.objects import metadata
+from twc.native.objects import WORKER_PLURAL, metadata
 from twc.spec import API_GROUP, CONNECTION_VERSION, WORKER_ENABLED_LABEL
 from twc.spec.crds import CRD_VERSION, OFFICIAL_WORKER_KIND, OFFICIAL_WORKER_PLURAL, WORKER_GROUP
 
@@ -28,7 +28,6 @@ logger = logging.getLogger(__name__)
 QUEUE_GROUP = "kmsvc.io"
 QUEUE_VERSION = "v1"
 LABEL_SELECTOR = f"{WORKER_ENABLED_LABEL}=true"
-WORKER_PLURAL = "temporalworkers"
 LIST_PAGE_SIZE = 500  # objects per page of a list, as client-go's reflector
 _CONNECT_TIMEOUT = 5.0
 

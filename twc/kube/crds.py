@@ -14,6 +14,7 @@ from twc.kube.client import unless_404
 from twc.spec.crds import MANAGED_BY_LABEL
 
 Action = Literal["created", "updated", "recreated", "kept"]
+ESTABLISHED_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,16 +34,9 @@ def is_twc_crd(labels: Mapping[str, str] | None) -> bool:
     return (labels or {}).get(MANAGED_BY_LABEL) == "twc"
 
 
-def install_crds(
-    api_client: Any,
-    crds: Iterable[Mapping[str, Any]],
-    *,
-    timeout: float = 30.0,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> list[CrdOutcome]:
+def install_crds(api_client: Any, crds: Iterable[Mapping[str, Any]]) -> list[CrdOutcome]:
     """Create or update each of twc's CRDs, leaving others' alone, each waited up to
-    ``timeout`` seconds to be Established (TimeoutError otherwise)."""
+    :data:`ESTABLISHED_TIMEOUT` seconds to be Established (TimeoutError otherwise)."""
     from kubernetes import client
 
     ext = client.ApiextensionsV1Api(api_client)
@@ -68,7 +62,7 @@ def install_crds(
             dropped = sorted(stored - wanted)
             if dropped:
                 ext.delete_custom_resource_definition(name)
-                _wait(partial(_gone, ext, name), f"CRD {name} deleted", timeout, clock, sleep)
+                _wait(partial(_gone, ext, name), f"CRD {name} deleted")
                 ext.create_custom_resource_definition(body)
                 note = (
                     f"twc's {', '.join(dropped)} is gone: the CRD and its objects were "
@@ -80,7 +74,7 @@ def install_crds(
                 body["metadata"] = {**crd["metadata"], "resourceVersion": version}
                 ext.replace_custom_resource_definition(name, body)
                 outcome = CrdOutcome(name, "updated")
-        _wait(partial(_established, ext, name), f"CRD {name} Established", timeout, clock, sleep)
+        _wait(partial(_established, ext, name), f"CRD {name} Established")
         outcomes.append(outcome)
     return outcomes
 
@@ -95,15 +89,9 @@ def _established(ext: Any, name: str) -> bool:
     return any(c.type == "Established" and c.status == "True" for c in conditions)
 
 
-def _wait(
-    done: Callable[[], bool],
-    what: str,
-    timeout: float,
-    clock: Callable[[], float],
-    sleep: Callable[[float], None],
-) -> None:
-    deadline = clock() + timeout
+def _wait(done: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + ESTABLISHED_TIMEOUT
     while not done():
-        if clock() >= deadline:
-            raise TimeoutError(f"{what}: not after {timeout:.0f} s")
-        sleep(0.2)
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{what}: not after {ESTABLISHED_TIMEOUT:.0f} s")
+        time.sleep(0.2)

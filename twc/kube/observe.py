@@ -9,23 +9,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from twc.connections import WatchedKind
-from twc.desired import QUEUE_KIND_KEY, STACKS_KEY, DesiredInputs, ObjectList
+from twc.desired import QUEUE_KIND_KEY, STACKS_KEY, DesiredInputs
 from twc.kube.client import KubeClient
 from twc.kube.record import RecordStore
 from twc.kube.watch import NativeWatch, QueueWatcher
 from twc.kube.workloads import Workloads, versions
 from twc.rollout import VersionInput, WorkerVersions
-
-
-def observe_cluster(kube: KubeClient, kinds: Iterable[WatchedKind]) -> dict[str, ObjectList]:
-    """List the Queue, TemporalWorker and connection objects once (failed: unknown)."""
-    queues = QueueWatcher(kube.custom, resync_interval=0.1)
-    native = NativeWatch(kube.custom, kinds, resync_interval=0.1)
-    for watcher in [queues, *native.watchers().values()]:
-        # A failed list makes the kind unknown (its observed() says why), never no objects.
-        with contextlib.suppress(Exception):
-            watcher.list_now()
-    return {QUEUE_KIND_KEY: queues.observed(), **native.observed()}
 
 
 def observe_inputs(
@@ -42,7 +31,13 @@ def observe_inputs(
     if accepted is None and record is not None:
         found = record.load()
         accepted = found.accepted if found is not None else {}
-    cluster = observe_cluster(kube, kinds)
+    queues = QueueWatcher(kube.custom, resync_interval=0.1)
+    native = NativeWatch(kube.custom, kinds, resync_interval=0.1)
+    for watcher in [queues, *native.watchers().values()]:
+        # A failed list makes the kind unknown (its observed() says why), never no objects.
+        with contextlib.suppress(Exception):
+            watcher.list_now()
+    cluster = {QUEUE_KIND_KEY: queues.observed(), **native.observed()}
     select = (fleet or {}).get("select") or select
     if select and record is not None:
         cluster[STACKS_KEY] = record.selections(select, publish=False)

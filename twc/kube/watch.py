@@ -19,6 +19,7 @@ from twc.connections import WatchedKind
 from twc.desired import QUEUE_PLURAL, WORKER_KIND_KEY, ObjectList, kind_key, object_key
 from twc.kube.client import status_of, unless_404
 from twc.kube.crds import is_twc_crd
+from twc.native.objects import WORKER_PLURAL, metadata
 from twc.spec import API_GROUP, CONNECTION_VERSION, WORKER_ENABLED_LABEL
 from twc.spec.crds import CRD_VERSION, OFFICIAL_WORKER_KIND, OFFICIAL_WORKER_PLURAL, WORKER_GROUP
 
@@ -27,7 +28,6 @@ logger = logging.getLogger(__name__)
 QUEUE_GROUP = "kmsvc.io"
 QUEUE_VERSION = "v1"
 LABEL_SELECTOR = f"{WORKER_ENABLED_LABEL}=true"
-WORKER_PLURAL = "temporalworkers"
 LIST_PAGE_SIZE = 500  # objects per page of a list, as client-go's reflector
 _CONNECT_TIMEOUT = 5.0
 
@@ -38,17 +38,12 @@ Lister = Callable[..., Any]
 Content = Callable[[Mapping[str, Any]], object]
 
 
-def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    return meta if isinstance(meta, Mapping) else {}
-
-
 def _labels_and_spec(obj: Mapping[str, Any]) -> object:
-    return (_meta(obj).get("labels"), obj.get("spec"))
+    return (metadata(obj).get("labels"), obj.get("spec"))
 
 
 def _connection_content(obj: Mapping[str, Any]) -> object:
-    meta = _meta(obj)
+    meta = metadata(obj)
     # Annotations: a ClusterConnection's secretSource and allowedNamespaces are twc's there.
     fields = ("annotations", "deletionTimestamp", "finalizers")
     return (obj.get("spec"), *(meta.get(f) for f in fields))
@@ -56,7 +51,7 @@ def _connection_content(obj: Mapping[str, Any]) -> object:
 
 def _worker_content(obj: Mapping[str, Any]) -> object:
     # The daemon's own status writes must not wake the loop: spec and generation only.
-    return (obj.get("spec"), _meta(obj).get("generation"), _meta(obj).get("uid"))
+    return (obj.get("spec"), metadata(obj).get("generation"), metadata(obj).get("uid"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,31 +157,14 @@ class ListFailed(RuntimeError):
     """A list whose answer cannot be taken as the kind's objects (the kind is unknown)."""
 
 
-def crd_lookup(custom_api: Any) -> CrdLookup:
-    """The CRD check over the same client as ``custom_api``."""
+def _crd_labels(custom_api: Any, name: str) -> Mapping[str, str] | None:
+    """The labels of the CRD ``name`` (``None``: not installed) over ``custom_api``'s client."""
+    from kubernetes import client
 
-    def exists(name: str) -> bool:
-        from kubernetes import client
-
-        api = client.ApiextensionsV1Api(custom_api.api_client)
-        read, timeout = api.read_custom_resource_definition, (_CONNECT_TIMEOUT, 10.0)
-        return unless_404(read, name, _request_timeout=timeout) is not None
-
-    return exists
-
-
-def crd_is_twcs(custom_api: Any) -> CrdLookup:
-    """Whether a CRD is installed and labelled as twc's (not the official controller's)."""
-
-    def owned(name: str) -> bool:
-        from kubernetes import client
-
-        api = client.ApiextensionsV1Api(custom_api.api_client)
-        read, timeout = api.read_custom_resource_definition, (_CONNECT_TIMEOUT, 10.0)
-        found = unless_404(read, name, _request_timeout=timeout)
-        return found is not None and is_twc_crd(found.metadata.labels)
-
-    return owned
+    api = client.ApiextensionsV1Api(custom_api.api_client)
+    read, timeout = api.read_custom_resource_definition, (_CONNECT_TIMEOUT, 10.0)
+    found = unless_404(read, name, _request_timeout=timeout)
+    return None if found is None else found.metadata.labels or {}
 
 
 def builtin_lister(list_for_all_namespaces: Callable[..., Any]) -> Lister:
@@ -202,16 +180,9 @@ def builtin_lister(list_for_all_namespaces: Callable[..., Any]) -> Lister:
 
 def _selector_matches(selector: str, obj: Mapping[str, Any]) -> bool:
     # Equality selectors only (``key=value,...``).
-    labels = _meta(obj).get("labels") or {}
+    labels = metadata(obj).get("labels") or {}
     terms = (t.partition("=") for t in selector.split(",") if t.strip())
     return all(labels.get(k.strip()) == v.strip() for k, _, v in terms)
-
-
-def _watch_key(obj: Mapping[str, Any]) -> str:
-    meta = _meta(obj)
-    if not meta.get("namespace") and meta.get("name"):
-        return str(meta["name"])
-    return object_key(obj)
 
 
 class ObjectWatcher:
@@ -240,7 +211,7 @@ class ObjectWatcher:
                 resource.group, resource.version, resource.plural, **kw
             )
         )
-        self._crd_exists = crd_exists or crd_lookup(custom_api)
+        self._crd_exists = crd_exists or (lambda crd: _crd_labels(custom_api, crd) is not None)
         self._lock = threading.Lock()
         self._objects: dict[str, Mapping[str, Any]] | None = None
         self._stop = threading.Event()
@@ -334,7 +305,7 @@ class ObjectWatcher:
                 **({"_continue": token} if token else {}),
             )
             for obj in result.get("items") or []:
-                items[_watch_key(obj)] = self._kept(obj)
+                items[object_key(obj)] = self._kept(obj)
             meta = result.get("metadata") or {}
             token = str(meta.get("continue") or "")
             if not token:
@@ -372,7 +343,7 @@ class ObjectWatcher:
         return items
 
     def _get(self, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        name, namespace = str(_meta(obj).get("name", "")), _meta(obj).get("namespace")
+        name, namespace = str(metadata(obj).get("name", "")), metadata(obj).get("namespace")
         where = (namespace, self.plural, name) if namespace else (self.plural, name)
         api = self._api
         get = api.get_namespaced_custom_object if namespace else api.get_cluster_custom_object
@@ -396,7 +367,7 @@ class ObjectWatcher:
         return self.resource.keep(obj) if self.resource.keep is not None else obj
 
     def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
-        key, obj = _watch_key(obj), self._kept(obj)
+        key, obj = object_key(obj), self._kept(obj)
         with self._lock:
             current = dict(self._objects or {})
             before = current.pop(key, None)
@@ -405,7 +376,7 @@ class ObjectWatcher:
             self._objects = current  # a new mapping: by_key views never change
         if kind == "DELETED" or before is None or self._content_of(before) != self._content_of(obj):
             logger.info("%s %s %s", self.crd, key, kind.lower())
-            wake(self._wakeup, str(_meta(obj).get("namespace") or "") or None)
+            wake(self._wakeup, str(metadata(obj).get("namespace") or "") or None)
 
     def _stream(self, version: str) -> str:
         # Watch from ``version``; the last version seen (empty: list again).
@@ -430,7 +401,7 @@ class ObjectWatcher:
                 if obj.get("code") == 410:
                     return ""  # expired: list again
                 raise RuntimeError(f"watch error: {obj.get('message', obj)}")
-            version = str(_meta(obj).get("resourceVersion") or version)
+            version = str(metadata(obj).get("resourceVersion") or version)
             if kind in ("ADDED", "MODIFIED", "DELETED"):
                 self._apply(kind, obj)
         return version
@@ -506,7 +477,8 @@ class NativeWatch:
             return ObjectWatcher(custom_api, resource, settings, crd_exists=crd_exists)
 
         self._workers = watcher(WORKER_GROUP, CRD_VERSION, WORKER_PLURAL, _worker_content)
-        owned, crd = twc_crd or crd_is_twcs(custom_api), f"{OFFICIAL_WORKER_PLURAL}.{API_GROUP}"
+        owned = twc_crd or (lambda name: is_twc_crd(_crd_labels(custom_api, name)))
+        crd = f"{OFFICIAL_WORKER_PLURAL}.{API_GROUP}"
         official = Resource(API_GROUP, CONNECTION_VERSION, OFFICIAL_WORKER_PLURAL)
         official = replace(official, content=_worker_content, served=lambda: owned(crd))
         self._official = ObjectWatcher(custom_api, official, settings, crd_exists=crd_exists)

@@ -262,6 +262,8 @@ class Daemon:
         deferred = False
         try:
             state, plan = self._planned(state, now=started)
+            # Held workers come from the last plan an iteration executed (not a settle's).
+            self.guard.planned(plan.desired)
             deferred = self._execute(plan, started)
             outcome = Outcome.success()
         except Exception as exc:  # noqa: BLE001 - nothing escapes an iteration: it becomes an outcome
@@ -324,7 +326,6 @@ class Daemon:
             views_of=self.stack if self.actor.keeps_views else None,
             deletions=self.guard.verdict,
         )
-        self.guard.planned(plan.desired)
         self._desired = dict(plan.replicas)
         self._observed = dict(plan.current)
         return plan
@@ -523,8 +524,6 @@ class DeletionGuard:
             existing = set(self.previous.workers) if self.previous is not None else set()
         running = set(existing)
         deleting = frozenset(running - set(desired.workers))
-        if self.previous is not None:  # the rest an earlier plan let go: still stopping
-            deleting &= set(self.previous.workers)
         settings = fleet.deletion_guard
         if not known:  # fail closed: no share of an unknown set is safe to delete
             settings = settings.model_copy(update={"max_share": 0.0, "release_after": None})
@@ -559,7 +558,9 @@ class DeletionGuard:
             return desired
         if self.previous is None:
             raise HoldFailed(verdict.hold.workers, "no earlier desired state knows them")
-        held, missing = held_objects(self.previous, verdict.hold.workers, desired)
+        # Counted but not held: what an earlier plan let go and still stops has no inputs left.
+        holdable = verdict.hold.workers & set(self.previous.workers)
+        held, missing = held_objects(self.previous, holdable, desired)
         if missing:
             raise HoldFailed(missing, "no earlier input of theirs is known")
         inputs = desired.inputs.model_copy(update={"held": held})

@@ -509,8 +509,9 @@ class NativeWatch:
         ours, official = found[WORKER_KIND_KEY], self._official.observed()
         if ours.objects is None or official.objects is None:
             found[WORKER_KIND_KEY] = official if ours.objects is not None else ours
-        else:
-            found[WORKER_KIND_KEY] = ObjectList(objects=(*ours.objects, *official.objects))
+        elif official.objects:  # as observed, not validated again (as each watcher's own)
+            joined = (*ours.objects, *official.objects)
+            found[WORKER_KIND_KEY] = ObjectList.of_api(joined, copy=False)
         return found
 
     def snapshot(self) -> NativeSnapshot | None:

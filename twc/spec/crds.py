@@ -345,7 +345,9 @@ def worker_deployment_crd() -> dict[str, Any]:
     crd["spec"]["names"]["shortNames"] = ["wd", "wdeployment"]
     version["name"] = CONNECTION_VERSION
     columns = version["additionalPrinterColumns"][-4:]  # the official ones, shown by default
-    version["additionalPrinterColumns"] = [{**c, "priority": 0} for c in columns]
+    version["additionalPrinterColumns"] = [
+        {k: v for k, v in c.items() if k != "priority"} for c in columns
+    ]
     return crd
 
 

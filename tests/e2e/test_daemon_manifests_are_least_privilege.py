@@ -37,6 +37,8 @@ NAMESPACED = {
     ("", "persistentvolumeclaims"): READ,
     ("", "endpoints"): READ,
     ("temporal.kmsvc.io", "temporalworkers/status"): {"patch"},
+    # The status of the official WorkerDeployments twc serves (their objects are only read).
+    ("temporal.io", "workerdeployments/status"): {"patch"},
     # The generated TemporalWorker views of Queue and fleet-file workers.
     ("temporal.kmsvc.io", "temporalworkers"): {"create", "patch", "delete"},
     ("temporal.io", "connections"): {"patch"},
@@ -47,6 +49,7 @@ CLUSTER_WIDE = {
     ("apps", "deployments"): {"list", "watch"},
     ("kmsvc.io", "queues"): READ,
     ("temporal.kmsvc.io", "temporalworkers"): READ,
+    ("temporal.io", "workerdeployments"): READ,
     ("temporal.io", "connections"): READ,
     ("temporal.io", "clusterconnections"): READ | {"patch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"get"},
@@ -77,6 +80,7 @@ def test_the_cluster_role_has_no_wildcards_and_only_the_resources_twc_uses() -> 
         "connections.temporal.io",
         "queues.kmsvc.io",
         "temporalworkers.temporal.kmsvc.io",
+        "workerdeployments.temporal.io",
     ]
 
 

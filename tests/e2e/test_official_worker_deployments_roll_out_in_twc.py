@@ -87,7 +87,7 @@ def test_the_docs_worker_deployment_rolls_out_a_new_image_by_its_own_steps(
     }
     billing["spec"]["rollout"] = {"strategy": "AllAtOnce"}
     fs = daemons.stack(fleet_doc(namespace, host_port=address))
-    with Kubelet(kube, namespace, NAME) as kubelet, Kubelet(kube, namespace, "billing"):
+    with Kubelet(kube, namespace, NAME) as kubelet, Kubelet(kube, namespace, "billing") as other:
         daemon = daemons.start(fs, settings=SETTINGS)
         kubectl.apply(
             connection(namespace, "production-temporal", address),
@@ -184,11 +184,13 @@ def test_the_docs_worker_deployment_rolls_out_a_new_image_by_its_own_steps(
         assert (billed["status"]["currentVersion"] or {})["buildID"].startswith("v1.5.2-")
         table = kubectl("get", "workerdeployments", "-n", namespace)
         assert table.split("\n")[0].split() == ["NAME", "CURRENT", "TARGET", "RAMP", "%", "AGE"]
-        kubectl("delete", "workerdeployment", NAME, "billing", "-n", namespace)
-        eventually(
-            lambda: not kubelet.deployments(),
-            timeout=ONE_UP,
-            message="deleting the WorkerDeployment left its Deployments",
-        )
+        # One at a time: both at once would be more than the deletion guard's share.
+        for gone, pods in (("billing", other), (NAME, kubelet)):
+            kubectl("delete", "workerdeployment", gone, "-n", namespace)
+            eventually(
+                lambda pods=pods: not pods.deployments(),
+                timeout=ONE_UP,
+                message=f"deleting the WorkerDeployment {gone} left its Deployments",
+            )
         kubectl("delete", "clusterconnection", shared, "--timeout=60s")
         assert daemon.alive()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ import pytest
 import yaml
 from pulumi import automation as auto
 
+from twc.cli import preview
 from twc.engine import engine
 from twc.local import LocalEnvironment
 
@@ -206,3 +208,12 @@ def credentialed_fleet(namespace: str, address: str, source: str) -> dict[str, A
         }
     ]
     return fleet
+
+
+def sharded_preview(stack: str, fleet_file: str) -> tuple[int, str, str]:
+    """``twc preview`` of a sharded stack, JSON with detailed exit codes: (code, out, err)."""
+    out, err = io.StringIO(), io.StringIO()
+    code = preview.run_preview(
+        stack, sharded=True, fmt="json", detailed=True, fleet_file=fleet_file, out=out, err=err
+    )
+    return code, out.getvalue(), err.getvalue()

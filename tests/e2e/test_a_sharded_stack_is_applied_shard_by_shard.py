@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.conftest import create_tls_secret, fleet_doc
+from tests.e2e.conftest import create_tls_secret, fleet_doc, sharded_preview
 from tests.helpers import delete_twc_objects
-from twc.cli import preview, shards
+from twc.cli import shards
 from twc.cli.status import run_status
 from twc.engine import engine
 from twc.kube.shards import ASSIGNMENT_KEY, shard_map_name
@@ -112,38 +112,18 @@ def test_shards_apply_their_own_namespaces_and_a_new_namespace_moves_nothing(
         assert before is not None
 
         # Nothing changed: one merged preview, exit 0 with --detailed-exitcode.
-        report, err = io.StringIO(), io.StringIO()
-        code = preview.run_preview(
-            stack,
-            sharded=True,
-            fmt="json",
-            detailed=True,
-            fleet_file=str(file),
-            out=report,
-            err=err,
-        )
-        assert code == 0, (report.getvalue()[-3000:], err.getvalue())
-        assert json.loads(report.getvalue())["stack"] == f"{stack} (2 shards)"
+        code, report, err = sharded_preview(stack, str(file))
+        assert code == 0, (report[-3000:], err)
+        assert json.loads(report)["stack"] == f"{stack} (2 shards)"
 
         # A new namespace: assigned to the least-filled shard with room (shard 1).
         file.write_text(
             yaml.safe_dump(_fleet(address, {a: ["w1", "w2"], b: ["w3"], c: ["w4"]}, source))
         )
-        report, err = io.StringIO(), io.StringIO()
-        code = preview.run_preview(
-            stack,
-            sharded=True,
-            fmt="json",
-            detailed=True,
-            fleet_file=str(file),
-            out=report,
-            err=err,
-        )
+        code, report, err = sharded_preview(stack, str(file))
         assert code == 2
-        assert "new namespaces would be assigned" in err.getvalue()
-        created = {
-            g["name"] for g in json.loads(report.getvalue())["groups"] if g["operation"] == "create"
-        }
+        assert "new namespaces would be assigned" in err
+        created = {g["name"] for g in json.loads(report)["groups"] if g["operation"] == "create"}
         assert f"{c}/w4" in created
 
         out = io.StringIO()

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.conftest import create_tls_secret, fleet_doc
-from twc.cli import preview, shards, up
+from tests.e2e.conftest import create_tls_secret, fleet_doc, sharded_preview
+from twc.cli import shards, up
 from twc.engine import engine
 from twc.engine.shards import stack_resources
 from twc.kube.shards import shard_map_name
@@ -106,18 +106,9 @@ def test_migrating_to_shards_keeps_every_deployment_as_it_is(
         ]
         assert held == [[f"{a}/w1", f"{a}/worker-orders"], [f"{b}/w2", f"{b}/w3"]]
 
-        report, err = io.StringIO(), io.StringIO()
-        code = preview.run_preview(
-            stack,
-            sharded=True,
-            fmt="json",
-            detailed=True,
-            fleet_file=str(file),
-            out=report,
-            err=err,
-        )
-        assert code == 0, (report.getvalue()[-3000:], err.getvalue())
-        assert json.loads(report.getvalue())["summary"]["hasChanges"] is False
+        code, report, err = sharded_preview(stack, str(file))
+        assert code == 0, (report[-3000:], err)
+        assert json.loads(report)["summary"]["hasChanges"] is False
     finally:
         for ref in refs:
             try:

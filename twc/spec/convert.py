@@ -8,15 +8,10 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from twc.spec._load import WORKER_API_VERSION
+from twc.spec._load import WORKER_API_VERSION, _part
 from twc.spec._models import API_GROUP, CLUSTER_CONNECTION_KIND, RESERVED_ENV_NAMES
 from twc.spec._template import RESERVED_POD_LABELS, RESERVED_POD_SPEC_FIELDS, worker_container_index
 from twc.spec.crds import OFFICIAL_WORKER_KIND, WORKER_KIND
-
-
-def _part(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    found = obj.get(key)
-    return found if isinstance(found, Mapping) else {}
 
 
 def as_temporal_worker(obj: Mapping[str, Any]) -> Mapping[str, Any]:

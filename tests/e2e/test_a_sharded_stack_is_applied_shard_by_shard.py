@@ -121,7 +121,7 @@ def test_shards_apply_their_own_namespaces_and_a_new_namespace_moves_nothing(
             yaml.safe_dump(_fleet(address, {a: ["w1", "w2"], b: ["w3"], c: ["w4"]}, source))
         )
         code, report, err = sharded_preview(stack, str(file))
-        assert code == 2
+        assert code == 2, (report[-3000:], err)
         assert "new namespaces would be assigned" in err
         created = {g["name"] for g in json.loads(report)["groups"] if g["operation"] == "create"}
         assert f"{c}/w4" in created

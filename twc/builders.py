@@ -13,6 +13,7 @@ from twc.connections import DEFAULT_TLS_MOUNT_PATH, PodSpecOptions, ResolvedConn
 from twc.native.objects import metadata
 from twc.spec import ResolvedWorker, label_value, worker_container_index
 from twc.spec.labels import STACK_LABEL, owner_stack
+from twc.spec.resources import render_resource, resource_name, scales
 
 LABEL_NAME: Final = "app.kubernetes.io/name"
 LABEL_COMPONENT: Final = "app.kubernetes.io/component"
@@ -24,6 +25,8 @@ LABEL_STACK: Final = STACK_LABEL
 MANAGED_BY: Final = "twc"
 COMPONENT_WORKER: Final = "worker"
 COMPONENT_DLQ: Final = "dlq-processor"
+COMPONENT_RESOURCE: Final = "version-resource"
+"""A per-version object made from a worker's ``resourceTemplates``."""
 WORKER_CONTAINER: Final = "worker"
 WAIT_CONTAINER: Final = "wait-for-temporal"
 DEFAULT_WAIT_IMAGE: Final = "busybox:1.37"
@@ -285,6 +288,9 @@ def versioned_deployment(
     spec, metadata = manifest["spec"], manifest["metadata"]
     if replicas == 0:
         spec["replicas"] = 0
+    elif any(scales(t.template) for t in worker.resource_templates):
+        spec.pop("replicas", None)  # its autoscaler's (kept out of the applied config)
+        metadata["annotations"][REPLICAS_SOURCE_ANNOTATION] = "resourceTemplate"
     version_labels = {rollout.BUILD_ID_LABEL: build_id, rollout.DEPLOYMENT_NAME_LABEL: worker.name}
     metadata["name"] = rollout.version_deployment_name(worker.name, build_id)
     metadata["labels"].update(version_labels)
@@ -305,6 +311,34 @@ def versioned_deployment(
         *(e for e in container.get("env") or [] if e.get("name") not in own),
     ]
     return manifest
+
+
+def version_resources(
+    worker: ResolvedWorker, deployment: Mapping[str, Any], *, stack: str | None = None
+) -> dict[str, dict[str, Any]]:
+    """Per template name, its copy for the version whose Deployment is ``deployment``
+    (labelled like it); none of an autoscaler's while the version is scaled to 0 (sunset)."""
+    labels = deployment["metadata"]["labels"]
+    build = labels[rollout.BUILD_ID_LABEL]
+    scaled_down = deployment["spec"].get("replicas") == 0
+    out = {}
+    for entry in worker.resource_templates:
+        if scaled_down and scales(entry.template):
+            continue
+        body = render_resource(
+            entry.template,
+            deployment=deployment,
+            build_id=build,
+            temporal_namespace=worker.temporal_namespace,
+            worker_deployment=rollout.temporal_deployment_name(worker.namespace, worker.name),
+        )
+        name = resource_name(worker.name, entry.name, build)
+        meta = object_metadata(worker, name, COMPONENT_RESOURCE, stack=stack)
+        meta["labels"] |= {
+            k: labels[k] for k in (rollout.BUILD_ID_LABEL, rollout.DEPLOYMENT_NAME_LABEL)
+        }
+        out[entry.name] = {**body, "metadata": meta}
+    return out
 
 
 def dlq_statefulset_spec(

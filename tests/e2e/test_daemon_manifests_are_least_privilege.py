@@ -32,6 +32,9 @@ NAMESPACED = {
     # Copies by server-side apply (patch), never a PUT.
     ("", "secrets"): WRITE - {"update"},
     ("policy", "poddisruptionbudgets"): WRITE,
+    # Each version's copies of its resource templates.
+    ("autoscaling", "horizontalpodautoscalers"): WRITE,
+    ("keda.sh", "scaledobjects"): WRITE,
     ("apps", "replicasets"): READ,
     ("", "pods"): READ,
     ("", "persistentvolumeclaims"): READ,
@@ -50,6 +53,7 @@ CLUSTER_WIDE = {
     ("kmsvc.io", "queues"): READ,
     ("temporal.kmsvc.io", "temporalworkers"): READ,
     ("temporal.io", "workerdeployments"): READ,
+    ("temporal.io", "workerresourcetemplates"): READ,
     ("temporal.io", "connections"): READ,
     ("temporal.io", "clusterconnections"): READ | {"patch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"get"},
@@ -81,6 +85,7 @@ def test_the_cluster_role_has_no_wildcards_and_only_the_resources_twc_uses() -> 
         "queues.kmsvc.io",
         "temporalworkers.temporal.kmsvc.io",
         "workerdeployments.temporal.io",
+        "workerresourcetemplates.temporal.io",
     ]
 
 

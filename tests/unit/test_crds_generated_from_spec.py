@@ -27,6 +27,7 @@ from twc.spec.crds import (
     structural,
     temporal_worker_crd,
     worker_deployment_crd,
+    worker_resource_template_crd,
 )
 
 METADATA = {"name", "namespace"}
@@ -215,7 +216,10 @@ def test_rules_follow_the_model_wherever_it_is_used() -> None:
 
 def test_names_scopes_and_groups() -> None:
     by_kind = {c["spec"]["names"]["kind"]: c for c in all_crds()}
-    assert set(by_kind) == {"TemporalWorker", "Connection", "ClusterConnection", "WorkerDeployment"}
+    assert set(by_kind) == {
+        *("TemporalWorker", "Connection", "ClusterConnection"),
+        *("WorkerDeployment", "WorkerResourceTemplate"),
+    }
     worker, conn, cluster = (
         by_kind["TemporalWorker"],
         by_kind["Connection"],
@@ -227,11 +231,28 @@ def test_names_scopes_and_groups() -> None:
     assert (cluster["spec"]["group"], cluster["spec"]["scope"]) == ("temporal.io", "Cluster")
     # The connection kinds at the official worker controller's version, the worker at twc's.
     expected = {"TemporalWorker": "v1", "Connection": "v1alpha1", "ClusterConnection": "v1alpha1"}
-    expected["WorkerDeployment"] = "v1alpha1"
+    expected["WorkerDeployment"] = expected["WorkerResourceTemplate"] = "v1alpha1"
     for crd in all_crds():
         (version,) = crd["spec"]["versions"]
         want = expected[crd["spec"]["names"]["kind"]]
         assert (version["name"], version["served"], version["storage"]) == (want, True, True)
+
+
+def test_the_worker_resource_template_crd_has_the_official_fields() -> None:
+    crd = worker_resource_template_crd()
+    assert crd["metadata"]["name"] == "workerresourcetemplates.temporal.io"
+    assert crd["spec"]["names"]["shortNames"] == ["wrt"]
+    (version,) = crd["spec"]["versions"]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert set(spec["properties"]) == {
+        "workerDeploymentRef",
+        "temporalWorkerDeploymentRef",
+        "template",
+    }
+    # An empty `scaleTargetRef: {}` inside the template must survive pruning.
+    assert spec["properties"]["template"]["x-kubernetes-preserve-unknown-fields"] is True
+    columns = [c["name"] for c in version["additionalPrinterColumns"]]
+    assert columns == ["Worker", "Kind", "Age"]
 
 
 def test_the_official_worker_deployment_crd_has_the_official_fields_only() -> None:
@@ -374,4 +395,5 @@ def test_twc_local_up_installs_them_next_to_the_queue_crd() -> None:
         "connections.temporal.io",
         "clusterconnections.temporal.io",
         "workerdeployments.temporal.io",
+        "workerresourcetemplates.temporal.io",
     ]

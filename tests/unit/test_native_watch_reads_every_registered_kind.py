@@ -70,6 +70,7 @@ def test_every_kind_is_listed_and_cluster_scoped_objects_are_keyed_by_name() -> 
         ("temporal.io", "clusterconnections"),
         ("temporal.io", "connections"),
         ("temporal.io", "workerdeployments"),
+        ("temporal.io", "workerresourcetemplates"),
         ("temporal.kmsvc.io", "temporalworkers"),
     ]
     workers = watch.observed()["TemporalWorker.temporal.kmsvc.io"].objects or ()
@@ -94,6 +95,50 @@ def test_official_worker_deployments_of_the_official_crd_are_left_to_it(
     workers = watch.observed()["TemporalWorker.temporal.kmsvc.io"]
     names = [cast(dict[str, Any], o["metadata"])["name"] for o in workers.objects or ()]
     assert names == ["orders"]
+
+
+HPA = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "spec": {}}
+
+
+def _template(name: str, worker: str, ref: str = "workerDeploymentRef") -> dict[str, Any]:
+    return {
+        "apiVersion": "temporal.io/v1alpha1",
+        "kind": "WorkerResourceTemplate",
+        "metadata": {"name": name, "namespace": "team", "uid": f"u-{name}", "generation": 1},
+        "spec": {ref: {"name": worker}, "template": HPA},
+    }
+
+
+def test_worker_resource_templates_are_read_as_their_worker_deployments_resource_templates() -> (
+    None
+):
+    templates = [
+        _template("hpa", "payments"),
+        _template("old", "payments", "temporalWorkerDeploymentRef"),
+        _template("other", "billing"),
+    ]
+    api = Api({"workerdeployments": [OFFICIAL], "workerresourcetemplates": templates}, {})
+    watch = NativeWatch(api, KINDS, resync_interval=300, twc_crd=lambda name: True)
+
+    _list_all(watch)
+
+    (payments,) = watch.observed()["TemporalWorker.temporal.kmsvc.io"].objects or ()
+    spec = cast(dict[str, Any], payments["spec"])
+    assert spec["resourceTemplates"] == [
+        {"name": "hpa", "template": HPA},
+        {"name": "old", "template": HPA},
+    ]
+
+
+def test_an_unknown_worker_resource_template_list_makes_every_worker_unknown() -> None:
+    api = Api({"workerdeployments": [OFFICIAL]}, {"workerresourcetemplates": 500})
+    watch = NativeWatch(api, KINDS, resync_interval=300, twc_crd=lambda name: True)
+
+    _list_all(watch)
+
+    workers = watch.observed()["TemporalWorker.temporal.kmsvc.io"]
+    assert workers.objects is None
+    assert "workerresourcetemplates.temporal.io" in str(workers.failure)
 
 
 def test_an_unknown_worker_deployment_list_makes_every_worker_unknown() -> None:

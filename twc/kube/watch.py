@@ -21,7 +21,14 @@ from twc.kube.client import status_of, unless_404
 from twc.kube.crds import is_twc_crd
 from twc.native.objects import WORKER_PLURAL, metadata
 from twc.spec import API_GROUP, CONNECTION_VERSION, WORKER_ENABLED_LABEL
-from twc.spec.crds import CRD_VERSION, OFFICIAL_WORKER_KIND, OFFICIAL_WORKER_PLURAL, WORKER_GROUP
+from twc.spec.crds import (
+    CRD_VERSION,
+    OFFICIAL_WORKER_KIND,
+    OFFICIAL_WORKER_PLURAL,
+    RESOURCE_TEMPLATE_KIND,
+    RESOURCE_TEMPLATE_PLURAL,
+    WORKER_GROUP,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -456,6 +463,30 @@ class QueueWatcher(ObjectWatcher):
         super().__init__(custom_api, resource, settings, crd_exists=crd_exists)
 
 
+def _with_templates(workers: ObjectList, templates: ObjectList) -> ObjectList:
+    """WorkerDeployments each with the templates naming it (unknown if either is)."""
+    if workers.objects is None or templates.objects is None:
+        return workers if workers.objects is None else templates
+    named: dict[tuple[object, object], list[dict[str, Any]]] = {}
+    for obj in templates.objects:
+        spec: Mapping[str, Any] = _mapping(obj.get("spec"))
+        ref = _mapping(spec.get("workerDeploymentRef") or spec.get("temporalWorkerDeploymentRef"))
+        entry = {"name": metadata(obj).get("name"), "template": spec.get("template")}
+        named.setdefault((metadata(obj).get("namespace"), ref.get("name")), []).append(entry)
+    if not named:
+        return workers
+    out = []
+    for obj in workers.objects:
+        mine = named.get((metadata(obj).get("namespace"), metadata(obj).get("name")))
+        with_mine = {**_mapping(obj.get("spec")), "resourceTemplates": mine}
+        out.append({**obj, "spec": with_mine} if mine else obj)
+    return ObjectList.of_api(out, copy=False)
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
 class NativeWatch:
     """One :class:`ObjectWatcher` per kind: TemporalWorkers and every connection kind."""
 
@@ -478,10 +509,14 @@ class NativeWatch:
 
         self._workers = watcher(WORKER_GROUP, CRD_VERSION, WORKER_PLURAL, _worker_content)
         owned = twc_crd or (lambda name: is_twc_crd(_crd_labels(custom_api, name)))
-        crd = f"{OFFICIAL_WORKER_PLURAL}.{API_GROUP}"
-        official = Resource(API_GROUP, CONNECTION_VERSION, OFFICIAL_WORKER_PLURAL)
-        official = replace(official, content=_worker_content, served=lambda: owned(crd))
-        self._official = ObjectWatcher(custom_api, official, settings, crd_exists=crd_exists)
+
+        def official(plural: str) -> ObjectWatcher:
+            resource = Resource(API_GROUP, CONNECTION_VERSION, plural, content=_worker_content)
+            served = replace(resource, served=lambda: owned(f"{plural}.{API_GROUP}"))
+            return ObjectWatcher(custom_api, served, settings, crd_exists=crd_exists)
+
+        self._official = official(OFFICIAL_WORKER_PLURAL)
+        self._templates = official(RESOURCE_TEMPLATE_PLURAL)
         self._kinds = {
             k: watcher(k.api_group, k.version, k.plural, _connection_content) for k in kinds
         }
@@ -490,6 +525,7 @@ class NativeWatch:
         out = {
             WORKER_KIND_KEY: self._workers,
             kind_key(OFFICIAL_WORKER_KIND, API_GROUP): self._official,
+            kind_key(RESOURCE_TEMPLATE_KIND, API_GROUP): self._templates,
         }
         out.update({kind_key(k.kind, k.api_group): w for k, w in self._kinds.items()})
         return out
@@ -504,9 +540,11 @@ class NativeWatch:
 
     def observed(self) -> dict[str, ObjectList]:
         """Per kind key, the objects as the desired state's input (official
-        WorkerDeployments among the TemporalWorkers, as twc reconciles them alike)."""
-        found = {key: w.observed() for key, w in self.watchers().items() if w is not self._official}
-        ours, official = found[WORKER_KIND_KEY], self._official.observed()
+        WorkerDeployments among the TemporalWorkers, as twc reconciles them alike, each
+        with its WorkerResourceTemplates as ``spec.resourceTemplates``)."""
+        read = (self._official, self._templates)
+        found = {key: w.observed() for key, w in self.watchers().items() if w not in read}
+        ours, official = found[WORKER_KIND_KEY], _with_templates(*(w.observed() for w in read))
         if ours.objects is None or official.objects is None:
             found[WORKER_KIND_KEY] = official if ours.objects is not None else ours
         elif official.objects:  # as observed, not validated again (as each watcher's own)

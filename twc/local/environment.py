@@ -59,8 +59,11 @@ PORTS = (
     "kwok",
     "postgres",
 )
-CONTROLLERS = "deployment,replicaset,statefulset,garbagecollector,namespace,serviceaccount"
-"""What twc's objects need to become ready and go away, nothing the test bed lacks."""
+CONTROLLERS = (
+    "deployment,replicaset,statefulset,garbagecollector,namespace,serviceaccount,"
+    "horizontalpodautoscaling,disruption"
+)
+"""What twc's objects need to become ready, scale and go away, nothing the test bed lacks."""
 TEMPORAL_CONFIG = {
     # A version that lost its traffic is checked for open pinned workflows in seconds.
     "matching.wv.VersionDrainageStatusVisibilityGracePeriod": '"5s"',

@@ -331,10 +331,21 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on),
             )
             made[build] = (resource, manifest)
+            for entry, obj in builders.version_resources(
+                worker, manifest, stack=args.stack
+            ).items():
+                k8s.apiextensions.CustomResource(
+                    f"{name}-version-{build}-{entry}",
+                    api_version=obj["apiVersion"],
+                    kind=obj["kind"],
+                    metadata=obj["metadata"],
+                    spec=obj["spec"],
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[resource]),
+                )
         outputs: dict[str, Any] = {
             "targetBuildID": target,
             "versions": {
-                build: {"deployment": m["metadata"]["name"], "replicas": m["spec"]["replicas"]}
+                build: {"deployment": m["metadata"]["name"], "replicas": m["spec"].get("replicas")}
                 for build, (_, m) in sorted(made.items())
             },
         }

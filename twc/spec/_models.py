@@ -39,6 +39,7 @@ from twc.spec._names import (
     parse_quantity,
 )
 from twc.spec._template import check_pod_template, same_level_conflicts
+from twc.spec.resources import check_resource_template
 
 API_VERSION = "twc.temporal.io/v1"
 """The fleet file's ``apiVersion``."""
@@ -628,6 +629,24 @@ def _checked_template(template: dict[str, JsonValue]) -> dict[str, JsonValue]:
 PodTemplate = Annotated[dict[str, JsonValue], AfterValidator(_checked_template)]
 
 
+def _checked_resource(template: dict[str, JsonValue]) -> dict[str, JsonValue]:
+    problems = check_resource_template(template)
+    if problems:
+        raise ValueError("; ".join(problems))
+    return template
+
+
+class ResourceTemplate(SpecModel):
+    """An object made with each running version (the official ``WorkerResourceTemplate``)."""
+
+    name: DnsLabel
+    """Names the copies, with the worker's name and the build ID."""
+    template: Annotated[dict[str, JsonValue], AfterValidator(_checked_resource)]
+    """The object's ``apiVersion``, ``kind`` and ``spec``; twc fills ``scaleTargetRef: {}``,
+    ``spec.selector.matchLabels: {}``, External metric selectors and ``{{ .BuildID }}``-style
+    placeholders per version."""
+
+
 def _k8s(model: BaseModel | None) -> Any:
     return (model.model_dump(mode="json", exclude_none=True) or None) if model else None
 
@@ -671,6 +690,9 @@ class WorkerSettings(SpecModel):
     """Drives versioned rollouts: one Deployment per build, traffic moved by strategy."""
     sunset: Sunset | None = None
     """Drives versioned rollouts: when drained versions are scaled down and deleted."""
+    resource_templates: tuple[ResourceTemplate, ...] | None = None
+    """Versioned rollouts: objects made with each version (an autoscaler with a
+    ``scaleTargetRef`` owns its version's replicas) and deleted when it scales down."""
 
     @model_validator(mode="after")
     def _env_and_template(self) -> WorkerSettings:

@@ -25,6 +25,7 @@ from twc.spec._models import (
     PodSecurityKey,
     Queue,
     Resources,
+    ResourceTemplate,
     Rollout,
     ServiceAccount,
     Sharding,
@@ -176,6 +177,8 @@ class ResolvedWorker(BaseModel):
     rollout: Rollout | None
     sunset: Sunset | None
     """With the defaults applied; set exactly when ``rollout`` is."""
+    resource_templates: tuple[ResourceTemplate, ...] = ()
+    """Objects made with each version (versioned workers only)."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -315,11 +318,12 @@ def _resolve(
             task_queue_name=s.dlq.task_queue_name or f"{task_queue}-dlq",
             resources=s.dlq.resources or resources,
         )
-    if s.rollout is None and worker is not None and worker.sunset is not None:
-        c.add(
-            f"{path}.sunset",
-            "sunset applies only to versioned rollouts: set rollout here or in defaults",
-        )
+    for field, wire in (("sunset", "sunset"), ("resource_templates", "resourceTemplates")):
+        if s.rollout is None and worker is not None and getattr(worker, field) is not None:
+            c.add(
+                f"{path}.{wire}",
+                f"{wire} applies only to versioned rollouts: set rollout here or in defaults",
+            )
     if len(c.issues) > before or image is None or target is None or task_queue is None:
         return None
     grace = s.termination_grace_period_seconds
@@ -350,6 +354,7 @@ def _resolve(
         template_source=template_source,
         rollout=s.rollout,
         sunset=(s.sunset or Sunset()) if s.rollout is not None else None,
+        resource_templates=(s.resource_templates or ()) if s.rollout is not None else (),
     )
 
 

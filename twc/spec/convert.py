@@ -16,7 +16,8 @@ from twc.spec.crds import OFFICIAL_WORKER_KIND, WORKER_KIND
 
 def as_temporal_worker(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """A ``WorkerDeployment`` object as a TemporalWorker; any other object as it is. The
-    official kind names no task queue: the worker's is its name. Without ``replicas`` it
+    official kind names no task queue: the worker's is its name; ``spec.resourceTemplates``
+    (not in the official schema) are its WorkerResourceTemplates. Without ``replicas`` it
     runs one; ``minReadySeconds`` and ``progressDeadlineSeconds`` are twc's own (0, 600)."""
     if obj.get("kind") != OFFICIAL_WORKER_KIND:
         return obj
@@ -34,6 +35,8 @@ def as_temporal_worker(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     if spec.get("replicas") is not None:
         worker["replicas"] = spec["replicas"]
     worker |= {k: copy.deepcopy(dict(spec[k])) for k in ("rollout", "sunset") if _part(spec, k)}
+    if spec.get("resourceTemplates"):  # its WorkerResourceTemplates, as the watch reads them
+        worker["resourceTemplates"] = copy.deepcopy(list(spec["resourceTemplates"]))
     if options.get("unsafeCustomBuildID") and "rollout" in worker:
         worker["rollout"]["buildID"] = str(options["unsafeCustomBuildID"])
     if _part(spec, "template"):

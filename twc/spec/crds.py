@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
@@ -16,6 +16,8 @@ from twc.spec._models import (
     CONNECTION_KIND,
     ClusterConnection,
     Connection,
+    DnsLabel,
+    SpecModel,
     TemporalWorker,
 )
 from twc.spec._models import CONNECTION_VERSION as CONNECTION_VERSION
@@ -29,6 +31,8 @@ MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 OFFICIAL_WORKER_KIND = "WorkerDeployment"
 """The official controller's versioned worker (``temporal.io/v1alpha1``), served by twc too."""
 OFFICIAL_WORKER_PLURAL = "workerdeployments"
+RESOURCE_TEMPLATE_KIND = "WorkerResourceTemplate"
+RESOURCE_TEMPLATE_PLURAL = "workerresourcetemplates"
 VIEW_LABEL = "twc.temporal.io/derived-from"
 """Label of the TemporalWorker views twc writes of workers from a Queue or the fleet file."""
 _METADATA_FIELDS = frozenset({"name", "namespace"})
@@ -351,6 +355,32 @@ def worker_deployment_crd() -> dict[str, Any]:
     return crd
 
 
+class WorkerDeploymentRef(SpecModel):
+    name: DnsLabel
+    """A WorkerDeployment of the same namespace."""
+
+
+class WorkerResourceTemplate(SpecModel):
+    """An object made with each running version of a WorkerDeployment (the official kind):
+    read as that worker's ``resourceTemplates`` entry named like it."""
+
+    worker_deployment_ref: WorkerDeploymentRef | None = None
+    temporal_worker_deployment_ref: WorkerDeploymentRef | None = None
+    """The older name of ``workerDeploymentRef``."""
+    template: dict[str, JsonValue]
+    """The object's ``apiVersion``, ``kind`` and ``spec``."""
+
+
+def worker_resource_template_crd() -> dict[str, Any]:
+    """The official ``WorkerResourceTemplate`` CRD (``temporal.io/v1alpha1``)."""
+    columns = [
+        _column("Worker", ".spec.workerDeploymentRef.name"),
+        _column("Kind", ".spec.template.kind"),
+    ]
+    status: JsonDict = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    return _crd(WorkerResourceTemplate, "wrt", status, columns)
+
+
 def all_crds() -> list[dict[str, Any]]:
     """Every CRD generated from the spec models, in install order."""
     return [
@@ -358,4 +388,5 @@ def all_crds() -> list[dict[str, Any]]:
         connection_crd(),
         cluster_connection_crd(),
         worker_deployment_crd(),
+        worker_resource_template_crd(),
     ]

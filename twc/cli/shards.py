@@ -24,7 +24,6 @@ from twc.connections import default_registry
 from twc.desired import QUEUE_KIND_KEY, WORKER_KIND_KEY, DesiredInputs, ObjectList
 from twc.engine import engine
 from twc.engine.shards import shard_ref
-from twc.engine.workspace import DEFAULT_KEEP_BACKUPS, backend_url, prune_backups
 from twc.errors import SpecError, SpecIssue
 from twc.kube.observe import observe_inputs
 from twc.rollout import RolloutSettings
@@ -175,8 +174,6 @@ def run_up_sharded(
             failed.append(ref.name)
             continue
         workers.update(done[0])
-        url = backend_url(ref.env)
-        prune_backups(url, project="twc", stack=ref.name, keep=DEFAULT_KEEP_BACKUPS)
     print(format_status_table(workers), file=out)
     if failed:
         print(f"failed: {', '.join(failed)} ({len(failed)} of {len(indexes)} shards)", file=err)

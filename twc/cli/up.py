@@ -54,7 +54,6 @@ def run_up(
         return 1
     workers, desired = done
     _drive(ref, desired, settings, rollout_wait, out)
-    prune_backups(backend_url(ref.env), project="twc", stack=stack, keep=DEFAULT_KEEP_BACKUPS)
     print(format_status_table(workers), file=out)
     return 0
 
@@ -114,6 +113,7 @@ def apply(
     result = engine.up(run, on_output=lambda line: print(line, file=out, flush=True))
     if verdict.released or hold is not None:
         _publish(run, None)  # the approval is spent: the same set is held again next time
+    prune_backups(backend_url(run.env), project="twc", stack=run.name, keep=DEFAULT_KEEP_BACKUPS)
     return dict(result.outputs["workers"].value or {}) if "workers" in result.outputs else {}
 
 

@@ -11,7 +11,6 @@ import json
 import logging
 import re
 import socket
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
@@ -184,7 +183,7 @@ class AutomationEngine:
         self,
         ref: engine.StackRef,
         *,
-        state_dir: Path | None = None,
+        state_dir: Path,
         alive: Callable[[int], bool] = engine_alive,
         previous_engines: Callable[[], Sequence[EngineRecord]] = tuple,
         hold: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
@@ -193,7 +192,6 @@ class AutomationEngine:
         namespaces: Callable[[], Sequence[str]] | None = None,
     ) -> None:
         self.ref = ref
-        state_dir = state_dir or Path(tempfile.mkdtemp(prefix="twc-daemon-"))
         state_dir.mkdir(parents=True, exist_ok=True)
         self.inputs_file = state_dir / f"{INPUTS_PREFIX}{ref.name}.json"
         self.channel = channel or GuardChannel(state_dir / "guard")

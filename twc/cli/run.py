@@ -54,6 +54,8 @@ logger = logging.getLogger(__name__)
 PROJECT = "twc"
 REFRESH_SHARE = 0.25  # the most of a sharded daemon's time its shards' refreshes take
 ROOT_THREAD_PREFIX = "twc-"  # every long-lived thread of the daemon: its roots
+# The Deployments' reads of a stack's loop (keys of the "scaled" read: the Deployments).
+_DEPLOYMENT_READS = ("replicas", "scaled", "deployments")
 
 
 @dataclass(frozen=True)
@@ -231,7 +233,7 @@ class _Cluster:
     """What every loop of the process reads through the cluster."""
 
     kube: KubeClient
-    workloads: Workloads  # reads Secrets and objects by name (any stack's)
+    workloads: Workloads  # reads Secrets by name (any stack's)
     deployments: DeploymentCache
     secrets: SecretCache | None  # None under namespaced RBAC: each Secret read by name
     queues: QueueWatcher
@@ -253,9 +255,7 @@ class _Cluster:
         wiring.run_with(start, lambda: [cache.stop() for cache in caches])
 
 
-def _cluster(
-    kube: KubeClient, options: RunOptions, settings: DaemonSettings, stack: str | None
-) -> _Cluster:
+def _cluster(kube: KubeClient, options: RunOptions, settings: DaemonSettings) -> _Cluster:
     resync = settings.resync_interval
     secrets = None
     if options.rbac_scope == "namespaced":
@@ -265,7 +265,7 @@ def _cluster(
     deployments = DeploymentCache(kube, resync_interval=resync, stack=options.stack)
     queues = QueueWatcher(kube.custom, resync_interval=resync)
     native = NativeWatch(kube.custom, default_registry().watched_kinds(), resync_interval=resync)
-    return _Cluster(kube, Workloads(kube, stack=stack), deployments, secrets, queues, native)
+    return _Cluster(kube, Workloads(kube), deployments, secrets, queues, native)
 
 
 def _identity() -> str:
@@ -308,23 +308,26 @@ def _daemon(
     settings: DaemonSettings,
     file: str,
     cluster: _Cluster | None,
-    own: Workloads | None,
+    namespaces: shards.ShardNamespaces | None,
     reads: dict[str, Any],
     effects: dict[str, Any],
     **loop: Any,
 ) -> Daemon:
-    """A stack's loop over ``reads``, writing ``own`` objects, with ``effects``' engine."""
+    """A stack's loop over ``reads``, writing its own objects (of ``namespaces``, or all),
+    with ``effects``' engine."""
     config = {k: v for k, v in (ref.config or {}).items() if k != SHARD_CONFIG}
     address = config.get("temporalAddress")
     sources: dict[str, Any] = {"registry": default_registry(), "program": {"config": config}}
     effect: dict[str, Any] = {"temporal_address": address}
     read_secret = None
-    if cluster is not None and own is not None:
+    if cluster is not None:
         from twc.kube.dryrun import dry_run_fleet
         from twc.kube.workloads import read_gate_input, versions
         from twc.versioning import WorkerClients
 
         kube, read_secret, secrets = cluster.kube, cluster.workloads.read_secret, cluster.secrets
+        # The stack's own objects (a shard is a stack of its own) and its own record.
+        own = Workloads(kube, stack=ref.name, namespaces=namespaces)
         sources |= {
             "secrets": secrets.reader(read_secret) if secrets else digests_by_name(read_secret),
             "secret_data": read_secret,
@@ -424,16 +427,12 @@ def _wire_one(
     cluster = None
     reads: dict[str, Any] = {"fleet": CachedFleetFile(path), "queues": StaticQueues(())}
     if kube is not None:
-        cluster = _cluster(kube, options, settings, options.stack)
+        cluster = _cluster(kube, options, settings)
         reads |= {"queues": cluster.queues, "native": cluster.native}
-        reads |= {
-            r: partial(cluster.deployments.read, r) for r in ("replicas", "scaled", "deployments")
-        }
+        reads |= {r: partial(cluster.deployments.read, r) for r in _DEPLOYMENT_READS}
     automation = _automation(ref, settings, state_dir, channel, elector)
-    own = cluster.workloads if cluster is not None else None
-    daemon = _daemon(
-        ref, settings, file, cluster, own, reads, {"engine": automation}, leader=elector
-    )
+    effects = {"engine": automation}
+    daemon = _daemon(ref, settings, file, cluster, None, reads, effects, leader=elector)
     wiring = Wiring(
         options.stack, settings, daemon, daemon.metrics, file, kube, [channel], lease_kube
     )
@@ -464,7 +463,7 @@ class _Shards:
     ) -> None:
         self.options, self.settings, self.base = options, settings, base
         self.path, self.file = path, file
-        self.cluster = _cluster(kube, options, settings, None)
+        self.cluster = _cluster(kube, options, settings)
         self.fleet = CachedFleetFile(path)
         self.fanout = shards.FanoutWakeup()
         # A due shard asks every iteration; one that has not for a few is out of line.
@@ -527,21 +526,19 @@ class _Shards:
             cluster = replace(cluster, kube=cluster.kube.fenced(channel.term_left))
         automation = _automation(ref, self.settings, state_dir, channel, leader, namespaces)
         engine_ = shards.SlotEngine(automation, self.slots)
-        # The shard's own objects (it is a stack of its own) and its own record.
-        own = Workloads(cluster.kube, stack=ref.name, namespaces=namespaces)
         by_namespace = self.cluster.deployments.by_namespace
-        keyed = shards.shard_keyed
         reads = {
             "fleet": lambda: slice_fleet(self.fleet(), namespaces()),  # one shared parse
             "queues": shards.ShardQueues(self.cluster.queues, namespaces, self.fanout),
             "native": shards.ShardNative(self.cluster.native, namespaces, self.fanout),
-            "replicas": keyed(lambda: by_namespace("replicas"), namespaces),
-            "scaled": keyed(lambda: by_namespace("scaled"), namespaces),  # keys: the Deployments
-            "deployments": keyed(lambda: by_namespace("deployments"), namespaces),
+            **{
+                r: shards.shard_keyed(partial(by_namespace, r), namespaces)
+                for r in _DEPLOYMENT_READS
+            },
         }
         effects = {"engine": engine_, "refresh_turn": self.slots.refresh_turn}
         loop = {"leader": leader, "budgets": self.budgets}
-        daemon = _daemon(ref, self.settings, self.file, cluster, own, reads, effects, **loop)
+        daemon = _daemon(ref, self.settings, self.file, cluster, namespaces, reads, effects, **loop)
 
         def others() -> frozenset[Any]:
             # A connection another shard uses keeps its delete protection.

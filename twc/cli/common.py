@@ -4,7 +4,6 @@ apply: observe (:func:`observe`) → plan (:func:`dry_run_or_report`,
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -180,8 +179,7 @@ def desired_inputs(
         return
     with tempfile.TemporaryDirectory(prefix="twc-inputs-") as tmp:
         inputs.to_file(Path(tmp) / "inputs.json")
-        env = {**(ref.env or {}), INPUTS_ENV: str(Path(tmp) / "inputs.json")}
-        yield dataclasses.replace(ref, env=env)
+        yield ref.with_env({INPUTS_ENV: str(Path(tmp) / "inputs.json")})
 
 
 def dry_run_or_report(ref: engine.StackRef, file: str, err: TextIO | None = None) -> bool:

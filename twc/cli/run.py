@@ -274,7 +274,7 @@ def _identity() -> str:
 
 def _in_lease(ref: engine.StackRef, namespace: str, name: str) -> engine.StackRef:
     # The program exports it: a later `twc up` on this stack takes part in the Lease.
-    return replace(ref, env={**(ref.env or {}), DAEMON_LEASE_ENV: f"{namespace}/{name}"})
+    return ref.with_env({DAEMON_LEASE_ENV: f"{namespace}/{name}"})
 
 
 def _channel(state_dir: Path, settings: DaemonSettings) -> GuardChannel:

@@ -6,7 +6,6 @@ Lease's term, and releases the Lease once its engine is gone."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import getpass
 import os
 import socket
@@ -137,7 +136,7 @@ def guarded(ref: engine.StackRef) -> Iterator[engine.StackRef]:
     with tempfile.TemporaryDirectory(prefix="twc-run-") as tmp:
         channel = GuardChannel(Path(tmp) / "guard", grace=settings.interrupt_grace)
         with channel.run(settings.deadline):
-            yield _with_env(ref, channel.env())
+            yield ref.with_env(channel.env())
 
 
 @contextmanager
@@ -179,7 +178,7 @@ def _held(
             elector.start()
             try:
                 with channel.run(settings.deadline):
-                    yield _with_env(ref, {**channel.env(), DAEMON_LEASE_ENV: where})
+                    yield ref.with_env({**channel.env(), DAEMON_LEASE_ENV: where})
             finally:  # released only with no engine left
                 channel.lease_ended()
                 elector.stop(release=channel.wait_idle(settings.interrupt_grace + KILL_MARGIN))
@@ -227,7 +226,3 @@ def _refusal(where: str, exc: BaseException) -> str:
         f"this stack is managed by a daemon (Lease {where}), and this run cannot take part "
         f"in its Lease: {exc}; nothing was applied"
     )
-
-
-def _with_env(ref: engine.StackRef, extra: dict[str, str]) -> engine.StackRef:
-    return dataclasses.replace(ref, env={**(ref.env or {}), **extra})

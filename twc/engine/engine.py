@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,10 @@ class StackRef:
     config: Mapping[str, str] | None = None
     env: Mapping[str, str] | None = None
     work_dir: Path = ROOT
+
+    def with_env(self, extra: Mapping[str, str]) -> StackRef:
+        """This stack with ``extra`` added to its environment."""
+        return replace(self, env={**(self.env or {}), **extra})
 
 
 def real_pulumi() -> str | None:

@@ -35,15 +35,6 @@ from twc.timestamps import parse_rfc3339
 DEFAULT_WAIT = 600.0  # seconds ``twc up`` waits for the daemon's current step
 
 
-def manual_identity() -> str:
-    """This run's identity in the Lease: ``manual:<user>@<host>:<pid>``."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = str(os.getuid())
-    return f"{MANUAL_PREFIX}{user}@{socket.gethostname()}:{os.getpid()}"
-
-
 def lease_client(ref: engine.StackRef, timings: LeaseTimings) -> KubeClient:
     """The Leases' own client: calls that fit a round, no retries hiding a hung API."""
     return kube_client((ref.env or {}).get("KUBECONFIG"), timeout=call_timeout(timings), retries=0)
@@ -154,13 +145,17 @@ def _held(
             print(_refusal(where, exc), file=err)
             yield None
             return
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = str(os.getuid())
         with kube:
             elector = guard_elector(
                 kube,
                 channel,
                 name=name,
                 namespace=namespace,
-                identity=manual_identity(),
+                identity=f"{MANUAL_PREFIX}{user}@{socket.gethostname()}:{os.getpid()}",
                 timings=timings,
                 on_lost=channel.lease_ended,
                 yields=False,

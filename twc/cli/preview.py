@@ -73,13 +73,23 @@ def preview_one(
     err: TextIO,
     namespaces: Sequence[str] | None = None,
 ) -> PreviewReport | None:
-    """The preview of ``ref`` (a stack, or a shard); ``None`` after saying why not."""
+    """The preview of ``ref`` (a stack, or a shard); ``None`` after saying why not. A failed
+    engine preview is in the report's ``errors``."""
+    from pulumi.automation import CommandError
+
     with common.desired_inputs(ref, file, wanted, err, None, namespaces) as merged:
         if merged is None or not common.dry_run_or_report(merged, file, err):
             return None
+        events: list[Any] = []
+        failure: str | None = None
         # Under the engine guard with its deadline; no Lease (a preview takes no lock).
         with guarded(merged) as run:
-            report = preview_report(run)
+            try:
+                engine.preview(run, on_event=events.append)
+            except (CommandError, RuntimeError, OSError) as exc:  # no summary event, no pulumi
+                log.debug("preview of %s failed", run.name, exc_info=True)
+                failure = engine_failure(exc).text  # the report renders it
+        report = build_report(events, project_name(run.work_dir), run.name, failure=failure)
         hold = None
         try:
             hold = common.deletion_verdict(merged, file).hold
@@ -91,17 +101,3 @@ def preview_one(
         return report
     held = HeldDeletions(workers=sorted(hold.workers), running=hold.total, allowed=hold.allowed)
     return report.model_copy(update={"held_deletions": held})
-
-
-def preview_report(ref: engine.StackRef) -> PreviewReport:
-    """The engine's preview of ``ref`` as a report; a failure is in ``report.errors``."""
-    from pulumi.automation import CommandError
-
-    events: list[Any] = []
-    failure: str | None = None
-    try:
-        engine.preview(ref, on_event=events.append)
-    except (CommandError, RuntimeError, OSError) as exc:  # no summary event, no pulumi binary
-        log.debug("preview of %s failed", ref.name, exc_info=True)
-        failure = engine_failure(exc).text
-    return build_report(events, project_name(ref.work_dir), ref.name, failure=failure)

@@ -324,7 +324,6 @@ class Daemon:
             native=self.observer.sources.native is not None,
             wall=self.clocks.wall(),
             views_of=self.stack if self.actor.keeps_views else None,
-            deletions=self.guard.verdict,
         )
         self._desired = dict(plan.replicas)
         self._observed = dict(plan.current)
@@ -485,7 +484,6 @@ class DeletionGuard:
         self._on_verdict = on_verdict
         self.hold: Hold | None = None
         self.previous: DesiredFleet | None = None
-        self.verdict: GuardVerdict | None = None
         self._releasing: frozenset[str] = frozenset()
 
     def remember(self, accepted: Mapping[str, Any], fleet: Mapping[str, Any] | None) -> None:
@@ -541,7 +539,6 @@ class DeletionGuard:
             settings=settings,
             approved=approved,
         )
-        self.verdict = verdict
         if verdict.released and not self._releasing:
             self._releasing = verdict.deleting
             names = ", ".join(sorted(verdict.deleting))

@@ -21,7 +21,6 @@ from twc.desired import (
     WORKER_KIND_KEY,
     DesiredFleet,
     DesiredInputs,
-    GuardVerdict,
     KindMerge,
     Rejection,
     connection_native,
@@ -204,7 +203,6 @@ class Plan:
     scaling: Mapping[str, ScalingState] = field(default_factory=dict)
     native: NativePlan | None = None
     versions: VersionsPlan = field(default_factory=VersionsPlan)
-    deletions: GuardVerdict | None = None
     scale: Mapping[str, int] = field(default_factory=dict)  # see scale_writes
 
     @property
@@ -240,7 +238,6 @@ def make_plan(
     native: bool,
     wall: float | None = None,
     views_of: str | None = None,
-    deletions: GuardVerdict | None = None,
 ) -> Plan:
     """Decide the replicas and versions, hash the desired state, decide the ``up``."""
     workers, live, found = desired.workers, seen.live, facts.rollouts or RolloutFacts()
@@ -266,7 +263,6 @@ def make_plan(
         scaling=scaling,
         native=_native_plan(seen, desired, watched, views_of) if native else None,
         versions=versions,
-        deletions=deletions,
         scale=scale_writes(scaled, live, seen.scaled),
     )
 

@@ -99,7 +99,6 @@ class ReconcileDecision:
 
     action: ReconcileAction
     reason: str
-    desired: DesiredState  # recorded once the up succeeds
     added: frozenset[str] = frozenset()
     removed: frozenset[str] = frozenset()
     modified: frozenset[str] = frozenset()
@@ -125,12 +124,12 @@ def decide_reconcile(
     if blocked is not None and new.fleet == blocked:
         # Before "nothing applied yet": a failed first up is not retried every interval.
         return ReconcileDecision(
-            ReconcileAction.SKIP, "desired state failed permanently; waiting for a change", new
+            ReconcileAction.SKIP, "desired state failed permanently; waiting for a change"
         )
     if previous is None:
-        return ReconcileDecision(ReconcileAction.FULL, "nothing applied yet", new)
+        return ReconcileDecision(ReconcileAction.FULL, "nothing applied yet")
     if new.fleet == previous.fleet:
-        return ReconcileDecision(ReconcileAction.SKIP, "desired state unchanged", new)
+        return ReconcileDecision(ReconcileAction.SKIP, "desired state unchanged")
     added = frozenset(set(new.workers) - set(previous.workers))
     removed = frozenset(set(previous.workers) - set(new.workers))
     modified = changed_workers(previous.workers, new.workers) - added - removed
@@ -144,7 +143,7 @@ def decide_reconcile(
             ReconcileAction.FULL,
             f"{count} workers changed (more than {target_threshold})",
         )
-    return ReconcileDecision(action, reason, new, added, removed, modified)
+    return ReconcileDecision(action, reason, added, removed, modified)
 
 
 def sleep(delay: float, wakeup: threading.Event) -> bool:

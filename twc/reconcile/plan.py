@@ -75,10 +75,6 @@ _STATUS_KEYS = (
 )
 
 
-def _empty() -> Mapping[str, Any]:
-    return MappingProxyType({})
-
-
 def version_key(worker: str, build: str) -> str:
     """The autoscaler's name for one version of a worker: ``<ns>/<worker>@<buildID>``."""
     return f"{worker}@{build}"
@@ -88,10 +84,10 @@ def version_key(worker: str, build: str) -> str:
 class VersionsPlan:
     """The versioned workers' part of the iteration's plan."""
 
-    plans: Mapping[str, RolloutPlan] = field(default_factory=_empty)
-    observed: Mapping[str, RolloutObservation] = field(default_factory=_empty)
-    versions: Mapping[str, WorkerVersions] = field(default_factory=_empty)
-    decisions: Mapping[str, ScaleDecision] = field(default_factory=_empty)
+    plans: Mapping[str, RolloutPlan] = field(default_factory=dict)
+    observed: Mapping[str, RolloutObservation] = field(default_factory=dict)
+    versions: Mapping[str, WorkerVersions] = field(default_factory=dict)
+    decisions: Mapping[str, ScaleDecision] = field(default_factory=dict)
 
     def hash_parts(self) -> tuple[dict[str, Any], dict[str, list[str]]]:
         """``(per worker, shared)``: each worker's versions' replicas, and the set of versions."""

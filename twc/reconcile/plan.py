@@ -89,15 +89,6 @@ class VersionsPlan:
     versions: Mapping[str, WorkerVersions] = field(default_factory=dict)
     decisions: Mapping[str, ScaleDecision] = field(default_factory=dict)
 
-    def hash_parts(self) -> tuple[dict[str, Any], dict[str, list[str]]]:
-        """``(per worker, shared)``: each worker's versions' replicas, and the set of versions."""
-        per_worker = {
-            key: {b: v.replicas for b, v in sorted(w.versions.items())}
-            for key, w in self.versions.items()
-        }
-        shared = {key: sorted(w.versions) for key, w in sorted(self.versions.items())}
-        return per_worker, shared
-
 
 def version_scale_inputs(
     plans: Mapping[str, RolloutPlan],
@@ -245,7 +236,7 @@ def make_plan(
     decisions = MappingProxyType({k: d for k, d in decisions.items() if k in workers})
     versions = plan_versions(rollout_plans, found, version_decisions)
     scaled = {k: d.replicas for k, d in decisions.items()}
-    hashes = _hashes(desired, facts, program, *versions.hash_parts())
+    hashes = _hashes(desired, facts, program, versions.versions)
     blocked = state.blocked_hash(now=now, settings=settings)
     update = {"replicas": scaled, "versions": dict(versions.versions)}
     return Plan(
@@ -299,10 +290,14 @@ def _hashes(
     desired: DesiredFleet,
     facts: WorkerFacts,
     program: Mapping[str, Any],
-    version_replicas: Mapping[str, Any],
-    version_sets: Mapping[str, list[str]],
+    versions: Mapping[str, WorkerVersions],
 ) -> DesiredState:
     workers = desired.workers
+    # Per versioned worker its versions' replicas; shared, the set of versions.
+    version_replicas = {
+        key: {b: v.replicas for b, v in sorted(w.versions.items())} for key, w in versions.items()
+    }
+    version_sets = {key: sorted(w.versions) for key, w in sorted(versions.items())}
     shared_fleet = desired.fleet.model_dump(
         mode="json", include={"cluster_connections", "connections", "custom_connections"}
     )

@@ -263,7 +263,7 @@ class Daemon:
         try:
             state, plan = self._planned(state, now=started)
             # Held workers come from the last plan an iteration executed (not a settle's).
-            self.guard.planned(plan.desired)
+            self.guard.previous = plan.desired
             deferred = self._execute(plan, started)
             outcome = Outcome.success()
         except Exception as exc:  # noqa: BLE001 - nothing escapes an iteration: it becomes an outcome
@@ -483,7 +483,7 @@ class DeletionGuard:
         self._stack = stack
         self._on_verdict = on_verdict
         self.hold: Hold | None = None
-        self.previous: DesiredFleet | None = None
+        self.previous: DesiredFleet | None = None  # where held workers come from
         self._releasing: frozenset[str] = frozenset()
 
     def remember(self, accepted: Mapping[str, Any], fleet: Mapping[str, Any] | None) -> None:
@@ -562,10 +562,6 @@ class DeletionGuard:
             raise HoldFailed(missing, "no earlier input of theirs is known")
         inputs = desired.inputs.model_copy(update={"held": held})
         return desired_fleet(fleet, inputs, registry=self._registry, file=self._file)
-
-    def planned(self, desired: DesiredFleet) -> None:
-        """The desired state this iteration planned with: where held workers come from."""
-        self.previous = desired
 
     def _approved(self) -> str | None:
         if self._record is None:

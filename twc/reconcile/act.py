@@ -275,7 +275,7 @@ class Actor:
         self._applied: AppliedRecord | None = None  # last recorded (or resumed from)
         self._early_pending: set[ObjectRef] | None = None
         self._early_lock = threading.Lock()  # applies: loop's thread; releases: engine's
-        self._views = (
+        self.views = (  # the generated TemporalWorker objects' keeper; None keeps none
             ViewSync(effects.views, stack=stack, metrics=metrics, events=effects.writer)
             if effects.views is not None
             else None
@@ -286,11 +286,6 @@ class Actor:
         """Objects applied ahead of the engine and not yet adopted by a successful up."""
         return sorted(str(ref) for ref in self._early_pending or ())
 
-    @property
-    def keeps_views(self) -> bool:
-        """Whether this daemon keeps generated TemporalWorker objects."""
-        return self._views is not None
-
     def new_term(self) -> None:
         """A new term as leader may follow someone else's killed run: check again."""
         self._recovered = False
@@ -298,8 +293,8 @@ class Actor:
     def sync_views(self, plan: Plan) -> None:
         """Keep the generated TemporalWorker objects as planned; never raises."""
         views = plan.native.views if plan.native is not None else None
-        if self._views is not None and views is not None and self._may_apply():
-            self._views.sync(views)
+        if self.views is not None and views is not None and self._may_apply():
+            self.views.sync(views)
 
     def route(self, plan: Plan) -> None:
         """Carry out the versioned workers' rollout plans; failures are logged, never raised."""

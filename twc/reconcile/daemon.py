@@ -323,7 +323,7 @@ class Daemon:
             program=self.observer.sources.program,
             native=self.observer.sources.native is not None,
             wall=self.clocks.wall(),
-            views_of=self.stack if self.actor.keeps_views else None,
+            views_of=self.stack if self.actor.views is not None else None,
         )
         self._desired = dict(plan.replicas)
         self._observed = dict(plan.current)

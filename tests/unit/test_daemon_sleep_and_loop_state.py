@@ -145,10 +145,9 @@ def test_next_delay_is_shortened_for_a_due_refresh() -> None:
     state = LoopState(started_at=0).finished(Outcome.success(), now=590)
 
     assert state.next_delay(now=590, settings=SETTINGS) == 10
-    assert not state.refresh_due(now=599, settings=SETTINGS)
-    assert state.refresh_due(now=600, settings=SETTINGS)
+    assert 599 < state.refresh_due_at(SETTINGS) <= 600
     refreshed = state.refreshed(now=600)
-    assert not refreshed.refresh_due(now=1199, settings=SETTINGS)
+    assert refreshed.refresh_due_at(SETTINGS) > 1199
     assert refreshed.next_delay(now=600, settings=SETTINGS) == 30
 
 

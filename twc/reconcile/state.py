@@ -202,10 +202,6 @@ class LoopState:
             return None
         return self.blocked if now - self.blocked_at < settings.resync_interval else None
 
-    def refresh_due(self, *, now: float, settings: DaemonSettings) -> bool:
-        """Whether a drift-detecting ``refresh`` should run now."""
-        return now >= self.refresh_due_at(settings)
-
     def refresh_due_at(self, settings: DaemonSettings) -> float:
         """When the next ``refresh`` comes due."""
         since = self.last_refresh_at if self.last_refresh_at is not None else self.started_at

@@ -315,7 +315,7 @@ def test_decision_returns_new_state_and_leaves_the_old_one_alone() -> None:
 
     assert before == ScalingState()
     assert decision.state is not before
-    assert decision.state.scale_up_events[0].change == 4
+    assert decision.state.scale_events[0].change == 4
     with pytest.raises(dataclasses.FrozenInstanceError):
         decision.state.started_at = 1.0  # type: ignore[misc]
 
@@ -334,7 +334,7 @@ def test_state_stays_bounded_over_a_long_run() -> None:
         current, state = decision.replicas, decision.state
 
     assert len(state.recommendations) <= 300
-    assert len(state.scale_up_events) + len(state.scale_down_events) <= 2 * 15
+    assert len(state.scale_events) <= 2 * 15
 
 
 def test_per_worker_scale_down_window_override() -> None:
@@ -430,7 +430,7 @@ def test_replicas_stay_in_bounds_never_overshoot_and_respect_the_scale_up_policy
         if decision.replicas < current:
             assert decision.replicas >= decision.recommendation
         # With no change in the last period, one step is at most max(double, +4).
-        recent = [e for e in state.scale_up_events + state.scale_down_events if e.at > now - 15]
+        recent = [e for e in state.scale_events if e.at > now - 15]
         if not recent and bounds.min_replicas <= current <= bounds.max_replicas:
             assert decision.replicas <= max(2 * current, current + 4)
         current, state = decision.replicas, decision.state

@@ -55,7 +55,7 @@ class Recommendation:
 
 @dataclass(frozen=True, slots=True)
 class ScaleEvent:
-    """A change of ``change`` (positive) replicas decided at time ``at``."""
+    """A change of ``change`` replicas (negative: a scale-down) decided at time ``at``."""
 
     at: float
     change: int
@@ -67,8 +67,7 @@ class ScalingState:
 
     started_at: float | None = None
     recommendations: tuple[Recommendation, ...] = ()
-    scale_up_events: tuple[ScaleEvent, ...] = ()
-    scale_down_events: tuple[ScaleEvent, ...] = ()
+    scale_events: tuple[ScaleEvent, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,21 +223,14 @@ def _stabilize(
     return min(max(current, up), down)
 
 
-def _changed_within(events: tuple[ScaleEvent, ...], period: float, now: float) -> int:
-    return sum(e.change for e in events if e.at > now - period)
-
-
 def _limit(current: int, state: ScalingState, rules: ScalingRules, now: float, up: bool) -> int:
     if rules.select_policy is SelectPolicy.DISABLED:
         return current
     proposals: list[int] = []
     for policy in rules.policies:
-        period = policy.period_seconds
-        start = (
-            current
-            - _changed_within(state.scale_up_events, period, now)
-            + _changed_within(state.scale_down_events, period, now)
-        )
+        # The count the period started from: the changes made within it undone.
+        since = now - policy.period_seconds
+        start = current - sum(e.change for e in state.scale_events if e.at > since)
         if policy.type is PolicyType.PODS:
             proposals.append(start + policy.value if up else start - policy.value)
         elif up:
@@ -254,12 +246,9 @@ def _limit(current: int, state: ScalingState, rules: ScalingRules, now: float, u
 
 
 def _with_event(state: ScalingState, current: int, new: int, now: float) -> ScalingState:
-    event = ScaleEvent(now, abs(new - current))
-    if new > current:
-        return replace(state, scale_up_events=(*state.scale_up_events, event))
-    if new < current:
-        return replace(state, scale_down_events=(*state.scale_down_events, event))
-    return state
+    if new == current:
+        return state
+    return replace(state, scale_events=(*state.scale_events, ScaleEvent(now, new - current)))
 
 
 def _pruned(state: ScalingState, behavior: AutoscaleBehavior, now: float) -> ScalingState:
@@ -269,6 +258,5 @@ def _pruned(state: ScalingState, behavior: AutoscaleBehavior, now: float) -> Sca
     return replace(
         state,
         recommendations=tuple(r for r in state.recommendations if r.at > now - window),
-        scale_up_events=tuple(e for e in state.scale_up_events if e.at > now - period),
-        scale_down_events=tuple(e for e in state.scale_down_events if e.at > now - period),
+        scale_events=tuple(e for e in state.scale_events if e.at > now - period),
     )

@@ -102,30 +102,16 @@ class RolloutPolicy:
     """A build ID given in the spec, instead of the derived one."""
 
     def to_json(self) -> dict[str, Any]:
-        """The policy as plain data (the version Deployment's annotation, for previews)."""
-
-        def gate(g: GatePolicy | None) -> dict[str, Any] | None:
-            return None if g is None else {"workflowType": g.workflow_type}
-
-        out: dict[str, Any] = {
-            "strategy": self.strategy.value,
-            "sunset": {
-                "scaledownSeconds": self.sunset.scaledown_seconds,
-                "deleteSeconds": self.sunset.delete_seconds,
-            },
-        }
-        if self.steps:
-            out["steps"] = [
-                {
-                    "rampPercentage": s.ramp_percentage,
-                    "pauseSeconds": s.pause_seconds,
-                    **({"gate": gate(s.gate)} if s.gate else {}),
-                }
-                for s in self.steps
-            ]
-        if self.gate is not None:
-            out["gate"] = gate(self.gate)
-        return out
+        """The policy as plain data (the version Deployment's annotation, for previews):
+        gates by workflow type only, no build ID."""
+        inputs = {"input", "input_from"}
+        exclude: dict[str, Any] = {"build_id": True, "gate": inputs}
+        exclude["steps"] = {"__all__": {"gate": inputs}} if self.steps else True
+        return dict(
+            _POLICY.dump_python(
+                self, mode="json", by_alias=True, exclude_none=True, exclude=exclude
+            )
+        )
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RolloutPolicy:

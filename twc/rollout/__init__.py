@@ -44,8 +44,6 @@ from twc.rollout._spec import (
     temporal_deployment_name,
     version_deployment_name,
     version_spec,
-    version_spec_json,
-    with_version_spec,
 )
 from twc.rollout._step import (
     RolloutObservation,
@@ -107,6 +105,4 @@ __all__ = [
     "version_inputs",
     "version_rows",
     "version_spec",
-    "version_spec_json",
-    "with_version_spec",
 ]

@@ -196,31 +196,28 @@ def _merge_cluster(
     if missing:
         raise ObjectsUnknown(missing)
 
-    def observed(key: str) -> ObjectList:
+    def sources(key: str) -> tuple[ObjectList, Mapping[str, Mapping[str, Any]]]:
         found = cluster.get(key) or ObjectList.unknown("not observed")
-        kept = (held.cluster.get(key) if held is not None else None) or {}
-        if not kept or found.objects is None:
-            return found
-        # Held objects were observed gone: they stay as if still observed.
-        present = {object_key(o) for o in found.objects}
-        extra = tuple(dict(o) for k, o in sorted(kept.items()) if k not in present)
-        return ObjectList(objects=(*found.objects, *extra))
-
-    def accepted(key: str) -> Mapping[str, Mapping[str, Any]]:
         store = inputs.accepted.get(key, {})
         kept = (held.cluster.get(key) if held is not None else None) or {}
-        if kept and not (cluster.get(key) or ObjectList.unknown("")).is_known:
-            return {**kept, **store}
-        return store
+        if not kept:
+            return found, store
+        # Held objects were observed gone: they stay as if still observed (accepted while
+        # the kind is unknown).
+        if found.objects is None:
+            return found, {**kept, **store}
+        present = {object_key(o) for o in found.objects}
+        extra = tuple(dict(o) for k, o in sorted(kept.items()) if k not in present)
+        return ObjectList(objects=(*found.objects, *extra)), store
 
     for watch, key in zip(watched, order, strict=True):
-        kinds[key] = merge_connections(fleet, watch, observed(key), accepted(key), file=file)
+        kinds[key] = merge_connections(fleet, watch, *sources(key), file=file)
         fleet = kinds[key].fleet
     q, w = QUEUE_KIND_KEY, WORKER_KIND_KEY
-    kinds[q] = merge_queues(fleet, observed(q), accepted(q), file=file, registry=registry)
+    kinds[q] = merge_queues(fleet, *sources(q), file=file, registry=registry)
     fleet = kinds[q].fleet
     resolve_fleet_connections(fleet, file=file, registry=registry)
-    kinds[w] = merge_workers(fleet, observed(w), accepted(w), registry=registry, file=file)
+    kinds[w] = merge_workers(fleet, *sources(w), registry=registry, file=file)
     return kinds[w].fleet, kinds
 
 

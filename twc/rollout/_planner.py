@@ -323,10 +323,7 @@ def _progressive(
         first = steps[0].ramp_percentage
         message = f"version {target} → Ramping {_pct(first)} (step 1 of {len(steps)})"
         return ramp_to(first, message, "first step")
-    index = 0
-    for i, step in enumerate(steps):
-        if step.ramp_percentage <= ramp:
-            index = i
+    index = max((i for i, s in enumerate(steps) if s.ramp_percentage <= ramp), default=0)
     step = steps[index]
     if ramp != step.ramp_percentage:
         # Someone else set the ramp (or the steps changed): resume from a known step.

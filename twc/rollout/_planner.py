@@ -369,9 +369,6 @@ class _GateRuns:
     target: str
     task_queues: Sequence[str]
 
-    def _id(self, task_queue: str, stage: int) -> str:
-        return gate_workflow_id(self.deployment, self.target, task_queue, stage)
-
     def any_failed(self) -> GateRun | None:
         """A failed gate run of the target, at any stage."""
         runs = gate_runs(self.gates, self.deployment, self.target, self.task_queues)
@@ -404,11 +401,10 @@ class _GateRuns:
         starts: list[GateStart] = []
         running = []
         for task_queue in self.task_queues:
-            run = self.gates.get(self._id(task_queue, stage))
+            workflow_id = gate_workflow_id(self.deployment, self.target, task_queue, stage)
+            run = self.gates.get(workflow_id)
             if run is None:
-                starts.append(
-                    GateStart(self.target, task_queue, self._id(task_queue, stage), gate, stage)
-                )
+                starts.append(GateStart(self.target, task_queue, workflow_id, gate, stage))
             elif run.status.failed:
                 return self.blocked(run, routing, label)
             elif run.status is not GateStatus.COMPLETED:

@@ -27,9 +27,9 @@ from twc.rollout._spec import gate_workflow_id
 from twc.timestamps import rfc3339
 
 MAX_STAGES = 20
+"""Gate stages beyond the first: one per step, and the spec allows at most 20 steps."""
 ROLLBACK_WINDOW = 3600.0
 """A version Current or Ramping this recently (seconds) is rolled back to at once."""
-"""Gate stages beyond the first: one per step, and the spec allows at most 20 steps."""
 
 
 class Phase(StrEnum):

@@ -83,9 +83,7 @@ class ObjectList(_Model):
         return cls.model_construct(objects=items, failure=None)
 
     def trimmed(self) -> ObjectList:
-        if self.objects is None:
-            return self
-        return ObjectList(objects=tuple(trimmed(o) for o in self.objects), failure=self.failure)
+        return self if self.objects is None else ObjectList.known(self.objects)
 
     @classmethod
     def unknown(cls, failure: str) -> ObjectList:

@@ -358,10 +358,7 @@ def merge_workers(
 ) -> KindMerge:
     """Add TemporalWorker objects to ``fleet`` (views, which twc generated, are no source)."""
     if observed.objects is not None and any(is_view(o) for o in observed.objects):
-        observed = ObjectList(
-            objects=tuple(o for o in observed.objects if not is_view(o)),
-            failure=observed.failure,
-        )
+        observed = ObjectList.known((o for o in observed.objects if not is_view(o)), trim=False)
 
     def convert(obj: Mapping[str, Any]) -> _Candidate | None:
         worker = load_worker_object(as_temporal_worker(obj))

@@ -272,7 +272,6 @@ def routing_from_describe(response: Any) -> Routing:
             drained_since=drained,
             activated_at=activated,
             deactivated_at=_time(summary, "last_deactivation_time"),
-            created_at=_time(summary, "create_time"),
         )
     return Routing(
         conflict_token=bytes(response.conflict_token),

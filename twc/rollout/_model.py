@@ -155,7 +155,6 @@ class TemporalVersion:
     """When it first became Current or Ramping; ``None``: it never had traffic."""
     deactivated_at: float | None = None
     """When it last stopped being Current or Ramping."""
-    created_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

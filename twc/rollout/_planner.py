@@ -91,7 +91,6 @@ class VersionPlan:
     build_id: str
     replicas: int | None
     """``None``: the worker's own count (or the autoscaler's); a number: exactly that."""
-    why: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,12 +122,8 @@ def hold_versions(
     target: str, deployments: Mapping[str, VersionDeployment], reason: str, message: str
 ) -> RolloutPlan:
     """The plan when Temporal cannot be asked: every version stays as it runs."""
-    versions = {
-        build: VersionPlan(build, dep.replicas, "held: routing unknown")
-        for build, dep in deployments.items()
-        if build != target
-    }
-    versions[target] = VersionPlan(target, None, "target")
+    versions = {build: VersionPlan(build, dep.replicas) for build, dep in deployments.items()}
+    versions[target] = VersionPlan(target, None)
     return RolloutPlan(
         target=target,
         phase=Phase.UNKNOWN,
@@ -429,7 +424,7 @@ def _sunset(
     now: float,
     scale: float,
 ) -> tuple[dict[str, VersionPlan], list[str], list[str], float | None]:
-    versions: dict[str, VersionPlan] = {target: VersionPlan(target, None, "target")}
+    versions: dict[str, VersionPlan] = {target: VersionPlan(target, None)}
     deleted: list[str] = []
     due: list[float] = []
     manual = policy.strategy is Strategy.MANUAL
@@ -438,9 +433,9 @@ def _sunset(
     # Deleting before scaling down makes no sense; the later of the two wins.
     delete = max(policy.sunset.delete_seconds, policy.sunset.scaledown_seconds) * scale
 
-    def gone(build: str, dep: VersionDeployment, why: str) -> None:
-        if dep.replicas > 0:
-            versions[build] = VersionPlan(build, 0, f"{why}: scaled to 0 before deletion")
+    def gone(build: str, dep: VersionDeployment) -> None:
+        if dep.replicas > 0:  # scaled to 0 before it is deleted
+            versions[build] = VersionPlan(build, 0)
         else:
             deleted.append(build)
 
@@ -448,29 +443,27 @@ def _sunset(
         if build == target:
             continue
         if routing is None:
-            versions[build] = VersionPlan(build, dep.replicas, "Temporal knows no version yet")
+            versions[build] = VersionPlan(build, dep.replicas)  # Temporal knows no version yet
             continue
         status = routing.status(build)
-        if build in live:
-            versions[build] = VersionPlan(build, None, status.value)
-        elif status is VersionStatus.DRAINING:
-            versions[build] = VersionPlan(build, None, "Draining: pinned workflows still run")
+        if build in live or status is VersionStatus.DRAINING:  # it is routed to, or drains
+            versions[build] = VersionPlan(build, None)
         elif status is VersionStatus.DRAINED:
             found = routing.versions[build]
             since = found.drained_since if found.drained_since is not None else now
             if now >= since + delete:
-                gone(build, dep, "Drained for deleteDelay")
+                gone(build, dep)
             elif now >= since + scaledown:
-                versions[build] = VersionPlan(build, 0, "Drained for scaledownDelay")
+                versions[build] = VersionPlan(build, 0)
                 due.append(since + delete)
             else:
-                versions[build] = VersionPlan(build, None, "Drained")
+                versions[build] = VersionPlan(build, None)
                 due.append(since + scaledown)
-        elif manual:
-            versions[build] = VersionPlan(build, None, f"{status.value} (Manual)")
+        elif manual:  # the operator decides what becomes of it
+            versions[build] = VersionPlan(build, None)
         else:
             # Superseded before it ever had traffic (Inactive), or it never polled.
-            gone(build, dep, f"{status.value} and superseded")
+            gone(build, dep)
     forget: list[str] = []
     if routing is not None and not manual:
         for build, version in sorted(routing.versions.items()):

@@ -120,12 +120,9 @@ def tolerating(*statuses: int) -> Iterator[None]:
 
 def unless_404(call: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
     """``call(*args, **kwargs)``, or ``None`` when the API server answers 404."""
-    try:
+    with tolerating(404):
         return call(*args, **kwargs)
-    except Exception as exc:
-        if status_of(exc) == 404:
-            return None
-        raise
+    return None
 
 
 def annotations_of(obj: Mapping[str, Any] | None) -> dict[str, str]:

@@ -190,11 +190,8 @@ class MemberRoster:
             "leaseDurationSeconds": max(1, math.ceil(self._settings.lease_duration)),
             "renewTime": rfc3339_micro(self._wall()),
         }
-        try:
-            self._api.patch_namespaced_lease(self.name, self.namespace, {"spec": spec})
-        except Exception as exc:
-            if status_of(exc) != 404:
-                raise
+        patch = self._api.patch_namespaced_lease
+        if unless_404(patch, self.name, self.namespace, {"spec": spec}) is None:
             labels = {MEMBER_LABEL: self.group}
             meta = {"name": self.name, "namespace": self.namespace, "labels": labels}
             self._api.create_namespaced_lease(self.namespace, {"metadata": meta, "spec": spec})

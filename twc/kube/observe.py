@@ -22,15 +22,13 @@ def observe_inputs(
     kinds: Iterable[WatchedKind],
     *,
     fleet: Mapping[str, Any] | None = None,
-    accepted: Mapping[str, Any] | None = None,
     record: RecordStore | None = None,
     select: Mapping[str, Any] | None = None,
 ) -> DesiredInputs:
     """The desired state's inputs as the cluster shows them now (``record``: accepted
     specs and selections); raises when replicas or an existing record cannot be read."""
-    if accepted is None and record is not None:
-        found = record.load()
-        accepted = found.accepted if found is not None else {}
+    found = record.load() if record is not None else None
+    accepted: Mapping[str, Any] = found.accepted if found is not None else {}
     queues = QueueWatcher(kube.custom, resync_interval=0.1)
     native = NativeWatch(kube.custom, kinds, resync_interval=0.1)
     for watcher in [queues, *native.watchers().values()]:
@@ -46,7 +44,7 @@ def observe_inputs(
         fleet=dict(fleet) if fleet is not None else None,
         cluster={k: v.trimmed() for k, v in cluster.items()},
         replicas=replicas,
-        accepted=dict(accepted or {}),
+        accepted=dict(accepted),
         versions=running_versions(kube),
     )
 

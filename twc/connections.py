@@ -548,14 +548,12 @@ class ClusterConnectionProvider:
 ENTRY_POINT_GROUP = "twc.connection_providers"
 
 
-def load_entry_point_providers(
-    group: str = ENTRY_POINT_GROUP,
-) -> tuple[list[ConnectionProvider], list[str]]:
+def load_entry_point_providers() -> tuple[list[ConnectionProvider], list[str]]:
     """The providers installed plugins advertise, and the errors of those that failed to
     load: a broken plugin is reported, never fatal."""
     providers: list[ConnectionProvider] = []
     errors: list[str] = []
-    entry_points = importlib.metadata.entry_points(group=group)
+    entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
     for entry_point in sorted(entry_points, key=lambda ep: (ep.name, ep.value)):
         label = f"{entry_point.name} = {entry_point.value}"
         try:
@@ -609,10 +607,10 @@ class Registry:
         return cls([NamespacedConnectionProvider(), ClusterConnectionProvider()])
 
     @classmethod
-    def from_entry_points(cls, group: str = ENTRY_POINT_GROUP) -> Registry:
-        """The built-ins plus every plugin of ``group``; a clash goes to :attr:`load_errors`."""
+    def from_entry_points(cls) -> Registry:
+        """The built-ins plus every installed plugin; a clash goes to :attr:`load_errors`."""
         registry = cls.with_builtins()
-        plugins, registry.load_errors = load_entry_point_providers(group)
+        plugins, registry.load_errors = load_entry_point_providers()
         for provider in plugins:
             try:
                 registry.register(provider)

@@ -12,7 +12,6 @@ import pytest
 
 from tests.unit.fleet_data import valid_fleet
 from twc.connections import (
-    ENTRY_POINT_GROUP,
     ConnectionIdentity,
     NamespacedConnectionProvider,
     Registry,
@@ -212,7 +211,7 @@ def test_without_the_plugin_the_same_fleet_is_an_unknown_kind() -> None:
 
 
 def test_a_plugin_that_fails_to_load_is_reported_not_fatal(broken_plugin_on_path: None) -> None:
-    registry = Registry.from_entry_points(ENTRY_POINT_GROUP)
+    registry = Registry.from_entry_points()
     target = ConnectionTarget(api_group="temporal.io", kind="Broken", name="x", namespace="ns")
 
     with pytest.raises(TwcConnectionError) as caught:

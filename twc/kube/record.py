@@ -237,14 +237,9 @@ class RecordStore:
         if digest == self._held:
             return
         annotations: dict[str, str | None] = {HELD_ANNOTATION: digest or None}
-        text = None
         if held is None:  # a new hold needs a new approval
             annotations[APPROVE_ANNOTATION] = None
-        else:
-            text = json.dumps(
-                {"digest": held.digest, "workers": list(held.workers), "reason": held.reason},
-                sort_keys=True,
-            )
+        text = json.dumps(asdict(held), sort_keys=True) if held is not None else None
         self._put(self.name, {"metadata": {"annotations": annotations}, "data": {_HELD_KEY: text}})
         self._held = digest
 

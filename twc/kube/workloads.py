@@ -142,14 +142,15 @@ def parse_versions(items: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Ob
     return out
 
 
-def _listed(call: Callable[..., Any], selector: str) -> list[dict[str, Any]]:
+def list_json(call: Callable[..., Any], selector: str) -> list[dict[str, Any]]:
+    """A typed ``list_*`` call's objects matching ``selector``, as the API's own JSON."""
     response = call(label_selector=selector, _preload_content=False)
     return [d for d in json.loads(response.data).get("items") or [] if isinstance(d, dict)]
 
 
 def versions(kube: KubeClient) -> dict[str, dict[str, ObservedVersion]]:
     """Every version Deployment, per worker and build ID (raises when the list fails)."""
-    return parse_versions(_listed(kube.apps.list_deployment_for_all_namespaces, VERSION_SELECTOR))
+    return parse_versions(list_json(kube.apps.list_deployment_for_all_namespaces, VERSION_SELECTOR))
 
 
 def read_gate_input(kube: KubeClient, namespace: str, source: Mapping[str, Any]) -> Any:
@@ -262,7 +263,7 @@ class Workloads:
             calls = [partial(apps.list_deployment_for_all_namespaces)]
         else:
             calls = [partial(apps.list_namespaced_deployment, ns) for ns in self.namespaces()]
-        found = [dep for call in calls for dep in _listed(call, selector)]
+        found = [dep for call in calls for dep in list_json(call, selector)]
         if self.stack is None:
             return found
         ours = label_value(owner_stack(self.stack))

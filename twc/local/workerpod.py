@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -19,10 +18,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from twc.kube.client import unless_404
+from twc.kube.workloads import list_json
 from twc.local import processes
 from twc.local.cluster import Kube
 from twc.local.environment import project_root
@@ -231,12 +232,9 @@ def _expand(value: str, defined: Mapping[str, str]) -> str:
 
 def list_pods(kube: Kube, namespace: str | None, selector: str) -> list[dict[str, Any]]:
     """Pods as the API server's JSON (camelCase, as in a manifest)."""
-    core, options = kube.core, {"label_selector": selector, "_preload_content": False}
     if namespace:
-        response = core.list_namespaced_pod(namespace, **options)
-    else:
-        response = core.list_pod_for_all_namespaces(**options)
-    return list(json.loads(response.data).get("items") or [])
+        return list_json(partial(kube.core.list_namespaced_pod, namespace), selector)
+    return list_json(kube.core.list_pod_for_all_namespaces, selector)
 
 
 def is_running(pod: Mapping[str, Any]) -> bool:

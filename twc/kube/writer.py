@@ -108,8 +108,7 @@ class TemporalWorkerViews:
             _preload_content=False,
             **kwargs,
         )
-        stored: dict[str, Any] = json.loads(response.data)
-        return stored
+        return dict(json.loads(response.data))
 
     def apply(self, body: Mapping[str, Any], *, resource_version: str | None) -> dict[str, Any]:
         """Server-side apply ``body``; the object as stored. With ``resource_version`` it

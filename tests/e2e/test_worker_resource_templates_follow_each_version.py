@@ -1,0 +1,180 @@
+"""The official ``WorkerResourceTemplate``, `kubectl apply`-ed to twc's cluster as it is.
+
+On the real kube-apiserver, kube-controller-manager (its HPA and disruption controllers)
+and the real daemon, with a real temporalio worker per pod: the official docs' HPA and
+PDB templates get one copy per running version of their WorkerDeployment; the real HPA
+controller scales the version named in its ``scaleTargetRef`` to ``minReplicas`` and twc
+keeps that count through its later applies; the real disruption controller counts the
+version's pods through the injected selector; a new image gets its own copies; and the old
+version's HPA goes when sunset scales it to 0, its PDB when sunset deletes it.
+
+Differs from a production cluster: no metrics server (the HPA acts on ``minReplicas``
+alone) and rollout durations a twentieth (``time_scale``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import fleet_doc
+from tests.e2e.daemon_process import FAST, Daemons, eventually
+from tests.e2e.native import Kubectl, Kubelet, connection
+from twc.local import LocalEnvironment
+
+pytestmark = pytest.mark.e2e
+
+NAME, TEMPORAL_NAMESPACE = "ledger", "default"
+SETTINGS = {**FAST, "rollout": {"time_scale": 0.05}}
+ONE_UP = 180.0
+
+
+@pytest.fixture(autouse=True)
+def _engine_environment(pulumi_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in pulumi_env.items():
+        monkeypatch.setenv(key, value)
+
+
+def _worker_deployment(namespace: str, image: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "temporal.io/v1alpha1",
+        "kind": "WorkerDeployment",
+        "metadata": {"name": NAME, "namespace": namespace},
+        "spec": {
+            "replicas": 1,
+            "workerOptions": {
+                "connectionRef": {"name": "dev"},
+                "temporalNamespace": TEMPORAL_NAMESPACE,
+            },
+            "rollout": {"strategy": "AllAtOnce"},
+            # A twentieth: scaled to 0 three seconds after drained, deleted three later.
+            "sunset": {"scaledownDelay": "60s", "deleteDelay": "60s"},
+            "template": {"spec": {"containers": [{"name": "worker", "image": image}]}},
+        },
+    }
+
+
+def _template(namespace: str, name: str, template: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "temporal.io/v1alpha1",
+        "kind": "WorkerResourceTemplate",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"workerDeploymentRef": {"name": NAME}, "template": template},
+    }
+
+
+# The official docs' examples, as they are.
+HPA = {
+    "apiVersion": "autoscaling/v2",
+    "kind": "HorizontalPodAutoscaler",
+    "spec": {
+        "scaleTargetRef": {},
+        "minReplicas": 2,
+        "maxReplicas": 3,
+        "metrics": [
+            {
+                "type": "Resource",
+                "resource": {
+                    "name": "cpu",
+                    "target": {"type": "Utilization", "averageUtilization": 70},
+                },
+            }
+        ],
+    },
+}
+PDB = {
+    "apiVersion": "policy/v1",
+    "kind": "PodDisruptionBudget",
+    "spec": {"minAvailable": 1, "selector": {"matchLabels": {}}},
+}
+
+
+def test_each_version_gets_its_own_autoscaler_and_budget_until_its_sunset(
+    local_env: LocalEnvironment,
+    kube: Any,
+    namespace: str,
+    daemons: Daemons,
+) -> None:
+    address = local_env.temporal_address()
+    kubectl = Kubectl(local_env)
+    fs = daemons.stack(fleet_doc(namespace, host_port=address))
+
+    def copies(kind: str) -> dict[str, dict[str, Any]]:
+        # `--ignore-not-found` prints nothing for an empty list: no copies.
+        found = kubectl.get_json(kind, "-n", namespace) or {"items": []}
+        return {o["metadata"]["labels"]["temporal.io/build-id"]: o for o in found["items"]}
+
+    with Kubelet(kube, namespace, NAME) as kubelet:
+        daemon = daemons.start(fs, settings=SETTINGS)
+        kubectl.apply(
+            connection(namespace, "dev", address),
+            _template(namespace, "ledger-hpa", HPA),
+            _template(namespace, "ledger-pdb", PDB),
+            _worker_deployment(namespace, "ledger:v1"),
+        )
+
+        def deployment_replicas(build: str) -> int | None:
+            dep = kubelet.deployments().get(build)
+            return None if dep is None else dep["spec"].get("replicas")
+
+        def version(prefix: str) -> str | None:
+            builds = [b for b in kubelet.deployments() if b.startswith(prefix)]
+            return builds[0] if builds else None
+
+        first = eventually(
+            lambda: version("v1-"), timeout=ONE_UP, message=f"no v1:\n{daemon.text()[-3000:]}"
+        )
+        first_name = kubelet.deployments()[first]["metadata"]["name"]
+        hpa = eventually(lambda: copies("hpa").get(first), timeout=ONE_UP, message="no HPA")
+        assert hpa["spec"]["scaleTargetRef"] == {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "name": first_name,
+        }
+        # The real HPA controller scales the version it names up to minReplicas.
+        eventually(
+            lambda: deployment_replicas(first) == 2,
+            timeout=ONE_UP,
+            message=f"the HPA never scaled {first_name}: {copies('hpa').get(first)}",
+        )
+        # The real disruption controller counts the version's pods through the selector.
+        eventually(
+            lambda: (copies("pdb").get(first) or {}).get("status", {}).get("expectedPods") == 2,
+            timeout=ONE_UP,
+            message=f"the PDB never counted the pods: {copies('pdb').get(first)}",
+        )
+        table = kubectl("get", "wrt", "-n", namespace)
+        assert table.split("\n")[0].split() == ["NAME", "WORKER", "KIND", "AGE"]
+
+        # A new image: a new version with its own copies; the old one sunsets.
+        kubectl.apply(_worker_deployment(namespace, "ledger:v2"))
+        second = eventually(
+            lambda: version("v2-"), timeout=ONE_UP, message=f"no v2:\n{daemon.text()[-3000:]}"
+        )
+        eventually(
+            lambda: deployment_replicas(second) == 2,
+            timeout=ONE_UP,
+            message=f"the new version's HPA never scaled it: {copies('hpa')}",
+        )
+        eventually(
+            lambda: set(copies("hpa")) == {second},
+            timeout=2 * ONE_UP,
+            message=f"the old version's HPA outlived its scale-down:\n{daemon.text()[-3000:]}",
+        )
+        assert deployment_replicas(first) in (0, None)
+        eventually(
+            lambda: set(copies("pdb")) == {second} and first not in kubelet.deployments(),
+            timeout=2 * ONE_UP,
+            message=f"the old version's PDB outlived it:\n{daemon.text()[-3000:]}",
+        )
+        # twc's own applies since (the scale-down, the deletion) kept the HPA's count.
+        assert deployment_replicas(second) == 2
+
+        kubectl("delete", "workerdeployment", NAME, "-n", namespace)
+        eventually(
+            lambda: not kubelet.deployments() and not copies("hpa") and not copies("pdb"),
+            timeout=ONE_UP,
+            message="deleting the WorkerDeployment left its Deployments or copies",
+        )
+        assert daemon.alive()

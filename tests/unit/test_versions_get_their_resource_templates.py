@@ -99,85 +99,79 @@ def _by_build(mocks: RecordingMocks, type_: str) -> dict[str, list[Any]]:
     return out
 
 
+def _built(doc: dict[str, Any], versions: WorkerVersions | None) -> RecordingMocks:
+    """The program's resources once the whole program ran (not only the status's)."""
+    mocks = RecordingMocks(fake_dynamic=FAKE_CHECK)
+
+    @pulumi_test
+    def run() -> Any:
+        return _build(mocks, doc, versions)["apps/orders"]
+
+    run()
+    return mocks
+
+
 def _two_versions(old: VersionInput | None = None) -> WorkerVersions:
     spec = version_spec(_worker(OLD))
     old = old or VersionInput(replicas=None, spec=spec)
     return WorkerVersions(versions={OLD_BUILD: old.model_copy(update={"spec": spec})})
 
 
-@pulumi_test
-def test_each_version_gets_its_own_copy_wired_to_its_deployment() -> Any:
-    mocks = RecordingMocks(fake_dynamic=FAKE_CHECK)
-    statuses = _build(mocks, _with(HPA, PDB, SCALED), _two_versions())
-
-    def check(_: Any) -> None:
-        deployments = _by_build(mocks, "kubernetes:apps/v1:Deployment")
-        hpas = _by_build(mocks, "kubernetes:autoscaling/v2:HorizontalPodAutoscaler")
-        pdbs = _by_build(mocks, "kubernetes:policy/v1:PodDisruptionBudget")
-        keda = _by_build(mocks, "kubernetes:keda.sh/v1alpha1:ScaledObject")
-        assert set(hpas) == set(pdbs) == set(keda) == {OLD_BUILD, NEW_BUILD}
-        names = set()
-        for build in (OLD_BUILD, NEW_BUILD):
-            (dep,), (hpa,), (pdb,), (so,) = (
-                deployments[build],
-                hpas[build],
-                pdbs[build],
-                keda[build],
-            )
-            target = {"apiVersion": "apps/v1", "kind": "Deployment"}
-            assert hpa["spec"]["scaleTargetRef"] == {**target, "name": dep["metadata"]["name"]}
-            selector = hpa["spec"]["metrics"][0]["external"]["metric"]["selector"]
-            assert selector["matchLabels"] == {
-                "task_type": "Activity",
-                "temporal_worker_deployment_name": "apps_orders",
-                "temporal_worker_build_id": build,
-                "temporal_namespace": "default",
-            }
-            assert pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
-            assert so["spec"]["triggers"][0]["metadata"] == {
-                "namespace": "default",
-                "buildId": build,
-                "deploymentName": "apps/orders",
-            }
-            for obj in (hpa, pdb, so):
-                assert obj["metadata"]["namespace"] == "apps"
-                assert len(obj["metadata"]["name"]) <= 47
-                names.add(obj["metadata"]["name"])
-            # An autoscaler owns the count: twc leaves it out of what it applies.
-            assert "replicas" not in dep["spec"]
-        assert len(names) == 6
-
-    return statuses["apps/orders"].apply(check)
-
-
-@pulumi_test
-def test_a_version_scaled_to_zero_for_sunset_loses_its_autoscaler_only() -> Any:
-    mocks = RecordingMocks(fake_dynamic=FAKE_CHECK)
-    statuses = _build(mocks, _with(HPA, PDB), _two_versions(VersionInput(replicas=0)))
-
-    def check(_: Any) -> None:
-        deployments = _by_build(mocks, "kubernetes:apps/v1:Deployment")
-        assert deployments[OLD_BUILD][0]["spec"]["replicas"] == 0
-        hpas = _by_build(mocks, "kubernetes:autoscaling/v2:HorizontalPodAutoscaler")
-        assert set(hpas) == {NEW_BUILD}
-        assert set(_by_build(mocks, "kubernetes:policy/v1:PodDisruptionBudget")) == {
-            OLD_BUILD,
-            NEW_BUILD,
+def test_each_version_gets_its_own_copy_wired_to_its_deployment() -> None:
+    mocks = _built(_with(HPA, PDB, SCALED), _two_versions())
+    deployments = _by_build(mocks, "kubernetes:apps/v1:Deployment")
+    hpas = _by_build(mocks, "kubernetes:autoscaling/v2:HorizontalPodAutoscaler")
+    pdbs = _by_build(mocks, "kubernetes:policy/v1:PodDisruptionBudget")
+    keda = _by_build(mocks, "kubernetes:keda.sh/v1alpha1:ScaledObject")
+    assert set(hpas) == set(pdbs) == set(keda) == {OLD_BUILD, NEW_BUILD}
+    names = set()
+    for build in (OLD_BUILD, NEW_BUILD):
+        (dep,), (hpa,), (pdb,), (so,) = (
+            deployments[build],
+            hpas[build],
+            pdbs[build],
+            keda[build],
+        )
+        target = {"apiVersion": "apps/v1", "kind": "Deployment"}
+        assert hpa["spec"]["scaleTargetRef"] == {**target, "name": dep["metadata"]["name"]}
+        selector = hpa["spec"]["metrics"][0]["external"]["metric"]["selector"]
+        assert selector["matchLabels"] == {
+            "task_type": "Activity",
+            "temporal_worker_deployment_name": "apps_orders",
+            "temporal_worker_build_id": build,
+            "temporal_namespace": "default",
         }
+        assert pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+        assert so["spec"]["triggers"][0]["metadata"] == {
+            "namespace": "default",
+            "buildId": build,
+            "deploymentName": "apps/orders",
+        }
+        for obj in (hpa, pdb, so):
+            assert obj["metadata"]["namespace"] == "apps"
+            assert len(obj["metadata"]["name"]) <= 47
+            names.add(obj["metadata"]["name"])
+        # An autoscaler owns the count: twc leaves it out of what it applies.
+        assert "replicas" not in dep["spec"]
+    assert len(names) == 6
 
-    return statuses["apps/orders"].apply(check)
+
+def test_a_version_scaled_to_zero_for_sunset_loses_its_autoscaler_only() -> None:
+    mocks = _built(_with(HPA, PDB), _two_versions(VersionInput(replicas=0)))
+    deployments = _by_build(mocks, "kubernetes:apps/v1:Deployment")
+    assert deployments[OLD_BUILD][0]["spec"]["replicas"] == 0
+    hpas = _by_build(mocks, "kubernetes:autoscaling/v2:HorizontalPodAutoscaler")
+    assert set(hpas) == {NEW_BUILD}
+    assert set(_by_build(mocks, "kubernetes:policy/v1:PodDisruptionBudget")) == {
+        OLD_BUILD,
+        NEW_BUILD,
+    }
 
 
-@pulumi_test
-def test_without_an_autoscaler_template_twc_keeps_the_replicas() -> Any:
-    mocks = RecordingMocks(fake_dynamic=FAKE_CHECK)
-    statuses = _build(mocks, _with(PDB), None)
-
-    def check(_: Any) -> None:
-        (dep,) = _by_build(mocks, "kubernetes:apps/v1:Deployment")[NEW_BUILD]
-        assert dep["spec"]["replicas"] == 2
-
-    return statuses["apps/orders"].apply(check)
+def test_without_an_autoscaler_template_twc_keeps_the_replicas() -> None:
+    mocks = _built(_with(PDB), None)
+    (dep,) = _by_build(mocks, "kubernetes:apps/v1:Deployment")[NEW_BUILD]
+    assert dep["spec"]["replicas"] == 2
 
 
 def _bad(template: dict[str, Any]) -> str:

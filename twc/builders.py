@@ -365,7 +365,8 @@ def dlq_statefulset_spec(
 
 def worker_objects(worker: ResolvedWorker, builds: Iterable[str] = ()) -> set[str]:
     """The objects a worker's component creates, as ``Kind namespace/name`` (``builds``: a
-    versioned worker's versions besides the one its spec asks for)."""
+    versioned worker's versions besides the one its spec asks for), each version's
+    resource-template copies among them."""
     ns, name = worker.namespace, worker.name
     found = {f"ServiceAccount {ns}/{name}"}
     if worker.rollout is None:
@@ -373,6 +374,9 @@ def worker_objects(worker: ResolvedWorker, builds: Iterable[str] = ()) -> set[st
     else:
         every = {rollout.build_id_of(worker), *builds}
         found |= {f"Deployment {ns}/{rollout.version_deployment_name(name, b)}" for b in every}
+        for t in worker.resource_templates:
+            kind = t.template["kind"]
+            found |= {f"{kind} {ns}/{resource_name(name, t.name, b)}" for b in every}
     if pod_disruption_budget_spec(worker) is not None:
         found.add(f"PodDisruptionBudget {ns}/{name}")
     if worker.dlq is not None:

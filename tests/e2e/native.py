@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import subprocess
 from typing import Any
 
 import yaml
+from temporalio.client import Client
 
 from tests.conftest import require_tools
 from tests.e2e.conftest import fleet_doc
@@ -164,3 +166,26 @@ class Kubelet:
             (w.pod["metadata"].get("labels") or {}).get(BUILD_ID_LABEL, "")
             for w in self.runner.workers().values()
         }
+
+
+def start_wait(address: str, workflow_id: str, task_queue: str, namespace: str = "default") -> None:
+    """Start the sample worker's ``WaitWorkflow`` (pinned to the version that takes it)."""
+
+    async def start() -> None:
+        client = await Client.connect(address, namespace=namespace)
+        await client.start_workflow("WaitWorkflow", id=workflow_id, task_queue=task_queue)
+
+    asyncio.run(start())
+
+
+def finish(address: str, workflow_id: str, namespace: str = "default") -> str:
+    """Signal a ``WaitWorkflow`` to finish; its result: the build ID that ran it."""
+
+    async def signal() -> str:
+        client = await Client.connect(address, namespace=namespace)
+        handle = client.get_workflow_handle(workflow_id)
+        await handle.signal("finish")
+        result: str = await handle.result()
+        return result
+
+    return asyncio.run(signal())

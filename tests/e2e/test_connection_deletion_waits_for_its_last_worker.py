@@ -1,7 +1,9 @@
 """Delete protection with five namespaces sharing one ClusterConnection.
 
 The ClusterConnection copies its mTLS secret from a source namespace into every
-namespace whose workers use it. Deleting it while workers use it leaves it in place
+namespace whose workers use it, and only those its allow-list names: a worker in another
+namespace is refused (``NamespaceNotAllowed``) and gets neither a copy nor a Deployment.
+Deleting it while workers use it leaves it in place
 (deletionTimestamp set, finalizer kept, workers untouched); it goes only once the last
 worker has moved away: four move to a namespaced Connection, the fifth moves to another
 namespace (deleted here, re-created there on a Connection).
@@ -99,6 +101,23 @@ def test_a_shared_cluster_connection_is_deleted_only_after_its_last_worker_moves
     ):
         assert copied.metadata.labels["app.kubernetes.io/managed-by"] == "twc", ns
     print(f"five workers deployed in {time.monotonic() - started:.1f} s")
+
+    # A namespace the allow-list does not name gets no copy and no worker.
+    kubectl.apply(temporal_worker(elsewhere, "intruder", f"{task_queue}-x", ref))
+
+    def refusal() -> dict[str, Any] | None:
+        found = kubectl.get_json("temporalworker", "intruder", "-n", elsewhere) or {}
+        conditions = (found.get("status") or {}).get("conditions") or ()
+        return next((c for c in conditions if c.get("reason") == "NamespaceNotAllowed"), None)
+
+    refused = eventually(refusal, timeout=120, message="a worker outside the allow-list ran")
+    assert refused["status"] == "False", refused
+    assert shared in refused["message"], refused
+    assert kube.get_deployment(elsewhere, "intruder") is None
+    with pytest.raises(ApiException) as absent:
+        kube.core.read_namespaced_secret("temporal-mtls", elsewhere)
+    assert absent.value.status == 404
+    kubectl("delete", "temporalworker", "intruder", "-n", elsewhere)
     eventually(
         lambda: FINALIZER in _finalizers(kubectl.get_json("clusterconnection", shared)),
         timeout=30,

@@ -14,7 +14,6 @@ a Connection of the same name points at the test bed's dev server without TLS.
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -22,11 +21,17 @@ from typing import Any
 
 import pytest
 import yaml
-from temporalio.client import Client
 
 from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import FAST, Daemons, eventually
-from tests.e2e.native import Kubectl, Kubelet, cluster_connection, connection
+from tests.e2e.native import (
+    Kubectl,
+    Kubelet,
+    cluster_connection,
+    connection,
+    finish,
+    start_wait,
+)
 from twc.local import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
@@ -44,19 +49,6 @@ ONE_UP = 180.0
 def _engine_environment(pulumi_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     for key, value in pulumi_env.items():
         monkeypatch.setenv(key, value)
-
-
-async def _start_wait(address: str, workflow_id: str) -> None:
-    client = await Client.connect(address, namespace=TEMPORAL_NAMESPACE)
-    await client.start_workflow("WaitWorkflow", id=workflow_id, task_queue=QUEUE)
-
-
-async def _finish(address: str, workflow_id: str) -> str:
-    client = await Client.connect(address, namespace=TEMPORAL_NAMESPACE)
-    handle = client.get_workflow_handle(workflow_id)
-    await handle.signal("finish")
-    result: str = await handle.result()
-    return result
 
 
 def test_the_docs_worker_deployment_rolls_out_a_new_image_by_its_own_steps(
@@ -122,7 +114,7 @@ def test_the_docs_worker_deployment_rolls_out_a_new_image_by_its_own_steps(
             timeout=ONE_UP,
             message="the first version's pods run no worker",
         )
-        asyncio.run(_start_wait(address, f"pinned-{namespace}"))
+        start_wait(address, f"pinned-{namespace}", QUEUE, TEMPORAL_NAMESPACE)
 
         # A new image: a new version ramps by the manifest's steps (1, 5, 25 %), then Current.
         image = "[{'op': 'replace', 'path': '/spec/template/spec/containers/0/image', "
@@ -158,7 +150,7 @@ def test_the_docs_worker_deployment_rolls_out_a_new_image_by_its_own_steps(
         final = status()
         drained = {v["buildID"]: v for v in final.get("deprecatedVersions") or ()}
         assert drained[first]["status"] == "Draining"
-        assert asyncio.run(_finish(address, f"pinned-{namespace}")) == first
+        assert finish(address, f"pinned-{namespace}", TEMPORAL_NAMESPACE) == first
 
         # The official status as `kubectl get -o yaml` shows it.
         shown = yaml.safe_load(

@@ -33,7 +33,7 @@ from temporalio.client import Client
 
 from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import FAST, Daemons, eventually
-from tests.e2e.native import Kubelet
+from tests.e2e.native import Kubelet, finish, start_wait
 from twc.cli import preview as preview_cmd
 from twc.cli.status import run_status
 from twc.local import LocalEnvironment
@@ -155,19 +155,6 @@ def agree(temporal: str, address: str, stack: str, key: str) -> dict[str, Any]:
     return result
 
 
-async def _start_wait(address: str, workflow_id: str, task_queue: str) -> None:
-    client = await Client.connect(address)
-    await client.start_workflow("WaitWorkflow", id=workflow_id, task_queue=task_queue)
-
-
-async def _finish(address: str, workflow_id: str) -> str:
-    client = await Client.connect(address)
-    handle = client.get_workflow_handle(workflow_id)
-    await handle.signal("finish")
-    result: str = await handle.result()
-    return result
-
-
 def _run(coro: Any) -> Any:
     return asyncio.run(coro)
 
@@ -222,7 +209,7 @@ def test_a_versioned_worker_rolls_out_drains_rolls_back_and_manual_routes_nothin
         assert dep["metadata"]["name"] == f"orders-{first.replace('.', '-')}"
 
         # A workflow started now is pinned to the first version.
-        _run(_start_wait(address, f"pinned-{namespace}", task_queue))
+        start_wait(address, f"pinned-{namespace}", task_queue)
 
         # 2. The pull request's preview of the image change: the plan in words and time.
         change = tmp_path / "change.yaml"
@@ -268,7 +255,7 @@ def test_a_versioned_worker_rolls_out_drains_rolls_back_and_manual_routes_nothin
         # The workflow pinned to the first version keeps it Draining, with its workers.
         assert promoted["statuses"][first] == "Draining"
         assert int(kubelet.deployments()[first]["spec"]["replicas"]) == 1
-        assert _run(_finish(address, f"pinned-{namespace}")) == first
+        assert finish(address, f"pinned-{namespace}") == first
 
         # 4. Sunset: Drained, scaled to 0, then its Deployment deleted.
         eventually(
@@ -291,7 +278,7 @@ def test_a_versioned_worker_rolls_out_drains_rolls_back_and_manual_routes_nothin
         )
 
         # 5. A third build AllAtOnce; a workflow pinned to the second keeps it running.
-        _run(_start_wait(address, f"pinned2-{namespace}", task_queue))
+        start_wait(address, f"pinned2-{namespace}", task_queue)
         fs.write(fleet("registry.example/worker:3.0", "AllAtOnce"))
         third = eventually(
             lambda: (
@@ -320,7 +307,7 @@ def test_a_versioned_worker_rolls_out_drains_rolls_back_and_manual_routes_nothin
             timeout=ONE_UP,
             message="the rolled-back version was never marked the target",
         )
-        assert _run(_finish(address, f"pinned2-{namespace}")) == second
+        assert finish(address, f"pinned2-{namespace}") == second
 
         # 6. Manual: a new build runs and polls, and Temporal's routing does not move.
         before = _cli_describe(temporal, address, key)

@@ -5,8 +5,10 @@ and the real daemon, with a real temporalio worker per pod: the official docs' H
 PDB templates get one copy per running version of their WorkerDeployment; the real HPA
 controller scales the version named in its ``scaleTargetRef`` to ``minReplicas`` and twc
 keeps that count through its later applies; the real disruption controller counts the
-version's pods through the injected selector; a new image gets its own copies; and the old
-version's HPA goes when sunset scales it to 0, its PDB when sunset deletes it.
+version's pods through the injected selector; a new image gets its own copies; the old
+version, Draining behind a pinned workflow and scaled to 0 by hand, is scaled back until
+the workflow finishes there; and its HPA goes when sunset scales it to 0, its PDB when
+sunset deletes it.
 
 Differs from a production cluster: no metrics server (the HPA acts on ``minReplicas``
 alone) and rollout durations a twentieth (``time_scale``).
@@ -20,7 +22,7 @@ import pytest
 
 from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import FAST, Daemons, eventually
-from tests.e2e.native import Kubectl, Kubelet, connection
+from tests.e2e.native import Kubectl, Kubelet, connection, finish, start_wait
 from twc.local import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
@@ -147,7 +149,9 @@ def test_each_version_gets_its_own_autoscaler_and_budget_until_its_sunset(
         table = kubectl("get", "wrt", "-n", namespace)
         assert table.split("\n")[0].split() == ["NAME", "WORKER", "KIND", "AGE"]
 
-        # A new image: a new version with its own copies; the old one sunsets.
+        # A workflow pinned to v1 keeps it Draining once a new image is Current.
+        eventually(lambda: first in kubelet.running(), timeout=ONE_UP, message="v1 runs no worker")
+        start_wait(address, f"pinned-{namespace}", NAME)
         kubectl.apply(_worker_deployment(namespace, "ledger:v2"))
         second = eventually(
             lambda: version("v2-"), timeout=ONE_UP, message=f"no v2:\n{daemon.text()[-3000:]}"
@@ -157,6 +161,14 @@ def test_each_version_gets_its_own_autoscaler_and_budget_until_its_sunset(
             timeout=ONE_UP,
             message=f"the new version's HPA never scaled it: {copies('hpa')}",
         )
+        # Draining at 0 (by hand; the HPA never scales from 0): twc scales it back (#587).
+        kubectl("scale", "deployment", first_name, "-n", namespace, "--replicas=0")
+        eventually(
+            lambda: (deployment_replicas(first) or 0) >= 1 and first in kubelet.running(),
+            timeout=ONE_UP,
+            message=f"the Draining version stayed at 0:\n{daemon.text()[-3000:]}",
+        )
+        assert finish(address, f"pinned-{namespace}") == first
         eventually(
             lambda: set(copies("hpa")) == {second},
             timeout=2 * ONE_UP,

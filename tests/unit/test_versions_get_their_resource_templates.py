@@ -24,10 +24,12 @@ from tests.unit.test_versioned_worker_declares_a_deployment_per_version import (
     _build,
     _worker,
 )
+from twc.builders import worker_objects
 from twc.errors import SpecError
 from twc.rollout import BUILD_ID_LABEL, VersionInput, WorkerVersions, build_id_of, version_spec
 from twc.spec import load_fleet
 from twc.spec.convert import as_temporal_worker
+from twc.spec.resources import resource_name
 
 HPA: dict[str, Any] = {
     "name": "hpa",
@@ -221,3 +223,12 @@ def test_a_worker_deployments_templates_carry_over_as_its_resource_templates() -
 def test_a_change_to_a_template_makes_no_new_build() -> None:
     assert _worker(_with(PDB)) != _worker(NEW)
     assert build_id_of(_worker(_with(PDB))) == NEW_BUILD
+
+
+def test_each_versions_copies_are_among_the_objects_twc_never_adopts() -> None:
+    worker = _worker(_with(HPA, PDB, SCALED))
+    found = worker_objects(worker, builds=[OLD_BUILD])
+    for build in (OLD_BUILD, NEW_BUILD):
+        for entry, kind in (("hpa", "HorizontalPodAutoscaler"), ("pdb", "PodDisruptionBudget")):
+            assert f"{kind} apps/{resource_name('orders', entry, build)}" in found
+        assert f"ScaledObject apps/{resource_name('orders', 'keda', build)}" in found

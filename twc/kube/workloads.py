@@ -56,12 +56,20 @@ _OWNED = {
 }
 
 
+_BY_PATH = {
+    QUEUE_KIND: (*QUEUE_API_VERSION.split("/"), QUEUE_PLURAL),
+    "HorizontalPodAutoscaler": ("autoscaling", "v2", "horizontalpodautoscalers"),
+    "ScaledObject": ("keda.sh", "v1alpha1", "scaledobjects"),
+}
+"""Kinds read by group, version and plural: kmsvc Queues and per-version autoscalers."""
+
+
 def read_object(kube: KubeClient, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
     """One object of a kind twc creates (a kmsvc ``Queue`` too), or ``None`` when absent."""
-    if kind == QUEUE_KIND:
-        group, _, version = QUEUE_API_VERSION.partition("/")
+    if kind in _BY_PATH:
+        group, version, plural = _BY_PATH[kind]
         get = kube.custom.get_namespaced_custom_object
-        found = unless_404(get, group, version, namespace, QUEUE_PLURAL, name)
+        found = unless_404(get, group, version, namespace, plural, name)
         return dict(found) if found is not None else None
     api, resource = _OWNED[kind]
     return read_json(getattr(getattr(kube, api), f"read_namespaced_{resource}"), name, namespace)

@@ -45,12 +45,14 @@ from twc.rollout import (
     RolloutObservation,
     RolloutPlan,
     RolloutSettings,
+    VersionStatus,
     WorkerVersions,
     observed_status,
     plan_observed,
     version_inputs,
 )
 from twc.spec import ResolvedWorker
+from twc.spec.resources import scales
 
 __all__ = [
     "NativePlan",
@@ -250,7 +252,8 @@ def make_plan(
         scaling=scaling,
         native=_native_plan(seen, desired, watched, views_of) if native else None,
         versions=versions,
-        scale=scale_writes(scaled, live, seen.scaled),
+        scale=scale_writes(scaled, live, seen.scaled)
+        | revived_versions(rollout_plans, found, workers),
     )
 
 
@@ -370,6 +373,31 @@ def scale_writes(
             continue  # no Deployment yet: its creation sets the count
         if current != replicas or (owned is not None and key not in owned):
             out[key] = replicas
+    return out
+
+
+def revived_versions(
+    plans: Mapping[str, RolloutPlan],
+    facts: RolloutFacts,
+    workers: Mapping[str, ResolvedWorker],
+) -> dict[str, int]:
+    """Draining versions found at 0 replicas (scaled by hand, or by a scaler) scaled back, as
+    the official controller does: their pinned workflows need pollers to drain. To the
+    worker's count, or 1 where a resource template's autoscaler owns the count; an
+    autoscaled worker's versions are the autoscaler's."""
+    out: dict[str, int] = {}
+    for key, plan in sorted(plans.items()):
+        worker, seen = workers.get(key), facts.observed.get(key)
+        if worker is None or seen is None or seen.routing is None or worker.autoscaling:
+            continue
+        owned = any(scales(t.template) for t in worker.resource_templates)
+        for build, version in plan.versions.items():
+            dep = seen.deployments.get(build)
+            if dep is None or dep.replicas or version.replicas == 0:
+                continue
+            count = 1 if owned else worker.replicas
+            if count and seen.routing.status(build) is VersionStatus.DRAINING:
+                out[f"{worker.namespace}/{dep.name}"] = count
     return out
 
 

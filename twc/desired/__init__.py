@@ -5,63 +5,30 @@ only a successful observation removes one, and deleting more than a share of the
 needs a person (:func:`judge_deletions`). :class:`DesiredInputs` carries the inputs into
 the program's process."""
 
-from twc.desired._deletions import (
-    GuardVerdict,
-    Hold,
-    deletion_digest,
-    deletion_verdict,
-    held_objects,
-    judge_deletions,
-    refusal,
-)
-from twc.desired._inputs import (
-    INPUTS_ENV,
-    QUEUE_KIND_KEY,
-    WORKER_KIND_KEY,
-    BuildScope,
-    DesiredInputs,
-    ObjectList,
-    kind_key,
-    object_key,
-    trimmed,
-)
-from twc.desired._merge import (
-    OWN_STACK,
-    QUEUE_PLURAL,
-    STACKS_KEY,
-    KindMerge,
-    Rejection,
-    connection_native,
-)
-from twc.desired._state import DesiredFleet, HoldFailed, ObjectsUnknown, desired_fleet
-from twc.native.objects import worker_native
-
-__all__ = [
-    "INPUTS_ENV",
-    "OWN_STACK",
-    "QUEUE_KIND_KEY",
-    "QUEUE_PLURAL",
-    "STACKS_KEY",
-    "WORKER_KIND_KEY",
-    "BuildScope",
-    "DesiredFleet",
-    "DesiredInputs",
-    "GuardVerdict",
-    "Hold",
-    "HoldFailed",
-    "KindMerge",
-    "ObjectList",
-    "ObjectsUnknown",
-    "Rejection",
-    "connection_native",
-    "deletion_digest",
-    "deletion_verdict",
-    "desired_fleet",
-    "held_objects",
-    "judge_deletions",
-    "kind_key",
-    "object_key",
-    "refusal",
-    "trimmed",
-    "worker_native",
-]
+from twc.desired._deletions import GuardVerdict as GuardVerdict
+from twc.desired._deletions import Hold as Hold
+from twc.desired._deletions import deletion_digest as deletion_digest
+from twc.desired._deletions import deletion_verdict as deletion_verdict
+from twc.desired._deletions import held_objects as held_objects
+from twc.desired._deletions import judge_deletions as judge_deletions
+from twc.desired._deletions import refusal as refusal
+from twc.desired._inputs import INPUTS_ENV as INPUTS_ENV
+from twc.desired._inputs import QUEUE_KIND_KEY as QUEUE_KIND_KEY
+from twc.desired._inputs import WORKER_KIND_KEY as WORKER_KIND_KEY
+from twc.desired._inputs import BuildScope as BuildScope
+from twc.desired._inputs import DesiredInputs as DesiredInputs
+from twc.desired._inputs import ObjectList as ObjectList
+from twc.desired._inputs import kind_key as kind_key
+from twc.desired._inputs import object_key as object_key
+from twc.desired._inputs import trimmed as trimmed
+from twc.desired._merge import OWN_STACK as OWN_STACK
+from twc.desired._merge import QUEUE_PLURAL as QUEUE_PLURAL
+from twc.desired._merge import STACKS_KEY as STACKS_KEY
+from twc.desired._merge import KindMerge as KindMerge
+from twc.desired._merge import Rejection as Rejection
+from twc.desired._merge import connection_native as connection_native
+from twc.desired._state import DesiredFleet as DesiredFleet
+from twc.desired._state import HoldFailed as HoldFailed
+from twc.desired._state import ObjectsUnknown as ObjectsUnknown
+from twc.desired._state import desired_fleet as desired_fleet
+from twc.native.objects import worker_native as worker_native

@@ -3,106 +3,50 @@ Worker Versioning routes between them. Names as the official controller gives th
 planner (:func:`plan_rollout`), the status record and the preview words; no client, no
 clock (Temporal calls are in :mod:`twc.versioning`)."""
 
-from twc.rollout._model import (
-    GatePolicy,
-    GateRun,
-    GateStatus,
-    RolloutPolicy,
-    RolloutSettings,
-    Routing,
-    StepPolicy,
-    Strategy,
-    SunsetPolicy,
-    TemporalVersion,
-    VersionDeployment,
-    VersionStatus,
-)
-from twc.rollout._planner import (
-    MAX_STAGES,
-    GateStart,
-    Phase,
-    RolloutPlan,
-    RoutingChange,
-    RoutingKind,
-    hold_versions,
-    plan_rollout,
-)
-from twc.rollout._spec import (
-    BUILD_ID_LABEL,
-    DEPLOYMENT_NAME_LABEL,
-    ENV_BUILD_ID,
-    ENV_DEPLOYMENT_NAME,
-    POLICY_ANNOTATION,
-    TARGET_ANNOTATION,
-    VERSION_ANNOTATION,
-    build_id_of,
-    deployment_name_of,
-    derive_build_id,
-    gate_workflow_id,
-    image_prefix,
-    policy_of,
-    temporal_deployment_name,
-    version_deployment_name,
-    version_spec,
-)
-from twc.rollout._step import (
-    RolloutObservation,
-    VersionInput,
-    WorkerVersions,
-    observed_status,
-    plan_observed,
-    rollout_status,
-    version_inputs,
-    version_rows,
-)
-from twc.rollout._words import duration_words, rollback_in_words, rollout_in_words
-
-__all__ = [
-    "BUILD_ID_LABEL",
-    "DEPLOYMENT_NAME_LABEL",
-    "ENV_BUILD_ID",
-    "ENV_DEPLOYMENT_NAME",
-    "MAX_STAGES",
-    "POLICY_ANNOTATION",
-    "TARGET_ANNOTATION",
-    "VERSION_ANNOTATION",
-    "GatePolicy",
-    "GateRun",
-    "GateStart",
-    "GateStatus",
-    "Phase",
-    "RolloutObservation",
-    "RolloutPlan",
-    "RolloutPolicy",
-    "RolloutSettings",
-    "Routing",
-    "RoutingChange",
-    "RoutingKind",
-    "StepPolicy",
-    "Strategy",
-    "SunsetPolicy",
-    "TemporalVersion",
-    "VersionDeployment",
-    "VersionInput",
-    "VersionStatus",
-    "WorkerVersions",
-    "build_id_of",
-    "deployment_name_of",
-    "derive_build_id",
-    "duration_words",
-    "gate_workflow_id",
-    "hold_versions",
-    "image_prefix",
-    "observed_status",
-    "plan_observed",
-    "plan_rollout",
-    "policy_of",
-    "rollback_in_words",
-    "rollout_in_words",
-    "rollout_status",
-    "temporal_deployment_name",
-    "version_deployment_name",
-    "version_inputs",
-    "version_rows",
-    "version_spec",
-]
+from twc.rollout._model import GatePolicy as GatePolicy
+from twc.rollout._model import GateRun as GateRun
+from twc.rollout._model import GateStatus as GateStatus
+from twc.rollout._model import RolloutPolicy as RolloutPolicy
+from twc.rollout._model import RolloutSettings as RolloutSettings
+from twc.rollout._model import Routing as Routing
+from twc.rollout._model import StepPolicy as StepPolicy
+from twc.rollout._model import Strategy as Strategy
+from twc.rollout._model import SunsetPolicy as SunsetPolicy
+from twc.rollout._model import TemporalVersion as TemporalVersion
+from twc.rollout._model import VersionDeployment as VersionDeployment
+from twc.rollout._model import VersionStatus as VersionStatus
+from twc.rollout._planner import MAX_STAGES as MAX_STAGES
+from twc.rollout._planner import GateStart as GateStart
+from twc.rollout._planner import Phase as Phase
+from twc.rollout._planner import RolloutPlan as RolloutPlan
+from twc.rollout._planner import RoutingChange as RoutingChange
+from twc.rollout._planner import RoutingKind as RoutingKind
+from twc.rollout._planner import hold_versions as hold_versions
+from twc.rollout._planner import plan_rollout as plan_rollout
+from twc.rollout._spec import BUILD_ID_LABEL as BUILD_ID_LABEL
+from twc.rollout._spec import DEPLOYMENT_NAME_LABEL as DEPLOYMENT_NAME_LABEL
+from twc.rollout._spec import ENV_BUILD_ID as ENV_BUILD_ID
+from twc.rollout._spec import ENV_DEPLOYMENT_NAME as ENV_DEPLOYMENT_NAME
+from twc.rollout._spec import POLICY_ANNOTATION as POLICY_ANNOTATION
+from twc.rollout._spec import TARGET_ANNOTATION as TARGET_ANNOTATION
+from twc.rollout._spec import VERSION_ANNOTATION as VERSION_ANNOTATION
+from twc.rollout._spec import build_id_of as build_id_of
+from twc.rollout._spec import deployment_name_of as deployment_name_of
+from twc.rollout._spec import derive_build_id as derive_build_id
+from twc.rollout._spec import gate_workflow_id as gate_workflow_id
+from twc.rollout._spec import image_prefix as image_prefix
+from twc.rollout._spec import policy_of as policy_of
+from twc.rollout._spec import temporal_deployment_name as temporal_deployment_name
+from twc.rollout._spec import version_deployment_name as version_deployment_name
+from twc.rollout._spec import version_spec as version_spec
+from twc.rollout._step import RolloutObservation as RolloutObservation
+from twc.rollout._step import VersionInput as VersionInput
+from twc.rollout._step import WorkerVersions as WorkerVersions
+from twc.rollout._step import observed_status as observed_status
+from twc.rollout._step import plan_observed as plan_observed
+from twc.rollout._step import rollout_status as rollout_status
+from twc.rollout._step import version_inputs as version_inputs
+from twc.rollout._step import version_rows as version_rows
+from twc.rollout._words import duration_words as duration_words
+from twc.rollout._words import rollback_in_words as rollback_in_words
+from twc.rollout._words import rollout_in_words as rollout_in_words

@@ -337,20 +337,23 @@ def _unobserved(
     )
 
 
-async def _observe(
+async def observe_version(
     versioning: WorkerVersioning,
-    worker: ResolvedWorker,
-    deployments: Mapping[str, VersionDeployment],
-    backlogs: bool,
+    seen: RolloutObservation,
+    *,
+    backlogs: bool = False,
+    every_gate: bool = False,
 ) -> RolloutObservation:
-    """One versioned worker as Temporal reports it now (with backlogs when asked)."""
-    seen = _unobserved(worker, deployments, None)
+    """``seen`` (a versioned worker before Temporal was asked) as Temporal reports it now:
+    routing, the target's task queues and gate runs (with ``every_gate``, also those a
+    Current target or an ungated policy no longer needs), every version's backlog when
+    asked."""
     name, policy = seen.deployment_name, seen.policy
     routing = await versioning.routing(name)
     task_queues: tuple[str, ...] = ()
     counts: dict[str, int | None] = {}
-    queue = worker.task_queue_name if backlogs else None
-    others = [b for b in deployments if b != seen.target] if backlogs else []
+    queue = seen.task_queue if backlogs else None
+    others = [b for b in seen.deployments if b != seen.target] if backlogs else []
     for build in [seen.target, *others] if routing is not None else []:
         if routing is None or routing.status(build) is VersionStatus.NOT_REGISTERED:
             continue
@@ -368,7 +371,7 @@ async def _observe(
     has_gates = policy.gate is not None or any(s.gate is not None for s in policy.steps)
     # Once the target is Current its gates have nothing more to decide.
     pending = routing is not None and routing.current != seen.target
-    gates = await versioning.gate_runs(wanted) if has_gates and pending else {}
+    gates = await versioning.gate_runs(wanted) if every_gate or (has_gates and pending) else {}
     return dataclasses.replace(seen, gates=gates)
 
 
@@ -389,7 +392,10 @@ async def observe_rollouts(
             found = deployments.get(worker.stack_key, {})
             try:
                 versioning = await clients.for_worker(worker, fleet)
-                return await _observe(versioning, worker, found, worker.autoscaling is not None)
+                seen = _unobserved(worker, found, None)
+                return await observe_version(
+                    versioning, seen, backlogs=worker.autoscaling is not None
+                )
             except Exception as exc:  # noqa: BLE001 - one worker's Temporal never stops the others
                 return _unobserved(worker, found, f"{type(exc).__name__}: {exc}")
 

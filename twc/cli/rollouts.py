@@ -221,34 +221,20 @@ async def _observe_live(
 ) -> RolloutObservation:
     from twc.connections import connect_check
     from twc.kube.workloads import read_secret_data
-    from twc.rollout import MAX_STAGES, gate_workflow_id, temporal_deployment_name
-    from twc.versioning import WorkerVersioning
+    from twc.rollout import temporal_deployment_name
+    from twc.versioning import WorkerVersioning, observe_version
 
     ref = props.get("secretRef")
     creds = read_secret_data(kube, ref["namespace"], ref["name"]) if ref else {}
     client = await connect_check(props, creds)
-    versioning = WorkerVersioning(client, str(props["namespace"]))
     namespace, _, name = key.partition("/")
-    deployment_name = temporal_deployment_name(namespace, name)
-    routing = await versioning.routing(deployment_name)
-    queues: tuple[str, ...] = ()
-    if routing is not None and target in routing.versions:
-        detail = await versioning.version(deployment_name, target)
-        queues = detail.task_queues if detail is not None else ()
-    task_queues = queues or (str(props.get("taskQueue") or ""),)
-    gates = await versioning.gate_runs(
-        (gate_workflow_id(deployment_name, target, tq, stage), tq)
-        for stage in range(min(len(policy.steps), MAX_STAGES) + 1)
-        for tq in task_queues
-    )
-    return RolloutObservation(
+    seen = RolloutObservation(
         worker=key,
         target=target,
         policy=policy,
-        deployment_name=deployment_name,
+        deployment_name=temporal_deployment_name(namespace, name),
         task_queue=str(props.get("taskQueue") or ""),
         deployments=dict(deployments),
-        routing=routing,
-        task_queues=queues,
-        gates=gates,
     )
+    versioning = WorkerVersioning(client, str(props["namespace"]))
+    return await observe_version(versioning, seen, every_gate=True)

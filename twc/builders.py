@@ -224,7 +224,8 @@ def deployment_spec(
             "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0},
         },
         "revisionHistoryLimit": 5,
-        "progressDeadlineSeconds": 600,
+        "progressDeadlineSeconds": worker.progress_deadline_seconds,
+        **({"minReadySeconds": worker.min_ready_seconds} if worker.min_ready_seconds else {}),
     }
 
 

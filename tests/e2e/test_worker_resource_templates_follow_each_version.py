@@ -45,6 +45,8 @@ def _worker_deployment(namespace: str, image: str) -> dict[str, Any]:
         "metadata": {"name": NAME, "namespace": namespace},
         "spec": {
             "replicas": 1,
+            "minReadySeconds": 1,
+            "progressDeadlineSeconds": 300,
             "workerOptions": {
                 "connectionRef": {"name": "dev"},
                 "temporalNamespace": TEMPORAL_NAMESPACE,
@@ -128,6 +130,8 @@ def test_each_version_gets_its_own_autoscaler_and_budget_until_its_sunset(
             lambda: version("v1-"), timeout=ONE_UP, message=f"no v1:\n{daemon.text()[-3000:]}"
         )
         first_name = kubelet.deployments()[first]["metadata"]["name"]
+        made = kubelet.deployments()[first]["spec"]
+        assert (made["minReadySeconds"], made["progressDeadlineSeconds"]) == (1, 300)
         hpa = eventually(lambda: copies("hpa").get(first), timeout=ONE_UP, message="no HPA")
         assert hpa["spec"]["scaleTargetRef"] == {
             "apiVersion": "apps/v1",

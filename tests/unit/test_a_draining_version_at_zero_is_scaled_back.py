@@ -24,9 +24,9 @@ from twc.rollout import (
     Strategy,
     TemporalVersion,
     VersionDeployment,
+    VersionPlan,
     VersionStatus,
 )
-from twc.rollout._planner import VersionPlan
 
 HPA = {
     "name": "hpa",

@@ -15,6 +15,8 @@ from tests.unit._native_objects import (
     merge_connection_objects,
     merge_worker_objects,
 )
+from tests.unit.test_pod_template_env import FP, PLAIN
+from twc.builders import deployment_spec
 from twc.connections import Registry
 from twc.native.status import official_status
 from twc.spec import load_fleet
@@ -34,8 +36,10 @@ def test_the_docs_worker_deployment_is_a_versioned_worker_of_its_connection() ->
     conns = {CONNECTION: [conn_obj("production-temporal")]}
     merged = merge_connection_objects(fleet, conns, file="fleet.yaml")
 
+    docs = _docs_worker()
+    docs["spec"] |= {"minReadySeconds": 5, "progressDeadlineSeconds": 120}
     workers = merge_worker_objects(
-        merged.fleet, [_docs_worker()], registry=Registry.with_builtins(), file="fleet.yaml"
+        merged.fleet, [docs], registry=Registry.with_builtins(), file="fleet.yaml"
     )
 
     assert workers.rejected == ()
@@ -52,6 +56,9 @@ def test_the_docs_worker_deployment_is_a_versioned_worker_of_its_connection() ->
     assert worker.rollout is not None
     assert [s.ramp_percentage for s in worker.rollout.steps or ()] == [1, 5, 25]
     assert worker.image == "payment-processor:v1.5.2"
+    # The official Deployment fields reach each version's Deployment.
+    spec = deployment_spec(worker, PLAIN, FP)
+    assert (spec["minReadySeconds"], spec["progressDeadlineSeconds"]) == (5, 120)
 
 
 def test_an_invalid_worker_deployment_is_rejected_alone() -> None:

@@ -21,6 +21,7 @@ from twc.rollout._planner import Phase as Phase
 from twc.rollout._planner import RolloutPlan as RolloutPlan
 from twc.rollout._planner import RoutingChange as RoutingChange
 from twc.rollout._planner import RoutingKind as RoutingKind
+from twc.rollout._planner import VersionPlan as VersionPlan
 from twc.rollout._planner import hold_versions as hold_versions
 from twc.rollout._planner import plan_rollout as plan_rollout
 from twc.rollout._spec import BUILD_ID_LABEL as BUILD_ID_LABEL

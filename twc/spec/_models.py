@@ -690,6 +690,10 @@ class WorkerSettings(SpecModel):
     """Drives versioned rollouts: one Deployment per build, traffic moved by strategy."""
     sunset: Sunset | None = None
     """Drives versioned rollouts: when drained versions are scaled down and deleted."""
+    min_ready_seconds: int | None = Field(default=None, ge=0)
+    """Seconds a new pod must be ready before it counts as available (default 0)."""
+    progress_deadline_seconds: int | None = Field(default=None, ge=1)
+    """Seconds a Deployment may make no progress before it is reported failed (default 600)."""
     resource_templates: tuple[ResourceTemplate, ...] | None = None
     """Versioned rollouts: objects made with each version (an autoscaler with a
     ``scaleTargetRef`` owns its version's replicas) and deleted when it scales down."""

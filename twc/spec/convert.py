@@ -18,7 +18,7 @@ def as_temporal_worker(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """A ``WorkerDeployment`` object as a TemporalWorker; any other object as it is. The
     official kind names no task queue: the worker's is its name; ``spec.resourceTemplates``
     (not in the official schema) are its WorkerResourceTemplates. Without ``replicas`` it
-    runs one; ``minReadySeconds`` and ``progressDeadlineSeconds`` are twc's own (0, 600)."""
+    runs one."""
     if obj.get("kind") != OFFICIAL_WORKER_KIND:
         return obj
     spec = _part(obj, "spec")
@@ -32,8 +32,9 @@ def as_temporal_worker(obj: Mapping[str, Any]) -> Mapping[str, Any]:
         worker["connectionRef"] = {"name": str(ref["name"])}
     if options.get("temporalNamespace"):
         worker["temporalNamespace"] = str(options["temporalNamespace"])
-    if spec.get("replicas") is not None:
-        worker["replicas"] = spec["replicas"]
+    for key in ("replicas", "minReadySeconds", "progressDeadlineSeconds"):
+        if spec.get(key) is not None:
+            worker[key] = spec[key]
     worker |= {k: copy.deepcopy(dict(spec[k])) for k in ("rollout", "sunset") if _part(spec, k)}
     if spec.get("resourceTemplates"):  # its WorkerResourceTemplates, as the watch reads them
         worker["resourceTemplates"] = copy.deepcopy(list(spec["resourceTemplates"]))

@@ -224,7 +224,7 @@ def deployment_spec(
             "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0},
         },
         "revisionHistoryLimit": 5,
-        "progressDeadlineSeconds": worker.progress_deadline_seconds,
+        "progressDeadlineSeconds": worker.progress_deadline_seconds or 600,
         **({"minReadySeconds": worker.min_ready_seconds} if worker.min_ready_seconds else {}),
     }
 

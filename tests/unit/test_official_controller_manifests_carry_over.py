@@ -144,7 +144,7 @@ def test_a_worker_deployment_is_read_without_what_twc_sets() -> None:
     assert spec["taskQueueName"] == "orders"
     assert spec["connectionRef"] == {"name": "prod"}
     assert spec["rollout"] == {"strategy": "AllAtOnce", "buildID": "v1"}
-    assert "minReadySeconds" not in spec
+    assert spec["minReadySeconds"] == 10  # the Deployment's, as twc's field of that name
     assert spec["template"]["spec"] == {
         "containers": [
             {

@@ -179,8 +179,9 @@ class ResolvedWorker(BaseModel):
     """With the defaults applied; set exactly when ``rollout`` is."""
     resource_templates: tuple[ResourceTemplate, ...] = ()
     """Objects made with each version (versioned workers only)."""
-    min_ready_seconds: int = 0
-    progress_deadline_seconds: int = 600
+    min_ready_seconds: int | None = None
+    progress_deadline_seconds: int | None = None
+    """``None``: Kubernetes' default and twc's (0; 600)."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -357,8 +358,8 @@ def _resolve(
         rollout=s.rollout,
         sunset=(s.sunset or Sunset()) if s.rollout is not None else None,
         resource_templates=(s.resource_templates or ()) if s.rollout is not None else (),
-        min_ready_seconds=s.min_ready_seconds or 0,
-        progress_deadline_seconds=s.progress_deadline_seconds or 600,
+        min_ready_seconds=s.min_ready_seconds,
+        progress_deadline_seconds=s.progress_deadline_seconds,
     )
 
 

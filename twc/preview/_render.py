@@ -3,7 +3,9 @@ Pure; values were scrubbed when the report was built."""
 
 from __future__ import annotations
 
+import bisect
 import html
+import itertools
 import json
 import re
 from collections.abc import Callable, Iterable
@@ -130,20 +132,15 @@ def render_markdown(report: PreviewReport, *, limit: int = MARKDOWN_LIMIT) -> st
 
     # Reserve room for the notice at its longest, then fill rows, then details blocks.
     budget = limit - len(notice(0, 0)) - len(head) - len(table_head) - 1
-    shown_rows, budget = _take(rows, budget)
-    shown_blocks = _take(blocks, budget)[0] if len(shown_rows) == len(rows) else []
-    notice_text = notice(len(shown_rows), len(shown_blocks))
-    return _fit("".join([head, table_head, *shown_rows, "\n", *shown_blocks, notice_text]), limit)
+    n_rows = _fitting(rows, budget)
+    n_blocks = _fitting(blocks, budget - len("".join(rows))) if n_rows == len(rows) else 0
+    text = [head, table_head, *rows[:n_rows], "\n", *blocks[:n_blocks], notice(n_rows, n_blocks)]
+    return _fit("".join(text), limit)
 
 
-def _take(items: list[str], budget: int) -> tuple[list[str], int]:
-    taken: list[str] = []
-    for item in items:
-        if len(item) > budget:
-            break
-        taken.append(item)
-        budget -= len(item)
-    return taken, budget
+def _fitting(items: list[str], budget: int) -> int:
+    """How many of ``items``, from the first, fit in ``budget`` characters."""
+    return bisect.bisect_right(list(itertools.accumulate(map(len, items))), budget)
 
 
 def _fit(text: str, limit: int) -> str:

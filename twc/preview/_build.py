@@ -619,16 +619,13 @@ def _touched_env(member: _Res, changes: Changes) -> dict[tuple[str, str], set[st
     for path, _ in changes:
         if len(path) < 7 or path[:3] != _POD_SPEC or path[5] != "env":
             continue
-        list_key, c_index, e_index = path[3], path[4], path[6]
-        if not (isinstance(list_key, str) and isinstance(c_index, int)):
-            continue
         for state in (member.new, member.old):
-            container = _get(state, *_POD_SPEC, list_key, c_index)
-            env_name = _get(container, "env", e_index) if isinstance(e_index, int) else None
-            if isinstance(container, dict) and isinstance(env_name, dict):
-                c_name, e_name = container.get("name"), env_name.get("name")
+            # Found only where the path's keys and indices fit the state.
+            container, env = _get(state, *path[:5]), _get(state, *path[:7])
+            if isinstance(container, dict) and isinstance(env, dict):
+                c_name, e_name = container.get("name"), env.get("name")
                 if isinstance(c_name, str) and isinstance(e_name, str):
-                    touched.setdefault((list_key, c_name), set()).add(e_name)
+                    touched.setdefault((str(path[3]), c_name), set()).add(e_name)
     return touched
 
 

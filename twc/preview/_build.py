@@ -201,21 +201,16 @@ def _absorb(resources: dict[str, _Res], md: StepEventMetadata) -> None:
         if state is None:
             continue
         for part in ("inputs", "outputs"):
-            if not getattr(res, attr := f"{side}_{part}"):
-                setattr(res, attr, _scrubbed(getattr(state, part), res.type in SECRET_TYPES))
+            value = getattr(state, part)
+            if value is not None and not getattr(res, attr := f"{side}_{part}"):
+                scrubbed = scrub(value, secret_resource=res.type in SECRET_TYPES)
+                setattr(res, attr, scrubbed if isinstance(scrubbed, dict) else {})
         if side == "new" or not res.parent:
             res.parent = state.parent or res.parent
     for path, diff in (md.detailed_diff or {}).items():
         res.detailed[path] = (_text(diff.diff_kind), bool(diff.input_diff))
     res.replace_keys = list(dict.fromkeys([*res.replace_keys, *(md.keys or ())]))
     res.diffs = list(dict.fromkeys([*res.diffs, *(md.diffs or ())]))
-
-
-def _scrubbed(value: Mapping[str, Any] | None, secret: bool) -> JsonObject | None:
-    if value is None:
-        return None
-    scrubbed = scrub(value, secret_resource=secret)
-    return scrubbed if isinstance(scrubbed, dict) else {}
 
 
 def _text(op: object) -> str:

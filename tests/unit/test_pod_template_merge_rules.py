@@ -17,7 +17,7 @@ from twc import builders
 from twc.connections import ConnectionIdentity, ResolvedConnection, TLSSettings
 from twc.errors import SpecError
 from twc.spec import AuthMode, ResolvedWorker, load_fleet
-from twc.spec._template import Level, merge_pod_template, worker_container_index
+from twc.spec._template import merge_pod_template, worker_container_index
 
 FP = "f" * 64
 MTLS = ResolvedConnection(
@@ -346,7 +346,7 @@ def test_the_worker_container_is_the_one_named_worker_or_the_only_one(
 def test_merge_adds_a_worker_container_to_a_template_without_one_and_copies() -> None:
     template: dict[str, Any] = {"spec": {"priorityClassName": "high"}}
     before = copy.deepcopy(template)
-    merged = merge_pod_template(template, Level.WORKER, {"image": (Level.DEFAULTS, "reg/a:1")})
+    merged = merge_pod_template(template, {"image": "reg/a:1"}, wins=())
     assert merged["spec"] == {
         "priorityClassName": "high",
         "containers": [{"name": "worker", "image": "reg/a:1"}],

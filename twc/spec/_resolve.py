@@ -36,7 +36,7 @@ from twc.spec._models import (
     Toleration,
     WorkerSettings,
 )
-from twc.spec._template import Level, PodSecurityLevel, merge_pod_template, worker_container_index
+from twc.spec._template import PodSecurityLevel, merge_pod_template, worker_container_index
 
 # The DLQ StatefulSet is "<worker>-dlq"; StatefulSet names feed the 63-character
 # controller-revision-hash label together with an 11-character suffix.
@@ -420,19 +420,16 @@ def _pod_template(
     """The pod template in effect with the shorthand merged in, and where it is set."""
     own = worker.template if worker is not None else None
     if own is not None:
-        template, level, source = own, Level.WORKER, f"{path}.template"
+        template, source = own, f"{path}.template"
     elif defaults.template is not None:
-        template, level, source = defaults.template, Level.DEFAULTS, "defaults.template"
+        template, source = defaults.template, "defaults.template"
     else:
-        template, level, source = None, Level.NONE, None
+        template, source = None, None
     mine = worker.shorthand() if worker is not None else {}
-    shorthand: dict[str, tuple[Level, Any]] = {}
-    for name, value in defaults.shorthand().items():
-        if mine.get(name) is not None:
-            shorthand[name] = (Level.WORKER, mine[name])
-        elif value is not None:
-            shorthand[name] = (Level.DEFAULTS, value)
-    return merge_pod_template(template, level, shorthand), source
+    given = {name: value for name, value in mine.items() if value is not None}
+    # The more specific level wins: the worker's shorthand over a template from the defaults.
+    wins = set(given) if own is None else set()
+    return merge_pod_template(template, defaults.shorthand() | given, wins), source
 
 
 def _merged(worker: TemporalWorker | None, defaults: Defaults) -> WorkerSettings:

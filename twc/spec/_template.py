@@ -8,8 +8,7 @@ be set. Tenants' templates are also held to a Pod Security Standard.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping, Sequence
-from enum import IntEnum
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any, Final, Literal
 
 from twc.spec._names import check_label_key, check_label_value
@@ -31,14 +30,6 @@ CONTAINER_SHORTHAND: Final = frozenset(
     {"image", "imagePullPolicy", "resources", "lifecycle", "env"}
 )
 """Shorthand fields that land in the worker container (the others in the pod spec)."""
-
-
-class Level(IntEnum):
-    """Where a setting comes from; a higher level is more specific and wins."""
-
-    NONE = 0
-    DEFAULTS = 1
-    WORKER = 2
 
 
 def worker_container_index(containers: Sequence[Any]) -> int | None:
@@ -216,11 +207,10 @@ def same_level_conflicts(
 
 
 def merge_pod_template(
-    template: Mapping[str, Any] | None,
-    template_level: Level,
-    shorthand: Mapping[str, tuple[Level, Any]],
+    template: Mapping[str, Any] | None, shorthand: Mapping[str, Any], wins: Collection[str]
 ) -> dict[str, Any]:
-    """``template`` with each shorthand value merged in, always with a worker container."""
+    """``template`` with each shorthand value (None: nothing) merged in, always with a worker
+    container: a value named in ``wins`` replaces the template's, the others fill its gaps."""
     out: dict[str, Any] = copy.deepcopy(dict(template)) if template else {}
     spec = out.setdefault("spec", {})
     containers = spec.setdefault("containers", [])
@@ -228,14 +218,13 @@ def merge_pod_template(
     if index is None:
         containers.insert(0, {"name": WORKER_CONTAINER_NAME})
         index = 0
-    for name, (level, value) in shorthand.items():
-        if level is Level.NONE or value is None:
+    for name, value in shorthand.items():
+        if value is None:
             continue
         target = containers[index] if name in CONTAINER_SHORTHAND else spec
-        wins = level > template_level
         if name == "env":
-            _merge_env(target, value, wins)
-        elif wins or name not in target:
+            _merge_env(target, value, name in wins)
+        elif name in wins or name not in target:
             target[name] = copy.deepcopy(value)
     return out
 

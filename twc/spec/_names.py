@@ -25,6 +25,7 @@ _SUFFIX |= {s: Decimal(10) ** (3 * i) for i, s in enumerate("kMGTPE", 1)}
 _SUFFIX |= {f"{s}i": Decimal(2) ** (10 * i) for i, s in enumerate("KMGTPE", 1)}
 # A Go duration as time.ParseDuration (and metav1.Duration) reads it; no sign.
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+_DURATION = re.compile(f"(?:{_DURATION_PART.pattern})+")
 _DURATION_UNIT = {"ns": Decimal("1e-9"), "us": Decimal("1e-6"), "\u00b5s": Decimal("1e-6")}
 _DURATION_UNIT |= {"\u03bcs": Decimal("1e-6"), "ms": Decimal("1e-3"), "s": Decimal(1)}
 _DURATION_UNIT |= {"m": Decimal(60), "h": Decimal(3600)}
@@ -192,17 +193,13 @@ def parse_duration(value: str) -> Decimal:
         return Decimal(0)
     if text[:1] in ("-", "+"):
         raise ValueError(f"{value!r} must be a duration without a sign, e.g. 30s, 5m or 1h")
-    total, position = Decimal(0), 0
-    while position < len(text):
-        match = _DURATION_PART.match(text, position)
-        if match is None:
-            raise ValueError(
-                f"{value!r} is not a duration: use a number and a unit (h, m, s, ms), "
-                "e.g. 30s, 5m, 1h30m"
-            )
-        total += Decimal(match[1]) * _DURATION_UNIT[match[2]]
-        position = match.end()
-    return total
+    if not _DURATION.fullmatch(text):
+        raise ValueError(
+            f"{value!r} is not a duration: use a number and a unit (h, m, s, ms), "
+            "e.g. 30s, 5m, 1h30m"
+        )
+    parts = _DURATION_PART.findall(text)
+    return sum((Decimal(number) * _DURATION_UNIT[unit] for number, unit in parts), Decimal(0))
 
 
 def check_duration(value: str) -> str:

@@ -145,14 +145,6 @@ def load_fleet_file(path: str | os.PathLike[str]) -> Fleet:
     return load_fleet(data, file)
 
 
-def object_description(api_version: str, kind: str, obj: object) -> str:
-    """``<apiVersion> <kind> <namespace>/<name>`` (or ``<name>`` when cluster-scoped)."""
-    meta = _part(obj, "metadata")
-    name = meta.get("name", "?")
-    where = f"{meta['namespace']}/{name}" if meta.get("namespace") else str(name)
-    return f"{api_version} {kind} {where}"
-
-
 def _part(obj: object, key: str) -> Mapping[str, Any]:
     value = obj.get(key) if isinstance(obj, Mapping) else None
     return value if isinstance(value, Mapping) else {}
@@ -187,9 +179,11 @@ def _load(
 ) -> _M:
     """``obj`` as ``model``: its spec's fields, or (a ``plugin`` kind's) its whole ``spec``
     (``where``: the field a model key is read from, when not ``spec.<key>``)."""
-    describe = object_description(api_version, kind, obj)
-    _envelope(obj, api_version, kind, describe)
     meta, spec = _part(obj, "metadata"), _part(obj, "spec")
+    name = meta.get("name", "?")  # <namespace>/<name>, or <name> for a cluster-scoped object
+    at = f"{meta['namespace']}/{name}" if meta.get("namespace") else name
+    describe = f"{api_version} {kind} {at}"
+    _envelope(obj, api_version, kind, describe)
     rename: dict[str, str | tuple[str, ...]] = {} if plugin else {k: f"spec.{k}" for k in spec}
     rename |= where or {}
     rename |= {"name": "metadata.name", "namespace": "metadata.namespace"}

@@ -76,8 +76,7 @@ class ScalingRules(_Settings):
     """Rate limits; empty means unlimited."""
 
 
-def _percent(value: int) -> ScalingPolicy:
-    return ScalingPolicy(type=PolicyType.PERCENT, value=value, period_seconds=15)
+_ALL_PER_15S = ScalingPolicy(type=PolicyType.PERCENT, value=100, period_seconds=15)
 
 
 class AutoscaleBehavior(_Settings):
@@ -86,11 +85,11 @@ class AutoscaleBehavior(_Settings):
     tolerance: float = Field(default=0.1, ge=0, lt=1)
     """No change while ``|backlog / (target * current) - 1|`` is at most this."""
     scale_up: ScalingRules = ScalingRules(
-        policies=(_percent(100), ScalingPolicy(type=PolicyType.PODS, value=4, period_seconds=15))
+        policies=(_ALL_PER_15S, ScalingPolicy(type=PolicyType.PODS, value=4, period_seconds=15))
     )
     """Rules when the recommendation is above the current replicas."""
     scale_down: ScalingRules = ScalingRules(
-        stabilization_window_seconds=300, policies=(_percent(100),)
+        stabilization_window_seconds=300, policies=(_ALL_PER_15S,)
     )
     """Rules when the recommendation is below the current replicas."""
 

@@ -193,12 +193,9 @@ class LocalEnvironment:
             fcntl.flock(fh, fcntl.LOCK_EX)
             yield
 
-    def backend(self, state: State | None = None) -> str:
+    def backend(self, state: State) -> str:
         """The Pulumi state backend of this environment: ``file`` or ``postgres``."""
-        if self._backend is not None:
-            return self._backend
-        state = state or self.load_state()
-        return state.backend if state is not None else "file"
+        return self._backend or state.backend
 
     def temporal_address(self, state: State | None = None) -> str:
         return f"127.0.0.1:{(state or self._require_state()).ports['temporal']}"

@@ -23,8 +23,7 @@ class Kube(KubeClient):
     """One API server through a kubeconfig, on an ``ApiClient`` of its own."""
 
     def __init__(self, kubeconfig: Path | str) -> None:
-        self.kubeconfig = str(kubeconfig)
-        super().__init__(api_client(self.kubeconfig))
+        super().__init__(api_client(kubeconfig))
         self.ext = self.extensions
 
     def ensure_namespace(self, name: str) -> None:

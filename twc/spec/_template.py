@@ -267,13 +267,6 @@ def _map(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _containers(spec: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    for section in ("initContainers", "containers", "ephemeralContainers"):
-        items = spec.get(section)
-        for i, container in enumerate(items if isinstance(items, list) else []):
-            yield f"spec.{section}[{i}]", _map(container)
-
-
 def _context_problems(ctx: Mapping[str, Any], restricted: bool) -> Iterator[tuple[str, str]]:
     caps = _map(ctx.get("capabilities")).get("add") or []
     allowed = _RESTRICTED_CAPS if restricted else _BASELINE_CAPS
@@ -319,14 +312,17 @@ def pod_security_problems(template: Mapping[str, Any], level: PodSecurityLevel) 
         if _map(sysctl).get("name") not in _SAFE_SYSCTLS:
             found.append((f"spec.securityContext.sysctls[{i}]", "unsafe sysctls"))
     contexts = [("spec.securityContext", _map(spec.get("securityContext")))]
-    for where, container in _containers(spec):
-        ports = container.get("ports") or []
-        found.extend(
-            (f"{where}.ports[{j}].hostPort", "host ports")
-            for j, port in enumerate(ports)
-            if _map(port).get("hostPort")
-        )
-        contexts.append((f"{where}.securityContext", _map(container.get("securityContext"))))
+    for section in ("initContainers", "containers", "ephemeralContainers"):
+        items = spec.get(section)
+        for i, item in enumerate(items if isinstance(items, list) else []):
+            where, container = f"spec.{section}[{i}]", _map(item)
+            ports = container.get("ports") or []
+            found.extend(
+                (f"{where}.ports[{j}].hostPort", "host ports")
+                for j, port in enumerate(ports)
+                if _map(port).get("hostPort")
+            )
+            contexts.append((f"{where}.securityContext", _map(container.get("securityContext"))))
     for where, ctx in contexts:
         found.extend(
             (f"{where}.{field}", what) for field, what in _context_problems(ctx, restricted)

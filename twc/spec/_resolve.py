@@ -342,7 +342,7 @@ def _resolve(
         connection_source=ref_source,
         image=image,
         image_pull_policy=s.image_pull_policy or "IfNotPresent",
-        replicas=_replicas(worker, queue, defaults, s),
+        replicas=_replicas(worker, queue, s),
         autoscaling=s.autoscaling,
         resources=resources,
         node_selector=dict(s.node_selector or {}),
@@ -401,9 +401,7 @@ def _connection(
     return target, ref_source
 
 
-def _replicas(
-    worker: TemporalWorker | None, queue: Queue | None, defaults: Defaults, s: WorkerSettings
-) -> int:
+def _replicas(worker: TemporalWorker | None, queue: Queue | None, s: WorkerSettings) -> int:
     """The autoscaler's floor, else the worker's count, else the queue's partitions, else 1."""
     if s.autoscaling is not None:
         return s.autoscaling.min_replicas
@@ -411,7 +409,7 @@ def _replicas(
         return worker.replicas
     if queue is not None and queue.partitions is not None:
         return queue.partitions
-    return defaults.replicas if defaults.replicas is not None else 1
+    return s.replicas if s.replicas is not None else 1  # the worker set none: the defaults'
 
 
 def _pod_template(

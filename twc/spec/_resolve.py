@@ -207,8 +207,7 @@ class _Checker:
     def unique(self, section: str, keys: Iterable[Hashable], describe: str) -> None:
         first: dict[Hashable, int] = {}
         for index, key in enumerate(keys):
-            if key not in first:
-                first[key] = index
+            if first.setdefault(key, index) == index:
                 continue
             shown = "/".join(p for p in key if p is not None) if isinstance(key, tuple) else key
             self.add(

@@ -5,7 +5,14 @@ one exit code."""
 from __future__ import annotations
 
 from tests.unit._preview import report
-from twc.preview import EXIT_CHANGES, EXIT_OK, exit_code, merge_reports, render_text
+from twc.preview import (
+    EXIT_CHANGES,
+    EXIT_OK,
+    HeldDeletions,
+    exit_code,
+    merge_reports,
+    render_text,
+)
 
 
 def test_shards_reports_merge_into_one_with_totals_over_every_shard() -> None:
@@ -59,3 +66,20 @@ def test_an_error_in_one_shard_names_the_shard() -> None:
     assert merged.errors
     assert all(e.message.startswith(f"[{failed.stack}] ") for e in merged.errors)
     assert exit_code(merged, False) == 1
+
+
+def test_every_shards_held_deletions_are_in_the_report() -> None:
+    one = report("no_changes").model_copy(
+        update={"held_deletions": HeldDeletions(workers=["a/x", "a/y"], running=4, allowed=1)}
+    )
+    two = report("no_changes").model_copy(
+        update={"held_deletions": HeldDeletions(workers=["b/z"], running=2, allowed=1)}
+    )
+
+    merged = merge_reports("prod", [one, report("no_changes"), two])
+
+    assert merged.held_deletions == HeldDeletions(
+        workers=["a/x", "a/y", "b/z"], running=6, allowed=2
+    )
+    assert "Held deletions" in render_text(merged)
+    assert merge_reports("prod", [report("no_changes")]).held_deletions is None

@@ -20,6 +20,7 @@ from twc.preview._model import (
     FieldChange,
     Group,
     GroupKind,
+    HeldDeletions,
     OpCounts,
     Operation,
     PreviewReport,
@@ -873,7 +874,8 @@ def _tagged(diagnostic: Diagnostic, stack: str) -> Diagnostic:
 
 def merge_reports(stack: str, reports: Sequence[PreviewReport]) -> PreviewReport:
     """The shards' reports as one report of ``stack``: groups merged by kind and name,
-    resources counted over every shard, diagnostics prefixed with their shard."""
+    resources counted over every shard, diagnostics prefixed with their shard, every
+    shard's held deletions."""
     if not reports:
         raise ValueError("no shard previewed")
     groups: dict[tuple[str, str, str], Group] = {}
@@ -889,6 +891,7 @@ def merge_reports(stack: str, reports: Sequence[PreviewReport]) -> PreviewReport
         restarting_workers=sorted({w for r in reports for w in r.summary.restarting_workers}),
         has_changes=any(r.summary.has_changes for r in reports),
     )
+    held = [r.held_deletions for r in reports if r.held_deletions is not None]
     return PreviewReport(
         project=reports[0].project,
         stack=f"{stack} ({plural(len(reports), 'shard')})",
@@ -896,4 +899,11 @@ def merge_reports(stack: str, reports: Sequence[PreviewReport]) -> PreviewReport
         groups=merged,
         errors=[_tagged(d, r.stack) for r in reports for d in r.errors],
         warnings=[_tagged(d, r.stack) for r in reports for d in r.warnings],
+        held_deletions=HeldDeletions(  # each shard's guard holds its own share
+            workers=sorted(w for h in held for w in h.workers),
+            running=sum(h.running for h in held),
+            allowed=sum(h.allowed for h in held),
+        )
+        if held
+        else None,
     )

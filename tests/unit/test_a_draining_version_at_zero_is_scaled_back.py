@@ -2,8 +2,8 @@
 
 Its pinned workflows need pollers to drain: twc writes the worker's count, or 1 where a
 resource template's autoscaler owns the count (an HPA does not scale from 0). A version
-the plan scales to 0 (sunset), one not Draining, one still running and an autoscaled
-worker's versions are left alone.
+the plan scales to 0 (sunset), one not Draining, one still running, a worker scaled to 0
+as a whole and an autoscaled worker's versions are left alone.
 """
 
 from __future__ import annotations
@@ -52,6 +52,14 @@ CASES = [
     ("current at 0: not draining, left", {}, C, 0, None, None),
     ("sunset scales it to 0: left", {}, D, 0, 0, None),
     ("a worker of 0 replicas: left", {"replicas": 0}, D, 0, None, None),
+    (
+        "a worker of 0 replicas under an autoscaler template: left",
+        {"replicas": 0, "resourceTemplates": [HPA]},
+        D,
+        0,
+        None,
+        None,
+    ),
     (
         "autoscaled: the autoscaler's",
         {"autoscaling": {"minReplicas": 1, "maxReplicas": 3, "targetBacklogPerReplica": 5}},

@@ -383,8 +383,8 @@ def revived_versions(
 ) -> dict[str, int]:
     """Draining versions found at 0 replicas (scaled by hand, or by a scaler) scaled back, as
     the official controller does: their pinned workflows need pollers to drain. To the
-    worker's count, or 1 where a resource template's autoscaler owns the count; an
-    autoscaled worker's versions are the autoscaler's."""
+    worker's count, or 1 where a resource template's autoscaler owns the count; a worker
+    scaled to 0 as a whole, and an autoscaled worker's versions, are left as they are."""
     out: dict[str, int] = {}
     for key, plan in sorted(plans.items()):
         worker, seen = workers.get(key), facts.observed.get(key)
@@ -395,7 +395,7 @@ def revived_versions(
             dep = seen.deployments.get(build)
             if dep is None or dep.replicas or version.replicas == 0:
                 continue
-            count = 1 if owned else worker.replicas
+            count = min(worker.replicas, 1) if owned else worker.replicas  # 0: all scaled down
             if count and seen.routing.status(build) is VersionStatus.DRAINING:
                 out[f"{worker.namespace}/{dep.name}"] = count
     return out

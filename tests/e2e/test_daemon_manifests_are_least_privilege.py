@@ -42,6 +42,7 @@ NAMESPACED = {
     ("temporal.kmsvc.io", "temporalworkers/status"): {"patch"},
     # The status of the official WorkerDeployments twc serves (their objects are only read).
     ("temporal.io", "workerdeployments/status"): {"patch"},
+    ("temporal.io", "workerresourcetemplates/status"): {"patch"},
     # The generated TemporalWorker views of Queue and fleet-file workers.
     ("temporal.kmsvc.io", "temporalworkers"): {"create", "patch", "delete"},
     ("temporal.io", "connections"): {"patch"},

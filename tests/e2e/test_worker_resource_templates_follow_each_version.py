@@ -5,7 +5,8 @@ and the real daemon, with a real temporalio worker per pod: the official docs' H
 PDB templates get one copy per running version of their WorkerDeployment; the real HPA
 controller scales the version named in its ``scaleTargetRef`` to ``minReplicas`` and twc
 keeps that count through its later applies; the real disruption controller counts the
-version's pods through the injected selector; a new image gets its own copies; the old
+version's pods through the injected selector; the template's status lists each
+version's copy in the official shape; a new image gets its own copies; the old
 version, Draining behind a pinned workflow and scaled to 0 by hand, is scaled back until
 the workflow finishes there; and its HPA goes when sunset scales it to 0, its PDB when
 sunset deletes it.
@@ -149,6 +150,27 @@ def test_each_version_gets_its_own_autoscaler_and_budget_until_its_sunset(
             lambda: (copies("pdb").get(first) or {}).get("status", {}).get("expectedPods") == 2,
             timeout=ONE_UP,
             message=f"the PDB never counted the pods: {copies('pdb').get(first)}",
+        )
+
+        # Its status in the official shape: the copy per build ID, the generation applied.
+        def template_status() -> dict[str, Any]:
+            found = kubectl.get_json("wrt", "ledger-hpa", "-n", namespace) or {}
+            status: dict[str, Any] = found.get("status") or {}
+            return status
+
+        status = eventually(
+            lambda: (s := template_status()).get("versions") and s,
+            timeout=ONE_UP,
+            message="the WorkerResourceTemplate got no status",
+        )
+        (entry,) = status["versions"]
+        assert (entry["buildID"], entry["resourceName"]) == (first, hpa["metadata"]["name"])
+        eventually(
+            lambda: (
+                (template_status().get("versions") or [{}])[0].get("lastAppliedGeneration") == 1
+            ),
+            timeout=ONE_UP,
+            message=f"never applied: {template_status()}",
         )
         table = kubectl("get", "wrt", "-n", namespace)
         assert table.split("\n")[0].split() == ["NAME", "WORKER", "KIND", "AGE"]

@@ -8,6 +8,7 @@ from twc.native.status import (
     merge_conditions,
     rejected_status,
     status_patch,
+    template_status,
 )
 
 T0 = "2026-01-01T00:00:00Z"
@@ -124,3 +125,34 @@ def test_the_status_names_the_task_queue_the_worker_polls() -> None:
     # The printer column: a worker with only a queueRef has no spec.taskQueueName.
     assert _status({}, task_queue="orders")["taskQueue"] == "orders"
     assert "taskQueue" not in _status({})
+
+
+NOW, LATER = "2026-12-05T06:00:00Z", "2026-12-05T06:05:00Z"
+
+
+def test_a_resource_templates_status_lists_each_versions_copy_once_applied() -> None:
+    names = {"v1": "orders-hpa-1111aaaa", "v2": "orders-hpa-2222bbbb"}
+
+    pending = template_status({}, names=names, generation=3, applied=False, now=NOW)
+    assert [v["lastAppliedGeneration"] for v in pending["versions"]] == [None, None]
+    assert pending["conditions"][0]["status"] == "False"
+
+    done = template_status(pending, names=names, generation=3, applied=True, now=LATER)
+    assert done["versions"] == [
+        {"buildID": b, "resourceName": n, "lastAppliedGeneration": 3, "lastTransitionTime": LATER}
+        for b, n in sorted(names.items())
+    ]
+    assert (done["conditions"][0]["status"], done["conditions"][0]["reason"]) == (
+        "True",
+        "AllVersionsApplied",
+    )
+    # A newer generation not applied yet keeps what was applied, and its time.
+    again = template_status(done, names=names, generation=4, applied=False, now="later still")
+    assert [v["lastAppliedGeneration"] for v in again["versions"]] == [3, 3]
+    assert {v["lastTransitionTime"] for v in again["versions"]} == {LATER}
+
+
+def test_a_resource_template_naming_no_worker_deployment_says_so() -> None:
+    status = template_status({}, names=None, generation=1, applied=False, now=NOW)
+    assert "versions" not in status
+    assert status["conditions"][0]["reason"] == "WorkerDeploymentNotFound"

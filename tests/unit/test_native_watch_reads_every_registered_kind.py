@@ -122,12 +122,16 @@ def test_worker_resource_templates_are_read_as_their_worker_deployments_resource
 
     _list_all(watch)
 
-    (payments,) = watch.observed()["TemporalWorker.temporal.kmsvc.io"].objects or ()
+    observed = watch.observed()
+    (payments,) = observed["TemporalWorker.temporal.kmsvc.io"].objects or ()
     spec = cast(dict[str, Any], payments["spec"])
     assert spec["resourceTemplates"] == [
         {"name": "hpa", "template": HPA},
         {"name": "old", "template": HPA},
     ]
+    # Their own kind too, for the status twc writes on them.
+    names = observed["WorkerResourceTemplate.temporal.io"].objects or ()
+    assert [cast(dict[str, Any], o["metadata"])["name"] for o in names] == ["hpa", "old", "other"]
 
 
 def test_an_unknown_worker_resource_template_list_makes_every_worker_unknown() -> None:

@@ -541,10 +541,14 @@ class NativeWatch:
     def observed(self) -> dict[str, ObjectList]:
         """Per kind key, the objects as the desired state's input (official
         WorkerDeployments among the TemporalWorkers, as twc reconciles them alike, each
-        with its WorkerResourceTemplates as ``spec.resourceTemplates``)."""
-        read = (self._official, self._templates)
-        found = {key: w.observed() for key, w in self.watchers().items() if w not in read}
-        ours, official = found[WORKER_KIND_KEY], _with_templates(*(w.observed() for w in read))
+        with its WorkerResourceTemplates as ``spec.resourceTemplates``; those also as
+        their own kind, for their status)."""
+        found = {key: w.observed() for key, w in self.watchers().items() if w is not self._official}
+        templates = found[kind_key(RESOURCE_TEMPLATE_KIND, API_GROUP)]
+        ours, official = (
+            found[WORKER_KIND_KEY],
+            _with_templates(self._official.observed(), templates),
+        )
         if ours.objects is None or official.objects is None:
             found[WORKER_KIND_KEY] = official if ours.objects is not None else ours
         elif official.objects:  # as observed, not validated again (as each watcher's own)

@@ -13,6 +13,8 @@ from twc.spec.crds import (
     CRD_VERSION,
     OFFICIAL_WORKER_KIND,
     OFFICIAL_WORKER_PLURAL,
+    RESOURCE_TEMPLATE_KIND,
+    RESOURCE_TEMPLATE_PLURAL,
     WORKER_GROUP,
     WORKER_KIND,
 )
@@ -99,6 +101,16 @@ def worker_native(obj: Mapping[str, Any]) -> NativeObject:
     return NativeObject.of(
         obj, group=WORKER_GROUP, version=CRD_VERSION, plural=WORKER_PLURAL, kind=WORKER_KIND
     )
+
+
+def template_native(obj: Mapping[str, Any]) -> tuple[NativeObject, str]:
+    """The bookkeeping of a ``WorkerResourceTemplate`` object, and the key
+    (``<namespace>/<name>``) of the WorkerDeployment it names."""
+    coordinates = {"version": CONNECTION_VERSION, "plural": RESOURCE_TEMPLATE_PLURAL}
+    native = NativeObject.of(obj, group=API_GROUP, kind=RESOURCE_TEMPLATE_KIND, **coordinates)
+    spec = obj.get("spec") or {}
+    ref = spec.get("workerDeploymentRef") or spec.get("temporalWorkerDeploymentRef") or {}
+    return native, f"{native.namespace}/{ref.get('name', '')}"
 
 
 def finalizer_updates(

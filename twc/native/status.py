@@ -185,6 +185,38 @@ def official_status(
     }
 
 
+def template_status(
+    previous: Mapping[str, Any],
+    *,
+    names: Mapping[str, str] | None,
+    generation: int | None,
+    applied: bool,
+    now: str,
+) -> dict[str, Any]:
+    """A ``WorkerResourceTemplate``'s status in the official shape: per build ID of its
+    worker's versions (``names``: build ID to copy's name; ``None``: no such worker) the
+    copy and the generation last applied, and ``Ready`` once the stack holds them all."""
+    if names is None:
+        ready = _condition("Ready", False, "WorkerDeploymentNotFound", "no such WorkerDeployment")
+        return {"conditions": merge_conditions(previous.get("conditions"), [ready], now=now)}
+    before = {v.get("buildID"): v for v in previous.get("versions") or () if isinstance(v, dict)}
+    versions = []
+    for build, name in sorted(names.items()):
+        old = before.get(build) or {"lastTransitionTime": now}
+        done = generation if applied else old.get("lastAppliedGeneration")
+        entry = {"buildID": build, "resourceName": name, "lastAppliedGeneration": done}
+        changed = any(old.get(k) != v for k, v in entry.items())
+        versions.append(
+            {**entry, "lastTransitionTime": now if changed else old["lastTransitionTime"]}
+        )
+    reason = "AllVersionsApplied" if applied else "Applying"
+    ready = _condition("Ready", applied, reason, f"{len(versions)} version(s)")
+    return {
+        "versions": versions,
+        "conditions": merge_conditions(previous.get("conditions"), [ready], now=now),
+    }
+
+
 def status_patch(current: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any] | None:
     """The JSON merge patch of the keys of ``desired`` that differ from ``current``, or None."""
     changed = {k: v for k, v in desired.items() if current.get(k) != v}

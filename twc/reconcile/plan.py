@@ -29,7 +29,7 @@ from twc.desired import (
     worker_native,
 )
 from twc.errors import TemporaryError
-from twc.native.objects import IdentityKey, NativeObject
+from twc.native.objects import IdentityKey, NativeObject, template_native
 from twc.native.views import ViewPlan, desired_views, plan_views
 from twc.reconcile.autoscale import ScaleDecision, ScalingState, WorkerScaleInput, scale_fleet
 from twc.reconcile.observe import Observation, RolloutFacts, WorkerFacts
@@ -51,7 +51,8 @@ from twc.rollout import (
     plan_observed,
     version_inputs,
 )
-from twc.spec import ResolvedWorker
+from twc.spec import API_GROUP, ResolvedWorker
+from twc.spec.crds import RESOURCE_TEMPLATE_KIND
 from twc.spec.resources import scales
 
 __all__ = [
@@ -174,6 +175,7 @@ class NativePlan:
     objects: tuple[NativeObject, ...]  # every connection object (finalizer candidates)
     worker_objects: tuple[NativeObject, ...]
     references: Mapping[str, IdentityKey]  # per worker, the connection it uses
+    templates: tuple[tuple[NativeObject, str], ...] = ()  # WorkerResourceTemplates, worker key
     rejected: tuple[Rejection, ...] = ()  # objects whose current spec is not in use
     views: ViewPlan | None = None  # generated TemporalWorkers; None when none are kept
 
@@ -427,6 +429,7 @@ def _native_plan(
             for obj in listed(key)
         ),
         worker_objects=tuple(worker_native(obj) for obj in listed(WORKER_KIND_KEY)),
+        templates=tuple(map(template_native, listed(kind_key(RESOURCE_TEMPLATE_KIND, API_GROUP)))),
         references=desired.references,
         rejected=tuple(
             r

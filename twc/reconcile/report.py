@@ -21,6 +21,7 @@ from twc.native.status import (
     official_status,
     rejected_status,
     status_patch,
+    template_status,
     worker_failure,
 )
 from twc.reconcile.health import DaemonMetrics
@@ -36,6 +37,7 @@ from twc.reconcile.outcome import (
 from twc.reconcile.plan import NativePlan, Plan, rollout_fields, target_deployment
 from twc.reconcile.state import DesiredState, LoopState, ReconcileAction
 from twc.spec.crds import OFFICIAL_WORKER_KIND, WORKER_KIND
+from twc.spec.resources import resource_name, scales
 from twc.timestamps import rfc3339
 
 __all__ = ["FaultReporter", "Reporter", "shorten"]
@@ -122,6 +124,17 @@ class Reporter:
             logger.warning("[%s] %s (retrying): %s", self.stack, what, exc)
             return False
         return True
+
+    def _write_status(self, obj: NativeObject, desired: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Patch what of ``desired`` differs from what ``obj`` shows or was last written."""
+        assert self._writer is not None
+        patch = status_patch({**obj.status, **self._written.get(obj.uid, {})}, desired)
+        if patch is None or not self._tried(
+            f"status of {obj} not written", self._writer.patch_status, obj, patch
+        ):
+            return None
+        self._written[obj.uid] = {**self._written.get(obj.uid, {}), **patch["status"]}
+        return dict(patch["status"])
 
     def planned(self, plan: Plan) -> None:
         """Report what planning found: replica decisions, objects left out or kept."""
@@ -368,10 +381,27 @@ class Reporter:
                 "referenced by a worker" if added else "no worker uses it any more",
             )
 
+    def _template_statuses(
+        self, native: NativePlan, plan: Plan, applied: DesiredState | None, *, now: str
+    ) -> set[str]:
+        """The WorkerResourceTemplates' status (the official shape); returns their uids."""
+        for obj, key in native.templates:
+            in_stack = applied is not None and applied.workers.get(key) == (
+                plan.hashes.workers.get(key)
+            )
+            names = _template_copies(plan, key, obj.name)
+            previous = {**obj.status, **self._written.get(obj.uid, {})}
+            status = template_status(
+                previous, names=names, generation=obj.generation, applied=in_stack, now=now
+            )
+            self._write_status(obj, status)
+        return {obj.uid for obj, _ in native.templates}
+
     def _update_status(
         self, native: NativePlan, plan: Plan | None, applied: DesiredState | None
     ) -> None:
-        """The TemporalWorkers' status as planned; only the rejected ones' without a ``plan``."""
+        """The TemporalWorkers' (and WorkerResourceTemplates') status as planned; only the
+        rejected ones' without a ``plan``."""
         assert self._writer is not None
         only_rejected = plan is None
         now = rfc3339(self._wall())
@@ -420,18 +450,30 @@ class Reporter:
             desired.update(rollout_fields(plan.versions, key) if plan is not None else {})
             if obj.kind == OFFICIAL_WORKER_KIND:
                 desired = official_status(desired, previous, namespace=obj.namespace or "", now=now)
-            patch = status_patch(previous, desired)
-            if patch is None:
-                continue
-            what = f"status of {obj} not written"
-            if not self._tried(what, self._writer.patch_status, obj, patch):
-                continue
-            self._written[obj.uid] = {**self._written.get(obj.uid, {}), **patch["status"]}
-            if "phase" in patch["status"]:
+            patch = self._write_status(obj, desired)
+            if patch is not None and "phase" in patch:
                 logger.info("[%s] TemporalWorker %s: %s", self.stack, key, desired["phase"])
+        if plan is not None:
+            seen |= self._template_statuses(native, plan, applied, now=now)
         if not only_rejected:
             for uid in set(self._written) - seen:
                 del self._written[uid]
+
+
+def _template_copies(plan: Plan, key: str, template: str) -> dict[str, str] | None:
+    """Per build ID of worker ``key``'s versions, the name of ``template``'s copy (none
+    for an autoscaler's at a version scaled to 0); ``None``: no such worker uses it."""
+    worker, versions = plan.workers.get(key), plan.versions.versions.get(key)
+    entry = (
+        next((t for t in worker.resource_templates if t.name == template), None) if worker else None
+    )
+    if worker is None or versions is None or entry is None:
+        return None
+    return {
+        build: resource_name(worker.name, template, build)
+        for build, version in versions.versions.items()
+        if not (version.replicas == 0 and scales(entry.template))
+    }
 
 
 def _views_shown(native: NativePlan) -> Mapping[str, NativeObject]:

@@ -77,14 +77,19 @@ class DryRunResult:
     """Per worker refused, its issues in one line."""
 
 
-def dry_run_targets(
+def dry_run_fleet(
     fleet: Fleet,
+    *,
+    file: str,
+    api_client: Any,
     registry: Registry | None = None,
     origins: Mapping[str, str] | None = None,
     only: Collection[str] | None = None,
-) -> list[DryRunTarget]:
-    """Every resolvable worker's (``only``: these workers') Deployment as the program builds
-    it; ``origins``: per worker, ``file``, ``TemporalWorker <ns>/<name>``, ``Queue <ns>/<name>``."""
+) -> DryRunResult:
+    """Have the API server validate each changed resolvable worker's Deployment, as the
+    program builds it (``only``: of these workers), applying nothing; raises when it fails
+    otherwise (unreachable, forbidden...). ``origins``: per worker, ``file``,
+    ``TemporalWorker <ns>/<name>``, ``Queue <ns>/<name>``."""
     registry = registry or default_registry()
     targets = []
     for worker in fleet.resolved_workers():
@@ -95,23 +100,8 @@ def dry_run_targets(
         except TwcConnectionError:
             continue
         manifest = builders.worker_deployment(worker, connection, _PLACEHOLDER_FINGERPRINT)
-        file, source, template = _naming(worker, (origins or {}).get(worker.stack_key))
-        targets.append(DryRunTarget(worker, manifest, file, source, template))
-    return targets
-
-
-def dry_run_fleet(
-    fleet: Fleet,
-    *,
-    file: str,
-    api_client: Any,
-    registry: Registry | None = None,
-    origins: Mapping[str, str] | None = None,
-    only: Collection[str] | None = None,
-) -> DryRunResult:
-    """Have the API server validate each changed worker's Deployment (``only``: of these
-    workers), applying nothing; raises when it fails otherwise (unreachable, forbidden...)."""
-    targets = dry_run_targets(fleet, registry, origins, only)
+        origin_file, source, template = _naming(worker, (origins or {}).get(worker.stack_key))
+        targets.append(DryRunTarget(worker, manifest, origin_file, source, template))
     live: dict[str, dict[str, Any]] = {}
     selector = f"{builders.LABEL_MANAGED_BY}={builders.MANAGED_BY}"
     for namespace in sorted({t.worker.namespace for t in targets}):

@@ -92,7 +92,8 @@ class GuardChannel:
             (self.directory / sub).mkdir(parents=True, exist_ok=True)
         self._clock = clock
         self._lock = threading.Lock()
-        self._control = Control(lease_until=float("-inf") if leased else None, grace=grace)
+        # Leased: a term that ended at boot, until the first renewal.
+        self._control = Control(lease_until=0.0 if leased else None, grace=grace)
         self._write()
 
     @property
@@ -186,10 +187,7 @@ class GuardChannel:
             self._write()
 
     def _write(self) -> None:
-        data = asdict(self._control)
-        if data["lease_until"] == float("-inf"):
-            data["lease_until"] = 0.0
-        _write_atomically(self.directory / "control.json", json.dumps(data))
+        _write_atomically(self.directory / "control.json", json.dumps(asdict(self._control)))
 
 
 def _write_atomically(path: Path, text: str, *, mode: int | None = None) -> None:

@@ -191,11 +191,6 @@ class Wiring:
         """Seconds an interrupted engine run takes to be gone: its grace and its kill."""
         return self.settings.engine.interrupt_grace + KILL_MARGIN
 
-    def interrupt(self, reason: str) -> None:
-        """Interrupt every engine run in progress."""
-        for channel in self.channels:
-            channel.interrupt(reason)
-
     def close(self) -> None:
         """Stop what :meth:`start` started; release Leases and inputs only with no engine left."""
         deadline = time.monotonic() + self.settle()
@@ -697,7 +692,8 @@ def run_daemon(options: RunOptions) -> int:
 
     def fatal(reason: str) -> None:
         runner.request_stop(exit_code=1)
-        wiring.interrupt(reason)
+        for channel in wiring.channels:  # every engine run in progress
+            channel.interrupt(reason)
 
     grace = wiring.settle() + 30
     supervisor = Supervisor(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -594,13 +595,9 @@ class _Guard:
 
 
 def _subcommand(args: Sequence[str]) -> tuple[str, ...]:
-    words: list[str] = []
-    for arg in args:
-        if arg.startswith("-") and words:
-            break
-        if not arg.startswith("-"):
-            words.append(arg)
-    return tuple(words[:2])
+    # The first two words after the leading options, up to the next option.
+    words = itertools.dropwhile(lambda arg: arg.startswith("-"), args)
+    return tuple(itertools.islice(itertools.takewhile(lambda a: not a.startswith("-"), words), 2))
 
 
 def main(real: str, args: list[str]) -> int:

@@ -53,11 +53,6 @@ class Control:
     preempt: str | None = None  # stop the preemptible operation now, saying why
     grace: float = 3.0  # seconds between SIGINT and SIGKILL
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Control:
-        """Read the control file's content."""
-        return cls(**{**data, "recorded": tuple(data.get("recorded") or ())})
-
 
 @dataclass(frozen=True, slots=True)
 class JournalEntry:
@@ -429,7 +424,8 @@ class _Guard:
         with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
             mtime = path.stat().st_mtime_ns
             if mtime != self.control_mtime:
-                self.control = Control.from_json(json.loads(path.read_text()))
+                data = json.loads(path.read_text())
+                self.control = Control(**{**data, "recorded": tuple(data.get("recorded") or ())})
                 self.control_mtime = mtime
 
     def check_parent(self) -> None:

@@ -382,13 +382,10 @@ class Actor:
             if not found:
                 return None
             now = plan.workers.get(worker)
-            hangs = under_queue(found[0])
+            queue = now.queue if now is not None and now.derived else None
+            made = queue is not None and queue.create_object
             # A Queue's worker going, moving under or from a queue, or whose queue twc makes: full.
-            if now is None and hangs:
-                return None
-            if now is not None and hangs != (now.derived and now.queue is not None):
-                return None
-            if hangs and now is not None and now.queue is not None and now.queue.create_object:
+            if made or under_queue(found[0]) != (queue is not None):
                 return None
             targets.extend(found)
         if decision.added and not urns:

@@ -229,9 +229,8 @@ BLOCKING = frozenset({Fault.KUBERNETES_UNAVAILABLE, Fault.STATE_BACKEND_UNWRITAB
 
 @dataclass(frozen=True, slots=True)
 class ActiveFault:
-    """One fault while it lasts: since when, latest message, which parts see it."""
+    """A fault (its key in the book) while it lasts: since when, latest message, who sees it."""
 
-    fault: Fault
     since: float
     since_wall: float
     message: str
@@ -263,7 +262,7 @@ class FaultBook:
             current = self._active.get(fault)
             if current is None:
                 now, wall = self._clock(), self._wall()
-                self._active[fault] = ActiveFault(fault, now, wall, message, frozenset({source}))
+                self._active[fault] = ActiveFault(now, wall, message, frozenset({source}))
                 return FaultChange(fault, raised=True, message=message)
             sources = current.sources | {source}
             self._active[fault] = replace(current, message=message, sources=sources)

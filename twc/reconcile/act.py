@@ -39,19 +39,6 @@ from twc.reconcile.state import ReconcileAction
 from twc.spec import Fleet, ResolvedWorker
 from twc.versioning import carry_out_all
 
-__all__ = [
-    "EARLY_FIELD_MANAGER",
-    "VIEW_OVERWRITTEN",
-    "Actor",
-    "EarlyApplier",
-    "Effects",
-    "Scaler",
-    "ViewSync",
-    "ViewWriter",
-    "early_objects",
-    "plan_release",
-]
-
 logger = logging.getLogger(__name__)
 
 

@@ -24,8 +24,6 @@ from prometheus_client import (
     generate_latest,
 )
 
-__all__ = ["DaemonMetrics", "HealthServer", "Liveness", "MetricsSource", "Probe", "sample_names"]
-
 logger = logging.getLogger(__name__)
 
 # Reconciles range from a skipped iteration (milliseconds) to a full `up` (minutes).

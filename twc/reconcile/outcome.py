@@ -19,26 +19,9 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 
-from twc.errors import PermanentError, TemporaryError
+from twc.errors import PermanentError as PermanentError
+from twc.errors import TemporaryError as TemporaryError
 from twc.reconcile.settings import BackoffSettings
-
-__all__ = [
-    "BLOCKING",
-    "Classification",
-    "EngineNotStarted",
-    "FailureReason",
-    "Fault",
-    "FaultBook",
-    "Outcome",
-    "OutcomeKind",
-    "PermanentError",
-    "TemporaryError",
-    "backoff_delay",
-    "classify",
-    "engine_fault",
-    "outcome_of",
-    "sample_fault",
-]
 
 
 class EngineNotStarted(TemporaryError):

@@ -187,11 +187,9 @@ class TemporalBacklogs:
         *,
         read_secret: SecretReader | None = None,
         temporal_address: str | None = None,
-        rpc_timeout: float = 10.0,
     ) -> None:
         self._read_secret = read_secret
         self._address = temporal_address
-        self._timeout = rpc_timeout
         self._connections: dict[str, tuple[ResolvedConnection, str | None]] = {}
 
     def refs(self, fleet: Fleet, workers: Iterable[ResolvedWorker]) -> dict[str, TaskQueueRef]:
@@ -229,7 +227,7 @@ class TemporalBacklogs:
         client = await conn.client(ref.namespace, secret_data)
         queue = TaskQueue(name=ref.name, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL)
         describe = client.workflow_service.describe_task_queue
-        timeout = timedelta(seconds=self._timeout)
+        timeout = timedelta(seconds=10.0)  # each DescribeTaskQueue call
         answers = []
         for name in types:
             request = DescribeTaskQueueRequest(

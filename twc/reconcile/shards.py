@@ -233,9 +233,8 @@ class EngineSlots:
         with self._free:
             now = self._clock()
             self._claims[stack] = (due_at, now)
-            for other, (_, asked) in list(self._claims.items()):
-                if now - asked > self._claim_ttl:
-                    del self._claims[other]  # stopped asking: stopped, standby or failing
+            # Out of line: who stopped asking (stopped, standby or failing).
+            self._claims = {k: c for k, c in self._claims.items() if now - c[1] <= self._claim_ttl}
             if self.closed or now < self._refresh_after or self._waiting[True]:
                 return False
             if min(self._claims, key=lambda k: (self._claims[k][0], k)) != stack:

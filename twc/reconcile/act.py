@@ -216,9 +216,8 @@ def plan_release(
 ) -> tuple[list[ObjectRef], list[ObjectRef]]:
     """After an ``up``: ``(release, delete)``, objects of workers still desired and of the rest."""
     wanted = set(desired_workers)
-    release = sorted(r for r in set(pending) if r.worker in wanted)
-    delete = sorted(r for r in set(pending) if r.worker not in wanted)
-    return release, delete
+    refs = sorted(set(pending))  # each once, in order, then split in two
+    return [r for r in refs if r.worker in wanted], [r for r in refs if r.worker not in wanted]
 
 
 class Scaler(Protocol):

@@ -203,6 +203,14 @@ def pulumi_env(local_env: LocalEnvironment) -> dict[str, str]:
     return {**local_env.env(), "PATH": os.environ["PATH"]}
 
 
+@pytest.fixture
+def engine_env(pulumi_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process runs (``twc up``, the Automation API) reach the backend, the cluster and
+    Temporal through the environment, exactly as a shell after ``eval "$(twc local env)"``."""
+    for key, value in pulumi_env.items():
+        monkeypatch.setenv(key, value)
+
+
 @pytest.fixture(scope="session")
 def postgres_env(local_env: LocalEnvironment) -> dict[str, str]:
     """The engine's environment with the Pulumi state in PostgreSQL: the session's

@@ -23,13 +23,7 @@ from twc.engine import engine
 from twc.kube.shards import ASSIGNMENT_KEY, shard_map_name
 from twc.local import LocalEnvironment
 
-pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(autouse=True)
-def _engine_environment(pulumi_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in pulumi_env.items():
-        monkeypatch.setenv(key, value)
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 
 
 @pytest.fixture

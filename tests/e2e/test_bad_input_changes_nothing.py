@@ -42,7 +42,7 @@ from twc.local.environment import free_port
 from twc.spec import load_queue_object
 from twc.spec._yaml import MAX_BYTES, MAX_NODES
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 
 QUEUE_API = ("kmsvc.io", "v1", "queues")
 ENABLED = {"temporal.io/worker-enabled": "true"}
@@ -166,13 +166,6 @@ def settled(kube: Any) -> dict[str, str]:
         return first if cluster_objects(kube) == first else {}
 
     return assert_eventually(stable, timeout=30, interval=0, message="cluster never settled")
-
-
-@pytest.fixture(autouse=True)
-def _engine_environment(pulumi_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    # `twc up` in-process reaches the backend and the cluster through the environment.
-    for key, value in pulumi_env.items():
-        monkeypatch.setenv(key, value)
 
 
 @pytest.fixture(scope="module")

@@ -30,15 +30,9 @@ from tests.e2e.conftest import create_queue, create_tls_secret, fleet_doc
 from twc.local import LocalEnvironment, find_tool
 from twc.local.environment import free_port
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
-
-
-@pytest.fixture(autouse=True)
-def _engine_environment(pulumi_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in pulumi_env.items():
-        monkeypatch.setenv(key, value)
 
 
 def test_worker_service_accounts_mount_a_token_only_when_the_fleet_asks(

@@ -22,13 +22,7 @@ from twc.cli import up
 from twc.engine.engine import ROOT
 from twc.local import LocalEnvironment
 
-pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(autouse=True)
-def _engine_environment(pulumi_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in pulumi_env.items():
-        monkeypatch.setenv(key, value)
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 
 
 def _preview(stack: str, file: Path, **kwargs: Any) -> tuple[int, dict[str, Any], str]:

@@ -21,13 +21,7 @@ from twc.engine.shards import stack_resources
 from twc.kube.shards import shard_map_name
 from twc.local import LocalEnvironment
 
-pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(autouse=True)
-def _engine_environment(pulumi_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in pulumi_env.items():
-        monkeypatch.setenv(key, value)
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 
 
 def _deployments(kube: Any, namespaces: list[str]) -> dict[str, tuple[str, int, list[str]]]:

@@ -25,7 +25,7 @@ from twc.cli import status as status_cmd
 from twc.cli import up as up_cmd
 from twc.local import LocalEnvironment
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 
 TLS_KEY = (
     "-----BEGIN PRIVATE KEY-----\n"
@@ -48,12 +48,6 @@ def needles() -> list[str]:
 
 def leaks(text: str) -> list[str]:
     return [n for n in needles() if n in text]
-
-
-@pytest.fixture(autouse=True)
-def _engine_environment(pulumi_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in pulumi_env.items():
-        monkeypatch.setenv(key, value)
 
 
 def test_no_output_log_error_or_state_file_shows_the_api_key_or_the_tls_key(

@@ -31,16 +31,10 @@ from twc.local import LocalEnvironment
 from twc.spec import CONNECTION_VERSION, load_connection_object
 from twc.spec.crds import all_crds, connection_crd
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 
 OFFICIAL = Path(__file__).parent.parent / "fixtures" / "official"
 CRD = "connections.temporal.io"
-
-
-@pytest.fixture(autouse=True)
-def _engine_environment(pulumi_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in pulumi_env.items():
-        monkeypatch.setenv(key, value)
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ from tests.e2e.native import (
 )
 from twc.local import LocalEnvironment
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 
 MANIFEST = (
     Path(__file__).parent.parent / "fixtures" / "official" / "migration-workerdeployment.yaml"
@@ -43,12 +43,6 @@ NAME, QUEUE, TEMPORAL_NAMESPACE = "payment-processor", "payment-processor", "pro
 SETTINGS = {**FAST, "rollout": {"time_scale": 0.05}}
 """Rollout durations a twentieth: the docs' 10 m, 15 m and 20 m steps last 30, 45 and 60 s."""
 ONE_UP = 180.0
-
-
-@pytest.fixture(autouse=True)
-def _engine_environment(pulumi_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in pulumi_env.items():
-        monkeypatch.setenv(key, value)
 
 
 def test_the_docs_worker_deployment_rolls_out_a_new_image_by_its_own_steps(

@@ -22,13 +22,7 @@ from twc.kube.dryrun import dry_run_fleet
 from twc.local import LocalEnvironment
 from twc.spec import load_fleet_file
 
-pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(autouse=True)
-def _engine_environment(pulumi_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in pulumi_env.items():
-        monkeypatch.setenv(key, value)
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 
 
 def _worker(namespace: str, task_queue: str, **container: Any) -> dict[str, Any]:

@@ -29,18 +29,10 @@ from twc.engine.engine import ROOT
 from twc.local import LocalEnvironment
 from twc.preview import PreviewReport, render_markdown
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 
 OLD_IMAGE = "registry.example/worker:1.4.2"
 NEW_IMAGE = "registry.example/worker:1.5.0"
-
-
-@pytest.fixture(autouse=True)
-def _engine_environment(pulumi_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    # In-process runs reach the backend, the cluster and Temporal through the
-    # environment, exactly as a shell after `eval "$(twc local env)"` would.
-    for key, value in pulumi_env.items():
-        monkeypatch.setenv(key, value)
 
 
 @pytest.fixture(scope="module")

@@ -26,15 +26,9 @@ from twc.cli import up as up_cmd
 from twc.kube.client import status_of
 from twc.local import LocalEnvironment, workerpod
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 
 SECRET_VALUE = f"TEMPLATECANARY-{uuid.uuid4().hex}"
-
-
-@pytest.fixture(autouse=True)
-def _engine_environment(pulumi_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in pulumi_env.items():
-        monkeypatch.setenv(key, value)
 
 
 def _template() -> dict[str, Any]:

@@ -19,16 +19,10 @@ from twc.cli.up import run_up
 from twc.local import LocalEnvironment
 from twc.rollout import RolloutSettings
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 
 FAST = RolloutSettings(time_scale=0.1)
 """A tenth of every rollout duration: a 30 s pause lasts 3 s."""
-
-
-@pytest.fixture(autouse=True)
-def _engine_environment(pulumi_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in pulumi_env.items():
-        monkeypatch.setenv(key, value)
 
 
 def _worker(namespace: str, task_queue: str, image: str, **rollout: Any) -> dict[str, Any]:

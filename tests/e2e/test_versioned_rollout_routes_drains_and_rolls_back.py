@@ -39,18 +39,12 @@ from twc.cli.status import run_status
 from twc.local import LocalEnvironment
 from twc.rollout import TARGET_ANNOTATION
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 
 SETTINGS = {**FAST, "rollout": {"time_scale": 0.1}}
 """Every rollout duration a tenth: a 120 s pause lasts 12 s, a 30 s scale-down 3 s."""
 ONE_UP = 120.0
 """Room for an engine run (and the pods it starts) on a loaded machine."""
-
-
-@pytest.fixture(autouse=True)
-def _engine_environment(pulumi_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in pulumi_env.items():
-        monkeypatch.setenv(key, value)
 
 
 def _worker(namespace: str, task_queue: str, image: str, strategy: str) -> dict[str, Any]:

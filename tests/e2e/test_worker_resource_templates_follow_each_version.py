@@ -26,17 +26,11 @@ from tests.e2e.daemon_process import FAST, Daemons, eventually
 from tests.e2e.native import Kubectl, Kubelet, connection, finish, start_wait
 from twc.local import LocalEnvironment
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 
 NAME, TEMPORAL_NAMESPACE = "ledger", "default"
 SETTINGS = {**FAST, "rollout": {"time_scale": 0.05}}
 ONE_UP = 180.0
-
-
-@pytest.fixture(autouse=True)
-def _engine_environment(pulumi_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in pulumi_env.items():
-        monkeypatch.setenv(key, value)
 
 
 def _worker_deployment(namespace: str, image: str) -> dict[str, Any]:

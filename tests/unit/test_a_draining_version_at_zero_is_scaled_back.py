@@ -44,6 +44,19 @@ def _worker_with(**fields: Any) -> Any:
     return _worker(doc)
 
 
+def _seen(key: str, live: int, routing: Routing | None) -> RolloutObservation:
+    """Worker ``key`` running version ``old`` at ``live`` replicas, Current ``new``."""
+    return RolloutObservation(
+        worker=key,
+        target="new",
+        policy=RolloutPolicy(strategy=Strategy.ALL_AT_ONCE),
+        deployment_name=key,
+        task_queue="orders",
+        deployments={"old": VersionDeployment("old", "orders-old", replicas=live)},
+        routing=routing,
+    )
+
+
 CASES = [
     # (what, worker fields, status, live replicas, planned replicas, expected write)
     ("draining at 0: the worker's count", {}, D, 0, None, 2),
@@ -85,17 +98,8 @@ def test_a_draining_version_at_zero_is_scaled_back(
 ) -> None:
     worker = _worker_with(**fields)
     key = worker.stack_key
-    old = VersionDeployment("old", "orders-old", replicas=live)
     routing = Routing(b"", current="new", versions={"old": TemporalVersion("old", status)})
-    seen = RolloutObservation(
-        worker=key,
-        target="new",
-        policy=RolloutPolicy(strategy=Strategy.ALL_AT_ONCE),
-        deployment_name=key,
-        task_queue="orders",
-        deployments={"old": old},
-        routing=routing,
-    )
+    seen = _seen(key, live, routing)
     plan = RolloutPlan(
         target="new",
         phase=Phase.COMPLETE,
@@ -112,13 +116,6 @@ def test_a_draining_version_at_zero_is_scaled_back(
 def test_without_routing_nothing_is_revived() -> None:
     worker = _worker_with()
     key = worker.stack_key
-    seen = RolloutObservation(
-        worker=key,
-        target="new",
-        policy=RolloutPolicy(strategy=Strategy.ALL_AT_ONCE),
-        deployment_name=key,
-        task_queue="orders",
-        deployments={"old": VersionDeployment("old", "orders-old", replicas=0)},
-    )
+    seen = _seen(key, 0, None)
     plan = RolloutPlan("new", Phase.COMPLETE, "x", "", versions={"old": VersionPlan("old", None)})
     assert revived_versions({key: plan}, RolloutFacts(observed={key: seen}), {key: worker}) == {}

@@ -134,6 +134,20 @@ def test_worker_resource_templates_are_read_as_their_worker_deployments_resource
     assert [cast(dict[str, Any], o["metadata"])["name"] for o in names] == ["hpa", "old", "other"]
 
 
+def test_the_watch_is_ready_only_once_the_worker_resource_templates_were_listed() -> None:
+    api = Api({"workerdeployments": [OFFICIAL]}, {})
+    watch = NativeWatch(api, KINDS, resync_interval=300, twc_crd=lambda name: True)
+    templates = watch.watchers()["WorkerResourceTemplate.temporal.io"]
+    for watcher in watch.watchers().values():
+        watcher._wakeup = threading.Event()
+        if watcher is not templates:
+            watcher.list_now()
+
+    assert watch.snapshot() is None
+    templates.list_now()
+    assert watch.snapshot() is not None
+
+
 def test_an_unknown_worker_resource_template_list_makes_every_worker_unknown() -> None:
     api = Api({"workerdeployments": [OFFICIAL]}, {"workerresourcetemplates": 500})
     watch = NativeWatch(api, KINDS, resync_interval=300, twc_crd=lambda name: True)

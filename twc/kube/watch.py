@@ -473,8 +473,6 @@ def _with_templates(workers: ObjectList, templates: ObjectList) -> ObjectList:
         ref = _mapping(spec.get("workerDeploymentRef") or spec.get("temporalWorkerDeploymentRef"))
         entry = {"name": metadata(obj).get("name"), "template": spec.get("template")}
         named.setdefault((metadata(obj).get("namespace"), ref.get("name")), []).append(entry)
-    if not named:
-        return workers
     out = []
     for obj in workers.objects:
         mine = named.get((metadata(obj).get("namespace"), metadata(obj).get("name")))
@@ -559,6 +557,8 @@ class NativeWatch:
     def snapshot(self) -> NativeSnapshot | None:
         """The objects of every kind, or ``None`` until each was listed once."""
         ours, official = self._workers.snapshot(), self._official.snapshot()
+        if self._templates.snapshot() is None:  # WorkerDeployments are read with them
+            ours = None
         workers = None if ours is None or official is None else (*ours, *official)
         connections = {kind: watcher.snapshot() for kind, watcher in self._kinds.items()}
         if workers is None or any(found is None for found in connections.values()):

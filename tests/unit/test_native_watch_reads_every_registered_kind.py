@@ -135,16 +135,14 @@ def test_worker_resource_templates_are_read_as_their_worker_deployments_resource
 
 
 def test_the_watch_is_ready_only_once_the_worker_resource_templates_were_listed() -> None:
-    api = Api({"workerdeployments": [OFFICIAL]}, {})
+    api = Api({"workerdeployments": [OFFICIAL]}, {"workerresourcetemplates": 500})
     watch = NativeWatch(api, KINDS, resync_interval=300, twc_crd=lambda name: True)
-    templates = watch.watchers()["WorkerResourceTemplate.temporal.io"]
-    for watcher in watch.watchers().values():
-        watcher._wakeup = threading.Event()
-        if watcher is not templates:
-            watcher.list_now()
 
+    _list_all(watch)
     assert watch.snapshot() is None
-    templates.list_now()
+
+    del api.fail["workerresourcetemplates"]
+    _list_all(watch)
     assert watch.snapshot() is not None
 
 

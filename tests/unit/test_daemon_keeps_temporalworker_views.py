@@ -9,8 +9,11 @@ real one does for these calls (an apply keeps fields another manager added).
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Mapping
 from typing import Any
+
+import pytest
 
 from tests.unit._daemon_fakes import (
     NS,
@@ -37,6 +40,10 @@ from twc.reconcile.state import LoopState, ReconcileAction
 from twc.spec import Fleet, load_fleet
 
 
+class NotServed(Exception):
+    status = 404
+
+
 class Server:
     """TemporalWorker objects as the API server keeps them, for the calls views make."""
 
@@ -46,6 +53,8 @@ class Server:
         self.version = 100
         self.foreign: dict[str, set[str]] = {}
         """Per object, spec fields another manager added (an apply leaves them)."""
+        self.served = True
+        """False: the TemporalWorker CRD is deleted (every write is a 404)."""
 
     def _bump(self, obj: dict[str, Any]) -> dict[str, Any]:
         self.version += 1
@@ -56,6 +65,8 @@ class Server:
         meta = body["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
         self.calls.append(("apply", key))
+        if not self.served:
+            raise NotServed()
         current = self.objects.get(key)
         if current is not None and resource_version is not None:
             assert current["metadata"]["resourceVersion"] == resource_version, "409"
@@ -274,3 +285,27 @@ def test_a_view_goes_with_its_worker_and_a_standby_writes_none() -> None:
     calls = len(world.server.calls)
     world.daemon.actor.sync_views(world.daemon.plan(world.state, now=world.clock.now))
     assert len(world.server.calls) == calls
+
+
+def test_without_the_temporalworker_crd_views_wait_quietly_and_come_back_with_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    world = World(
+        [
+            {"name": "payments", "namespace": NS, "taskQueueName": "payments"},
+            {"name": "billing", "namespace": NS, "taskQueueName": "billing"},
+        ],
+        [],
+    )
+    world.server.served = False  # `kubectl delete crd temporalworkers.temporal.kmsvc.io`
+
+    with caplog.at_level(logging.INFO):
+        world.step()
+        world.step()
+
+    # One refused write per iteration, no warning each second.
+    assert [c for c in world.server.calls if c[0] == "apply"] == [("apply", f"{NS}/billing")] * 2
+    assert "not written" not in caplog.text
+    world.server.served = True
+    world.step()
+    assert sorted(world.server.objects) == [f"{NS}/billing", f"{NS}/payments"]

@@ -20,7 +20,7 @@ from twc.desired import QUEUE_PLURAL, WORKER_KIND_KEY, ObjectList, kind_key, obj
 from twc.kube.client import status_of, unless_404
 from twc.kube.crds import is_twc_crd
 from twc.native.objects import WORKER_PLURAL, metadata
-from twc.spec import API_GROUP, CONNECTION_VERSION, WORKER_ENABLED_LABEL
+from twc.spec import API_GROUP, CONNECTION_VERSION, WORKER_ENABLED_LABEL, part
 from twc.spec.crds import (
     CRD_VERSION,
     OFFICIAL_WORKER_KIND,
@@ -469,20 +469,16 @@ def _with_templates(workers: ObjectList, templates: ObjectList) -> ObjectList:
         return workers if workers.objects is None else templates
     named: dict[tuple[object, object], list[dict[str, Any]]] = {}
     for obj in templates.objects:
-        spec: Mapping[str, Any] = _mapping(obj.get("spec"))
-        ref = _mapping(spec.get("workerDeploymentRef") or spec.get("temporalWorkerDeploymentRef"))
+        spec = part(obj, "spec")
+        ref = part(spec, "workerDeploymentRef") or part(spec, "temporalWorkerDeploymentRef")
         entry = {"name": metadata(obj).get("name"), "template": spec.get("template")}
         named.setdefault((metadata(obj).get("namespace"), ref.get("name")), []).append(entry)
     out = []
     for obj in workers.objects:
         mine = named.get((metadata(obj).get("namespace"), metadata(obj).get("name")))
-        with_mine = {**_mapping(obj.get("spec")), "resourceTemplates": mine}
+        with_mine = {**part(obj, "spec"), "resourceTemplates": mine}
         out.append({**obj, "spec": with_mine} if mine else obj)
     return ObjectList.of_api(out, copy=False)
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 class NativeWatch:

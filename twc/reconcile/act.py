@@ -27,6 +27,7 @@ from twc.connections import default_registry
 from twc.engine.automation import StackEngine, new_worker_targets, under_queue
 from twc.engine.build import build_id
 from twc.errors import TemporaryError
+from twc.kube.client import status_of
 from twc.kube.record import AppliedRecord
 from twc.kube.workloads import ObjectRef, ref_of
 from twc.kube.writer import ObjectWriter
@@ -93,6 +94,9 @@ class ViewSync:
             try:
                 self._write(write)
             except Exception as exc:  # noqa: BLE001 - a view never fails the loop; the next iteration retries
+                if status_of(exc) == 404:  # no TemporalWorker CRD (deleted): no view to write now
+                    logger.debug("[%s] no view written: %s", self._stack, exc)
+                    break
                 logger.warning(
                     "[%s] view %s not written (retrying): %s", self._stack, write.view.key, exc
                 )

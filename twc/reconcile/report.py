@@ -464,15 +464,13 @@ def _template_copies(plan: Plan, key: str, template: str) -> dict[str, str] | No
     """Per build ID of worker ``key``'s versions, the name of ``template``'s copy (none
     for an autoscaler's at a version scaled to 0); ``None``: no such worker uses it."""
     worker, versions = plan.workers.get(key), plan.versions.versions.get(key)
-    entry = (
-        next((t for t in worker.resource_templates if t.name == template), None) if worker else None
-    )
-    if worker is None or versions is None or entry is None:
+    entries = {t.name: t.template for t in worker.resource_templates} if worker else {}
+    if worker is None or versions is None or template not in entries:
         return None
     return {
         build: resource_name(worker.name, template, build)
         for build, version in versions.versions.items()
-        if not (version.replicas == 0 and scales(entry.template))
+        if not (version.replicas == 0 and scales(entries[template]))
     }
 
 

@@ -18,6 +18,7 @@ from twc.spec._load import (
     load_fleet_file,
     load_queue_object,
     load_worker_object,
+    part,
 )
 from twc.spec._models import (
     API_GROUP,
@@ -82,6 +83,7 @@ __all__ = [
     "load_queue_object",
     "load_worker_object",
     "parse_duration",
+    "part",
     "pod_security_problems",
     "split_host_port",
     "worker_container_index",

@@ -145,7 +145,8 @@ def load_fleet_file(path: str | os.PathLike[str]) -> Fleet:
     return load_fleet(data, file)
 
 
-def _part(obj: object, key: str) -> Mapping[str, Any]:
+def part(obj: object, key: str) -> Mapping[str, Any]:
+    """``obj[key]`` when both are mappings, else an empty mapping."""
     value = obj.get(key) if isinstance(obj, Mapping) else None
     return value if isinstance(value, Mapping) else {}
 
@@ -179,7 +180,7 @@ def _load(
 ) -> _M:
     """``obj`` as ``model``: its spec's fields, or (a ``plugin`` kind's) its whole ``spec``
     (``where``: the field a model key is read from, when not ``spec.<key>``)."""
-    meta, spec = _part(obj, "metadata"), _part(obj, "spec")
+    meta, spec = part(obj, "metadata"), part(obj, "spec")
     name = meta.get("name", "?")  # <namespace>/<name>, or <name> for a cluster-scoped object
     at = f"{meta['namespace']}/{name}" if meta.get("namespace") else name
     describe = f"{api_version} {kind} {at}"
@@ -216,8 +217,8 @@ def load_cluster_connection_object(obj: object) -> ClusterConnection:
     """A cluster-scoped ``ClusterConnection`` object as its fleet-file model; twc's own
     ``secretSource`` and ``allowedNamespaces`` come from its annotations (the official
     schema, which the CRD is, has no field for them)."""
-    annotations = _part(_part(obj, "metadata"), "annotations")
-    spec = dict(_part(obj, "spec"))
+    annotations = part(part(obj, "metadata"), "annotations")
+    spec = dict(part(obj, "spec"))
     if SOURCE_NAMESPACE_ANNOTATION in annotations:
         spec["secretSource"] = {"namespace": annotations[SOURCE_NAMESPACE_ANNOTATION]}
     if ALLOWED_NAMESPACES_ANNOTATION in annotations:
@@ -243,7 +244,7 @@ def load_custom_connection_object(
 
 def load_queue_object(obj: Mapping[str, Any]) -> Queue:
     """A kmsvc.io/v1 Queue object as a Queue (``workerEnabled`` from its label)."""
-    meta, spec = _part(obj, "metadata"), _part(obj, "spec")
+    meta, spec = part(obj, "metadata"), part(obj, "spec")
     where = f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
     describe = f"{QUEUE_API_VERSION} {QUEUE_KIND} {where}"
     _envelope(obj, QUEUE_API_VERSION, QUEUE_KIND, describe)

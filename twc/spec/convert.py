@@ -8,7 +8,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from twc.spec._load import WORKER_API_VERSION, _part
+from twc.spec._load import WORKER_API_VERSION, part
 from twc.spec._models import API_GROUP, CLUSTER_CONNECTION_KIND, RESERVED_ENV_NAMES
 from twc.spec._template import RESERVED_POD_LABELS, RESERVED_POD_SPEC_FIELDS, worker_container_index
 from twc.spec.crds import OFFICIAL_WORKER_KIND, WORKER_KIND
@@ -21,10 +21,10 @@ def as_temporal_worker(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     runs one."""
     if obj.get("kind") != OFFICIAL_WORKER_KIND:
         return obj
-    spec = _part(obj, "spec")
-    options = _part(spec, "workerOptions")
-    worker: dict[str, Any] = {"taskQueueName": str(_part(obj, "metadata").get("name", ""))}
-    ref = _part(options, "connectionRef")
+    spec = part(obj, "spec")
+    options = part(spec, "workerOptions")
+    worker: dict[str, Any] = {"taskQueueName": str(part(obj, "metadata").get("name", ""))}
+    ref = part(options, "connectionRef")
     if ref.get("kind") == CLUSTER_CONNECTION_KIND:
         cluster = {"apiGroup": API_GROUP, "kind": CLUSTER_CONNECTION_KIND}
         worker["connectionRef"] = {"objectRef": {**cluster, "name": str(ref.get("name", ""))}}
@@ -35,12 +35,12 @@ def as_temporal_worker(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     for key in ("replicas", "minReadySeconds", "progressDeadlineSeconds"):
         if spec.get(key) is not None:
             worker[key] = spec[key]
-    worker |= {k: copy.deepcopy(dict(spec[k])) for k in ("rollout", "sunset") if _part(spec, k)}
+    worker |= {k: copy.deepcopy(dict(spec[k])) for k in ("rollout", "sunset") if part(spec, k)}
     if spec.get("resourceTemplates"):  # its WorkerResourceTemplates, as the watch reads them
         worker["resourceTemplates"] = copy.deepcopy(list(spec["resourceTemplates"]))
     if options.get("unsafeCustomBuildID") and "rollout" in worker:
         worker["rollout"]["buildID"] = str(options["unsafeCustomBuildID"])
-    if _part(spec, "template"):
+    if part(spec, "template"):
         worker["template"] = _template(spec["template"])
     return {**obj, "apiVersion": WORKER_API_VERSION, "kind": WORKER_KIND, "spec": worker}
 
@@ -48,8 +48,8 @@ def as_temporal_worker(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 def _template(template: Mapping[str, Any]) -> dict[str, Any]:
     """The pod template without what twc sets itself."""
     out = copy.deepcopy(dict(template))
-    metadata = _part(out, "metadata")
-    labels = {k: v for k, v in _part(metadata, "labels").items() if k not in RESERVED_POD_LABELS}
+    metadata = part(out, "metadata")
+    labels = {k: v for k, v in part(metadata, "labels").items() if k not in RESERVED_POD_LABELS}
     kept = {"labels": labels, "annotations": metadata.get("annotations")}
     out.pop("metadata", None)
     if any(kept.values()):

@@ -695,8 +695,8 @@ class WorkerSettings(SpecModel):
     progress_deadline_seconds: int | None = Field(default=None, ge=1)
     """Seconds a Deployment may make no progress before it is reported failed (default 600)."""
     resource_templates: tuple[ResourceTemplate, ...] | None = None
-    """Versioned rollouts: objects made with each version (an autoscaler with a
-    ``scaleTargetRef`` owns its version's replicas) and deleted when it scales down."""
+    """Versioned rollouts: objects made with each version; an autoscaler's (``scaleTargetRef``)
+    owns its replicas and goes at sunset's scale-down, the others with the Deployment."""
 
     @model_validator(mode="after")
     def _env_and_template(self) -> WorkerSettings:

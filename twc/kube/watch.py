@@ -19,7 +19,7 @@ from twc.connections import WatchedKind
 from twc.desired import QUEUE_PLURAL, WORKER_KIND_KEY, ObjectList, kind_key, object_key
 from twc.kube.client import status_of, unless_404
 from twc.kube.crds import is_twc_crd
-from twc.native.objects import WORKER_PLURAL, metadata
+from twc.native.objects import WORKER_PLURAL, metadata, template_native
 from twc.spec import API_GROUP, CONNECTION_VERSION, WORKER_ENABLED_LABEL, part
 from twc.spec.crds import (
     CRD_VERSION,
@@ -467,15 +467,14 @@ def _with_templates(workers: ObjectList, templates: ObjectList) -> ObjectList:
     """WorkerDeployments each with the templates naming it (unknown if either is)."""
     if workers.objects is None or templates.objects is None:
         return workers if workers.objects is None else templates
-    named: dict[tuple[object, object], list[dict[str, Any]]] = {}
+    named: dict[str, list[dict[str, Any]]] = {}
     for obj in templates.objects:
-        spec = part(obj, "spec")
-        ref = part(spec, "workerDeploymentRef") or part(spec, "temporalWorkerDeploymentRef")
-        entry = {"name": metadata(obj).get("name"), "template": spec.get("template")}
-        named.setdefault((metadata(obj).get("namespace"), ref.get("name")), []).append(entry)
+        native, worker = template_native(obj)
+        entry = {"name": native.name, "template": part(obj, "spec").get("template")}
+        named.setdefault(worker, []).append(entry)
     out = []
     for obj in workers.objects:
-        mine = named.get((metadata(obj).get("namespace"), metadata(obj).get("name")))
+        mine = named.get(f"{metadata(obj).get('namespace')}/{metadata(obj).get('name')}")
         with_mine = {**part(obj, "spec"), "resourceTemplates": mine}
         out.append({**obj, "spec": with_mine} if mine else obj)
     return ObjectList.of_api(out, copy=False)

@@ -51,8 +51,11 @@ def _timeout_client_class() -> type:
             args = (method, url, header_params, body, post_params)
             if self.term_left is None or method.upper() not in WRITES:
                 return super().call_api(*args, _request_timeout=timeout)
-            fenced = fenced_timeout(timeout, self.term_left())
-            return self.writes.request(*args, _request_timeout=fenced)
+            total = timeout if isinstance(timeout, (int, float)) else sum(timeout)
+            left = self.term_left() - FENCE_MARGIN
+            if left <= 0:
+                raise NotLeadingError("the Lease term is over: not writing")
+            return self.writes.request(*args, _request_timeout=min(float(total), left))
 
         def close(self) -> None:
             super().close()
@@ -67,14 +70,6 @@ def TimeoutApiClient(configuration: Any, timeout: tuple[float, float] = DEFAULT_
     api = _timeout_client_class()(configuration=configuration)
     api.default_timeout = timeout
     return api
-
-
-def fenced_timeout(timeout: float | tuple[float, float], left: float) -> float:
-    """A write's total timeout with ``left`` seconds of the term (NotLeadingError: none)."""
-    total = timeout if isinstance(timeout, (int, float)) else sum(timeout)
-    if left - FENCE_MARGIN <= 0:
-        raise NotLeadingError("the Lease term is over: not writing")
-    return min(float(total), left - FENCE_MARGIN)
 
 
 def api_client(

@@ -11,7 +11,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from functools import partial
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -74,8 +75,8 @@ class Resource:
     """What of an object wakes the loop when it changes."""
     keep: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
     """What of each object to hold (the whole object by default)."""
-    served: Callable[[], bool] | None = None
-    """Whether the objects are twc's to read at all (``False``: none, listed again later)."""
+    served: Callable[[str], bool] | None = None
+    """Whether the CRD's objects are twc's to read at all (``False``: none, listed again later)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,7 +276,7 @@ class ObjectWatcher:
         """List, replace the snapshot, return the resourceVersion (empty: no CRD); raises
         when the list failed (the kind is then unknown)."""
         try:
-            if self.resource.served is not None and not self.resource.served():
+            if self.resource.served is not None and not self.resource.served(self.crd):
                 self._replace({})
                 self._unknown = None
                 return ""
@@ -495,23 +496,16 @@ class NativeWatch:
         """``twc_crd``: whether a CRD is twc's (official WorkerDeployments are read only
         from twc's CRD: the official controller reconciles those of its own)."""
         settings = WatchSettings(resync_interval)
-
-        def watcher(group: str, version: str, plural: str, content: Content) -> ObjectWatcher:
-            resource = Resource(group, version, plural, content=content)
-            return ObjectWatcher(custom_api, resource, settings, crd_exists=crd_exists)
-
-        self._workers = watcher(WORKER_GROUP, CRD_VERSION, WORKER_PLURAL, _worker_content)
         owned = twc_crd or (lambda name: is_twc_crd(_crd_labels(custom_api, name)))
-
-        def official(plural: str) -> ObjectWatcher:
-            resource = Resource(API_GROUP, CONNECTION_VERSION, plural, content=_worker_content)
-            served = replace(resource, served=lambda: owned(f"{plural}.{API_GROUP}"))
-            return ObjectWatcher(custom_api, served, settings, crd_exists=crd_exists)
-
-        self._official = official(OFFICIAL_WORKER_PLURAL)
-        self._templates = official(RESOURCE_TEMPLATE_PLURAL)
+        watcher = partial(ObjectWatcher, custom_api, settings=settings, crd_exists=crd_exists)
+        official = partial(Resource, API_GROUP, CONNECTION_VERSION, served=owned)
+        worker = Resource(WORKER_GROUP, CRD_VERSION, WORKER_PLURAL, content=_worker_content)
+        self._workers = watcher(worker)
+        self._official = watcher(official(OFFICIAL_WORKER_PLURAL, content=_worker_content))
+        self._templates = watcher(official(RESOURCE_TEMPLATE_PLURAL, content=_worker_content))
         self._kinds = {
-            k: watcher(k.api_group, k.version, k.plural, _connection_content) for k in kinds
+            k: watcher(Resource(k.api_group, k.version, k.plural, content=_connection_content))
+            for k in kinds
         }
 
     def watchers(self) -> dict[str, ObjectWatcher]:

@@ -464,21 +464,24 @@ class QueueWatcher(ObjectWatcher):
         super().__init__(custom_api, resource, settings, crd_exists=crd_exists)
 
 
-def _with_templates(workers: ObjectList, templates: ObjectList) -> ObjectList:
-    """WorkerDeployments each with the templates naming it (unknown if either is)."""
-    if workers.objects is None or templates.objects is None:
-        return workers if workers.objects is None else templates
+def _workers(ours: ObjectList, official: ObjectList, templates: ObjectList) -> ObjectList:
+    """The TemporalWorkers and the official WorkerDeployments, each of those with the
+    templates naming it as ``spec.resourceTemplates`` (unknown when any of the three is)."""
+    if ours.objects is None or official.objects is None or templates.objects is None:
+        return next(found for found in (ours, official, templates) if found.objects is None)
+    if not official.objects:
+        return ours
     named: dict[str, list[dict[str, Any]]] = {}
     for obj in templates.objects:
         native, worker = template_native(obj)
         entry = {"name": native.name, "template": part(obj, "spec").get("template")}
         named.setdefault(worker, []).append(entry)
-    out = []
-    for obj in workers.objects:
+    out = list(ours.objects)
+    for obj in official.objects:
         mine = named.get(f"{metadata(obj).get('namespace')}/{metadata(obj).get('name')}")
         with_mine = {**part(obj, "spec"), "resourceTemplates": mine}
         out.append({**obj, "spec": with_mine} if mine else obj)
-    return ObjectList.of_api(out, copy=False)
+    return ObjectList.of_api(out, copy=False)  # as observed, not validated again
 
 
 class NativeWatch:
@@ -531,16 +534,8 @@ class NativeWatch:
         with its WorkerResourceTemplates as ``spec.resourceTemplates``; those also as
         their own kind, for their status)."""
         found = {key: w.observed() for key, w in self.watchers().items() if w is not self._official}
-        templates = found[kind_key(RESOURCE_TEMPLATE_KIND, API_GROUP)]
-        ours, official = (
-            found[WORKER_KIND_KEY],
-            _with_templates(self._official.observed(), templates),
-        )
-        if ours.objects is None or official.objects is None:
-            found[WORKER_KIND_KEY] = official if ours.objects is not None else ours
-        elif official.objects:  # as observed, not validated again (as each watcher's own)
-            joined = (*ours.objects, *official.objects)
-            found[WORKER_KIND_KEY] = ObjectList.of_api(joined, copy=False)
+        ours, templates = found[WORKER_KIND_KEY], found[kind_key(RESOURCE_TEMPLATE_KIND, API_GROUP)]
+        found[WORKER_KIND_KEY] = _workers(ours, self._official.observed(), templates)
         return found
 
     def snapshot(self) -> NativeSnapshot | None:

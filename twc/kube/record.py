@@ -133,18 +133,6 @@ class AppliedRecord:
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "workers": dict(self.workers)}
 
-    @classmethod
-    def from_json(cls, data: Any) -> AppliedRecord | None:
-        """Read it back; ``None`` for anything that is not one."""
-        try:
-            workers = data["workers"]
-            if not isinstance(workers, dict):
-                return None
-            text = {k: str(data[k]) for k in ("fleet", "shared", "update", "build")}
-            return cls(workers={str(k): str(v) for k, v in workers.items()}, **text)
-        except (KeyError, TypeError, ValueError):
-            return None
-
 
 class RecordStore:
     """Reads and writes one stack's record; every method raises when the API server fails."""
@@ -276,7 +264,14 @@ class RecordStore:
         except (ValueError, OSError, EOFError) as exc:
             logger.warning("[%s] %s-applied is unreadable, ignored: %s", self.stack, self, exc)
             return None
-        return AppliedRecord.from_json(data)
+        try:  # anything that is not one: None
+            workers = data["workers"]
+            if not isinstance(workers, dict):
+                return None
+            fields = {k: str(data[k]) for k in ("fleet", "shared", "update", "build")}
+            return AppliedRecord(workers={str(k): str(v) for k, v in workers.items()}, **fields)
+        except (KeyError, TypeError, ValueError):
+            return None
 
     def save_applied(self, applied: AppliedRecord) -> None:
         """Record what an ``up`` applied."""

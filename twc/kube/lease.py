@@ -310,7 +310,8 @@ class LeaseElector:
         if action is LeaseAction.ACQUIRE:
             self._taking_back(record, seen)
             inherited = tuple(r for r in self._witnessed.values() if r.holder != self.identity)
-        pids = self._pids_to_record()
+        fresh = [p for p in dict.fromkeys(self._hooks.announced()) if p not in self._recorded]
+        pids = (*self._recorded, *fresh)[-MAX_PIDS:]
         sent = self._hooks.clock()
         self._write(lease, record, renew=action is LeaseAction.RENEW, engines=inherited, pids=pids)
         with self._lock:
@@ -418,10 +419,6 @@ class LeaseElector:
             self._hooks.on_lost()
         else:
             self._hooks.on_ended()
-
-    def _pids_to_record(self) -> tuple[int, ...]:
-        fresh = [p for p in dict.fromkeys(self._hooks.announced()) if p not in self._recorded]
-        return (*self._recorded, *fresh)[-MAX_PIDS:]
 
     def _hand_over(self, lease: Any, record: LeaseRecord | None, to: str) -> None:
         # End the term first, so hold() refuses while the write is on its way.

@@ -23,7 +23,7 @@ from twc.builders import (
     LABEL_WORKER,
     MANAGED_BY,
 )
-from twc.desired import QUEUE_PLURAL
+from twc.desired import QUEUE_PLURAL, object_key
 from twc.kube.client import KubeClient, read_json, tolerating, unless_404
 from twc.rollout import (
     BUILD_ID_LABEL,
@@ -278,12 +278,8 @@ class Workloads:
         return [d for d in found if of_stack(d, ours)]
 
     def worker_replicas(self) -> dict[str, int]:
-        return worker_replicas(
-            {
-                f"{d['metadata'].get('namespace')}/{d['metadata'].get('name')}": deployment_kept(d)
-                for d in self._worker_deployments()
-            }
-        )
+        found = self._worker_deployments()
+        return worker_replicas({object_key(d): deployment_kept(d) for d in found})
 
     def read_secret(self, namespace: str, name: str) -> dict[str, bytes]:
         return read_secret_data(self.kube, namespace, name)

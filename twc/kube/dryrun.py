@@ -164,9 +164,7 @@ def _request(
         auth_settings=["BearerToken"],
     )
     response = api_client.call_api(method, url, headers, payload, post)
-    data = response.read() if hasattr(response, "read") else response.data
-    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data or "")
-    return int(response.status), text
+    return int(response.status), (response.read() or b"").decode("utf-8", "replace")
 
 
 def _comparable(manifest: Mapping[str, Any]) -> dict[str, Any]:

@@ -68,9 +68,8 @@ def record_for_stack(
     """The record of ``stack`` where it is kept (or would be written); LookupError when
     the config names no namespace and the cluster cannot tell (list failed, two found)."""
     env = os.environ if env is None else env
-    namespace = (config or {}).get(CONTROL_NAMESPACE) or env.get("TWC_CONTROL_NAMESPACE")
-    if not namespace:
-        namespace = _find_record(core_api, stack) or control_namespace(config, env)
+    named = (config or {}).get(CONTROL_NAMESPACE) or env.get("TWC_CONTROL_NAMESPACE")
+    namespace = named or _find_record(core_api, stack) or control_namespace(config, env)
     return RecordStore(core_api, namespace=namespace, stack=stack)
 
 

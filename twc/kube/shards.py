@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 ASSIGNMENT_KEY = "assignment.json"
 MEMBER_LABEL = "twc.temporal.io/member-of"
+ATTEMPTS = 8  # writes of the shard map before extend gives up the race
 
 
 def shard_map_name(stack: str) -> str:
@@ -57,12 +58,10 @@ class ShardMapStore:
             raise ValueError(f"ConfigMap {self.namespace}/{self.name}: not a shard map")
         return ShardMap.from_json(parsed), found.metadata.resource_version
 
-    def extend(
-        self, load: Mapping[str, int], *, max_workers_per_shard: int, attempts: int = 8
-    ) -> ShardMap:
+    def extend(self, load: Mapping[str, int], *, max_workers_per_shard: int) -> ShardMap:
         """Assign ``load``'s new namespaces and record them; the map as recorded (another
-        writer's when it won). RuntimeError when every attempt lost a race."""
-        for _ in range(attempts):
+        writer's when it won). RuntimeError when all :data:`ATTEMPTS` lost a race."""
+        for _ in range(ATTEMPTS):
             current, version = self.read()
             extended = assign(
                 current or ShardMap(), load, max_workers_per_shard=max_workers_per_shard
@@ -84,7 +83,7 @@ class ShardMapStore:
                 extended.shards,
             )
             return extended
-        raise RuntimeError(f"ConfigMap {self.namespace}/{self.name}: lost {attempts} races")
+        raise RuntimeError(f"ConfigMap {self.namespace}/{self.name}: lost {ATTEMPTS} races")
 
     def _write(self, shard_map: ShardMap, version: str | None) -> None:
         body: dict[str, Any] = {

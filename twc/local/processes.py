@@ -63,17 +63,21 @@ def is_alive(record: ProcessRecord) -> bool:
     return start_ticks(record.pid) == record.start_ticks
 
 
-def start(
-    name: str,
+def start(name: str, argv: Sequence[str], log_file: Path, **options: Any) -> ProcessRecord:
+    """:func:`popen`, recorded as ``name``."""
+    return record(name, popen(argv, log_file, **options).pid, argv, log_file)
+
+
+def popen(
     argv: Sequence[str],
     log_file: Path,
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
-) -> ProcessRecord:
+) -> subprocess.Popen[bytes]:
     """Start ``argv`` in a session of its own, logging to ``log_file``."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as out:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             list(argv),
             stdin=subprocess.DEVNULL,
             stdout=out,
@@ -83,7 +87,6 @@ def start(
             start_new_session=True,
             preexec_fn=functools.partial(_tied, _owner) if _owner == os.getpid() else None,
         )
-    return record(name, proc.pid, argv, log_file)
 
 
 def record(name: str, pid: int, argv: Sequence[str], log_file: Path) -> ProcessRecord:

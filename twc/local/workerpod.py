@@ -156,17 +156,7 @@ class WorkerPod:
             proc_env["PYTHONPATH"] = str(project_root())
             own = [sys.executable, "-m", "twc.local.workerpod"], self._dir
         argv, cwd = own
-        self._log_file.parent.mkdir(parents=True, exist_ok=True)
-        with open(self._log_file, "ab") as out:
-            self.proc = subprocess.Popen(
-                argv,
-                env=proc_env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-                cwd=cwd,
-                start_new_session=True,
-            )
+        self.proc = processes.popen(argv, self._log_file, env=proc_env, cwd=cwd)
         name = f"pod {self.namespace}/{self.pod_name}"
         self.record = processes.record(name, self.proc.pid, argv, self._log_file)
         return self
@@ -185,14 +175,8 @@ class WorkerPod:
 
     def stop(self, timeout: float = 15.0) -> None:
         """Stop the worker (SIGTERM, SIGKILL after ``timeout``) and remove its files."""
-        if self.proc:
-            self.terminate()
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        if self.record is not None:
+            processes.stop(self.record, timeout)
         shutil.rmtree(self._dir, ignore_errors=True)
 
 

@@ -235,17 +235,6 @@ def _time(message: Any, name: str) -> float | None:
     return seconds if seconds > 0 else None
 
 
-def version_status(summary: Any, current: str | None, ramping: str | None) -> VersionStatus:
-    """A version summary's status; unset, it is read from routing, then drainage."""
-    build = summary.deployment_version.build_id
-    if (found := _VERSION_STATUS.get(int(summary.status))) is not None:
-        return found
-    if build in (current, ramping):
-        return VersionStatus.CURRENT if build == current else VersionStatus.RAMPING
-    drainage = int(summary.drainage_info.status) if summary.HasField("drainage_info") else 0
-    return _DRAINAGE.get(drainage, VersionStatus.INACTIVE)
-
-
 def routing_from_describe(response: Any) -> Routing:
     """A DescribeWorkerDeploymentResponse as :class:`~twc.rollout.Routing`."""
     info = response.worker_deployment_info
@@ -257,7 +246,13 @@ def routing_from_describe(response: Any) -> Routing:
         build = summary.deployment_version.build_id
         if not build:
             continue
-        status = version_status(summary, current, ramping)
+        # A version's status; unset, it is read from routing, then drainage.
+        drainage = int(summary.drainage_info.status) if summary.HasField("drainage_info") else 0
+        status = (
+            _VERSION_STATUS.get(int(summary.status))
+            or {ramping: VersionStatus.RAMPING, current: VersionStatus.CURRENT}.get(build)
+            or _DRAINAGE.get(drainage, VersionStatus.INACTIVE)
+        )
         drained = None
         if status is VersionStatus.DRAINED and summary.HasField("drainage_info"):
             drained = _time(summary.drainage_info, "last_changed_time")

@@ -72,7 +72,7 @@ class WorkerPod:
         for source in container.get("envFrom") or []:
             kind = "secret" if "secretRef" in source else "config map"
             ref = source.get("secretRef") or source.get("configMapRef") or {}
-            data = self._data(kind, ref["name"], bool(ref.get("optional"))) or {}
+            data = self._data(kind, ref) or {}
             env.update({source.get("prefix", "") + k: v.decode() for k, v in data.items()})
         for item in container.get("env") or []:
             if (value := self._resolve(item, env)) is None:
@@ -94,7 +94,7 @@ class WorkerPod:
         ref = source.get("secretKeyRef") or source.get("configMapKeyRef")
         if ref is None:
             raise self._fail(f"env {item['name']}: unsupported source {sorted(source)}")
-        data = self._data(kind, ref["name"], bool(ref.get("optional")))
+        data = self._data(kind, ref)
         if data is not None and ref["key"] in data:
             return data[ref["key"]].decode()
         if ref.get("optional"):
@@ -110,11 +110,13 @@ class WorkerPod:
         value = (self.pod.get(top) or {}).get(name)
         return ",".join(i["ip"] for i in value or []) if name.endswith("IPs") else str(value or "")
 
-    def _data(self, kind: str, name: str, optional: bool) -> dict[str, bytes] | None:
+    def _data(self, kind: str, ref: Mapping[str, Any]) -> dict[str, bytes] | None:
+        """The data of the secret or config map ``ref`` names (a volume's or an env's)."""
+        name = ref["secretName"] if "secretName" in ref else ref["name"]
         core = self.kube.core
         read = core.read_namespaced_secret if kind == "secret" else core.read_namespaced_config_map
         if (obj := unless_404(read, name, self.namespace)) is None:
-            if optional:
+            if ref.get("optional"):
                 return None
             raise self._fail(f"{kind} {name} not found")
         if kind == "secret":
@@ -127,15 +129,10 @@ class WorkerPod:
         mounted: dict[str, Path] = {}
         for mount in container.get("volumeMounts") or []:
             volume = volumes.get(mount["name"]) or {}
-            if "secret" in volume:
-                source = volume["secret"]
-                data = self._data("secret", source["secretName"], bool(source.get("optional")))
-            elif "configMap" in volume:
-                source = volume["configMap"]
-                data = self._data("config map", source["name"], bool(source.get("optional")))
-            else:
+            source = volume.get("secret", volume.get("configMap"))
+            if source is None:
                 continue  # e.g. projected service-account tokens: not used by workers
-            data = data or {}
+            data = self._data("secret" if "secret" in volume else "config map", source) or {}
             local = self._dir / "volumes" / mount["name"]
             for item in source.get("items") or [{"key": k, "path": k} for k in data]:
                 if item["key"] not in data:

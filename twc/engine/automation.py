@@ -388,16 +388,11 @@ class AutomationEngine:
     def _ref_with_inputs(self) -> engine.StackRef:
         # Forced server-side apply: the daemon is its objects' single writer, and an object
         # a killed run created or edited by hand would otherwise fail every later ``up``.
-        env = {
-            **(self.ref.env or {}),
-            **self.channel.env(),
-            INPUTS_ENV: str(self.inputs_file),
-            PATCH_FORCE_ENV: "true",
-        }
+        extra = {**self.channel.env(), INPUTS_ENV: str(self.inputs_file), PATCH_FORCE_ENV: "true"}
         config = dict(self.ref.config or {})
         if self._namespaces is not None:
             config[engine.SHARD_CONFIG] = json.dumps(sorted(self._namespaces()))
-        return replace(self.ref, env=env, config=config or self.ref.config)
+        return replace(self.ref.with_env(extra), config=config or self.ref.config)
 
     def _output(self, line: str) -> None:
         if line.strip():

@@ -80,13 +80,10 @@ class GuardChannel:
     ``leased``: no engine runs before the first term; each CLI waits to be recorded.
     """
 
-    def __init__(
-        self, directory: Path, *, grace: float = 3.0, leased: bool = False, clock: Any = boottime
-    ) -> None:
+    def __init__(self, directory: Path, *, grace: float = 3.0, leased: bool = False) -> None:
         self.directory = Path(directory)
         for sub in ("announce", "guards", "journal"):
             (self.directory / sub).mkdir(parents=True, exist_ok=True)
-        self._clock = clock
         self._lock = threading.Lock()
         # Leased: a term that ended at boot, until the first renewal.
         self._control = Control(lease_until=0.0 if leased else None, grace=grace)
@@ -109,12 +106,12 @@ class GuardChannel:
     def term_left(self) -> float:
         """Seconds left in the Lease term: ``inf`` without a Lease, <= 0 without a term."""
         until = self.control.lease_until
-        return math.inf if until is None else until - self._clock()
+        return math.inf if until is None else until - boottime()
 
     def lease_ended(self) -> None:
         """The term is over: stop every engine now."""
         if self.control.lease_until is not None:
-            self._update(lease_until=self._clock())
+            self._update(lease_until=boottime())
 
     def interrupt(self, reason: str) -> None:
         """Stop every engine of this caller now (and refuse new ones)."""
@@ -137,7 +134,7 @@ class GuardChannel:
     def run(self, seconds: float, *, preemptible: bool = False) -> Iterator[float]:
         """One engine operation with a deadline; yields its Unix start time."""
         started = time.time()
-        until = self._clock() + seconds
+        until = boottime() + seconds
         self._update(run_until=until, run_seconds=seconds, preemptible=preemptible, preempt=None)
         try:
             yield started

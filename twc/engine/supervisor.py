@@ -180,10 +180,11 @@ class GuardChannel:
             self._write()
 
     def _write(self) -> None:
-        _write_atomically(self.directory / "control.json", json.dumps(asdict(self._control)))
+        write_atomically(self.directory / "control.json", json.dumps(asdict(self._control)))
 
 
-def _write_atomically(path: Path, text: str, *, mode: int | None = None) -> None:
+def write_atomically(path: Path, text: str, *, mode: int | None = None) -> None:
+    """Replace ``path`` by ``text`` in one step (a file of this process and thread first)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
     tmp.write_text(text)
     if mode is not None:
@@ -208,7 +209,7 @@ def install_wrapper(real: str, *, root: Path) -> Path:
     target = base / "bin" / "pulumi"
     if not target.exists() or target.read_text() != script:
         target.parent.mkdir(mode=0o700, exist_ok=True)
-        _write_atomically(target, script, mode=0o755)
+        write_atomically(target, script, mode=0o755)
     return base
 
 
@@ -326,7 +327,7 @@ def _record_engine(pid: int) -> None:
             if not other.name.startswith(f"{boot}-"):
                 other.unlink(missing_ok=True)  # an earlier boot's: its processes are gone
         text = json.dumps({"boot": boot, "pid": pid, "start": start})
-        _write_atomically(where / f"{boot}-{pid}.json", text)
+        write_atomically(where / f"{boot}-{pid}.json", text)
 
 
 def engine_alive(pid: int) -> bool:
@@ -565,7 +566,7 @@ class _Guard:
             entry = replace(entry, interrupted=stop.text, cause=stop.cause)
         with contextlib.suppress(OSError):
             journal = self.channel / "journal" / f"{self.child}.json"
-            _write_atomically(journal, json.dumps(asdict(replace(entry, killed=self.killed))))
+            write_atomically(journal, json.dumps(asdict(replace(entry, killed=self.killed))))
             (self.channel / "announce" / str(self.child)).unlink(missing_ok=True)
             (self.channel / "guards" / str(self.pid)).unlink(missing_ok=True)
 

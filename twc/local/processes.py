@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from twc.engine.supervisor import start_ticks
+from twc.engine.supervisor import start_ticks, write_atomically
 
 _PR_SET_PDEATHSIG = 1
 _prctl = ctypes.CDLL(None, use_errno=True).prctl
@@ -127,9 +127,7 @@ def stop_listed(file: Path) -> int:
 
 def write_json(path: Path, data: Any) -> None:
     """Replace ``path`` by ``data`` as JSON in one step."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
-    tmp.replace(path)
+    write_atomically(path, json.dumps(data, indent=2, sort_keys=True))
 
 
 def log_tail(record: ProcessRecord, lines: int = 20) -> str:

@@ -28,7 +28,7 @@ from twc.errors import SpecError, SpecIssue
 from twc.kube.observe import observe_inputs
 from twc.rollout import RolloutSettings
 from twc.shards import ShardMap, assign, namespace_load, shard_stack
-from twc.spec import Fleet, load_fleet_file
+from twc.spec import load_fleet_file
 
 if TYPE_CHECKING:
     from twc.preview import PreviewReport
@@ -50,10 +50,8 @@ class ShardedStack:
 
     base: engine.StackRef  # the stack as named (no state of its own once sharded)
     file: str
-    fleet: Fleet
     shard_map: ShardMap
     recorded: bool  # False: new namespaces were assigned for this command only
-    cluster_objects: bool
 
     def ref(self, index: int) -> engine.StackRef:
         return shard_ref(self.base, index, self.shard_map.namespaces_of(index))
@@ -110,7 +108,7 @@ def sharded_stack(
             recorded = current is not None and shard_map == current
     if include and (line := common.summary(inputs)):
         print(line, file=err or sys.stderr)
-    return ShardedStack(base, file, fleet, shard_map, recorded, include)
+    return ShardedStack(base, file, shard_map, recorded)
 
 
 def _open(
@@ -168,7 +166,7 @@ def run_up_sharded(
         ref = sharded.ref(index)
         namespaces = sharded.shard_map.namespaces_of(index)
         print(f"== {ref.name}: {', '.join(namespaces) or '(no namespaces)'}", file=out)
-        run = (ref, sharded.file, out, sharded.cluster_objects, RolloutSettings())
+        run = (ref, sharded.file, out, cluster_objects, RolloutSettings())
         done = iterate(*run, wait=wait_for_daemon, yes=yes, namespaces=namespaces)
         if done is None:
             failed.append(ref.name)
@@ -198,7 +196,7 @@ def preview_shards(
     reports = []
     for i in indexes:
         namespaces = sharded.shard_map.namespaces_of(i)
-        one = preview_one(sharded.ref(i), sharded.file, sharded.cluster_objects, err, namespaces)
+        one = preview_one(sharded.ref(i), sharded.file, cluster_objects, err, namespaces)
         if one is None:
             return None
         reports.append(one)

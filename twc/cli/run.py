@@ -398,14 +398,12 @@ def _wire_one(
     channel = _channel(state_dir, settings)
     elector: LeaseElector | None = None
     lease_kube: KubeClient | None = None
-    daemon: Daemon | None = None
     if election.enabled and kube is not None:
         lease_kube = lease_client(ref, election)
 
-        def lost() -> None:
+        def lost() -> None:  # only once started: the daemon is built by then
             channel.lease_ended()
-            if daemon is not None:
-                daemon.request_stop(exit_code=1)
+            daemon.request_stop(exit_code=1)
 
         name = election.lease_name or lease_name_for(PROJECT, options.stack)
         ref = _in_lease(ref, election.lease_namespace, name)

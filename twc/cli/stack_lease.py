@@ -112,12 +112,8 @@ def stack_lease(
         print(f"cannot read the stack's outputs: {exc}; nothing was applied", file=err)
         yield None
         return
-    if lease is None:
-        with guarded(ref) as plain:
-            yield plain
-        return
-    with _held(ref, lease, err, wait) as held:
-        yield held
+    with guarded(ref) if lease is None else _held(ref, lease, err, wait) as run:
+        yield run
 
 
 @contextmanager

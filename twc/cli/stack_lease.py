@@ -158,6 +158,8 @@ def _held(
             )
             failure = _acquire(elector, where, err, wait)
             if failure is not None:
+                with contextlib.suppress(Exception):  # best effort: costs the daemon a round
+                    elector.request_handover(withdraw=True)
                 print(failure, file=err)
                 yield None
                 return
@@ -189,8 +191,6 @@ def _acquire(elector: LeaseElector, where: str, err: TextIO, wait: float) -> str
                 requested = elector.request_handover()
         except Exception as exc:  # noqa: BLE001 - any failure stops the command with its reason
             if status_of(exc) != 409:  # a conflict only means someone wrote first: again
-                with contextlib.suppress(Exception):  # best effort: costs the daemon a round
-                    elector.request_handover(withdraw=True)
                 return _refusal(where, exc)
             holder = elector.holder
         if not told:
@@ -202,8 +202,6 @@ def _acquire(elector: LeaseElector, where: str, err: TextIO, wait: float) -> str
             )
             told = True
         if time.monotonic() >= deadline:
-            with contextlib.suppress(Exception):  # best effort: costs the daemon a round
-                elector.request_handover(withdraw=True)
             return (
                 f"the stack's Lease {where} is still held by {holder or 'another run'} after "
                 f"{wait:.0f} s: its step is not over; nothing was applied (try again later, "

@@ -182,12 +182,11 @@ def desired_inputs(
         yield ref.with_env({INPUTS_ENV: str(Path(tmp) / "inputs.json")})
 
 
-def dry_run_or_report(ref: engine.StackRef, file: str, err: TextIO | None = None) -> bool:
+def dry_run_or_report(ref: engine.StackRef, file: str, err: TextIO) -> bool:
     """The API server's dry run of the prepared run's Deployments: False after printing
-    every refusal; True when it accepts them all or cannot be asked."""
+    every refusal (to ``err``); True when it accepts them all or cannot be asked."""
     from twc.kube.dryrun import describe, dry_run_fleet
 
-    err = err if err is not None else sys.stderr
     try:
         _, desired = planned(ref, file)
         with stack_kube(ref) as kube:

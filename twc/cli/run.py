@@ -490,12 +490,11 @@ class _Shards:
         leader = None
         cluster = self.cluster
         election = self.settings.leader_election
-        if election.enabled:
+        if (leases := self.lease_kube) is not None:  # under leader election
             lease_name = lease_name_for(PROJECT, ref.name)
             ref = _in_lease(ref, election.lease_namespace, lease_name)
             assert self.sharded is not None
-            assert self.lease_kube is not None
-            leases, may_acquire, stack = self.lease_kube, self.sharded.may_acquire, ref.name
+            may_acquire, stack = self.sharded.may_acquire, ref.name
 
             def lost() -> None:
                 # Only this shard's engine stops, and only its loop turns standby.

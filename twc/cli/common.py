@@ -45,8 +45,7 @@ def validate_or_report(file: str, err: TextIO | None = None) -> bool:
     try:
         resolve_fleet_connections(load_fleet_file(fleet_path(file)), file=file)
     except SpecError as exc:
-        for line in [*exc.lines(), "nothing was applied"]:
-            print(line, file=err)
+        print(*exc.lines(), "nothing was applied", sep="\n", file=err)
         return False
     return True
 

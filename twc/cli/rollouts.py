@@ -14,7 +14,9 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
-from twc.desired import DesiredInputs
+from twc.connections import connect_check, default_registry
+from twc.desired import DesiredFleet, DesiredInputs, desired_fleet
+from twc.kube import workloads
 from twc.rollout import (
     Phase,
     RolloutObservation,
@@ -30,7 +32,6 @@ from twc.rollout import (
 )
 
 if TYPE_CHECKING:
-    from twc.desired import DesiredFleet
     from twc.kube.client import KubeClient
     from twc.kube.workloads import ObservedVersion
     from twc.reconcile.observe import RolloutFacts
@@ -41,11 +42,10 @@ if TYPE_CHECKING:
 def _clients(
     kube: KubeClient, temporal_address: str | None, settings: RolloutSettings
 ) -> WorkerClients:
-    from twc.kube.workloads import read_secret_data
     from twc.versioning import WorkerClients
 
     return WorkerClients(
-        read_secret=lambda ns, name: read_secret_data(kube, ns, name),
+        read_secret=lambda ns, name: workloads.read_secret_data(kube, ns, name),
         temporal_address=temporal_address,
         identity=settings.identity,
     )
@@ -61,10 +61,9 @@ def observe_round(
 ) -> tuple[RolloutFacts, dict[str, RolloutPlan]]:
     """Every versioned worker observed (as the daemon does) and planned once; raises if
     Deployments cannot be listed."""
-    from twc.kube.workloads import versions
     from twc.reconcile.observe import RolloutFacts, RolloutSource, observe_facts
 
-    found = versions(kube)
+    found = workloads.versions(kube)
     source = RolloutSource(versions=lambda: found, clients=clients)
     with asyncio.Runner() as runner:
         facts = observe_facts(source, desired, runner.get_loop()) or RolloutFacts()
@@ -84,9 +83,6 @@ def plan_versions(
     err: TextIO | None = None,
 ) -> DesiredInputs:
     """``inputs`` with every versioned worker's planned versions."""
-    from twc.connections import default_registry
-    from twc.desired import desired_fleet
-
     desired = desired_fleet(fleet, inputs, registry=default_registry(), file=file)
     if not any(w.rollout is not None for w in desired.workers.values()):
         return inputs
@@ -116,7 +112,6 @@ def drive_rollouts(
     out: TextIO,
 ) -> dict[str, RolloutPlan]:
     """After an ``up``: carry out what is due for up to ``wait`` seconds; the last plans."""
-    from twc.kube.workloads import read_gate_input
     from twc.versioning import carry_out_all
 
     deadline = time.time() + max(0.0, wait)
@@ -127,7 +122,7 @@ def drive_rollouts(
         if not plans:
             return plans
         seen = (plans, facts.observed, desired.workers, desired.fleet)
-        read_input = functools.partial(read_gate_input, kube)
+        read_input = functools.partial(workloads.read_gate_input, kube)
         results = asyncio.run(carry_out_all(*seen, clients, read_input=read_input))
         for key, plan in sorted(plans.items()):
             result = results.get(key)
@@ -170,12 +165,10 @@ def live_rollouts(
 ) -> dict[str, dict[str, Any]]:
     """Each versioned worker's versions as the cluster and Temporal show them now (with
     ``error`` when Temporal cannot be asked)."""
-    from twc.kube.workloads import versions
-
     wanted = {k: str(v["targetBuildID"]) for k, v in recorded.items() if v.get("targetBuildID")}
     if kube is None or not wanted:
         return {}
-    found = versions(kube)
+    found = workloads.versions(kube)
     out: dict[str, dict[str, Any]] = {}
     for key, target in sorted(wanted.items()):
         builds = found.get(key, {})
@@ -202,11 +195,10 @@ def _policy_of(
     kube: KubeClient, namespace: str, builds: Mapping[str, ObservedVersion], target: str
 ) -> RolloutPolicy:
     """The rollout policy the target's Deployment records (else Manual)."""
-    from twc.kube.workloads import read_deployment
     from twc.rollout import POLICY_ANNOTATION, Strategy
 
     seen = builds.get(target)
-    dep = (read_deployment(kube, namespace, seen.deployment.name) if seen else None) or {}
+    dep = (workloads.read_deployment(kube, namespace, seen.deployment.name) if seen else None) or {}
     text = ((dep.get("metadata") or {}).get("annotations") or {}).get(POLICY_ANNOTATION)
     return RolloutPolicy.recorded(text) or RolloutPolicy(Strategy.MANUAL)
 
@@ -219,13 +211,11 @@ async def _observe_live(
     policy: RolloutPolicy,
     deployments: Mapping[str, VersionDeployment],
 ) -> RolloutObservation:
-    from twc.connections import connect_check
-    from twc.kube.workloads import read_secret_data
     from twc.rollout import temporal_deployment_name
     from twc.versioning import WorkerVersioning, observe_version
 
     ref = props.get("secretRef")
-    creds = read_secret_data(kube, ref["namespace"], ref["name"]) if ref else {}
+    creds = workloads.read_secret_data(kube, ref["namespace"], ref["name"]) if ref else {}
     client = await connect_check(props, creds)
     namespace, _, name = key.partition("/")
     seen = RolloutObservation(

@@ -13,8 +13,18 @@ import sys
 import time
 from typing import Any, TextIO
 
+from pulumi.automation import CommandError
+
+from providers.taskqueue import check_task_queue
+from twc.builders import REPLICAS_SOURCE_ANNOTATION
+from twc.cli.common import stack_kube, stack_ref
+from twc.cli.rollouts import live_rollouts
 from twc.engine import engine
 from twc.engine.errors import engine_failure
+from twc.kube.client import KubeClient, NoClusterError
+from twc.kube.workloads import read_deployment
+from twc.rollout import version_rows
+from twc.status import worker_status
 from twc.timestamps import age
 
 
@@ -52,8 +62,6 @@ def format_status_table(
 
 
 def _version_lines(rollout: dict[str, Any]) -> list[str]:
-    from twc.rollout import version_rows
-
     lines = [f"  {role:<10}  {build}  {text}" for role, build, text in version_rows(rollout)]
     state = rollout.get("rollout")
     if isinstance(state, dict) and state.get("message"):
@@ -73,13 +81,6 @@ def _by_worker(resources: list[dict[str, Any]], kind: str, suffix: str) -> dict[
 
 def live_status(ref: engine.StackRef) -> dict[str, dict[str, Any]]:
     """Per worker, the recorded status refreshed from the live cluster and Temporal."""
-    from providers.taskqueue import check_task_queue
-    from twc.builders import REPLICAS_SOURCE_ANNOTATION
-    from twc.cli.common import stack_kube
-    from twc.kube.client import KubeClient, NoClusterError
-    from twc.kube.workloads import read_deployment
-    from twc.status import worker_status
-
     if ref.env and "KUBECONFIG" in ref.env:
         # The check reads credential secrets from the cluster, as the provider does.
         os.environ.setdefault("KUBECONFIG", ref.env["KUBECONFIG"])
@@ -128,8 +129,6 @@ def _with_rollouts(
     result: dict[str, dict[str, Any]], kube: Any, checks: dict[str, Any], recorded: dict[str, Any]
 ) -> None:
     """Versioned workers: the live versions, replicas counted on the target's Deployment."""
-    from twc.cli.rollouts import live_rollouts
-
     try:
         found = live_rollouts(kube, checks, recorded, now=time.time())
     except Exception as exc:  # noqa: BLE001 - status reports what it cannot read
@@ -171,9 +170,6 @@ def run_status(
 ) -> int:
     """``twc status``: JSON or the table; a ``sharded`` stack's shards (or the one ``shard``
     names) in one, with each shard's workers."""
-    from pulumi.automation import CommandError
-
-    from twc.cli.common import stack_ref
     from twc.cli.shards import shard_refs
 
     refs = shard_refs(stack, fleet_file, shard) if sharded else [stack_ref(stack)]

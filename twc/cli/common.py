@@ -14,13 +14,15 @@ from typing import TextIO
 import yaml
 
 from twc import program
-from twc.connections import default_registry
+from twc.cli.rollouts import plan_versions
+from twc.connections import default_registry, resolve_fleet_connections
 from twc.desired import INPUTS_ENV, DesiredFleet, DesiredInputs, GuardVerdict, desired_fleet
 from twc.desired import deletion_verdict as verdict_of
 from twc.engine import engine
 from twc.errors import SpecError
 from twc.kube.client import KubeClient, NoClusterError, kube_client
 from twc.kube.record import RecordStore, record_for_stack
+from twc.kube.workloads import ensure_namespace
 from twc.native.views import is_view
 from twc.rollout import RolloutSettings
 from twc.shards import slice_inputs
@@ -39,8 +41,6 @@ def fleet_path(file: str) -> str:
 
 def validate_or_report(file: str, err: TextIO | None = None) -> bool:
     """Validate the fleet file; False after printing every issue (to ``err``)."""
-    from twc.connections import resolve_fleet_connections
-
     err = err if err is not None else sys.stderr
     try:
         resolve_fleet_connections(load_fleet_file(fleet_path(file)), file=file)
@@ -138,8 +138,6 @@ def observe(
     versioned = any(w.rollout is not None for w in fleet.resolved_workers())
     if inputs.cluster is None and not versioned:
         return inputs
-    from twc.cli.rollouts import plan_versions
-
     try:
         with stack_kube(ref) as kube:
             return plan_versions(
@@ -227,8 +225,6 @@ def summary(inputs: DesiredInputs) -> str | None:
 
 def ensure_local_namespaces(file: str, ref: engine.StackRef) -> None:
     """The embedded environment has no namespaces but ``default``: create the fleet's."""
-    from twc.kube.workloads import ensure_namespace
-
     namespaces = {w.namespace for w in load_fleet_file(fleet_path(file)).resolved_workers()}
     try:
         kube = stack_kube(ref)

@@ -18,12 +18,14 @@ from pulumi.automation import CommandError
 
 from twc import program
 from twc.cli import common
+from twc.cli.rollouts import drive_rollouts
 from twc.cli.stack_lease import DEFAULT_WAIT, stack_lease
 from twc.cli.status import format_status_table
 from twc.desired import DesiredFleet, Hold, refusal
 from twc.engine import engine
 from twc.engine.errors import engine_failure
 from twc.engine.workspace import DEFAULT_KEEP_BACKUPS, backend_url, prune_backups
+from twc.kube.client import NoClusterError
 from twc.rollout import RolloutSettings
 
 
@@ -145,8 +147,6 @@ def _drive(
     ref: engine.StackRef, desired: DesiredFleet, settings: RolloutSettings, wait: float, out: TextIO
 ) -> None:
     """Drive the versioned workers' rollouts after the ``up``; a failure is only reported."""
-    from twc.cli.rollouts import drive_rollouts
-
     if not any(w.rollout is not None for w in desired.workers.values()):
         return
     try:
@@ -166,8 +166,6 @@ def _drive(
 def run_approve(stack: str, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Approve the held deletions of ``stack``: 0 when approved, else 1."""
     out, err = out or sys.stdout, err or sys.stderr
-    from twc.kube.client import NoClusterError
-
     ref = common.stack_ref(stack)
     try:
         with common.stack_kube(ref) as kube:

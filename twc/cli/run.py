@@ -33,12 +33,13 @@ from twc.engine.automation import INPUTS_PREFIX, AutomationEngine
 from twc.engine.engine import SHARD_CONFIG
 from twc.engine.shards import shard_ref, stack_resources
 from twc.engine.supervisor import GuardChannel
+from twc.errors import SpecError
 from twc.kube.caches import DeploymentCache, SecretCache, digests_by_name
 from twc.kube.client import KubeClient, NoClusterError, kube_client
 from twc.kube.lease import DAEMON_LEASE_ENV, LeaseElector, lease_name_for
 from twc.kube.record import CONTROL_NAMESPACE, control_namespace, record_for_stack
 from twc.kube.watch import NativeWatch, QueueWatcher, StaticQueues
-from twc.kube.workloads import ReplicaScaler, Workloads
+from twc.kube.workloads import ReplicaScaler, Workloads, read_gate_input, versions
 from twc.kube.writer import NativeWriter, TemporalWorkerViews
 from twc.reconcile import shards
 from twc.reconcile.act import Effects
@@ -47,7 +48,8 @@ from twc.reconcile.daemon import Daemon
 from twc.reconcile.health import HealthServer, MetricsSource
 from twc.reconcile.observe import CachedFleetFile, FleetFileWatch, RolloutSource, Sources
 from twc.reconcile.settings import KILL_MARGIN, DaemonSettings
-from twc.shards import slice_fleet
+from twc.shards import namespace_load, slice_fleet
+from twc.spec import load_fleet_file
 
 logger = logging.getLogger(__name__)
 
@@ -317,7 +319,6 @@ def _daemon(
     read_secret = None
     if cluster is not None:
         from twc.kube.dryrun import dry_run_fleet
-        from twc.kube.workloads import read_gate_input, versions
         from twc.versioning import WorkerClients
 
         kube, read_secret, secrets = cluster.kube, cluster.workloads.read_secret, cluster.secrets
@@ -375,9 +376,6 @@ def wire(options: RunOptions, settings: DaemonSettings) -> Wiring:
         return _wire_one(options, settings, ref, path, file, kube)
     if kube is None:
         raise WiringError("a sharded stack needs a Kubernetes API (its assignment is there)")
-    from twc.errors import SpecError
-    from twc.spec import load_fleet_file
-
     try:
         sharding = load_fleet_file(path).sharding
     except SpecError:
@@ -475,8 +473,6 @@ class _Shards:
 
     def load(self) -> dict[str, int]:
         """Workers per namespace, for the assignment."""
-        from twc.shards import namespace_load
-
         native = self.cluster.native.snapshot()
         workers = native.workers if native is not None else ()
         return namespace_load(self.fleet(), self.cluster.queues.snapshot() or (), workers)

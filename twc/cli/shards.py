@@ -23,7 +23,7 @@ from twc.cli.up import iterate
 from twc.connections import default_registry
 from twc.desired import QUEUE_KIND_KEY, WORKER_KIND_KEY, DesiredInputs, ObjectList
 from twc.engine import engine
-from twc.engine.shards import shard_ref
+from twc.engine.shards import forget_stack, move_state, shard_ref, stack_resources
 from twc.errors import SpecError, SpecIssue
 from twc.kube.observe import observe_inputs
 from twc.rollout import RolloutSettings
@@ -228,8 +228,6 @@ def run_show(stack: str, fleet_file: str | None = None, out: TextIO = sys.stdout
 def run_migrate(stack: str, fleet_file: str | None = None, out: TextIO = sys.stdout) -> int:
     """``twc shards migrate``: move an unsharded stack's state into its shards, ``up``
     each, then forget the old stack; refuses while a daemon may hold the stack's Lease."""
-    from twc.engine.shards import forget_stack, move_state, stack_resources
-
     say = functools.partial(print, file=out, flush=True)
     base = common.stack_ref(stack, fleet_file)
     if stack_resources(base) is None:

@@ -380,7 +380,7 @@ def wire(options: RunOptions, settings: DaemonSettings) -> Wiring:
         sharding = load_fleet_file(path).sharding
     except SpecError:
         raise WiringError(f"{path}: a sharded fleet must be valid when the daemon starts") from None
-    return _Shards(options, settings, ref, path, file, kube).wire(sharding)
+    return _Shards(options, settings, ref, file, kube).wire(sharding)
 
 
 def _wire_one(
@@ -448,14 +448,13 @@ class _Shards:
         options: RunOptions,
         settings: DaemonSettings,
         base: engine.StackRef,
-        path: str,
         file: str,
         kube: KubeClient,
     ) -> None:
         self.options, self.settings, self.base = options, settings, base
-        self.path, self.file = path, file
+        self.path, self.file = fleet_path(file), file
         self.cluster = _cluster(kube, options, settings)
-        self.fleet = CachedFleetFile(path)
+        self.fleet = CachedFleetFile(self.path)
         self.fanout = shards.FanoutWakeup()
         # A due shard asks every iteration; one that has not for a few is out of line.
         ttl = max(120.0, 4 * settings.reconcile_interval)

@@ -15,7 +15,10 @@ from typing import Any
 
 from pulumi import Input, Output, ResourceOptions, dynamic
 
-CONDITION_TYPE = "TemporalTaskQueueRegistered"
+from twc.native.status import condition as native_condition
+from twc.native.status import merge_conditions
+from twc.status import QUEUE_REGISTERED
+
 # The provider serves calls on several gRPC threads; two first imports of temporalio's
 # generated modules at once can deadlock on its circular imports.
 _IMPORT_LOCK = threading.Lock()
@@ -34,17 +37,8 @@ def condition(
     status: bool, reason: str, message: str, previous: dict[str, Any] | None
 ) -> dict[str, Any]:
     """A Kubernetes-style condition whose lastTransitionTime moves only on a status change."""
-    status_s = "True" if status else "False"
-    since = _now()
-    if previous and previous.get("status") == status_s and previous.get("lastTransitionTime"):
-        since = previous["lastTransitionTime"]
-    return {
-        "type": CONDITION_TYPE,
-        "status": status_s,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": since,
-    }
+    new = native_condition(QUEUE_REGISTERED, status, reason, message)
+    return merge_conditions([previous] if previous else None, [new], now=_now())[0]
 
 
 def read_secret_data(namespace: str, name: str) -> dict[str, bytes]:

@@ -30,7 +30,8 @@ class PollerFacts:
     message: str = ""
 
 
-def _condition(type_: str, ok: bool, reason: str, message: str) -> dict[str, str]:
+def condition(type_: str, ok: bool, reason: str, message: str) -> dict[str, str]:
+    """A condition of ``type_``, ``True`` when ``ok`` (no ``lastTransitionTime`` yet)."""
     status = "True" if ok else "False"
     return {"type": type_, "status": status, "reason": reason, "message": message}
 
@@ -65,19 +66,19 @@ def accepted_status(
     readyReplicas)``, ``kept``: ``(reason, message)`` of an invalid newer spec."""
     if deployment is None:
         message = "the worker Deployment does not exist yet"
-        dep = _condition(DEPLOYMENT_READY, False, "DeploymentNotFound", message)
+        dep = condition(DEPLOYMENT_READY, False, "DeploymentNotFound", message)
         replicas, ready = desired_replicas, 0
     else:
         replicas, ready = deployment
         reason = "ReplicasReady" if ready >= replicas else "ReplicasNotReady"
         message = f"{ready}/{replicas} replicas ready"
-        dep = _condition(DEPLOYMENT_READY, ready >= replicas, reason, message)
+        dep = condition(DEPLOYMENT_READY, ready >= replicas, reason, message)
     queue = _queue_condition(previous, pollers)
     phase = "Failed" if queue.get("reason") in FAILED_REASONS else "Pending"
     if dep["status"] == queue["status"] == "True":
         phase = "Ready"
     accepted = ("Accepted", "the current spec is in the desired state")
-    spec = _condition(SPEC_ACCEPTED, kept is None, *(kept or accepted))
+    spec = condition(SPEC_ACCEPTED, kept is None, *(kept or accepted))
     status: dict[str, Any] = {
         "phase": phase,
         "replicas": replicas,
@@ -104,13 +105,13 @@ def _queue_condition(previous: Mapping[str, Any], pollers: PollerFacts | None) -
             ):
                 return {k: c[k] for k in ("type", "status", "reason", "message") if k in c}
         message = "the task queue has not been checked yet"
-        return {**_condition(QUEUE_REGISTERED, False, "NotChecked", message), "status": "Unknown"}
+        return {**condition(QUEUE_REGISTERED, False, "NotChecked", message), "status": "Unknown"}
     if pollers.pollers is None:
-        return _condition(QUEUE_REGISTERED, False, pollers.reason, pollers.message)
+        return condition(QUEUE_REGISTERED, False, pollers.reason, pollers.message)
     if pollers.pollers > 0:
         message = f"{pollers.pollers} poller(s)"
-        return _condition(QUEUE_REGISTERED, True, "PollersRegistered", message)
-    return _condition(QUEUE_REGISTERED, False, "WaitingForPollers", "no poller yet")
+        return condition(QUEUE_REGISTERED, True, "PollersRegistered", message)
+    return condition(QUEUE_REGISTERED, False, "WaitingForPollers", "no poller yet")
 
 
 def rejected_status(
@@ -118,7 +119,7 @@ def rejected_status(
 ) -> dict[str, Any]:
     """A rejected worker's status: every condition False, ``Failed`` when a person must act."""
     types = (DEPLOYMENT_READY, QUEUE_REGISTERED, SPEC_ACCEPTED)
-    conds = [_condition(t, False, reason, message) for t in types]
+    conds = [condition(t, False, reason, message) for t in types]
     status: dict[str, Any] = {
         "phase": "Failed" if reason in _REJECTED_FAILED else "Pending",
         "replicas": 0,
@@ -169,8 +170,8 @@ def official_status(
     progressing = rollout.get("phase") == "Progressing"
     extra = {k: status[k] for k in ("observedGeneration",) if k in status}
     conditions = [
-        {**_condition("Ready", ready, reason, message), **extra},
-        {**_condition("Progressing", progressing, reason, message), **extra},
+        {**condition("Ready", ready, reason, message), **extra},
+        {**condition("Progressing", progressing, reason, message), **extra},
     ]
     ramping = version(status.get("rampingVersion"))
     return {
@@ -197,7 +198,7 @@ def template_status(
     worker's versions (``names``: build ID to copy's name; ``None``: no such worker) the
     copy and the generation last applied, and ``Ready`` once the stack holds them all."""
     if names is None:
-        ready = _condition("Ready", False, "WorkerDeploymentNotFound", "no such WorkerDeployment")
+        ready = condition("Ready", False, "WorkerDeploymentNotFound", "no such WorkerDeployment")
         return {"conditions": merge_conditions(previous.get("conditions"), [ready], now=now)}
     before = {v.get("buildID"): v for v in previous.get("versions") or () if isinstance(v, dict)}
     versions = []
@@ -210,7 +211,7 @@ def template_status(
             {**entry, "lastTransitionTime": now if changed else old["lastTransitionTime"]}
         )
     reason = "AllVersionsApplied" if applied else "Applying"
-    ready = _condition("Ready", applied, reason, f"{len(versions)} version(s)")
+    ready = condition("Ready", applied, reason, f"{len(versions)} version(s)")
     return {
         "versions": versions,
         "conditions": merge_conditions(previous.get("conditions"), [ready], now=now),

@@ -205,19 +205,6 @@ def _row(
     return key, primary, fallback, native(obj)
 
 
-def _pod_security(fleet: Fleet, worker: ResolvedWorker) -> ValueError | None:
-    level = fleet.pod_security_level(worker.namespace, worker.name)
-    problems = pod_security_problems(worker.pod_template, level)
-    inherited = (worker.template_source or "").startswith("defaults")
-    where = "defaults.template" if inherited or worker.derived else "spec.template"
-    if not problems:
-        return None
-    return ValueError(
-        "; ".join(f"{where}.{p}" for p in problems)
-        + f" (the fleet file's podSecurity may allow more for {worker.stack_key})"
-    )
-
-
 def _queue_key(worker: ResolvedWorker) -> str | None:
     queue = worker.queue
     return f"{queue.namespace}/{queue.name}" if worker.derived and queue is not None else None
@@ -246,8 +233,15 @@ def _fits(
                 registry.resolve_worker(worker, trial)
             except TwcConnectionError as exc:
                 failing[key] = exc
-            if key not in failing and (refused := _pod_security(trial, worker)) is not None:
-                failing[key] = refused
+                continue
+            level = trial.pod_security_level(worker.namespace, worker.name)
+            if problems := pod_security_problems(worker.pod_template, level):
+                inherited = (worker.template_source or "").startswith("defaults")
+                where = "defaults.template" if inherited or worker.derived else "spec.template"
+                failing[key] = ValueError(
+                    "; ".join(f"{where}.{p}" for p in problems)
+                    + f" (the fleet file's podSecurity may allow more for {worker.stack_key})"
+                )
         return trial, failing
 
     return fits

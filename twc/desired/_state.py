@@ -26,7 +26,7 @@ from twc.desired._merge import (
     with_entries,
 )
 from twc.errors import Reason, SpecError, TemporaryError, TwcConnectionError, TwcError
-from twc.native.objects import IdentityKey, NativeObject, identity_key
+from twc.native.objects import IdentityKey, NativeObject
 from twc.spec import Fleet, Queue, ResolvedWorker
 
 
@@ -158,9 +158,10 @@ def desired_fleet(
     references: dict[str, IdentityKey] = {}
     for key, worker in workers.items():
         try:
-            references[key] = identity_key(registry.resolve_worker(worker, fleet).identity)
+            found = registry.resolve_worker(worker, fleet).identity
         except TwcConnectionError:
             continue  # the program reports it (and the merge kept such objects out)
+        references[key] = (found.api_group, found.kind, found.name, found.namespace)
     replicas = {k: n for k, n in inputs.replicas.items() if k in workers and workers[k].autoscaling}
     kept = frozenset(held.workers) if held is not None else frozenset()
     lost = kept - set(workers)

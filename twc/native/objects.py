@@ -7,7 +7,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from twc.connections import ConnectionIdentity
 from twc.spec import API_GROUP, CONNECTION_VERSION
 from twc.spec.crds import (
     CRD_VERSION,
@@ -24,10 +23,6 @@ WORKER_PLURAL = "temporalworkers"
 
 IdentityKey = tuple[str, str, str, str | None]
 """(apiGroup, kind, name, namespace or ``None``): a connection's identity as a key."""
-
-
-def identity_key(identity: ConnectionIdentity) -> IdentityKey:
-    return (identity.api_group, identity.kind, identity.name, identity.namespace)
 
 
 def metadata(obj: Any) -> Mapping[str, Any]:

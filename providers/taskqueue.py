@@ -10,7 +10,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from pulumi import Input, Output, ResourceOptions, dynamic
@@ -18,6 +18,7 @@ from pulumi import Input, Output, ResourceOptions, dynamic
 from twc.native.status import condition as native_condition
 from twc.native.status import merge_conditions
 from twc.status import QUEUE_REGISTERED
+from twc.timestamps import rfc3339
 
 # The provider serves calls on several gRPC threads; two first imports of temporalio's
 # generated modules at once can deadlock on its circular imports.
@@ -29,16 +30,12 @@ _INPUT_KEYS = (
 )
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def condition(
     status: bool, reason: str, message: str, previous: dict[str, Any] | None
 ) -> dict[str, Any]:
     """A Kubernetes-style condition whose lastTransitionTime moves only on a status change."""
     new = native_condition(QUEUE_REGISTERED, status, reason, message)
-    return merge_conditions([previous] if previous else None, [new], now=_now())[0]
+    return merge_conditions([previous] if previous else None, [new], now=rfc3339(time.time()))[0]
 
 
 def read_secret_data(namespace: str, name: str) -> dict[str, bytes]:
@@ -108,7 +105,7 @@ def check_task_queue(
             "pollers": pollers,
             "approximateBacklog": backlog,
             "condition": cond,
-            "checkedAt": _now(),
+            "checkedAt": rfc3339(time.time()),
         }
 
 

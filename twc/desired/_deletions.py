@@ -118,7 +118,7 @@ def _find(document: Mapping[str, Any], section: str, *ident: Any) -> Mapping[str
 
 def _connection_entry(
     document: Mapping[str, Any], ident: IdentityKey
-) -> tuple[str, Mapping[str, Any]] | None:
+) -> tuple[str, Mapping[str, Any] | None]:
     group, kind, name, namespace = ident
     key: tuple[str | None, ...] = (kind, namespace, name)
     section = "customConnections"
@@ -126,8 +126,7 @@ def _connection_entry(
         section, key = "clusterConnections", (name,)
     elif group == API_GROUP and kind == CONNECTION_KIND:
         section, key = "connections", (namespace, name)
-    found = _find(document, section, *key)
-    return (section, found) if found is not None else None
+    return section, _find(document, section, *key)
 
 
 class _Holder:
@@ -187,11 +186,10 @@ class _Holder:
             for obj_key, provided in merge.identities.items():
                 if provided == ident and self.object(kind_key, obj_key):
                     held = True
-        found = None if held else _connection_entry(self.document, ident)
-        held = held or (found is not None and self.entry(*found))
-        if held:
+        if held or self.entry(*_connection_entry(self.document, ident)):
             self.present.add(ident)
-        return held
+            return True
+        return False
 
 
 def held_objects(

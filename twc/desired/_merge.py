@@ -278,27 +278,22 @@ def merge_connections(
     }
 
     def convert(obj: Mapping[str, Any]) -> _Candidate | None:
-        section: str
-        ident: IdentityKey
         model: Any
         if watched.api_group == API_GROUP and watched.kind == CONNECTION_KIND:
-            conn = load_connection_object(obj)
-            section, model = "connections", conn
-            ident = (API_GROUP, CONNECTION_KIND, conn.name, conn.namespace)
+            section, model = "connections", load_connection_object(obj)
         elif watched.api_group == API_GROUP and watched.kind == CLUSTER_CONNECTION_KIND:
-            cc = load_cluster_connection_object(obj)
-            section, model = "clusterConnections", cc
-            ident = (API_GROUP, CLUSTER_CONNECTION_KIND, cc.name, None)
+            section, model = "clusterConnections", load_cluster_connection_object(obj)
         else:
-            custom = load_custom_connection_object(
+            section = "customConnections"
+            model = load_custom_connection_object(
                 obj,
                 api_group=watched.api_group,
                 kind=watched.kind,
                 namespaced=watched.namespaced,
                 version=watched.version,
             )
-            section, model = "customConnections", custom
-            ident = (custom.api_group, custom.kind, custom.name, custom.namespace)
+        # The loaders take the group and kind watched, name and namespace from the metadata.
+        ident = (watched.api_group, watched.kind, model.name, getattr(model, "namespace", None))
         if ident in declared:
             return None
         return _Candidate(section, _dump(model), connection_native(watched, obj), obj, ident)

@@ -205,7 +205,8 @@ def _row(
     return key, primary, fallback, native(obj)
 
 
-def _queue_key(worker: ResolvedWorker) -> str | None:
+def queue_key(worker: ResolvedWorker) -> str | None:
+    """The key (``<namespace>/<name>``) of the queue a derived worker comes from."""
     queue = worker.queue
     return f"{queue.namespace}/{queue.name}" if worker.derived and queue is not None else None
 
@@ -214,7 +215,7 @@ def _fits(
     fleet: Fleet,
     file: str,
     registry: Registry | None = None,
-    key_of: Callable[[ResolvedWorker], str | None] = _queue_key,
+    key_of: Callable[[ResolvedWorker], str | None] = queue_key,
 ) -> _Fits:
     """Candidates fit when ``fleet`` with them validates; with ``registry``, the worker of
     each (``key_of``) must also resolve its connection and pass pod security."""

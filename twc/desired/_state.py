@@ -22,6 +22,7 @@ from twc.desired._merge import (
     merge_connections,
     merge_queues,
     merge_workers,
+    queue_key,
     taken_objects,
     with_entries,
 )
@@ -94,14 +95,9 @@ class DesiredFleet:
         """The part a targeted ``up`` builds: the workers named and the queues they hang on."""
         wanted = set(keys)
         workers = {k: w for k, w in self.workers.items() if k in wanted}
-        parents = {
-            (w.queue.namespace, w.queue.name)
-            for w in workers.values()
-            if w.derived and w.queue is not None
-        }
-        return self.narrowed(
-            workers, tuple(q for q in self.fleet.queues if (q.namespace, q.name) in parents)
-        )
+        parents = {queue_key(w) for w in workers.values()}
+        queues = tuple(q for q in self.fleet.queues if f"{q.namespace}/{q.name}" in parents)
+        return self.narrowed(workers, queues)
 
     def narrowed(
         self, workers: Mapping[str, ResolvedWorker], queues: tuple[Queue, ...]
@@ -225,15 +221,13 @@ def _merge_cluster(
 def _origins(
     workers: Mapping[str, ResolvedWorker], kinds: Mapping[str, KindMerge]
 ) -> dict[str, str]:
-    object_workers = set(kinds[WORKER_KIND_KEY].accepted) if WORKER_KIND_KEY in kinds else set()
+    objects = {kind: set(merge.accepted) for kind, merge in kinds.items()}
     origins: dict[str, str] = {}
     for key, worker in workers.items():
-        if key in object_workers:
+        if key in objects.get(WORKER_KIND_KEY, ()):
             origins[key] = f"TemporalWorker {key}"
-        elif worker.derived and worker.queue is not None and QUEUE_KIND_KEY in kinds:
-            queue_key = f"{worker.queue.namespace}/{worker.queue.name}"
-            from_object = queue_key in kinds[QUEUE_KIND_KEY].accepted
-            origins[key] = f"Queue {queue_key}" if from_object else "file"
+        elif (queue := queue_key(worker)) in objects.get(QUEUE_KIND_KEY, ()):
+            origins[key] = f"Queue {queue}"
         else:
             origins[key] = "file"
     return origins

@@ -115,7 +115,7 @@ class Daemon:
         self.observer = Observer(
             sources,
             settings=settings,
-            faults=faults,
+            fault=faults.fault,
             metrics=self.metrics,
             clock=clock,
             budgets=budgets or Budget(),

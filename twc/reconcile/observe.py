@@ -2,7 +2,7 @@
 
 :meth:`Observer.observe` reads the fleet file, the cluster's objects and live replicas;
 :meth:`Observer.facts` the desired workers' backlogs, credential digests, placement and
-versions. Faults go to a :class:`FaultSink`; the iteration holds what it cannot know.
+versions. Faults go to the report step's ``fault``; the iteration holds what it cannot know.
 :func:`observe_facts` reads the versioned workers' Deployments and Temporal's routing,
 queues, gates and backlogs; nothing lives in memory: a new leader continues where the last
 one was.
@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from twc.builders import connection_name, foreign_owner, worker_objects
 from twc.connections import (
@@ -108,12 +108,6 @@ POLLERS_RECHECK_INTERVAL = 5.0
 """The same without pollers, doubling per such answer up to :data:`POLLERS_INTERVAL`."""
 
 
-class FaultSink(Protocol):
-    """Where observed faults go (the loop's report step)."""
-
-    def fault(self, fault: Fault, source: str, message: str | None) -> None: ...
-
-
 class CachedFleetFile:
     """The fleet file, parsed again only when its bytes change; an invalid file's error raises."""
 
@@ -201,7 +195,7 @@ class Observer:
     sources: Sources
     _: KW_ONLY
     settings: DaemonSettings
-    faults: FaultSink
+    fault: Callable[[Fault, str, str | None], None]  # (fault, source, message; None: cleared)
     metrics: DaemonMetrics
     clock: Callable[[], float]
     budgets: Budget
@@ -241,7 +235,7 @@ class Observer:
             # The watches retry in their own threads; the loop reports what they last saw.
             failure = getattr(watch, "failure", None)
             error = failure() if callable(failure) else None
-            self.faults.fault(Fault.KUBERNETES_UNAVAILABLE, name, str(error) if error else None)
+            self.fault(Fault.KUBERNETES_UNAVAILABLE, name, str(error) if error else None)
         cluster: dict[str, ObjectList] | None = None
         if fleet.cluster_objects:
             cluster = self._cluster()
@@ -255,7 +249,7 @@ class Observer:
                 live = self.sources.replicas()
             except Exception as exc:  # noqa: BLE001 - held and reported as a fault while it lasts
                 known, failure = False, str(exc)
-            self.faults.fault(Fault.KUBERNETES_UNAVAILABLE, "replicas", failure)
+            self.fault(Fault.KUBERNETES_UNAVAILABLE, "replicas", failure)
         scaled: frozenset[str] | None = None
         if known and self.sources.scaled is not None:
             try:
@@ -275,7 +269,7 @@ class Observer:
             out.update(native.observed())
         for key, found in sorted(out.items()):
             failure = None if found.is_known else (found.failure or "unknown")
-            self.faults.fault(Fault.OBJECTS_UNKNOWN, key, failure)
+            self.fault(Fault.OBJECTS_UNKNOWN, key, failure)
         return out
 
     def _selections(self, select: Mapping[str, Any]) -> ObjectList:
@@ -392,7 +386,7 @@ class Observer:
         for fault in (Fault.TEMPORAL_UNAVAILABLE, Fault.BACKLOG_SAMPLING_FAILED):
             lines = [f"{k}: {e}" for k, e in sorted(errors.items()) if sample_fault(e) is fault]
             text = f"{len(lines)} worker(s), replicas held; {'; '.join(lines)}" if lines else None
-            self.faults.fault(fault, "backlog", text)
+            self.fault(fault, "backlog", text)
         return out
 
     def next_sample_in(self, now: float) -> float | None:
@@ -452,7 +446,7 @@ class Observer:
                 failure = str(exc)
             else:
                 self._verdicts |= {k: (desired.workers[k], said.get(k)) for k in ask}
-        self.faults.fault(Fault.KUBERNETES_UNAVAILABLE, "dry-run", failure)
+        self.fault(Fault.KUBERNETES_UNAVAILABLE, "dry-run", failure)
         return {k: why for k, (_, why) in self._verdicts.items() if why is not None}
 
     def deployments(self) -> Mapping[str, tuple[int, int]] | None:

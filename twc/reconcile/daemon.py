@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from twc.connections import default_registry
 from twc.desired import (
     DesiredFleet,
     DesiredInputs,
@@ -285,7 +284,8 @@ class Daemon:
 
     def observe(self, *, now: float) -> tuple[Observation, DesiredFleet, WorkerFacts]:
         """Step one: the cluster and the file, the desired fleet the guards allow, its facts."""
-        observer, file = self.observer, self.observer.sources.file
+        observer = self.observer
+        registry, file = observer.sources.registry, observer.sources.file
         seen = observer.observe()
         if self._accepted is None:
             recalled = observer.recall()
@@ -295,7 +295,7 @@ class Daemon:
         if self._desired_memo is None or self._desired_memo[0] != key:
             # The same file, objects and accepted specs make the same desired fleet: computing
             # it again was a third of a no-op iteration (docs/architecture.md, its figure).
-            desired = desired_from(seen, accepted=key[2], registry=observer.registry, file=file)
+            desired = desired_from(seen, accepted=key[2], registry=registry, file=file)
             self._desired_memo = (key, desired)
         desired = self._desired_memo[1]
         existing = seen.live.keys() if seen.live is not None else None
@@ -308,7 +308,7 @@ class Daemon:
         refused = observer.refusals(desired, previous, skip=conflicts)
         if conflicts or refused:
             inputs = desired.inputs.model_copy(update={"conflicts": conflicts, "refused": refused})
-            desired = desired_fleet(seen.fleet, inputs, registry=observer.registry, file=file)
+            desired = desired_fleet(seen.fleet, inputs, registry=registry, file=file)
         return seen, desired, observer.facts(desired)
 
     def plan(self, state: LoopState, *, now: float) -> Plan:
@@ -477,7 +477,7 @@ class DeletionGuard:
     def __init__(
         self, sources: Sources, *, stack: str, on_verdict: Callable[[GuardVerdict], None]
     ) -> None:
-        self._registry = sources.registry or default_registry()
+        self._registry = sources.registry
         self._file = sources.file
         self._record = sources.record
         self._stack = stack

@@ -151,7 +151,7 @@ class Sources:
     deployments: Callable[[], Mapping[str, tuple[int, int]]] | None = None
     secrets: SecretReader | None = None
     secret_data: SecretReader | None = None
-    registry: Registry | None = None
+    registry: Registry = field(default_factory=default_registry)
     file: str = "<fleet>"
     rollouts: RolloutSource | None = None
     record: RecordStore | None = None
@@ -206,11 +206,6 @@ class Observer:
         default_factory=dict, init=False
     )
     _loop: asyncio.AbstractEventLoop | None = field(default=None, init=False)
-
-    @property
-    def registry(self) -> Registry:
-        """The connection-provider registry."""
-        return self.sources.registry or default_registry()
 
     def close(self) -> None:
         """Close the askers' thread and the rollouts' event loop."""
@@ -301,7 +296,7 @@ class Observer:
 
     def watched_kinds(self) -> dict[str, WatchedKind]:
         """Per kind key, the connection kinds the registry knows."""
-        return {kind_key(k.kind, k.api_group): k for k in self.registry.watched_kinds()}
+        return {kind_key(k.kind, k.api_group): k for k in self.sources.registry.watched_kinds()}
 
     def facts(self, desired: DesiredFleet) -> WorkerFacts:
         """Backlogs of the autoscaled workers, credential digests, placement, versions."""
@@ -309,9 +304,10 @@ class Observer:
             w for w in desired.workers.values() if w.autoscaling is not None and w.rollout is None
         ]
         resolved: list[tuple[ResolvedWorker, ResolvedConnection]] = []
+        registry = self.sources.registry
         for worker in desired.workers.values():
             try:
-                resolved.append((worker, self.registry.resolve_worker(worker, desired.fleet)))
+                resolved.append((worker, registry.resolve_worker(worker, desired.fleet)))
             except TwcConnectionError:
                 continue  # reported where the worker was merged
         placement: dict[str, set[str]] = {}

@@ -102,6 +102,7 @@ def _sharded(world: World, *, share: int | None = None) -> ShardedDaemon:
         make_shard=world.make_shard,
         max_workers_per_shard=10,
         share=(lambda shards: share) if share is not None else None,
+        slots=world.slots,
     )
 
 

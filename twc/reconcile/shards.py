@@ -418,7 +418,7 @@ class ShardedDaemon:
         make_shard: Callable[[int, ShardNamespaces], Shard],
         max_workers_per_shard: int,
         share: Callable[[int], int] | None = None,
-        slots: EngineSlots | None = None,
+        slots: EngineSlots,
     ) -> None:
         self.stack = stack
         self._store = store
@@ -450,8 +450,7 @@ class ShardedDaemon:
         self._close()
 
     def _close(self) -> None:
-        if self._slots is not None:
-            self._slots.close()
+        self._slots.close()
         for shard in self._all():
             shard.daemon.request_stop()
 
@@ -611,9 +610,7 @@ class ShardedDaemon:
             "assignment": self.shard_map.to_json() if self.shard_map is not None else None,
             "leading": self.held(),
             "leadingShards": sorted(s.stack for s in self._leading()),
-            "engineSlots": None
-            if slots is None
-            else {
+            "engineSlots": {
                 "limit": slots.limit,
                 "running": slots.running,
                 "peak": slots.peak,

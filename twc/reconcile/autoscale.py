@@ -119,7 +119,13 @@ def desired_replicas(
     now: float,
 ) -> ScaleDecision:
     """One worker's replicas from its backlog (``None``: only brought within bounds), HPA style."""
-    lo, hi = _checked(backlog, current, bounds)
+    lo, hi = bounds.min_replicas, bounds.max_replicas
+    if current < 0 or (backlog is not None and backlog < 0):
+        raise ValueError(f"counts must not be negative (current={current}, backlog={backlog})")
+    if not 0 <= lo <= hi:
+        raise ValueError(f"need 0 <= minReplicas ({lo}) <= maxReplicas ({hi})")
+    if bounds.target_backlog_per_replica <= 0:
+        raise ValueError("targetBacklogPerReplica must be positive")
     if state.started_at is None:
         seed = (Recommendation(now, _clamp(current, lo, hi)),)
         window = behavior.scale_down.stabilization_window_seconds
@@ -182,17 +188,6 @@ def scale_fleet(
 
 def _recommended(state: ScalingState, replicas: int, now: float) -> ScalingState:
     return replace(state, recommendations=(*state.recommendations, Recommendation(now, replicas)))
-
-
-def _checked(backlog: int | None, current: int, bounds: ScalingTarget) -> tuple[int, int]:
-    lo, hi = bounds.min_replicas, bounds.max_replicas
-    if current < 0 or (backlog is not None and backlog < 0):
-        raise ValueError(f"counts must not be negative (current={current}, backlog={backlog})")
-    if not 0 <= lo <= hi:
-        raise ValueError(f"need 0 <= minReplicas ({lo}) <= maxReplicas ({hi})")
-    if bounds.target_backlog_per_replica <= 0:
-        raise ValueError("targetBacklogPerReplica must be positive")
-    return lo, hi
 
 
 def _reason(

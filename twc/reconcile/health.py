@@ -6,7 +6,6 @@ read them); ``twc_engine_runs_total`` counts every engine start.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import threading
@@ -84,8 +83,7 @@ class DaemonMetrics:
         """Publish desired and current replicas; workers no longer desired are dropped."""
         for worker in self._known_workers - set(desired):
             for gauge in (self.desired_replicas, self.current_replicas):
-                with contextlib.suppress(KeyError):
-                    gauge.remove(self.stack, worker)
+                gauge.remove(self.stack, worker)  # a label set never published is no error
         for worker, count in desired.items():
             self.desired_replicas.labels(self.stack, worker).set(count)
             if (now := current.get(worker)) is not None:
@@ -101,8 +99,7 @@ class DaemonMetrics:
             seen.add((namespace, queue))
         for namespace, queue in self._known_queues - seen:
             for gauge in (self.backlog, self.backlog_sampled_at):
-                with contextlib.suppress(KeyError):
-                    gauge.remove(self.stack, namespace, queue)
+                gauge.remove(self.stack, namespace, queue)
         self._known_queues = seen
 
     def render(self) -> bytes:

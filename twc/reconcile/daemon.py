@@ -43,8 +43,6 @@ from twc.reconcile.state import DesiredState, LoopState, ReconcileAction, decide
 from twc.reconcile.state import sleep as interruptible_sleep
 from twc.spec import Fleet, load_fleet
 
-__all__ = ["Clocks", "Daemon", "DeletionGuard", "LeaderGate"]
-
 logger = logging.getLogger(__name__)
 
 

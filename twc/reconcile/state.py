@@ -23,19 +23,6 @@ from twc.reconcile.autoscale import ScalingState
 from twc.reconcile.outcome import Outcome, OutcomeKind
 from twc.reconcile.settings import DaemonSettings
 
-__all__ = [
-    "DesiredState",
-    "LoopState",
-    "ReconcileAction",
-    "ReconcileDecision",
-    "canonical_json",
-    "changed_workers",
-    "decide_reconcile",
-    "desired_state",
-    "sleep",
-    "state_hash",
-]
-
 
 def canonical_json(value: object) -> str:
     """``value`` (plain data) as canonical JSON; TypeError / ValueError for what is not."""

@@ -122,7 +122,23 @@ class BackgroundEngine:
             logger.info("[%s] %s not started: the daemon is stopping", self.stack, run.kind)
             return state
         if run.kind == "refresh":
-            return self._fold_refresh(state, run, error)
+            if isinstance(error, EngineYielded):
+                # Not a failure and not a refresh: still due, it runs after the change.
+                logger.info("[%s] refresh stopped for a change: %s", self.stack, error.reason)
+                return state
+            state = state.refreshed(now=self._monotonic())
+            if error is not None:
+                self._reporter.refreshed(None, error)
+                self._reporter.faults.engine_faults(
+                    outcome_of(error, attempt=1, settings=self._settings.backoff)
+                )
+                return state
+            drifted = list(run.future.result() or ())
+            self._reporter.refreshed(drifted, None)
+            if drifted:
+                self._wakeup.set()
+                return replace(state, applied=None)
+            return state
         settings, jitter = self._settings.backoff, self._jitter
         outcome = outcome_of(error, attempt=state.next_attempt, settings=settings, jitter=jitter)
         state = state.finished(
@@ -131,25 +147,4 @@ class BackgroundEngine:
         self._reporter.finished(
             run.plan, outcome, state, started=run.started, now=self._monotonic()
         )
-        return state
-
-    def _fold_refresh(
-        self, state: LoopState, run: EngineRun, error: BaseException | None
-    ) -> LoopState:
-        if isinstance(error, EngineYielded):
-            # Not a failure and not a refresh: still due, it runs after the change.
-            logger.info("[%s] refresh stopped for a change: %s", self.stack, error.reason)
-            return state
-        state = state.refreshed(now=self._monotonic())
-        if error is not None:
-            self._reporter.refreshed(None, error)
-            self._reporter.faults.engine_faults(
-                outcome_of(error, attempt=1, settings=self._settings.backoff)
-            )
-            return state
-        drifted = list(run.future.result() or ())
-        self._reporter.refreshed(drifted, None)
-        if drifted:
-            self._wakeup.set()
-            return replace(state, applied=None)
         return state

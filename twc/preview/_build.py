@@ -482,7 +482,10 @@ def _worker(group: _Group, fields: Mapping[str, Changes]) -> None:
     said: set[str] = set()
     for member in (m for m in workloads if m.op in _CHANGED):
         changes = fields[member.urn]
-        if member.op is Operation.REPLACE or _template_changed(member, changes):
+        rolled = any(path[:2] == _TEMPLATE for path, _ in changes) or (
+            not changes and _get(member.old, *_TEMPLATE) != _get(member.new, *_TEMPLATE)
+        )
+        if member.op is Operation.REPLACE or rolled:
             group.restarts = True
         prefix = f"{member.label} `{member.name}` "
         if member is main or member.type.endswith("StatefulSet"):
@@ -512,12 +515,6 @@ def _versions(group: _Group) -> None:
 
 def _autoscaled(count: int | None) -> str:
     return "replicas managed by autoscaling" + (f": {count}" if count is not None else "")
-
-
-def _template_changed(member: _Res, changes: Changes) -> bool:
-    if changes:
-        return any(path[:2] == _TEMPLATE for path, _ in changes)
-    return _get(member.old, *_TEMPLATE) != _get(member.new, *_TEMPLATE)
 
 
 def _workload(member: _Res, changes: Changes) -> tuple[list[tuple[ReasonCode, str]], list[Path]]:

@@ -183,7 +183,7 @@ def build(
         versioned = worker.autoscaling and worker.rollout is not None
         args = WorkerArgs(
             worker=worker,
-            connection=components[conn_of[key]].for_namespace(worker.namespace),
+            connection=components[conn_of[key]].by_namespace[worker.namespace],
             connection_name=conn_of[key],
             # Only a versioned worker's: the daemon scales the others, never the program.
             replicas=desired.replicas.get(key) if versioned else None,

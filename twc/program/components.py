@@ -83,7 +83,8 @@ class ConnectionComponent(pulumi.ComponentResource):
         source = args.secret_source_namespace
         child = pulumi.ResourceOptions(parent=self)
         spec = resolved.spec_document()
-        self._by_namespace: dict[str, WorkerConnection] = {}
+        self.by_namespace: dict[str, WorkerConnection] = {}
+        """The connection as seen from a worker in each namespace."""
         # The secret is read where it lives: in ``source`` (copied from there into every
         # other namespace), else in each namespace; one fingerprint per place it is read.
         read: dict[
@@ -103,10 +104,10 @@ class ConnectionComponent(pulumi.ComponentResource):
             if data is not None and source and ns != source:
                 deps = (fp, self._copy(name, ns, data))
             keys = frozenset(data) if data is not None else None
-            self._by_namespace[ns] = WorkerConnection(
+            self.by_namespace[ns] = WorkerConnection(
                 resolved, resolved.fingerprint(digest), keys, ns if at else None, deps
             )
-        fingerprints = {ns: wc.fingerprint for ns, wc in self._by_namespace.items()}
+        fingerprints = {ns: wc.fingerprint for ns, wc in self.by_namespace.items()}
         self.register_outputs({"hostPort": resolved.host_port, "fingerprints": fingerprints})
 
     def _copy(self, name: str, ns: str, data: Mapping[str, bytes]) -> k8s.core.v1.Secret:
@@ -147,10 +148,6 @@ class ConnectionComponent(pulumi.ComponentResource):
                 Reason.AUTH_SECRET_INVALID, f"{where} lacks key(s) {', '.join(missing)}"
             )
         return data
-
-    def for_namespace(self, namespace: str) -> WorkerConnection:
-        """The connection as seen from a worker in ``namespace``."""
-        return self._by_namespace[namespace]
 
 
 QUEUE_TYPE = "twc:kmsvc:Queue"

@@ -178,7 +178,7 @@ def test_a_shard_stacks_program_builds_its_namespaces_only() -> Any:
     statuses = build(
         desired,
         file="fleet.yaml",
-        options=ProgramOptions(shard_namespaces=("a",)),
+        options=ProgramOptions(),
         read_secret=lambda ns, name: None,
     )
 

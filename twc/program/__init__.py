@@ -57,7 +57,6 @@ class ProgramOptions:
 
     temporal_address: str | None = None  # replaces every connection's hostPort
     wait_for_pollers_seconds: float = 0  # how long each TaskQueueCheck waits
-    shard_namespaces: tuple[str, ...] | None = None  # a shard stack's namespaces
 
 
 def default_secret_reader(namespace: str, name: str) -> Mapping[str, bytes] | None:
@@ -286,10 +285,10 @@ def main() -> None:
     file = cfg.get("fleetFile") or f"stacks/{stack}.yaml"
     config = {k: v for k in ("controlNamespace", "shardNamespaces") if (v := cfg.get(k))}
     try:
+        namespaces = shard_namespaces(config)  # a shard stack's
         options = ProgramOptions(
             temporal_address=cfg.get("temporalAddress"),
             wait_for_pollers_seconds=cfg.get_float("waitForPollersSeconds") or 0.0,
-            shard_namespaces=shard_namespaces(config),
         )
         desired, built = _desired(file, stack, config)
         statuses = build(built, file=file, options=options, read_secret=default_secret_reader)
@@ -305,8 +304,8 @@ def main() -> None:
             "(set clusterObjects: false in the fleet file for the file alone)"
         ) from None
     pulumi.export("fleetFile", file)
-    if options.shard_namespaces is not None:
-        pulumi.export("shardNamespaces", list(options.shard_namespaces))
+    if namespaces is not None:
+        pulumi.export("shardNamespaces", list(namespaces))
     pulumi.export("clusterObjects", desired.cluster_managed)
     # A targeted up builds some: the others' statuses as the stack last recorded them.
     scope = desired.inputs.scope

@@ -141,7 +141,6 @@ def build(
     # which adopt what early apply or a killed run made (ObjectOwnership keeps them from
     # adopting anyone else's object).
     provider = k8s.Provider("kubernetes", enable_secret_mutable=True, enable_server_side_apply=True)
-    top = pulumi.ResourceOptions(providers=[provider])
     objects = owned_objects(desired, resolved, users)
     ownership = ObjectOwnership("ownership", stack=stack, objects=objects)
     components = {
@@ -156,7 +155,7 @@ def build(
                 depends_on=(ownership,),
             ),
             read_secret,
-            opts=top,
+            opts=pulumi.ResourceOptions(providers=[provider]),
         )
         for key, conn in sorted(resolved.items())
     }
@@ -174,10 +173,8 @@ def build(
         # A worker moving in or out from under its queue's component is moved by alias.
         chain = TEMPORAL_WORKER_TYPE if parent else f"{QUEUE_TYPE}${TEMPORAL_WORKER_TYPE}"
         aliases = [f"urn:pulumi:{stack}::{pulumi.get_project()}::{chain}::{key}"]
-        opts = (
-            pulumi.ResourceOptions(parent=parent, aliases=aliases)
-            if parent
-            else pulumi.ResourceOptions.merge(top, pulumi.ResourceOptions(aliases=aliases))
+        opts = pulumi.ResourceOptions(
+            parent=parent, aliases=aliases, providers=None if parent else [provider]
         )
         versioned = worker.autoscaling and worker.rollout is not None
         args = WorkerArgs(

@@ -8,7 +8,7 @@ import html
 import itertools
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from pydantic import JsonValue
 
@@ -227,22 +227,17 @@ def _md_block(group: Group) -> str:
         parts.append(
             "\n| Resource | Change | Field | Old | New |\n| --- | --- | --- | --- | --- |\n"
         )
-        for res in group.resources:
-            parts.extend(_md_resource_rows(res))
+    for res in group.resources:
+        who, op = f"{_md_code(res.name)} ({_kind(res)})", res.operation.value
+        if not res.fields:
+            parts.append(f"| {who} | {op} | | | |\n")
+        for fc in res.fields:
+            forced = " (forces replacement)" if fc.replace else ""
+            old = "" if fc.kind == "add" else _md_code(_value(fc.old, _MD_VALUE_WIDTH))
+            new = "" if fc.kind == "delete" else _md_code(_value(fc.new, _MD_VALUE_WIDTH))
+            parts.append(f"| {who} | {op}{forced} | {_md_code(fc.path)} | {old} | {new} |\n")
     parts.append("\n</details>\n\n")
     return "".join(parts)
-
-
-def _md_resource_rows(res: ResourceChange) -> Iterable[str]:
-    who = f"{_md_code(res.name)} ({_kind(res)})"
-    if not res.fields:
-        yield f"| {who} | {res.operation.value} | | | |\n"
-        return
-    for fc in res.fields:
-        forced = " (forces replacement)" if fc.replace else ""
-        old = "" if fc.kind == "add" else _md_code(_value(fc.old, _MD_VALUE_WIDTH))
-        new = "" if fc.kind == "delete" else _md_code(_value(fc.new, _MD_VALUE_WIDTH))
-        yield f"| {who} | {res.operation.value}{forced} | {_md_code(fc.path)} | {old} | {new} |\n"
 
 
 def _md_code(text: str) -> str:

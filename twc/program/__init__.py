@@ -228,13 +228,12 @@ def _inputs(file: str, stack: str, config: Mapping[str, str]) -> tuple[Fleet, De
         fleet = load_fleet(given.fleet, file) if given.fleet is not None else load_fleet_file(file)
         return fleet, given
     fleet = load_fleet_file(file)
-    if fleet.cluster_objects:
-        with kube_client() as kube:
-            return fleet, observe(kube, fleet, stack=stack, config=config)
-    if not any(w.rollout is not None for w in fleet.resolved_workers()):
+    # The file alone; a versioned worker's older versions are in the cluster only.
+    if not fleet.cluster_objects and all(w.rollout is None for w in fleet.resolved_workers()):
         return fleet, DesiredInputs()
-    # A versioned worker's older versions are in the cluster only.
     with kube_client() as kube:
+        if fleet.cluster_objects:
+            return fleet, observe(kube, fleet, stack=stack, config=config)
         return fleet, DesiredInputs(versions=running_versions(kube))
 
 

@@ -88,6 +88,8 @@ _HASH_PATH: Path = ("spec", "template", "metadata", "annotations", _HASH)
 _SOURCE_PATH: Path = ("metadata", "annotations", _REPLICAS_SOURCE)
 _CONNECTION_PATH: Path = ("metadata", "annotations", _CONNECTION)
 _REPLICAS_PATH: Path = ("spec", "replicas")
+_TARGET_PATH: Path = ("metadata", "annotations", TARGET_ANNOTATION)
+_POLICY_PATH: Path = ("metadata", "annotations", POLICY_ANNOTATION)
 _MAX_ENV_REASONS = 8
 _ENV_REFS = {
     "secretKeyRef": "from secret `{name}` key `{key}`",
@@ -521,9 +523,8 @@ def _workload(member: _Res, changes: Changes) -> tuple[list[tuple[ReasonCode, st
     """Reasons read from a workload's old and new state, and the paths they explain."""
     old, new = member.old, member.new
     reasons: list[tuple[ReasonCode, str]] = []
-    annotations = ("metadata", "annotations")
     explained: list[Path] = [_HASH_PATH, _REPLICAS_PATH, _SOURCE_PATH, _CONNECTION_PATH]
-    explained += [(*annotations, TARGET_ANNOTATION), (*annotations, POLICY_ANNOTATION)]
+    explained += [_TARGET_PATH, _POLICY_PATH]
     old_replicas, new_replicas = (_get(state, *_REPLICAS_PATH) for state in (old, new))
     if _get(new, *_SOURCE_PATH) == "autoscaling":
         # The daemon scales it, not the engine: the count is information, not a change.
@@ -808,17 +809,15 @@ def version_state(op: str, old: JsonValue, new: JsonValue) -> VersionState | Non
     build = _get(new, *label) or _get(old, *label)
     if not _known_str(build):
         return None
-    target = ("metadata", "annotations", TARGET_ANNOTATION)
-    policy = ("metadata", "annotations", POLICY_ANNOTATION)
     return VersionState(
         build_id=str(build),
         op=op,
-        was_target=_get(old, *target) == "true",
-        is_target=_get(new, *target) == "true",
-        old_replicas=int_or_none(_get(old, "spec", "replicas")) if op != "create" else None,
-        new_replicas=int_or_none(_get(new, "spec", "replicas")) if op != "delete" else None,
-        policy=RolloutPolicy.recorded(_get(new, *policy))
-        or RolloutPolicy.recorded(_get(old, *policy)),
+        was_target=_get(old, *_TARGET_PATH) == "true",
+        is_target=_get(new, *_TARGET_PATH) == "true",
+        old_replicas=int_or_none(_get(old, *_REPLICAS_PATH)) if op != "create" else None,
+        new_replicas=int_or_none(_get(new, *_REPLICAS_PATH)) if op != "delete" else None,
+        policy=RolloutPolicy.recorded(_get(new, *_POLICY_PATH))
+        or RolloutPolicy.recorded(_get(old, *_POLICY_PATH)),
     )
 
 

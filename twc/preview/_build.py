@@ -104,7 +104,26 @@ def build_report(
 ) -> PreviewReport:
     """The report of one preview's events; ``failure`` (what ``stack.preview`` raised) is
     an error only when the engine's own diagnostics, which say it better, name none."""
-    resources, errors, warnings = _ingest(events)
+    resources: dict[str, _Res] = {}
+    errors: list[Diagnostic] = []
+    warnings: list[Diagnostic] = []
+
+    def diagnose(severity: str, message: str, urn: str | None) -> None:
+        # "info" and "info#err" are progress chatter, not findings.
+        if severity in ("error", "warning") and (text := _clean(message)):
+            found = errors if severity == "error" else warnings
+            parts = {"severity": severity, "message": text, "urn": urn or None}
+            if (new := Diagnostic.model_validate(parts)) not in found:
+                found.append(new)
+
+    for event in events:
+        if (diag := event.diagnostic_event) is not None:
+            diagnose(diag.severity, diag.message, diag.urn)
+        elif event.res_op_failed_event is not None:
+            md = event.res_op_failed_event.metadata
+            diagnose("error", f"{_text(md.op)} failed", md.urn)
+        elif (step := event.resource_pre_event or event.res_outputs_event) is not None:
+            _absorb(resources, step.metadata)
     if failure and not errors:
         errors.append(Diagnostic(severity="error", message=_clean(failure)))
     groups = _build_groups(resources)
@@ -165,32 +184,6 @@ class _Res:
     @property
     def label(self) -> str:
         return kind_label(self.type, self.name)
-
-
-def _ingest(
-    events: Iterable[EngineEvent],
-) -> tuple[dict[str, _Res], list[Diagnostic], list[Diagnostic]]:
-    resources: dict[str, _Res] = {}
-    errors: list[Diagnostic] = []
-    warnings: list[Diagnostic] = []
-
-    def diagnose(severity: str, message: str, urn: str | None) -> None:
-        # "info" and "info#err" are progress chatter, not findings.
-        if severity in ("error", "warning") and (text := _clean(message)):
-            found = errors if severity == "error" else warnings
-            parts = {"severity": severity, "message": text, "urn": urn or None}
-            if (new := Diagnostic.model_validate(parts)) not in found:
-                found.append(new)
-
-    for event in events:
-        if (diag := event.diagnostic_event) is not None:
-            diagnose(diag.severity, diag.message, diag.urn)
-        elif event.res_op_failed_event is not None:
-            md = event.res_op_failed_event.metadata
-            diagnose("error", f"{_text(md.op)} failed", md.urn)
-        elif (step := event.resource_pre_event or event.res_outputs_event) is not None:
-            _absorb(resources, step.metadata)
-    return resources, errors, warnings
 
 
 def _absorb(resources: dict[str, _Res], md: StepEventMetadata) -> None:

@@ -15,7 +15,6 @@ from pydantic import JsonValue
 from twc.preview._build import plural as _plural
 from twc.preview._model import (
     Diagnostic,
-    FieldChange,
     Group,
     HeldDeletions,
     OpCounts,
@@ -78,7 +77,12 @@ def render_text(report: PreviewReport) -> str:
         lines += [f"    - {reason.message}" for reason in group.reasons]
         for res in group.resources:
             lines.append(f"    {_SYMBOL[res.operation]} {_kind(res)} {res.name}")
-            lines += [f"        {_text_field(fc)}" for fc in res.fields]
+            for fc in res.fields:
+                forced = " (forces replacement)" if fc.replace else ""
+                old, new = _value(fc.old, _TEXT_VALUE_WIDTH), _value(fc.new, _TEXT_VALUE_WIDTH)
+                shown = {"add": f"+ {fc.path}: {new}", "delete": f"- {fc.path}: {old}"}
+                change = shown.get(fc.kind, f"~ {fc.path}: {old} → {new}")
+                lines.append(f"        {change}{forced}")
     unchanged = len(report.groups) - len(changed)
     if unchanged:
         lines += ["", f"({_plural(unchanged, 'group')} unchanged)"]
@@ -95,13 +99,6 @@ def _text_diagnostics(title: str, diagnostics: list[Diagnostic]) -> list[str]:
         lines.append(f"  {diag.severity}: {first}{where}")
         lines.extend(f"    {line}" for line in rest)
     return lines
-
-
-def _text_field(fc: FieldChange) -> str:
-    forced = " (forces replacement)" if fc.replace else ""
-    old, new = _value(fc.old, _TEXT_VALUE_WIDTH), _value(fc.new, _TEXT_VALUE_WIDTH)
-    shown = {"add": f"+ {fc.path}: {new}", "delete": f"- {fc.path}: {old}"}
-    return shown.get(fc.kind, f"~ {fc.path}: {old} → {new}") + forced
 
 
 def render_markdown(report: PreviewReport, *, limit: int = MARKDOWN_LIMIT) -> str:

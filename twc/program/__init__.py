@@ -150,7 +150,6 @@ def build(
                 resolved=conn,
                 namespaces=tuple(dict.fromkeys(w.namespace for w in users[key])),
                 source=f"{file}: {users[key][0].connection_source}",
-                secret_source_namespace=_secret_source_namespace(fleet, conn),
                 stack=stack,
                 depends_on=(ownership,),
             ),
@@ -207,18 +206,11 @@ def owned_objects(
         f"{QUEUE_KIND} {q.namespace}/{q.name}" for q in desired.fleet.queues if q.create_object
     }
     for key, conn in resolved.items():
-        source = _secret_source_namespace(desired.fleet, conn)
+        source = conn.secret_source_namespace
         if conn.secret_name and source:
             copies = {w.namespace for w in users[key]} - {source}
             found |= {f"Secret {ns}/{conn.secret_name}" for ns in copies}
     return sorted(found)
-
-
-def _secret_source_namespace(fleet: Fleet, conn: ResolvedConnection) -> str | None:
-    if conn.identity.namespace:
-        return None
-    spec = fleet.find_cluster_connection(conn.identity.name)
-    return spec.secret_source.namespace if spec and spec.secret_source else None
 
 
 def _inputs(file: str, stack: str, config: Mapping[str, str]) -> tuple[Fleet, DesiredInputs]:

@@ -60,7 +60,6 @@ class ConnectionArgs:
     resolved: ResolvedConnection
     namespaces: Sequence[str]
     source: str
-    secret_source_namespace: str | None = None
     stack: str | None = None
     depends_on: tuple[pulumi.Resource, ...] = ()
     """What the secret copies wait for (the stack's ownership check)."""
@@ -80,7 +79,7 @@ class ConnectionComponent(pulumi.ComponentResource):
         super().__init__(token, name, {}, opts)
         self._args = args
         resolved, secret = args.resolved, args.resolved.secret_name
-        source = args.secret_source_namespace
+        source = resolved.secret_source_namespace
         child = pulumi.ResourceOptions(parent=self)
         spec = resolved.spec_document()
         self.by_namespace: dict[str, WorkerConnection] = {}
@@ -112,8 +111,8 @@ class ConnectionComponent(pulumi.ComponentResource):
 
     def _copy(self, name: str, ns: str, data: Mapping[str, bytes]) -> k8s.core.v1.Secret:
         """The credential secret copied into ``ns``, its data a Pulumi secret."""
-        resolved, source = self._args.resolved, self._args.secret_source_namespace
-        secret = resolved.secret_name
+        resolved = self._args.resolved
+        source, secret = resolved.secret_source_namespace, resolved.secret_name
         labels = {
             "app.kubernetes.io/managed-by": "twc",
             "twc.temporal.io/connection": resolved.identity.name,

@@ -212,8 +212,8 @@ def deployment_spec(
     if worker.autoscaling is None:
         spec["replicas"] = max(worker.replicas, 0)
     elif replicas is not None:
-        bounds = worker.autoscaling
-        spec["replicas"] = max(min(max(replicas, bounds.min_replicas), bounds.max_replicas), 0)
+        low, high = worker.autoscaling.widest()  # a version's status may narrow them
+        spec["replicas"] = max(min(max(replicas, low), high), 0)
     return {
         **spec,
         "selector": {"matchLabels": selector_labels(worker)},
@@ -388,7 +388,7 @@ def worker_objects(worker: ResolvedWorker, builds: Iterable[str] = ()) -> set[st
 
 def pod_disruption_budget_spec(worker: ResolvedWorker) -> dict[str, Any] | None:
     """The worker PodDisruptionBudget's ``spec`` (one pod at a time), or None for one replica."""
-    most = worker.autoscaling.max_replicas if worker.autoscaling else worker.replicas
+    most = worker.autoscaling.widest()[1] if worker.autoscaling else worker.replicas
     if most <= 1:
         return None
     return {

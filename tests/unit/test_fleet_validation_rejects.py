@@ -243,6 +243,32 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "minReplicas (5) must not exceed maxReplicas (2)",
     ),
     (
+        "status-min-above-max",
+        _worker(
+            0,
+            autoscaling={
+                "maxReplicas": 2,
+                "targetBacklogPerReplica": 1,
+                "byStatus": {"draining": {"minReplicas": 3}},
+            },
+        ),
+        "workers[0].autoscaling",
+        "byStatus.draining: minReplicas (3) must not exceed maxReplicas (2)",
+    ),
+    (
+        "unknown-status",
+        _worker(
+            0,
+            autoscaling={
+                "maxReplicas": 2,
+                "targetBacklogPerReplica": 1,
+                "byStatus": {"drained": {"minReplicas": 1}},
+            },
+        ),
+        "workers[0].autoscaling.byStatus.drained",
+        "unknown field (did you mean 'draining'?)",
+    ),
+    (
         "max-replicas-zero",
         _worker(0, autoscaling={"maxReplicas": 0, "targetBacklogPerReplica": 1}),
         "workers[0].autoscaling.maxReplicas",

@@ -43,6 +43,15 @@ def test_a_progressive_rollout_in_words() -> None:
     )
 
 
+def test_an_autoscaled_draining_floor_is_named_in_words() -> None:
+    policy = RolloutPolicy(Strategy.ALL_AT_ONCE, draining_replicas=(1, 2))
+    assert rollout_in_words("apps/orders", policy, "2.0-ab12", ["1.0-cd34"]) == (
+        "new version 2.0-ab12 of apps/orders; AllAtOnce: Current once it polls; 1.0-cd34 "
+        "drains (keeping 1 to 2 replicas until Drained), scales to 0 after 1 h, "
+        "is deleted after 24 h"
+    )
+
+
 def test_gates_are_named_where_they_run() -> None:
     policy = RolloutPolicy(
         Strategy.PROGRESSIVE,

@@ -44,6 +44,7 @@ from twc.reconcile.state import (
 from twc.rollout import (
     RolloutObservation,
     RolloutPlan,
+    RolloutPolicy,
     RolloutSettings,
     VersionStatus,
     WorkerVersions,
@@ -51,7 +52,7 @@ from twc.rollout import (
     plan_observed,
     version_inputs,
 )
-from twc.spec import API_GROUP, ResolvedWorker
+from twc.spec import API_GROUP, Autoscaling, ResolvedWorker
 from twc.spec.crds import RESOURCE_TEMPLATE_KIND
 from twc.spec.resources import scales
 
@@ -105,13 +106,13 @@ def version_scale_inputs(
         worker = workers.get(key)
         if worker is None or worker.autoscaling is None:
             continue
-        bounds = worker.autoscaling
         seen = facts.observed[key]
-        window = bounds.scale_down_stabilization_seconds
+        window = worker.autoscaling.scale_down_stabilization_seconds
         behavior = settings.autoscale.with_scale_down_window(window)
         for build, version in plan.versions.items():
             if version.replicas is not None:
                 continue
+            bounds = version_bounds(worker.autoscaling, seen, build)
             dep = seen.deployments.get(build)
             out[version_key(key, build)] = WorkerScaleInput(
                 backlog=seen.backlogs.get(build),
@@ -123,6 +124,17 @@ def version_scale_inputs(
     return out
 
 
+def version_bounds(autoscaling: Autoscaling, seen: RolloutObservation, build: str) -> Autoscaling:
+    """A version's bounds for the status Temporal reports (``byStatus``); the target keeps at
+    least one replica until it is routed to, since it only takes traffic once it polls."""
+    status = seen.routing.status(build) if seen.routing else VersionStatus.NOT_REGISTERED
+    bounds = autoscaling.for_status(status.value)
+    waiting = status in (VersionStatus.NOT_REGISTERED, VersionStatus.INACTIVE)
+    if build == seen.target and waiting and bounds.min_replicas == 0:
+        return bounds.model_copy(update={"min_replicas": 1})
+    return bounds
+
+
 def plan_versions(
     plans: Mapping[str, RolloutPlan], facts: RolloutFacts, decisions: Mapping[str, ScaleDecision]
 ) -> VersionsPlan:
@@ -131,15 +143,12 @@ def plan_versions(
     mine: dict[str, ScaleDecision] = {}
     for key, plan in sorted(plans.items()):
         seen = facts.observed[key]
-        replicas = {}
-        for build in plan.versions:
-            decision = decisions.get(version_key(key, build))
-            if decision is not None:
-                mine[version_key(key, build)] = decision
-                replicas[build] = decision.replicas
+        found = {b: d for b in plan.versions if (d := decisions.get(version_key(key, b)))}
+        mine.update({version_key(key, b): d for b, d in found.items()})
+        replicas = {b: d.replicas for b, d in found.items()}
         versions[key] = WorkerVersions(
             versions=version_inputs(plan, facts.specs.get(key, {}), replicas),
-            status=observed_status(seen, plan),
+            status=_scaling_reasons(observed_status(seen, plan), found, seen.policy),
         )
     return VersionsPlan(
         plans=MappingProxyType(dict(plans)),
@@ -147,6 +156,20 @@ def plan_versions(
         versions=MappingProxyType(versions),
         decisions=MappingProxyType(mine),
     )
+
+
+def _scaling_reasons(
+    status: dict[str, Any], found: Mapping[str, ScaleDecision], policy: RolloutPolicy
+) -> dict[str, Any]:
+    """``status`` with each autoscaled version's ``scalingReason``: the autoscaler's, or
+    ``DrainingFloor`` for a Draining version kept at its ``byStatus`` floor."""
+    floor = policy.draining_replicas[0] if policy.draining_replicas else 0
+    named = [status.get(k) for k in ("targetVersion", "currentVersion", "rampingVersion")]
+    for entry in [*named, *(status.get("deprecatedVersions") or ())]:
+        if entry and (decision := found.get(entry["buildID"])) is not None:
+            held = entry["status"] == "Draining" and decision.replicas == floor > 0
+            entry["scalingReason"] = "DrainingFloor" if held else decision.reason.value
+    return status
 
 
 def target_deployment(plan: VersionsPlan, key: str) -> tuple[int, int] | None:

@@ -100,6 +100,8 @@ class RolloutPolicy:
     sunset: SunsetPolicy = field(default_factory=SunsetPolicy)
     build_id: str | None = None
     """A build ID given in the spec, instead of the derived one."""
+    draining_replicas: tuple[int, int] | None = None
+    """Autoscaled: the replica bounds of a Draining version, when ``byStatus`` sets them."""
 
     def to_json(self) -> dict[str, Any]:
         """The policy as plain data (the version Deployment's annotation, for previews):

@@ -148,6 +148,10 @@ def policy_of(worker: ResolvedWorker) -> RolloutPolicy | None:
     if rollout is None:
         return None
     sunset = worker.sunset
+    scaling = worker.autoscaling
+    draining = (
+        scaling.for_status("Draining") if scaling and "Draining" in scaling.statuses() else None
+    )
     return RolloutPolicy(
         strategy=Strategy(rollout.strategy.value),
         steps=tuple(
@@ -168,6 +172,7 @@ def policy_of(worker: ResolvedWorker) -> RolloutPolicy | None:
             else SunsetPolicy()
         ),
         build_id=rollout.build_id,
+        draining_replicas=draining.widest() if draining else None,
     )
 
 

@@ -53,6 +53,9 @@ def _sunset(policy: RolloutPolicy, old: Sequence[str]) -> str:
     scaledown = duration_words(policy.sunset.scaledown_seconds)
     delete = duration_words(max(policy.sunset.delete_seconds, policy.sunset.scaledown_seconds))
     verbs = ("drain", "scale", "are") if many else ("drains", "scales", "is")
+    if policy.draining_replicas is not None:
+        low, high = policy.draining_replicas
+        verbs = (f"{verbs[0]} (keeping {low} to {high} replicas until Drained)", *verbs[1:])
     return (
         f"{_names(old)} {verbs[0]}, {verbs[1]} to 0 after {scaledown}, "
         f"{verbs[2]} deleted after {delete}"

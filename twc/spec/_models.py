@@ -355,6 +355,26 @@ class QueueRef(SpecModel):
     """Namespace of the queue; defaults to the worker's namespace."""
 
 
+class ReplicaBounds(SpecModel):
+    """Replica bounds in place of the worker's own; unset means the worker's."""
+
+    min_replicas: int | None = Field(default=None, ge=0, le=10_000)
+    """Fewest replicas."""
+    max_replicas: int | None = Field(default=None, ge=1, le=10_000)
+    """Most replicas."""
+
+
+class StatusBounds(SpecModel):
+    """Replica bounds per version status (Temporal's ``Current``, ``Ramping``, ``Draining``)."""
+
+    current: ReplicaBounds | None = None
+    """The version new executions go to."""
+    ramping: ReplicaBounds | None = None
+    """A version taking a share of new executions."""
+    draining: ReplicaBounds | None = None
+    """A version only its pinned workflows still run on, until Temporal reports it Drained."""
+
+
 class Autoscaling(SpecModel):
     """Backlog-driven replica bounds; the daemon picks replicas within them."""
 
@@ -368,15 +388,39 @@ class Autoscaling(SpecModel):
     """How long a lower replica count must be recommended before scaling down."""
     activation_backlog: int = Field(default=0, ge=0)
     """With ``minReplicas: 0``: the backlog above which it wakes from zero (KEDA's activation)."""
+    by_status: StatusBounds | None = None
+    """Versioned rollouts: a version's bounds while Temporal reports it in that status. A
+    Draining version keeps its floor until it is Drained (its pinned workflows need
+    pollers), then scales within the worker's own bounds until its sunset."""
 
     @model_validator(mode="after")
     def _ordered(self) -> Autoscaling:
-        if self.min_replicas > self.max_replicas:
-            raise ValueError(
-                f"minReplicas ({self.min_replicas}) must not exceed "
-                f"maxReplicas ({self.max_replicas})"
-            )
+        for status in (None, *self.statuses()):
+            bounds = self.for_status(status)
+            if bounds.min_replicas > bounds.max_replicas:
+                raise ValueError(
+                    f"{f'byStatus.{status.lower()}: ' if status else ''}minReplicas "
+                    f"({bounds.min_replicas}) must not exceed maxReplicas ({bounds.max_replicas})"
+                )
         return self
+
+    def statuses(self) -> list[str]:
+        """The version statuses ``byStatus`` sets bounds for (``Draining``...)."""
+        given = self.by_status.model_dump(exclude_none=True) if self.by_status else {}
+        return [name.capitalize() for name in given]
+
+    def for_status(self, status: str | None) -> Autoscaling:
+        """The bounds of a version Temporal reports in ``status`` (the worker's, unless set)."""
+        found = getattr(self.by_status, (status or "").lower(), None)
+        if not isinstance(found, ReplicaBounds):
+            return self
+        given = found.model_dump(by_alias=False, exclude_none=True)
+        return self.model_copy(update={**given, "by_status": None})
+
+    def widest(self) -> tuple[int, int]:
+        """The lowest floor and highest ceiling of every status's bounds."""
+        every = [self.for_status(s) for s in (None, *self.statuses())]
+        return min(b.min_replicas for b in every), max(b.max_replicas for b in every)
 
 
 class Resources(SpecModel):

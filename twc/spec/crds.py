@@ -105,6 +105,8 @@ class WorkerVersionStatus(_StatusModel):
     """When Drained: since when (its sunset delays count from here)."""
     test_workflows: list[GateRunStatus] = Field(default_factory=list)
     """The target version's gate runs."""
+    scaling_reason: str | None = None
+    """Autoscaled: why it has its count (the autoscaler's reason, or ``DrainingFloor``)."""
 
 
 class RolloutState(_StatusModel):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -21,8 +22,9 @@ from temporalio.api.workflowservice.v1 import (
     DescribeWorkerDeploymentVersionRequest,
     SetWorkerDeploymentCurrentVersionRequest,
     SetWorkerDeploymentRampingVersionRequest,
+    UpdateWorkerDeploymentVersionMetadataRequest,
 )
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.common import (
     PinnedVersioningOverride,
     WorkerDeploymentVersion,
@@ -50,11 +52,15 @@ from twc.rollout import (
 )
 from twc.rollout._spec import build_id_of, deployment_name_of, policy_of
 from twc.spec import Fleet, ResolvedWorker
+from twc.timestamps import rfc3339
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _WORKFLOW_QUEUE = 1  # temporal.api.enums.v1.TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW
+_FAILED = {WorkflowExecutionStatus[name] for name in ("FAILED", "TIMED_OUT", "TERMINATED")}
+ROLLED_BACK_KEY = "twc.temporal.io/rolled-back"
+"""The version metadata entry twc records a failure-rate rollback in."""
 _RPC_TIMEOUT = timedelta(seconds=10)
 GATE_TIMEOUT = timedelta(hours=1)  # the official controller's
 
@@ -77,6 +83,7 @@ class VersionDetail:
 
     task_queues: tuple[str, ...]  # its workflow task queues (where gates run)
     backlog: int | None  # None without stats
+    rolled_back: str | None = None  # why twc rolled it back (its metadata), once it did
 
 
 async def _unless_not_found(call: Awaitable[T]) -> T | None:
@@ -133,7 +140,39 @@ class WorkerVersioning:
         ]
         # No statistics is unknown, never zero (zero would scale the version down).
         backlog = sum(int(s.approximate_backlog_count) for s in stats) if stats else None
-        return VersionDetail(task_queues=queues, backlog=backlog)
+        entries = response.worker_deployment_version_info.metadata.entries
+        note = entries.get(ROLLED_BACK_KEY)
+        said = (
+            self.client.data_converter.payload_converter.from_payloads([note])[0] if note else None
+        )
+        return VersionDetail(queues, backlog, str(said) if said is not None else None)
+
+    async def failures(
+        self, deployment_name: str, build_id: str, since: float
+    ) -> dict[str, tuple[int, int]]:
+        """Per workflow type, ``(closed, failed)`` of the version's workflows closed since
+        ``since`` (failed, timed out or terminated; the latest thousand), from visibility."""
+        query = (
+            f"TemporalWorkerDeploymentVersion = '{deployment_name}:{build_id}' AND CloseTime > "
+            f"'{rfc3339(since)}' AND ExecutionStatus NOT IN ('Running', 'ContinuedAsNew')"
+        )
+        counts: dict[str, tuple[int, int]] = {}
+        async for run in self.client.list_workflows(query, limit=1000, rpc_timeout=_RPC_TIMEOUT):
+            closed, failed = counts.get(run.workflow_type, (0, 0))
+            counts[run.workflow_type] = (closed + 1, failed + (run.status in _FAILED))
+        return counts
+
+    async def record_rollback(self, deployment_name: str, build_id: str, why: str) -> None:
+        """Record on the version in Temporal that twc rolled it back, and why."""
+        payload = self.client.data_converter.payload_converter.to_payloads([why])[0]
+        request = UpdateWorkerDeploymentVersionMetadataRequest(
+            namespace=self.namespace,
+            deployment_version=_version(deployment_name, build_id),
+            upsert_entries={ROLLED_BACK_KEY: payload},
+            identity=self.identity,
+        )
+        service = self.client.workflow_service
+        await service.update_worker_deployment_version_metadata(request, timeout=_RPC_TIMEOUT)
 
     async def gate_runs(self, runs: Iterable[tuple[str, str]]) -> dict[str, GateRun]:
         """The existing gate runs among ``(workflow ID, task queue)``, by workflow ID."""
@@ -346,6 +385,7 @@ async def observe_version(
     name, policy = seen.deployment_name, seen.policy
     routing = await versioning.routing(name)
     task_queues: tuple[str, ...] = ()
+    rolled_back: str | None = None
     counts: dict[str, int | None] = {}
     queue = seen.task_queue if backlogs else None
     others = [b for b in seen.deployments if b != seen.target] if backlogs else []
@@ -354,10 +394,23 @@ async def observe_version(
             continue
         detail = await versioning.version(name, build, task_queue=queue)
         if build == seen.target and detail is not None:
-            task_queues = detail.task_queues
+            task_queues, rolled_back = detail.task_queues, detail.rolled_back
         if backlogs:
             counts[build] = detail.backlog if detail is not None else None
-    seen = dataclasses.replace(seen, routing=routing, task_queues=task_queues, backlogs=counts)
+    failures: dict[str, dict[str, tuple[int, int]]] = {}
+    rule, current = policy.failure_rate, routing.current if routing else None
+    if rule and routing and routing.ramping == seen.target and current and not rolled_back:
+        since = time.time() - rule.window_seconds
+        for build in (seen.target, current):
+            failures[build] = await versioning.failures(name, build, since)
+    seen = dataclasses.replace(
+        seen,
+        routing=routing,
+        task_queues=task_queues,
+        backlogs=counts,
+        rolled_back=rolled_back,
+        failures=failures,
+    )
     wanted = [
         (gate_workflow_id(name, seen.target, tq, stage), tq)
         for stage in range(min(len(policy.steps), MAX_STAGES) + 1)
@@ -438,6 +491,9 @@ async def carry_out_all(
                     f"gate `{start.gate.workflow_type}` started on {start.build_id} "
                     f"(task queue {start.task_queue})"
                 )
+            if plan.rolled_back is not None:  # first, so a crash after it still stops here
+                await versioning.record_rollback(name, plan.target, plan.rolled_back)
+                done.append(f"rollback of {plan.target} recorded in Temporal")
             if plan.routing is not None:
                 await versioning.apply(name, plan.routing)
                 done.append(str(plan.routing))
@@ -455,7 +511,9 @@ async def carry_out_all(
     busy = [
         k
         for k, p in plans.items()
-        if k in observed and k in workers and (p.gates or p.routing is not None or p.forget)
+        if k in observed
+        and k in workers
+        and (p.gates or p.routing is not None or p.forget or p.rolled_back)
     ]
     results = await asyncio.gather(*(one(k) for k in busy))
     return {r.worker: r for r in results}

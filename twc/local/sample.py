@@ -4,6 +4,7 @@ workflow sandbox imports it cheaply)."""
 from __future__ import annotations
 
 import os
+import zlib
 from datetime import timedelta
 from typing import Any
 
@@ -13,7 +14,11 @@ from temporalio.exceptions import ApplicationError
 
 @activity.defn
 async def echo(message: str) -> str:
-    """Return the message, tagged with the pod that ran it."""
+    """Return the message, tagged with the pod that ran it; fails for good in the share of
+    workflows ``SAMPLE_FAILURE_PERCENT`` says (by workflow ID), to try rollbacks with."""
+    share = float(os.environ.get("SAMPLE_FAILURE_PERCENT") or 0)
+    if zlib.crc32(str(activity.info().workflow_id).encode()) % 100 < share:
+        raise ApplicationError("the sample fails this one", non_retryable=True)
     return f"{message} (from {os.environ.get('POD_NAME', '?')})"
 
 

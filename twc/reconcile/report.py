@@ -318,8 +318,8 @@ class Reporter:
                     self._event_once(obj, "ApplyFailed", reason)
         for key, obj in native.workers.accepted.items():
             stopped = plan.versions.plans.get(key)
-            if stopped is not None and stopped.reason == "GateFailed":
-                self._event_once(obj, "GateFailed", stopped.message)
+            if stopped is not None and stopped.reason in ("GateFailed", "RolledBack"):
+                self._event_once(obj, stopped.reason, stopped.message)
         if self._writer is None:
             return
         self._flush_events()

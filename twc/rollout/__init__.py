@@ -3,6 +3,7 @@ Worker Versioning routes between them. Names as the official controller gives th
 planner (:func:`plan_rollout`), the status record and the preview words; no client, no
 clock (Temporal calls are in :mod:`twc.versioning`)."""
 
+from twc.rollout._model import FailureRatePolicy as FailureRatePolicy
 from twc.rollout._model import GatePolicy as GatePolicy
 from twc.rollout._model import GateRun as GateRun
 from twc.rollout._model import GateStatus as GateStatus

@@ -88,6 +88,16 @@ class SunsetPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class FailureRatePolicy:
+    """Roll a ramp back on failures: ``margin_percent`` points over the Current's rate."""
+
+    __pydantic_config__ = _CAMEL_CASE
+    margin_percent: float
+    min_sample: int
+    window_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class RolloutPolicy:
     """A worker's versioned-rollout settings, durations in seconds."""
 
@@ -100,6 +110,7 @@ class RolloutPolicy:
     sunset: SunsetPolicy = field(default_factory=SunsetPolicy)
     build_id: str | None = None
     """A build ID given in the spec, instead of the derived one."""
+    failure_rate: FailureRatePolicy | None = None
     draining_replicas: tuple[int, int] | None = None
     """Autoscaled: the replica bounds of a Draining version, when ``byStatus`` sets them."""
 

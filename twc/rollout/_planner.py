@@ -13,6 +13,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from twc.rollout._model import (
+    FailureRatePolicy,
     GatePolicy,
     GateRun,
     GateStatus,
@@ -24,6 +25,7 @@ from twc.rollout._model import (
     VersionStatus,
 )
 from twc.rollout._spec import gate_workflow_id
+from twc.rollout._words import duration_words
 from twc.timestamps import rfc3339
 
 MAX_STAGES = 20
@@ -112,6 +114,8 @@ class RolloutPlan:
     """Versions to delete in Temporal: no Deployment left and no traffic."""
     next_at: float | None = None
     """When something is due without any change (a pause or a delay ends)."""
+    rolled_back: str | None = None
+    """Why the target is rolled back: recorded on it in Temporal before ``routing``."""
 
 
 def _pct(value: float) -> str:
@@ -141,6 +145,7 @@ class _Step:
     routing: RoutingChange | None = None
     gates: list[GateStart] = field(default_factory=list)
     next_at: float | None = None
+    rolled_back: str | None = None
 
 
 def _routed(reason: str, message: str, change: RoutingChange) -> _Step:
@@ -159,9 +164,12 @@ def plan_rollout(
     deployment_name: str,
     now: float,
     settings: RolloutSettings | None = None,
+    failures: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
+    rolled_back: str | None = None,
 ) -> RolloutPlan:
     """Plan the next step of a worker's rollout (``routing`` ``None``: no version polled
-    yet; ``gates`` by workflow ID; gates run on each of ``task_queues``)."""
+    yet; ``gates`` by workflow ID; gates run on each of ``task_queues``; ``failures`` per
+    version and workflow type ``(closed, failed)``; ``rolled_back``: why the target was)."""
     settings = settings or RolloutSettings()
     scale = settings.time_scale
     if policy.strategy is Strategy.MANUAL:
@@ -175,6 +183,8 @@ def plan_rollout(
             runs=_GateRuns(gates, deployment_name, target, task_queues),
             now=now,
             scale=scale,
+            failures=failures or {},
+            rolled_back=rolled_back,
         )
     versions, deleted, forget, sunset_at = _sunset(
         policy, target=target, routing=routing, deployments=deployments, now=now, scale=scale
@@ -191,6 +201,7 @@ def plan_rollout(
         deleted=tuple(deleted),
         forget=tuple(forget),
         next_at=min(due) if due else None,
+        rolled_back=step.rolled_back,
     )
 
 
@@ -227,9 +238,18 @@ def _route(
     runs: _GateRuns,
     now: float,
     scale: float,
+    failures: Mapping[str, Mapping[str, tuple[int, int]]],
+    rolled_back: str | None,
 ) -> _Step:
     if routing is not None and routing.current == target:
         return _complete(target, routing)
+    if routing is not None and rolled_back is not None:  # recorded: stopped for good
+        return _rolled_back(target, routing, rolled_back, record=False)
+    rule = policy.failure_rate
+    if routing is not None and rule is not None and routing.ramping == target:
+        current = failures.get(routing.current or "", {})
+        if (why := failure_verdict(rule, failures.get(target, {}), current)) is not None:
+            return _rolled_back(target, routing, why, record=True)
     if (
         routing is None
         or routing.status(target) is VersionStatus.NOT_REGISTERED
@@ -276,6 +296,37 @@ def _route(
         change = RoutingChange(RoutingKind.SET_CURRENT, target, routing.conflict_token, reason=why)
         return _routed("Promoting", f"version {target} → Current ({why})", change)
     return _progressive(policy, target, routing, runs, now=now, scale=scale)
+
+
+def failure_verdict(
+    rule: FailureRatePolicy,
+    target: Mapping[str, tuple[int, int]],
+    current: Mapping[str, tuple[int, int]],
+) -> str | None:
+    """Why the target's failures break ``rule`` (the first workflow type with enough closed
+    runs whose failure rate is over the Current's by more than the margin), else ``None``."""
+    for kind, (closed, failed) in sorted(target.items()):
+        base_closed, base_failed = current.get(kind, (0, 0))
+        rate, base = failed / closed, base_failed / base_closed if base_closed else 0.0
+        if closed >= rule.min_sample and (rate - base) * 100 > rule.margin_percent:
+            return (
+                f"workflow type {kind} failed {failed} of {closed} times ({rate:.0%}) in "
+                f"{duration_words(rule.window_seconds)}, the Current version {base_failed} of "
+                f"{base_closed} ({base:.0%}): over the margin of {rule.margin_percent:g} points"
+            )
+    return None
+
+
+def _rolled_back(target: str, routing: Routing, why: str, *, record: bool) -> _Step:
+    """The rollout stopped by its failure rate; a ramp to the version is removed."""
+    message, change = f"version {target} rolled back: {why}; rollout stopped", None
+    if routing.ramping == target:
+        message += f", new executions go back to {routing.current}"
+        token = routing.conflict_token
+        change = RoutingChange(RoutingKind.CLEAR_RAMP, target, token, reason="failure rate")
+    return _Step(
+        Phase.BLOCKED, "RolledBack", message, routing=change, rolled_back=why if record else None
+    )
 
 
 def _complete(target: str, routing: Routing) -> _Step:

@@ -12,7 +12,14 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from twc.rollout._model import GatePolicy, RolloutPolicy, StepPolicy, Strategy, SunsetPolicy
+from twc.rollout._model import (
+    FailureRatePolicy,
+    GatePolicy,
+    RolloutPolicy,
+    StepPolicy,
+    Strategy,
+    SunsetPolicy,
+)
 from twc.spec import GateWorkflow, ResolvedWorker, parse_duration
 
 BUILD_ID_LABEL: Final = "temporal.io/build-id"
@@ -172,6 +179,13 @@ def policy_of(worker: ResolvedWorker) -> RolloutPolicy | None:
             else SunsetPolicy()
         ),
         build_id=rollout.build_id,
+        failure_rate=(
+            FailureRatePolicy(
+                rule.margin_percent, rule.min_sample, float(parse_duration(rule.window))
+            )
+            if (rule := rollout.failure_rate)
+            else None
+        ),
         draining_replicas=draining.widest() if draining else None,
     )
 

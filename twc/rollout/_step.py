@@ -135,6 +135,13 @@ class RolloutObservation:
     """The target version's workflow task queues, as Temporal reports them."""
     gates: Mapping[str, GateRun] = field(default_factory=lambda: MappingProxyType({}))
     backlogs: Mapping[str, int | None] = field(default_factory=lambda: MappingProxyType({}))
+    failures: Mapping[str, Mapping[str, tuple[int, int]]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    """While the target ramps under a failure-rate rule: per version (the target, the
+    Current), per workflow type, ``(closed, failed)`` within the rule's window."""
+    rolled_back: str | None = None
+    """Why twc rolled the target back, as recorded on the version in Temporal."""
 
     @property
     def gate_queues(self) -> tuple[str, ...]:
@@ -163,6 +170,8 @@ def plan_observed(
         deployment_name=seen.deployment_name,
         now=now,
         settings=settings,
+        failures=seen.failures,
+        rolled_back=seen.rolled_back,
     )
 
 

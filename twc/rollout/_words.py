@@ -39,7 +39,14 @@ def _steps(policy: RolloutPolicy) -> str:
     for step in policy.steps:
         extra = f", {_gate(step.gate)}" if step.gate is not None else ""
         steps.append(f"{step.ramp_percentage} % ({duration_words(step.pause_seconds)}{extra})")
-    return f"{first}Progressive {' → '.join([*steps, 'Current'])}"
+    rule, said = policy.failure_rate, f"{first}Progressive {' → '.join([*steps, 'Current'])}"
+    if rule is None:
+        return said
+    window = duration_words(rule.window_seconds)
+    return (
+        f"{said}, rolled back once a workflow type fails {rule.margin_percent:g} points more "
+        f"often than on Current (of {rule.min_sample} or more closed in {window})"
+    )
 
 
 def _names(builds: Sequence[str]) -> str:

@@ -604,6 +604,18 @@ class RolloutStep(SpecModel):
         return self
 
 
+class FailureRate(SpecModel):
+    """Rolls a ramping version back when a workflow type fails more often on it than on the
+    Current version (failed, timed out or terminated, of the closed ones)."""
+
+    margin_percent: float = Field(default=10, ge=0, le=100)
+    """Percentage points its failure rate may exceed the Current version's by."""
+    min_sample: int = Field(default=20, ge=1)
+    """Closed workflows of the type on the ramping version before its rate counts."""
+    window: Duration = "10m"
+    """How far back closed workflows count."""
+
+
 class Rollout(SpecModel):
     """Drives versioned rollouts: one Deployment per build, new workflows routed by strategy."""
 
@@ -636,6 +648,9 @@ class Rollout(SpecModel):
     )
     """Drives versioned rollouts: a build ID instead of the derived one; while it stays, pods roll
     in place (the official ``unsafeCustomBuildID``)."""
+    failure_rate: FailureRate | None = None
+    """Drives versioned rollouts: a ramp is rolled back when a workflow type fails more often
+    on it than on the Current version (Progressive)."""
 
     @model_validator(mode="after")
     def _steps(self) -> Rollout:

@@ -317,6 +317,7 @@ def worker_deployment_crd() -> dict[str, Any]:
     root = version["schema"]["openAPIV3Schema"]
     ours = root["properties"]["spec"]["properties"]
     rollout = copy.deepcopy(ours["rollout"])
+    rollout["properties"].pop("failureRate")  # twc's own field, not the official kind's
     build_id = rollout["properties"].pop("buildID")
     kinds = {"type": "string", "enum": [CONNECTION_KIND, CLUSTER_CONNECTION_KIND]}
     ref = {"type": "object", "properties": {"name": {"type": "string"}, "kind": kinds}}

@@ -269,15 +269,33 @@ def _identity() -> str:
     return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
-def _in_lease(ref: engine.StackRef, namespace: str, name: str) -> engine.StackRef:
+def _guard(
+    ref: engine.StackRef,
+    settings: DaemonSettings,
+    state_dir: Path,
+    leases: KubeClient | None,
+    lease: tuple[str, str],
+    on_lost: Callable[[], object],
+    **extra: Any,
+) -> tuple[engine.StackRef, GuardChannel, Callable[[], LeaseElector] | None]:
+    """A loop's engine guard channel: with election, no engine runs outside a Lease term.
+    Under election (``leases``), also ``ref`` in the Lease ``lease`` (name, identity) and
+    how to make its elector: a lost term stops the engine, then calls ``on_lost``."""
+    election, (name, identity) = settings.leader_election, lease
+    grace = settings.engine.interrupt_grace
+    channel = GuardChannel(state_dir / "guard", grace=grace, leased=election.enabled)
+    if leases is None:
+        return ref, channel, None
+
+    def lost() -> None:
+        channel.lease_ended()
+        on_lost()
+
+    namespace = election.lease_namespace
+    hooks = {"identity": identity, "timings": election, "on_lost": lost, **extra}
+    elect = partial(guard_elector, leases, channel, name=name, namespace=namespace, **hooks)
     # The program exports it: a later `twc up` on this stack takes part in the Lease.
-    return ref.with_env({DAEMON_LEASE_ENV: f"{namespace}/{name}"})
-
-
-def _channel(state_dir: Path, settings: DaemonSettings) -> GuardChannel:
-    # The engine guard's channel: with election, no engine runs outside a Lease term.
-    leased = settings.leader_election.enabled
-    return GuardChannel(state_dir / "guard", grace=settings.engine.interrupt_grace, leased=leased)
+    return ref.with_env({DAEMON_LEASE_ENV: f"{namespace}/{name}"}), channel, elect
 
 
 def _automation(
@@ -393,27 +411,15 @@ def _wire_one(
 ) -> Wiring:
     election = settings.leader_election
     state_dir = Path(tempfile.mkdtemp(prefix="twc-daemon-"))
-    channel = _channel(state_dir, settings)
-    elector: LeaseElector | None = None
-    lease_kube: KubeClient | None = None
-    if election.enabled and kube is not None:
-        lease_kube = lease_client(ref, election)
+    lease_kube = lease_client(ref, election) if election.enabled and kube is not None else None
+    lease_id = (election.lease_name or lease_name_for(PROJECT, options.stack), _identity())
 
-        def lost() -> None:  # only once started: the daemon is built by then
-            channel.lease_ended()
-            daemon.request_stop(exit_code=1)
+    def lost() -> None:  # only once started: the daemon is built by then
+        daemon.request_stop(exit_code=1)
 
-        name = election.lease_name or lease_name_for(PROJECT, options.stack)
-        ref = _in_lease(ref, election.lease_namespace, name)
-        elector = guard_elector(
-            lease_kube,
-            channel,
-            name=name,
-            namespace=election.lease_namespace,
-            identity=_identity(),
-            timings=election,
-            on_lost=lost,
-        )
+    ref, channel, elect = _guard(ref, settings, state_dir, lease_kube, lease_id, lost)
+    elector = elect() if elect is not None else None
+    if kube is not None and elector is not None:
         kube = kube.fenced(channel.term_left)  # every write checks the term right before it
     cluster = None
     reads: dict[str, Any] = {"fleet": CachedFleetFile(path), "queues": StaticQueues(())}
@@ -480,35 +486,18 @@ class _Shards:
         """Shard ``index``'s loop over ``namespaces``, gated on the process's slots."""
         ref = shard_ref(self.base, index, namespaces())
         state_dir = self.state_root / f"shard-{index}"
-        channel = _channel(state_dir, self.settings)
+        assert self.sharded is not None  # it makes its shards
+        # Only this shard's engine stops, and only its loop turns standby.
+        lost = partial(logger.error, "[%s] lost the shard's lease", ref.name)
+        lease = (lease_name_for(PROJECT, ref.name), self.identity)
+        extra = {"may_acquire": self.sharded.may_acquire, "thread_name": f"shard-leader-{index}"}
+        ref, channel, elect = _guard(
+            ref, self.settings, state_dir, self.lease_kube, lease, lost, **extra
+        )
         self.channels.append(channel)
-        leader = None
-        cluster = self.cluster
-        election = self.settings.leader_election
-        if (leases := self.lease_kube) is not None:  # under leader election
-            lease_name = lease_name_for(PROJECT, ref.name)
-            ref = _in_lease(ref, election.lease_namespace, lease_name)
-            assert self.sharded is not None
-            may_acquire, stack = self.sharded.may_acquire, ref.name
-
-            def lost() -> None:
-                # Only this shard's engine stops, and only its loop turns standby.
-                channel.lease_ended()
-                logger.error("[%s] lost the shard's lease", stack)
-
-            leader = shards.ShardLeader(
-                lambda: guard_elector(
-                    leases,
-                    channel,
-                    name=lease_name,
-                    namespace=election.lease_namespace,
-                    identity=self.identity,
-                    timings=election,
-                    on_lost=lost,
-                    may_acquire=may_acquire,
-                    thread_name=f"shard-leader-{index}",
-                )
-            )
+        leader, cluster = None, self.cluster
+        if elect is not None:  # under leader election
+            leader = shards.ShardLeader(elect)
             # Every write of the shard checks its term right before it.
             cluster = replace(cluster, kube=cluster.kube.fenced(channel.term_left))
         automation = _automation(ref, self.settings, state_dir, channel, leader, namespaces)

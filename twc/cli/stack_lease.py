@@ -74,7 +74,8 @@ def guard_elector(
 def daemon_lease(ref: engine.StackRef) -> tuple[str, str] | None:
     """``(namespace, name)`` of the daemon's Lease the stack's outputs name (raises when
     they cannot be read)."""
-    value = engine.outputs(ref).get(DAEMON_LEASE_OUTPUT)
+    found = engine.select_stack(ref).outputs().get(DAEMON_LEASE_OUTPUT)
+    value = found.value if found is not None and not found.secret else None
     if not isinstance(value, str) or "/" not in value:
         return None
     namespace, name = value.split("/", 1)

@@ -131,9 +131,3 @@ def up(
 def preview(ref: StackRef, *, on_event: Callable[[Any], Any] | None = None) -> auto.PreviewResult:
     """Run ``pulumi preview --diff`` on the stack."""
     return select_stack(ref).preview(diff=True, on_event=on_event, color="never")
-
-
-def outputs(ref: StackRef) -> dict[str, Any]:
-    """The stack outputs as plain values (secrets stay masked)."""
-    stack = select_stack(ref)
-    return {k: ("[secret]" if v.secret else v.value) for k, v in stack.outputs().items()}

@@ -263,10 +263,7 @@ class AutomationEngine:
             urns = known.urns if same and known is not None else None
             self._known = _Known(update, urns=urns, statuses=dict(workers.value or {}))
         url, project = backend_url(self.ref.env), workspace.project_name(self.ref.work_dir)
-        try:
-            prune_backups(url, project=project, stack=self.ref.name, keep=self.keep_backups)
-        except OSError as exc:
-            logger.warning("%s could not prune old backups: %s", self._prefix, exc)
+        prune_backups(url, project=project, stack=self.ref.name, keep=self.keep_backups)
         return UpReport(changes=changes, recoveries=tuple(recoveries), update=update)
 
     def _scope(self, targets: Sequence[str] | None) -> BuildScope | None:

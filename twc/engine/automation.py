@@ -247,9 +247,9 @@ class AutomationEngine:
             try:
                 result, recoveries = self._unlocked(run)
             except CommandError as exc:
-                failure = engine_failure(exc)
-                if failure.refused:
-                    raise PermanentError(failure.text) from exc
+                # The program refused its input: retrying it unchanged cannot help.
+                if (refusal := engine_failure(exc).program) is not None:
+                    raise PermanentError(refusal) from exc
                 raise
         changes = {
             str(getattr(k, "value", k)): n

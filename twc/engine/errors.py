@@ -20,11 +20,6 @@ class EngineFailure:
     reason: str
 
     @property
-    def refused(self) -> bool:
-        """Whether the program refused its input (retrying it unchanged cannot help)."""
-        return self.program is not None
-
-    @property
     def text(self) -> str:
         """What to show a person running the command."""
         return self.program or self.reason

@@ -119,15 +119,17 @@ def _open(
     record: bool,
     cluster_objects: bool | None,
     err: TextIO,
-) -> tuple[ShardedStack, list[int]] | None:
-    """The sharded stack and the shards named; ``None`` after saying why not."""
+) -> tuple[ShardedStack, list[tuple[engine.StackRef, tuple[str, ...]]]] | None:
+    """The sharded stack and the shards named, each with its namespaces; ``None`` after
+    saying why not."""
     if not common.validate_or_report(common.fleet_file_for(stack, fleet_file), err):
         return None
     try:
         sharded = sharded_stack(
             stack, fleet_file, record=record, cluster_objects=cluster_objects, err=err
         )
-        return sharded, sharded.select(shard)
+        chosen = sharded.select(shard)
+        return sharded, [(sharded.ref(i), sharded.shard_map.namespaces_of(i)) for i in chosen]
     except SpecError as exc:
         for line in exc.lines():
             print(line, file=err)
@@ -157,14 +159,12 @@ def run_up_sharded(
     opened = _open(stack, fleet_file, shard, record=True, cluster_objects=cluster_objects, err=err)
     if opened is None:
         return 1
-    sharded, indexes = opened
+    sharded, runs = opened
     if stack == "local":
         common.ensure_local_namespaces(sharded.file, sharded.base)
     workers: dict[str, Any] = {}
     failed: list[str] = []
-    for index in indexes:
-        ref = sharded.ref(index)
-        namespaces = sharded.shard_map.namespaces_of(index)
+    for ref, namespaces in runs:
         print(f"== {ref.name}: {', '.join(namespaces) or '(no namespaces)'}", file=out)
         run = (ref, sharded.file, out, cluster_objects, RolloutSettings())
         done = iterate(*run, wait=wait_for_daemon, yes=yes, namespaces=namespaces)
@@ -174,7 +174,7 @@ def run_up_sharded(
         workers.update(done[0])
     print(format_status_table(workers), file=out)
     if failed:
-        print(f"failed: {', '.join(failed)} ({len(failed)} of {len(indexes)} shards)", file=err)
+        print(f"failed: {', '.join(failed)} ({len(failed)} of {len(runs)} shards)", file=err)
     return 1 if failed else 0
 
 
@@ -189,14 +189,13 @@ def preview_shards(
     opened = _open(stack, fleet_file, shard, record=False, cluster_objects=cluster_objects, err=err)
     if opened is None:
         return None
-    sharded, indexes = opened
+    sharded, runs = opened
     if not sharded.recorded:
         assigned = json.dumps(sharded.shard_map.to_json()["namespaces"])
         print(f"new namespaces would be assigned: {assigned}", file=err)
     reports = []
-    for i in indexes:
-        namespaces = sharded.shard_map.namespaces_of(i)
-        one = preview_one(sharded.ref(i), sharded.file, cluster_objects, err, namespaces)
+    for ref, namespaces in runs:
+        one = preview_one(ref, sharded.file, cluster_objects, err, namespaces)
         if one is None:
             return None
         reports.append(one)
@@ -208,7 +207,7 @@ def shard_refs(
 ) -> list[engine.StackRef] | None:
     """The shard stacks ``shard`` names (all by default); ``None`` after saying why not."""
     opened = _open(stack, fleet_file, shard, record=False, cluster_objects=False, err=sys.stderr)
-    return [opened[0].ref(index) for index in opened[1]] if opened is not None else None
+    return [ref for ref, _ in opened[1]] if opened is not None else None
 
 
 def run_show(stack: str, fleet_file: str | None = None, out: TextIO = sys.stdout) -> int:
@@ -216,10 +215,9 @@ def run_show(stack: str, fleet_file: str | None = None, out: TextIO = sys.stdout
     opened = _open(stack, fleet_file, None, record=False, cluster_objects=None, err=sys.stderr)
     if opened is None:
         return 1
-    sharded, indexes = opened
-    for index in indexes:
-        namespaces = sharded.shard_map.namespaces_of(index)
-        print(f"{shard_stack(stack, index)}  {', '.join(namespaces)}", file=out)
+    sharded, runs = opened
+    for ref, namespaces in runs:
+        print(f"{ref.name}  {', '.join(namespaces)}", file=out)
     if not sharded.recorded:
         print("(includes namespaces not recorded yet: the next up records them)", file=out)
     return 0

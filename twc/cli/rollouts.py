@@ -18,11 +18,13 @@ from twc.connections import connect_check, default_registry
 from twc.desired import DesiredFleet, DesiredInputs, desired_fleet
 from twc.kube import workloads
 from twc.rollout import (
+    POLICY_ANNOTATION,
     Phase,
     RolloutObservation,
     RolloutPlan,
     RolloutPolicy,
     RolloutSettings,
+    Strategy,
     VersionDeployment,
     WorkerVersions,
     observed_status,
@@ -33,7 +35,6 @@ from twc.rollout import (
 
 if TYPE_CHECKING:
     from twc.kube.client import KubeClient
-    from twc.kube.workloads import ObservedVersion
     from twc.reconcile.observe import RolloutFacts
     from twc.spec import Fleet
     from twc.versioning import WorkerClients
@@ -174,7 +175,12 @@ def live_rollouts(
         builds = found.get(key, {})
         deployments = {b: v.deployment for b, v in builds.items()}
         namespace, _, name = key.partition("/")
-        policy = _policy_of(kube, namespace, builds, target)
+        # The rollout policy the target's Deployment records (else Manual).
+        dep: dict[str, Any] = {}
+        if (version := builds.get(target)) is not None:
+            dep = workloads.read_deployment(kube, namespace, version.deployment.name) or {}
+        text = ((dep.get("metadata") or {}).get("annotations") or {}).get(POLICY_ANNOTATION)
+        policy = RolloutPolicy.recorded(text) or RolloutPolicy(Strategy.MANUAL)
         try:
             seen = asyncio.run(
                 _observe_live(kube, checks.get(key, {}), key, target, policy, deployments)
@@ -189,18 +195,6 @@ def live_rollouts(
             continue
         out[key] = observed_status(seen, plan_observed(seen, now=now))
     return out
-
-
-def _policy_of(
-    kube: KubeClient, namespace: str, builds: Mapping[str, ObservedVersion], target: str
-) -> RolloutPolicy:
-    """The rollout policy the target's Deployment records (else Manual)."""
-    from twc.rollout import POLICY_ANNOTATION, Strategy
-
-    seen = builds.get(target)
-    dep = (workloads.read_deployment(kube, namespace, seen.deployment.name) if seen else None) or {}
-    text = ((dep.get("metadata") or {}).get("annotations") or {}).get(POLICY_ANNOTATION)
-    return RolloutPolicy.recorded(text) or RolloutPolicy(Strategy.MANUAL)
 
 
 async def _observe_live(

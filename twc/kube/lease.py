@@ -313,7 +313,8 @@ class LeaseElector:
         fresh = [p for p in dict.fromkeys(self._hooks.announced()) if p not in self._recorded]
         pids = (*self._recorded, *fresh)[-MAX_PIDS:]
         sent = self._hooks.clock()
-        self._write(lease, record, renew=action is LeaseAction.RENEW, engines=inherited, pids=pids)
+        spec = self._spec(self.identity, record, time.time(), renew=action is LeaseAction.RENEW)
+        self._write(lease, spec, inherited, pids)
         with self._lock:
             self._renewed_at, self._inherited, self._recorded = sent, inherited, pids
         self._hooks.on_renewed(sent + self._settings.renew_deadline, pids)
@@ -429,11 +430,8 @@ class LeaseElector:
         self._hooks.on_ended()
         wall = time.time()
         spec = self._spec(to, record, wall, renew=False)
-        annotations = annotations_of(lease)
-        annotations.pop(HANDOVER_ANNOTATION, None)
-        annotations[ENGINES_ANNOTATION] = self._engines_json(self._inherited, self._recorded)
         try:
-            self._replace(lease, spec, annotations)
+            self._write(lease, spec, self._inherited, self._recorded)
         except Exception:
             with self._lock:
                 self._renewed_at = renewed
@@ -457,16 +455,14 @@ class LeaseElector:
     def _write(
         self,
         lease: dict[str, Any] | None,
-        record: LeaseRecord | None,
-        *,
-        renew: bool,
+        spec: dict[str, Any],
         engines: tuple[EngineRecord, ...],
         pids: tuple[int, ...],
     ) -> None:
-        spec = self._spec(self.identity, record, time.time(), renew=renew)
+        # A term (this candidate's, or one handed over) with the engine records.
         annotations = annotations_of(lease)
         annotations[ENGINES_ANNOTATION] = self._engines_json(engines, pids)
-        if annotations.get(HANDOVER_ANNOTATION) == self.identity:
+        if annotations.get(HANDOVER_ANNOTATION) == spec["holderIdentity"]:
             annotations.pop(HANDOVER_ANNOTATION)  # granted
         if lease is not None:
             self._replace(lease, spec, annotations)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import threading
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -57,16 +55,10 @@ class _Cache(ObjectWatcher):
     def __init__(self, list_all: Callable[..., Any], resource: Resource, resync: float) -> None:
         super().__init__(None, resource, WatchSettings(resync), lister=builtin_lister(list_all))
 
-    def start(self, wakeup: threading.Event | None = None) -> None:
-        """Start listing and watching (never waking the loop)."""
-        super().start(wakeup or threading.Event())
-
     def wait_listed(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the first list; whether it happened."""
-        deadline = time.monotonic() + timeout
-        while self.snapshot() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return self.snapshot() is not None
+        """Wait up to ``timeout`` seconds for the first list (started without a wakeup:
+        the cache's own, first set by that list); whether it happened."""
+        return self._wakeup.wait(timeout)
 
     def _listed(self) -> Objects:
         found = self.by_key()

@@ -234,9 +234,10 @@ class ObjectWatcher:
         """The CustomResourceDefinition's name, ``<plural>.<group>``."""
         return f"{self.plural}.{self.group}"
 
-    def start(self, wakeup: threading.Event) -> None:
-        """Start the background thread; ``wakeup`` is set on every change."""
-        self._wakeup = wakeup
+    def start(self, wakeup: threading.Event | None = None) -> None:
+        """Start the background thread; ``wakeup`` (else one of its own) is set on every change."""
+        if wakeup is not None:
+            self._wakeup = wakeup
         self._thread = threading.Thread(
             target=self._run, name=f"twc-watch-{self.plural}", daemon=True
         )

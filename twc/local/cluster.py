@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from twc.kube.client import KubeClient, api_client, read_json, tolerating
-from twc.kube.workloads import ensure_namespace
+from twc.kube import workloads
+from twc.kube.client import KubeClient, api_client, tolerating
 from twc.spec import crds as spec_crds
 
 
@@ -26,11 +26,9 @@ class Kube(KubeClient):
         super().__init__(api_client(kubeconfig))
         self.ext = self.extensions
 
-    def ensure_namespace(self, name: str) -> None:
-        ensure_namespace(self, name)
-
-    def get_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return read_json(self.apps.read_namespaced_deployment, name, namespace)
+    # twc.kube.workloads' own functions (the client first), as methods for the tests.
+    ensure_namespace = workloads.ensure_namespace
+    get_deployment = workloads.read_deployment
 
 
 QUEUE_CRD = r"""

@@ -73,7 +73,7 @@ class Resource:
     field_selector: str = ""
     content: Content = _labels_and_spec
     """What of an object wakes the loop when it changes."""
-    keep: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
+    keep: Callable[[Mapping[str, Any]], Mapping[str, Any]] = lambda obj: obj
     """What of each object to hold (the whole object by default)."""
     served: Callable[[str], bool] | None = None
     """Whether the CRD's objects are twc's to read at all (``False``: none, listed again later)."""
@@ -314,7 +314,7 @@ class ObjectWatcher:
                 **({"_continue": token} if token else {}),
             )
             for obj in result.get("items") or []:
-                items[object_key(obj)] = self._kept(obj)
+                items[object_key(obj)] = self.resource.keep(obj)
             meta = result.get("metadata") or {}
             token = str(meta.get("continue") or "")
             if not token:
@@ -348,7 +348,7 @@ class ObjectWatcher:
                 continue
             if found is not None and _selector_matches(self.resource.label_selector, found):
                 logger.info("%s %s: missing from the list but still there", self.crd, key)
-                items[key] = self._kept(found)
+                items[key] = self.resource.keep(found)
         return items
 
     def _get(self, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -372,11 +372,8 @@ class ObjectWatcher:
         if changed:
             self._wakeup.set()
 
-    def _kept(self, obj: Mapping[str, Any]) -> Mapping[str, Any]:
-        return self.resource.keep(obj) if self.resource.keep is not None else obj
-
     def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
-        key, obj = object_key(obj), self._kept(obj)
+        key, obj = object_key(obj), self.resource.keep(obj)
         with self._lock:
             current = dict(self._objects or {})
             before = current.pop(key, None)

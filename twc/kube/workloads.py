@@ -44,7 +44,6 @@ def stack_selector(stack: str) -> str:
     return f"{WORKER_SELECTOR},{LABEL_STACK}={label_value(owner_stack(stack))}"
 
 
-_API_VERSION = {"Deployment": "apps/v1", "ServiceAccount": "v1"}
 _TYPED = {"Deployment": ("apps", "deployment"), "ServiceAccount": ("core", "service_account")}
 _APPLY = "application/apply-patch+yaml"
 _OWNED = {
@@ -306,7 +305,7 @@ class Workloads:
         if field_manager not in managers:
             return True
         body = {
-            "apiVersion": current.get("apiVersion") or _API_VERSION[ref.kind],
+            "apiVersion": current["apiVersion"],  # the API server names it in every answer
             "kind": ref.kind,
             "metadata": {"name": ref.name, "namespace": ref.namespace},
         }

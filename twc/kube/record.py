@@ -263,13 +263,11 @@ class RecordStore:
         except (ValueError, OSError, EOFError) as exc:
             logger.warning("[%s] %s-applied is unreadable, ignored: %s", self.stack, self, exc)
             return None
-        try:  # anything that is not one: None
-            workers = data["workers"]
-            if not isinstance(workers, dict):
-                return None
+        try:  # anything that is not one (workers not a mapping, a field missing...): None
             fields = {k: str(data[k]) for k in ("fleet", "shared", "update", "build")}
-            return AppliedRecord(workers={str(k): str(v) for k, v in workers.items()}, **fields)
-        except (KeyError, TypeError, ValueError):
+            workers = {str(k): str(v) for k, v in data["workers"].items()}
+            return AppliedRecord(workers=workers, **fields)
+        except (AttributeError, KeyError, TypeError, ValueError):
             return None
 
     def save_applied(self, applied: AppliedRecord) -> None:

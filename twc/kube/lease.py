@@ -459,10 +459,10 @@ class LeaseElector:
         engines: tuple[EngineRecord, ...],
         pids: tuple[int, ...],
     ) -> None:
-        # A term (this candidate's, or one handed over) with the engine records.
+        # A term (this candidate's, one handed over, or none: released) with the engine records.
         annotations = annotations_of(lease)
         annotations[ENGINES_ANNOTATION] = self._engines_json(engines, pids)
-        if annotations.get(HANDOVER_ANNOTATION) == spec["holderIdentity"]:
+        if (holder := spec["holderIdentity"]) and annotations.get(HANDOVER_ANNOTATION) == holder:
             annotations.pop(HANDOVER_ANNOTATION)  # granted
         if lease is not None:
             self._replace(lease, spec, annotations)
@@ -511,6 +511,4 @@ class LeaseElector:
             return
         spec = {**(lease.get("spec") or {}), "holderIdentity": "", "leaseDurationSeconds": 1}
         spec["renewTime"] = rfc3339_micro(time.time())
-        annotations = annotations_of(lease)
-        annotations[ENGINES_ANNOTATION] = self._engines_json(self._inherited, self._recorded)
-        self._replace(lease, spec, annotations)
+        self._write(lease, spec, self._inherited, self._recorded)

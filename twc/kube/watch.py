@@ -75,7 +75,7 @@ class Resource:
     """What of an object wakes the loop when it changes."""
     keep: Callable[[Mapping[str, Any]], Mapping[str, Any]] = lambda obj: obj
     """What of each object to hold (the whole object by default)."""
-    served: Callable[[str], bool] | None = None
+    served: Callable[[str], bool] = lambda _crd: True
     """Whether the CRD's objects are twc's to read at all (``False``: none, listed again later)."""
 
 
@@ -276,19 +276,17 @@ class ObjectWatcher:
     def list_now(self) -> str:
         """List, replace the snapshot, return the resourceVersion (empty: no CRD); raises
         when the list failed (the kind is then unknown)."""
+        served = True  # bound even when asking raises (a 404: the CRD is gone)
         try:
-            if self.resource.served is not None and not self.resource.served(self.crd):
-                self._replace({})
-                self._unknown = None
-                return ""
-            items, version = self._pages()
+            served = self.resource.served(self.crd)
+            items, version = self._pages() if served else ({}, "")
         except Exception as exc:
             if not (self._custom and status_of(exc) == 404 and self._crd_gone(exc)):
                 self._unknown = list_failure(exc)
                 raise
             logger.warning("the %s CRD is not installed: no such objects", self.crd)
             items, version = {}, ""
-        if self._custom:
+        if self._custom and served:  # an unserved kind holds none: nothing to confirm
             items = self._confirm_missing(items)
         self._replace(items)
         self._unknown = None

@@ -10,7 +10,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -86,6 +86,27 @@ class VersionDetail:
     rolled_back: str | None = None  # why twc rolled it back (its metadata), once it did
 
 
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """A task queue's approximate backlog summed over task-queue types; ``busy`` while
+    tasks were added or dispatched lately (Temporal's rates over its last 30 s)."""
+
+    count: int
+    busy: bool = False
+
+    @classmethod
+    def of(cls, stats: Sequence[Any]) -> Backlog:
+        """The backlog DescribeTaskQueue ``stats`` (one per type) report."""
+        count = sum(int(s.approximate_backlog_count) for s in stats)
+        return cls(count, any(s.tasks_add_rate > 0 or s.tasks_dispatch_rate > 0 for s in stats))
+
+    @property
+    def scaled(self) -> int:
+        """What the autoscaler scales on: at least 1 while busy, since work in flight leaves
+        no backlog, yet scaling to zero under it would stop it and stall the next task."""
+        return max(self.count, 1) if self.busy else self.count
+
+
 async def _unless_not_found(call: Awaitable[T]) -> T | None:
     """The call's answer, or ``None`` when Temporal does not know the object."""
     try:
@@ -139,7 +160,7 @@ class WorkerVersioning:
             if tq.name == task_queue and tq.HasField("stats")
         ]
         # No statistics is unknown, never zero (zero would scale the version down).
-        backlog = sum(int(s.approximate_backlog_count) for s in stats) if stats else None
+        backlog = Backlog.of(stats).scaled if stats else None
         entries = response.worker_deployment_version_info.metadata.entries
         note = entries.get(ROLLED_BACK_KEY)
         said = (

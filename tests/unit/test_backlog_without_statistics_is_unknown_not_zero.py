@@ -13,18 +13,26 @@ from twc.reconcile.asking import TaskQueueRef, backlog_from_stats
 REF = TaskQueueRef("default", "orders")
 
 
-def _stats(count: int, age: float, add: float = 0.0) -> SimpleNamespace:
+def _stats(count: int, age: float, add: float = 0.0, dispatch: float = 0.0) -> SimpleNamespace:
     return SimpleNamespace(
         approximate_backlog_count=count,
         approximate_backlog_age=SimpleNamespace(ToTimedelta=lambda: timedelta(seconds=age)),
         tasks_add_rate=add,
-        tasks_dispatch_rate=0.0,
+        tasks_dispatch_rate=dispatch,
     )
 
 
 def test_statistics_of_every_task_queue_type_are_summed() -> None:
     backlog = backlog_from_stats([_stats(40, 3.0, 1.5), _stats(2, 9.0, 0.5)], REF)
     assert backlog.count == 42
+
+
+@pytest.mark.parametrize(("add", "dispatch", "count"), [(0, 0, 0), (0.5, 0, 1), (0, 2.0, 1)])
+def test_work_in_flight_counts_as_a_backlog_of_one(add: float, dispatch: float, count: int) -> None:
+    # Tasks handed straight to a polling worker leave no backlog; scaling to zero under
+    # them would stop them (a queue with tasks added or dispatched lately is busy).
+    backlog = backlog_from_stats([_stats(0, 0.0, add, dispatch)], REF)
+    assert (backlog.count, backlog.scaled) == (0, count)
 
 
 def test_no_statistics_at_all_is_an_error_not_a_zero_backlog() -> None:

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from twc.connections import ResolvedConnection, default_registry
 from twc.spec import Fleet, ResolvedWorker
+from twc.versioning import Backlog as Backlog
 
 logger = logging.getLogger(__name__)
 
@@ -47,13 +48,6 @@ class TaskQueueRef:
     def __str__(self) -> str:
         prefix = f"{self.connection}:" if self.connection else ""
         return f"{prefix}{self.namespace}/{self.name}"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Backlog:
-    """A task queue's approximate backlog, summed over task-queue types."""
-
-    count: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -258,7 +252,7 @@ def backlog_from_stats(stats: Sequence[Any], ref: TaskQueueRef) -> Backlog:
     """Sum DescribeTaskQueue ``stats`` (one per type) into one backlog."""
     if not stats:
         raise LookupError(f"Temporal reported no backlog statistics for {ref}")
-    return Backlog(sum(int(s.approximate_backlog_count) for s in stats))
+    return Backlog.of(stats)
 
 
 class AskerThread:

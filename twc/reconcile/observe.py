@@ -367,7 +367,7 @@ class Observer:
             if answer is None:
                 continue
             if answer.error is None:
-                out[key] = count = answer.value.count
+                count, out[key] = answer.value.count, answer.value.scaled
                 published[(ref.namespace, ref.name, count, answer.wall)] = None
                 continue
             errors[key] = answer.error

@@ -443,19 +443,16 @@ class Actor:
         self._repaired = tuple(actions)
         self._recovered = True
 
-    def recorded(self) -> AppliedRecord | None:
-        """What the last recorded ``up`` applied; ``None`` if nothing or unreadable."""
+    def resume(self) -> AppliedRecord | None:
+        """The last recorded ``up``, if the stack is as it left it (same twc, nothing to repair)."""
         store = self._sources.record
         try:
-            return store.load_applied() if store is not None else None
+            record = store.load_applied() if store is not None else None
         except Exception as exc:  # noqa: BLE001 - unreadable: the daemon applies the stack as if nothing were recorded
             logger.warning("[%s] the last applied state could not be read: %s", self._stack, exc)
             return None
-
-    def resume(self, record: AppliedRecord) -> bool:
-        """Whether the stack is as ``record``'s ``up`` left it (same twc, nothing to repair)."""
-        if not self._may_apply():
-            return False
+        if record is None or not self._may_apply():
+            return None
         why = ""
         try:
             if record.build != build_id():
@@ -470,9 +467,9 @@ class Actor:
             why = str(exc)
         if why:
             logger.info("[%s] not resuming: %s", self._stack, why)
-            return False
+            return None
         self._applied = record
-        return True
+        return record
 
     def _record(self, applied: AppliedRecord) -> None:
         store = self._sources.record

@@ -401,8 +401,8 @@ class Daemon:
         if not self._may_apply():
             return state, plan
         self._resuming = False
-        record = self.actor.recorded()
-        if record is None or not self.actor.resume(record):
+        record = self.actor.resume()
+        if record is None:
             return state, plan
         applied = DesiredState(record.fleet, record.shared, MappingProxyType(dict(record.workers)))
         state = replace(state, applied=applied)

@@ -250,7 +250,7 @@ def make_plan(
     watched: Mapping[str, WatchedKind],
     program: Mapping[str, Any],
     native: bool,
-    wall: float | None = None,
+    wall: float,
     views_of: str | None = None,
 ) -> Plan:
     """Decide the replicas and versions, hash the desired state, decide the ``up``."""
@@ -358,7 +358,7 @@ def _rollout_plans(
     workers: Mapping[str, ResolvedWorker],
     *,
     settings: DaemonSettings,
-    wall: float | None,
+    wall: float,
 ) -> dict[str, RolloutPlan]:
     if not any(w.rollout is not None for w in workers.values()):
         return {}
@@ -367,8 +367,6 @@ def _rollout_plans(
         # Planning without them would delete every version but the target's.
         why = found.error if found is not None else "no cluster to read them from"
         raise TemporaryError(f"the versions of versioned workers are unknown: {why}")
-    if wall is None:
-        raise ValueError("versioned rollouts need the wall time")
     planner = RolloutSettings(time_scale=settings.rollout.time_scale)
     return {
         key: plan_observed(seen, now=wall, settings=planner) for key, seen in found.observed.items()

@@ -321,10 +321,17 @@ def _hashes(
     versions: Mapping[str, WorkerVersions],
 ) -> DesiredState:
     workers = desired.workers
-    # Per versioned worker its versions' replicas; shared, the set of versions.
-    version_replicas = {
-        key: {b: v.replicas for b, v in sorted(w.versions.items())} for key, w in versions.items()
+    # Neither the file position nor the autoscaler's counts are hashed; pydantic's serializer
+    # has a fixed field order: equal workers, equal digests.
+    specs: dict[str, object] = {
+        k: hashlib.sha256(w.model_dump_json(exclude=_POSITIONAL).encode()).hexdigest()
+        for k, w in workers.items()
     }
+    # Per versioned worker also its versions' replicas; shared, the set of versions.
+    for key, found in versions.items():
+        if key in specs:
+            replicas = {b: v.replicas for b, v in sorted(found.versions.items())}
+            specs[key] = {"spec": specs[key], "versions": replicas}
     version_sets = {key: sorted(w.versions) for key, w in sorted(versions.items())}
     shared_fleet = desired.fleet.model_dump(
         mode="json", include={"cluster_connections", "connections", "custom_connections"}
@@ -341,8 +348,7 @@ def _hashes(
         if (q.namespace, q.name) not in owned
     ]
     return desired_state(
-        # Neither the file position nor the autoscaler's counts are hashed.
-        {k: _worker_hash_part(k, w, version_replicas) for k, w in workers.items()},
+        specs,
         shared={
             "fleet": shared_fleet,
             "program": dict(program),
@@ -371,16 +377,6 @@ def _rollout_plans(
     return {
         key: plan_observed(seen, now=wall, settings=planner) for key, seen in found.observed.items()
     }
-
-
-def _worker_hash_part(
-    key: str, worker: ResolvedWorker, version_replicas: Mapping[str, Any]
-) -> object:
-    # pydantic's serializer has a fixed field order: equal workers, equal digests.
-    digest = hashlib.sha256(worker.model_dump_json(exclude=_POSITIONAL).encode()).hexdigest()
-    return (
-        {"spec": digest, "versions": version_replicas[key]} if key in version_replicas else digest
-    )
 
 
 def scale_writes(

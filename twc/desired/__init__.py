@@ -27,6 +27,7 @@ from twc.desired._merge import STACKS_KEY as STACKS_KEY
 from twc.desired._merge import KindMerge as KindMerge
 from twc.desired._merge import Rejection as Rejection
 from twc.desired._merge import connection_native as connection_native
+from twc.desired._merge import queue_key as queue_key
 from twc.desired._state import DesiredFleet as DesiredFleet
 from twc.desired._state import HoldFailed as HoldFailed
 from twc.desired._state import ObjectsUnknown as ObjectsUnknown

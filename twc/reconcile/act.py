@@ -24,6 +24,7 @@ from prometheus_client import Counter, Gauge
 
 from twc import builders
 from twc.connections import default_registry
+from twc.desired import queue_key
 from twc.engine.automation import StackEngine, new_worker_targets, under_queue
 from twc.engine.build import build_id
 from twc.errors import TemporaryError
@@ -385,9 +386,7 @@ class Actor:
             new = plan.workers.get(key)
             if new is None:
                 return None
-            queue = new.queue if new.derived else None
-            name = f"{queue.namespace}/{queue.name}" if queue is not None else None
-            targets.extend(new_worker_targets(scheme, project, key, queue=name))
+            targets.extend(new_worker_targets(scheme, project, key, queue=queue_key(new)))
         return targets
 
     def scale(self, plan: Plan) -> dict[str, int]:

@@ -26,6 +26,7 @@ from twc.desired import (
     connection_native,
     desired_fleet,
     kind_key,
+    queue_key,
     worker_native,
 )
 from twc.errors import TemporaryError
@@ -337,15 +338,11 @@ def _hashes(
         mode="json", include={"cluster_connections", "connections", "custom_connections"}
     )
     # A queue its derived worker hangs on is in that worker's digest: a targeted up.
-    owned = {
-        (w.queue.namespace, w.queue.name)
-        for w in workers.values()
-        if w.derived and w.queue is not None
-    }
+    owned = {queue_key(w) for w in workers.values()}
     shared_fleet["queues"] = [
         q.model_dump(mode="json")
         for q in desired.fleet.queues
-        if (q.namespace, q.name) not in owned
+        if f"{q.namespace}/{q.name}" not in owned
     ]
     return desired_state(
         specs,

@@ -304,14 +304,13 @@ class Observer:
             w for w in desired.workers.values() if w.autoscaling is not None and w.rollout is None
         ]
         resolved: list[tuple[ResolvedWorker, ResolvedConnection]] = []
-        registry = self.sources.registry
+        placement: dict[str, set[str]] = {}
         for worker in desired.workers.values():
             try:
-                resolved.append((worker, registry.resolve_worker(worker, desired.fleet)))
+                conn = self.sources.registry.resolve_worker(worker, desired.fleet)
             except TwcConnectionError:
                 continue  # reported where the worker was merged
-        placement: dict[str, set[str]] = {}
-        for worker, conn in resolved:
+            resolved.append((worker, conn))
             # Each namespace gets its own copy of the connection's secret: a shared state.
             placement.setdefault(connection_name(conn), set()).add(worker.namespace)
         return WorkerFacts(

@@ -260,9 +260,8 @@ def make_plan(
     rollout_plans = _rollout_plans(facts, workers, settings=settings, wall=wall)
     inputs.update(version_scale_inputs(rollout_plans, found, workers, settings))
     decisions, scaling = scale_fleet(inputs, state.scaling, now=now)
-    version_decisions = {k: d for k, d in decisions.items() if k not in workers}
+    versions = plan_versions(rollout_plans, found, decisions)  # reads its versions' alone
     decisions = MappingProxyType({k: d for k, d in decisions.items() if k in workers})
-    versions = plan_versions(rollout_plans, found, version_decisions)
     scaled = {k: d.replicas for k, d in decisions.items()}
     hashes = _hashes(desired, facts, program, versions.versions)
     blocked = state.blocked_hash(now=now, settings=settings)

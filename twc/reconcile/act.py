@@ -338,7 +338,7 @@ class Actor:
             self._release_early(plan, set(self._pending_early()))
 
     def run_up(self, plan: Plan) -> None:
-        """Repair, ``up``, then release the early objects it adopted (engine's thread)."""
+        """Repair, ``up``, scale new workers, release the early objects it took (engine thread)."""
         decision = plan.decision
         if not self._may_apply():
             raise TemporaryError("not leading any more; not applying")
@@ -360,7 +360,15 @@ class Actor:
                 AppliedRecord(h.fleet, h.shared, dict(h.workers), report.update, build_id())
             )
         self._count_recoveries(report.recoveries)
-        self.scale_new(plan, decision.added)
+        scaler = self._effects.scaler
+        for key in sorted(decision.added):  # new autoscaled workers: the autoscaler's count
+            worker, replicas = plan.workers.get(key), plan.replicas.get(key)
+            if scaler is None or worker is None or replicas is None or worker.autoscaling is None:
+                continue
+            try:
+                scaler.scale(worker.namespace, worker.name, replicas)
+            except Exception as exc:  # noqa: BLE001 - the next iteration scales it
+                logger.info("[%s/%s] not scaled after its up: %s", self._stack, key, exc)
         self._release_early(plan, owned)
         changes = {op: n for op, n in report.changes.items() if op != "same" and n}
         logger.info("[%s] up (%s) done: %s", self._stack, mode, changes or "no changes")
@@ -409,18 +417,6 @@ class Actor:
             done[key] = replicas
             self._metrics.scale_writes.labels(self._stack, "written").inc()
         return done
-
-    def scale_new(self, plan: Plan, keys: frozenset[str]) -> None:
-        """Give new autoscaled workers the autoscaler's count after the ``up`` made them."""
-        scaler = self._effects.scaler
-        for key in sorted(keys):
-            worker, replicas = plan.workers.get(key), plan.replicas.get(key)
-            if scaler is None or worker is None or replicas is None or worker.autoscaling is None:
-                continue
-            try:
-                scaler.scale(worker.namespace, worker.name, replicas)
-            except Exception as exc:  # noqa: BLE001 - the next iteration scales it
-                logger.info("[%s/%s] not scaled after its up: %s", self._stack, key, exc)
 
     def refresh(self) -> list[str]:
         """Refresh the stack; returns the resources that drifted."""

@@ -4,7 +4,6 @@ computes from exactly the inputs the caller saw and hashed."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -153,7 +152,7 @@ class DesiredInputs(_Model):
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> DesiredInputs:
         """Read a document written by :meth:`to_file`."""
-        return cls.model_validate(json.loads(Path(path).read_text()))
+        return cls.model_validate_json(Path(path).read_text())
 
     @classmethod
     def from_env(cls) -> DesiredInputs | None:

@@ -108,21 +108,25 @@ def version_scale_inputs(
         if worker is None or worker.autoscaling is None:
             continue
         seen = facts.observed[key]
-        window = worker.autoscaling.scale_down_stabilization_seconds
-        behavior = settings.autoscale.with_scale_down_window(window)
         for build, version in plan.versions.items():
             if version.replicas is not None:
                 continue
             bounds = version_bounds(worker.autoscaling, seen, build)
             dep = seen.deployments.get(build)
-            out[version_key(key, build)] = WorkerScaleInput(
-                backlog=seen.backlogs.get(build),
-                # A version not created yet starts at the bottom of the bounds.
-                current=dep.replicas if dep is not None else bounds.min_replicas,
-                bounds=bounds,
-                behavior=behavior,
+            # A version not created yet starts at the bottom of the bounds.
+            current = dep.replicas if dep is not None else bounds.min_replicas
+            out[version_key(key, build)] = _scale_input(
+                seen.backlogs.get(build), current, bounds, settings
             )
     return out
+
+
+def _scale_input(
+    backlog: int | None, current: int, bounds: Autoscaling, settings: DaemonSettings
+) -> WorkerScaleInput:
+    """The autoscaler's input for ``bounds``, scaling down after their stabilization window."""
+    behavior = settings.autoscale.with_scale_down_window(bounds.scale_down_stabilization_seconds)
+    return WorkerScaleInput(backlog=backlog, current=current, bounds=bounds, behavior=behavior)
 
 
 def version_bounds(autoscaling: Autoscaling, seen: RolloutObservation, build: str) -> Autoscaling:
@@ -303,14 +307,7 @@ def _scale_inputs(
                     "read); not scaling it blind"
                 )
             current = last_replicas.get(key, 0)
-        inputs[key] = WorkerScaleInput(
-            backlog=facts.backlogs.get(key),
-            current=current,
-            bounds=bounds,
-            behavior=settings.autoscale.with_scale_down_window(
-                bounds.scale_down_stabilization_seconds
-            ),
-        )
+        inputs[key] = _scale_input(facts.backlogs.get(key), current, bounds, settings)
     return inputs
 
 

@@ -422,7 +422,6 @@ def _native_plan(
         found = cluster.get(key)
         return (found.objects if found is not None else None) or ()
 
-    connection_keys = {kind_key(k.kind, k.api_group) for k in watched.values()}
     views = None
     if stack is not None:
         # Unknown TemporalWorker objects: no view could be told from a person's object.
@@ -444,7 +443,7 @@ def _native_plan(
         rejected=tuple(
             r
             for key, m in sorted(desired.kinds.items())
-            if key in connection_keys or key == WORKER_KIND_KEY
+            if key in watched or key == WORKER_KIND_KEY
             for r in m.rejected
         ),
         views=views,

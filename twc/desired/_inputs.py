@@ -51,11 +51,7 @@ def trimmed(obj: Mapping[str, Any]) -> dict[str, Any]:
         ours = {k: v for k, v in annotations.items() if str(k).startswith(_TWC_ANNOTATION_PREFIX)}
         if ours:
             out_meta["annotations"] = ours
-    out: dict[str, Any] = {"metadata": out_meta}
-    for key in ("apiVersion", "kind", "spec"):
-        if isinstance(obj, Mapping) and key in obj:
-            out[key] = obj[key]
-    return out
+    return {"metadata": out_meta, **{k: obj[k] for k in ("apiVersion", "kind", "spec") if k in obj}}
 
 
 class _Model(BaseModel):

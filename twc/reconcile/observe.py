@@ -257,9 +257,8 @@ class Observer:
         # A kind whose list failed is unknown, never empty: its last accepted objects stay.
         out: dict[str, ObjectList] = {QUEUE_KIND_KEY: self.sources.queues.observed()}
         native = self.sources.native
-        if native is None:
-            for key in (WORKER_KIND_KEY, *self.watched_kinds()):  # no cluster: no such objects
-                out[key] = ObjectList.known(())
+        if native is None:  # no cluster: no such objects
+            out |= dict.fromkeys((WORKER_KIND_KEY, *self.watched_kinds()), ObjectList.known(()))
         else:
             out.update(native.observed())
         for key, found in sorted(out.items()):

@@ -139,7 +139,7 @@ def _merge_kind(
     chosen: list[_Candidate] = []
     rejected: list[Rejection] = []
     merged = fleet
-    candidates = [p for _, p, _, _ in rows if isinstance(p, _Candidate)]
+    candidates = [p for p, _, _ in rows if isinstance(p, _Candidate)]
     if rows and len(candidates) == len(rows):
         # The common case: every object valid, all of them fit at once.
         with suppress(SpecError):
@@ -160,7 +160,7 @@ def _merge_kind(
         merged = trial
         return None
 
-    for _key, primary, fallback, nat in rows:
+    for primary, fallback, nat in rows:
         if primary is None:
             continue
         error = take(primary) if isinstance(primary, _Candidate) else primary
@@ -182,7 +182,7 @@ def _merge_kind(
     )
 
 
-_Row = tuple[str, "_Candidate | Exception | None", "_Candidate | None", NativeObject]
+_Row = tuple["_Candidate | Exception | None", "_Candidate | None", NativeObject]
 
 
 def _row(
@@ -191,18 +191,17 @@ def _row(
     convert: _Convert,
     native: Callable[[Mapping[str, Any]], NativeObject],
 ) -> _Row:
-    key = object_key(obj)
     primary: _Candidate | Exception | None
     try:
         primary = convert(obj)
     except (SpecError, TwcConnectionError) as exc:
         primary = exc
     fallback: _Candidate | None = None
-    last = accepted.get(key)
+    last = accepted.get(object_key(obj))
     if last is not None and trimmed(last) != trimmed(obj):
         with suppress(SpecError, TwcConnectionError):  # an invalid last spec keeps nothing
             fallback = convert(last)
-    return key, primary, fallback, native(obj)
+    return primary, fallback, native(obj)
 
 
 def queue_key(worker: ResolvedWorker) -> str | None:

@@ -131,18 +131,17 @@ def desired_fleet(
     if held is not None and held.file:
         fleet = _with_held_entries(fleet, held, file)
     kinds: dict[str, KindMerge] = {}
-    refused: dict[str, list[Rejection]] = {}
     if inputs.cluster is not None:
         cluster, refused = taken_objects(
             fleet.select, inputs.cluster, inputs.accepted, inputs.refused
         )
         taken = inputs.model_copy(update={"cluster": cluster})
         fleet, kinds = _merge_cluster(fleet, taken, registry=registry, file=file)
+        for key, rejections in refused.items():
+            both = sorted([*kinds[key].rejected, *rejections], key=lambda r: r.key)
+            kinds[key] = replace(kinds[key], rejected=tuple(both))
     else:
         resolve_fleet_connections(fleet, file=file, registry=registry)
-    for key, rejections in refused.items():
-        both = sorted([*kinds[key].rejected, *rejections], key=lambda r: r.key)
-        kinds[key] = replace(kinds[key], rejected=tuple(both))
 
     workers = {w.stack_key: w for w in fleet.resolved_workers()}
     conflicts = {k: why for k, why in inputs.conflicts.items() if k in workers}

@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -460,8 +460,12 @@ class LeaseElector:
         pids: tuple[int, ...],
     ) -> None:
         # A term (this candidate's, one handed over, or none: released) with the engine records.
+        own = EngineRecord(self.identity, self.host, pids)
+        records = [*[r for r in engines if r.holder != self.identity][-(MAX_RECORDS - 1) :], own]
         annotations = annotations_of(lease)
-        annotations[ENGINES_ANNOTATION] = self._engines_json(engines, pids)
+        annotations[ENGINES_ANNOTATION] = json.dumps(
+            list(map(asdict, records)), separators=(",", ":")
+        )
         if (holder := spec["holderIdentity"]) and annotations.get(HANDOVER_ANNOTATION) == holder:
             annotations.pop(HANDOVER_ANNOTATION)  # granted
         if lease is not None:
@@ -482,12 +486,6 @@ class LeaseElector:
             "acquireTime": record.acquire_time if renew and record else now,
             "leaseTransitions": (record.transitions if record else 0) + (0 if renew else 1),
         }
-
-    def _engines_json(self, inherited: Sequence[EngineRecord], pids: tuple[int, ...]) -> str:
-        records = [r for r in inherited if r.holder != self.identity][-(MAX_RECORDS - 1) :]
-        records.append(EngineRecord(self.identity, self.host, pids))
-        found = [{"holder": r.holder, "host": r.host, "pids": list(r.pids)} for r in records]
-        return json.dumps(found, separators=(",", ":"))
 
     def _replace(
         self, lease: Mapping[str, Any], spec: Mapping[str, Any], annotations: Mapping[str, str]

@@ -300,8 +300,10 @@ class LeaseElector:
             return False
         if action is LeaseAction.ACQUIRE and not self._hooks.may_acquire():
             return False  # free, but this daemon holds its share of Leases already
+        wanted = _handover(lease)  # a manual run's, not answered while quiet
+        manual = wanted.startswith(MANUAL_PREFIX) and wanted != self.identity
         with self._lock:
-            self._handover = self._requested(lease, seen)
+            self._handover = wanted if manual and seen >= self._quiet_until else ""
             give_to = self._handover if self._yields and self._busy == 0 else ""
         if action is LeaseAction.RENEW and give_to:
             self._hand_over(lease, record, give_to)
@@ -335,11 +337,6 @@ class LeaseElector:
         self._witnessed[record.holder] = found
         for holder in list(self._witnessed)[:-MAX_WITNESSED]:
             del self._witnessed[holder]
-
-    def _requested(self, lease: Mapping[str, Any] | None, now: float) -> str:
-        wanted = _handover(lease)
-        manual = wanted.startswith(MANUAL_PREFIX) and wanted != self.identity
-        return wanted if manual and now >= self._quiet_until else ""
 
     def _taking_back(self, record: LeaseRecord | None, now: float) -> None:
         # Taking back a Lease whose taker never renewed: ignore requests for a while.

@@ -162,7 +162,16 @@ class MemberRoster:
 
     def round(self) -> int:
         """One round: renew this member's Lease, list every member's; the live count."""
-        self._renew()
+        spec = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": max(1, math.ceil(self._settings.lease_duration)),
+            "renewTime": rfc3339_micro(self._wall()),
+        }
+        patch = self._api.patch_namespaced_lease
+        if unless_404(patch, self.name, self.namespace, {"spec": spec}) is None:
+            labels = {MEMBER_LABEL: self.group}
+            meta = {"name": self.name, "namespace": self.namespace, "labels": labels}
+            self._api.create_namespaced_lease(self.namespace, {"metadata": meta, "spec": spec})
         found = self._api.list_namespaced_lease(
             self.namespace, label_selector=f"{MEMBER_LABEL}={self.group}"
         )
@@ -182,18 +191,6 @@ class MemberRoster:
             self._seen = seen
             self._count = max(1, live)
             return self._count
-
-    def _renew(self) -> None:
-        spec = {
-            "holderIdentity": self.identity,
-            "leaseDurationSeconds": max(1, math.ceil(self._settings.lease_duration)),
-            "renewTime": rfc3339_micro(self._wall()),
-        }
-        patch = self._api.patch_namespaced_lease
-        if unless_404(patch, self.name, self.namespace, {"spec": spec}) is None:
-            labels = {MEMBER_LABEL: self.group}
-            meta = {"name": self.name, "namespace": self.namespace, "labels": labels}
-            self._api.create_namespaced_lease(self.namespace, {"metadata": meta, "spec": spec})
 
     def _run(self) -> None:
         while not self._stop.is_set():

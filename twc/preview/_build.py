@@ -126,13 +126,13 @@ def build_report(
             _absorb(resources, step.metadata)
     if failure and not errors:
         errors.append(Diagnostic(severity="error", message=_clean(failure)))
-    groups = _build_groups(resources)
-    counted = [r for r in resources.values() if not _skipped(r)]
+    counted = {urn: r for urn, r in resources.items() if not _skipped(r)}
+    groups = _build_groups(counted)
     summary = Summary(
-        resources=count_ops(r.op for r in counted),
+        resources=count_ops(r.op for r in counted.values()),
         groups=count_ops(g.operation for g in groups),
         restarting_workers=sorted(g.name for g in groups if g.restarts),  # only workers restart
-        has_changes=any(r.op is not Operation.SAME for r in counted),
+        has_changes=any(r.op is not Operation.SAME for r in counted.values()),
     )
     return PreviewReport(
         project=project,
@@ -259,8 +259,6 @@ class _Group:
 def _build_groups(resources: Mapping[str, _Res]) -> list[Group]:
     groups: dict[str, _Group] = {}
     for res in resources.values():
-        if _skipped(res):
-            continue
         root = _root_of(res, resources)
         if root not in groups:
             parsed = parse_urn(root)

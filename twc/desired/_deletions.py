@@ -112,21 +112,19 @@ def refusal(hold: Hold, stack: str) -> str:
     )
 
 
-def _find(document: Mapping[str, Any], section: str, *ident: Any) -> Mapping[str, Any] | None:
-    return next((e for e in document.get(section) or [] if entry_id(section, e) == ident), None)
+def _find(document: Mapping[str, Any], section: str, **ident: Any) -> Mapping[str, Any] | None:
+    """The entry of ``section`` with the identity of ``ident``'s fields, if any."""
+    key = entry_id(section, ident)
+    return next((e for e in document.get(section) or [] if entry_id(section, e) == key), None)
 
 
 def _connection_entry(
     document: Mapping[str, Any], ident: IdentityKey
 ) -> tuple[str, Mapping[str, Any] | None]:
     group, kind, name, namespace = ident
-    key: tuple[str | None, ...] = (kind, namespace, name)
-    section = "customConnections"
-    if group == API_GROUP and kind == CLUSTER_CONNECTION_KIND:
-        section, key = "clusterConnections", (name,)
-    elif group == API_GROUP and kind == CONNECTION_KIND:
-        section, key = "connections", (namespace, name)
-    return section, _find(document, section, *key)
+    builtin = {CLUSTER_CONNECTION_KIND: "clusterConnections", CONNECTION_KIND: "connections"}
+    section = builtin.get(kind, "customConnections") if group == API_GROUP else "customConnections"
+    return section, _find(document, section, kind=kind, namespace=namespace, name=name)
 
 
 class _Holder:
@@ -155,7 +153,7 @@ class _Holder:
         return match is not None
 
     def file_entry(self, section: str, name: str, namespace: str) -> bool:
-        return self.entry(section, _find(self.document, section, namespace, name))
+        return self.entry(section, _find(self.document, section, namespace=namespace, name=name))
 
     def worker(self, key: str) -> bool:
         """Holds the worker's own source (and its file queue's, when that went); False if none."""

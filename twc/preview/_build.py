@@ -374,10 +374,11 @@ def _deep_diff(
             yield from _deep_diff(before[key], after[key], (*at, key))
 
 
-def _leaves(path: Path, change: FieldChange) -> list[Path]:
+def _leaves(path: Path, change: FieldChange) -> list[tuple[Path, str, JsonValue, JsonValue]]:
+    whole = (path, change.kind, change.old, change.new)
     if change.kind == "update" and isinstance(change.old, dict | list):
-        return [p for p, _, _, _ in _deep_diff(change.old, change.new, path)] or [path]
-    return [path]
+        return list(_deep_diff(change.old, change.new, path)) or [whole]
+    return [whole]
 
 
 def _explain(groups: list[_Group], fields: Mapping[str, Changes]) -> None:
@@ -699,7 +700,7 @@ def _members(group: _Group, fields: Mapping[str, Changes]) -> list[Reason]:
         leftover = [
             leaf
             for path, fc in changes
-            for leaf in _leaves(path, fc)
+            for leaf, *_ in _leaves(path, fc)
             if not _under_any(leaf, explained) and leaf[:1] != ("__provider",)
         ]
         if leftover:
@@ -716,13 +717,9 @@ def _members(group: _Group, fields: Mapping[str, Changes]) -> list[Reason]:
 def _fingerprint_reasons(group: _Group, changes: Changes) -> list[Path]:
     explained: list[Path] = [("fingerprint",)]
     for path, fc in changes:
-        for leaf in _leaves(path, fc):
-            rest = leaf[len(path) :]
-            found_old, old = lookup(fc.old, rest) if fc.kind != "add" else (False, None)
-            found_new, new = lookup(fc.new, rest) if fc.kind != "delete" else (False, None)
-            change = (
-                f"{_show(old) if found_old else '(none)'} → {_show(new) if found_new else '(none)'}"
-            )
+        for leaf, kind, old, new in _leaves(path, fc):
+            before = "(none)" if kind == "add" else _show(old)
+            change = f"{before} → {'(none)' if kind == 'delete' else _show(new)}"
             last = leaf[-1] if leaf else ""
             if last == "hostPort":
                 group.add(ReasonCode.HOST_PORT_CHANGED, f"hostPort {change}")

@@ -134,12 +134,12 @@ def _merge_kind(
     fits: _Fits,
 ) -> KindMerge:
     current = list(observed.objects) if observed.objects is not None else list(accepted.values())
-    rows = [_row(obj, accepted, convert, native) for obj in sorted(current, key=object_key)]
+    rows = [(obj, _converted(convert, obj)) for obj in sorted(current, key=object_key)]
 
     chosen: list[_Candidate] = []
     rejected: list[Rejection] = []
     merged = fleet
-    candidates = [p for p, _, _ in rows if isinstance(p, _Candidate)]
+    candidates = [p for _, p in rows if isinstance(p, _Candidate)]
     if rows and len(candidates) == len(rows):
         # The common case: every object valid, all of them fit at once.
         with suppress(SpecError):
@@ -160,15 +160,19 @@ def _merge_kind(
         merged = trial
         return None
 
-    for primary, fallback, nat in rows:
-        if primary is None:
-            continue
+    # An object not ours to merge (None) is neither taken nor rejected; the last accepted
+    # spec of one rejected is tried in its place.
+    for obj, primary in rows:
         error = take(primary) if isinstance(primary, _Candidate) else primary
         if error is None:
             continue
         reason, message = _failure(error)
-        kept = fallback is not None and take(replace(fallback, obj=nat)) is None
-        gen = metadata(fallback.raw).get("generation") if kept and fallback is not None else None
+        nat, last = native(obj), accepted.get(object_key(obj))
+        fallback: _Candidate | Exception | None = None
+        if last is not None and trimmed(last) != trimmed(obj):
+            fallback = _converted(convert, last)  # an invalid last spec keeps nothing
+        kept = isinstance(fallback, _Candidate) and take(replace(fallback, obj=nat)) is None
+        gen = metadata(last).get("generation") if kept else None
         rejected.append(Rejection(nat, reason, message, kept=kept, kept_generation=gen))
 
     return KindMerge(
@@ -182,26 +186,12 @@ def _merge_kind(
     )
 
 
-_Row = tuple["_Candidate | Exception | None", "_Candidate | None", NativeObject]
-
-
-def _row(
-    obj: Mapping[str, Any],
-    accepted: Mapping[str, Mapping[str, Any]],
-    convert: _Convert,
-    native: Callable[[Mapping[str, Any]], NativeObject],
-) -> _Row:
-    primary: _Candidate | Exception | None
+def _converted(convert: _Convert, obj: Mapping[str, Any]) -> _Candidate | Exception | None:
+    """``convert(obj)``, or the error that makes ``obj`` invalid on its own."""
     try:
-        primary = convert(obj)
+        return convert(obj)
     except (SpecError, TwcConnectionError) as exc:
-        primary = exc
-    fallback: _Candidate | None = None
-    last = accepted.get(object_key(obj))
-    if last is not None and trimmed(last) != trimmed(obj):
-        with suppress(SpecError, TwcConnectionError):  # an invalid last spec keeps nothing
-            fallback = convert(last)
-    return primary, fallback, native(obj)
+        return exc
 
 
 def queue_key(worker: ResolvedWorker) -> str | None:

@@ -38,6 +38,7 @@ from twc.spec import (
     ConnectionTarget,
     Fleet,
     ResolvedWorker,
+    TwcCredentials,
     split_host_port,
 )
 
@@ -150,6 +151,8 @@ class ResolvedConnection:
     secret_source_namespace: str | None = None  # copy the credential secret from here
     # Provider-specific non-secret settings: in the fingerprint, not in the hash.
     extra: Mapping[str, str] = field(default_factory=dict, hash=False)
+    twc: ResolvedConnection | None = field(default=None, compare=False)
+    """The connection with ``twcCredentials``: what twc's own calls use (workers never)."""
 
     def __post_init__(self) -> None:
         # One auth mode with exactly the secret it needs, and TLS whenever credentials go.
@@ -159,6 +162,11 @@ class ResolvedConnection:
             raise ValueError(f"auth mode {self.auth_mode} does not match the secret references")
         if self.auth_mode is not AuthMode.NONE and not self.tls.enabled:
             raise ValueError("credentials require TLS")
+
+    def for_twc(self) -> ResolvedConnection:
+        """What twc's own clients connect with: ``twcCredentials`` where set, else the
+        workers' credential (read from where the workers' is)."""
+        return self.twc or self
 
     @property
     def secret_name(self) -> str | None:
@@ -487,17 +495,25 @@ class ConnectionProvider(Protocol):
 def _resolved(
     spec: Connection | ClusterConnection, kind: str, namespace: str | None
 ) -> ResolvedConnection:
-    api_key, mtls = spec.api_key_secret_ref, spec.mutual_tls_secret_ref
     source = spec.secret_source if isinstance(spec, ClusterConnection) else None
-    return ResolvedConnection(
+    found = ResolvedConnection(
         identity=ConnectionIdentity(API_GROUP, kind, spec.name, namespace),
         host_port=spec.host_port,
         tls=TLSSettings(spec.tls_enabled, spec.tls.server_name if spec.tls else None),
-        auth_mode=spec.auth_mode,
-        mtls_secret_name=mtls.name if mtls else None,
-        api_key_secret=SecretKeySelector(api_key.name, api_key.key) if api_key else None,
         secret_source_namespace=source.namespace if source else None,
+        **_credential(spec),
     )
+    twc = spec.twc_credentials
+    return replace(found, twc=replace(found, **_credential(twc))) if twc else found
+
+
+def _credential(spec: Connection | ClusterConnection | TwcCredentials) -> dict[str, Any]:
+    api_key, mtls = spec.api_key_secret_ref, spec.mutual_tls_secret_ref
+    return {
+        "auth_mode": spec.auth_mode,
+        "mtls_secret_name": mtls.name if mtls else None,
+        "api_key_secret": SecretKeySelector(api_key.name, api_key.key) if api_key else None,
+    }
 
 
 class NamespacedConnectionProvider:

@@ -363,7 +363,7 @@ class WorkerClients:
     async def for_worker(self, worker: ResolvedWorker, fleet: Fleet) -> WorkerVersioning:
         """The calls for ``worker``'s Temporal namespace, through its connection; raises
         TwcConnectionError or LookupError (an unreadable credential secret)."""
-        conn = default_registry().resolve_worker(worker, fleet)
+        conn = default_registry().resolve_worker(worker, fleet).for_twc()
         if self.temporal_address:
             conn = dataclasses.replace(conn, host_port=self.temporal_address)
         secret = None

@@ -79,11 +79,11 @@ def _walk(
 
 CASES = [
     pytest.param(temporal_worker_crd, TemporalWorker, METADATA, id="TemporalWorker"),
-    pytest.param(connection_crd, Connection, METADATA, id="Connection"),
+    pytest.param(connection_crd, Connection, {*METADATA, "twcCredentials"}, id="Connection"),
     pytest.param(
         cluster_connection_crd,
         ClusterConnection,
-        {"name", "secretSource", "allowedNamespaces"},  # annotations, not fields
+        {"name", "secretSource", "allowedNamespaces", "twcCredentials"},  # annotations
         id="ClusterConnection",
     ),
 ]

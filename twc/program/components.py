@@ -380,8 +380,11 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
         """The task queue check, run again whenever the pods change."""
         name, args = self._name, self._args
         worker, conn = args.worker, args.connection
-        resolved = conn.resolved
-        secret = conn.secret_namespace and resolved.secret_name
+        resolved = conn.resolved.for_twc()  # twc's own credential, where it has one
+        at = conn.secret_namespace
+        if resolved is not conn.resolved:  # read where the workers' original is, never copied
+            at = resolved.secret_source_namespace or worker.namespace
+        secret = at and resolved.secret_name
         api_key = resolved.api_key_secret if resolved.auth_mode is AuthMode.API_KEY else None
         inputs = {
             "address": resolved.host_port,
@@ -390,7 +393,7 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
             "tls": resolved.tls.enabled,
             "serverName": resolved.tls.server_name,
             "authMode": str(resolved.auth_mode),
-            "secretRef": {"namespace": conn.secret_namespace, "name": secret} if secret else None,
+            "secretRef": {"namespace": at, "name": secret} if secret else None,
             "apiKeyKey": api_key.key if api_key else None,
             "trigger": hashlib.sha256(_canonical(template).encode()).hexdigest()[:16],
             "waitForPollersSeconds": args.wait_for_pollers_seconds,

@@ -191,7 +191,7 @@ class TemporalBacklogs:
         registry = default_registry()
         out: dict[str, TaskQueueRef] = {}
         for worker in workers:
-            conn = registry.resolve_worker(worker, fleet)
+            conn = registry.resolve_worker(worker, fleet).for_twc()
             if self._address:
                 conn = dataclasses.replace(conn, host_port=self._address)
             ns = conn.secret_source_namespace or conn.identity.namespace or worker.namespace

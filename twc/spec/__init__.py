@@ -8,6 +8,7 @@ from twc.spec._load import (
     QUEUE_API_VERSION,
     QUEUE_KIND,
     SOURCE_NAMESPACE_ANNOTATION,
+    TWC_CREDENTIALS_ANNOTATION,
     WORKER_API_VERSION,
     WORKER_ENABLED_LABEL,
     fleet_json_schema,
@@ -41,6 +42,7 @@ from twc.spec._models import (
     StackSelector,
     Sunset,
     TemporalWorker,
+    TwcCredentials,
 )
 from twc.spec._names import label_value, parse_duration, split_host_port
 from twc.spec._resolve import Fleet, ResolvedWorker
@@ -56,6 +58,7 @@ __all__ = [
     "QUEUE_KIND",
     "RESERVED_ENV_NAMES",
     "SOURCE_NAMESPACE_ANNOTATION",
+    "TWC_CREDENTIALS_ANNOTATION",
     "WORKER_API_VERSION",
     "WORKER_ENABLED_LABEL",
     "AuthMode",
@@ -75,6 +78,7 @@ __all__ = [
     "StackSelector",
     "Sunset",
     "TemporalWorker",
+    "TwcCredentials",
     "fleet_json_schema",
     "label_value",
     "load_cluster_connection_object",

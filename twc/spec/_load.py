@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import json
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -203,8 +205,26 @@ def load_worker_object(obj: object) -> TemporalWorker:
 
 
 def load_connection_object(obj: object) -> Connection:
-    """A namespaced ``Connection`` object as its fleet-file model."""
-    return _load(Connection, obj, CONNECTION_API_VERSION, CONNECTION_KIND, True)
+    """A namespaced ``Connection`` object as its fleet-file model (``twcCredentials`` from
+    its annotation)."""
+    found, where = _twc_credentials(obj)
+    return _load(Connection, found, CONNECTION_API_VERSION, CONNECTION_KIND, True, where=where)
+
+
+TWC_CREDENTIALS_ANNOTATION = "twc.temporal.io/twc-credentials"
+"""On a Connection or ClusterConnection object: ``twcCredentials`` as JSON."""
+
+
+def _twc_credentials(obj: object) -> tuple[object, dict[str, tuple[str, ...]]]:
+    given = part(part(obj, "metadata"), "annotations").get(TWC_CREDENTIALS_ANNOTATION)
+    if given is None or not isinstance(obj, Mapping):
+        return obj, {}
+    with contextlib.suppress(ValueError):  # not JSON: the model refuses it, named here
+        given = json.loads(given)
+    where: dict[str, tuple[str, ...]] = {
+        "twcCredentials": ("metadata", "annotations", TWC_CREDENTIALS_ANNOTATION)
+    }
+    return {**obj, "spec": {**part(obj, "spec"), "twcCredentials": given}}, where
 
 
 SOURCE_NAMESPACE_ANNOTATION = "twc.temporal.io/secret-source"
@@ -217,6 +237,7 @@ def load_cluster_connection_object(obj: object) -> ClusterConnection:
     """A cluster-scoped ``ClusterConnection`` object as its fleet-file model; twc's own
     ``secretSource`` and ``allowedNamespaces`` come from its annotations (the official
     schema, which the CRD is, has no field for them)."""
+    obj, where = _twc_credentials(obj)
     annotations = part(part(obj, "metadata"), "annotations")
     spec = dict(part(obj, "spec"))
     if SOURCE_NAMESPACE_ANNOTATION in annotations:
@@ -225,7 +246,7 @@ def load_cluster_connection_object(obj: object) -> ClusterConnection:
         names = str(annotations[ALLOWED_NAMESPACES_ANNOTATION]).split(",")
         spec["allowedNamespaces"] = [n.strip() for n in names if n.strip()]
     found = {**obj, "spec": spec} if isinstance(obj, Mapping) else obj
-    where = {
+    where |= {
         "secretSource": ("metadata", "annotations", SOURCE_NAMESPACE_ANNOTATION),
         "allowedNamespaces": ("metadata", "annotations", ALLOWED_NAMESPACES_ANNOTATION),
     }

@@ -227,24 +227,24 @@ _ONE_AUTH = (
     "!(has(self.mutualTLSSecretRef) && has(self.apiKeySecretRef))",
     "mutualTLSSecretRef and apiKeySecretRef are mutually exclusive",
 )
+_ONE_GIVEN = (
+    "has(self.mutualTLSSecretRef) || has(self.apiKeySecretRef)",
+    "set mutualTLSSecretRef or apiKeySecretRef",
+)
 
 
-class _ConnectionSpec(SpecModel):
-    """Fields shared by ``Connection`` and ``ClusterConnection``."""
+class _Credentials(SpecModel):
+    """A credential for Temporal: an mTLS client certificate or an API key."""
 
     model_config = _cel(_ONE_AUTH)
 
-    host_port: HostPort
-    """Temporal frontend address as ``host:port`` (``[ipv6]:port`` for IPv6)."""
-    tls: TLS | None = None
-    """TLS settings; mTLS and API keys switch TLS on even without this block."""
     mutual_tls_secret_ref: SecretRef | None = Field(default=None, alias="mutualTLSSecretRef")
     """Client certificate secret for mTLS; exclusive with ``apiKeySecretRef``."""
     api_key_secret_ref: SecretKeyRef | None = None
     """Secret key holding a Temporal API key; exclusive with ``mutualTLSSecretRef``."""
 
     @model_validator(mode="after")
-    def _one_auth_mode(self) -> _ConnectionSpec:
+    def _one_auth_mode(self) -> _Credentials:
         if self.mutual_tls_secret_ref is not None and self.api_key_secret_ref is not None:
             raise ValueError("mutualTLSSecretRef and apiKeySecretRef are mutually exclusive")
         return self
@@ -256,10 +256,38 @@ class _ConnectionSpec(SpecModel):
             return AuthMode.MTLS
         return AuthMode.NONE if self.api_key_secret_ref is None else AuthMode.API_KEY
 
+
+class TwcCredentials(_Credentials):
+    """The credential twc's own calls use (task-queue checks, routing, gates, backlogs), so
+    workers, which get the connection's own, never hold routing rights."""
+
+    model_config = _cel(_ONE_AUTH, _ONE_GIVEN)
+
+    @model_validator(mode="after")
+    def _one_given(self) -> TwcCredentials:
+        if self.auth_mode is AuthMode.NONE:
+            raise ValueError(_ONE_GIVEN[1])
+        return self
+
+
+class _ConnectionSpec(_Credentials):
+    """Fields shared by ``Connection`` and ``ClusterConnection``."""
+
+    host_port: HostPort
+    """Temporal frontend address as ``host:port`` (``[ipv6]:port`` for IPv6)."""
+    tls: TLS | None = None
+    """TLS settings; mTLS and API keys switch TLS on even without this block."""
+    twc_credentials: TwcCredentials | None = None
+    """twc's own credential, read where the workers' is; unset: twc uses the workers'."""
+
     @property
     def tls_enabled(self) -> bool:
         """Whether the client must use TLS (API keys are only ever sent over TLS)."""
-        return self.tls is not None or self.auth_mode is not AuthMode.NONE
+        return (
+            self.tls is not None
+            or self.auth_mode is not AuthMode.NONE
+            or (self.twc_credentials is not None)
+        )
 
 
 class ClusterConnection(_ConnectionSpec):

@@ -297,14 +297,16 @@ _HOST = _column("Host", ".spec.hostPort") | {"description": "Temporal server end
 
 
 def connection_crd() -> dict[str, Any]:
-    """The namespaced ``Connection`` CRD (``temporal.io/v1alpha1``, the official kind)."""
-    return _crd(Connection, "tconn", {"type": "object"}, [_HOST])
+    """The namespaced ``Connection`` CRD (``temporal.io/v1alpha1``, the official kind;
+    twc's ``twcCredentials`` an annotation)."""
+    return _crd(Connection, "tconn", {"type": "object"}, [_HOST], frozenset({"twcCredentials"}))
 
 
 def cluster_connection_crd() -> dict[str, Any]:
     """The cluster-scoped ``ClusterConnection`` CRD (``temporal.io/v1alpha1``): the official
-    fields, twc's ``secretSource`` and ``allowedNamespaces`` being annotations."""
-    extras = frozenset({"secretSource", "allowedNamespaces"})
+    fields, twc's ``secretSource``, ``allowedNamespaces`` and ``twcCredentials`` being
+    annotations."""
+    extras = frozenset({"secretSource", "allowedNamespaces", "twcCredentials"})
     return _crd(ClusterConnection, "tcc", {"type": "object"}, [_HOST], extras)
 
 

@@ -6,7 +6,8 @@ A worker that may scale to zero wakes on its first workflow (its backlog over
 scale-down window (the cool-down): their tasks go straight to the polling worker and
 leave no backlog, yet the worker is never scaled to zero between them, since a queue
 with tasks added or dispatched lately counts as busy. After a real idle period it is
-scaled to zero exactly once.
+scaled to zero exactly once, and its TemporalWorker's status says why
+(``scalingReason: BelowActivation``).
 
 Differs from a production cluster: backlogs sampled every second, a 20 s cool-down.
 """
@@ -23,7 +24,7 @@ from temporalio.client import Client
 
 from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import FAST, Daemons, eventually, wait_for_success
-from tests.e2e.native import Kubelet
+from tests.e2e.native import Kubectl, Kubelet
 from twc.local import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
@@ -111,6 +112,9 @@ def test_bursts_keep_a_worker_up_and_an_idle_one_goes_to_zero_once(
             )
             wait_for_success(daemon, after=daemon.successes() + GAP)
             assert replicas.zeros() == 1, replicas.seen
+            # Its TemporalWorker says why: asleep, below the activation backlog.
+            view = Kubectl(local_env).get_json("temporalworker", "burst", "-n", namespace)
+            assert (view or {}).get("status", {}).get("scalingReason") == "BelowActivation"
         finally:
             replicas.stop.set()
             replicas.join()

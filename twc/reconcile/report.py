@@ -448,6 +448,8 @@ class Reporter:
             else:
                 continue
             desired.update(rollout_fields(plan.versions, key) if plan is not None else {})
+            if plan is not None and (decision := plan.decisions.get(key)) is not None:
+                desired["scalingReason"] = decision.reason.value
             if obj.kind == OFFICIAL_WORKER_KIND:
                 desired = official_status(desired, previous, namespace=obj.namespace or "", now=now)
             patch = self._write_status(obj, desired)

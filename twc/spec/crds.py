@@ -136,6 +136,9 @@ class TemporalWorkerStatus(_StatusModel):
     """The connection the worker was last reconciled against."""
     conditions: list[WorkerCondition] = Field(default_factory=list)
     """``WorkerDeploymentReady`` and ``TemporalTaskQueueRegistered``."""
+    scaling_reason: str | None = None
+    """Autoscaled: why it has its count (``Stabilized`` while the cool-down holds,
+    ``BelowActivation`` asleep at zero; the autoscaler's reason)."""
     deployment_name: str | None = None
     """With ``rollout``: the worker's Temporal worker deployment (``<ns>/<name>``)."""
     target_version: WorkerVersionStatus | None = None

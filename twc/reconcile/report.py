@@ -381,37 +381,20 @@ class Reporter:
                 "referenced by a worker" if added else "no worker uses it any more",
             )
 
-    def _template_statuses(
-        self, native: NativePlan, plan: Plan, applied: DesiredState | None, *, now: str
-    ) -> set[str]:
-        """The WorkerResourceTemplates' status (the official shape); returns their uids."""
-        for obj, key in native.templates:
-            in_stack = applied is not None and applied.workers.get(key) == (
-                plan.hashes.workers.get(key)
-            )
-            names = _template_copies(plan, key, obj.name)
-            previous = {**obj.status, **self._written.get(obj.uid, {})}
-            status = template_status(
-                previous, names=names, generation=obj.generation, applied=in_stack, now=now
-            )
-            self._write_status(obj, status)
-        return {obj.uid for obj, _ in native.templates}
-
     def _update_status(
         self, native: NativePlan, plan: Plan | None, applied: DesiredState | None
     ) -> None:
         """The TemporalWorkers' (and WorkerResourceTemplates') status as planned; only the
         rejected ones' without a ``plan``."""
         assert self._writer is not None
-        only_rejected = plan is None
         now = rfc3339(self._wall())
-        accepted = {} if only_rejected else {**native.workers.accepted, **_views_shown(native)}
+        accepted = {} if plan is None else {**native.workers.accepted, **_views_shown(native)}
         rejected = {r.obj.key: r for r in native.workers.rejected}
         deployments = (self._observer.deployments() if accepted else None) or {}
         pollers = self._observer.pollers(plan.desired, sorted(accepted)) if plan else {}
         seen: set[str] = set()
         for obj in native.worker_objects:
-            if obj.deleting or (only_rejected and obj.key not in rejected):
+            if obj.deleting or (plan is None and obj.key not in rejected):
                 continue
             seen.add(obj.uid)
             written = self._written.get(obj.uid)
@@ -455,11 +438,21 @@ class Reporter:
             patch = self._write_status(obj, desired)
             if patch is not None and "phase" in patch:
                 logger.info("[%s] TemporalWorker %s: %s", self.stack, key, desired["phase"])
-        if plan is not None:
-            seen |= self._template_statuses(native, plan, applied, now=now)
-        if not only_rejected:
-            for uid in set(self._written) - seen:
-                del self._written[uid]
+        if plan is None:
+            return
+        for obj, key in native.templates:  # WorkerResourceTemplates: the official shape
+            in_stack = applied is not None and applied.workers.get(key) == plan.hashes.workers.get(
+                key
+            )
+            names = _template_copies(plan, key, obj.name)
+            previous = {**obj.status, **self._written.get(obj.uid, {})}
+            status = template_status(
+                previous, names=names, generation=obj.generation, applied=in_stack, now=now
+            )
+            self._write_status(obj, status)
+            seen.add(obj.uid)
+        for uid in set(self._written) - seen:
+            del self._written[uid]
 
 
 def _template_copies(plan: Plan, key: str, template: str) -> dict[str, str] | None:

@@ -205,9 +205,9 @@ class Reporter:
         if self._tried(f"could not write {record}", record.save, accepted, plan.inputs.fleet):
             self._remembered = marker
 
-    def report_held(self, verdict: GuardVerdict | None) -> None:
+    def report_held(self, verdict: GuardVerdict) -> None:
         """``DeletionsHeld`` while the guard holds deletions: log, metric, Event, record."""
-        hold = self._hold = verdict.hold if verdict is not None else None
+        hold = self._hold = verdict.hold
         self.metrics.deletions_held.labels(self.stack).set(len(hold.workers) if hold else 0)
         digest = hold.digest if hold is not None else None
         if digest != self._hold_published and hold is not None:
@@ -218,8 +218,8 @@ class Reporter:
                 self._pending_events.append((obj, "DeletionsHeld", f"{hold.reason}: {names}"))
                 self._flush_events()
         elif digest != self._hold_published:
-            why = verdict.released if verdict is not None and verdict.released else None
-            logger.info("[%s] held deletions released (%s)", self.stack, why or "no longer wanted")
+            why = verdict.released or "no longer wanted"
+            logger.info("[%s] held deletions released (%s)", self.stack, why)
         if (record := self._record) is not None:
             held = None
             if hold is not None:

@@ -251,8 +251,31 @@ class Reporter:
             self.metrics.last_success.labels(self.stack).set(self._wall())
         else:
             self._log_failure(outcome)
-        if plan is not None and plan.native is not None:
-            self._write_back(plan, outcome, state)
+        if plan is None or (native := plan.native) is None:
+            return
+        applied = state.applied
+        if outcome.ok and applied is not None and applied.fleet == plan.hashes.fleet:
+            self._applied_refs = frozenset(native.references.values())
+        self._report_native(native)
+        if outcome.ok:
+            self._apply_failed.clear()
+        elif (decision := plan.decision).action is not ReconcileAction.SKIP:
+            changed = decision.workers if decision.action is ReconcileAction.TARGETED else None
+            # Tenants read the first error on their own resources, not the stack's output.
+            refused = outcome.kind is OutcomeKind.PERMANENT
+            for key, obj in {**native.workers.accepted, **_views_shown(native)}.items():
+                if changed is None or key in changed:
+                    reason = worker_failure(outcome.message, key, refused=refused)
+                    self._event_once(obj, "ApplyFailed", reason)
+        for key, obj in native.workers.accepted.items():
+            stopped = plan.versions.plans.get(key)
+            if stopped is not None and stopped.reason in ("GateFailed", "RolledBack"):
+                self._event_once(obj, stopped.reason, stopped.message)
+        if self._writer is None:
+            return
+        self._flush_events()
+        self._tried("finalizer update failed", self._update_finalizers, native)
+        self._tried("status write-back failed", self._update_status, native, plan, applied)
 
     def _log_failure(self, outcome: Outcome) -> None:
         reason = outcome.reason.value if outcome.reason is not None else "Unknown"
@@ -298,33 +321,6 @@ class Reporter:
             ", ".join(found),
         )
         self.metrics.drift_detected.labels(self.stack).inc()
-
-    def _write_back(self, plan: Plan, outcome: Outcome, state: LoopState) -> None:
-        native = plan.native
-        assert native is not None
-        applied = state.applied
-        if outcome.ok and applied is not None and applied.fleet == plan.hashes.fleet:
-            self._applied_refs = frozenset(native.references.values())
-        self._report_native(native)
-        if outcome.ok:
-            self._apply_failed.clear()
-        elif (decision := plan.decision).action is not ReconcileAction.SKIP:
-            changed = decision.workers if decision.action is ReconcileAction.TARGETED else None
-            # Tenants read the first error on their own resources, not the stack's output.
-            refused = outcome.kind is OutcomeKind.PERMANENT
-            for key, obj in {**native.workers.accepted, **_views_shown(native)}.items():
-                if changed is None or key in changed:
-                    reason = worker_failure(outcome.message, key, refused=refused)
-                    self._event_once(obj, "ApplyFailed", reason)
-        for key, obj in native.workers.accepted.items():
-            stopped = plan.versions.plans.get(key)
-            if stopped is not None and stopped.reason in ("GateFailed", "RolledBack"):
-                self._event_once(obj, stopped.reason, stopped.message)
-        if self._writer is None:
-            return
-        self._flush_events()
-        self._tried("finalizer update failed", self._update_finalizers, native)
-        self._tried("status write-back failed", self._update_status, native, plan, applied)
 
     def _report_native(self, native: NativePlan) -> None:
         found = {f"{r.obj.kind} {r.obj.key}": r for r in native.rejected}

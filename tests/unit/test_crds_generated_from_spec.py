@@ -303,6 +303,7 @@ def test_worker_printer_columns_and_status_subresource() -> None:
         "observedConnectionRef",
         "taskQueue",
         "conditions",
+        "scalingReason",  # autoscaled workers
         # Versioned workers: the official controller's version records.
         "deploymentName",
         "targetVersion",

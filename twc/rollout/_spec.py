@@ -156,9 +156,7 @@ def policy_of(worker: ResolvedWorker) -> RolloutPolicy | None:
         return None
     sunset = worker.sunset
     scaling = worker.autoscaling
-    draining = (
-        scaling.for_status("Draining") if scaling and "Draining" in scaling.statuses() else None
-    )
+    draining = scaling.for_status("Draining") if scaling and scaling.by_status else None
     return RolloutPolicy(
         strategy=Strategy(rollout.strategy.value),
         steps=tuple(
@@ -186,7 +184,7 @@ def policy_of(worker: ResolvedWorker) -> RolloutPolicy | None:
             if (rule := rollout.failure_rate)
             else None
         ),
-        draining_replicas=draining.widest() if draining else None,
+        draining_replicas=draining.widest() if draining and draining is not scaling else None,
     )
 
 

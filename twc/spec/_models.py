@@ -423,7 +423,7 @@ class Autoscaling(SpecModel):
 
     @model_validator(mode="after")
     def _ordered(self) -> Autoscaling:
-        for status in (None, *self.statuses()):
+        for status in (None, "Current", "Ramping", "Draining"):
             bounds = self.for_status(status)
             if bounds.min_replicas > bounds.max_replicas:
                 raise ValueError(
@@ -431,11 +431,6 @@ class Autoscaling(SpecModel):
                     f"({bounds.min_replicas}) must not exceed maxReplicas ({bounds.max_replicas})"
                 )
         return self
-
-    def statuses(self) -> list[str]:
-        """The version statuses ``byStatus`` sets bounds for (``Draining``...)."""
-        given = self.by_status.model_dump(exclude_none=True) if self.by_status else {}
-        return [name.capitalize() for name in given]
 
     def for_status(self, status: str | None) -> Autoscaling:
         """The bounds of a version Temporal reports in ``status`` (the worker's, unless set)."""
@@ -447,7 +442,7 @@ class Autoscaling(SpecModel):
 
     def widest(self) -> tuple[int, int]:
         """The lowest floor and highest ceiling of every status's bounds."""
-        every = [self.for_status(s) for s in (None, *self.statuses())]
+        every = [self.for_status(s) for s in (None, "Current", "Ramping", "Draining")]
         return min(b.min_replicas for b in every), max(b.max_replicas for b in every)
 
 

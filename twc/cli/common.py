@@ -4,6 +4,7 @@ apply: observe (:func:`observe`) → plan (:func:`dry_run_or_report`,
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -51,11 +52,16 @@ def validate_or_report(file: str, err: TextIO | None = None) -> bool:
 
 
 def stack_ref(stack: str, fleet_file: str | None = None) -> engine.StackRef:
-    """The stack with the config this run needs."""
-    config = dict(engine.local_stack_config(stack))
+    """The stack with the config this run needs (the local stack's: the embedded
+    environment's Temporal address)."""
+    env, config = engine.local_stack_env(stack), {}
+    address = env.get("TEMPORAL_ADDRESS") or os.environ.get("TEMPORAL_ADDRESS")
+    if stack == "local" and address:
+        # Locally, workers (twc local up --run-workers) poll within seconds of a rollout.
+        config = {"temporalAddress": address, "waitForPollersSeconds": "15"}
     if fleet_file:
         config["fleetFile"] = fleet_file
-    return engine.StackRef(name=stack, config=config, env=engine.local_stack_env(stack))
+    return engine.StackRef(name=stack, config=config, env=env)
 
 
 def stack_kube(ref: engine.StackRef) -> KubeClient:

@@ -101,15 +101,6 @@ def local_stack_env(stack: str) -> dict[str, str]:
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
-def local_stack_config(stack: str) -> dict[str, str]:
-    """Config the embedded environment needs: its Temporal address for the local stack."""
-    address = local_stack_env(stack).get("TEMPORAL_ADDRESS") or os.environ.get("TEMPORAL_ADDRESS")
-    if stack == "local" and address:
-        # Locally, workers (twc local up --run-workers) poll within seconds of a rollout.
-        return {"temporalAddress": address, "waitForPollersSeconds": "15"}
-    return {}
-
-
 def up(
     ref: StackRef,
     *,

@@ -155,9 +155,7 @@ def observe(
                 settings=rollouts or RolloutSettings(),
                 err=err,
             )
-    except NoClusterError:
-        if not versioned:
-            return inputs
+    except NoClusterError:  # observed cluster objects had a cluster: here for versioned workers
         print("versioned workers need the cluster: no cluster is configured", file=err)
     except Exception as exc:  # noqa: BLE001 - any read failure stops the command with its reason
         print(

@@ -4,6 +4,7 @@ apply: observe (:func:`observe`) → plan (:func:`dry_run_or_report`,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -230,10 +231,6 @@ def summary(inputs: DesiredInputs) -> str | None:
 def ensure_local_namespaces(file: str, ref: engine.StackRef) -> None:
     """The embedded environment has no namespaces but ``default``: create the fleet's."""
     namespaces = {w.namespace for w in load_fleet_file(fleet_path(file)).resolved_workers()}
-    try:
-        kube = stack_kube(ref)
-    except NoClusterError:
-        return
-    with kube:
+    with contextlib.suppress(NoClusterError), stack_kube(ref) as kube:  # no cluster: none to create
         for ns in sorted(namespaces):
             ensure_namespace(kube, ns)

@@ -184,17 +184,12 @@ class Wiring:
     state_dir: Path | None = None  # the engines' inputs files, the guards' channels
     wake: Callable[[], None] | None = None  # every loop (SIGHUP)
 
-    def start(self) -> None:
-        """Start the watch caches and the elections."""
-        for step in self.starts:
-            step()
-
     def settle(self) -> float:
         """Seconds an interrupted engine run takes to be gone: its grace and its kill."""
         return self.settings.engine.interrupt_grace + KILL_MARGIN
 
     def close(self) -> None:
-        """Stop what :meth:`start` started; release Leases and inputs only with no engine left."""
+        """Stop what ``starts`` started; release Leases and inputs only with no engine left."""
         deadline = time.monotonic() + self.settle()
         self.release_leases = all(
             c.wait_idle(max(0.0, deadline - time.monotonic())) for c in self.channels
@@ -681,7 +676,8 @@ def run_daemon(options: RunOptions) -> int:
         stack=options.stack, stopping=lambda: runner.stopping, on_fatal=fatal, grace=grace
     )
     try:
-        wiring.start()
+        for start in wiring.starts:  # the watch caches and the elections
+            start()
         return supervisor.run(lambda: runner.run(once=options.once))
     finally:
         wiring.close()

@@ -41,7 +41,8 @@ def run_up(
     yes: bool = False,
     ask: Callable[[str], str] | None = None,
 ) -> int:
-    """``twc up``; 0 when applied, 1 otherwise."""
+    """``twc up``, then up to ``rollout_wait`` seconds driving the versioned workers'
+    rollouts (a failure there is only reported); 0 when applied, 1 otherwise."""
     file = common.fleet_file_for(stack, fleet_file)
     if not common.validate_or_report(file):
         return 1
@@ -55,7 +56,19 @@ def run_up(
     if done is None:
         return 1
     workers, desired = done
-    _drive(ref, desired, settings, rollout_wait, out)
+    if any(w.rollout is not None for w in desired.workers.values()):
+        try:
+            with common.stack_kube(ref) as kube:
+                drive_rollouts(
+                    kube,
+                    desired,
+                    temporal_address=(ref.config or {}).get("temporalAddress"),
+                    settings=settings,
+                    wait=rollout_wait,
+                    out=out,
+                )
+        except Exception as exc:  # noqa: BLE001 - the up stands; the rollout goes on next time
+            print(f"rollouts not driven: {exc}", file=sys.stderr)
     print(format_status_table(workers), file=out)
     return 0
 
@@ -141,26 +154,6 @@ def _confirmed(hold: Hold, ask: Callable[[str], str] | None) -> bool:
     except EOFError:
         return False
     return answer.strip().lower() in ("y", "yes")
-
-
-def _drive(
-    ref: engine.StackRef, desired: DesiredFleet, settings: RolloutSettings, wait: float, out: TextIO
-) -> None:
-    """Drive the versioned workers' rollouts after the ``up``; a failure is only reported."""
-    if not any(w.rollout is not None for w in desired.workers.values()):
-        return
-    try:
-        with common.stack_kube(ref) as kube:
-            drive_rollouts(
-                kube,
-                desired,
-                temporal_address=(ref.config or {}).get("temporalAddress"),
-                settings=settings,
-                wait=wait,
-                out=out,
-            )
-    except Exception as exc:  # noqa: BLE001 - the up stands; the rollout goes on next time
-        print(f"rollouts not driven: {exc}", file=sys.stderr)
 
 
 def run_approve(stack: str, *, out: TextIO | None = None, err: TextIO | None = None) -> int:

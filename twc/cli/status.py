@@ -56,19 +56,15 @@ def format_status_table(
         cells = "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1]))
         lines.append(f"{cells}  {row[-1]}")
         rollout = workers[row[0]].get("rollout") if index else None
-        if isinstance(rollout, dict):
-            lines.extend(_version_lines(rollout))
+        if not isinstance(rollout, dict):
+            continue
+        lines += [f"  {role:<10}  {build}  {text}" for role, build, text in version_rows(rollout)]
+        state = rollout.get("rollout")
+        if isinstance(state, dict) and state.get("message"):
+            lines.append(f"  {'rollout':<10}  {state.get('reason')}: {state.get('message')}")
+        if rollout.get("error"):
+            lines.append(f"  {'rollout':<10}  unknown: {rollout['error']}")
     return "\n".join(lines)
-
-
-def _version_lines(rollout: dict[str, Any]) -> list[str]:
-    lines = [f"  {role:<10}  {build}  {text}" for role, build, text in version_rows(rollout)]
-    state = rollout.get("rollout")
-    if isinstance(state, dict) and state.get("message"):
-        lines.append(f"  {'rollout':<10}  {state.get('reason')}: {state.get('message')}")
-    if rollout.get("error"):
-        lines.append(f"  {'rollout':<10}  unknown: {rollout['error']}")
-    return lines
 
 
 def _by_worker(resources: list[dict[str, Any]], kind: str, suffix: str) -> dict[str, Any]:

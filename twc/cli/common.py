@@ -5,6 +5,7 @@ apply: observe (:func:`observe`) → plan (:func:`dry_run_or_report`,
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 import tempfile
@@ -53,13 +54,18 @@ def validate_or_report(file: str, err: TextIO | None = None) -> bool:
 
 
 def stack_ref(stack: str, fleet_file: str | None = None) -> engine.StackRef:
-    """The stack with the config this run needs (the local stack's: the embedded
-    environment's Temporal address)."""
-    env, config = engine.local_stack_env(stack), {}
-    address = env.get("TEMPORAL_ADDRESS") or os.environ.get("TEMPORAL_ADDRESS")
-    if stack == "local" and address:
-        # Locally, workers (twc local up --run-workers) poll within seconds of a rollout.
-        config = {"temporalAddress": address, "waitForPollersSeconds": "15"}
+    """The stack with the config this run needs; the ``local`` stack's with the embedded
+    environment's variables the shell lacks and its Temporal address."""
+    env: dict[str, str] = {}
+    config: dict[str, str] = {}
+    if stack == "local":
+        if not os.environ.get("PULUMI_BACKEND_URL"):
+            with contextlib.suppress(OSError, ValueError):
+                data = json.loads(engine.LOCAL_ENV_FILE.read_text())
+                env = {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+        if address := env.get("TEMPORAL_ADDRESS") or os.environ.get("TEMPORAL_ADDRESS"):
+            # Locally, workers (twc local up --run-workers) poll within seconds of a rollout.
+            config = {"temporalAddress": address, "waitForPollersSeconds": "15"}
     if fleet_file:
         config["fleetFile"] = fleet_file
     return engine.StackRef(name=stack, config=config, env=env)

@@ -3,7 +3,6 @@ program; every CLI command runs under the engine guard."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Callable, Mapping
@@ -88,17 +87,6 @@ def select_stack(ref: StackRef) -> auto.Stack:
         config = {f"{CONFIG_PREFIX}{k}": auto.ConfigValue(str(v)) for k, v in ref.config.items()}
         stack.set_all_config(config)
     return stack
-
-
-def local_stack_env(stack: str) -> dict[str, str]:
-    """For the ``local`` stack, the embedded environment's variables the shell lacks."""
-    if stack != "local" or os.environ.get("PULUMI_BACKEND_URL"):
-        return {}
-    try:
-        data = json.loads(LOCAL_ENV_FILE.read_text())
-    except (OSError, ValueError):
-        return {}
-    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
 def up(

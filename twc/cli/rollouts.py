@@ -111,8 +111,8 @@ def drive_rollouts(
     settings: RolloutSettings,
     wait: float,
     out: TextIO,
-) -> dict[str, RolloutPlan]:
-    """After an ``up``: carry out what is due for up to ``wait`` seconds; the last plans."""
+) -> None:
+    """After an ``up``: carry out what is due for up to ``wait`` seconds."""
     from twc.versioning import carry_out_all
 
     deadline = time.time() + max(0.0, wait)
@@ -121,7 +121,7 @@ def drive_rollouts(
     while True:
         facts, plans = observe_round(kube, desired, clients, settings=settings, now=time.time())
         if not plans:
-            return plans
+            return
         seen = (plans, facts.observed, desired.workers, desired.fleet)
         read_input = functools.partial(workloads.read_gate_input, kube)
         results = asyncio.run(carry_out_all(*seen, clients, read_input=read_input))
@@ -154,7 +154,6 @@ def drive_rollouts(
         )
         if rescaled or plan.deleted:
             print(f"rollout of {key}: {due}", file=out, flush=True)
-    return plans
 
 
 def live_rollouts(

@@ -82,7 +82,21 @@ def _where(item: object, mark: Any = None) -> str:
 
 def parse_yaml(raw: bytes) -> object:
     """The one YAML document in ``raw`` (``None`` if empty); YamlRejected if unacceptable."""
-    text = _decode(raw)
+    if len(raw) > MAX_BYTES:
+        raise YamlRejected(f"file is larger than {MAX_BYTES // 1024} KiB")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise YamlRejected(f"file is not valid UTF-8 (byte {err.start})") from None
+    text = text.removeprefix("\ufeff")
+    bad = _NON_PRINTABLE.search(text)
+    if bad is not None:
+        line = text.count("\n", 0, bad.start()) + 1
+        column = bad.start() - (text.rfind("\n", 0, bad.start()) + 1) + 1
+        raise YamlRejected(
+            f"invalid YAML: special characters are not allowed (#x{ord(bad.group()):04x}, "
+            f"line {line}, column {column})"
+        )
     loader: _StrictLoader | None = None
     try:
         # The constructor already scans for unprintable characters: inside the try.
@@ -102,22 +116,3 @@ def parse_yaml(raw: bytes) -> object:
     finally:
         if loader is not None:
             loader.dispose()
-
-
-def _decode(raw: bytes) -> str:
-    if len(raw) > MAX_BYTES:
-        raise YamlRejected(f"file is larger than {MAX_BYTES // 1024} KiB")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise YamlRejected(f"file is not valid UTF-8 (byte {err.start})") from None
-    text = text.removeprefix("\ufeff")
-    bad = _NON_PRINTABLE.search(text)
-    if bad is not None:
-        line = text.count("\n", 0, bad.start()) + 1
-        column = bad.start() - (text.rfind("\n", 0, bad.start()) + 1) + 1
-        raise YamlRejected(
-            f"invalid YAML: special characters are not allowed (#x{ord(bad.group()):04x}, "
-            f"line {line}, column {column})"
-        )
-    return text

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from twc.spec import API_GROUP, CONNECTION_VERSION
+from twc.spec import API_GROUP, CONNECTION_VERSION, part
 from twc.spec.crds import (
     CRD_VERSION,
     OFFICIAL_WORKER_KIND,
@@ -27,8 +27,7 @@ IdentityKey = tuple[str, str, str, str | None]
 
 def metadata(obj: Any) -> Mapping[str, Any]:
     """An object's ``metadata``; empty when it has none (or is no mapping at all)."""
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    return meta if isinstance(meta, Mapping) else {}
+    return part(obj, "metadata")
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from twc.spec import (
     ResolvedWorker,
     TemporalWorker,
     label_value,
+    part,
 )
 from twc.spec.crds import MANAGED_BY_LABEL, WORKER_KIND
 from twc.spec.crds import VIEW_LABEL as VIEW_LABEL
@@ -35,14 +36,9 @@ VIEW_FIELD_MANAGER = "twc-views"
 _QUEUE_ORIGIN = "Queue "
 
 
-def _map(obj: Any, key: str) -> Mapping[str, Any]:
-    found = metadata(obj).get(key)
-    return found if isinstance(found, Mapping) else {}
-
-
 def is_view(obj: Mapping[str, Any]) -> bool:
     """Whether a TemporalWorker object is a view twc generated (of any stack)."""
-    return _map(obj, "labels").get(VIEW_LABEL) in (FROM_QUEUE, FROM_FLEET)
+    return part(metadata(obj), "labels").get(VIEW_LABEL) in (FROM_QUEUE, FROM_FLEET)
 
 
 def _pruned(value: Any) -> Any:
@@ -229,7 +225,7 @@ class ViewPlan:
 
 def _owned_by(obj: Mapping[str, Any], stack: str, *, adopt: bool = False) -> bool:
     """Whether ``obj`` is this stack's view (with ``adopt``, also one without a stack label)."""
-    found = _map(obj, "labels").get(STACK_LABEL)
+    found = part(metadata(obj), "labels").get(STACK_LABEL)
     return is_view(obj) and (found == label_value(stack) or (adopt and found is None))
 
 
@@ -244,7 +240,7 @@ def _refs(found: Any) -> set[tuple[Any, ...]]:
 def _metadata_matches(obj: Mapping[str, Any], view: View) -> bool:
     wanted = view.body["metadata"]
     return all(
-        _map(obj, key).get(k) == v
+        part(metadata(obj), key).get(k) == v
         for key in ("labels", "annotations")
         for k, v in wanted[key].items()
     ) and _refs(wanted.get("ownerReferences")) <= _refs(metadata(obj).get("ownerReferences"))
@@ -269,7 +265,7 @@ def plan_views(
         if current is None:
             writes.append(ViewWrite(view))
         elif not _owned_by(current, stack, adopt=True):
-            other = is_view(current) and _map(current, "labels").get(STACK_LABEL)
+            other = is_view(current) and part(metadata(current), "labels").get(STACK_LABEL)
             skipped[key] = (
                 "another stack's view of that name exists"
                 if other
@@ -284,7 +280,9 @@ def plan_views(
                 edited = () if same_spec else foreign_spec_managers(current)
                 writes.append(ViewWrite(view, current, edited))
     deletes = [
-        ViewDelete(worker_native(obj), str(_map(obj, "annotations").get(VIEW_ANNOTATION, "?")))
+        ViewDelete(
+            worker_native(obj), str(part(metadata(obj), "annotations").get(VIEW_ANNOTATION, "?"))
+        )
         for key, obj in sorted(observed.items())
         if key not in views
         and key not in held

@@ -125,8 +125,13 @@ def test_a_crash_mid_up_loses_what_the_setting_says_and_the_stack_converges(
     third = backend_daemons.start(fs, settings=settings, name="third")
     wait_for_success(third, timeout=180)
 
-    # The killed engine's lock was provably stale (its process is gone): broken.
-    assert "breaking a stale lock" in third.text()
+    # The killed up never finished. Its CLI then died of SIGPIPE or SIGKILL holding the
+    # stack's lock (the next daemon proves the holder gone and breaks it, logging
+    # "breaking a stale lock") or stopped on its guard's SIGINT, releasing it: a race the
+    # next daemon handles either way (tests/faults/..._read_only_state_backend.py breaks
+    # a stale lock deterministically).
+    up = [e for e in second.journal() if e.command[:1] == ("up",)][-1]
+    assert up.code != 0, up
     assert not _pending(fs)
     assert _recorded(fs, namespace) == {"alpha", "beta", *NEW}
     for name in NEW:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from twc.kube.client import tolerating
@@ -38,12 +38,9 @@ class ObjectWriter(Protocol):
 class NativeWriter:
     """Status, finalizer and Event writes to the API server."""
 
-    def __init__(
-        self, custom_api: Any, core_api: Any, *, wall: Callable[[], float] = time.time
-    ) -> None:
+    def __init__(self, custom_api: Any, core_api: Any) -> None:
         self._custom = custom_api
         self._core = core_api
-        self._wall = wall
         self._instance = socket.gethostname()
 
     def _patch(self, obj: NativeObject, body: Any, *, status: bool) -> None:
@@ -63,7 +60,7 @@ class NativeWriter:
 
     def event(self, obj: NativeObject, reason: str, message: str, *, warning: bool = True) -> None:
         """Create a core/v1 Event about ``obj``."""
-        now = rfc3339(self._wall())
+        now = rfc3339(time.time())
         namespace = obj.namespace or CLUSTER_EVENT_NAMESPACE
         involved: dict[str, Any] = {
             "apiVersion": obj.api_version,

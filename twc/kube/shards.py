@@ -122,7 +122,6 @@ class MemberRoster:
         identity: str,
         settings: LeaseTimings,
         clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
     ) -> None:
         self._api = coordination_api
         self.namespace = namespace
@@ -131,7 +130,6 @@ class MemberRoster:
         self.name = f"twc-member-{self.group[:8]}-{_digest(identity, 12)}"
         self._settings = settings
         self._clock = clock
-        self._wall = wall
         self._lock = threading.Lock()
         self._seen: dict[str, tuple[LeaseRecord, float]] = {}
         self._count = 1
@@ -165,7 +163,7 @@ class MemberRoster:
         spec = {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": max(1, math.ceil(self._settings.lease_duration)),
-            "renewTime": rfc3339_micro(self._wall()),
+            "renewTime": rfc3339_micro(time.time()),
         }
         patch = self._api.patch_namespaced_lease
         if unless_404(patch, self.name, self.namespace, {"spec": spec}) is None:

@@ -131,8 +131,8 @@ def read_json(read: Callable[..., Any], *args: Any) -> dict[str, Any] | None:
     return None if response is None else dict(json.loads(response.data))
 
 
-class KubeClient:
-    """The API groups twc uses, over one :func:`api_client`."""
+class KubeClient(contextlib.AbstractContextManager["KubeClient"]):
+    """The API groups twc uses, over one :func:`api_client` (closed on leaving a ``with``)."""
 
     def __init__(self, api: Any) -> None:
         from kubernetes import client
@@ -159,9 +159,6 @@ class KubeClient:
 
     def close(self) -> None:
         self.api_client.close()
-
-    def __enter__(self) -> KubeClient:
-        return self
 
     def __exit__(self, *_exc: object) -> None:
         self.close()

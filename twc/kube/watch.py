@@ -537,10 +537,9 @@ class NativeWatch:
     def snapshot(self) -> NativeSnapshot | None:
         """The objects of every kind, or ``None`` until each was listed once."""
         ours, official = self._workers.snapshot(), self._official.snapshot()
-        if self._templates.snapshot() is None:  # WorkerDeployments are read with them
-            ours = None
-        workers = None if ours is None or official is None else (*ours, *official)
+        templates = self._templates.snapshot()  # WorkerDeployments are read with them
         connections = {kind: watcher.snapshot() for kind, watcher in self._kinds.items()}
-        if workers is None or any(found is None for found in connections.values()):
+        listed = {kind: found for kind, found in connections.items() if found is not None}
+        if ours is None or official is None or templates is None or len(listed) < len(connections):
             return None
-        return NativeSnapshot(workers, {k: v for k, v in connections.items() if v is not None})
+        return NativeSnapshot((*ours, *official), listed)

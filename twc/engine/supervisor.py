@@ -321,11 +321,10 @@ def _record_engine(pid: int) -> None:
         return  # no record: a lock it leaves is never judged gone by this host
     with contextlib.suppress(OSError):
         records = sorted(where.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
-        for old in records[: max(0, len(records) - MAX_ENGINE_RECORDS + 1)]:
-            old.unlink(missing_ok=True)
-        for other in where.glob("*.json"):
-            if not other.name.startswith(f"{boot}-"):
-                other.unlink(missing_ok=True)  # an earlier boot's: its processes are gone
+        excess = len(records) - MAX_ENGINE_RECORDS + 1  # the oldest make room for this one
+        for index, old in enumerate(records):  # and an earlier boot's: its processes are gone
+            if index < excess or not old.name.startswith(f"{boot}-"):
+                old.unlink(missing_ok=True)
         text = json.dumps({"boot": boot, "pid": pid, "start": start})
         write_atomically(where / f"{boot}-{pid}.json", text)
 

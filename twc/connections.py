@@ -466,8 +466,8 @@ def poller_failure(error: BaseException) -> tuple[str, str]:
     if isinstance(error, LookupError):
         return "AuthSecretInvalid", str(error)
     if isinstance(error, TwcConnectionError):
-        auth = error.reason == Reason.AUTH_SECRET_INVALID
-        return ("AuthSecretInvalid" if auth else "TemporalUnavailable"), str(error)
+        named = error.reason in (Reason.AUTH_SECRET_INVALID, Reason.TWC_CREDENTIAL_INVALID)
+        return (error.reason.value if named else "TemporalUnavailable"), str(error)
     if isinstance(error, RPCError):
         reason = {
             RPCStatusCode.NOT_FOUND: "NamespaceNotFound",

@@ -18,6 +18,7 @@ class Reason(StrEnum):
     UNKNOWN_CONNECTION_KIND = "UnknownConnectionKind"  # no provider for (apiGroup, kind)
     CONNECTION_NOT_FOUND = "ConnectionNotFound"
     AUTH_SECRET_INVALID = "AuthSecretInvalid"  # noqa: S105 - a reason's name, not a secret
+    TWC_CREDENTIAL_INVALID = "TwcCredentialInvalid"  # twcCredentials refused; workers' not
     TEMPORAL_CLIENT_CREATION_FAILED = "TemporalClientCreationFailed"
     INVALID_SPEC = "InvalidSpec"
     OBJECT_EXISTS = "ObjectExists"  # a new worker's object exists, made by someone else

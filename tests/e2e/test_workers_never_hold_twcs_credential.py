@@ -7,6 +7,10 @@ and twc the certificate ``twc``. A versioned worker rolls out: twc's own calls (
 task-queue check, describing and routing the worker deployment) all come with ``twc``'s
 certificate, the worker's polls with ``worker``'s, and the worker never makes a routing
 call; a workflow runs on it; its Deployment names only the workers' secret.
+
+Then twc's credential is revoked (its Secret deleted): the worker's status says
+``TwcCredentialInvalid``, naming twc's secret, while its pods, untouched, still run
+workflows; restored, the status says the pollers are registered again.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from temporalio.client import Client
 from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import FAST, Daemons, eventually
 from tests.e2e.mtls_front import SERVER_NAME, Authority, MutualTLSFront
-from tests.e2e.native import Kubelet
+from tests.e2e.native import Kubectl, Kubelet
 from twc.local import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
@@ -51,6 +55,14 @@ async def _echo(address: str, task_queue: str) -> str:
         "EchoWorkflow", "hi", id=f"echo-{uuid.uuid4().hex}", task_queue=task_queue
     )
     return result
+
+
+def _queue_condition(kubectl: Kubectl, namespace: str) -> dict[str, Any]:
+    view = kubectl.get_json("temporalworker", "orders", "-n", namespace) or {}
+    conditions = view.get("status", {}).get("conditions") or []
+    found = [c for c in conditions if c["type"] == "TemporalTaskQueueRegistered"]
+    assert found, f"no task-queue condition on {view}"  # polled until its status is written
+    return dict(found[0])
 
 
 def test_twc_calls_with_its_own_certificate_and_workers_with_theirs(
@@ -104,3 +116,31 @@ def test_twc_calls_with_its_own_certificate_and_workers_with_theirs(
         pods = json.dumps(deployment["spec"]["template"])
         assert "worker-mtls" in pods
         assert "twc-mtls" not in pods
+
+        # twc's credential revoked: the status blames twc's, the workers run on.
+        twc_secret = kube.core.read_namespaced_secret("twc-mtls", namespace)
+        kube.core.delete_namespaced_secret("twc-mtls", namespace)
+        kubectl = Kubectl(local_env)
+        eventually(
+            lambda: _queue_condition(kubectl, namespace)["reason"] == "TwcCredentialInvalid",
+            timeout=ONE_UP,
+            message=f"never blamed twc's credential\n{daemon.text()[-3000:]}",
+        )
+        assert "twc-mtls" in _queue_condition(kubectl, namespace)["message"]
+        result = asyncio.run(_echo(local_env.temporal_address(), task_queue))
+        assert "(from orders-" in result, result
+        (after,) = kubelet.deployments().values()
+        assert after["metadata"]["generation"] == deployment["metadata"]["generation"]
+        assert after["spec"]["template"] == deployment["spec"]["template"]
+
+        restored = {
+            "metadata": {"name": "twc-mtls"},
+            "type": twc_secret.type,
+            "data": twc_secret.data,
+        }
+        kube.core.create_namespaced_secret(namespace, restored)
+        eventually(
+            lambda: _queue_condition(kubectl, namespace)["reason"] == "PollersRegistered",
+            timeout=ONE_UP,
+            message=f"never registered again\n{daemon.text()[-3000:]}",
+        )

@@ -7,6 +7,7 @@ schema) the field is the annotation ``twc.temporal.io/twc-credentials``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -14,8 +15,9 @@ import pytest
 
 from tests.unit._native_objects import cluster_conn_obj, conn_obj
 from twc import builders
-from twc.connections import Registry
-from twc.errors import SpecError
+from twc.connections import Registry, poller_failure
+from twc.errors import SpecError, TwcConnectionError
+from twc.reconcile.asking import TemporalBacklogs
 from twc.spec import (
     TWC_CREDENTIALS_ANNOTATION,
     AuthMode,
@@ -112,3 +114,26 @@ def test_an_objects_twc_credentials_are_its_annotation(load: Any) -> None:
     for crd in (connection_crd(), cluster_connection_crd()):
         spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
         assert "twcCredentials" not in spec["properties"]
+
+
+@pytest.mark.parametrize(
+    ("twc", "reason"), [(True, "TwcCredentialInvalid"), (False, "AuthSecretInvalid")]
+)
+def test_an_unreadable_twc_credential_is_named_as_twcs_not_the_workers(
+    twc: bool, reason: str
+) -> None:
+    data = _fleet({"mutualTLSSecretRef": {"name": "twc-mtls"}})
+    if not twc:
+        del data["clusterConnections"][0]["twcCredentials"]
+    fleet = load_fleet(data, "f.yaml")
+
+    def read_secret(namespace: str, name: str) -> dict[str, bytes]:
+        raise LookupError(f"secret {namespace}/{name} not found")
+
+    source = TemporalBacklogs(read_secret=read_secret)
+    (ref,) = source.refs(fleet, fleet.resolved_workers()).values()
+    with pytest.raises((LookupError, TwcConnectionError)) as raised:
+        asyncio.run(source.pollers(ref))
+    found, message = poller_failure(raised.value)
+    assert found == reason
+    assert ("twc-mtls" in message) is twc

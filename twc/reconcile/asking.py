@@ -18,7 +18,8 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, S
 from datetime import timedelta
 from typing import Any, Protocol
 
-from twc.connections import ResolvedConnection, default_registry
+from twc.connections import ResolvedConnection, default_registry, poller_failure
+from twc.errors import Reason, TwcConnectionError
 from twc.spec import Fleet, ResolvedWorker
 from twc.versioning import Backlog as Backlog
 
@@ -184,20 +185,21 @@ class TemporalBacklogs:
     ) -> None:
         self._read_secret = read_secret
         self._address = temporal_address
-        self._connections: dict[str, tuple[ResolvedConnection, str | None]] = {}
+        self._connections: dict[str, tuple[ResolvedConnection, str | None, bool]] = {}
 
     def refs(self, fleet: Fleet, workers: Iterable[ResolvedWorker]) -> dict[str, TaskQueueRef]:
         """Resolve each worker's connection and name its task queue."""
         registry = default_registry()
         out: dict[str, TaskQueueRef] = {}
         for worker in workers:
-            conn = registry.resolve_worker(worker, fleet).for_twc()
+            resolved = registry.resolve_worker(worker, fleet)
+            conn = resolved.for_twc()
             if self._address:
                 conn = dataclasses.replace(conn, host_port=self._address)
             ns = conn.secret_source_namespace or conn.identity.namespace or worker.namespace
             secret_ns = ns if conn.secret_name is not None else None
             conn_id = f"{conn.identity}@{conn.host_port}@{secret_ns or ''}"
-            self._connections[conn_id] = (conn, secret_ns)
+            self._connections[conn_id] = (conn, secret_ns, resolved.twc is not None)
             out[worker.stack_key] = TaskQueueRef(
                 worker.temporal_namespace, worker.task_queue_name, conn_id
             )
@@ -212,30 +214,40 @@ class TemporalBacklogs:
         found = self._connections.get(ref.connection)
         if found is None:
             raise LookupError(f"no connection known for {ref}")
-        conn, secret_ns = found
-        secret_data = None
-        if conn.secret_name is not None:
-            if self._read_secret is None or secret_ns is None:
-                raise LookupError(f"cannot read the secret of {conn.identity}")
-            secret_data = await asyncio.to_thread(self._read_secret, secret_ns, conn.secret_name)
-        client = await conn.client(ref.namespace, secret_data)
-        queue = TaskQueue(name=ref.name, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL)
-        describe = client.workflow_service.describe_task_queue
-        timeout = timedelta(seconds=10.0)  # each DescribeTaskQueue call
-        answers = []
-        for name in types:
-            request = DescribeTaskQueueRequest(
-                namespace=ref.namespace,
-                task_queue=queue,
-                task_queue_type=TaskQueueType.Value(f"TASK_QUEUE_TYPE_{name}"),
-                report_stats=stats,
-            )
-            try:
-                answers.append(await describe(request, timeout=timeout))
-            except RPCError:
-                if name != "NEXUS":
-                    raise
-        return answers
+        conn, secret_ns, own = found
+        try:
+            secret_data = None
+            if conn.secret_name is not None:
+                if self._read_secret is None or secret_ns is None:
+                    raise LookupError(f"cannot read the secret of {conn.identity}")
+                read = self._read_secret
+                secret_data = await asyncio.to_thread(read, secret_ns, conn.secret_name)
+            client = await conn.client(ref.namespace, secret_data)
+            queue = TaskQueue(name=ref.name, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL)
+            describe = client.workflow_service.describe_task_queue
+            timeout = timedelta(seconds=10.0)  # each DescribeTaskQueue call
+            answers = []
+            for name in types:
+                kind = TaskQueueType.Value(f"TASK_QUEUE_TYPE_{name}")
+                request = DescribeTaskQueueRequest(
+                    namespace=ref.namespace,
+                    task_queue=queue,
+                    task_queue_type=kind,
+                    report_stats=stats,
+                )
+                try:
+                    answers.append(await describe(request, timeout=timeout))
+                except RPCError:
+                    if name != "NEXUS":
+                        raise
+            return answers
+        except Exception as exc:
+            reason, message = poller_failure(exc)
+            if not own or reason != Reason.AUTH_SECRET_INVALID:
+                raise
+            # The workers' credential is not in question: say it is twc's own.
+            said = f"twc's own credential (twcCredentials, secret {conn.secret_name}): {message}"
+            raise TwcConnectionError(Reason.TWC_CREDENTIAL_INVALID, said) from exc
 
     async def pollers(self, ref: TaskQueueRef) -> int:
         """Pollers of the workflow and activity task queues (what ``twc status`` checks)."""

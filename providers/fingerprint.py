@@ -1,7 +1,9 @@
 """``ConnectionFingerprint``: a Temporal connection's fingerprint, as a resource.
 
 Inputs: the non-secret spec and a digest of the credential secret; output: the fingerprint
-its workers' pods carry, so a connection change rolls exactly the workers using it.
+its workers' pods carry, so a connection change rolls exactly the workers using it. Input
+``twcCredential``, the name of twc's own credential (``twcCredentials``), is shown in
+previews and kept out of the fingerprint: workers never use it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any
 from pulumi import Input, Output, ResourceOptions, dynamic
 
 _HEX = frozenset("0123456789abcdef")
+_INPUTS = ("spec", "secretDigest", "twcCredential")
 
 
 def _with_fingerprint(props: dict[str, Any]) -> dict[str, Any]:
@@ -39,7 +42,7 @@ class ConnectionFingerprintProvider(dynamic.ResourceProvider):
         return dynamic.CreateResult(id_=outs["fingerprint"][:16], outs=outs)
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
-        changed = any(olds.get(k) != news.get(k) for k in ("spec", "secretDigest"))
+        changed = any(olds.get(k) != news.get(k) for k in _INPUTS)
         return dynamic.DiffResult(changes=changed, replaces=[], delete_before_replace=False)
 
     def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> dynamic.UpdateResult:
@@ -47,7 +50,7 @@ class ConnectionFingerprintProvider(dynamic.ResourceProvider):
 
     def read(self, id_: str, props: dict[str, Any]) -> dynamic.ReadResult:
         # A pure function of its inputs: refresh recomputes and finds no drift.
-        inputs = {"spec": props.get("spec"), "secretDigest": props.get("secretDigest")}
+        inputs = {k: props.get(k) for k in _INPUTS}
         return dynamic.ReadResult(id_=id_, outs=_with_fingerprint(props), inputs=inputs)
 
 
@@ -62,7 +65,9 @@ class ConnectionFingerprint(dynamic.Resource, module="twc", name="ConnectionFing
         *,
         spec: Input[dict[str, Any]],
         secret_digest: Input[str] | None = None,
+        twc_credential: str | None = None,
         opts: ResourceOptions | None = None,
     ) -> None:
         props = {"spec": spec, "secretDigest": secret_digest, "fingerprint": None}
+        props["twcCredential"] = twc_credential
         super().__init__(ConnectionFingerprintProvider(), name, props, opts)

@@ -32,6 +32,7 @@ WAIT_CONTAINER: Final = "wait-for-temporal"
 DEFAULT_WAIT_IMAGE: Final = "busybox:1.37"
 """Image of the init container; any image with ``sh`` and ``nc -z`` works."""
 REPLICAS_SOURCE_ANNOTATION = "twc.temporal.io/replicas-source"
+AUTOSCALING_ANNOTATION = "twc.temporal.io/autoscaling"
 """On a worker Deployment: ``autoscaling`` or ``spec``, where its replicas come from."""
 CONNECTION_ANNOTATION = "twc.temporal.io/connection"
 """On a worker Deployment (not the pod template): the connection it uses, by name."""
@@ -260,6 +261,9 @@ def worker_deployment(
     metadata = object_metadata(worker, worker.name, stack=stack)
     source = "autoscaling" if worker.autoscaling else "spec"
     metadata["annotations"] = {REPLICAS_SOURCE_ANNOTATION: source}
+    if worker.autoscaling:  # what the daemon scales it by, for previews to show
+        dumped = worker.autoscaling.model_dump_json(by_alias=True, exclude_defaults=True)
+        metadata["annotations"][AUTOSCALING_ANNOTATION] = dumped
     if connection_name:
         metadata["annotations"][CONNECTION_ANNOTATION] = connection_name
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata, "spec": spec}
@@ -292,6 +296,7 @@ def versioned_deployment(
     elif any(scales(t.template) for t in worker.resource_templates):
         spec.pop("replicas", None)  # its autoscaler's (kept out of the applied config)
         metadata["annotations"][REPLICAS_SOURCE_ANNOTATION] = "resourceTemplate"
+        metadata["annotations"].pop(AUTOSCALING_ANNOTATION, None)
     version_labels = {rollout.BUILD_ID_LABEL: build_id, rollout.DEPLOYMENT_NAME_LABEL: worker.name}
     metadata["name"] = rollout.version_deployment_name(worker.name, build_id)
     metadata["labels"].update(version_labels)

@@ -6,7 +6,7 @@ import socket
 from typing import Any
 
 import dill
-from pulumi.dynamic import CreateResult, ReadResult
+from pulumi.dynamic import CreateResult, ReadResult, UpdateResult
 
 from providers.fingerprint import ConnectionFingerprintProvider
 from providers.taskqueue import TaskQueueCheckProvider, check_task_queue, condition
@@ -44,6 +44,12 @@ def test_fingerprint_diff_reports_a_change_only_when_spec_or_digest_changes() ->
     changed = p.diff("id", olds, {"spec": moved, "secretDigest": DIGEST})
     assert changed.changes is True
     assert not changed.replaces  # a fingerprint is updated in place, never replaced
+    # twc's own credential is an input (previews show it), never part of the fingerprint.
+    own = p.diff("id", olds, {"spec": SPEC, "secretDigest": DIGEST, "twcCredential": "twc-mtls"})
+    assert own.changes is True
+    assert _outs(p.update("id", olds, {**olds, "twcCredential": "twc-mtls"}))["fingerprint"] == (
+        fingerprint_of(SPEC, DIGEST)
+    )
 
 
 def test_fingerprint_check_rejects_what_looks_like_secret_material() -> None:
@@ -57,7 +63,7 @@ def test_fingerprint_read_recomputes_and_returns_inputs_so_refresh_finds_no_drif
     props = {"spec": SPEC, "secretDigest": DIGEST, "fingerprint": fingerprint_of(SPEC, DIGEST)}
     read = ConnectionFingerprintProvider().read("id", props)
     assert _outs(read)["fingerprint"] == props["fingerprint"]
-    assert read.inputs == {"spec": SPEC, "secretDigest": DIGEST}
+    assert read.inputs == {"spec": SPEC, "secretDigest": DIGEST, "twcCredential": None}
 
 
 def test_task_queue_check_rejects_bad_inputs_with_check_failures() -> None:
@@ -144,6 +150,6 @@ def test_task_queue_check_diff_never_replaces() -> None:
     assert TaskQueueCheckProvider().diff("id", olds, dict(olds)).changes is False
 
 
-def _outs(result: CreateResult | ReadResult) -> dict[str, Any]:
+def _outs(result: CreateResult | ReadResult | UpdateResult) -> dict[str, Any]:
     assert result.outs is not None, "the provider returned no outputs"
     return dict(result.outs)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import json
 from typing import Any
 
 import pytest
@@ -77,6 +79,67 @@ def test_replicas_say_whether_autoscaling_manages_them_and_do_not_restart() -> N
         "PodDisruptionBudget `temporal/worker-billing-pdb` added",
     ]
     assert r.summary.restarting_workers == []
+
+
+def _edited(scenario: str, edit: Any) -> PreviewReport:
+    """The scenario's report with ``edit(metadata)`` applied to each resource event's."""
+    items = copy.deepcopy(raw_events(scenario))
+    for item in items:
+        for key in ("resourcePreEvent", "resOutputsEvent"):
+            if meta := (item.get(key) or {}).get("metadata"):
+                edit(meta)
+    assert items != raw_events(scenario), "the edit changed nothing"
+    return build_report([EngineEvent.from_json(i) for i in items], PROJECT, STACK)
+
+
+def _sides(meta: dict[str, Any], side: str) -> list[dict[str, Any]]:
+    return [meta[side][part] for part in ("inputs", "outputs") if part in (meta.get(side) or {})]
+
+
+def test_an_autoscaling_change_names_the_bounds_and_when_it_scales_to_zero() -> None:
+    def scale_to_zero(meta: dict[str, Any]) -> None:
+        if not meta["urn"].endswith("worker-orders-deployment"):
+            return
+        for side, floor in (("old", 1), ("new", 0)):
+            policy = {"minReplicas": floor, "maxReplicas": 10, "targetBacklogPerReplica": 5}
+            for state in _sides(meta, side):
+                annotations = state["metadata"]["annotations"]
+                annotations["twc.temporal.io/autoscaling"] = json.dumps(policy)
+
+    r = _edited("replicas_autoscaling", scale_to_zero)
+    assert _messages(_group(r, "temporal/worker-orders")) == [
+        "replicas managed by autoscaling: 5; autoscaling 1 to 10 replicas, 5 tasks of backlog "
+        "each → 0 to 10 replicas, 5 tasks of backlog each, to zero after 5 m without work, "
+        "woken by the first task"
+    ]
+    assert r.summary.restarting_workers == []
+
+
+def test_twcs_own_credential_is_named_and_rolls_no_worker() -> None:
+    def own_credential(meta: dict[str, Any]) -> None:
+        if meta["urn"].endswith("ConnectionFingerprint::prod-fingerprint"):
+            meta["op"] = "update"
+            for state in _sides(meta, "new"):
+                state["twcCredential"] = "twc-mtls"
+
+    r = _edited("no_changes", own_credential)
+    prod = _group(r, "prod")
+    assert _messages(prod) == [
+        "twc's own credential (none) → twc-mtls (the workers' stays: no pod rolls)"
+    ]
+    assert prod.reasons[0].code is ReasonCode.TWC_CREDENTIAL_CHANGED
+    assert r.summary.restarting_workers == []
+
+    def born(meta: dict[str, Any]) -> None:
+        if "ClusterConnection" in meta["type"] or "ClusterConnection$" in meta["urn"]:
+            meta["op"], meta["old"] = "create", None
+            own_credential(meta)
+            meta["op"] = "create"
+
+    assert _messages(_group(_edited("no_changes", born), "prod")) == [
+        "new connection: hostPort `temporal-frontend.temporal.svc.cluster.local:7233`, "
+        "twc calls with its own credential `twc-mtls`"
+    ]
 
 
 def test_a_new_queue_and_its_derived_worker_are_two_groups() -> None:

@@ -47,9 +47,11 @@ from twc.rollout import (
     POLICY_ANNOTATION,
     TARGET_ANNOTATION,
     RolloutPolicy,
+    duration_words,
     rollback_in_words,
     rollout_in_words,
 )
+from twc.spec import Autoscaling
 
 if TYPE_CHECKING:
     from pulumi.automation.events import EngineEvent, StepEventMetadata
@@ -57,6 +59,7 @@ if TYPE_CHECKING:
 # What the components write on a worker's pod template and Deployment.
 _HASH = "temporal.io/connection-spec-hash"
 _REPLICAS_SOURCE, _CONNECTION = "twc.temporal.io/replicas-source", "twc.temporal.io/connection"
+_AUTOSCALING = "twc.temporal.io/autoscaling"
 _GROUP_KINDS: Mapping[str, GroupKind] = {
     "twc:temporal:TemporalWorker": GroupKind.WORKER,
     "twc:temporal:ClusterConnection": GroupKind.CONNECTION,
@@ -90,6 +93,7 @@ _CONNECTION_PATH: Path = ("metadata", "annotations", _CONNECTION)
 _REPLICAS_PATH: Path = ("spec", "replicas")
 _TARGET_PATH: Path = ("metadata", "annotations", TARGET_ANNOTATION)
 _POLICY_PATH: Path = ("metadata", "annotations", POLICY_ANNOTATION)
+_AUTOSCALING_PATH: Path = ("metadata", "annotations", _AUTOSCALING)
 _MAX_ENV_REASONS = 8
 _ENV_REFS = {
     "secretKeyRef": "from secret `{name}` key `{key}`",
@@ -421,7 +425,10 @@ def _creation_details(group: _Group) -> list[str]:
             for m in group.members
             if m.label == "ConnectionFingerprint"
         ]
-        return [f"hostPort `{host}`" for host in hosts if _known_str(host)][:1]
+        own = [_get(m.new, "twcCredential") for m in group.members]
+        return [f"hostPort `{host}`" for host in hosts if _known_str(host)][:1] + [
+            f"twc calls with its own credential `{name}`" for name in own if _known_str(name)
+        ][:1]
     if group.kind is GroupKind.QUEUE:
         kube = [m for m in group.members if m.urn != group.urn and m.type.startswith("kubernetes:")]
         spec = _get(kube[0].new, "spec") if kube else None
@@ -436,7 +443,7 @@ def _creation_details(group: _Group) -> list[str]:
     details = [f"image `{image}`"] if _known_str(image) else []
     count = int_or_none(_get(state, *_REPLICAS_PATH))
     if _get(state, *_SOURCE_PATH) == "autoscaling":
-        details.append(_autoscaled(count))
+        details.append(_autoscaled(count, state))
     elif count is not None:
         details.append(plural(count, "replica"))
     queue = _get(state, "metadata", "labels", "temporal.io/task-queue")
@@ -507,8 +514,34 @@ def _versions(group: _Group) -> None:
         group.add(ReasonCode.IMAGE_CHANGED, f"{image} (a new version; running pods stay)")
 
 
-def _autoscaled(count: int | None) -> str:
-    return "replicas managed by autoscaling" + (f": {count}" if count is not None else "")
+def _autoscaled(count: int | None, new: JsonValue, old: JsonValue = None) -> str:
+    said = "replicas managed by autoscaling" + (f": {count}" if count is not None else "")
+    now, before = (_autoscaling_words(_get(state, *_AUTOSCALING_PATH)) for state in (new, old))
+    if now and before and now != before:
+        return f"{said}; autoscaling {before} → {now}"
+    return f"{said} ({now})" if now else said
+
+
+def _autoscaling_words(text: JsonValue) -> str | None:
+    """A Deployment's recorded ``autoscaling`` in words, e.g. ``0 to 10 replicas, 5 tasks of
+    backlog each, to zero after 5 m without work, woken by the first task``."""
+    try:
+        policy = Autoscaling.model_validate_json(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    if policy is None:
+        return None
+    said = f"{policy.min_replicas} to {policy.max_replicas} replicas, "
+    said += f"{plural(policy.target_backlog_per_replica, 'task')} of backlog each"
+    if policy.min_replicas > 0:
+        return said
+    idle = duration_words(policy.scale_down_stabilization_seconds)
+    wake = (
+        f"a backlog over {policy.activation_backlog}"
+        if policy.activation_backlog
+        else "the first task"
+    )
+    return f"{said}, to zero after {idle} without work, woken by {wake}"
 
 
 def _workload(member: _Res, changes: Changes) -> tuple[list[tuple[ReasonCode, str]], list[Path]]:
@@ -516,12 +549,12 @@ def _workload(member: _Res, changes: Changes) -> tuple[list[tuple[ReasonCode, st
     old, new = member.old, member.new
     reasons: list[tuple[ReasonCode, str]] = []
     explained: list[Path] = [_HASH_PATH, _REPLICAS_PATH, _SOURCE_PATH, _CONNECTION_PATH]
-    explained += [_TARGET_PATH, _POLICY_PATH]
+    explained += [_TARGET_PATH, _POLICY_PATH, _AUTOSCALING_PATH]
     old_replicas, new_replicas = (_get(state, *_REPLICAS_PATH) for state in (old, new))
     if _get(new, *_SOURCE_PATH) == "autoscaling":
         # The daemon scales it, not the engine: the count is information, not a change.
         shown = new_replicas if new_replicas is not None else old_replicas
-        reasons.append((ReasonCode.REPLICAS_AUTOSCALED, _autoscaled(int_or_none(shown))))
+        reasons.append((ReasonCode.REPLICAS_AUTOSCALED, _autoscaled(int_or_none(shown), new, old)))
     elif old_replicas != new_replicas and None not in (old_replicas, new_replicas):
         change = f"replicas {_show(old_replicas)} → {_show(new_replicas)}"
         reasons.append((ReasonCode.REPLICAS_CHANGED, change))
@@ -723,6 +756,9 @@ def _fingerprint_reasons(group: _Group, changes: Changes) -> list[Path]:
             last = leaf[-1] if leaf else ""
             if last == "hostPort":
                 group.add(ReasonCode.HOST_PORT_CHANGED, f"hostPort {change}")
+            elif last == "twcCredential":
+                said = f"twc's own credential {change} (the workers' stays: no pod rolls)"
+                group.add(ReasonCode.TWC_CREDENTIAL_CHANGED, said)
             elif isinstance(last, str) and "digest" in last.lower():
                 rotated = "credential secret changed (certificate or key rotated)"
                 group.add(ReasonCode.CREDENTIALS_CHANGED, rotated)
@@ -740,6 +776,8 @@ def _connection(conn: _Group, groups: Sequence[_Group]) -> None:
     if conn.operation in _BORN_OR_GONE:
         return
     changed = any(m.label == "ConnectionFingerprint" and m.op in _CHANGED for m in conn.members)
+    # twc's own credential is not in the fingerprint: changing only it rolls no worker.
+    changed &= {r.code for r in conn.reasons} != {ReasonCode.TWC_CREDENTIAL_CHANGED}
     rolling = sorted(
         g.name
         for g in groups

@@ -51,6 +51,7 @@ class ReasonCode(StrEnum):
     CONNECTION_FINGERPRINT_CHANGED = "ConnectionFingerprintChanged"
     HOST_PORT_CHANGED = "HostPortChanged"
     CREDENTIALS_CHANGED = "CredentialsChanged"
+    TWC_CREDENTIAL_CHANGED = "TwcCredentialChanged"
     IMAGE_CHANGED = "ImageChanged"
     REPLICAS_CHANGED = "ReplicasChanged"
     REPLICAS_SOURCE_CHANGED = "ReplicasSourceChanged"

@@ -82,6 +82,7 @@ class ConnectionComponent(pulumi.ComponentResource):
         source = resolved.secret_source_namespace
         child = pulumi.ResourceOptions(parent=self)
         spec = resolved.spec_document()
+        own_name = resolved.twc.secret_name if resolved.twc else None
         self.by_namespace: dict[str, WorkerConnection] = {}
         """The connection as seen from a worker in each namespace."""
         # The secret is read where it lives: in ``source`` (copied from there into every
@@ -96,7 +97,9 @@ class ConnectionComponent(pulumi.ComponentResource):
                 digest = resolved.secret_digest(data) if data is not None else None
                 own = at is not None and not source and len(args.namespaces) > 1
                 fp_name = f"{name}-fingerprint" + (f"-{ns}" if own else "")
-                fp = ConnectionFingerprint(fp_name, spec=spec, secret_digest=digest, opts=child)
+                fp = ConnectionFingerprint(
+                    fp_name, spec=spec, secret_digest=digest, twc_credential=own_name, opts=child
+                )
                 read[at] = data, digest, fp
             data, digest, fp = read[at]
             deps: tuple[pulumi.Resource, ...] = (fp,)

@@ -70,7 +70,7 @@ def plan_for(quick: bool) -> dict[str, Any]:
             "per_shard": 10,
             "middle": 20,
             "largest": 60,
-            "trials": {"noop": 5, "change": 2, "backlog": 2, "queue": 3, "state": 1},
+            "trials": {"noop": 5, "change": 2, "backlog": 2, "queue": 3, "state": 1, "wake": 5},
             "baselines_at": [20],
             "baseline_trials": 2,
             "queue_gap_s": 4.0,
@@ -82,7 +82,7 @@ def plan_for(quick: bool) -> dict[str, Any]:
         "per_shard": 250,
         "middle": 1000,
         "largest": 5000,
-        "trials": {"noop": 30, "change": 10, "backlog": 8, "queue": 20, "state": 5},
+        "trials": {"noop": 30, "change": 10, "backlog": 8, "queue": 20, "state": 5, "wake": 8},
         "baselines_at": [100, 1000, 5000],
         "baseline_trials": 5,
         "queue_gap_s": 8.0,
@@ -117,6 +117,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="measure a change during a refresh alone (e.g. with --out elsewhere)",
     )
     parser.add_argument(
+        "--wake-only",
+        action="store_true",
+        help="measure the first task from zero alone (e.g. with --out elsewhere)",
+    )
+    parser.add_argument(
         "--render", action="store_true", help="only re-render results.md from results.json"
     )
     parser.add_argument(
@@ -141,9 +146,9 @@ class Run:
         self.plan = plan_for(args.quick)
         if args.sizes:
             self.plan["sizes"] = [int(s) for s in args.sizes.split(",")]
-        if args.state_only or args.refresh_only:
+        if args.state_only or args.refresh_only or args.wake_only:
             self.plan["sizes"] = []
-        self.refresh_only = args.refresh_only
+        self.refresh_only, self.wake_only = args.refresh_only, args.wake_only
         self.figures = tuple(f for f in args.figures.split(",") if f)
         unknown = set(self.figures) - set(FIGURES)
         if unknown:
@@ -159,7 +164,7 @@ class Run:
         self.results["figures"] = list(self.figures)
         self.results["noop_timed"] = report.NOOP_TIMED
         self.workdir = Path(tempfile.mkdtemp(prefix="twc-bench-"))
-        self.skip_state = args.skip_state or args.refresh_only
+        self.skip_state = args.skip_state or args.refresh_only or args.wake_only
         self.profile_dir: Path | None = args.out if args.profile else None
         if args.profile:
             DaemonProfile.executable()  # missing, the run stops now, not an hour in
@@ -247,6 +252,10 @@ class Run:
         if self.refresh_only:
             self.results["refresh_yields"] = self.stage(
                 "a change during a refresh", lambda: self._refresh_yields(env, kube)
+            )
+        if self.wake_only:
+            self.results["wake_from_zero"] = self.stage(
+                "first task from zero", lambda: self._wake_from_zero(env, kube)
             )
         self.results["goals"] = report.evaluate_goals(
             self.results["sizes"], self.plan["middle"], self.plan["largest"]
@@ -489,6 +498,18 @@ class Run:
             trials=self.plan["trials"]["state"],
             rng=self.rng,
             progress=self.progress,
+        )
+
+    def _wake_from_zero(self, env: Any, kube: Any) -> Any:
+        from bench.wakebench import measure_wake_from_zero, wake_stack
+
+        address = env.temporal_address()
+        stack = wake_stack(self.workdir, address)
+        setup_stack(stack, kube=kube, parallel=SETUP_PARALLEL, progress=self.progress)
+        daemon = self._daemon(stack, DAEMON_SETTINGS, tag="-wake")
+        trials = self.plan["trials"]["wake"]
+        return measure_wake_from_zero(
+            kube, daemon, address, trials=trials, rng=self.rng, progress=self.progress
         )
 
     def finish(self, out: Path, note: str | None) -> None:

@@ -91,6 +91,9 @@ p95, max, mean, samples}}` (its p95 is rendered only from ≥ {P95_MIN} samples)
 - `state`: `workers`, `results.<backend>.<variant>` (`up_s`, `bytes`), `choice`.
 - `refresh_yields` (`--refresh-only`): `workers`, `refresh_interval_s`, `refresh_s`,
   `kinds`, `latency_s.<kind>`, `refreshes_given_way`.
+- `wake_from_zero` (`--wake-only`): `kinds`, `latency_s.<kind>`, `asleep_steps_s.<step>`
+  (seconds from the start: `scaled`, `running`, `result`), `sampling_interval_s`,
+  `cooldown_s`.
 - `goals[]`: `{{key, words, limit, unit, measured, met}}` at the middle size, and the
   growth goals.
 - `errors[]`: `{{stage, error}}` for every stage that failed; the run went on.
@@ -667,6 +670,31 @@ def _state_and_refresh(results: Mapping[str, Any]) -> list[str]:
         given = yields.get("refreshes_given_way")
         if given is not None:
             out += ["", f"Refreshes that stopped for a change: {given}."]
+    return out + _wake(results.get("wake_from_zero"))
+
+
+def _wake(wake: Mapping[str, Any] | None) -> list[str]:
+    if not wake:
+        return []
+    out = ["", "## First task from zero", ""]
+    out += [
+        "One EchoWorkflow, from starting it to its result, on a worker asleep at zero "
+        "(`minReplicas: 0`) and on the same worker kept at one replica; the daemon samples "
+        f"backlogs every {_fmt(wake.get('sampling_interval_s'))} (its default). Test-bed "
+        f"settings: `scaleDownStabilizationSeconds: {wake.get('cooldown_s')}` (default "
+        "300) so each trial finds the worker at zero again; a pod's worker process is "
+        "started by the embedded kubelet, which lists pods every second.",
+        "",
+        "| worker | first task's result |",
+        "|---|---|",
+    ]
+    kinds = wake.get("kinds") or {}
+    for kind, summary in (wake.get("latency_s") or {}).items():
+        out.append(f"| {kind}: {kinds.get(kind, '')} | {_summary(summary)} |")
+    out += ["", "Asleep, seconds from the start until each step:", ""]
+    out += ["| step | |", "|---|---|"]
+    for step, summary in (wake.get("asleep_steps_s") or {}).items():
+        out.append(f"| {step} | {_summary(summary)} |")
     return out
 
 

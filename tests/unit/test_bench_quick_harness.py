@@ -524,3 +524,27 @@ def test_the_fleet_file_the_busy_load_rewrites_is_safe_dumps_text_byte_for_byte(
         assert text == yaml.safe_dump(stack.document(), sort_keys=False)
     assert "bench-worker" in text
     assert text.count("- name: w-") == 120
+
+
+def test_the_wake_figure_has_a_worker_that_sleeps_and_one_kept_awake_and_renders_both() -> None:
+    from pathlib import Path
+
+    from bench.wakebench import wake_stack
+
+    fleet = load_fleet(wake_stack(Path("/tmp"), "127.0.0.1:7233").document(), "wake.yaml")
+    floors = {w.name: w.autoscaling.min_replicas for w in fleet.resolved_workers() if w.autoscaling}
+    assert floors == {"w-0000": 0, "w-0001": 1}
+
+    results = _results()
+    results["wake_from_zero"] = {
+        "kinds": {"asleep": "at zero", "awake": "at one"},
+        "latency_s": {"asleep": _summary(8.0, 9.0, 10.0), "awake": _summary(0.1, 0.1, 0.2)},
+        "asleep_steps_s": {"scaled": _summary(6.0), "running": _summary(7.0)},
+        "sampling_interval_s": 10.0,
+        "cooldown_s": 20,
+    }
+    md = report.render_markdown(results)
+    assert "## First task from zero" in md
+    assert "| asleep: at zero | p50 9.0 s (3 trials) |" in md
+    assert "| awake: at one | p50 100.0 ms (3 trials) |" in md
+    assert "`scaleDownStabilizationSeconds: 20` (default 300)" in md

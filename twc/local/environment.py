@@ -37,16 +37,6 @@ from twc.local.processes import ProcessRecord
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
-COMPONENTS = (
-    "etcd",
-    "kube-apiserver",
-    "kube-controller-manager",
-    "kube-scheduler",
-    "kwok",
-    "temporal",
-    "pod-workers",
-    "postgres",
-)
 PORTS = (
     "etcd_client",
     "etcd_peer",
@@ -215,16 +205,10 @@ class LocalEnvironment:
             out.update(self.postgres.env(state.ports["postgres"]))
         return out
 
-    def _wanted(self, state: State) -> list[str]:
-        asked = {"pod-workers": self.run_workers, "postgres": self.backend(state) == "postgres"}
-        return [n for n in COMPONENTS if asked.get(n, True) or n in state.processes]
-
-    def status(self) -> list[ComponentStatus]:
-        """Per component: running or not (a crash shows as not running)."""
-        if (state := self.load_state()) is None:
-            return []
+    def _endpoints(self, state: State) -> dict[str, str]:
+        """Every component, in the order ``up`` starts them, with where it runs."""
         p = state.ports
-        endpoints = {
+        return {
             "etcd": f"http://127.0.0.1:{p['etcd_client']}",
             "kube-apiserver": f"https://127.0.0.1:{p['apiserver']}",
             "kube-controller-manager": CONTROLLERS.replace(",", ", "),
@@ -234,6 +218,16 @@ class LocalEnvironment:
             "pod-workers": "a worker process per Running pod",
             "postgres": f"127.0.0.1:{p['postgres']} (Pulumi state)",
         }
+
+    def _wanted(self, state: State) -> list[str]:
+        asked = {"pod-workers": self.run_workers, "postgres": self.backend(state) == "postgres"}
+        return [n for n in self._endpoints(state) if asked.get(n, True) or n in state.processes]
+
+    def status(self) -> list[ComponentStatus]:
+        """Per component: running or not (a crash shows as not running)."""
+        if (state := self.load_state()) is None:
+            return []
+        endpoints = self._endpoints(state)
         out = []
         for name in self._wanted(state):
             rec = state.processes.get(name)

@@ -62,14 +62,13 @@ def _cmd_crds(args: Args) -> int:
     except NoClusterError as exc:
         print(f"no cluster: {exc}", file=sys.stderr)
         return 1
-    try:
-        for outcome in install_crds(client, all_crds()):
-            print(outcome)
-    except Exception as exc:  # noqa: BLE001 - any API error or timeout: say which, exit 1
-        print(f"installing the CRDs failed: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        client.close()
+    with client:
+        try:
+            for outcome in install_crds(client, all_crds()):
+                print(outcome)
+        except Exception as exc:  # noqa: BLE001 - any API error or timeout: say which, exit 1
+            print(f"installing the CRDs failed: {exc}", file=sys.stderr)
+            return 1
     return 0
 
 

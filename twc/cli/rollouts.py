@@ -25,11 +25,11 @@ from twc.rollout import (
     RolloutPolicy,
     RolloutSettings,
     Strategy,
-    VersionDeployment,
     WorkerVersions,
     observed_status,
     plan_observed,
     rollout_status,
+    temporal_deployment_name,
     version_inputs,
 )
 
@@ -172,24 +172,29 @@ def live_rollouts(
     out: dict[str, dict[str, Any]] = {}
     for key, target in sorted(wanted.items()):
         builds = found.get(key, {})
-        deployments = {b: v.deployment for b, v in builds.items()}
         namespace, _, name = key.partition("/")
         # The rollout policy the target's Deployment records (else Manual).
         dep: dict[str, Any] = {}
         if (version := builds.get(target)) is not None:
             dep = workloads.read_deployment(kube, namespace, version.deployment.name) or {}
         text = ((dep.get("metadata") or {}).get("annotations") or {}).get(POLICY_ANNOTATION)
-        policy = RolloutPolicy.recorded(text) or RolloutPolicy(Strategy.MANUAL)
+        props = checks.get(key, {})
+        seen = RolloutObservation(
+            worker=key,
+            target=target,
+            policy=RolloutPolicy.recorded(text) or RolloutPolicy(Strategy.MANUAL),
+            deployment_name=temporal_deployment_name(namespace, name),
+            task_queue=str(props.get("taskQueue") or ""),
+            deployments={b: v.deployment for b, v in builds.items()},
+        )
         try:
-            seen = asyncio.run(
-                _observe_live(kube, checks.get(key, {}), key, target, policy, deployments)
-            )
+            seen = asyncio.run(_observe_live(kube, props, seen))
         except Exception as exc:  # noqa: BLE001 - status reports what it cannot read
             out[key] = rollout_status(
                 target=target,
-                deployment_name=f"{namespace}/{name}",
+                deployment_name=seen.deployment_name,
                 routing=None,
-                deployments=deployments,
+                deployments=seen.deployments,
             ) | {"error": f"{type(exc).__name__}: {exc}"}
             continue
         out[key] = observed_status(seen, plan_observed(seen, now=now))
@@ -197,27 +202,12 @@ def live_rollouts(
 
 
 async def _observe_live(
-    kube: KubeClient,
-    props: Mapping[str, Any],
-    key: str,
-    target: str,
-    policy: RolloutPolicy,
-    deployments: Mapping[str, VersionDeployment],
+    kube: KubeClient, props: Mapping[str, Any], seen: RolloutObservation
 ) -> RolloutObservation:
-    from twc.rollout import temporal_deployment_name
     from twc.versioning import WorkerVersioning, observe_version
 
     ref = props.get("secretRef")
     creds = workloads.read_secret_data(kube, ref["namespace"], ref["name"]) if ref else {}
     client = await connect_check(props, creds)
-    namespace, _, name = key.partition("/")
-    seen = RolloutObservation(
-        worker=key,
-        target=target,
-        policy=policy,
-        deployment_name=temporal_deployment_name(namespace, name),
-        task_queue=str(props.get("taskQueue") or ""),
-        deployments=dict(deployments),
-    )
     versioning = WorkerVersioning(client, str(props["namespace"]))
     return await observe_version(versioning, seen, every_gate=True)

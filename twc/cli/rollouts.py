@@ -160,11 +160,10 @@ def live_rollouts(
     kube: KubeClient | None,
     checks: Mapping[str, Mapping[str, Any]],
     recorded: Mapping[str, Mapping[str, Any]],
-    *,
-    now: float,
 ) -> dict[str, dict[str, Any]]:
     """Each versioned worker's versions as the cluster and Temporal show them now (with
     ``error`` when Temporal cannot be asked)."""
+    now = time.time()
     wanted = {k: str(v["targetBuildID"]) for k, v in recorded.items() if v.get("targetBuildID")}
     if kube is None or not wanted:
         return {}

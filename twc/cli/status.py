@@ -126,7 +126,7 @@ def _with_rollouts(
 ) -> None:
     """Versioned workers: the live versions, replicas counted on the target's Deployment."""
     try:
-        found = live_rollouts(kube, checks, recorded, now=time.time())
+        found = live_rollouts(kube, checks, recorded)
     except Exception as exc:  # noqa: BLE001 - status reports what it cannot read
         for key, rec in recorded.items():
             if key in result and rec.get("targetBuildID"):

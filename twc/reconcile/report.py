@@ -388,6 +388,7 @@ class Reporter:
         rejected = {r.obj.key: r for r in native.workers.rejected}
         deployments = (self._observer.deployments() if accepted else None) or {}
         pollers = self._observer.pollers(plan.desired, sorted(accepted)) if plan else {}
+        hashes = plan.hashes.workers if plan is not None else {}
         seen: set[str] = set()
         for obj in native.worker_objects:
             if obj.deleting or (plan is None and obj.key not in rejected):
@@ -410,19 +411,17 @@ class Reporter:
                     now=now,
                 )
             elif plan is not None and key in accepted:
-                kept, hashes = rejection, plan.hashes.workers
-                in_stack = applied is not None and applied.workers.get(key) == hashes.get(key)
                 desired = accepted_status(
                     previous,
-                    generation=obj.generation if kept is None else kept.kept_generation,
-                    applied=in_stack,
+                    generation=obj.generation if rejection is None else rejection.kept_generation,
+                    applied=applied is not None and applied.workers.get(key) == hashes.get(key),
                     desired_replicas=plan.replicas.get(key, 0),
                     deployment=target_deployment(plan.versions, key) or deployments.get(key),
                     pollers=pollers.get(key),
                     connection_ref=_ref_dict(native.references.get(key)),
                     now=now,
                     task_queue=plan.workers[key].task_queue_name if key in plan.workers else None,
-                    kept=(kept.reason, why) if kept is not None else None,
+                    kept=(rejection.reason, why) if rejection is not None else None,
                 )
             else:
                 continue
@@ -437,9 +436,7 @@ class Reporter:
         if plan is None:
             return
         for obj, key in native.templates:  # WorkerResourceTemplates: the official shape
-            in_stack = applied is not None and applied.workers.get(key) == plan.hashes.workers.get(
-                key
-            )
+            in_stack = applied is not None and applied.workers.get(key) == hashes.get(key)
             names = _template_copies(plan, key, obj.name)
             previous = {**obj.status, **self._written.get(obj.uid, {})}
             status = template_status(

@@ -14,8 +14,6 @@ from typing import Any
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 from pydantic.alias_generators import to_camel
 
-_CAMEL_CASE = ConfigDict(alias_generator=to_camel)  # how from_json reads the policy's keys
-
 
 class VersionStatus(StrEnum):
     """A version's status, with the official worker controller's names."""
@@ -59,7 +57,6 @@ class GateStatus(StrEnum):
 class GatePolicy:
     """A gate workflow: must complete on the new version before it moves on."""
 
-    __pydantic_config__ = _CAMEL_CASE
     workflow_type: str
     input: Any = None
     """Inline JSON passed as the first argument (``None``: no argument)."""
@@ -71,7 +68,6 @@ class GatePolicy:
 class StepPolicy:
     """One step of a Progressive rollout."""
 
-    __pydantic_config__ = _CAMEL_CASE
     ramp_percentage: int
     pause_seconds: float
     gate: GatePolicy | None = None
@@ -82,7 +78,6 @@ class StepPolicy:
 class SunsetPolicy:
     """When a drained version is scaled down and deleted."""
 
-    __pydantic_config__ = _CAMEL_CASE
     scaledown_seconds: float = 3600.0
     delete_seconds: float = 86400.0
 
@@ -91,7 +86,6 @@ class SunsetPolicy:
 class FailureRatePolicy:
     """Roll a ramp back on failures: ``margin_percent`` points over the Current's rate."""
 
-    __pydantic_config__ = _CAMEL_CASE
     margin_percent: float
     min_sample: int
     window_seconds: float
@@ -101,7 +95,8 @@ class FailureRatePolicy:
 class RolloutPolicy:
     """A worker's versioned-rollout settings, durations in seconds."""
 
-    __pydantic_config__ = _CAMEL_CASE
+    # How from_json reads the policy's keys; its nested dataclasses take this config too.
+    __pydantic_config__ = ConfigDict(alias_generator=to_camel)
     strategy: Strategy
     steps: tuple[StepPolicy, ...] = ()
     """Progressive steps (ramp percentages increase)."""

@@ -207,26 +207,19 @@ def plan_rollout(
 
 def _manual(target: str, routing: Routing | None) -> _Step:
     if routing is None or routing.status(target) is VersionStatus.NOT_REGISTERED:
-        return _Step(
-            Phase.MANUAL,
-            "WaitingForPollers",
-            f"Manual: version {target} has not polled yet; twc does not route",
+        reason, said = "WaitingForPollers", "has not polled yet; twc does not route"
+    elif routing.current == target:
+        reason, said = "RolloutComplete", "is Current"
+    elif routing.ramping == target:
+        reason = "Ramping"
+        said = f"ramps at {_pct(routing.ramp_percentage)}; twc does not route"
+    else:
+        reason = "WaitingForPromotion"
+        said = (
+            "polls; promote it with `temporal worker deployment set-current-version` "
+            "(twc does not route)"
         )
-    if routing.current == target:
-        return _Step(Phase.MANUAL, "RolloutComplete", f"Manual: version {target} is Current")
-    if routing.ramping == target:
-        return _Step(
-            Phase.MANUAL,
-            "Ramping",
-            f"Manual: version {target} ramps at {_pct(routing.ramp_percentage)}; "
-            "twc does not route",
-        )
-    return _Step(
-        Phase.MANUAL,
-        "WaitingForPromotion",
-        f"Manual: version {target} polls; promote it with "
-        "`temporal worker deployment set-current-version` (twc does not route)",
-    )
+    return _Step(Phase.MANUAL, reason, f"Manual: version {target} {said}")
 
 
 def _route(
@@ -360,48 +353,37 @@ def _progressive(
         return _Step(Phase.BLOCKED, "InvalidSpec", "Progressive rollout without steps")
     token = routing.conflict_token
 
-    def ramp_to(percentage: float, message: str, reason: str) -> _Step:
+    def ramp_to(index: int, reason: str, said: str = "→ Ramping") -> _Step:
+        percentage = steps[index].ramp_percentage
+        message = f"version {target} {said} {_pct(percentage)} (step {index + 1} of {len(steps)})"
         change = RoutingChange(RoutingKind.SET_RAMPING, target, token, percentage, reason)
         return _routed("Ramping", message, change)
 
     ramp = routing.ramp_percentage if routing.ramping == target else None
     if ramp is None or ramp <= 0:
-        first = steps[0].ramp_percentage
-        message = f"version {target} → Ramping {_pct(first)} (step 1 of {len(steps)})"
-        return ramp_to(first, message, "first step")
+        return ramp_to(0, "first step")
     index = max((i for i, s in enumerate(steps) if s.ramp_percentage <= ramp), default=0)
     step = steps[index]
     if ramp != step.ramp_percentage:
         # Someone else set the ramp (or the steps changed): resume from a known step.
-        return ramp_to(
-            step.ramp_percentage,
-            f"version {target} ramps at {_pct(ramp)}, not a step's percentage: back to "
-            f"{_pct(step.ramp_percentage)} (step {index + 1} of {len(steps)})",
-            "resume from a known step",
-        )
+        said = f"ramps at {_pct(ramp)}, not a step's percentage: back to"
+        return ramp_to(index, "resume from a known step", said)
     where = f"step {index + 1} of {len(steps)}: {_pct(ramp)}"
     if step.gate is not None:
         blocked = runs.check(step.gate, index + 1, routing, where=where)
         if blocked is not None:
             return blocked
-    if routing.ramp_changed_at is None:
-        return _Step(
-            Phase.PROGRESSING,
-            "Ramping",
-            f"version {target} at {where}; Temporal reports no ramp time, waiting",
+    changed_at = routing.ramp_changed_at
+    due = None if changed_at is None else changed_at + step.pause_seconds * scale
+    if due is None or now < due:
+        until = (
+            "; Temporal reports no ramp time, waiting" if due is None else f" until {rfc3339(due)}"
         )
-    due = routing.ramp_changed_at + step.pause_seconds * scale
-    if now < due:
         return _Step(
-            Phase.PROGRESSING,
-            "Ramping",
-            f"version {target} at {where} until {rfc3339(due)}",
-            next_at=due,
+            Phase.PROGRESSING, "Ramping", f"version {target} at {where}{until}", next_at=due
         )
     if index + 1 < len(steps):
-        nxt = steps[index + 1].ramp_percentage
-        message = f"version {target} → Ramping {_pct(nxt)} (step {index + 2} of {len(steps)})"
-        return ramp_to(nxt, message, f"step {index + 2}")
+        return ramp_to(index + 1, f"step {index + 2}")
     change = RoutingChange(RoutingKind.SET_CURRENT, target, token, reason="every step done")
     return _routed("Promoting", f"version {target} → Current (every step done)", change)
 

@@ -116,13 +116,12 @@ VERSION_FIELDS: Final = (
 """The resolved worker's fields a version's pods are built from (changing it changes build IDs)."""
 
 
-def _fields() -> set[str]:
-    return set(VERSION_FIELDS) & set(ResolvedWorker.model_fields)
+_FIELDS: Final = set(VERSION_FIELDS) & set(ResolvedWorker.model_fields)
 
 
 def version_spec(worker: ResolvedWorker) -> dict[str, Any]:
     """What the worker's version runs, as plain data."""
-    return worker.model_dump(mode="json", include=_fields())
+    return worker.model_dump(mode="json", include=_FIELDS)
 
 
 def version_spec_json(worker: ResolvedWorker) -> str:
@@ -132,7 +131,7 @@ def version_spec_json(worker: ResolvedWorker) -> str:
 
 def with_version_spec(worker: ResolvedWorker, spec: dict[str, Any]) -> ResolvedWorker:
     """The worker as it was at an older version (ValueError if ``spec`` is not a version spec)."""
-    unknown = sorted(set(spec) - _fields())
+    unknown = sorted(set(spec) - _FIELDS)
     if unknown:
         raise ValueError(f"unknown version spec fields: {', '.join(unknown)}")
     try:

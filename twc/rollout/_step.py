@@ -41,6 +41,8 @@ def _version(
     found = routing.versions.get(build) if routing is not None else None
     if found is not None and found.status is VersionStatus.DRAINED and found.drained_since:
         out["drainedSince"] = rfc3339(found.drained_since)
+    if routing is not None and routing.ramping == build:
+        out["rampPercentage"] = routing.ramp_percentage
     return out
 
 
@@ -56,10 +58,8 @@ def rollout_status(
 ) -> dict[str, Any]:
     """The versions of one worker, as the official controller reports them (camelCase)."""
     target_out = _version(target, routing, deployments)
-    if routing is not None and routing.ramping == target:
-        target_out["rampPercentage"] = routing.ramp_percentage
-        if routing.ramp_changed_at:
-            target_out["rampLastModifiedAt"] = rfc3339(routing.ramp_changed_at)
+    if routing is not None and routing.ramping == target and routing.ramp_changed_at:
+        target_out["rampLastModifiedAt"] = rfc3339(routing.ramp_changed_at)
     if runs := gate_runs(gates or {}, deployment_name, target, task_queues):
         target_out["testWorkflows"] = [
             {"workflowID": r.workflow_id, "taskQueue": r.task_queue, "status": r.status.value}
@@ -70,11 +70,8 @@ def rollout_status(
     if current:
         out["currentVersion"] = _version(current, routing, deployments)
     ramping = routing.ramping if routing is not None else None
-    if ramping and ramping != target and routing is not None:
-        out["rampingVersion"] = {
-            **_version(ramping, routing, deployments),
-            "rampPercentage": routing.ramp_percentage,
-        }
+    if ramping and ramping != target:
+        out["rampingVersion"] = _version(ramping, routing, deployments)
     deprecated = [
         _version(build, routing, deployments)
         for build in sorted(deployments)

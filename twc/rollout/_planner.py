@@ -261,8 +261,8 @@ def _route(
             f"version {target} has registered no workflow task queue yet",
         )
     version = routing.versions[target]
-    failed = runs.any_failed()
-    if failed is not None:
+    found = gate_runs(runs.gates, runs.deployment, target, runs.task_queues)
+    if (failed := next((run for run in found if run.status.failed), None)) is not None:
         # A failed gate at any stage stops this build for good.
         return runs.blocked(failed, routing)
     since = version.deactivated_at
@@ -396,11 +396,6 @@ class _GateRuns:
     deployment: str
     target: str
     task_queues: Sequence[str]
-
-    def any_failed(self) -> GateRun | None:
-        """A failed gate run of the target, at any stage."""
-        runs = gate_runs(self.gates, self.deployment, self.target, self.task_queues)
-        return next((run for run in runs if run.status.failed), None)
 
     def blocked(self, run: GateRun, routing: Routing, label: str = "") -> _Step:
         """The rollout stopped by a failed gate run; a ramp to the version is removed."""

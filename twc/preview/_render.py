@@ -90,9 +90,7 @@ def render_text(report: PreviewReport) -> str:
 
 
 def _text_diagnostics(title: str, diagnostics: list[Diagnostic]) -> list[str]:
-    if not diagnostics:
-        return []
-    lines = [f"{title}:"]
+    lines = [f"{title}:"] if diagnostics else []
     for diag in diagnostics:
         where = f" ({diag.urn})" if diag.urn else ""
         first, *rest = diag.message.splitlines() or [""]

@@ -124,3 +124,20 @@ def test_the_preview_names_the_rule() -> None:
         "workflow type fails 20 points more often than on Current (of 10 or more closed in "
         "10 m); "
     )
+
+
+def test_with_no_current_version_new_executions_go_back_to_the_unversioned_workers() -> None:
+    unversioned = routing(None, "v2", 50, NOW - 60, v2=(S.RAMPING, None, NOW - 60))
+    plan = plan_rollout(
+        POLICY,
+        target="v2",
+        routing=unversioned,
+        deployments=deps("v2"),
+        gates={},
+        task_queues=[TQ],
+        deployment_name=DEP,
+        now=NOW,
+        failures={"v2": {"Order": (10, 10)}},
+    )
+    assert plan.reason == "RolledBack", plan.message
+    assert "new executions go back to the unversioned workers" in plan.message

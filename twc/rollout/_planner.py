@@ -314,7 +314,7 @@ def _rolled_back(target: str, routing: Routing, why: str, *, record: bool) -> _S
     """The rollout stopped by its failure rate; a ramp to the version is removed."""
     message, change = f"version {target} rolled back: {why}; rollout stopped", None
     if routing.ramping == target:
-        message += f", new executions go back to {routing.current}"
+        message += f", new executions go back to {routing.current or 'the unversioned workers'}"
         token = routing.conflict_token
         change = RoutingChange(RoutingKind.CLEAR_RAMP, target, token, reason="failure rate")
     return _Step(

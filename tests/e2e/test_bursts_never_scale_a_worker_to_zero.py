@@ -5,9 +5,11 @@ A worker that may scale to zero wakes on its first workflow (its backlog over
 ``activationBacklog``). Bursts of workflows then come with gaps shorter than the
 scale-down window (the cool-down): their tasks go straight to the polling worker and
 leave no backlog, yet the worker is never scaled to zero between them, since a queue
-with tasks added or dispatched lately counts as busy. After a real idle period it is
-scaled to zero exactly once, and its TemporalWorker's status says why
-(``scalingReason: BelowActivation``).
+with tasks added or dispatched lately counts as busy. An open workflow (waiting for a
+signal, as a workflow whose activity runs long on the worker would) leaves no backlog
+and no task rate, yet keeps the worker up well past the cool-down. Once it completes
+and a real idle period passes, the worker is scaled to zero exactly once, and its
+TemporalWorker's status says why (``scalingReason: BelowActivation``).
 
 Differs from a production cluster: backlogs sampled every second, a 20 s cool-down.
 """
@@ -32,6 +34,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 ONE_UP = 180.0
 BURSTS = 5
 GAP = 6  # daemon iterations between bursts (one a second): under the 20 s cool-down
+HOLD = 75  # iterations an open workflow is held: past Temporal's 30 s rates and the cool-down
 
 
 async def _burst(address: str, task_queue: str) -> list[str]:
@@ -43,6 +46,20 @@ async def _burst(address: str, task_queue: str) -> list[str]:
         for _ in range(3)
     ]
     return [await h.result() for h in handles]
+
+
+async def _wait_workflow(address: str, task_queue: str) -> str:
+    client = await Client.connect(address)
+    handle = await client.start_workflow(
+        "WaitWorkflow", id=f"open-{uuid.uuid4().hex}", task_queue=task_queue
+    )
+    return handle.id
+
+
+async def _finish(address: str, workflow_id: str) -> None:
+    handle = (await Client.connect(address)).get_workflow_handle(workflow_id)
+    await handle.signal("finish")
+    await handle.result()
 
 
 class Replicas(threading.Thread):
@@ -104,6 +121,11 @@ def test_bursts_keep_a_worker_up_and_an_idle_one_goes_to_zero_once(
                 assert len(asyncio.run(_burst(address, task_queue))) == 3
             assert replicas.zeros() == 0, replicas.seen
             assert replicas.seen[-1] >= 1, replicas.seen
+            # An open workflow holds it up, long past the cool-down; then it completes.
+            waiting = asyncio.run(_wait_workflow(address, task_queue))
+            wait_for_success(daemon, after=daemon.successes() + HOLD, timeout=ONE_UP)
+            assert replicas.zeros() == 0, replicas.seen
+            asyncio.run(_finish(address, waiting))
             # Idle for real: scaled to zero once the cool-down saw no work at all.
             eventually(
                 lambda: replicas.seen[-1] == 0,

@@ -14,7 +14,15 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -186,6 +194,7 @@ class TemporalBacklogs:
         self._read_secret = read_secret
         self._address = temporal_address
         self._connections: dict[str, tuple[ResolvedConnection, str | None, bool]] = {}
+        self._sleepers: set[TaskQueueRef] = set()  # with minReplicas 0
 
     def refs(self, fleet: Fleet, workers: Iterable[ResolvedWorker]) -> dict[str, TaskQueueRef]:
         """Resolve each worker's connection and name its task queue."""
@@ -200,17 +209,16 @@ class TemporalBacklogs:
             secret_ns = ns if conn.secret_name is not None else None
             conn_id = f"{conn.identity}@{conn.host_port}@{secret_ns or ''}"
             self._connections[conn_id] = (conn, secret_ns, resolved.twc is not None)
-            out[worker.stack_key] = TaskQueueRef(
-                worker.temporal_namespace, worker.task_queue_name, conn_id
-            )
+            ref = TaskQueueRef(worker.temporal_namespace, worker.task_queue_name, conn_id)
+            out[worker.stack_key] = ref
+            sleeps = worker.autoscaling is not None and worker.autoscaling.min_replicas == 0
+            (self._sleepers.add if sleeps else self._sleepers.discard)(ref)
         return out
 
-    async def _describe(self, ref: TaskQueueRef, types: Sequence[str], stats: bool) -> list[Any]:
-        from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
-        from temporalio.api.taskqueue.v1 import TaskQueue
-        from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-        from temporalio.service import RPCError
-
+    @contextlib.asynccontextmanager
+    async def _asking(self, ref: TaskQueueRef) -> AsyncIterator[Any]:
+        """A client of ``ref``'s connection; a credential failure within is named as twc's
+        own (``TwcCredentialInvalid``) where the connection gives twc one."""
         found = self._connections.get(ref.connection)
         if found is None:
             raise LookupError(f"no connection known for {ref}")
@@ -222,25 +230,7 @@ class TemporalBacklogs:
                     raise LookupError(f"cannot read the secret of {conn.identity}")
                 read = self._read_secret
                 secret_data = await asyncio.to_thread(read, secret_ns, conn.secret_name)
-            client = await conn.client(ref.namespace, secret_data)
-            queue = TaskQueue(name=ref.name, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL)
-            describe = client.workflow_service.describe_task_queue
-            timeout = timedelta(seconds=10.0)  # each DescribeTaskQueue call
-            answers = []
-            for name in types:
-                kind = TaskQueueType.Value(f"TASK_QUEUE_TYPE_{name}")
-                request = DescribeTaskQueueRequest(
-                    namespace=ref.namespace,
-                    task_queue=queue,
-                    task_queue_type=kind,
-                    report_stats=stats,
-                )
-                try:
-                    answers.append(await describe(request, timeout=timeout))
-                except RPCError:
-                    if name != "NEXUS":
-                        raise
-            return answers
+            yield await conn.client(ref.namespace, secret_data)
         except Exception as exc:
             reason, message = poller_failure(exc)
             if not own or reason != Reason.AUTH_SECRET_INVALID:
@@ -249,15 +239,52 @@ class TemporalBacklogs:
             said = f"twc's own credential (twcCredentials, secret {conn.secret_name}): {message}"
             raise TwcConnectionError(Reason.TWC_CREDENTIAL_INVALID, said) from exc
 
+    @staticmethod
+    async def _describe(
+        client: Any, ref: TaskQueueRef, types: Sequence[str], stats: bool
+    ) -> list[Any]:
+        from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
+        from temporalio.api.taskqueue.v1 import TaskQueue
+        from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+        from temporalio.service import RPCError
+
+        queue = TaskQueue(name=ref.name, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL)
+        describe = client.workflow_service.describe_task_queue
+        timeout = timedelta(seconds=10.0)  # each DescribeTaskQueue call
+        answers = []
+        for name in types:
+            request = DescribeTaskQueueRequest(
+                namespace=ref.namespace,
+                task_queue=queue,
+                task_queue_type=TaskQueueType.Value(f"TASK_QUEUE_TYPE_{name}"),
+                report_stats=stats,
+            )
+            try:
+                answers.append(await describe(request, timeout=timeout))
+            except RPCError:
+                if name != "NEXUS":
+                    raise
+        return answers
+
     async def pollers(self, ref: TaskQueueRef) -> int:
         """Pollers of the workflow and activity task queues (what ``twc status`` checks)."""
-        answers = await self._describe(ref, ("WORKFLOW", "ACTIVITY"), stats=False)
+        async with self._asking(ref) as client:
+            answers = await self._describe(client, ref, ("WORKFLOW", "ACTIVITY"), stats=False)
         return sum(len(a.pollers) for a in answers)
 
     async def describe(self, ref: TaskQueueRef) -> Backlog:
-        """The backlog of the workflow, activity and Nexus task queues summed."""
-        answers = await self._describe(ref, ("WORKFLOW", "ACTIVITY", "NEXUS"), stats=True)
-        return backlog_from_stats([a.stats for a in answers if a.HasField("stats")], ref)
+        """The backlog of the workflow, activity and Nexus task queues summed; a worker that
+        may sleep at zero stays busy while any workflow on its task queue is open (an
+        activity running on it, or a workflow waiting, leaves no backlog)."""
+        async with self._asking(ref) as client:
+            types = ("WORKFLOW", "ACTIVITY", "NEXUS")
+            answers = await self._describe(client, ref, types, stats=True)
+            found = backlog_from_stats([a.stats for a in answers if a.HasField("stats")], ref)
+            if found.scaled or ref not in self._sleepers:
+                return found
+            query = f"TaskQueue = '{ref.name}' AND ExecutionStatus = 'Running'"
+            opened = await client.count_workflows(query)
+        return dataclasses.replace(found, busy=opened.count > 0)
 
 
 def backlog_from_stats(stats: Sequence[Any], ref: TaskQueueRef) -> Backlog:

@@ -377,7 +377,7 @@ class WorkerClients:
 
 
 def _unobserved(
-    worker: ResolvedWorker, deployments: Mapping[str, VersionDeployment], error: str | None
+    worker: ResolvedWorker, deployments: Mapping[str, VersionDeployment]
 ) -> RolloutObservation:
     policy = policy_of(worker)
     assert policy is not None, "only versioned workers are observed"
@@ -388,7 +388,6 @@ def _unobserved(
         deployment_name=deployment_name_of(worker),
         task_queue=worker.task_queue_name,
         deployments=dict(deployments),
-        error=error,
     )
 
 
@@ -458,15 +457,14 @@ async def observe_rollouts(
 
     async def one(worker: ResolvedWorker) -> RolloutObservation:
         async with limit:
-            found = deployments.get(worker.stack_key, {})
+            seen = _unobserved(worker, deployments.get(worker.stack_key, {}))
             try:
                 versioning = await clients.for_worker(worker, fleet)
-                seen = _unobserved(worker, found, None)
                 return await observe_version(
                     versioning, seen, backlogs=worker.autoscaling is not None
                 )
             except Exception as exc:  # noqa: BLE001 - one worker's Temporal never stops the others
-                return _unobserved(worker, found, f"{type(exc).__name__}: {exc}")
+                return dataclasses.replace(seen, error=f"{type(exc).__name__}: {exc}")
 
     results = await asyncio.gather(*(one(w) for w in versioned))
     return {seen.worker: seen for seen in results}

@@ -87,28 +87,23 @@ class ConnectionComponent(pulumi.ComponentResource):
         """The connection as seen from a worker in each namespace."""
         # The secret is read where it lives: in ``source`` (copied from there into every
         # other namespace), else in each namespace; one fingerprint per place it is read.
-        read: dict[
-            str | None, tuple[Mapping[str, bytes] | None, str | None, ConnectionFingerprint]
-        ] = {}
-        for ns in args.namespaces:
-            at = (source or ns) if secret else None
-            if at not in read:
-                data = self._read(read_secret, at, secret) if at and secret else None
-                digest = resolved.secret_digest(data) if data is not None else None
-                own = at is not None and not source and len(args.namespaces) > 1
-                fp_name = f"{name}-fingerprint" + (f"-{ns}" if own else "")
-                fp = ConnectionFingerprint(
-                    fp_name, spec=spec, secret_digest=digest, twc_credential=own_name, opts=child
-                )
-                read[at] = data, digest, fp
-            data, digest, fp = read[at]
-            deps: tuple[pulumi.Resource, ...] = (fp,)
-            if data is not None and source and ns != source:
-                deps = (fp, self._copy(name, ns, data))
-            keys = frozenset(data) if data is not None else None
-            self.by_namespace[ns] = WorkerConnection(
-                resolved, resolved.fingerprint(digest), keys, ns if at else None, deps
+        places = {ns: (source or ns) if secret else None for ns in args.namespaces}
+        for at in dict.fromkeys(places.values()):
+            data = self._read(read_secret, at, secret) if at and secret else None
+            digest = resolved.secret_digest(data) if data is not None else None
+            own = at is not None and not source and len(args.namespaces) > 1
+            fp_name = f"{name}-fingerprint" + (f"-{at}" if own else "")
+            fp = ConnectionFingerprint(
+                fp_name, spec=spec, secret_digest=digest, twc_credential=own_name, opts=child
             )
+            keys = frozenset(data) if data is not None else None
+            for ns in [n for n, place in places.items() if place == at]:
+                deps: tuple[pulumi.Resource, ...] = (fp,)
+                if data is not None and source and ns != source:
+                    deps = (fp, self._copy(name, ns, data))
+                self.by_namespace[ns] = WorkerConnection(
+                    resolved, resolved.fingerprint(digest), keys, ns if at else None, deps
+                )
         fingerprints = {ns: wc.fingerprint for ns, wc in self.by_namespace.items()}
         self.register_outputs({"hostPort": resolved.host_port, "fingerprints": fingerprints})
 

@@ -29,7 +29,6 @@ from twc.spec import (
     QUEUE_API_VERSION,
     QUEUE_KIND,
     WORKER_ENABLED_LABEL,
-    AuthMode,
     Queue,
     ResolvedWorker,
 )
@@ -383,7 +382,6 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
         if resolved is not conn.resolved:  # read where the workers' original is, never copied
             at = resolved.secret_source_namespace or worker.namespace
         secret = at and resolved.secret_name
-        api_key = resolved.api_key_secret if resolved.auth_mode is AuthMode.API_KEY else None
         inputs = {
             "address": resolved.host_port,
             "namespace": worker.temporal_namespace,
@@ -392,7 +390,7 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
             "serverName": resolved.tls.server_name,
             "authMode": str(resolved.auth_mode),
             "secretRef": {"namespace": at, "name": secret} if secret else None,
-            "apiKeyKey": api_key.key if api_key else None,
+            "apiKeyKey": resolved.api_key_secret.key if resolved.api_key_secret else None,
             "trigger": hashlib.sha256(_canonical(template).encode()).hexdigest()[:16],
             "waitForPollersSeconds": args.wait_for_pollers_seconds,
         }

@@ -266,8 +266,7 @@ class ResolvedConnection:
         where = f"secret {self.secret_name!r} of {self.identity}"
         if secret_data is None:
             raise TwcConnectionError(Reason.AUTH_SECRET_INVALID, f"{where}: no secret data given")
-        if self.auth_mode is AuthMode.API_KEY:
-            assert self.api_key_secret is not None
+        if self.api_key_secret is not None:
             raw = secret_data.get(self.api_key_secret.key)
             api_key = _as_bytes(raw).decode("utf-8", "replace").strip() if raw is not None else ""
             if not api_key:

@@ -73,7 +73,8 @@ def _one_up(backend: Backend, variant: dict[str, Any], index: int) -> tuple[floa
         if backend.psql
         else None
     )
-    with common.desired_inputs(ref, str(stack.fleet_file), None, io.StringIO()) as run:
+    inputs = common.observe(ref, str(stack.fleet_file), None, io.StringIO())
+    with common.desired_inputs(ref, inputs) as run:
         if run is None:
             raise RuntimeError("the cluster's objects could not be read")
         start = time.perf_counter()

@@ -30,7 +30,7 @@ def _inputs(run: engine.StackRef | None) -> DesiredInputs:
 
 def test_the_file_alone_when_asked_or_when_the_fleet_opts_out(tmp_path: Path) -> None:
     ref, file = _ref(tmp_path)
-    with common.desired_inputs(ref, file, False) as run:
+    with common.desired_inputs(ref, common.observe(ref, file, False)) as run:
         inputs = _inputs(run)
         assert inputs.cluster is None
         assert inputs.fleet is not None
@@ -38,7 +38,7 @@ def test_the_file_alone_when_asked_or_when_the_fleet_opts_out(tmp_path: Path) ->
         assert isinstance(workers, list)
         assert workers[0] == {"name": "payments", "namespace": "team", "taskQueueName": "payments"}
     ref, file = _ref(tmp_path, clusterObjects=False)
-    with common.desired_inputs(ref, file, None) as run:
+    with common.desired_inputs(ref, common.observe(ref, file, None)) as run:
         assert _inputs(run).cluster is None
 
 
@@ -53,7 +53,7 @@ def test_the_fleet_includes_the_cluster_objects_unless_it_says_otherwise(
 
     monkeypatch.setattr(common, "stack_kube", no_cluster)
     ref, file = _ref(tmp_path)
-    with common.desired_inputs(ref, file, None, io.StringIO()) as run:
+    with common.desired_inputs(ref, common.observe(ref, file, None, io.StringIO())) as run:
         assert run is None
     assert asked == [ref]
 
@@ -67,7 +67,7 @@ def test_unreadable_cluster_objects_stop_the_command_with_the_reason(
     monkeypatch.setattr(common, "stack_kube", no_cluster)
     err = io.StringIO()
     ref, file = _ref(tmp_path)
-    with common.desired_inputs(ref, file, True, err) as run:
+    with common.desired_inputs(ref, common.observe(ref, file, True, err)) as run:
         assert run is None
     assert "no kubeconfig and not in a cluster" in err.getvalue()
     assert "nothing was applied (--file-only ignores them)" in err.getvalue()

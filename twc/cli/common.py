@@ -173,15 +173,10 @@ def observe(
 
 @contextmanager
 def desired_inputs(
-    ref: engine.StackRef,
-    file: str,
-    wanted: bool | None,
-    err: TextIO | None = None,
-    rollouts: RolloutSettings | None = None,
-    namespaces: Sequence[str] | None = None,
+    ref: engine.StackRef, inputs: DesiredInputs | None
 ) -> Iterator[engine.StackRef | None]:
-    """``ref`` with what :func:`observe` found in a ``TWC_DESIRED_INPUTS`` file, or ``None``."""
-    inputs = observe(ref, file, wanted, err, rollouts, namespaces)
+    """``ref`` with ``inputs`` (what :func:`observe` found) in a ``TWC_DESIRED_INPUTS``
+    file, or ``None`` without them."""
     if inputs is None:
         yield None
         return

@@ -77,7 +77,8 @@ def preview_one(
     engine preview is in the report's ``errors``."""
     from pulumi.automation import CommandError
 
-    with common.desired_inputs(ref, file, wanted, err, None, namespaces) as merged:
+    inputs = common.observe(ref, file, wanted, err, None, namespaces)
+    with common.desired_inputs(ref, inputs) as merged:
         if merged is None or not common.dry_run_or_report(merged, file, err):
             return None
         events: list[Any] = []

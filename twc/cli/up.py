@@ -91,9 +91,8 @@ def iterate(
         with stack_lease(ref, sys.stderr, wait=wait) as leased:
             if leased is None:
                 return None
-            with common.desired_inputs(
-                leased, file, cluster_objects, None, settings, namespaces
-            ) as run:
+            inputs = common.observe(leased, file, cluster_objects, None, settings, namespaces)
+            with common.desired_inputs(leased, inputs) as run:
                 if run is None or (workers := apply(run, file, out, yes=yes, ask=ask)) is None:
                     return None
                 return workers, common.planned(run, file)[1]

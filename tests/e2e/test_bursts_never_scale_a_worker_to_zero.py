@@ -5,11 +5,13 @@ A worker that may scale to zero wakes on its first workflow (its backlog over
 ``activationBacklog``). Bursts of workflows then come with gaps shorter than the
 scale-down window (the cool-down): their tasks go straight to the polling worker and
 leave no backlog, yet the worker is never scaled to zero between them, since a queue
-with tasks added or dispatched lately counts as busy. An open workflow (waiting for a
-signal, as a workflow whose activity runs long on the worker would) leaves no backlog
-and no task rate, yet keeps the worker up well past the cool-down. Once it completes
-and a real idle period passes, the worker is scaled to zero exactly once, and its
-TemporalWorker's status says why (``scalingReason: BelowActivation``).
+with tasks added or dispatched lately counts as busy. An activity running long on the
+worker leaves no backlog and, after Temporal's 30 s, no task rate, yet keeps the worker
+up well past the cool-down. Its workflow then waits for a signal: that needs no worker,
+so the worker is scaled to zero once, the workflow still open; the signal wakes it and
+the workflow completes on the woken worker. After a real idle period it is scaled to
+zero once more, and its TemporalWorker's status says why (``scalingReason:
+BelowActivation``).
 
 Differs from a production cluster: backlogs sampled every second, a 20 s cool-down.
 """
@@ -34,7 +36,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 ONE_UP = 180.0
 BURSTS = 5
 GAP = 6  # daemon iterations between bursts (one a second): under the 20 s cool-down
-HOLD = 75  # iterations an open workflow is held: past Temporal's 30 s rates and the cool-down
+HOLD = 60  # iterations watched while an activity runs: past Temporal's 30 s and the cool-down
+HOLD_SECONDS = 90.0  # how long that activity runs
 
 
 async def _burst(address: str, task_queue: str) -> list[str]:
@@ -48,10 +51,10 @@ async def _burst(address: str, task_queue: str) -> list[str]:
     return [await h.result() for h in handles]
 
 
-async def _wait_workflow(address: str, task_queue: str) -> str:
+async def _held_then_waiting(address: str, task_queue: str) -> str:
     client = await Client.connect(address)
     handle = await client.start_workflow(
-        "WaitWorkflow", id=f"open-{uuid.uuid4().hex}", task_queue=task_queue
+        "WaitWorkflow", HOLD_SECONDS, id=f"open-{uuid.uuid4().hex}", task_queue=task_queue
     )
     return handle.id
 
@@ -59,7 +62,7 @@ async def _wait_workflow(address: str, task_queue: str) -> str:
 async def _finish(address: str, workflow_id: str) -> None:
     handle = (await Client.connect(address)).get_workflow_handle(workflow_id)
     await handle.signal("finish")
-    await handle.result()
+    await handle.result()  # completed, on a worker that polls again
 
 
 class Replicas(threading.Thread):
@@ -83,7 +86,7 @@ class Replicas(threading.Thread):
         return sum(1 for a, b in zip(self.seen, self.seen[1:], strict=False) if a > 0 and b == 0)
 
 
-def test_bursts_keep_a_worker_up_and_an_idle_one_goes_to_zero_once(
+def test_bursts_and_a_running_activity_keep_a_worker_up_and_nothing_running_lets_it_sleep(
     local_env: LocalEnvironment, kube: Any, namespace: str, task_queue: str, daemons: Daemons
 ) -> None:
     address = local_env.temporal_address()
@@ -121,11 +124,20 @@ def test_bursts_keep_a_worker_up_and_an_idle_one_goes_to_zero_once(
                 assert len(asyncio.run(_burst(address, task_queue))) == 3
             assert replicas.zeros() == 0, replicas.seen
             assert replicas.seen[-1] >= 1, replicas.seen
-            # An open workflow holds it up, long past the cool-down; then it completes.
-            waiting = asyncio.run(_wait_workflow(address, task_queue))
+            # An activity in flight holds it up, long past the cool-down.
+            waiting = asyncio.run(_held_then_waiting(address, task_queue))
             wait_for_success(daemon, after=daemon.successes() + HOLD, timeout=ONE_UP)
             assert replicas.zeros() == 0, replicas.seen
+            # Its workflow then waits for a signal, open: the worker sleeps all the same.
+            eventually(
+                lambda: replicas.seen[-1] == 0,
+                timeout=ONE_UP,
+                message=f"never slept under a waiting workflow: {replicas.seen}",
+            )
+            # The signal wakes it from zero; the workflow completes on the woken worker.
             asyncio.run(_finish(address, waiting))
+            assert replicas.seen[-1] >= 1, replicas.seen
+            assert replicas.zeros() == 1, replicas.seen
             # Idle for real: scaled to zero once the cool-down saw no work at all.
             eventually(
                 lambda: replicas.seen[-1] == 0,
@@ -133,7 +145,7 @@ def test_bursts_keep_a_worker_up_and_an_idle_one_goes_to_zero_once(
                 message=f"never scaled to zero: {replicas.seen}\n{daemon.text()[-3000:]}",
             )
             wait_for_success(daemon, after=daemon.successes() + GAP)
-            assert replicas.zeros() == 1, replicas.seen
+            assert replicas.zeros() == 2, replicas.seen
             # Its TemporalWorker says why: asleep, below the activation backlog.
             view = Kubectl(local_env).get_json("temporalworker", "burst", "-n", namespace)
             assert (view or {}).get("status", {}).get("scalingReason") == "BelowActivation"

@@ -3,6 +3,7 @@ workflow sandbox imports it cheaply)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import zlib
 from datetime import timedelta
@@ -20,6 +21,12 @@ async def echo(message: str) -> str:
     if zlib.crc32(str(activity.info().workflow_id).encode()) % 100 < share:
         raise ApplicationError("the sample fails this one", non_retryable=True)
     return f"{message} (from {os.environ.get('POD_NAME', '?')})"
+
+
+@activity.defn
+async def hold(seconds: float) -> None:
+    """Stay on the worker ``seconds`` long: an activity in flight, to try scaling with."""
+    await asyncio.sleep(seconds)
 
 
 @workflow.defn
@@ -52,13 +59,17 @@ class GateWorkflow:
 
 @workflow.defn
 class WaitWorkflow:
-    """Waits for the ``finish`` signal, then returns the build ID it ran on."""
+    """Runs ``hold`` for ``hold_seconds`` (none by default), waits for the ``finish``
+    signal, then returns the build ID it ran on."""
 
     def __init__(self) -> None:
         self._finish = False
 
     @workflow.run
-    async def run(self) -> str:
+    async def run(self, hold_seconds: float = 0) -> str:
+        if hold_seconds:
+            timeout = timedelta(seconds=hold_seconds + 60)
+            await workflow.execute_activity(hold, hold_seconds, start_to_close_timeout=timeout)
         await workflow.wait_condition(lambda: self._finish)
         return _build_id()
 

@@ -246,7 +246,7 @@ async def _serve() -> None:
     from temporalio.envconfig import ClientConfigProfile
     from temporalio.worker import Worker, WorkerDeploymentConfig
 
-    from twc.local.sample import EchoWorkflow, GateWorkflow, WaitWorkflow, echo
+    from twc.local.sample import EchoWorkflow, GateWorkflow, WaitWorkflow, echo, hold
 
     _mark("imported")
     profile = ClientConfigProfile.load()  # from TEMPORAL_* env, as a worker image would
@@ -268,7 +268,7 @@ async def _serve() -> None:
         client,
         task_queue=task_queue,
         workflows=workflows,
-        activities=[echo],
+        activities=[echo, hold],
         deployment_config=config,
     )
     _mark("built")

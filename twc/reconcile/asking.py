@@ -14,15 +14,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import (
-    AsyncIterator,
-    Awaitable,
-    Callable,
-    Coroutine,
-    Iterable,
-    Mapping,
-    Sequence,
-)
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -215,10 +207,16 @@ class TemporalBacklogs:
             (self._sleepers.add if sleeps else self._sleepers.discard)(ref)
         return out
 
-    @contextlib.asynccontextmanager
-    async def _asking(self, ref: TaskQueueRef) -> AsyncIterator[Any]:
-        """A client of ``ref``'s connection; a credential failure within is named as twc's
-        own (``TwcCredentialInvalid``) where the connection gives twc one."""
+    async def _describe(
+        self, ref: TaskQueueRef, types: Sequence[str], stats: bool
+    ) -> tuple[Any, list[Any]]:
+        """The client of ``ref``'s connection and its answers; a credential failure is
+        named as twc's own (``TwcCredentialInvalid``) where the connection gives twc one."""
+        from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
+        from temporalio.api.taskqueue.v1 import TaskQueue
+        from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+        from temporalio.service import RPCError
+
         found = self._connections.get(ref.connection)
         if found is None:
             raise LookupError(f"no connection known for {ref}")
@@ -230,7 +228,24 @@ class TemporalBacklogs:
                     raise LookupError(f"cannot read the secret of {conn.identity}")
                 read = self._read_secret
                 secret_data = await asyncio.to_thread(read, secret_ns, conn.secret_name)
-            yield await conn.client(ref.namespace, secret_data)
+            client = await conn.client(ref.namespace, secret_data)
+            queue = TaskQueue(name=ref.name, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL)
+            describe = client.workflow_service.describe_task_queue
+            timeout = timedelta(seconds=10.0)  # each DescribeTaskQueue call
+            answers = []
+            for name in types:
+                request = DescribeTaskQueueRequest(
+                    namespace=ref.namespace,
+                    task_queue=queue,
+                    task_queue_type=TaskQueueType.Value(f"TASK_QUEUE_TYPE_{name}"),
+                    report_stats=stats,
+                )
+                try:
+                    answers.append(await describe(request, timeout=timeout))
+                except RPCError:
+                    if name != "NEXUS":
+                        raise
+            return client, answers
         except Exception as exc:
             reason, message = poller_failure(exc)
             if not own or reason != Reason.AUTH_SECRET_INVALID:
@@ -239,52 +254,41 @@ class TemporalBacklogs:
             said = f"twc's own credential (twcCredentials, secret {conn.secret_name}): {message}"
             raise TwcConnectionError(Reason.TWC_CREDENTIAL_INVALID, said) from exc
 
-    @staticmethod
-    async def _describe(
-        client: Any, ref: TaskQueueRef, types: Sequence[str], stats: bool
-    ) -> list[Any]:
-        from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
-        from temporalio.api.taskqueue.v1 import TaskQueue
-        from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-        from temporalio.service import RPCError
-
-        queue = TaskQueue(name=ref.name, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL)
-        describe = client.workflow_service.describe_task_queue
-        timeout = timedelta(seconds=10.0)  # each DescribeTaskQueue call
-        answers = []
-        for name in types:
-            request = DescribeTaskQueueRequest(
-                namespace=ref.namespace,
-                task_queue=queue,
-                task_queue_type=TaskQueueType.Value(f"TASK_QUEUE_TYPE_{name}"),
-                report_stats=stats,
-            )
-            try:
-                answers.append(await describe(request, timeout=timeout))
-            except RPCError:
-                if name != "NEXUS":
-                    raise
-        return answers
-
     async def pollers(self, ref: TaskQueueRef) -> int:
         """Pollers of the workflow and activity task queues (what ``twc status`` checks)."""
-        async with self._asking(ref) as client:
-            answers = await self._describe(client, ref, ("WORKFLOW", "ACTIVITY"), stats=False)
+        _, answers = await self._describe(ref, ("WORKFLOW", "ACTIVITY"), stats=False)
         return sum(len(a.pollers) for a in answers)
 
     async def describe(self, ref: TaskQueueRef) -> Backlog:
         """The backlog of the workflow, activity and Nexus task queues summed; a worker that
-        may sleep at zero stays busy while any workflow on its task queue is open (an
-        activity running on it, or a workflow waiting, leaves no backlog)."""
-        async with self._asking(ref) as client:
-            types = ("WORKFLOW", "ACTIVITY", "NEXUS")
-            answers = await self._describe(client, ref, types, stats=True)
-            found = backlog_from_stats([a.stats for a in answers if a.HasField("stats")], ref)
-            if found.scaled or ref not in self._sleepers:
-                return found
-            query = f"TaskQueue = '{ref.name}' AND ExecutionStatus = 'Running'"
-            opened = await client.count_workflows(query)
-        return dataclasses.replace(found, busy=opened.count > 0)
+        may sleep at zero stays busy while an activity runs on it (which leaves no backlog
+        and, once it runs long, no task rate)."""
+        client, answers = await self._describe(ref, ("WORKFLOW", "ACTIVITY", "NEXUS"), stats=True)
+        found = backlog_from_stats([a.stats for a in answers if a.HasField("stats")], ref)
+        if found.scaled or ref not in self._sleepers:
+            return found
+        return dataclasses.replace(found, busy=await _activity_running(client, ref.name))
+
+
+OPEN_LOOKED_AT = 20
+"""Open workflows of a queue whose pending activities are looked at; more count as busy."""
+
+
+async def _activity_running(client: Any, task_queue: str) -> bool:
+    """Whether an open workflow on ``task_queue`` has an activity on a worker now (a
+    workflow waiting for a signal or a timer has none: it wakes the worker with a task)."""
+    from temporalio.api.enums.v1 import PendingActivityState
+
+    on_worker = PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+    query = f"TaskQueue = '{task_queue}' AND ExecutionStatus = 'Running'"
+    found = [w async for w in client.list_workflows(query, limit=OPEN_LOOKED_AT + 1)]
+    if len(found) > OPEN_LOOKED_AT:
+        return True
+    for run in found:
+        described = await client.get_workflow_handle(run.id, run_id=run.run_id).describe()
+        if any(a.state == on_worker for a in described.raw_description.pending_activities):
+            return True
+    return False
 
 
 def backlog_from_stats(stats: Sequence[Any], ref: TaskQueueRef) -> Backlog:

@@ -81,7 +81,7 @@ class ConnectionComponent(pulumi.ComponentResource):
         source = resolved.secret_source_namespace
         child = pulumi.ResourceOptions(parent=self)
         spec = resolved.spec_document()
-        own_name = resolved.twc.secret_name if resolved.twc else None
+        twc_secret = resolved.twc.secret_name if resolved.twc else None
         self.by_namespace: dict[str, WorkerConnection] = {}
         """The connection as seen from a worker in each namespace."""
         # The secret is read where it lives: in ``source`` (copied from there into every
@@ -93,7 +93,7 @@ class ConnectionComponent(pulumi.ComponentResource):
             own = at is not None and not source and len(args.namespaces) > 1
             fp_name = f"{name}-fingerprint" + (f"-{at}" if own else "")
             fp = ConnectionFingerprint(
-                fp_name, spec=spec, secret_digest=digest, twc_credential=own_name, opts=child
+                fp_name, spec=spec, secret_digest=digest, twc_credential=twc_secret, opts=child
             )
             keys = frozenset(data) if data is not None else None
             for ns in [n for n, place in places.items() if place == at]:

@@ -717,7 +717,8 @@ def render_markdown(results: Mapping[str, Any], note: str | None = None) -> str:
         "`make bench` (full: N = 100, 1000, 5000, at most 250 workers per shard) or "
         "`make bench BENCH_ARGS=--quick` (N = 20, 60 at 10 per shard; a check of the "
         "harness, not figures); `--state-only --out DIR` measures the state settings "
-        "alone, `--refresh-only --out DIR` a change during a refresh, `--figures "
+        "alone, `--refresh-only --out DIR` a change during a refresh, `--wake-only --out "
+        "DIR` the first task from zero, `--figures "
         "queue` (say) some figures and their baselines alone. The harness "
         "starts its own embedded environment in a temporary directory and stops it at "
         "the end.",

@@ -36,6 +36,8 @@ KINDS = {
     "awake": "minReplicas 1, its one worker process polling when the workflow starts",
 }
 """The trial kinds (names as in the results), each on its own worker."""
+ASLEEP = fleets.worker_name(0)
+"""The worker that may sleep at zero (``fleets.worker_name(1)`` is kept awake)."""
 STEPS = ("scaled", "running", "result")
 """Marks of an asleep trial: replicas ≥ 1 written, its pod Running, the result."""
 
@@ -144,7 +146,7 @@ def measure_wake_from_zero(
             index = 0 if kind == "asleep" else 1
             if kind == "asleep":
                 _wait(
-                    lambda: _replicas(kube, "w-0000") == 0 and not _pods(kube, "w-0000"),
+                    lambda: _replicas(kube, ASLEEP) == 0 and not _pods(kube, ASLEEP),
                     900,
                     "zero",
                 )

@@ -525,11 +525,11 @@ def _autoscaled(count: int | None, new: JsonValue, old: JsonValue = None) -> str
 def _autoscaling_words(text: JsonValue) -> str | None:
     """A Deployment's recorded ``autoscaling`` in words, e.g. ``0 to 10 replicas, 5 tasks of
     backlog each, to zero after 5 m without work, woken by the first task``."""
-    try:
-        policy = Autoscaling.model_validate_json(text) if isinstance(text, str) else None
-    except ValueError:
+    if not isinstance(text, str):
         return None
-    if policy is None:
+    try:
+        policy = Autoscaling.model_validate_json(text)
+    except ValueError:
         return None
     said = f"{policy.min_replicas} to {policy.max_replicas} replicas, "
     said += f"{plural(policy.target_backlog_per_replica, 'task')} of backlog each"

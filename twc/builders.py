@@ -392,6 +392,26 @@ def worker_objects(worker: ResolvedWorker, builds: Iterable[str] = ()) -> set[st
     return found
 
 
+def fleet_worker_objects(
+    workers: Mapping[str, ResolvedWorker], versions: Mapping[str, rollout.WorkerVersions]
+) -> tuple[dict[str, list[str]], list[str]]:
+    """Each worker's objects (:func:`worker_objects`) with the versions it declares, and the
+    objects of versions that drained (retired by their sunset, not counted as deletions)."""
+    found: dict[str, list[str]] = {}
+    retiring: set[str] = set()
+    for key, worker in workers.items():
+        given = versions.get(key)
+        found[key] = sorted(worker_objects(worker, given.versions if given else ()))
+        deprecated = (given.status or {}).get("deprecatedVersions") if given else None
+        drained = [
+            str(v["buildID"])
+            for v in (deprecated if isinstance(deprecated, list) else ())
+            if isinstance(v, dict) and v.get("status") == "Drained"
+        ]
+        retiring |= worker_objects(worker, drained) - worker_objects(worker)
+    return found, sorted(retiring)
+
+
 def pod_disruption_budget_spec(worker: ResolvedWorker) -> dict[str, Any] | None:
     """The worker PodDisruptionBudget's ``spec`` (one pod at a time), or None for one replica."""
     most = worker.autoscaling.widest()[1] if worker.autoscaling else worker.replicas

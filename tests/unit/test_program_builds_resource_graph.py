@@ -298,6 +298,10 @@ def test_the_ownership_check_names_every_object_the_program_creates() -> Any:
         }
         # Every kind twc creates, the copied credential and the Queue object among them.
         assert {k.split(" ")[0] for k in created} == {t.rsplit(":", 1)[1] for t in OWNED_TYPES}
-        assert sorted(created) == ownership.inputs["objects"]
+        by_worker = ownership.inputs["objects"]
+        assert sorted(created) == sorted(o for group in by_worker.values() for o in group)
+        # Grouped by worker: the fleet's own (the credential copy, the Queue) under "".
+        assert {o.split(" ")[0] for o in by_worker[""]} == {"Queue", "Secret"}
+        assert by_worker["billing/worker-versioned"]
 
     return pulumi.Output.all(*statuses.values()).apply(check)

@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from pulumi.automation import CommandError
 
+from providers.ownership import CONFIRM_ENV
 from twc import program
 from twc.cli import common
 from twc.cli.rollouts import drive_rollouts
@@ -124,7 +125,9 @@ def apply(
         _publish(run, hold)
         print(refusal(hold, run.name), file=err)
         return None
-    result = engine.up(run, on_output=lambda line: print(line, file=out, flush=True))
+    # --yes also lets through what the program's ownership check holds (other kinds).
+    confirmed = run.with_env({CONFIRM_ENV: "1"}) if yes else run
+    result = engine.up(confirmed, on_output=lambda line: print(line, file=out, flush=True))
     if verdict.released or hold is not None:
         _publish(run, None)  # the approval is spent: the same set is held again next time
     prune_backups(backend_url(run.env), project="twc", stack=run.name, keep=DEFAULT_KEEP_BACKUPS)
@@ -179,7 +182,7 @@ def run_approve(stack: str, *, out: TextIO | None = None, err: TextIO | None = N
         return 1
     print(
         f"approved ({held.digest}): the next apply of stack {stack} (the daemon's next "
-        f"iteration, twc up or pulumi up) deletes these {len(held.workers)} workers",
+        f"iteration, twc up or pulumi up) deletes these {len(held.workers)}",
         file=out,
     )
     return 0

@@ -9,8 +9,10 @@ from twc.desired._deletions import GuardVerdict as GuardVerdict
 from twc.desired._deletions import Hold as Hold
 from twc.desired._deletions import deletion_digest as deletion_digest
 from twc.desired._deletions import deletion_verdict as deletion_verdict
+from twc.desired._deletions import deletions_beyond_share as deletions_beyond_share
 from twc.desired._deletions import held_objects as held_objects
 from twc.desired._deletions import judge_deletions as judge_deletions
+from twc.desired._deletions import object_groups as object_groups
 from twc.desired._deletions import refusal as refusal
 from twc.desired._inputs import INPUTS_ENV as INPUTS_ENV
 from twc.desired._inputs import QUEUE_KIND_KEY as QUEUE_KIND_KEY

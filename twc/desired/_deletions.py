@@ -8,6 +8,7 @@ came from, and its queue's and connection's when those went too (:func:`held_obj
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -100,6 +101,43 @@ def deletion_verdict(
         wall=0,
         settings=settings,
         approved=approved() if beyond else None,
+    )
+
+
+def object_groups(objects: Any) -> dict[str, set[str]]:
+    """Objects by worker (``""``: the fleet's own); a plain list, as states from before the
+    grouping hold them, is the fleet's."""
+    if isinstance(objects, Mapping):
+        return {str(owner): set(group) for owner, group in objects.items()}
+    return {"": set(objects or ())}
+
+
+def _kind(entry: str) -> str:
+    return entry.partition(" ")[0]
+
+
+def deletions_beyond_share(
+    old: Any, new: Mapping[str, Any], exists: Callable[[str], bool] | None
+) -> tuple[list[str], str]:
+    """The objects going from ``old`` to ``new["objects"]`` (by worker: :func:`object_groups`)
+    beyond ``new["maxShare"]`` of their kind, and why they are too many. A worker's objects
+    going with it are the worker guard's, ``new["retiring"]`` ones go by their sunset, and
+    with ``exists`` only objects still in the cluster count."""
+    before, after = object_groups(old), object_groups(new["objects"])
+    kept = set().union(*after.values(), new.get("retiring") or ())
+    gone = {o for owner, group in before.items() if not owner or owner in after for o in group}
+    gone = set(filter(exists, gone - kept)) if exists is not None else gone - kept
+    totals = Counter(_kind(o) for group in before.values() for o in group)
+    guard = DeletionGuard(maxShare=new.get("maxShare", 0.25))
+    counts = Counter(_kind(o) for o in gone)
+    over = sorted(k for k, n in counts.items() if n > guard.allowed(totals[k]))
+    if not over:
+        return [], ""
+    held = sorted(o for o in gone if _kind(o) in over)
+    total, allowed = sum(totals[k] for k in over), sum(guard.allowed(totals[k]) for k in over)
+    return held, (
+        f"{len(held)} of {total} {', '.join(over)} objects would be deleted at once, more "
+        f"than the {allowed} allowed; held until approved (twc approve, or twc up --yes)"
     )
 
 

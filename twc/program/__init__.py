@@ -57,6 +57,7 @@ class ProgramOptions:
 
     temporal_address: str | None = None  # replaces every connection's hostPort
     wait_for_pollers_seconds: float = 0  # how long each TaskQueueCheck waits
+    control_namespace: str | None = None  # where the stack's record is (else looked for)
 
 
 def default_secret_reader(namespace: str, name: str) -> Mapping[str, bytes] | None:
@@ -141,8 +142,15 @@ def build(
     # which adopt what early apply or a killed run made (ObjectOwnership keeps them from
     # adopting anyone else's object).
     provider = k8s.Provider("kubernetes", enable_secret_mutable=True, enable_server_side_apply=True)
-    objects = owned_objects(desired, resolved, users)
-    ownership = ObjectOwnership("ownership", stack=stack, objects=objects)
+    objects, retiring = owned_objects(desired, resolved, users)
+    ownership = ObjectOwnership(
+        "ownership",
+        stack=stack,
+        objects=objects,
+        retiring=retiring,
+        max_share=fleet.deletion_guard.max_share,
+        control_namespace=options.control_namespace,
+    )
     components = {
         key: ConnectionComponent(
             key,
@@ -195,22 +203,21 @@ def owned_objects(
     desired: DesiredFleet,
     resolved: Mapping[str, ResolvedConnection],
     users: Mapping[str, Sequence[ResolvedWorker]],
-) -> list[str]:
-    """Every object the components create, as ``Kind namespace/name``: what
-    :class:`ObjectOwnership` refuses to take over when someone else made it."""
-    found: set[str] = set()
-    for key, worker in desired.workers.items():
-        given = desired.inputs.versions.get(key)
-        found |= builders.worker_objects(worker, given.versions if given is not None else ())
-    found |= {
+) -> tuple[dict[str, list[str]], list[str]]:
+    """Every object the components create, as ``Kind namespace/name`` by worker (``""``: the
+    fleet's own), and the objects of versions retired after draining: what
+    :class:`ObjectOwnership` refuses to take over when someone else made it, and counts
+    when they go."""
+    found, retiring = builders.fleet_worker_objects(desired.workers, desired.inputs.versions)
+    fleet: set[str] = {
         f"{QUEUE_KIND} {q.namespace}/{q.name}" for q in desired.fleet.queues if q.create_object
     }
     for key, conn in resolved.items():
         source = conn.secret_source_namespace
         if conn.secret_name and source:
             copies = {w.namespace for w in users[key]} - {source}
-            found |= {f"Secret {ns}/{conn.secret_name}" for ns in copies}
-    return sorted(found)
+            fleet |= {f"Secret {ns}/{conn.secret_name}" for ns in copies}
+    return {"": sorted(fleet), **found}, retiring
 
 
 def _inputs(file: str, stack: str, config: Mapping[str, str]) -> tuple[Fleet, DesiredInputs]:
@@ -277,6 +284,7 @@ def main() -> None:
         options = ProgramOptions(
             temporal_address=cfg.get("temporalAddress"),
             wait_for_pollers_seconds=cfg.get_float("waitForPollersSeconds") or 0.0,
+            control_namespace=config.get("controlNamespace"),
         )
         desired, built = _desired(file, stack, config)
         statuses = build(built, file=file, options=options, read_secret=default_secret_reader)

@@ -14,9 +14,10 @@ leading; an edit of a view's spec is undone with a ``ViewOverwritten`` Warning E
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import threading
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -24,7 +25,7 @@ from prometheus_client import Counter, Gauge
 
 from twc import builders
 from twc.connections import default_registry
-from twc.desired import queue_key
+from twc.desired import deletions_beyond_share, queue_key
 from twc.engine.automation import StackEngine, new_worker_targets, under_queue
 from twc.engine.build import build_id
 from twc.errors import TemporaryError
@@ -264,6 +265,7 @@ class Actor:
         self._recovered = False
         self._repaired: Sequence[str] = ()
         self._applied: AppliedRecord | None = None  # last recorded (or resumed from)
+        self._objects: dict[str, list[str]] | None = None  # each worker's, at the last up
         self._early_pending: set[ObjectRef] | None = None
         self._early_lock = threading.Lock()  # applies: loop's thread; releases: engine's
         self.views = (  # the generated TemporalWorker objects' keeper; None keeps none
@@ -354,6 +356,7 @@ class Actor:
             owned = set(self._early_pending or ())
         with self._metrics.engine_in_progress.labels(self._stack, "up").track_inprogress():
             report = self.engine.up(plan.inputs, targets)
+        self._objects = builders.fleet_worker_objects(plan.workers, plan.inputs.versions)[0]
         if report.update is not None:
             h = plan.hashes
             self._record(
@@ -375,6 +378,8 @@ class Actor:
 
     def _targets(self, plan: Plan) -> list[str] | None:
         decision, urns = plan.decision, self.engine.worker_urns()
+        if decision.modified and self._deletes_beyond_share(plan, urns):
+            return None  # a whole-stack up: its ownership check judges the deletions
         targets: list[str] = []
         for worker in sorted(decision.workers - decision.added):
             found = urns.get(worker)
@@ -396,6 +401,16 @@ class Actor:
                 return None
             targets.extend(new_worker_targets(scheme, project, key, queue=queue_key(new)))
         return targets
+
+    def _deletes_beyond_share(self, plan: Plan, urns: Mapping[str, Sequence[str]]) -> bool:
+        """Whether the changed workers would delete more objects of a kind than the fleet's
+        share; before this daemon's first up, whether the state has more of a kind for one."""
+        now, retiring = builders.fleet_worker_objects(plan.workers, plan.inputs.versions)
+        if self._objects is None:
+            return any(_fewer(urns.get(k, ()), now.get(k, ())) for k in plan.decision.modified)
+        share = plan.desired.fleet.deletion_guard.max_share
+        new = {"objects": now, "retiring": retiring, "maxShare": share}
+        return bool(deletions_beyond_share(self._objects, new, None)[0])
 
     def scale(self, plan: Plan) -> dict[str, int]:
         """Write the plan's replicas (while leading); returns those written."""
@@ -544,3 +559,12 @@ class Actor:
                     self._early_pending.discard(ref)
             result = "released" if ref in release else "deleted"
             self._metrics.early_applies.labels(self._stack, result).inc()
+
+
+def _fewer(urns: Sequence[str], objects: Iterable[str]) -> bool:
+    """Whether a worker's Kubernetes resources in the state (its ``urns``) outnumber
+    ``objects`` (``Kind namespace/name``) in some kind."""
+    types = (u.split("::")[2].rsplit("$", 1)[-1] for u in urns if "$kubernetes:" in u)
+    had = collections.Counter(t.rsplit(":", 1)[-1] for t in types)
+    has = collections.Counter(o.partition(" ")[0] for o in objects)
+    return any(n > has[kind] for kind, n in had.items())

@@ -8,7 +8,7 @@ runs makes it Current at once."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 
@@ -312,14 +312,18 @@ def failure_verdict(
 
 def _rolled_back(target: str, routing: Routing, why: str, *, record: bool) -> _Step:
     """The rollout stopped by its failure rate; a ramp to the version is removed."""
-    message, change = f"version {target} rolled back: {why}; rollout stopped", None
+    message = f"version {target} rolled back: {why}; rollout stopped"
+    step = _stopped(target, routing, "RolledBack", message, "failure rate")
+    return replace(step, rolled_back=why if record else None)
+
+
+def _stopped(target: str, routing: Routing, reason: str, message: str, why: str) -> _Step:
+    """The rollout stopped for good (``reason``); a ramp to the version is removed (``why``)."""
+    change = None
     if routing.ramping == target:
         message += f", new executions go back to {routing.current or 'the unversioned workers'}"
-        token = routing.conflict_token
-        change = RoutingChange(RoutingKind.CLEAR_RAMP, target, token, reason="failure rate")
-    return _Step(
-        Phase.BLOCKED, "RolledBack", message, routing=change, rolled_back=why if record else None
-    )
+        change = RoutingChange(RoutingKind.CLEAR_RAMP, target, routing.conflict_token, reason=why)
+    return _Step(Phase.BLOCKED, reason, message, routing=change)
 
 
 def _complete(target: str, routing: Routing) -> _Step:
@@ -407,14 +411,7 @@ class _GateRuns:
             f"{label} {run.status.value.lower()} on version {self.target} "
             f"(task queue {run.task_queue}){detail}; rollout stopped"
         )
-        change = None
-        if routing.ramping == self.target:
-            back = routing.current or "the unversioned workers"
-            message += f", new executions go back to {back}"
-            change = RoutingChange(
-                RoutingKind.CLEAR_RAMP, self.target, routing.conflict_token, reason="gate failed"
-            )
-        return _Step(Phase.BLOCKED, "GateFailed", message, routing=change)
+        return _stopped(self.target, routing, "GateFailed", message, "gate failed")
 
     def check(
         self, gate: GatePolicy, stage: int, routing: Routing, *, where: str = ""

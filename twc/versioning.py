@@ -346,8 +346,8 @@ def gate_status(status: int) -> GateStatus:
     return _WORKFLOW_STATUS.get(int(status), GateStatus.RUNNING)
 
 
-# (namespace, name) -> a Secret's decoded data; raises LookupError.
 SecretReader = Callable[[str, str], Mapping[str, bytes]]
+"""Reads a Secret's decoded data: ``(namespace, name) -> data``; raises LookupError."""
 # (namespace, inputFrom) -> the parsed JSON of a gate's input; raises LookupError.
 GateInputReader = Callable[[str, Mapping[str, Any]], Any]
 

@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -22,6 +22,7 @@ from twc.connections import ResolvedConnection, default_registry, poller_failure
 from twc.errors import Reason, TwcConnectionError
 from twc.spec import Fleet, ResolvedWorker
 from twc.versioning import Backlog as Backlog
+from twc.versioning import SecretReader as SecretReader
 
 logger = logging.getLogger(__name__)
 
@@ -33,9 +34,6 @@ BURST = 50
 """Questions asked back to back before that rate applies."""
 POLLERS_DEADLINE = 2.0
 """Seconds one poller question may take; unanswered, it is asked again when next due."""
-
-SecretReader = Callable[[str, str], Mapping[str, bytes]]
-"""Reads a Secret's decoded data: ``(namespace, name) -> data``; raises LookupError."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, order=True)

@@ -5,7 +5,7 @@ Rules needing the whole fleet live in :mod:`twc.spec._resolve`; CEL rules mirror
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -701,21 +701,20 @@ class Sunset(SpecModel):
     """Drives versioned rollouts: how long after draining a version is deleted."""
 
 
-def _checked_template(template: dict[str, JsonValue]) -> dict[str, JsonValue]:
-    problems = check_pod_template(template, RESERVED_ENV_NAMES)
-    if problems:
-        raise ValueError("; ".join(problems))
-    return template
+def _no_problems(check: Callable[[dict[str, JsonValue]], list[str]]) -> AfterValidator:
+    """A validator failing with every problem ``check`` finds in a template, in one message."""
+
+    def checked(template: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        if problems := check(template):
+            raise ValueError("; ".join(problems))
+        return template
+
+    return AfterValidator(checked)
 
 
-PodTemplate = Annotated[dict[str, JsonValue], AfterValidator(_checked_template)]
-
-
-def _checked_resource(template: dict[str, JsonValue]) -> dict[str, JsonValue]:
-    problems = check_resource_template(template)
-    if problems:
-        raise ValueError("; ".join(problems))
-    return template
+PodTemplate = Annotated[
+    dict[str, JsonValue], _no_problems(lambda t: check_pod_template(t, RESERVED_ENV_NAMES))
+]
 
 
 class ResourceTemplate(SpecModel):
@@ -723,7 +722,7 @@ class ResourceTemplate(SpecModel):
 
     name: DnsLabel
     """Names the copies, with the worker's name and the build ID."""
-    template: Annotated[dict[str, JsonValue], AfterValidator(_checked_resource)]
+    template: Annotated[dict[str, JsonValue], _no_problems(check_resource_template)]
     """The object's ``apiVersion``, ``kind`` and ``spec``; twc fills ``scaleTargetRef: {}``,
     ``spec.selector.matchLabels: {}``, External metric selectors and ``{{ .BuildID }}``-style
     placeholders per version."""

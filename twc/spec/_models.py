@@ -1,13 +1,14 @@
 """Pydantic models of the fleet file's entries: what one object can check alone.
 
-Rules needing the whole fleet live in :mod:`twc.spec._resolve`; CEL rules mirror validators.
+Rules needing the whole fleet live in :mod:`twc.spec._resolve`; a rule across one model's
+fields is stated once, for both its CRD (CEL) and Python (:class:`Rule`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, NamedTuple, Self
 
 from pydantic import (
     AfterValidator,
@@ -19,7 +20,8 @@ from pydantic import (
     WithJsonSchema,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
+from pydantic.alias_generators import to_camel, to_snake
+from pydantic.config import JsonDict
 
 from twc.spec._names import (
     check_dns_label,
@@ -68,10 +70,29 @@ def _number_to_str(value: object) -> object:
     return value
 
 
-def _cel(*rules: tuple[str, str]) -> ConfigDict:
-    """A model's validators restated as CEL ``(rule, message)`` pairs for its CRD schema."""
-    validations: list[JsonValue] = [{"rule": rule, "message": message} for rule, message in rules]
-    return ConfigDict(json_schema_extra={"x-kubernetes-validations": validations})
+class Rule(NamedTuple):
+    """A rule across a model's fields: ``cel`` in its CRD schema, ``holds`` checked in Python
+    with the same message (``None``: a validator of the model checks it, saying more)."""
+
+    cel: str
+    message: str
+    holds: Callable[[Any], bool] | None = None
+
+
+def _exactly_one(a: str, b: str) -> Rule:
+    """The rule that exactly one of the fields ``a`` and ``b`` (camelCase) is set."""
+    fields = (to_snake(a), to_snake(b))
+    return Rule(
+        f"has(self.{a}) != has(self.{b})",
+        f"exactly one of {a} or {b} must be set",
+        lambda m: sum(getattr(m, field) is not None for field in fields) == 1,
+    )
+
+
+def _cel_rules(schema: JsonDict, model: type[Any]) -> None:
+    """A model's :class:`Rule` list in its JSON schema, as ``x-kubernetes-validations``."""
+    if rules := getattr(model, "rules", ()):
+        schema["x-kubernetes-validations"] = [{"rule": r.cel, "message": r.message} for r in rules]
 
 
 DnsLabel = Annotated[str, AfterValidator(check_dns_label)]
@@ -104,7 +125,8 @@ ImagePullPolicy = Literal["Always", "IfNotPresent", "Never"]
 
 
 class SpecModel(BaseModel):
-    """Base of every fleet-file model: camelCase keys, unknown keys rejected, frozen."""
+    """Base of every fleet-file model: camelCase keys, unknown keys rejected, frozen, and
+    its ``rules`` kept."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -115,7 +137,16 @@ class SpecModel(BaseModel):
         frozen=True,
         use_attribute_docstrings=True,
         hide_input_in_errors=True,
+        json_schema_extra=_cel_rules,
     )
+    rules: ClassVar[tuple[Rule, ...]] = ()
+
+    @model_validator(mode="after")
+    def _rules_hold(self) -> Self:
+        for rule in self.rules:
+            if rule.holds is not None and not rule.holds(self):
+                raise ValueError(rule.message)
+        return self
 
 
 class AuthMode(StrEnum):
@@ -143,7 +174,7 @@ class ConnectionTarget(BaseModel):
 class ObjectRef(SpecModel):
     """A typed reference to a connection object of any registered kind."""
 
-    model_config = _cel((f"self.apiGroup == '{API_GROUP}'", f"apiGroup must be {API_GROUP}"))
+    rules = (Rule(f"self.apiGroup == '{API_GROUP}'", f"apiGroup must be {API_GROUP}"),)
 
     api_group: str
     """API group of the referenced kind; must be ``temporal.io``."""
@@ -162,20 +193,12 @@ class ObjectRef(SpecModel):
 class ConnectionRef(SpecModel):
     """Which Temporal connection a worker uses: exactly one of ``name`` or ``objectRef``."""
 
-    model_config = _cel(
-        ("has(self.name) != has(self.objectRef)", "exactly one of name or objectRef must be set")
-    )
+    rules = (_exactly_one("name", "objectRef"),)
 
     name: DnsSubdomain | None = None
     """Name of a ``Connection`` in the worker's own namespace."""
     object_ref: ObjectRef | None = None
     """A typed reference, e.g. to a ``ClusterConnection``."""
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> ConnectionRef:
-        if (self.name is None) == (self.object_ref is None):
-            raise ValueError("exactly one of name or objectRef must be set")
-        return self
 
     def target(self, namespace: str) -> ConnectionTarget:
         """The reference made absolute for a worker in ``namespace``."""
@@ -223,31 +246,27 @@ class SecretSource(SpecModel):
     """Namespace holding the original secret, copied into each namespace that uses it."""
 
 
-_ONE_AUTH = (
+_ONE_AUTH = Rule(
     "!(has(self.mutualTLSSecretRef) && has(self.apiKeySecretRef))",
     "mutualTLSSecretRef and apiKeySecretRef are mutually exclusive",
+    lambda c: c.mutual_tls_secret_ref is None or c.api_key_secret_ref is None,
 )
-_ONE_GIVEN = (
+_ONE_GIVEN = Rule(
     "has(self.mutualTLSSecretRef) || has(self.apiKeySecretRef)",
     "set mutualTLSSecretRef or apiKeySecretRef",
+    lambda c: c.auth_mode is not AuthMode.NONE,
 )
 
 
 class _Credentials(SpecModel):
     """A credential for Temporal: an mTLS client certificate or an API key."""
 
-    model_config = _cel(_ONE_AUTH)
+    rules: ClassVar[tuple[Rule, ...]] = (_ONE_AUTH,)
 
     mutual_tls_secret_ref: SecretRef | None = Field(default=None, alias="mutualTLSSecretRef")
     """Client certificate secret for mTLS; exclusive with ``apiKeySecretRef``."""
     api_key_secret_ref: SecretKeyRef | None = None
     """Secret key holding a Temporal API key; exclusive with ``mutualTLSSecretRef``."""
-
-    @model_validator(mode="after")
-    def _one_auth_mode(self) -> _Credentials:
-        if self.mutual_tls_secret_ref is not None and self.api_key_secret_ref is not None:
-            raise ValueError("mutualTLSSecretRef and apiKeySecretRef are mutually exclusive")
-        return self
 
     @property
     def auth_mode(self) -> AuthMode:
@@ -261,13 +280,7 @@ class TwcCredentials(_Credentials):
     """The credential twc's own calls use (task-queue checks, routing, gates, backlogs), so
     workers, which get the connection's own, never hold routing rights."""
 
-    model_config = _cel(_ONE_AUTH, _ONE_GIVEN)
-
-    @model_validator(mode="after")
-    def _one_given(self) -> TwcCredentials:
-        if self.auth_mode is AuthMode.NONE:
-            raise ValueError(_ONE_GIVEN[1])
-        return self
+    rules = (_ONE_AUTH, _ONE_GIVEN)
 
 
 class _ConnectionSpec(_Credentials):
@@ -293,11 +306,12 @@ class _ConnectionSpec(_Credentials):
 class ClusterConnection(_ConnectionSpec):
     """A cluster-scoped Temporal connection, usable by workers in any namespace."""
 
-    model_config = _cel(
+    rules = (
         _ONE_AUTH,
-        (
+        Rule(
             "!has(self.secretSource) || has(self.mutualTLSSecretRef) || has(self.apiKeySecretRef)",
             "secretSource needs a secret to copy: set mutualTLSSecretRef or apiKeySecretRef",
+            lambda c: c.secret_source is None or c.auth_mode is not AuthMode.NONE,
         ),
     )
 
@@ -309,11 +323,7 @@ class ClusterConnection(_ConnectionSpec):
     """Namespaces whose workers may use it (unset: all); others are refused, nothing made."""
 
     @model_validator(mode="after")
-    def _source_needs_secret(self) -> ClusterConnection:
-        if self.secret_source is not None and self.auth_mode is AuthMode.NONE:
-            raise ValueError(
-                "secretSource needs a secret to copy: set mutualTLSSecretRef or apiKeySecretRef"
-            )
+    def _source_names_namespaces(self) -> ClusterConnection:
         if self.secret_source is not None and self.allowed_namespaces is None:
             raise ValueError(
                 "secretSource needs allowedNamespaces: a credential is copied only into "
@@ -564,23 +574,12 @@ class KeySelector(SpecModel):
 class GateInputSource(SpecModel):
     """Where a gate workflow's input comes from: exactly one of the two."""
 
-    model_config = _cel(
-        (
-            "has(self.configMapKeyRef) != has(self.secretKeyRef)",
-            "exactly one of configMapKeyRef or secretKeyRef must be set",
-        )
-    )
+    rules = (_exactly_one("configMapKeyRef", "secretKeyRef"),)
 
     config_map_key_ref: KeySelector | None = None
     """A ConfigMap key holding a JSON document."""
     secret_key_ref: KeySelector | None = None
     """A Secret key holding a JSON document (kept out of logs and previews)."""
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> GateInputSource:
-        if (self.config_map_key_ref is None) == (self.secret_key_ref is None):
-            raise ValueError("exactly one of configMapKeyRef or secretKeyRef must be set")
-        return self
 
 
 class GateWorkflow(SpecModel):
@@ -604,11 +603,11 @@ class GateWorkflow(SpecModel):
 class RolloutStep(SpecModel):
     """One step of a Progressive rollout."""
 
-    model_config = _cel(
-        (
+    rules = (
+        Rule(
             f"duration(self.pauseDuration) >= duration('{MIN_PAUSE_SECONDS}s')",
             f"pause duration must be at least {MIN_PAUSE_SECONDS}s",
-        )
+        ),
     )
 
     ramp_percentage: int = Field(ge=1, le=99)
@@ -642,12 +641,13 @@ class FailureRate(SpecModel):
 class Rollout(SpecModel):
     """Drives versioned rollouts: one Deployment per build, new workflows routed by strategy."""
 
-    model_config = _cel(
-        (
+    rules = (
+        Rule(
             "self.strategy != 'Progressive' || (has(self.steps) && size(self.steps) > 0)",
             "steps are required for Progressive rollout",
+            lambda r: r.strategy is not RolloutStrategy.PROGRESSIVE or bool(r.steps),
         ),
-        (
+        Rule(
             # Strictly increasing: sorted, and no percentage twice (CEL has no index loop).
             "self.strategy != 'Progressive' || !has(self.steps) || "
             "(self.steps.map(s, s.rampPercentage).isSorted() && "
@@ -676,11 +676,9 @@ class Rollout(SpecModel):
     on it than on the Current version (Progressive)."""
 
     @model_validator(mode="after")
-    def _steps(self) -> Rollout:
+    def _steps_increase(self) -> Rollout:
         if self.strategy is not RolloutStrategy.PROGRESSIVE:
             return self
-        if not self.steps:
-            raise ValueError("steps are required for Progressive rollout")
         last = 0
         for index, step in enumerate(self.steps):
             if step.ramp_percentage <= last:
@@ -816,11 +814,12 @@ class Defaults(WorkerSettings):
 class TemporalWorker(WorkerSettings):
     """A worker Deployment polling one Temporal task queue."""
 
-    model_config = _cel(
-        (
+    rules = (
+        Rule(
             "has(self.queueRef) || has(self.taskQueueName)",
             "set queueRef or taskQueueName: the worker needs a task queue",
-        )
+            lambda w: w.queue_ref is not None or w.task_queue_name is not None,
+        ),
     )
 
     name: DnsLabel
@@ -831,12 +830,6 @@ class TemporalWorker(WorkerSettings):
     """The kmsvc queue this worker serves."""
     task_queue_name: TaskQueueName | None = None
     """Temporal task queue; defaults to the queue's name."""
-
-    @model_validator(mode="after")
-    def _has_task_queue(self) -> TemporalWorker:
-        if self.queue_ref is None and self.task_queue_name is None:
-            raise ValueError("set queueRef or taskQueueName: the worker needs a task queue")
-        return self
 
 
 class Sharding(SpecModel):

@@ -40,7 +40,7 @@ from twc.spec._names import (
     parse_duration,
     parse_quantity,
 )
-from twc.spec._template import check_pod_template, same_level_conflicts
+from twc.spec._template import check_pod_template, numbers_as_strings, same_level_conflicts
 from twc.spec.resources import check_resource_template
 
 API_VERSION = "twc.temporal.io/v1"
@@ -61,13 +61,6 @@ RESERVED_ENV_NAMES = frozenset(
     | {"TEMPORAL_TLS_SERVER_CA_CERT_PATH", "TEMPORAL_DEPLOYMENT_NAME", "POD_NAMESPACE"}
 )
 """Environment variables twc sets on worker containers; user ``env`` may not set them."""
-
-
-def _number_to_str(value: object) -> object:
-    # YAML reads `cpu: 2` as an int; Kubernetes accepts numbers for quantities, so do we.
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
-    return value
 
 
 class Rule(NamedTuple):
@@ -108,7 +101,7 @@ TemporalNamespace = Annotated[str, AfterValidator(check_temporal_namespace)]
 ResourceName = Annotated[str, AfterValidator(check_resource_name)]
 Quantity = Annotated[
     str,
-    BeforeValidator(_number_to_str),
+    BeforeValidator(numbers_as_strings),  # Kubernetes accepts numbers for quantities
     AfterValidator(check_quantity),
     WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "number"}]}),
 ]

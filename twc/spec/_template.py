@@ -151,20 +151,20 @@ def check_pod_template(template: Mapping[str, Any], reserved_env: frozenset[str]
     return problems
 
 
-def _normal(value: object) -> object:
-    # YAML reads `cpu: 2` as a number, the shorthand keeps quantities as strings: compare
-    # what the API server would store, not how it was typed.
+def numbers_as_strings(value: object) -> object:
+    """``value`` with its numbers as strings, as the API server stores quantities: YAML reads
+    ``cpu: 2`` as a number, the shorthand keeps quantities as strings."""
     if isinstance(value, Mapping):
-        return {k: _normal(v) for k, v in value.items()}
+        return {k: numbers_as_strings(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_normal(v) for v in value]
+        return [numbers_as_strings(v) for v in value]
     if isinstance(value, int | float) and not isinstance(value, bool):
         return str(value)
     return value
 
 
 def _short(value: object) -> str:
-    text = repr(value) if isinstance(value, str) else f"{_normal(value)}"
+    text = repr(value) if isinstance(value, str) else f"{numbers_as_strings(value)}"
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -188,7 +188,7 @@ def same_level_conflicts(
         if value is None or not isinstance(target, Mapping) or name not in target:
             continue
         if name != "env":
-            if _normal(target[name]) != _normal(value):
+            if numbers_as_strings(target[name]) != numbers_as_strings(value):
                 problems.append(
                     f"{where}.{name} ({_short(target[name])}) conflicts with {name} "
                     f"({_short(value)}): set it in one place"

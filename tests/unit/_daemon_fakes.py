@@ -70,6 +70,21 @@ class StaticNative:
             self._wakeup.set()
 
 
+class FakeQueues(StaticQueues):
+    """Queue objects a test swaps, as a watch event would, waking the loop."""
+
+    _wakeup: threading.Event | None = None
+
+    def start(self, wakeup: threading.Event) -> None:
+        self._wakeup = wakeup
+
+    def replace(self, objects: Iterable[Mapping[str, Any]]) -> None:
+        """Swap the objects and wake the loop."""
+        self._objects = tuple(objects)
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+
 def fleet_data(
     *, workers: list[dict[str, Any]] | None = None, queues: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
@@ -360,7 +375,7 @@ class Harness:
     daemon: Daemon
     engine: FakeEngine
     clock: FakeClock
-    queues: StaticQueues
+    queues: FakeQueues
     backlogs: FakeBacklogs
     metrics: DaemonMetrics
     fleet: dict[str, Any]
@@ -391,7 +406,7 @@ def make_daemon(
     leader: Any = None,
     read_secret: Callable[[str, str], Mapping[str, bytes]] | None = None,
     early: Any = None,
-    source: StaticQueues | None = None,
+    source: FakeQueues | None = None,
     read_replicas: Callable[[dict[str, int]], Mapping[str, int]] | None = None,
     record: Any = None,
     objects: Any = None,
@@ -412,7 +427,7 @@ def make_daemon(
     doc = fleet if fleet is not None else fleet_data()
     clock = FakeClock()
     fake_engine = engine or FakeEngine()
-    source = source if source is not None else StaticQueues(queues)
+    source = source if source is not None else FakeQueues(queues)
     fake_backlogs = FakeBacklogs(backlogs)
     metrics = DaemonMetrics(STACK)
     live: dict[str, int] = {}

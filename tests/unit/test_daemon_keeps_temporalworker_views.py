@@ -19,6 +19,7 @@ from tests.unit._daemon_fakes import (
     NS,
     FakeClock,
     FakeEngine,
+    FakeQueues,
     NoLimit,
     StaticNative,
     fake_clocks,
@@ -29,7 +30,7 @@ from tests.unit._native_objects import CLUSTER_CONNECTION, CONNECTION, cluster_c
 from tests.unit.test_daemon_writes_back_native_objects import Pollers, Writer
 from twc.connections import Registry
 from twc.desired import WORKER_KIND_KEY
-from twc.kube.watch import NativeSnapshot, StaticQueues
+from twc.kube.watch import NativeSnapshot
 from twc.native.views import VIEW_FIELD_MANAGER, VIEW_LABEL
 from twc.reconcile.act import VIEW_OVERWRITTEN, Effects
 from twc.reconcile.daemon import Daemon
@@ -138,7 +139,7 @@ class World:
         self.pollers = Pollers()
         self.deployments: dict[str, tuple[int, int]] = {}
         self.doc = fleet_data(workers=workers)
-        self.queues = StaticQueues(queues)
+        self.queues = FakeQueues(queues)
         self.native = StaticNative(self.snapshot())
         self.leading = True
 

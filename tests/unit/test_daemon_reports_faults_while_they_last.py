@@ -11,13 +11,13 @@ import pytest
 from tests.unit._daemon_fakes import (
     NS,
     FakeEngine,
+    FakeQueues,
     autoscaled,
     fleet_data,
     make_daemon,
     queue_object,
 )
 from twc.engine.errors import engine_failure
-from twc.kube.watch import StaticQueues
 from twc.reconcile.outcome import (
     FailureReason,
     Fault,
@@ -44,7 +44,7 @@ class _RPCError(Exception):
         self.status = status
 
 
-class _BrokenWatch(StaticQueues):
+class _BrokenWatch(FakeQueues):
     """A Queue source whose list/watch fails, keeping its last objects."""
 
     def __init__(self) -> None:

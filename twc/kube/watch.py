@@ -119,14 +119,13 @@ class NativeSource(Protocol):
 
 
 class StaticQueues:
-    """A fixed set of Queue objects (no cluster, or tests)."""
+    """A fixed set of Queue objects (no cluster)."""
 
     def __init__(self, objects: Iterable[Mapping[str, Any]] = ()) -> None:
         self._objects = tuple(objects)
-        self._wakeup: threading.Event | None = None
 
     def start(self, wakeup: threading.Event) -> None:
-        self._wakeup = wakeup
+        pass
 
     def stop(self) -> None:
         pass
@@ -136,12 +135,6 @@ class StaticQueues:
 
     def observed(self) -> ObjectList:
         return ObjectList.known(self._objects, trim=False)
-
-    def replace(self, objects: Iterable[Mapping[str, Any]]) -> None:
-        """Swap the objects, as a watch event would, and wake the loop."""
-        self._objects = tuple(objects)
-        if self._wakeup is not None:
-            self._wakeup.set()
 
 
 def wake(event: threading.Event, namespace: str | None) -> None:

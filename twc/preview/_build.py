@@ -131,21 +131,21 @@ def build_report(
     if failure and not errors:
         errors.append(Diagnostic(severity="error", message=_clean(failure)))
     counted = {urn: r for urn, r in resources.items() if not _skipped(r)}
-    groups = _build_groups(counted)
+    ops = count_ops(r.op for r in counted.values())
+    found = {"errors": errors, "warnings": warnings}
+    return _report(ops, _build_groups(counted), project=project, stack=stack, **found)
+
+
+def _report(resources: OpCounts, groups: Iterable[Group], **fields: Any) -> PreviewReport:
+    """A report of ``groups`` (sorted) with its summary, read from them and ``resources``."""
+    ordered = sorted(groups, key=lambda g: (GROUP_ORDER.index(g.kind), g.name, g.type))
     summary = Summary(
-        resources=count_ops(r.op for r in counted.values()),
-        groups=count_ops(g.operation for g in groups),
-        restarting_workers=sorted(g.name for g in groups if g.restarts),  # only workers restart
-        has_changes=any(r.op is not Operation.SAME for r in counted.values()),
+        resources=resources,
+        groups=count_ops(g.operation for g in ordered),
+        restarting_workers=sorted(g.name for g in ordered if g.restarts),  # only workers restart
+        has_changes=resources != OpCounts(same=resources.same),
     )
-    return PreviewReport(
-        project=project,
-        stack=stack,
-        summary=summary,
-        groups=groups,
-        errors=errors,
-        warnings=warnings,
-    )
+    return PreviewReport(summary=summary, groups=ordered, **fields)
 
 
 @dataclass
@@ -290,7 +290,7 @@ def _build_groups(resources: Mapping[str, _Res]) -> list[Group]:
         ]
         shared = ("kind", "name", "type", "urn", "operation", "restarts", "connection", "reasons")
         out.append(Group(**{key: getattr(g, key) for key in shared}, resources=resources_changed))
-    return sorted(out, key=lambda g: (GROUP_ORDER.index(g.kind), g.name, g.type))
+    return out
 
 
 def _root_of(res: _Res, resources: Mapping[str, _Res]) -> str:
@@ -904,21 +904,13 @@ def merge_reports(stack: str, reports: Sequence[PreviewReport]) -> PreviewReport
     for group in (g for r in reports for g in r.groups):
         key = (group.kind.value, group.name, group.type)
         groups[key] = _merge_group(groups[key], group) if key in groups else group
-    merged = sorted(groups.values(), key=lambda g: (GROUP_ORDER.index(g.kind), g.name, g.type))
-    summary = Summary(
-        resources=OpCounts(
-            **sum((Counter(r.summary.resources.model_dump()) for r in reports), Counter())
-        ),
-        groups=count_ops(g.operation for g in merged),
-        restarting_workers=sorted({w for r in reports for w in r.summary.restarting_workers}),
-        has_changes=any(r.summary.has_changes for r in reports),
-    )
+    resources = sum((Counter(r.summary.resources.model_dump()) for r in reports), Counter())
     held = [r.held_deletions for r in reports if r.held_deletions is not None]
-    return PreviewReport(
+    return _report(
+        OpCounts(**resources),
+        groups.values(),
         project=reports[0].project,
         stack=f"{stack} ({plural(len(reports), 'shard')})",
-        summary=summary,
-        groups=merged,
         errors=[_tagged(d, r.stack) for r in reports for d in r.errors],
         warnings=[_tagged(d, r.stack) for r in reports for d in r.warnings],
         held_deletions=HeldDeletions(  # each shard's guard holds its own share

@@ -178,8 +178,8 @@ class Wiring:
     kube: KubeClient | None = None
     channels: list[GuardChannel] = field(default_factory=list)  # one per stack run
     lease_kube: KubeClient | None = None
-    starts: list[Callable[[], object]] = field(default_factory=list)
-    stops: list[Callable[[], object]] = field(default_factory=list)
+    # (start, stop) of each part: started in order with the daemon, stopped in reverse.
+    parts: list[tuple[Callable[[], object], Callable[[], object]]] = field(default_factory=list)
     release_leases: bool = False  # set by close(): no engine is left
     state_dir: Path | None = None  # the engines' inputs files, the guards' channels
     wake: Callable[[], None] | None = None  # every loop (SIGHUP)
@@ -189,14 +189,14 @@ class Wiring:
         return self.settings.engine.interrupt_grace + KILL_MARGIN
 
     def close(self) -> None:
-        """Stop what ``starts`` started; release Leases and inputs only with no engine left."""
+        """Stop the started ``parts``; release Leases and inputs only with no engine left."""
         deadline = time.monotonic() + self.settle()
         self.release_leases = all(
             c.wait_idle(max(0.0, deadline - time.monotonic())) for c in self.channels
         )
-        for step in reversed(self.stops):
+        for _, stop in reversed(self.parts):
             try:
-                step()
+                stop()
             except Exception as exc:  # noqa: BLE001 - one part failing to stop never keeps the others running
                 logger.warning("[%s] stopping: %s", self.stack, exc)
         for client in (self.kube, self.lease_kube):
@@ -213,11 +213,6 @@ class Wiring:
             return
         for inputs in self.state_dir.rglob(f"{INPUTS_PREFIX}*.json"):
             inputs.unlink(missing_ok=True)
-
-    def run_with(self, starts: Callable[[], object], stops: Callable[[], object]) -> None:
-        """Start ``starts`` with the wiring and call ``stops`` when it closes."""
-        self.starts.append(starts)
-        self.stops.append(stops)
 
 
 @dataclass(frozen=True)
@@ -244,7 +239,7 @@ class _Cluster:
                     why = cache.failure() or "waiting"
                     logger.warning("[%s] %s not listed yet: %s", wiring.stack, cache.plural, why)
 
-        wiring.run_with(start, lambda: [cache.stop() for cache in caches])
+        wiring.parts.append((start, lambda: [cache.stop() for cache in caches]))
 
 
 def _cluster(kube: KubeClient, options: RunOptions, settings: DaemonSettings) -> _Cluster:
@@ -432,12 +427,12 @@ def _wire_one(
     if cluster is not None:
         cluster.watch(wiring)
     watch = FleetFileWatch(path, daemon.wakeup)  # an edit wakes the loop at once
-    wiring.run_with(watch.start, watch.stop)
+    wiring.parts.append((watch.start, watch.stop))
     wiring.wake = daemon.wakeup.set
     if elector is not None:
         lease, where = elector, f"{elector.namespace}/{elector.name}"
         logger.info("[%s] leader election on lease %s as %s", options.stack, where, lease.identity)
-        wiring.run_with(lease.start, lambda: lease.stop(release=wiring.release_leases))
+        wiring.parts.append((lease.start, lambda: lease.stop(release=wiring.release_leases)))
     return wiring
 
 
@@ -560,12 +555,12 @@ class _Shards:
             stack, self.settings, sharded, metrics, self.file, kube, self.channels, self.lease_kube
         )
         wiring.state_dir = self.state_root
-        wiring.run_with(lambda: self._start(roster), lambda: self._stop(roster))
+        wiring.parts.append((lambda: self._start(roster), lambda: self._stop(roster)))
         self.cluster.watch(wiring)
         # An edit wakes the shards it changed, a new namespace the assignment (it has none).
         self.fanout.subscribe(sharded.wakeup, lambda: ())
         watch = FleetFileWatch(self.path, self.fanout, read=self.fleet)
-        wiring.run_with(watch.start, watch.stop)
+        wiring.parts.append((watch.start, watch.stop))
         wiring.wake = self.fanout.set
         return wiring
 
@@ -676,7 +671,7 @@ def run_daemon(options: RunOptions) -> int:
         stack=options.stack, stopping=lambda: runner.stopping, on_fatal=fatal, grace=grace
     )
     try:
-        for start in wiring.starts:  # the watch caches and the elections
+        for start, _ in wiring.parts:  # the watch caches and the elections
             start()
         return supervisor.run(lambda: runner.run(once=options.once))
     finally:

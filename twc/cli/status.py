@@ -128,10 +128,8 @@ def _with_rollouts(
     try:
         found = live_rollouts(kube, checks, recorded)
     except Exception as exc:  # noqa: BLE001 - status reports what it cannot read
-        for key, rec in recorded.items():
-            if key in result and rec.get("targetBuildID"):
-                result[key]["rollout"] = {"error": f"{type(exc).__name__}: {exc}"}
-        return
+        error = f"{type(exc).__name__}: {exc}"
+        found = {key: {"error": error} for key, rec in recorded.items() if rec.get("targetBuildID")}
     for key, rollout in found.items():
         worker = result.get(key)
         if worker is None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import sys
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TextIO
@@ -81,16 +80,16 @@ def plan_versions(
     file: str,
     temporal_address: str | None,
     settings: RolloutSettings,
-    err: TextIO | None = None,
+    err: TextIO,
 ) -> DesiredInputs:
-    """``inputs`` with every versioned worker's planned versions."""
+    """``inputs`` with every versioned worker's planned versions (their plans said on ``err``)."""
     desired = desired_fleet(fleet, inputs, registry=default_registry(), file=file)
     if not any(w.rollout is not None for w in desired.workers.values()):
         return inputs
     clients = _clients(kube, temporal_address, settings)
     facts, plans = observe_round(kube, desired, clients, settings=settings, now=time.time())
     for key, plan in sorted(plans.items()):
-        print(f"rollout of {key}: {plan.message}", file=err or sys.stderr)
+        print(f"rollout of {key}: {plan.message}", file=err)
     versions: dict[str, WorkerVersions] = {}
     for key, plan in plans.items():
         seen = facts.observed[key]

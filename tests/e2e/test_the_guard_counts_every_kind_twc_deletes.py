@@ -12,6 +12,7 @@ import io
 import os
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -159,12 +160,15 @@ def test_the_daemon_holds_every_pdb_going_at_once_until_approved(
     assert sorted(pdbs) == sorted(NAMES)
 
     # Four changed workers make a targeted up; deleting their PDBs makes it whole-stack.
+    edited = time.monotonic()
     fs.write(_fleet(local_env, namespace, replicas=1))
     held = "DeletionsHeld: 4 of 4 PodDisruptionBudget objects would be deleted at once"
     eventually(lambda: held in daemon.text(), timeout=120, message="the PDBs were never held")
+    took = time.monotonic() - edited
     assert_unchanged(before, deployment_bytes(kube, namespace))
     assert _pdbs(kube, namespace) == pdbs
 
+    approving = time.monotonic()
     approved = subprocess.run(
         [sys.executable, "-m", "twc", "approve", "--stack", fs.name],
         cwd=ROOT,
@@ -181,6 +185,8 @@ def test_the_daemon_holds_every_pdb_going_at_once_until_approved(
         timeout=120,  # the daemon retries the refused up with backoff
         message="the approved deletions never proceeded",
     )
+    applied = time.monotonic() - approving
     wait_until_settled(daemon)
     assert sorted(deployment_bytes(kube, namespace)) == sorted(NAMES)
     assert not lock_files(fs)
+    print(f"PDBs held {took:.1f} s after the edit; deleted {applied:.1f} s after twc approve")

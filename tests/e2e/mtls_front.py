@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime
 import threading
-from collections import defaultdict
+from collections import Counter, defaultdict
 from concurrent import futures
 from typing import Any
 
@@ -72,6 +72,7 @@ class MutualTLSFront:
     def __init__(self, authority: Authority, upstream: str) -> None:
         self.calls: dict[str, set[str]] = defaultdict(set)
         """Per client certificate's common name, the gRPC methods it called."""
+        self._counts: Counter[str] = Counter()
         self._lock = threading.Lock()
         self._upstream = grpc.insecure_channel(upstream)
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=200))
@@ -89,11 +90,17 @@ class MutualTLSFront:
     def record(self, common_name: str, method: str) -> None:
         with self._lock:
             self.calls[common_name].add(method.rsplit("/", 1)[-1])
+            self._counts[common_name] += 1
 
     def methods(self, common_name: str) -> set[str]:
         """The methods called with that certificate so far."""
         with self._lock:
             return set(self.calls.get(common_name, ()))
+
+    def count(self, common_name: str) -> int:
+        """How many calls came with that certificate so far."""
+        with self._lock:
+            return self._counts[common_name]
 
     def forward(self, method: str, request: bytes, context: grpc.ServicerContext) -> bytes:
         names = context.auth_context().get("x509_common_name") or [b"?"]

@@ -11,6 +11,10 @@ call; a workflow runs on it; its Deployment names only the workers' secret.
 Then twc's credential is revoked (its Secret deleted): the worker's status says
 ``TwcCredentialInvalid``, naming twc's secret, while its pods, untouched, still run
 workflows; restored, the status says the pollers are registered again.
+
+Then twc's credential is rotated (a certificate of another name in the same Secret): twc's
+calls move to the new certificate, the client of the old one is dropped from the cache,
+and no call comes with the old certificate any more.
 """
 
 from __future__ import annotations
@@ -144,3 +148,20 @@ def test_twc_calls_with_its_own_certificate_and_workers_with_theirs(
             timeout=ONE_UP,
             message=f"never registered again\n{daemon.text()[-3000:]}",
         )
+
+        # Rotated: the old certificate's client is dropped and never called again.
+        rotated = authority.issue("twc-rotated")
+        kube.core.patch_namespaced_secret("twc-mtls", namespace, {"stringData": rotated})
+        eventually(
+            lambda: served.count("twc-rotated") >= 3,
+            timeout=ONE_UP,
+            message=f"twc never called with its new certificate\n{daemon.text()[-3000:]}",
+        )
+        assert "Temporal client(s) of rotated credentials or unused" in daemon.text()
+        old, new = served.count("twc"), served.count("twc-rotated")
+        eventually(
+            lambda: served.count("twc-rotated") >= new + 5,
+            timeout=ONE_UP,
+            message="twc stopped calling Temporal after the rotation",
+        )
+        assert served.count("twc") == old, "a call still came with the rotated-out certificate"

@@ -68,6 +68,44 @@ def test_a_worker_changed_while_the_daemon_was_down_is_upped_alone() -> None:
     assert engine.ups[-1][1] == ["urn:orders"], "a targeted up of the changed worker"
 
 
+def _pdb_urn(name: str) -> str:
+    kind = "twc:temporal:TemporalWorker$kubernetes:policy/v1:PodDisruptionBudget"
+    return f"urn:pulumi:{STACK}::twc::{kind}::{NS}/{name}-pdb"
+
+
+def test_a_changed_worker_that_would_lose_an_object_the_state_has_runs_a_full_up() -> None:
+    api, engine = FakeConfigMaps(), FakeEngine()
+    _started(api, engine)
+    # The state (as the restarted daemon reads it) holds a PDB the worker's spec no longer
+    # makes: its ownership check judges that deletion only in a whole-stack up.
+    engine.urns[f"{NS}/orders"] = ["urn:orders", _pdb_urn("orders")]
+    fleet = _fleet()
+    fleet["workers"][1]["image"] = "registry.example/worker:2.0.0"
+
+    _daemon(api, engine, fleet).step()
+
+    assert len(engine.ups) == 2
+    assert engine.ups[-1][1] is None, "a whole-stack up"
+
+
+def test_changed_workers_deleting_a_kind_beyond_the_share_run_whole_stack_within_it_alone() -> None:
+    api, engine = FakeConfigMaps(), FakeEngine()
+    fleet = _fleet()
+    for w in fleet["workers"]:
+        w["replicas"] = 2  # each worker gets a PDB
+    engine.urns = {f"{NS}/{w['name']}": [f"urn:{w['name']}"] for w in WORKERS}
+    daemon = _daemon(api, engine, fleet)
+    daemon.step()
+    fleet["workers"][0]["replicas"] = 1  # one PDB of five goes: within the share
+    daemon.step()
+    assert engine.ups[-1][1] == ["urn:payments"]
+    for w in fleet["workers"]:
+        w["replicas"] = 1  # the other four go at once: beyond it
+    daemon.step()
+    assert len(engine.ups) == 3
+    assert engine.ups[-1][1] is None, "a whole-stack up"
+
+
 @pytest.mark.parametrize(
     "what",
     ["someone else updated the stack", "another build of twc", "a killed run was repaired"],

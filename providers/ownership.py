@@ -58,8 +58,9 @@ def _held(kube: Any, olds: dict[str, Any], news: dict[str, Any]) -> str | None:
     held, reason = deletions_beyond_share(olds["objects"], news, lambda o: bool(_read(kube, o)))
     if not held or os.environ.get(CONFIRM_ENV):
         return None
-    stack, digest, namespace = str(news["stack"]), deletion_digest(held), news["controlNamespace"]
-    record = record_for_stack(kube.core, stack, {CONTROL_NAMESPACE: namespace} if namespace else {})
+    stack, digest = str(news["stack"]), deletion_digest(held)
+    config = {CONTROL_NAMESPACE: news.get("controlNamespace") or ""}
+    record = record_for_stack(kube.core, stack, config)
     approved = record.approved() == digest
     if not news["preview"]:  # an approval is spent by the run it lets through
         record.publish_held(None if approved else HeldRecord(digest, tuple(held), reason))

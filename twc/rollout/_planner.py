@@ -137,20 +137,9 @@ def hold_versions(
     )
 
 
-@dataclass
-class _Step:
-    phase: Phase
-    reason: str
-    message: str
-    routing: RoutingChange | None = None
-    gates: list[GateStart] = field(default_factory=list)
-    next_at: float | None = None
-    rolled_back: str | None = None
-
-
-def _routed(reason: str, message: str, change: RoutingChange) -> _Step:
+def _routed(target: str, reason: str, message: str, change: RoutingChange) -> RolloutPlan:
     """A step that makes one routing change."""
-    return _Step(Phase.PROGRESSING, reason, message, routing=change)
+    return RolloutPlan(target, Phase.PROGRESSING, reason, message, routing=change)
 
 
 def plan_rollout(
@@ -190,22 +179,16 @@ def plan_rollout(
         policy, target=target, routing=routing, deployments=deployments, now=now, scale=scale
     )
     due = [t for t in (step.next_at, sunset_at) if t is not None]
-    return RolloutPlan(
-        target=target,
-        phase=step.phase,
-        reason=step.reason,
-        message=step.message,
-        routing=step.routing,
-        gates=tuple(step.gates),
+    return replace(
+        step,
         versions=MappingProxyType(dict(sorted(versions.items()))),
         deleted=tuple(deleted),
         forget=tuple(forget),
         next_at=min(due) if due else None,
-        rolled_back=step.rolled_back,
     )
 
 
-def _manual(target: str, routing: Routing | None) -> _Step:
+def _manual(target: str, routing: Routing | None) -> RolloutPlan:
     if routing is None or routing.status(target) is VersionStatus.NOT_REGISTERED:
         reason, said = "WaitingForPollers", "has not polled yet; twc does not route"
     elif routing.current == target:
@@ -219,7 +202,7 @@ def _manual(target: str, routing: Routing | None) -> _Step:
             "polls; promote it with `temporal worker deployment set-current-version` "
             "(twc does not route)"
         )
-    return _Step(Phase.MANUAL, reason, f"Manual: version {target} {said}")
+    return RolloutPlan(target, Phase.MANUAL, reason, f"Manual: version {target} {said}")
 
 
 def _route(
@@ -233,7 +216,7 @@ def _route(
     scale: float,
     failures: Mapping[str, Mapping[str, tuple[int, int]]],
     rolled_back: str | None,
-) -> _Step:
+) -> RolloutPlan:
     if routing is not None and routing.current == target:
         return _complete(target, routing)
     if routing is not None and rolled_back is not None:  # recorded: stopped for good
@@ -249,13 +232,15 @@ def _route(
         or deployment is None
         or deployment.ready <= 0
     ):
-        return _Step(
+        return RolloutPlan(
+            target,
             Phase.PROGRESSING,
             "WaitingForPollers",
             f"version {target} has no ready, polling workers yet",
         )
     if not runs.task_queues:
-        return _Step(
+        return RolloutPlan(
+            target,
             Phase.PROGRESSING,
             "WaitingForPollers",
             f"version {target} has registered no workflow task queue yet",
@@ -270,6 +255,7 @@ def _route(
     if recent and routing.ramping != target and routing.current is not None:
         # It was Current or Ramping within the hour and runs: a rollback goes back at once.
         return _routed(
+            target,
             "RollingBack",
             f"rolling back to version {target} (it had traffic within the hour and runs): "
             "Current at once",
@@ -287,7 +273,7 @@ def _route(
     if routing.current is None or policy.strategy is Strategy.ALL_AT_ONCE:
         why = "the first version" if routing.current is None else "AllAtOnce"
         change = RoutingChange(RoutingKind.SET_CURRENT, target, routing.conflict_token, reason=why)
-        return _routed("Promoting", f"version {target} → Current ({why})", change)
+        return _routed(target, "Promoting", f"version {target} → Current ({why})", change)
     return _progressive(policy, target, routing, runs, now=now, scale=scale)
 
 
@@ -310,27 +296,30 @@ def failure_verdict(
     return None
 
 
-def _rolled_back(target: str, routing: Routing, why: str, *, record: bool) -> _Step:
+def _rolled_back(target: str, routing: Routing, why: str, *, record: bool) -> RolloutPlan:
     """The rollout stopped by its failure rate; a ramp to the version is removed."""
     message = f"version {target} rolled back: {why}; rollout stopped"
     step = _stopped(target, routing, "RolledBack", message, "failure rate")
     return replace(step, rolled_back=why if record else None)
 
 
-def _stopped(target: str, routing: Routing, reason: str, message: str, why: str) -> _Step:
+def _stopped(target: str, routing: Routing, reason: str, message: str, why: str) -> RolloutPlan:
     """The rollout stopped for good (``reason``); a ramp to the version is removed (``why``)."""
     change = None
     if routing.ramping == target:
         message += f", new executions go back to {routing.current or 'the unversioned workers'}"
         change = RoutingChange(RoutingKind.CLEAR_RAMP, target, routing.conflict_token, reason=why)
-    return _Step(Phase.BLOCKED, reason, message, routing=change)
+    return RolloutPlan(target, Phase.BLOCKED, reason, message, routing=change)
 
 
-def _complete(target: str, routing: Routing) -> _Step:
+def _complete(target: str, routing: Routing) -> RolloutPlan:
     """The target is Current: done, once a ramp left over is removed."""
     if not routing.ramping:
-        return _Step(Phase.COMPLETE, "RolloutComplete", f"version {target} is Current")
+        return RolloutPlan(
+            target, Phase.COMPLETE, "RolloutComplete", f"version {target} is Current"
+        )
     return _routed(
+        target,
         "RolloutComplete",
         f"version {target} is Current; removing the ramp of {routing.ramping}",
         RoutingChange(
@@ -350,18 +339,20 @@ def _progressive(
     *,
     now: float,
     scale: float,
-) -> _Step:
+) -> RolloutPlan:
     steps = policy.steps
     if not steps:
         # The spec refuses this; never promote on a guess.
-        return _Step(Phase.BLOCKED, "InvalidSpec", "Progressive rollout without steps")
+        return RolloutPlan(
+            target, Phase.BLOCKED, "InvalidSpec", "Progressive rollout without steps"
+        )
     token = routing.conflict_token
 
-    def ramp_to(index: int, reason: str, said: str = "→ Ramping") -> _Step:
+    def ramp_to(index: int, reason: str, said: str = "→ Ramping") -> RolloutPlan:
         percentage = steps[index].ramp_percentage
         message = f"version {target} {said} {_pct(percentage)} (step {index + 1} of {len(steps)})"
         change = RoutingChange(RoutingKind.SET_RAMPING, target, token, percentage, reason)
-        return _routed("Ramping", message, change)
+        return _routed(target, "Ramping", message, change)
 
     ramp = routing.ramp_percentage if routing.ramping == target else None
     if ramp is None or ramp <= 0:
@@ -383,13 +374,13 @@ def _progressive(
         until = (
             "; Temporal reports no ramp time, waiting" if due is None else f" until {rfc3339(due)}"
         )
-        return _Step(
-            Phase.PROGRESSING, "Ramping", f"version {target} at {where}{until}", next_at=due
+        return RolloutPlan(
+            target, Phase.PROGRESSING, "Ramping", f"version {target} at {where}{until}", next_at=due
         )
     if index + 1 < len(steps):
         return ramp_to(index + 1, f"step {index + 2}")
     change = RoutingChange(RoutingKind.SET_CURRENT, target, token, reason="every step done")
-    return _routed("Promoting", f"version {target} → Current (every step done)", change)
+    return _routed(target, "Promoting", f"version {target} → Current (every step done)", change)
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,7 +392,7 @@ class _GateRuns:
     target: str
     task_queues: Sequence[str]
 
-    def blocked(self, run: GateRun, routing: Routing, label: str = "") -> _Step:
+    def blocked(self, run: GateRun, routing: Routing, label: str = "") -> RolloutPlan:
         """The rollout stopped by a failed gate run; a ramp to the version is removed."""
         stage = run.workflow_id.rpartition("-step")[2]
         when = f"of step {stage}" if stage.isdigit() else "before traffic"
@@ -415,7 +406,7 @@ class _GateRuns:
 
     def check(
         self, gate: GatePolicy, stage: int, routing: Routing, *, where: str = ""
-    ) -> _Step | None:
+    ) -> RolloutPlan | None:
         """``None`` when the gate completed on every task queue, else the step to take."""
         label = f"gate `{gate.workflow_type}`" + (f" of {where}" if where else "")
         starts: list[GateStart] = []
@@ -431,11 +422,12 @@ class _GateRuns:
                 running.append(task_queue)
         if starts or running:
             waiting = ", ".join(sorted({*running, *(s.task_queue for s in starts)}))
-            return _Step(
+            return RolloutPlan(
+                self.target,
                 Phase.PROGRESSING,
                 "WaitingForGate",
                 f"{label} runs on version {self.target} (task queue {waiting})",
-                gates=starts,
+                gates=tuple(starts),
             )
         return None
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any, Final
 
 from twc import rollout
-from twc.connections import DEFAULT_TLS_MOUNT_PATH, PodSpecOptions, ResolvedConnection
+from twc.connections import PodSpecOptions, ResolvedConnection
 from twc.native.objects import metadata
 from twc.spec import ResolvedWorker, label_value, worker_container_index
 from twc.spec.labels import STACK_LABEL, owner_stack
@@ -66,12 +66,9 @@ WORKER_ENV_NAMES: Final = frozenset(
 _PROGRAM_FIELDS = ("command", "args", "ports", "readinessProbe", "livenessProbe", "startupProbe")
 
 
-@dataclass(frozen=True)
-class PodTemplateOptions:
-    """Knobs of the pod template that do not come from the fleet file."""
-
-    secret_keys: frozenset[str] | None = None  # of the connection's secret, if known
-    tls_mount_path: str = DEFAULT_TLS_MOUNT_PATH
+PodTemplateOptions = PodSpecOptions
+"""Knobs of the pod template that do not come from the fleet file (the connection's
+secret keys, the TLS mount path); the builders set the fingerprint and the containers."""
 
 
 def worker_labels(worker: ResolvedWorker, component: str = COMPONENT_WORKER) -> dict[str, str]:
@@ -131,14 +128,13 @@ def worker_pod_template(
     worker: ResolvedWorker,
     connection: ResolvedConnection,
     fingerprint: str,
-    options: PodTemplateOptions | None = None,
+    options: PodSpecOptions | None = None,
     *,
     component: str = COMPONENT_WORKER,
 ) -> dict[str, Any]:
     """The worker's (or its DLQ processor's) PodTemplateSpec: the user's template with twc's
     env (first), labels, ServiceAccount, wait init container (last) and the connection's
     settings merged in; ValueError for the DLQ processor of a worker without a DLQ."""
-    options = options or PodTemplateOptions()
     task_queue, image = worker.task_queue_name, worker.image
     user = copy.deepcopy(worker.pod_template)
     spec: dict[str, Any] = dict(user.get("spec") or {})
@@ -180,10 +176,9 @@ def worker_pod_template(
     # annotation in one step, so they cannot disagree; only into twc's containers.
     return connection.apply_pod_spec(
         {"metadata": metadata, "spec": spec},
-        PodSpecOptions(
+        replace(
+            options or PodSpecOptions(),
             fingerprint=fingerprint,
-            secret_keys=options.secret_keys,
-            tls_mount_path=options.tls_mount_path,
             containers=frozenset({container["name"]}),
             init_containers=frozenset({WAIT_CONTAINER}),
         ),
@@ -207,7 +202,7 @@ def deployment_spec(
     fingerprint: str,
     *,
     replicas: int | None = None,
-    options: PodTemplateOptions | None = None,
+    options: PodSpecOptions | None = None,
 ) -> dict[str, Any]:
     """The Deployment ``spec``; ``replicas``: an autoscaled count to write, clamped, or None."""
     spec: dict[str, Any] = {}
@@ -253,7 +248,7 @@ def worker_deployment(
     fingerprint: str,
     *,
     replicas: int | None = None,
-    options: PodTemplateOptions | None = None,
+    options: PodSpecOptions | None = None,
     connection_name: str | None = None,
     stack: str | None = None,
 ) -> dict[str, Any]:
@@ -280,7 +275,7 @@ def versioned_deployment(
     policy: str,
     target: bool,
     replicas: int | None = None,
-    options: PodTemplateOptions | None = None,
+    options: PodSpecOptions | None = None,
     connection_name: str | None = None,
     stack: str | None = None,
 ) -> dict[str, Any]:
@@ -352,7 +347,7 @@ def dlq_statefulset_spec(
     worker: ResolvedWorker,
     connection: ResolvedConnection,
     fingerprint: str,
-    options: PodTemplateOptions | None = None,
+    options: PodSpecOptions | None = None,
 ) -> dict[str, Any] | None:
     """The DLQ processor StatefulSet's ``spec``, or None without a DLQ."""
     if worker.dlq is None:

@@ -21,7 +21,7 @@ import pulumi_kubernetes as k8s
 from providers.fingerprint import ConnectionFingerprint
 from providers.taskqueue import TaskQueueCheck
 from twc import builders, rollout
-from twc.connections import ResolvedConnection
+from twc.connections import PodSpecOptions, ResolvedConnection
 from twc.errors import Reason, TwcConnectionError
 from twc.rollout import WorkerVersions
 from twc.rollout._spec import build_id_of, policy_of, version_spec_json, with_version_spec
@@ -211,7 +211,7 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
         super().__init__(TEMPORAL_WORKER_TYPE, name, {}, opts)
         worker, conn, stack = args.worker, args.connection, args.stack
         self._name, self._args = name, args
-        self._options = builders.PodTemplateOptions(secret_keys=conn.secret_keys)
+        self._options = PodSpecOptions(secret_keys=conn.secret_keys)
         sa_object = builders.worker_service_account(worker, stack=stack)
         sa = k8s.core.v1.ServiceAccount(
             f"{name}-sa",

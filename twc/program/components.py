@@ -24,7 +24,7 @@ from twc import builders, rollout
 from twc.connections import PodSpecOptions, ResolvedConnection
 from twc.errors import Reason, TwcConnectionError
 from twc.rollout import WorkerVersions
-from twc.rollout._spec import build_id_of, policy_of, version_spec_json, with_version_spec
+from twc.rollout._spec import build_id_of, policy_of, version_spec, with_version_spec
 from twc.spec import (
     QUEUE_API_VERSION,
     QUEUE_KIND,
@@ -292,7 +292,7 @@ class TemporalWorkerComponent(pulumi.ComponentResource):
         autoscaled = worker.autoscaling is not None
         made: dict[str, tuple[k8s.apps.v1.Deployment, dict[str, Any]]] = {}
         for build, version in sorted(given.items()):
-            at_version, spec_json = worker, version_spec_json(worker)
+            at_version, spec_json = worker, _canonical(version_spec(worker))
             if build != target:
                 if version.spec is None:
                     raise ValueError(

@@ -124,11 +124,6 @@ def version_spec(worker: ResolvedWorker) -> dict[str, Any]:
     return worker.model_dump(mode="json", include=_FIELDS)
 
 
-def version_spec_json(worker: ResolvedWorker) -> str:
-    """:func:`version_spec` as compact, canonical JSON (the Deployment's annotation)."""
-    return json.dumps(version_spec(worker), sort_keys=True, separators=(",", ":"))
-
-
 def with_version_spec(worker: ResolvedWorker, spec: dict[str, Any]) -> ResolvedWorker:
     """The worker as it was at an older version (ValueError if ``spec`` is not a version spec)."""
     unknown = sorted(set(spec) - _FIELDS)

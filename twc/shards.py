@@ -14,7 +14,6 @@ from twc.desired import DesiredFleet, DesiredInputs, ObjectList
 from twc.native.objects import metadata
 from twc.spec import Fleet
 from twc.spec.crds import VIEW_LABEL
-from twc.spec.labels import SHARD_SUFFIX
 
 
 def shard_stack(stack: str, index: int) -> str:
@@ -22,14 +21,6 @@ def shard_stack(stack: str, index: int) -> str:
     if index < 0:
         raise ValueError(f"a shard index is not negative, got {index}")
     return f"{stack}.s{index:02d}"
-
-
-def parse_shard_stack(name: str) -> tuple[str, int] | None:
-    """``(stack, index)`` of a shard stack's name, or ``None`` for any other stack."""
-    found = SHARD_SUFFIX.match(name)
-    if found is None:
-        return None
-    return found["base"], int(found["index"])
 
 
 @dataclass(frozen=True)
@@ -130,11 +121,6 @@ def namespace_load(
         if ns := namespace_of(obj):
             load[ns] = load.get(ns, 0) + 1
     return load
-
-
-def shard_stacks(stack: str, shard_map: ShardMap) -> list[str]:
-    """Every shard stack of ``stack``, in index order."""
-    return [shard_stack(stack, i) for i in range(shard_map.shards)]
 
 
 def slice_fleet(fleet: Fleet, namespaces: Collection[str]) -> Fleet:

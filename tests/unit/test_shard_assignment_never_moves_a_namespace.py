@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from twc.shards import ShardMap, assign, parse_shard_stack, shard_stack, shard_stacks
+from twc.shards import ShardMap, assign, shard_stack
+from twc.spec.labels import owner_stack
 
 
 def test_an_empty_map_fills_shards_up_to_the_limit_in_name_order() -> None:
@@ -90,7 +91,7 @@ def test_a_map_cannot_name_a_shard_it_does_not_have() -> None:
 
 def test_shard_stacks_are_named_after_the_stack() -> None:
     assert shard_stack("prod", 3) == "prod.s03"
-    assert parse_shard_stack("prod.s03") == ("prod", 3)
-    assert parse_shard_stack("prod.eu.s12") == ("prod.eu", 12)
-    assert parse_shard_stack("prod") is None
-    assert shard_stacks("prod", ShardMap(shards=2)) == ["prod.s00", "prod.s01"]
+    assert owner_stack("prod.s03") == "prod"
+    assert owner_stack("prod.eu.s12") == "prod.eu"
+    assert owner_stack("prod") == "prod"
+    assert [shard_stack("prod", i) for i in range(2)] == ["prod.s00", "prod.s01"]

@@ -226,25 +226,16 @@ def _route(
         current = failures.get(routing.current or "", {})
         if (why := failure_verdict(rule, failures.get(target, {}), current)) is not None:
             return _rolled_back(target, routing, why, record=True)
-    if (
-        routing is None
-        or routing.status(target) is VersionStatus.NOT_REGISTERED
-        or deployment is None
-        or deployment.ready <= 0
-    ):
-        return RolloutPlan(
-            target,
-            Phase.PROGRESSING,
-            "WaitingForPollers",
-            f"version {target} has no ready, polling workers yet",
-        )
-    if not runs.task_queues:
-        return RolloutPlan(
-            target,
-            Phase.PROGRESSING,
-            "WaitingForPollers",
-            f"version {target} has registered no workflow task queue yet",
-        )
+    polling = (
+        routing is not None
+        and routing.status(target) is not VersionStatus.NOT_REGISTERED
+        and deployment is not None
+        and deployment.ready > 0
+    )
+    if routing is None or not polling or not runs.task_queues:
+        said = "registered no workflow task queue" if polling else "no ready, polling workers"
+        message = f"version {target} has {said} yet"
+        return RolloutPlan(target, Phase.PROGRESSING, "WaitingForPollers", message)
     version = routing.versions[target]
     found = gate_runs(runs.gates, runs.deployment, target, runs.task_queues)
     if (failed := next((run for run in found if run.status.failed), None)) is not None:

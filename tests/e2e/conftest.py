@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import os
+import subprocess
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -51,6 +53,19 @@ class FleetStack:
         self.events = []
         return engine.preview(self.ref, on_event=self.events.append)
 
+    def plain_up(self) -> subprocess.CompletedProcess[str]:
+        """Pulumi's own CLI (``pulumi up``) on the project, as from a laptop's shell."""
+        command = ["pulumi", "up", "--yes", "--skip-preview", "--stack", self.name]
+        return subprocess.run(
+            [*command, "--non-interactive"],
+            cwd=engine.ROOT,
+            env={**os.environ, **self.env},
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+
     def refresh(self) -> auto.RefreshResult:
         return engine.select_stack(self.ref).refresh(on_output=print, color="never")
 
@@ -72,6 +87,15 @@ class FleetStack:
         matches = [r for r in state if r["urn"].endswith(suffix)]
         assert matches, f"no resource ending {suffix!r}"
         return dict(matches[0].get("outputs", {}))
+
+
+@pytest.fixture
+def operator_shell(pulumi_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """An operator's shell: the engine's environment, and no pod's namespace."""
+    for key, value in pulumi_env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("POD_NAMESPACE", raising=False)
+    monkeypatch.delenv("TWC_CONTROL_NAMESPACE", raising=False)
 
 
 @pytest.fixture

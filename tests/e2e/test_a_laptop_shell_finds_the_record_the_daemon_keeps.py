@@ -28,21 +28,13 @@ from twc.kube.record import record_name
 from twc.kube.shards import shard_map_name
 from twc.local import LocalEnvironment
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("operator_shell")]
 
 SETTINGS = {
     **FAST,
     "leader_election": {"lease_duration": 6.0, "renew_deadline": 4.0, "retry_period": 0.5},
     "engine": {"interrupt_grace": 0.5},
 }
-
-
-@pytest.fixture(autouse=True)
-def _laptop_shell(pulumi_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in pulumi_env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("POD_NAMESPACE", raising=False)
-    monkeypatch.delenv("TWC_CONTROL_NAMESPACE", raising=False)
 
 
 def _migrate(stack: str, fleet_file: Path) -> subprocess.CompletedProcess[str]:

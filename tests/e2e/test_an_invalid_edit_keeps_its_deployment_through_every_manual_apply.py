@@ -7,8 +7,6 @@ record and run the worker on its last accepted spec."""
 from __future__ import annotations
 
 import io
-import os
-import subprocess
 from typing import Any
 
 import pytest
@@ -18,7 +16,6 @@ from tests.e2e.daemon_process import Daemons, eventually, wait_for_success, wait
 from tests.e2e.native import conditions, object_ref, temporal_worker
 from tests.faults._checks import assert_unchanged, deployment_bytes, lock_files
 from twc.cli import up
-from twc.engine.engine import ROOT
 from twc.local import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
@@ -84,15 +81,7 @@ def test_an_invalid_edit_keeps_the_deployment_through_twc_up_and_plain_pulumi_up
     assert code == 0, capsys.readouterr().err[-3000:]
     assert_unchanged(before, deployment_bytes(kube, namespace))
 
-    done = subprocess.run(
-        ["pulumi", "up", "--yes", "--skip-preview", "--stack", fs.name, "--non-interactive"],
-        cwd=ROOT,
-        env={**os.environ, **fs.env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = fs.plain_up()
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert_unchanged(before, deployment_bytes(kube, namespace))
     assert not lock_files(fs)

@@ -7,8 +7,6 @@ that set through once; the same set coming back later is held again."""
 from __future__ import annotations
 
 import io
-import os
-import subprocess
 from typing import Any
 
 import pytest
@@ -16,22 +14,12 @@ import pytest
 from tests.e2e.conftest import FleetStack, fleet_doc, plain_workers
 from tests.faults._checks import assert_unchanged, deployment_bytes, lock_files
 from twc.cli import up
-from twc.engine.engine import ROOT
 from twc.local import LocalEnvironment
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("operator_shell")]
 
 NAMES = ("keep", "gone-a", "gone-b", "gone-c")
 """Four workers; dropping three of them is beyond the default share (one of four)."""
-
-
-@pytest.fixture(autouse=True)
-def _operator_shell(pulumi_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """An operator's shell: the engine's environment, and no pod's namespace."""
-    for key, value in pulumi_env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("POD_NAMESPACE", raising=False)
-    monkeypatch.delenv("TWC_CONTROL_NAMESPACE", raising=False)
 
 
 def _fleet(local_env: LocalEnvironment, namespace: str, names: tuple[str, ...]) -> Any:
@@ -39,19 +27,6 @@ def _fleet(local_env: LocalEnvironment, namespace: str, names: tuple[str, ...]) 
         namespace,
         host_port=local_env.temporal_address(),
         workers=plain_workers(namespace, names),
-    )
-
-
-def _pulumi_up(fs: FleetStack) -> subprocess.CompletedProcess[str]:
-    """Pulumi's own CLI on the project, as from a laptop's shell."""
-    return subprocess.run(
-        ["pulumi", "up", "--yes", "--skip-preview", "--stack", fs.name, "--non-interactive"],
-        cwd=ROOT,
-        env={**os.environ, **fs.env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
     )
 
 
@@ -71,7 +46,7 @@ def test_plain_pulumi_up_refuses_to_delete_beyond_the_share_until_approved(
     fs, before = _four_running(local_env, kube, namespace, fleet_stack)
     fs.write(_fleet(local_env, namespace, NAMES[:1]))
 
-    refused = _pulumi_up(fs)
+    refused = fs.plain_up()
 
     said = refused.stdout + refused.stderr
     assert refused.returncode != 0, said[-3000:]
@@ -85,7 +60,7 @@ def test_plain_pulumi_up_refuses_to_delete_beyond_the_share_until_approved(
     out = io.StringIO()
     assert up.run_approve(fs.name, out=out, err=io.StringIO()) == 0
     assert f"{namespace}/gone-a" in out.getvalue()
-    applied = _pulumi_up(fs)
+    applied = fs.plain_up()
     assert applied.returncode == 0, (applied.stdout + applied.stderr)[-3000:]
     assert sorted(deployment_bytes(kube, namespace)) == ["keep"]
     assert_unchanged({"keep": before["keep"]}, deployment_bytes(kube, namespace))

@@ -9,7 +9,6 @@ are judged."""
 from __future__ import annotations
 
 import io
-import os
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import FleetStack, fleet_doc, plain_workers
+from tests.e2e.conftest import fleet_doc, plain_workers
 from tests.e2e.daemon_process import (
     FAST,
     Daemons,
@@ -30,18 +29,9 @@ from twc.cli import up
 from twc.engine.engine import ROOT
 from twc.local import LocalEnvironment
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("operator_shell")]
 
 NAMES = ("w0", "w1", "w2", "w3")
-
-
-@pytest.fixture(autouse=True)
-def _operator_shell(pulumi_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    """An operator's shell: the engine's environment, and no pod's namespace."""
-    for key, value in pulumi_env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("POD_NAMESPACE", raising=False)
-    monkeypatch.delenv("TWC_CONTROL_NAMESPACE", raising=False)
 
 
 def _fleet(
@@ -57,19 +47,6 @@ def _fleet(
     )
     doc["clusterObjects"] = False
     return doc
-
-
-def _pulumi_up(fs: FleetStack) -> subprocess.CompletedProcess[str]:
-    """Pulumi's own CLI on the project, as from a laptop's shell."""
-    return subprocess.run(
-        ["pulumi", "up", "--yes", "--skip-preview", "--stack", fs.name, "--non-interactive"],
-        cwd=ROOT,
-        env={**os.environ, **fs.env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
 
 
 def _uids(items: Any) -> dict[str, str]:
@@ -97,7 +74,7 @@ def test_plain_pulumi_up_holds_every_pdb_going_at_once_until_approved(
     assert sorted(pdbs) == sorted(NAMES)
     fs.write(_fleet(local_env, namespace, replicas=1))  # one replica needs no PDB
 
-    refused = _pulumi_up(fs)
+    refused = fs.plain_up()
 
     said = refused.stdout + refused.stderr
     assert refused.returncode != 0, said[-3000:]
@@ -110,7 +87,7 @@ def test_plain_pulumi_up_holds_every_pdb_going_at_once_until_approved(
     out = io.StringIO()
     assert up.run_approve(fs.name, out=out, err=io.StringIO()) == 0
     assert f"PodDisruptionBudget {namespace}/w0" in out.getvalue()
-    applied = _pulumi_up(fs)
+    applied = fs.plain_up()
     assert applied.returncode == 0, (applied.stdout + applied.stderr)[-3000:]
     assert _pdbs(kube, namespace) == {}
     assert sorted(deployment_bytes(kube, namespace)) == sorted(NAMES)

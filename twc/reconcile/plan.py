@@ -57,19 +57,6 @@ from twc.spec import API_GROUP, Autoscaling, ResolvedWorker
 from twc.spec.crds import RESOURCE_TEMPLATE_KIND
 from twc.spec.resources import scales
 
-__all__ = [
-    "NativePlan",
-    "Plan",
-    "VersionsPlan",
-    "desired_from",
-    "make_plan",
-    "rollout_fields",
-    "scale_writes",
-    "target_deployment",
-    "version_key",
-]
-
-
 _STATUS_KEYS = (
     "deploymentName",
     "targetVersion",

@@ -40,8 +40,6 @@ from twc.spec.crds import OFFICIAL_WORKER_KIND, WORKER_KIND
 from twc.spec.resources import resource_name, scales
 from twc.timestamps import rfc3339
 
-__all__ = ["FaultReporter", "Reporter", "shorten"]
-
 logger = logging.getLogger(__name__)
 _P = ParamSpec("_P")
 

@@ -177,6 +177,7 @@ class Daemon:
         """The loop's state in words, for ``/status``."""
         state = self.state or LoopState(started_at=0)
         outcome, reporter, now = state.last_outcome, self.reporter, self.clocks.monotonic()
+        hold = self.guard.hold
         return {
             "stack": self.stack,
             "leading": self._was_leader is True,
@@ -193,7 +194,15 @@ class Daemon:
             "appliedHash": state.applied.fleet if state.applied else None,
             "blockedHash": state.blocked,
             "invalidQueueObjects": dict(reporter.reported_invalid),
-            "heldDeletions": reporter.held_status(),
+            "heldDeletions": None
+            if hold is None
+            else {
+                "workers": sorted(hold.workers),
+                "digest": hold.digest,
+                "since": hold.since_wall,
+                "observations": hold.observations,
+                "reason": hold.reason,
+            },
             "objectConflicts": dict(reporter.reported_conflicts),
             "rejectedObjects": {
                 key: {"reason": reason, "message": shorten(message, 500)}

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ParamSpec
 
-from twc.desired import QUEUE_KIND_KEY, DesiredFleet, GuardVerdict, Hold, Rejection
+from twc.desired import QUEUE_KIND_KEY, DesiredFleet, GuardVerdict, Rejection
 from twc.engine.errors import engine_failure
 from twc.kube.record import HeldRecord
 from twc.kube.writer import ObjectWriter
@@ -110,7 +110,6 @@ class Reporter:
         self._written: dict[str, dict[str, Any]] = {}
         self._apply_failed: dict[str, str] = {}
         self._metric_kinds: set[str] = set()
-        self._hold: Hold | None = None
         self._hold_published: str | None = None
         self._remembered: tuple[object, ...] | None = None
 
@@ -205,7 +204,7 @@ class Reporter:
 
     def report_held(self, verdict: GuardVerdict) -> None:
         """``DeletionsHeld`` while the guard holds deletions: log, metric, Event, record."""
-        hold = self._hold = verdict.hold
+        hold = verdict.hold
         self.metrics.deletions_held.labels(self.stack).set(len(hold.workers) if hold else 0)
         digest = hold.digest if hold is not None else None
         if digest != self._hold_published and hold is not None:
@@ -225,18 +224,6 @@ class Reporter:
             if not self._tried("could not publish held deletions", record.publish_held, held):
                 return
         self._hold_published = digest
-
-    def held_status(self) -> dict[str, Any] | None:
-        """The held deletions for ``/status``, or ``None``."""
-        if (hold := self._hold) is None:
-            return None
-        return {
-            "workers": sorted(hold.workers),
-            "digest": hold.digest,
-            "since": hold.since_wall,
-            "observations": hold.observations,
-            "reason": hold.reason,
-        }
 
     def finished(
         self, plan: Plan | None, outcome: Outcome, state: LoopState, *, started: float, now: float

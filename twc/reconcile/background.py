@@ -37,7 +37,9 @@ class EngineRun:
 
 
 class BackgroundEngine:
-    """Runs one ``up`` or ``refresh`` at a time and folds the ended run into the state."""
+    """Runs one ``up`` or ``refresh`` at a time and folds the ended run into the state.
+
+    Only the loop's thread calls it (the run's own thread only wakes the loop): no lock."""
 
     def __init__(
         self,
@@ -57,13 +59,11 @@ class BackgroundEngine:
         self._settings = settings
         self._monotonic, self._jitter = clocks
         self._wakeup = wakeup
-        self._lock = threading.Lock()
         self._run: EngineRun | None = None
 
     def busy(self) -> bool:
         """Whether an engine run is in progress (or ended and not collected yet)."""
-        with self._lock:
-            return self._run is not None
+        return self._run is not None
 
     def _start(self, kind: str, run: Callable[[], Any], **details: Any) -> None:
         loop = threading.get_ident()
@@ -76,10 +76,9 @@ class BackgroundEngine:
                 if threading.get_ident() != loop:
                     self._wakeup.set()
 
-        with self._lock:
-            if self._run is not None:
-                raise RuntimeError("an engine run is in progress already")
-            self._run = EngineRun(kind, self._executor.submit(work), **details)
+        if self._run is not None:
+            raise RuntimeError("an engine run is in progress already")
+        self._run = EngineRun(kind, self._executor.submit(work), **details)
 
     def start_up(self, plan: Plan, started: float) -> None:
         """Start the ``up`` that carries out ``plan``'s decision."""
@@ -91,8 +90,7 @@ class BackgroundEngine:
 
     def give_way(self, reason: str) -> None:
         """A change waits: stop a ``refresh`` in progress (it reruns); an ``up`` never stops."""
-        with self._lock:
-            run = self._run
+        run = self._run
         if run is None or run.kind != "refresh" or run.future.done() or run.yielded:
             return
         if self._actor.engine.preempt(reason):
@@ -101,19 +99,16 @@ class BackgroundEngine:
 
     def collect(self, state: LoopState) -> LoopState:
         """Fold a run that ended into ``state``; ``state`` as it is while none did."""
-        with self._lock:
-            run = self._run
-            if run is None or not run.future.done():
-                return state
-            self._run = None
+        run = self._run
+        if run is None or not run.future.done():
+            return state
+        self._run = None
         return self._fold(state, run)
 
     def drain(self, state: LoopState) -> LoopState:
         """Wait for the run in progress (SIGTERM: never abandoned) and fold it."""
-        with self._lock:
-            run = self._run
-        if run is not None:
-            run.future.exception()
+        if self._run is not None:
+            self._run.future.exception()
         return self.collect(state)
 
     def _fold(self, state: LoopState, run: EngineRun) -> LoopState:

@@ -106,7 +106,6 @@ class Reporter:
         # Connections as last applied; None until an up succeeded (no finalizer released).
         self._applied_refs: frozenset[IdentityKey] | None = None
         self._planned_refs: frozenset[IdentityKey] = frozenset()
-        self._pending_events: list[tuple[NativeObject, str, str]] = []
         self._written: dict[str, dict[str, Any]] = {}
         self._apply_failed: dict[str, str] = {}
         self._metric_kinds: set[str] = set()
@@ -162,7 +161,6 @@ class Reporter:
         native = plan.native
         self._report_native(native)
         if self._writer is not None:
-            self._flush_events()
             self._tried("status write-back failed", self._update_status, native, None, None)
 
     def _report_queues(self, desired: DesiredFleet) -> None:
@@ -210,10 +208,9 @@ class Reporter:
         if digest != self._hold_published and hold is not None:
             names = ", ".join(sorted(hold.workers))
             logger.warning("[%s] DeletionsHeld: %s: %s", self.stack, hold.reason, names)
-            if self._writer is not None and (r := self._record) is not None:
+            if (r := self._record) is not None:
                 obj = NativeObject("", "v1", "configmaps", "ConfigMap", r.name, r.namespace)
-                self._pending_events.append((obj, "DeletionsHeld", f"{hold.reason}: {names}"))
-                self._flush_events()
+                self._event(obj, "DeletionsHeld", f"{hold.reason}: {names}")
         elif digest != self._hold_published:
             why = verdict.released or "no longer wanted"
             logger.info("[%s] held deletions released (%s)", self.stack, why)
@@ -258,7 +255,6 @@ class Reporter:
                 self._event_once(obj, stopped.reason, stopped.message)
         if self._writer is None:
             return
-        self._flush_events()
         self._tried("finalizer update failed", self._update_finalizers, native)
         self._tried("status write-back failed", self._update_status, native, plan, applied)
 
@@ -313,7 +309,7 @@ class Reporter:
         for key in self._changed(self.reported_native, now, "[%s] %s no longer rejected (or gone)"):
             r = found[key]
             logger.warning("[%s] %s: %s: %s; %s", self.stack, key, r.reason, r.message, _fate(r))
-            self._pending_events.append((r.obj, r.reason, f"{r.message}; {_fate(r)}"))
+            self._event(r.obj, r.reason, f"{r.message}; {_fate(r)}")
         self.reported_native = now
         # Kinds seen before stay labelled, so a gauge falls back to 0 when they go.
         self._metric_kinds |= {WORKER_KIND, *(o.kind for o in native.objects)}
@@ -328,12 +324,11 @@ class Reporter:
         if self._apply_failed.get(key) == message:
             return
         self._apply_failed[key] = message
-        self._pending_events.append((obj, reason, message))
+        self._event(obj, reason, message)
 
-    def _flush_events(self) -> None:
-        assert self._writer is not None
-        pending, self._pending_events = self._pending_events, []
-        for obj, reason, message in pending:
+    def _event(self, obj: NativeObject, reason: str, message: str) -> None:
+        # Written as reported (without a writer, none is).
+        if self._writer is not None:
             what = f"could not record an Event on {obj}"
             self._tried(what, self._writer.event, obj, reason, message)
 

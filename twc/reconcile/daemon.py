@@ -484,9 +484,7 @@ class DeletionGuard:
     def __init__(
         self, sources: Sources, *, stack: str, on_verdict: Callable[[GuardVerdict], None]
     ) -> None:
-        self._registry = sources.registry
-        self._file = sources.file
-        self._record = sources.record
+        self._sources = sources
         self._stack = stack
         self._on_verdict = on_verdict
         self.hold: Hold | None = None
@@ -499,14 +497,14 @@ class DeletionGuard:
             return
         try:
             self.previous = desired_fleet(
-                load_fleet(dict(fleet), self._file),
+                load_fleet(dict(fleet), self._sources.file),
                 DesiredInputs(
                     fleet=dict(fleet),
                     cluster={k: ObjectList.known(v.values()) for k, v in accepted.items()},
                     accepted={k: dict(v) for k, v in accepted.items()},
                 ),
-                registry=self._registry,
-                file=self._file,
+                registry=self._sources.registry,
+                file=self._sources.file,
             )
         except Exception as exc:  # noqa: BLE001 - held workers cannot come back; the guard still holds
             logger.warning("[%s] the recorded desired state does not load: %s", self._stack, exc)
@@ -568,15 +566,14 @@ class DeletionGuard:
         if missing:
             raise HoldFailed(missing, "no earlier input of theirs is known")
         inputs = desired.inputs.model_copy(update={"held": held})
-        return desired_fleet(fleet, inputs, registry=self._registry, file=self._file)
+        registry, file = self._sources.registry, self._sources.file
+        return desired_fleet(fleet, inputs, registry=registry, file=file)
 
     def _approved(self) -> str | None:
-        if self._record is None:
+        if (record := self._sources.record) is None:
             return None
         try:
-            return self._record.approved()
+            return record.approved()
         except Exception as exc:  # noqa: BLE001 - no approval read is no approval: still held
-            logger.warning(
-                "[%s] could not read approvals from %s: %s", self._stack, self._record, exc
-            )
+            logger.warning("[%s] could not read approvals from %s: %s", self._stack, record, exc)
             return None

@@ -105,7 +105,9 @@ class Daemon:
         self.last_iteration: dict[str, Any] | None = None  # ``/status``'s ``lastIteration``
         self._turn = effects.refresh_turn
         clock = self.clocks.monotonic
-        self.liveness = Liveness(clock, settings.liveness_allowance)
+        # No liveness timeout set (it is > 0 when set): four reconcile intervals, at least 60 s.
+        allowance = settings.liveness_timeout or max(4 * settings.reconcile_interval, 60.0)
+        self.liveness = Liveness(clock, allowance)
         self.faults = FaultBook(clock, self.clocks.wall)
         faults = FaultReporter(stack=stack, metrics=self.metrics, book=self.faults)
         asking, wake = self.clocks.asker(stack), self.wakeup.set

@@ -199,13 +199,6 @@ class DaemonSettings(_Settings):
     shards: ShardSettings = ShardSettings()
     """For a sharded stack: engine concurrency."""
 
-    @property
-    def liveness_allowance(self) -> float:
-        """The effective :attr:`liveness_timeout`."""
-        if self.liveness_timeout is not None:
-            return self.liveness_timeout
-        return max(4 * self.reconcile_interval, 60.0)
-
     @model_validator(mode="after")
     def _engine_dead_before_takeover(self) -> DaemonSettings:
         # A leader that cannot renew stops its engine (grace, then kill) before another takes over.

@@ -24,7 +24,7 @@ from twc.desired import DesiredInputs, ObjectList
 from twc.engine.automation import StackEngine, UpReport
 from twc.engine.errors import EngineYielded
 from twc.kube.watch import NativeSnapshot, NativeSource, QueueSource
-from twc.reconcile.daemon import Daemon
+from twc.reconcile.daemon import Daemon, LeaderGate
 from twc.reconcile.outcome import EngineNotStarted
 from twc.shards import ShardMap, shard_part
 
@@ -320,10 +320,9 @@ class SlotEngine:
         return True
 
 
-class Elector(Protocol):
+class Elector(LeaderGate, Protocol):
     """A shard's Lease elector (:class:`twc.kube.lease.LeaseElector`)."""
 
-    def is_leader(self) -> bool: ...
     def start(self) -> Any: ...
     def stop(self, *, release: bool = True) -> None: ...
     def hold(self) -> AbstractContextManager[None]: ...

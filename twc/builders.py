@@ -66,11 +66,6 @@ WORKER_ENV_NAMES: Final = frozenset(
 _PROGRAM_FIELDS = ("command", "args", "ports", "readinessProbe", "livenessProbe", "startupProbe")
 
 
-PodTemplateOptions = PodSpecOptions
-"""Knobs of the pod template that do not come from the fleet file (the connection's
-secret keys, the TLS mount path); the builders set the fingerprint and the containers."""
-
-
 def worker_labels(worker: ResolvedWorker, component: str = COMPONENT_WORKER) -> dict[str, str]:
     """Labels of a worker's (or its DLQ processor's) objects and pods."""
     dlq = worker.dlq if component == COMPONENT_DLQ else None

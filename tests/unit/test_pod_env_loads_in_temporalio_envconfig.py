@@ -15,7 +15,13 @@ from temporalio.service import TLSConfig
 
 from tests.unit.fleet_data import CA_PEM, CERT_PEM, KEY_PEM, valid_fleet
 from twc import builders
-from twc.connections import ConnectionIdentity, ResolvedConnection, SecretKeySelector, TLSSettings
+from twc.connections import (
+    ConnectionIdentity,
+    PodSpecOptions,
+    ResolvedConnection,
+    SecretKeySelector,
+    TLSSettings,
+)
 from twc.spec import AuthMode, load_fleet
 
 WORKER = {w.name: w for w in load_fleet(valid_fleet(), "f.yaml").resolved_workers()}["billing"]
@@ -69,7 +75,7 @@ def test_mtls_env_loads_address_namespace_and_tls_files(tmp_path: Path) -> None:
         auth_mode=AuthMode.MTLS,
         mtls_secret_name="temporal-mtls",
     )
-    options = builders.PodTemplateOptions(
+    options = PodSpecOptions(
         secret_keys=frozenset(SECRETS["temporal-mtls"]), tls_mount_path=str(tmp_path / "tls")
     )
     template = builders.worker_pod_template(WORKER, connection, "f" * 64, options)

@@ -76,7 +76,7 @@ def test_the_worker_container_gets_address_namespace_task_queue_and_downward_api
 
 
 def test_mtls_mounts_the_secret_and_points_the_env_at_it() -> None:
-    options = builders.PodTemplateOptions(secret_keys=frozenset({"tls.crt", "tls.key", "ca.crt"}))
+    options = PodSpecOptions(secret_keys=frozenset({"tls.crt", "tls.key", "ca.crt"}))
     template = builders.worker_pod_template(BILLING, MTLS, FP, options)
     env = _env(template)
     container = template["spec"]["containers"][0]
@@ -95,7 +95,7 @@ def test_mtls_mounts_the_secret_and_points_the_env_at_it() -> None:
 
 
 def test_the_ca_path_is_set_only_when_the_secret_has_a_ca() -> None:
-    without = builders.PodTemplateOptions(secret_keys=frozenset({"tls.crt", "tls.key"}))
+    without = PodSpecOptions(secret_keys=frozenset({"tls.crt", "tls.key"}))
 
     assert "TEMPORAL_TLS_SERVER_CA_CERT_PATH" not in _env(
         builders.worker_pod_template(BILLING, MTLS, FP, without)

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from prometheus_client import Counter, Gauge
 
 from twc import builders
-from twc.connections import default_registry
+from twc.connections import PodSpecOptions, default_registry
 from twc.desired import deletions_beyond_share, queue_key
 from twc.engine.automation import StackEngine, new_worker_targets, under_queue
 from twc.engine.build import build_id
@@ -210,7 +210,7 @@ def early_objects(
         conn,
         conn.fingerprint(digest),
         replicas=replicas if worker.autoscaling else None,
-        options=builders.PodTemplateOptions(secret_keys=keys),
+        options=PodSpecOptions(secret_keys=keys),
         connection_name=builders.connection_name(conn),
         stack=stack,
     )

@@ -33,7 +33,7 @@ from twc.desired import (
 from twc.reconcile.act import Actor, Effects
 from twc.reconcile.asking import POLLERS_DEADLINE, Asker, AskerThread, Budget
 from twc.reconcile.background import BackgroundEngine
-from twc.reconcile.health import DaemonMetrics, Liveness
+from twc.reconcile.health import DaemonMetrics
 from twc.reconcile.observe import Observation, Observer, Sources, WorkerFacts
 from twc.reconcile.outcome import BLOCKING, FaultBook, Outcome, outcome_of
 from twc.reconcile.plan import Plan, desired_from, make_plan
@@ -106,8 +106,8 @@ class Daemon:
         self._turn = effects.refresh_turn
         clock = self.clocks.monotonic
         # No liveness timeout set (it is > 0 when set): four reconcile intervals, at least 60 s.
-        allowance = settings.liveness_timeout or max(4 * settings.reconcile_interval, 60.0)
-        self.liveness = Liveness(clock, allowance)
+        self._allowance = settings.liveness_timeout or max(4 * settings.reconcile_interval, 60.0)
+        self._expect_progress()
         self.faults = FaultBook(clock, self.clocks.wall)
         faults = FaultReporter(stack=stack, metrics=self.metrics, book=self.faults)
         asking, wake = self.clocks.asker(stack), self.wakeup.set
@@ -163,7 +163,20 @@ class Daemon:
         """The liveness probe: not crashed, and progress when progress was due."""
         if self._crashed is not None:
             return False, f"reconcile loop crashed: {self._crashed!r}"
-        return self.liveness.check()
+        now = self.clocks.monotonic()
+        last, due = self._progress
+        if now <= due:
+            return True, "ok"
+        return False, (
+            f"the reconcile loop made no progress for {now - last:.0f} s (it was due "
+            f"{now - due:.0f} s ago; liveness timeout {self._allowance:g} s)"
+        )
+
+    def _expect_progress(self, within: float = 0.0) -> None:
+        """Progress now; the next is due within ``within`` seconds (plus the allowance)."""
+        now = self.clocks.monotonic()
+        # One pair replaced whole: the probe's thread reads both of one moment, without a lock.
+        self._progress = (now, now + max(0.0, within) + self._allowance)
 
     def ready(self) -> tuple[bool, str]:
         """Readiness: a standby is; a leader once it reconciled and nothing blocks it."""
@@ -280,7 +293,7 @@ class Daemon:
         if not (deferred and outcome.ok):  # else the up's outcome is this iteration's
             state = self._report(state, plan, outcome, started)
         state = self._engine.collect(state)
-        self.liveness.expect(state.next_delay(now=self.clocks.monotonic(), settings=self.settings))
+        self._expect_progress(state.next_delay(now=self.clocks.monotonic(), settings=self.settings))
         number = self.last_iteration["number"] + 1 if self.last_iteration else 1
         self.last_iteration = {
             "number": number,
@@ -425,7 +438,7 @@ class Daemon:
 
     def _drain(self, state: LoopState) -> LoopState:
         # Waiting for the engine run (a stop, --once) is the loop's step: at most its deadline.
-        self.liveness.expect(self.settings.engine.deadline + self.settings.engine.interrupt_grace)
+        self._expect_progress(self.settings.engine.deadline + self.settings.engine.interrupt_grace)
         return self._engine.drain(state)
 
     def _settle(self, quiet: float = 0.3, limit: float = 2.0) -> None:
@@ -441,7 +454,7 @@ class Daemon:
     def _await_first_list(self, watches: list[Any], timeout: float = 10.0) -> None:
         # The watches list in their own threads: the first iteration waits for them a moment.
         deadline = self.clocks.monotonic() + timeout
-        self.liveness.expect(timeout)
+        self._expect_progress(timeout)
         while any(w.snapshot() is None for w in watches) and self.clocks.monotonic() < deadline:
             if self._stop.is_set():
                 return
@@ -468,7 +481,7 @@ class Daemon:
         seen = rounds() if callable(rounds) else self.clocks.monotonic()
         if seen != self._rounds_seen:
             self._rounds_seen = seen
-            self.liveness.expect(retry)
+            self._expect_progress(retry)
         self.clocks.sleep(retry, self.wakeup)
         if not self._stop.is_set():
             self.wakeup.clear()  # watch events are for the leader

@@ -140,32 +140,6 @@ def sample_names(families: Iterable[tuple[str, str]]) -> dict[str, str]:
     return {f"{n}{s}": kind for n, kind in families for s in _SUFFIXES.get(kind, ("",))}
 
 
-class Liveness:
-    """When the loop must next show progress; ``/healthz`` fails once that passed."""
-
-    def __init__(self, clock: Callable[[], float], allowance: float) -> None:
-        self._clock = clock
-        self.allowance = allowance
-        self.expect()
-
-    def expect(self, within: float = 0.0) -> None:
-        """Progress now; the next is due within ``within`` seconds (plus the allowance)."""
-        now = self._clock()
-        # One pair replaced whole: the probe's thread reads both of one moment, without a lock.
-        self._progress = (now, now + max(0.0, within) + self.allowance)
-
-    def check(self) -> tuple[bool, str]:
-        """The probe: ``(ok, one line)``."""
-        now = self._clock()
-        last, due = self._progress
-        if now <= due:
-            return True, "ok"
-        return False, (
-            f"the reconcile loop made no progress for {now - last:.0f} s (it was due "
-            f"{now - due:.0f} s ago; liveness timeout {self.allowance:g} s)"
-        )
-
-
 class MetricsSource(Protocol):
     """What ``/metrics`` renders: one daemon's metrics, or every shard's merged."""
 

@@ -166,6 +166,8 @@ def live_rollouts(
     wanted = {k: str(v["targetBuildID"]) for k, v in recorded.items() if v.get("targetBuildID")}
     if kube is None or not wanted:
         return {}
+    from twc.versioning import WorkerVersioning, observe_version
+
     found = workloads.versions(kube)
     out: dict[str, dict[str, Any]] = {}
     for key, target in sorted(wanted.items()):
@@ -185,8 +187,13 @@ def live_rollouts(
             task_queue=str(props.get("taskQueue") or ""),
             deployments={b: v.deployment for b, v in builds.items()},
         )
+        ref = props.get("secretRef")
         try:
-            seen = asyncio.run(_observe_live(kube, props, seen))
+            creds = workloads.read_secret_data(kube, ref["namespace"], ref["name"]) if ref else {}
+            with asyncio.Runner() as runner:  # the client lives on this one loop
+                client = runner.run(connect_check(props, creds))
+                versioning = WorkerVersioning(client, str(props["namespace"]))
+                seen = runner.run(observe_version(versioning, seen, every_gate=True))
         except Exception as exc:  # noqa: BLE001 - status reports what it cannot read
             out[key] = rollout_status(
                 target=target,
@@ -197,15 +204,3 @@ def live_rollouts(
             continue
         out[key] = observed_status(seen, plan_observed(seen, now=now))
     return out
-
-
-async def _observe_live(
-    kube: KubeClient, props: Mapping[str, Any], seen: RolloutObservation
-) -> RolloutObservation:
-    from twc.versioning import WorkerVersioning, observe_version
-
-    ref = props.get("secretRef")
-    creds = workloads.read_secret_data(kube, ref["namespace"], ref["name"]) if ref else {}
-    client = await connect_check(props, creds)
-    versioning = WorkerVersioning(client, str(props["namespace"]))
-    return await observe_version(versioning, seen, every_gate=True)

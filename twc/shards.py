@@ -12,7 +12,7 @@ from typing import Any
 
 from twc.desired import DesiredFleet, DesiredInputs, ObjectList
 from twc.native.objects import metadata
-from twc.spec import Fleet
+from twc.spec import Fleet, part
 from twc.spec.crds import VIEW_LABEL
 
 
@@ -98,11 +98,6 @@ def namespace_of(obj: Mapping[str, Any]) -> str:
     return ns if isinstance(ns, str) else ""
 
 
-def _is_view(obj: Mapping[str, Any]) -> bool:
-    labels = metadata(obj).get("labels")
-    return isinstance(labels, Mapping) and VIEW_LABEL in labels
-
-
 def namespace_load(
     fleet: Fleet,
     queues: Iterable[Mapping[str, Any]] = (),
@@ -117,7 +112,7 @@ def namespace_load(
         load.setdefault(queue.namespace, 0)
     if not fleet.cluster_objects:
         return load
-    for obj in (*queues, *(w for w in workers if not _is_view(w))):
+    for obj in (*queues, *(w for w in workers if VIEW_LABEL not in part(metadata(w), "labels"))):
         if ns := namespace_of(obj):
             load[ns] = load.get(ns, 0) + 1
     return load

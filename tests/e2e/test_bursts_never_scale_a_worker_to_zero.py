@@ -102,7 +102,7 @@ def test_bursts_and_a_running_activity_keep_a_worker_up_and_nothing_running_lets
         },
     }
     fs = daemons.stack(fleet_doc(namespace, host_port=address, workers=[worker]))
-    with Kubelet(kube, namespace, "burst"):
+    with Kubelet(kube, namespace, "burst") as kubelet:
         daemon = daemons.start(fs, settings=FAST)
         eventually(
             lambda: (
@@ -134,7 +134,13 @@ def test_bursts_and_a_running_activity_keep_a_worker_up_and_nothing_running_lets
                 timeout=ONE_UP,
                 message=f"never slept under a waiting workflow: {replicas.seen}",
             )
-            # The signal wakes it from zero; the workflow completes on the woken worker.
+            # Its pod gone (a terminating one could still take the task), the signal wakes
+            # it from zero; the workflow completes on the woken worker.
+            eventually(
+                lambda: not kubelet.running(),
+                timeout=ONE_UP,
+                message="the sleeping worker's process never ended",
+            )
             asyncio.run(_finish(address, waiting))
             assert replicas.seen[-1] >= 1, replicas.seen
             assert replicas.zeros() == 1, replicas.seen

@@ -300,8 +300,11 @@ def test_the_ownership_check_names_every_object_the_program_creates() -> Any:
         assert {k.split(" ")[0] for k in created} == {t.rsplit(":", 1)[1] for t in OWNED_TYPES}
         by_worker = ownership.inputs["objects"]
         assert sorted(created) == sorted(o for group in by_worker.values() for o in group)
-        # Grouped by worker: the fleet's own (the credential copy, the Queue) under "".
-        assert {o.split(" ")[0] for o in by_worker[""]} == {"Queue", "Secret"}
+        # Grouped by owner: the Queue under "", the credential copy under its users in
+        # its namespace ("<connection> <namespace>"), each worker's objects under it.
+        assert {o.split(" ")[0] for o in by_worker[""]} == {"Queue"}
+        copies = [o for owner, group in by_worker.items() if " " in owner for o in group]
+        assert copies and all(o.startswith("Secret ") for o in copies)
         assert by_worker["billing/worker-versioned"]
 
     return pulumi.Output.all(*statuses.values()).apply(check)

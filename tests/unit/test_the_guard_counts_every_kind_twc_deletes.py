@@ -1,7 +1,7 @@
 """Besides whole workers (the worker guard's), one run deletes at most the fleet's share of
 each kind of object twc made: versions, in-place Deployments switched to versioned, PDBs,
-DLQs, Queue objects and credential copies. Drained versions go by their sunset, and an
-object already gone is not counted."""
+DLQs, Queue objects and credential copies. Drained versions go by their sunset, a copy
+whose users all moved away goes with them, and an object already gone is not counted."""
 
 from __future__ import annotations
 
@@ -80,6 +80,18 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], list[str]]] = [
         {"objects": _workers(builds=("b1", "b2"))},
         {"objects": _workers(builds=("b2",)), "retiring": [f"Deployment {k}-b1" for k in W]},
         [],
+    ),
+    (
+        "credential copies going with their users (moved to another connection)",
+        {"objects": {f"shared n{i}": [f"Secret n{i}/mtls"] for i in range(4)}},
+        {"objects": {"shared n0": ["Secret n0/mtls"], "own n1": [], "own n2": [], "own n3": []}},
+        [],
+    ),
+    (
+        "credential copies going while their users stay (the source dropped)",
+        {"objects": {f"shared n{i}": [f"Secret n{i}/mtls"] for i in range(4)}},
+        {"objects": {f"shared n{i}": [] for i in range(4)}},
+        [f"Secret n{i}/mtls" for i in range(4)],
     ),
     (
         "a state from before the grouping (a list): counted as the fleet's",

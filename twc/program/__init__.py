@@ -204,20 +204,21 @@ def owned_objects(
     resolved: Mapping[str, ResolvedConnection],
     users: Mapping[str, Sequence[ResolvedWorker]],
 ) -> tuple[dict[str, list[str]], list[str]]:
-    """Every object the components create, as ``Kind namespace/name`` by worker (``""``: the
-    fleet's own), and the objects of versions retired after draining: what
-    :class:`ObjectOwnership` refuses to take over when someone else made it, and counts
-    when they go."""
+    """Every object the components create, as ``Kind namespace/name`` by owner, and the
+    objects of versions retired after draining: what :class:`ObjectOwnership` refuses to
+    take over when someone else made it, and counts when they go. Owners: each worker,
+    ``""`` for the Queue objects, and a connection's users in one namespace
+    (``<connection> <namespace>``) for its credential copy there, which goes with them."""
     found, retiring = builders.fleet_worker_objects(desired.workers, desired.inputs.versions)
-    fleet: set[str] = {
+    queues = [
         f"{QUEUE_KIND} {q.namespace}/{q.name}" for q in desired.fleet.queues if q.create_object
-    }
+    ]
     for key, conn in resolved.items():
-        source = conn.secret_source_namespace
-        if conn.secret_name and source:
-            copies = {w.namespace for w in users[key]} - {source}
-            fleet |= {f"Secret {ns}/{conn.secret_name}" for ns in copies}
-    return {"": sorted(fleet), **found}, retiring
+        source, secret = conn.secret_source_namespace, conn.secret_name
+        for ns in {w.namespace for w in users[key]}:
+            copied = bool(secret and source and ns != source)
+            found[f"{key} {ns}"] = [f"Secret {ns}/{secret}"] if copied else []
+    return {"": sorted(queues), **found}, retiring
 
 
 def _inputs(file: str, stack: str, config: Mapping[str, str]) -> tuple[Fleet, DesiredInputs]:

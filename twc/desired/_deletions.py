@@ -105,7 +105,7 @@ def deletion_verdict(
 
 
 def object_groups(objects: Any) -> dict[str, set[str]]:
-    """Objects by worker (``""``: the fleet's own); a plain list, as states from before the
+    """Objects by owner (``""``: the fleet's own); a plain list, as states from before the
     grouping hold them, is the fleet's."""
     if isinstance(objects, Mapping):
         return {str(owner): set(group) for owner, group in objects.items()}
@@ -119,10 +119,10 @@ def _kind(entry: str) -> str:
 def deletions_beyond_share(
     old: Any, new: Mapping[str, Any], exists: Callable[[str], bool] | None
 ) -> tuple[list[str], str]:
-    """The objects going from ``old`` to ``new["objects"]`` (by worker: :func:`object_groups`)
-    beyond ``new["maxShare"]`` of their kind, and why they are too many. A worker's objects
-    going with it are the worker guard's, ``new["retiring"]`` ones go by their sunset, and
-    with ``exists`` only objects still in the cluster count."""
+    """The objects going from ``old`` to ``new["objects"]`` (by owner: :func:`object_groups`)
+    beyond ``new["maxShare"]`` of their kind, and why they are too many. Objects going with
+    their owner do not count (a worker's are the worker guard's), ``new["retiring"]`` ones
+    go by their sunset, and with ``exists`` only objects still in the cluster count."""
     before, after = object_groups(old), object_groups(new["objects"])
     kept = set().union(*after.values(), new.get("retiring") or ())
     gone = {o for owner, group in before.items() if not owner or owner in after for o in group}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -63,6 +64,18 @@ class FleetStack:
             capture_output=True,
             text=True,
             timeout=300,
+            check=False,
+        )
+
+    def approve(self) -> subprocess.CompletedProcess[str]:
+        """``twc approve`` of this stack, as an operator runs it."""
+        return subprocess.run(
+            [sys.executable, "-m", "twc", "approve", "--stack", self.name],
+            cwd=engine.ROOT,
+            env={**os.environ, **self.env},
+            capture_output=True,
+            text=True,
+            timeout=60,
             check=False,
         )
 

@@ -9,8 +9,6 @@ are judged."""
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -26,7 +24,6 @@ from tests.e2e.daemon_process import (
 )
 from tests.faults._checks import assert_unchanged, deployment_bytes, lock_files
 from twc.cli import up
-from twc.engine.engine import ROOT
 from twc.local import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("operator_shell")]
@@ -146,15 +143,7 @@ def test_the_daemon_holds_every_pdb_going_at_once_until_approved(
     assert _pdbs(kube, namespace) == pdbs
 
     approving = time.monotonic()
-    approved = subprocess.run(
-        [sys.executable, "-m", "twc", "approve", "--stack", fs.name],
-        cwd=ROOT,
-        env={**pulumi_env, **fs.env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    approved = fs.approve()
     assert approved.returncode == 0, approved.stderr
     assert f"PodDisruptionBudget {namespace}/w3" in approved.stdout
     eventually(

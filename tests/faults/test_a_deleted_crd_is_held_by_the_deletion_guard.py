@@ -8,8 +8,6 @@ proceed at once when an operator runs ``twc approve``, or, when the fleet opts i
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -26,7 +24,7 @@ from tests.faults._checks import (
     metric,
 )
 from twc.kube.record import record_name
-from twc.local import LocalEnvironment, project_root
+from twc.local import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 
@@ -137,15 +135,7 @@ def test_an_operators_approval_releases_the_held_deletions_at_once(
     took, _ = _held(kube, daemon, fs, namespace)
 
     approved = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "twc", "approve", "--stack", fs.name],
-        cwd=project_root(),
-        env={**pulumi_env, **fs.env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = fs.approve()
     assert done.returncode == 0, done.stderr
     for name in NATIVE:
         assert f"{namespace}/{name}" in done.stdout
@@ -160,15 +150,7 @@ def test_an_operators_approval_releases_the_held_deletions_at_once(
     assert daemon.status()["heldDeletions"] is None
     assert_converged(kube, daemon, fs, namespace, {"static"})
     # Nothing is held any more: a second approval has nothing to approve.
-    again = subprocess.run(
-        [sys.executable, "-m", "twc", "approve", "--stack", fs.name],
-        cwd=project_root(),
-        env={**pulumi_env, **fs.env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    again = fs.approve()
     assert again.returncode == 1
     assert "no deletions are held" in again.stderr
     print(

@@ -304,7 +304,8 @@ def test_the_ownership_check_names_every_object_the_program_creates() -> Any:
         # its namespace ("<connection> <namespace>"), each worker's objects under it.
         assert {o.split(" ")[0] for o in by_worker[""]} == {"Queue"}
         copies = [o for owner, group in by_worker.items() if " " in owner for o in group]
-        assert copies and all(o.startswith("Secret ") for o in copies)
+        assert copies
+        assert all(o.startswith("Secret ") for o in copies)
         assert by_worker["billing/worker-versioned"]
 
     return pulumi.Output.all(*statuses.values()).apply(check)

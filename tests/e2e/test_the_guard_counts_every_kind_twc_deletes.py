@@ -139,6 +139,7 @@ def test_the_daemon_holds_every_pdb_going_at_once_until_approved(
     held = "DeletionsHeld: 4 of 4 PodDisruptionBudget objects would be deleted at once"
     eventually(lambda: held in daemon.text(), timeout=120, message="the PDBs were never held")
     took = time.monotonic() - edited
+    assert daemon.count("twc_reconcile_errors_total", reason="DeletionsHeld") >= 1
     assert_unchanged(before, deployment_bytes(kube, namespace))
     assert _pdbs(kube, namespace) == pdbs
 

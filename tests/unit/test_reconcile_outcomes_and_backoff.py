@@ -78,6 +78,11 @@ def chained(outer: Exception, cause: Exception) -> Exception:
         ),
         (CommandError("context deadline exceeded"), TEMP, FailureReason.TIMEOUT),
         (
+            CommandError("error: DeletionsHeld: 4 of 4 PodDisruptionBudget objects would be ..."),
+            TEMP,
+            FailureReason.DELETIONS_HELD,
+        ),
+        (
             chained(RuntimeError("wrapped"), ConnectionRefusedError()),
             TEMP,
             FailureReason.CONNECTION,

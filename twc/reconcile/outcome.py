@@ -44,6 +44,7 @@ class FailureReason(StrEnum):
     CONCURRENT_UPDATE = "ConcurrentUpdate"
     STATE_BACKEND = "StateBackendUnwritable"
     CONNECTION = "ConnectionFailed"
+    DELETIONS_HELD = "DeletionsHeld"  # the ownership check refused deletions beyond the share
     TIMEOUT = "Timeout"
     INVALID_SPEC = "InvalidSpec"
     ENGINE_DEADLINE = "EngineDeadlineExceeded"
@@ -100,6 +101,7 @@ UNWRITABLE_TEXT = (
 )
 _TIMEOUT_TEXT = ("i/o timeout", "deadline exceeded", "timed out", "handshake timeout")
 _TEXTS = (
+    (("deletionsheld:",), FailureReason.DELETIONS_HELD),
     (UNWRITABLE_TEXT, FailureReason.STATE_BACKEND),
     (_CONNECTION_TEXT, FailureReason.CONNECTION),
     (_TIMEOUT_TEXT, FailureReason.TIMEOUT),

@@ -346,7 +346,9 @@ class Actor:
             raise TemporaryError("not leading any more; not applying")
         if not self._recovered:
             self.recover()  # a killed predecessor may have left a lock
-        targets = self._targets(plan) if decision.action is ReconcileAction.TARGETED else None
+        objects, retiring = builders.fleet_worker_objects(plan.workers, plan.inputs.versions)
+        targeted = decision.action is ReconcileAction.TARGETED
+        targets = self._targets(plan, objects, retiring) if targeted else None
         mode = "targeted" if targets else "full"
         workers = ", ".join(sorted(decision.workers)) or "-"
         logger.info("[%s] up (%s): %s [%s]", self._stack, mode, decision.reason, workers)
@@ -356,7 +358,7 @@ class Actor:
             owned = set(self._early_pending or ())
         with self._metrics.engine_in_progress.labels(self._stack, "up").track_inprogress():
             report = self.engine.up(plan.inputs, targets)
-        self._objects = builders.fleet_worker_objects(plan.workers, plan.inputs.versions)[0]
+        self._objects = objects
         if report.update is not None:
             h = plan.hashes
             self._record(
@@ -376,10 +378,21 @@ class Actor:
         changes = {op: n for op, n in report.changes.items() if op != "same" and n}
         logger.info("[%s] up (%s) done: %s", self._stack, mode, changes or "no changes")
 
-    def _targets(self, plan: Plan) -> list[str] | None:
+    def _targets(
+        self, plan: Plan, objects: dict[str, list[str]], retiring: list[str]
+    ) -> list[str] | None:
         decision, urns = plan.decision, self.engine.worker_urns()
-        if decision.modified and self._deletes_beyond_share(plan, urns):
-            return None  # a whole-stack up: its ownership check judges the deletions
+        # Deleting objects of a kind beyond the fleet's share (before this daemon's first up:
+        # fewer of a kind than the state holds) makes a whole-stack up: its ownership check
+        # judges them. ``objects``, ``retiring``: :func:`~twc.builders.fleet_worker_objects`.
+        share = plan.desired.fleet.deletion_guard.max_share
+        wanted = {"objects": objects, "retiring": retiring, "maxShare": share}
+        if decision.modified and (
+            any(_fewer(urns.get(k, ()), objects.get(k, ())) for k in decision.modified)
+            if self._objects is None
+            else deletions_beyond_share(self._objects, wanted, None)[0]
+        ):
+            return None
         targets: list[str] = []
         for worker in sorted(decision.workers - decision.added):
             found = urns.get(worker)
@@ -401,16 +414,6 @@ class Actor:
                 return None
             targets.extend(new_worker_targets(scheme, project, key, queue=queue_key(new)))
         return targets
-
-    def _deletes_beyond_share(self, plan: Plan, urns: Mapping[str, Sequence[str]]) -> bool:
-        """Whether the changed workers would delete more objects of a kind than the fleet's
-        share; before this daemon's first up, whether the state has more of a kind for one."""
-        now, retiring = builders.fleet_worker_objects(plan.workers, plan.inputs.versions)
-        if self._objects is None:
-            return any(_fewer(urns.get(k, ()), now.get(k, ())) for k in plan.decision.modified)
-        share = plan.desired.fleet.deletion_guard.max_share
-        new = {"objects": now, "retiring": retiring, "maxShare": share}
-        return bool(deletions_beyond_share(self._objects, new, None)[0])
 
     def scale(self, plan: Plan) -> dict[str, int]:
         """Write the plan's replicas (while leading); returns those written."""

@@ -56,26 +56,20 @@ class FleetStack:
 
     def plain_up(self) -> subprocess.CompletedProcess[str]:
         """Pulumi's own CLI (``pulumi up``) on the project, as from a laptop's shell."""
-        command = ["pulumi", "up", "--yes", "--skip-preview", "--stack", self.name]
+        return self._shell("pulumi", "up", "--yes", "--skip-preview", "--non-interactive")
+
+    def approve(self) -> subprocess.CompletedProcess[str]:
+        """``twc approve`` of this stack, as an operator runs it."""
+        return self._shell(sys.executable, "-m", "twc", "approve")
+
+    def _shell(self, *command: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [*command, "--non-interactive"],
+            [*command, "--stack", self.name],
             cwd=engine.ROOT,
             env={**os.environ, **self.env},
             capture_output=True,
             text=True,
             timeout=300,
-            check=False,
-        )
-
-    def approve(self) -> subprocess.CompletedProcess[str]:
-        """``twc approve`` of this stack, as an operator runs it."""
-        return subprocess.run(
-            [sys.executable, "-m", "twc", "approve", "--stack", self.name],
-            cwd=engine.ROOT,
-            env={**os.environ, **self.env},
-            capture_output=True,
-            text=True,
-            timeout=60,
             check=False,
         )
 

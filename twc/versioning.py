@@ -130,10 +130,8 @@ class WorkerVersioning:
         request = DescribeWorkerDeploymentRequest(
             namespace=self.namespace, deployment_name=deployment_name
         )
-        service = self.client.workflow_service
-        response = await _unless_not_found(
-            service.describe_worker_deployment(request, timeout=_RPC_TIMEOUT)
-        )
+        call = self.client.workflow_service.describe_worker_deployment
+        response = await _unless_not_found(call(request, timeout=_RPC_TIMEOUT))
         return routing_from_describe(response) if response is not None else None
 
     async def version(
@@ -146,10 +144,8 @@ class WorkerVersioning:
             deployment_version=_version(deployment_name, build_id),
             report_task_queue_stats=task_queue is not None,
         )
-        service = self.client.workflow_service
-        response = await _unless_not_found(
-            service.describe_worker_deployment_version(request, timeout=_RPC_TIMEOUT)
-        )
+        call = self.client.workflow_service.describe_worker_deployment_version
+        response = await _unless_not_found(call(request, timeout=_RPC_TIMEOUT))
         if response is None:
             return None
         infos = response.worker_deployment_version_info.task_queue_infos

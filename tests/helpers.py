@@ -41,26 +41,27 @@ def assert_eventually(
 
 
 def delete_twc_objects(kube: Any, namespace: str) -> None:
-    """Delete the namespace's Queue, TemporalWorker and Connection objects (dropping the
-    delete-protection finalizer a daemon may have left on a Connection)."""
+    """Delete the namespace's Queue, TemporalWorker, Connection, WorkerDeployment and
+    WorkerResourceTemplate objects (dropping the finalizers a daemon may have left)."""
     for group, version, plural in (
         ("kmsvc.io", "v1", "queues"),
         ("temporal.kmsvc.io", "v1", "temporalworkers"),
         ("temporal.io", "v1alpha1", "connections"),
+        ("temporal.io", "v1alpha1", "workerdeployments"),
+        ("temporal.io", "v1alpha1", "workerresourcetemplates"),
     ):
         try:
-            if plural == "connections":
-                found = kube.custom.list_namespaced_custom_object(group, version, namespace, plural)
-                for obj in found.get("items") or []:
-                    if obj["metadata"].get("finalizers"):
-                        kube.custom.patch_namespaced_custom_object(
-                            group,
-                            version,
-                            namespace,
-                            plural,
-                            obj["metadata"]["name"],
-                            {"metadata": {"finalizers": None}},
-                        )
+            found = kube.custom.list_namespaced_custom_object(group, version, namespace, plural)
+            for obj in found.get("items") or []:
+                if obj["metadata"].get("finalizers"):
+                    kube.custom.patch_namespaced_custom_object(
+                        group,
+                        version,
+                        namespace,
+                        plural,
+                        obj["metadata"]["name"],
+                        {"metadata": {"finalizers": None}},
+                    )
             kube.custom.delete_collection_namespaced_custom_object(
                 group, version, namespace, plural
             )

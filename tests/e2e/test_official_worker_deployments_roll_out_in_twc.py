@@ -143,8 +143,9 @@ def test_the_docs_worker_deployment_rolls_out_a_new_image_by_its_own_steps(
         assert 1.0 in ramps, ramps
         final = status()
         drained = {v["buildID"]: v for v in final.get("deprecatedVersions") or ()}
-        assert drained[first]["status"] == "Draining"
-        assert finish(address, f"pinned-{namespace}", TEMPORAL_NAMESPACE) == first
+        assert drained[first]["status"] == "Draining", final
+        ran = finish(address, f"pinned-{namespace}", TEMPORAL_NAMESPACE)
+        assert ran == first, final
 
         # The official status as `kubectl get -o yaml` shows it.
         shown = yaml.safe_load(

@@ -311,6 +311,7 @@ class LocalEnvironment:
         argv: list[str],
         ready: Callable[[], bool],
         timeout: float = 60.0,
+        retry: str = "",
         **kwargs: Any,
     ) -> ProcessRecord:
         rec = processes.start(name, argv, self.dir / "logs" / f"{name}.log", **kwargs)
@@ -320,8 +321,10 @@ class LocalEnvironment:
                 return rec
             time.sleep(0.2)
         why = f"not ready after {timeout:.0f} s" if processes.stop(rec) else "exited at start-up"
-        tail = processes.log_tail(rec)
-        raise LocalEnvError(f"{name} {why}; last lines of {rec.log_file}:\n{tail}")
+        tail = processes.log_tail(rec, lines=1000)
+        if retry and why == "exited at start-up" and retry in tail:
+            return self._start(name, argv, ready, timeout, **kwargs)
+        raise LocalEnvError(f"{name} {why}; the end of {rec.log_file}:\n{tail[-3000:]}")
 
     def _start_etcd(self, state: State, progress: Progress) -> ProcessRecord:
         client = f"http://127.0.0.1:{state.ports['etcd_client']}"
@@ -384,6 +387,7 @@ class LocalEnvironment:
                 lambda: _http_ok(f"http://127.0.0.1:{port}/healthz") and cluster.nodes_ready(api),
                 # KWOK also reads ~/.kwok/kwok.yaml when it exists: not a user's here.
                 env=dict(os.environ, HOME=str(self.dir / "kwok-home")),
+                retry="concurrent map writes",  # KWOK 0.8 can die of a data race: once more
             )
 
     def _start_pod_workers(self, state: State, progress: Progress) -> ProcessRecord:

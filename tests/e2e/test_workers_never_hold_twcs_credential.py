@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -152,11 +153,13 @@ def test_twc_calls_with_its_own_certificate_and_workers_with_theirs(
         # Rotated: the old certificate's client is dropped and never called again.
         rotated = authority.issue("twc-rotated")
         kube.core.patch_namespaced_secret("twc-mtls", namespace, {"stringData": rotated})
+        patched = time.monotonic()
         eventually(
             lambda: served.count("twc-rotated") >= 3,
             timeout=ONE_UP,
             message=f"twc never called with its new certificate\n{daemon.text()[-3000:]}",
         )
+        took = time.monotonic() - patched
         assert "Temporal client(s) of rotated credentials or unused" in daemon.text()
         old, new = served.count("twc"), served.count("twc-rotated")
         eventually(
@@ -165,3 +168,7 @@ def test_twc_calls_with_its_own_certificate_and_workers_with_theirs(
             message="twc stopped calling Temporal after the rotation",
         )
         assert served.count("twc") == old, "a call still came with the rotated-out certificate"
+    print(
+        f"twc's certificate rotated: 3 calls with the new one {took:.1f} s after the patch, "
+        f"then {served.count('twc-rotated') - new} more, none with the old one"
+    )

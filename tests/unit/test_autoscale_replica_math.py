@@ -38,7 +38,7 @@ class ReplicaBounds:
 
     min_replicas: int
     max_replicas: int
-    target_backlog_per_replica: float
+    target_backlog_per_replica: int
     activation_backlog: int = 0
 
 

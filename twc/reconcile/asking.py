@@ -378,7 +378,7 @@ class Asker:
         take: Callable[[int], int] | None = None,
     ) -> dict[TaskQueueRef, Answer]:
         """Ask about the due ``refs`` and return at once with each one's latest answer."""
-        wanted = list(dict.fromkeys(refs))
+        wanted = dict.fromkeys(refs)  # ordered, and a set's lookups
         with self._lock:
             self._latest = {r: a for r, a in self._latest.items() if r in wanted}
             latest = self._latest

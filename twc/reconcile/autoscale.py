@@ -7,11 +7,9 @@ bounds, tolerance, stabilization windows, per-period policies. Scale to zero is 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from fractions import Fraction
 from types import MappingProxyType
 from typing import Protocol
 
@@ -26,7 +24,7 @@ class ScalingTarget(Protocol):
     @property
     def max_replicas(self) -> int: ...
     @property
-    def target_backlog_per_replica(self) -> float: ...
+    def target_backlog_per_replica(self) -> int: ...
     @property
     def activation_backlog(self) -> int: ...
 
@@ -100,12 +98,11 @@ def metric_recommendation(
     backlog: int, current: int, bounds: ScalingTarget, tolerance: float
 ) -> tuple[int, bool]:
     """``(replicas, within_tolerance)``: ``ceil(backlog / target)`` within the bounds."""
-    target = Fraction(bounds.target_backlog_per_replica)
-    # Exact rationals: in floats a ratio of exactly 1 + tolerance depends on rounding.
-    within = current > 0 and abs(backlog - target * current) <= Fraction(tolerance) * (
-        target * current
-    )
-    wanted = current if within else math.ceil(Fraction(backlog) / target)
+    target, load = bounds.target_backlog_per_replica, bounds.target_backlog_per_replica * current
+    # Exact integers: in floats a ratio of exactly 1 + tolerance depends on rounding.
+    num, den = tolerance.as_integer_ratio()
+    within = current > 0 and abs(backlog - load) * den <= num * load
+    wanted = current if within else -(-backlog // target)
     return _clamp(wanted, bounds.min_replicas, bounds.max_replicas), within
 
 
@@ -187,7 +184,10 @@ def scale_fleet(
 
 
 def _recommended(state: ScalingState, replicas: int, now: float) -> ScalingState:
-    return replace(state, recommendations=(*state.recommendations, Recommendation(now, replicas)))
+    # Of two equal neighbours the later outlives the earlier in every window: one is kept.
+    kept = state.recommendations
+    kept = kept[:-1] if kept and kept[-1].replicas == replicas else kept
+    return replace(state, recommendations=(*kept, Recommendation(now, replicas)))
 
 
 def _reason(

@@ -126,9 +126,7 @@ def _canonical(value: object) -> object:
         return {k: v for k, v in items if v is not None and v != {}}
     if isinstance(value, list | tuple):
         return [_canonical(item) for item in value]
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def fingerprint_of(spec_document: Mapping[str, Any], secret_digest: str | None) -> str:
@@ -177,9 +175,7 @@ class ResolvedConnection:
         """Keys of the credential secret this connection reads."""
         if self.auth_mode is AuthMode.MTLS:
             return (_TLS_CERT, _TLS_KEY, _CA_CERT)
-        if self.api_key_secret is not None:
-            return (self.api_key_secret.key,)
-        return ()
+        return (self.api_key_secret.key,) if self.api_key_secret is not None else ()
 
     def spec_document(self) -> dict[str, Any]:
         """The non-secret spec that :func:`fingerprint_of` hashes (safe to show and store)."""

@@ -43,9 +43,7 @@ def exit_code(report: PreviewReport, detailed: bool) -> int:
     """1 when the preview failed, else 2 when ``detailed`` and something changes, else 0."""
     if report.errors:
         return EXIT_ERROR
-    if detailed and report.summary.has_changes:
-        return EXIT_CHANGES
-    return EXIT_OK
+    return EXIT_CHANGES if detailed and report.summary.has_changes else EXIT_OK
 
 
 def render_json(report: PreviewReport) -> str:

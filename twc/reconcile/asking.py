@@ -11,6 +11,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -20,7 +21,7 @@ from typing import Any, Protocol
 
 from twc.connections import ResolvedConnection, default_registry, poller_failure
 from twc.errors import Reason, TwcConnectionError
-from twc.spec import Fleet, ResolvedWorker
+from twc.spec import ConnectionTarget, Fleet, ResolvedWorker
 from twc.versioning import Backlog as Backlog
 from twc.versioning import SecretReader as SecretReader
 
@@ -188,17 +189,22 @@ class TemporalBacklogs:
 
     def refs(self, fleet: Fleet, workers: Iterable[ResolvedWorker]) -> dict[str, TaskQueueRef]:
         """Resolve each worker's connection and name its task queue."""
-        registry = default_registry()
-        out: dict[str, TaskQueueRef] = {}
-        for worker in workers:
-            resolved = registry.resolve_worker(worker, fleet)
+
+        @functools.cache  # once per connection and namespace (a target's is its worker's)
+        def connection(to: ConnectionTarget) -> str:
+            resolved = default_registry().resolve(to, fleet)
             conn = resolved.for_twc()
             if self._address:
                 conn = dataclasses.replace(conn, host_port=self._address)
-            ns = conn.secret_source_namespace or conn.identity.namespace or worker.namespace
+            ns = conn.secret_source_namespace or conn.identity.namespace or to.namespace
             secret_ns = ns if conn.secret_name is not None else None
             conn_id = f"{conn.identity}@{conn.host_port}@{secret_ns or ''}"
             self._connections[conn_id] = (conn, secret_ns, resolved.twc is not None)
+            return conn_id
+
+        out: dict[str, TaskQueueRef] = {}
+        for worker in workers:
+            conn_id = connection(worker.connection)
             ref = TaskQueueRef(worker.temporal_namespace, worker.task_queue_name, conn_id)
             out[worker.stack_key] = ref
             sleeps = worker.autoscaling is not None and worker.autoscaling.min_replicas == 0

@@ -198,9 +198,7 @@ def _reason(
     if final != stabilized:
         up = stabilized > current
         return ScaleReason.SCALE_UP_LIMITED if up else ScaleReason.SCALE_DOWN_LIMITED
-    if stabilized != recommended:
-        return ScaleReason.STABILIZED
-    return ScaleReason.DESIRED
+    return ScaleReason.STABILIZED if stabilized != recommended else ScaleReason.DESIRED
 
 
 def _clamp(value: int, lo: int, hi: int) -> int:

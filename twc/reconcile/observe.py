@@ -11,6 +11,7 @@ one was.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import threading
@@ -304,9 +305,10 @@ class Observer:
         ]
         resolved: list[tuple[ResolvedWorker, ResolvedConnection]] = []
         placement: dict[str, set[str]] = {}
+        resolve = functools.cache(lambda to: self.sources.registry.resolve(to, desired.fleet))
         for worker in desired.workers.values():
             try:
-                conn = self.sources.registry.resolve_worker(worker, desired.fleet)
+                conn = resolve(worker.connection)  # once per connection and namespace
             except TwcConnectionError:
                 continue  # reported where the worker was merged
             resolved.append((worker, conn))

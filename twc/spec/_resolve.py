@@ -84,9 +84,7 @@ class Fleet(SpecModel):
         return self
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Fleet):
-            return NotImplemented
-        return self.__dict__ == other.__dict__
+        return self.__dict__ == other.__dict__ if isinstance(other, Fleet) else NotImplemented
 
     __hash__ = None  # type: ignore[assignment]  # holds dicts and lists: not hashable
 

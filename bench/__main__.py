@@ -131,7 +131,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=Path,
         default=None,
         help="an earlier results.json whose figures results.md sets beside this run's "
-        "(default: the results.json in --out, read before it is replaced)",
+        "(default: the results.json in --out, read before it is replaced; with --render, "
+        "instead of the one it names)",
     )
     parser.add_argument(
         "--profile",
@@ -533,7 +534,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.render:
         results = json.loads((args.out / "results.json").read_text())
-        (args.out / "results.md").write_text(report.render_markdown(results, args.note))
+        if args.compare:  # set beside another run, in results.json too
+            results["previous"] = report.comparable(json.loads(args.compare.read_text()))
+        report.write_results(results, args.out, args.note or results.get("note"))
         return 0
 
     def on_term(signum: int, _frame: object) -> None:

@@ -83,8 +83,8 @@ def plan_for(quick: bool) -> dict[str, Any]:
         "middle": 1000,
         "largest": 5000,
         "trials": {"noop": 30, "change": 10, "backlog": 8, "queue": 20, "state": 5, "wake": 8},
-        # One stack of 5000 workers: about 45 minutes of plain `pulumi up`s more than the run's
-        # 80; that size's baseline is computed from the growth measured between the others.
+        # One stack of 5000 workers: about 45 minutes of plain `pulumi up`s beyond the run's
+        # 95 (2026-12-06); that size's baseline is computed from the growth between the others.
         "baselines_at": [100, 1000],
         "baseline_trials": 5,
         "queue_gap_s": 8.0,

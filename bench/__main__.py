@@ -200,8 +200,8 @@ class Run:
 
     # ----------------------------------------------------------------- run
     def execute(self, keep: bool) -> None:
-        from twc.local import LocalEnvironment
         from twc.local.cluster import Kube
+        from twc.local.environment import LocalEnvironment
 
         env = LocalEnvironment(self.workdir / "env", state="file")
         env.up(progress=lambda m: log.info("[local] %s", m))
@@ -450,8 +450,7 @@ class Run:
     # ---------------------------------------------------------- state stage
     def _state(self, env: Any, kube: Any) -> Any:
         from bench.statebench import Backend, choose, measure_state_settings
-        from twc.local import LocalEnvironment
-        from twc.local.environment import postgres_tool
+        from twc.local.environment import LocalEnvironment, postgres_tool
 
         workers = self.plan["state_workers"]
         address = env.temporal_address()

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from tests.conftest import ROOT, require_tools
-from twc.local import find_tool
+from twc.local.environment import find_tool
 
 CHART = ROOT / "deploy" / "chart"
 WRITE = {"get", "list", "watch", "create", "update", "patch", "delete"}

@@ -20,7 +20,8 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 from tests.helpers import assert_eventually, delete_twc_objects
-from twc.local import LocalEnvironment, ToolMissingError, find_tool, processes, project_root
+from twc.local import processes
+from twc.local.environment import LocalEnvironment, ToolMissingError, find_tool, project_root
 
 # No wall-clock thresholds in tests: property tests have no per-example deadline.
 hypothesis_settings.register_profile("twc", deadline=None)

@@ -74,7 +74,7 @@ def guarded_cli(tmp_path: Path, script: str) -> Path:
     """A stand-in ``pulumi`` (``script``, an executable text) behind the engine guard's
     wrapper, exactly as the Automation API runs the real one: the wrapper's path."""
     from twc.engine.supervisor import install_wrapper
-    from twc.local import project_root
+    from twc.local.environment import project_root
 
     cli = tmp_path / "fake-pulumi"
     cli.write_text(script)

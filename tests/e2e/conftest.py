@@ -18,7 +18,7 @@ from pulumi import automation as auto
 
 from twc.cli import preview
 from twc.engine import engine
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 
 @dataclass

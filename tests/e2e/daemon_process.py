@@ -29,8 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.e2e.conftest import FleetStack
 from tests.helpers import assert_eventually
 from twc.engine.supervisor import JournalEntry
-from twc.local import project_root
-from twc.local.environment import free_port
+from twc.local.environment import free_port, project_root
 from twc.reconcile.health import sample_names
 
 ROOT = project_root()

@@ -15,7 +15,7 @@ from tests.conftest import require_tools
 from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import wait_for_success
 from tests.helpers import delete_twc_objects
-from twc.local import LocalEnvironment, find_tool
+from twc.local.environment import LocalEnvironment, find_tool
 from twc.local.podworkers import PodWorkers
 from twc.rollout import BUILD_ID_LABEL
 from twc.spec import ALLOWED_NAMESPACES_ANNOTATION, SOURCE_NAMESPACE_ANNOTATION

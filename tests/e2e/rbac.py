@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from tests.chart import render
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 
 @dataclass

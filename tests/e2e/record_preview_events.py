@@ -28,8 +28,8 @@ from pulumi.automation import events as engine_events
 
 from tests.e2e.conftest import FleetStack, fleet_doc
 from twc.engine import engine
-from twc.local import LocalEnvironment
 from twc.local.cluster import Kube
+from twc.local.environment import LocalEnvironment
 
 GOLDEN = Path(__file__).resolve().parents[1] / "unit" / "golden" / "preview"
 NAMESPACE, STACK, PORT = "apps", "local", "7233"

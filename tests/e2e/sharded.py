@@ -16,7 +16,7 @@ from tests.e2e.daemon_process import Daemons, eventually
 from tests.helpers import delete_twc_objects
 from twc.engine import engine
 from twc.kube.shards import shard_map_name
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ from tests.e2e.conftest import fleet_doc, plain_workers
 from tests.e2e.daemon_process import FAST, DaemonProcess, Daemons, eventually, wait_for_success
 from tests.faults._checks import assert_state_clean
 from twc.engine.supervisor import JournalEntry
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
 

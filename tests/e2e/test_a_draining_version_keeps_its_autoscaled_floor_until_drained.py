@@ -27,7 +27,7 @@ from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import FAST, Daemons, eventually
 from tests.e2e.native import Kubectl, Kubelet, finish, start_wait
 from twc.cli import preview as preview_cmd
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 

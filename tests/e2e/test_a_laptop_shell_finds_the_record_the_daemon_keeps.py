@@ -26,7 +26,7 @@ from twc.cli import up
 from twc.engine.shards import stack_resources
 from twc.kube.record import record_name
 from twc.kube.shards import shard_map_name
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("operator_shell")]
 

@@ -25,7 +25,7 @@ from tests.e2e.daemon_process import Daemons, eventually, wait_for_success
 from tests.faults._checks import lock_files
 from tests.faults.test_manual_up_during_the_daemons_up import lock_files_dir
 from twc.engine.supervisor import ENGINES_ENV
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
 

@@ -22,7 +22,7 @@ import pytest
 
 from tests.e2e.conftest import FleetStack, create_queue, fleet_doc, plain_workers
 from tests.e2e.daemon_process import Daemons, eventually, wait_for_success
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
 

@@ -16,7 +16,7 @@ import yaml
 
 from tests.e2e.conftest import fleet_doc
 from twc.cli import preview as preview_cmd
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
 

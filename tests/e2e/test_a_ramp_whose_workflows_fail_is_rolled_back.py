@@ -32,7 +32,7 @@ from tests.e2e.daemon_process import FAST, Daemons, eventually, wait_for_success
 from tests.e2e.native import Kubelet
 from twc.cli import preview as preview_cmd
 from twc.cli.status import run_status
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 from twc.versioning import WorkerVersioning
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]

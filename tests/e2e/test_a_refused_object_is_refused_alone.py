@@ -13,7 +13,7 @@ import pytest
 
 from tests.e2e.daemon_process import Daemons, eventually, wait_for_success
 from tests.e2e.native import Kubectl, conditions, object_ref, second_tenant, temporal_worker
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
 

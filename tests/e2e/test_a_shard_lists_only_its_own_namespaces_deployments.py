@@ -18,7 +18,7 @@ import pytest
 from twc.builders import COMPONENT_WORKER, LABEL_COMPONENT, LABEL_STACK, LABEL_WORKER, stack_labels
 from twc.kube.client import kube_client
 from twc.kube.workloads import ObjectRef, Workloads
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 from twc.reconcile.act import EARLY_FIELD_MANAGER
 from twc.reconcile.shards import ShardNamespaces
 

@@ -22,7 +22,7 @@ from tests.e2e.sharded import (
 )
 from twc.cli.run import REFRESH_SHARE
 from twc.engine.supervisor import JournalEntry
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
 

@@ -21,7 +21,7 @@ from twc.cli import shards
 from twc.cli.status import run_status
 from twc.engine import engine
 from twc.kube.shards import ASSIGNMENT_KEY, shard_map_name
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 

@@ -32,7 +32,7 @@ from tests.faults._checks import deployment_bytes
 from twc.engine import engine
 from twc.kube.record import record_name
 from twc.kube.shards import ShardMapStore, shard_map_name
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 from twc.shards import shard_stack
 
 pytestmark = pytest.mark.e2e

@@ -12,7 +12,7 @@ import pytest
 
 from tests.e2e.conftest import FleetStack, create_queue, fleet_doc
 from tests.e2e.native import object_ref, temporal_worker
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
 

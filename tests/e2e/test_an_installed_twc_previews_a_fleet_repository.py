@@ -20,7 +20,7 @@ import yaml
 
 from tests.conftest import ROOT, require_tools
 from tests.e2e.conftest import fleet_doc
-from twc.local import LocalEnvironment, find_tool
+from twc.local.environment import LocalEnvironment, find_tool
 
 pytestmark = pytest.mark.e2e
 

@@ -16,7 +16,7 @@ from tests.e2e.daemon_process import Daemons, eventually, wait_for_success, wait
 from tests.e2e.native import conditions, object_ref, temporal_worker
 from tests.faults._checks import assert_unchanged, deployment_bytes, lock_files
 from twc.cli import up
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
 

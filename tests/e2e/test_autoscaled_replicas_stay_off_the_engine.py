@@ -19,7 +19,7 @@ from tests.e2e.conftest import FleetStack, fleet_doc
 from twc.engine.automation import PATCH_FORCE_ENV
 from twc.kube.client import KubeClient
 from twc.kube.workloads import AUTOSCALER_FIELD_MANAGER, ReplicaScaler, scale_owner_of
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
 

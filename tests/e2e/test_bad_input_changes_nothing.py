@@ -37,8 +37,7 @@ from twc.cli import common, up
 from twc.desired import INPUTS_ENV, QUEUE_KIND_KEY, WORKER_KIND_KEY, DesiredInputs, ObjectList
 from twc.engine import engine
 from twc.errors import SpecError
-from twc.local import LocalEnvironment
-from twc.local.environment import free_port
+from twc.local.environment import LocalEnvironment, free_port
 from twc.spec import load_queue_object
 from twc.spec._yaml import MAX_BYTES, MAX_NODES
 

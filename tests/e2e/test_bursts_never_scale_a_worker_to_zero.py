@@ -29,7 +29,7 @@ from temporalio.client import Client
 from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import FAST, Daemons, eventually, wait_for_success
 from tests.e2e.native import Kubectl, Kubelet
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 

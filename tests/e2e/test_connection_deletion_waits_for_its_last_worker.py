@@ -28,7 +28,7 @@ from tests.e2e.daemon_process import (
 )
 from tests.e2e.native import Kubectl, cluster_connection, connection, object_ref, temporal_worker
 from tests.helpers import delete_twc_objects
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
 

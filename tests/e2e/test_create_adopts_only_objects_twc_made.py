@@ -22,7 +22,7 @@ from tests.e2e.conftest import FleetStack, create_tls_secret, fleet_doc
 from twc.engine.automation import PATCH_FORCE_ENV
 from twc.kube.client import kube_client
 from twc.kube.workloads import Workloads
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 from twc.reconcile.act import EARLY_FIELD_MANAGER, early_objects
 from twc.rollout import build_id_of, version_deployment_name
 from twc.spec import load_fleet

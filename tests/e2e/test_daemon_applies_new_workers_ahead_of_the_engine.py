@@ -12,7 +12,7 @@ import pytest
 
 from tests.e2e.conftest import create_queue, create_tls_secret, credentialed_fleet
 from tests.e2e.daemon_process import Daemons, eventually, wait_for_success
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 from twc.reconcile.act import EARLY_FIELD_MANAGER
 
 pytestmark = pytest.mark.e2e

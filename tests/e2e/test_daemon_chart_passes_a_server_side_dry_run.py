@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.chart import render_text
 from tests.conftest import ROOT, require_tools
-from twc.local import LocalEnvironment, find_tool
+from twc.local.environment import LocalEnvironment, find_tool
 
 pytestmark = pytest.mark.e2e
 

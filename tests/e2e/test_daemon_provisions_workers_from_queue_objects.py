@@ -8,7 +8,7 @@ import pytest
 
 from tests.e2e.conftest import fleet_doc, queue_object
 from tests.e2e.daemon_process import Daemons, eventually, settle, wait_for_success
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
 

@@ -18,7 +18,7 @@ from tests.e2e.sharded import (
     sharded_stack,
     wait_for_workers,
 )
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,7 @@ import pytest
 from tests.e2e.conftest import FleetStack, fleet_doc, plain_workers
 from tests.faults._checks import assert_unchanged, deployment_bytes, lock_files
 from twc.cli import up
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("operator_shell")]
 

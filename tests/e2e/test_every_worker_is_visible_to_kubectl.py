@@ -20,7 +20,7 @@ import pytest
 from tests.e2e.conftest import create_queue, fleet_doc
 from tests.e2e.daemon_process import Daemons, eventually, wait_for_success, wait_until_settled
 from tests.e2e.native import Kubectl, conditions
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
 

@@ -22,7 +22,7 @@ from tests.e2e.native import (
     object_ref,
     temporal_worker,
 )
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
 

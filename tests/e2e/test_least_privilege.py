@@ -28,8 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from tests.chart import render_text
 from tests.conftest import require_tools
 from tests.e2e.conftest import create_queue, create_tls_secret, fleet_doc
-from twc.local import LocalEnvironment, find_tool
-from twc.local.environment import free_port
+from twc.local.environment import LocalEnvironment, find_tool, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 

@@ -20,7 +20,7 @@ from tests.e2e.native import object_ref, temporal_worker
 from twc.cli import preview as preview_cmd
 from twc.cli import up
 from twc.engine.engine import ROOT
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 

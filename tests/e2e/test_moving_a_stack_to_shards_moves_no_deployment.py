@@ -19,7 +19,7 @@ from twc.cli import shards, up
 from twc.engine import engine
 from twc.engine.shards import stack_resources
 from twc.kube.shards import shard_map_name
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 

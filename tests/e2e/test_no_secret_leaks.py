@@ -23,7 +23,7 @@ import pytest
 from tests.e2e.conftest import create_tls_secret, credentialed_fleet
 from twc.cli import status as status_cmd
 from twc.cli import up as up_cmd
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 

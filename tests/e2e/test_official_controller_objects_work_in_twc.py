@@ -27,7 +27,7 @@ from tests.helpers import delete_twc_objects
 from twc import cli
 from twc.cli import up as up_cmd
 from twc.kube.crds import install_crds
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 from twc.spec import CONNECTION_VERSION, load_connection_object
 from twc.spec.crds import all_crds, connection_crd
 

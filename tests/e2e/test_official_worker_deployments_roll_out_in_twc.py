@@ -32,7 +32,7 @@ from tests.e2e.native import (
     finish,
     start_wait,
 )
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 

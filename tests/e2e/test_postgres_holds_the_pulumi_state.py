@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import FleetStack, fleet_doc
-from twc.local import LocalEnvironment
-from twc.local.environment import DATABASE, USER, Postgres, postgres_tool
+from twc.local.environment import DATABASE, USER, LocalEnvironment, Postgres, postgres_tool
 
 pytestmark = pytest.mark.e2e
 

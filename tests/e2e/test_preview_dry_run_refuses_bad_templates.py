@@ -19,7 +19,7 @@ from tests.e2e.native import temporal_worker
 from twc.cli import preview as preview_cmd
 from twc.cli import up as up_cmd
 from twc.kube.dryrun import dry_run_fleet
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 from twc.spec import load_fleet_file
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]

@@ -26,7 +26,7 @@ import pytest
 from tests.e2e.conftest import FleetStack, credentialed_fleet, fleet_doc
 from twc.cli import preview as preview_cmd
 from twc.engine.engine import ROOT
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 from twc.preview import PreviewReport, render_markdown
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]

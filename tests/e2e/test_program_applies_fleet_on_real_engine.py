@@ -11,7 +11,7 @@ from pulumi.automation import CommandError
 from tests.e2e.conftest import fleet_doc
 from tests.helpers import assert_eventually
 from twc.connections import CONNECTION_SPEC_HASH_ANNOTATION
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
 

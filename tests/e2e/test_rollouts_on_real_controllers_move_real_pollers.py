@@ -27,8 +27,9 @@ import yaml
 
 from tests.conftest import TEST_BED_TOOLS, require_tools
 from tests.helpers import assert_eventually
-from twc.local import processes, project_root
+from twc.local import processes
 from twc.local.cluster import NODE_ANNOTATION, NODES, Kube
+from twc.local.environment import project_root
 from twc.local.processes import recorded
 
 pytestmark = pytest.mark.e2e

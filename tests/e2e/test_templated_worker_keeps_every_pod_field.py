@@ -24,7 +24,8 @@ from tests.helpers import assert_eventually
 from twc.cli import preview as preview_cmd
 from twc.cli import up as up_cmd
 from twc.kube.client import status_of
-from twc.local import LocalEnvironment, workerpod
+from twc.local import workerpod
+from twc.local.environment import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 

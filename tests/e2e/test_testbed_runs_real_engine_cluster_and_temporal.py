@@ -15,7 +15,7 @@ import pytest
 from pulumi import automation as auto
 
 from tests.helpers import assert_eventually
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
 

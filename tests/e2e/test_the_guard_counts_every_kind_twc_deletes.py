@@ -24,7 +24,7 @@ from tests.e2e.daemon_process import (
 )
 from tests.faults._checks import assert_unchanged, deployment_bytes, lock_files
 from twc.cli import up
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("operator_shell")]
 

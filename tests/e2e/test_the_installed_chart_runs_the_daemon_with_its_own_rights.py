@@ -25,7 +25,7 @@ from tests.chart import CHART
 from tests.e2e.conftest import create_queue, fleet_doc
 from tests.e2e.daemon_process import Daemons, eventually, wait_for_success
 from tests.e2e.native import Kubectl, cluster_connection, object_ref, temporal_worker
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
 

@@ -30,7 +30,7 @@ from tests.e2e.daemon_process import (
 from tests.faults._checks import assert_updates_never_overlap, lock_files
 from tests.faults.test_manual_up_during_the_daemons_up import lock_files_dir
 from twc.kube.lease import ENGINES_ANNOTATION, HANDOVER_ANNOTATION
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
 

@@ -16,7 +16,7 @@ from tests.e2e.conftest import FleetStack, fleet_doc
 from tests.e2e.native import Kubelet
 from tests.e2e.test_versioned_rollout_routes_drains_and_rolls_back import _cli_describe, _twc_status
 from twc.cli.up import run_up
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 from twc.rollout import RolloutSettings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]

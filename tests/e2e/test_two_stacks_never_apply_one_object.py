@@ -15,7 +15,7 @@ from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import Daemons, eventually, wait_for_success
 from tests.e2e.native import Kubectl, conditions, object_ref, temporal_worker
 from tests.helpers import delete_twc_objects
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = pytest.mark.e2e
 

@@ -36,7 +36,7 @@ from tests.e2e.daemon_process import FAST, Daemons, eventually
 from tests.e2e.native import Kubelet, finish, start_wait
 from twc.cli import preview as preview_cmd
 from twc.cli.status import run_status
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 from twc.rollout import TARGET_ANNOTATION
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]

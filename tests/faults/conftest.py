@@ -17,8 +17,8 @@ import pytest
 
 from tests.conftest import TEST_BED_TOOLS, require_tools
 from tests.e2e.daemon_process import Daemons, run_daemons
-from twc.local import LocalEnvironment
 from twc.local.cluster import Kube
+from twc.local.environment import LocalEnvironment
 
 
 @pytest.fixture

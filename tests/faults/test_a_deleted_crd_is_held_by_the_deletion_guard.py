@@ -24,7 +24,7 @@ from tests.faults._checks import (
     metric,
 )
 from twc.kube.record import record_name
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 

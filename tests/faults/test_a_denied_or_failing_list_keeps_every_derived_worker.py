@@ -26,7 +26,7 @@ from tests.faults._checks import (
     fault_state,
     metric,
 )
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 

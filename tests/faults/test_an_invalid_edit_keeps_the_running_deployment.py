@@ -25,7 +25,7 @@ from tests.faults._checks import (
     events,
     metric,
 )
-from twc.local import LocalEnvironment, project_root
+from twc.local.environment import LocalEnvironment, project_root
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 

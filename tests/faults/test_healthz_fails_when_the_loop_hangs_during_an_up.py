@@ -22,7 +22,7 @@ from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import FAST, Daemons, eventually, wait_for_success, wait_until_settled
 from tests.e2e.native import Kubelet
 from tests.faults._checks import assert_converged, deployment_bytes
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults, pytest.mark.usefixtures("engine_env")]
 

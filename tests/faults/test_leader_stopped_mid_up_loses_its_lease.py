@@ -20,7 +20,7 @@ import pytest
 from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import FAST, Daemons, eventually, wait_for_success, wait_until_settled
 from tests.faults._checks import assert_converged, assert_updates_never_overlap
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 

@@ -27,7 +27,7 @@ from tests.e2e.daemon_process import (
     wait_until_settled,
 )
 from tests.faults._checks import assert_converged
-from twc.local import LocalEnvironment
+from twc.local.environment import LocalEnvironment
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from tests.helpers import assert_eventually
 from tests.unit.test_worker_pod_env_resolves_like_a_kubelet import _worker_pod
-from twc.local import project_root
+from twc.local.environment import project_root
 from twc.local.workerpod import LOCAL_WORKDIR, own_command
 
 

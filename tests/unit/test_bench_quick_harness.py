@@ -428,7 +428,8 @@ def test_a_daemons_own_cpu_is_read_apart_from_its_ended_children() -> None:
 
 def test_a_worker_processs_start_marks_are_read_and_a_missing_one_fails_the_trial() -> None:
     from bench.figures import _worker_marks
-    from twc.local.workerpod import MARK, marks
+    from twc.local.sample import MARK
+    from twc.local.workerpod import marks
 
     log = (
         f"{MARK} imported 100.250000\nsome other line\n{MARK} connected 100.500000\n"

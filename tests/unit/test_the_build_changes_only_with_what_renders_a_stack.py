@@ -12,7 +12,7 @@ import pytest
 
 from twc.engine import build
 from twc.engine.build import NOT_RENDERING
-from twc.local import project_root
+from twc.local.environment import project_root
 
 
 @pytest.fixture

@@ -1,16 +1,27 @@
-"""The workflows and activity the sample worker serves (only temporalio imports, so the
-workflow sandbox imports it cheaply)."""
+"""The sample worker: its workflows and activities, and (run as ``python -m
+twc.local.sample``) a worker configured from its env alone, as a worker image is. Its
+imports are temporalio's and the standard library's only, and ``twc.local`` imports
+nothing, so the workflow sandbox re-imports this module cheaply."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import time
 import zlib
 from datetime import timedelta
 from typing import Any
 
 from temporalio import activity, workflow
+from temporalio.client import Client
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.envconfig import ClientConfigProfile
 from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker, WorkerDeploymentConfig
+
+MARK = "twc-worker-mark"
+"""Prefix of the lines the sample worker prints as it passes each step of its start."""
 
 
 @activity.defn
@@ -76,3 +87,42 @@ class WaitWorkflow:
     @workflow.signal
     def finish(self) -> None:
         self._finish = True
+
+
+def _mark(step: str) -> None:
+    print(f"{MARK} {step} {time.time():.6f}", flush=True)
+
+
+async def _serve() -> None:
+    _mark("imported")
+    profile = ClientConfigProfile.load()  # from TEMPORAL_* env, as a worker image would
+    pod = os.environ.get("POD_NAME")
+    # pod@node, as the SDK's default is pid@host: the poller list names the pods.
+    identity = f"{pod}@{os.environ.get('NODE_NAME', '')}" if pod else None
+    client = await Client.connect(**profile.to_client_connect_config(), identity=identity)
+    _mark("connected")
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
+    name, build = os.getenv("TEMPORAL_DEPLOYMENT_NAME"), os.getenv("TEMPORAL_WORKER_BUILD_ID")
+    version = WorkerDeploymentVersion(name, build) if name and build else None
+    # A version's pod polls as that version, its workflows pinned to it.
+    config = WorkerDeploymentConfig(version, True, VersioningBehavior.PINNED) if version else None
+    task_queue = os.environ["TEMPORAL_TASK_QUEUE"]
+    workflows = [EchoWorkflow, GateWorkflow, WaitWorkflow]
+    worker = Worker(
+        client,
+        task_queue=task_queue,
+        workflows=workflows,
+        activities=[echo, hold],
+        deployment_config=config,
+    )
+    _mark("built")
+    async with worker:
+        as_version = f" as {version.to_canonical_string()}" if version else ""
+        print(f"worker polling {task_queue} on {profile.address}{as_version}", flush=True)
+        await stop.wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(_serve())

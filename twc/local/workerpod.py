@@ -1,12 +1,11 @@
 """A pod's worker container run for real, configured only from the pod as a kubelet would
 (env, secret and config map volumes in a private directory): its own ``command`` when it
-can run here (:func:`own_command`), else this module's sample worker, configured from its
-env alone as a worker image is. Images are never run; init containers count as done.
-"""
+can run here (:func:`own_command`), else the sample worker (:mod:`twc.local.sample`),
+configured from its env alone as a worker image is. Images are never run; init
+containers count as done."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import os
@@ -16,7 +15,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
@@ -28,6 +26,7 @@ from twc.local import processes
 from twc.local.cluster import Kube
 from twc.local.environment import project_root
 from twc.local.processes import ProcessRecord
+from twc.local.sample import MARK
 
 _FIELD_LABEL = re.compile(r"^metadata\.(labels|annotations)\['(.+)'\]$")
 _VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
@@ -38,8 +37,6 @@ _FIELDS = {
 }
 LOCAL_WORKDIR = "twc.temporal.io/local-workdir"
 """Pod annotation: the directory (under the project root) the container's command runs in."""
-MARK = "twc-worker-mark"
-"""Prefix of the lines the sample worker prints as it passes each step of its start."""
 
 
 class PodConfigError(RuntimeError):
@@ -151,7 +148,7 @@ class WorkerPod:
         own = own_command(self.pod, env)
         if own is None:
             proc_env["PYTHONPATH"] = str(project_root())
-            own = [sys.executable, "-m", "twc.local.workerpod"], self._dir
+            own = [sys.executable, "-m", "twc.local.sample"], self._dir
         argv, cwd = own
         self.proc = processes.popen(argv, self._log_file, env=proc_env, cwd=cwd)
         name = f"pod {self.namespace}/{self.pod_name}"
@@ -234,49 +231,3 @@ def marks(log_text: str) -> dict[str, float]:
         if len(parts) == 3 and parts[0] == MARK:
             found.setdefault(parts[1], float(parts[2]))  # in order, each step's first time
     return found
-
-
-def _mark(step: str) -> None:
-    print(f"{MARK} {step} {time.time():.6f}", flush=True)
-
-
-async def _serve() -> None:
-    from temporalio.client import Client
-    from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
-    from temporalio.envconfig import ClientConfigProfile
-    from temporalio.worker import Worker, WorkerDeploymentConfig
-
-    from twc.local.sample import EchoWorkflow, GateWorkflow, WaitWorkflow, echo, hold
-
-    _mark("imported")
-    profile = ClientConfigProfile.load()  # from TEMPORAL_* env, as a worker image would
-    pod = os.environ.get("POD_NAME")
-    # pod@node, as the SDK's default is pid@host: the poller list names the pods.
-    identity = f"{pod}@{os.environ.get('NODE_NAME', '')}" if pod else None
-    client = await Client.connect(**profile.to_client_connect_config(), identity=identity)
-    _mark("connected")
-    stop = asyncio.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
-    name, build = os.getenv("TEMPORAL_DEPLOYMENT_NAME"), os.getenv("TEMPORAL_WORKER_BUILD_ID")
-    version = WorkerDeploymentVersion(name, build) if name and build else None
-    # A version's pod polls as that version, its workflows pinned to it.
-    config = WorkerDeploymentConfig(version, True, VersioningBehavior.PINNED) if version else None
-    task_queue = os.environ["TEMPORAL_TASK_QUEUE"]
-    workflows = [EchoWorkflow, GateWorkflow, WaitWorkflow]
-    worker = Worker(
-        client,
-        task_queue=task_queue,
-        workflows=workflows,
-        activities=[echo, hold],
-        deployment_config=config,
-    )
-    _mark("built")
-    async with worker:
-        as_version = f" as {version.to_canonical_string()}" if version else ""
-        print(f"worker polling {task_queue} on {profile.address}{as_version}", flush=True)
-        await stop.wait()
-
-
-if __name__ == "__main__":
-    asyncio.run(_serve())

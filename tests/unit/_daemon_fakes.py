@@ -25,6 +25,7 @@ from twc.desired import (
 from twc.engine.automation import UpReport
 from twc.engine.errors import EngineYielded
 from twc.kube.watch import NativeSnapshot, StaticQueues
+from twc.kube.workloads import ObjectRef
 from twc.reconcile.act import Effects
 from twc.reconcile.asking import AskerThread, Backlog, Budget, TaskQueueRef
 from twc.reconcile.daemon import Clocks, Daemon
@@ -145,6 +146,44 @@ def queue_object(
         },
         "spec": spec,
     }
+
+
+class FakeApplier:
+    """Records what the daemon applies, releases and deletes."""
+
+    def __init__(self, leftovers: list[ObjectRef] | None = None) -> None:
+        self.applied: list[dict[str, Any]] = []
+        self.managers: set[str] = set()
+        self.released: list[ObjectRef] = []
+        self.deleted: list[ObjectRef] = []
+        self.leftovers = list(leftovers or [])
+        self.fail_apply: BaseException | None = None
+        self.existing: set[ObjectRef] = set()
+
+    def exists(self, ref: ObjectRef) -> bool:
+        return ref in self.existing
+
+    def apply(self, obj: Mapping[str, Any], field_manager: str) -> None:
+        if self.fail_apply is not None:
+            raise self.fail_apply
+        self.applied.append(dict(obj))
+        self.managers.add(field_manager)
+
+    def release(self, ref: ObjectRef, field_manager: str) -> bool:
+        self.released.append(ref)
+        return True
+
+    def delete(self, ref: ObjectRef) -> None:
+        self.deleted.append(ref)
+
+    def managed_by(self, field_manager: str) -> list[ObjectRef]:
+        return list(self.leftovers)
+
+    def refs(self) -> list[ObjectRef]:
+        return [
+            ObjectRef(o["kind"], o["metadata"]["namespace"], o["metadata"]["name"])
+            for o in self.applied
+        ]
 
 
 class StepExecutor(Executor):

@@ -3,13 +3,19 @@ handed over to the engine (or deleted) once an up succeeded."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import pulumi
 import pytest
 
-from tests.unit._daemon_fakes import NS, FakeEngine, fleet_data, make_daemon, queue_object
+from tests.unit._daemon_fakes import (
+    NS,
+    FakeApplier,
+    FakeEngine,
+    fleet_data,
+    make_daemon,
+    queue_object,
+)
 from tests.unit.pulumi_mocks import RecordingMocks, pulumi_test
 from twc.kube.workloads import ObjectRef
 from twc.reconcile.act import EARLY_FIELD_MANAGER, early_objects, plan_release
@@ -17,44 +23,6 @@ from twc.spec import load_fleet
 
 ORDERS_SA = ObjectRef("ServiceAccount", NS, "worker-orders")
 ORDERS_DEPLOYMENT = ObjectRef("Deployment", NS, "worker-orders")
-
-
-class FakeApplier:
-    """Records what the daemon applies, releases and deletes."""
-
-    def __init__(self, leftovers: list[ObjectRef] | None = None) -> None:
-        self.applied: list[dict[str, Any]] = []
-        self.managers: set[str] = set()
-        self.released: list[ObjectRef] = []
-        self.deleted: list[ObjectRef] = []
-        self.leftovers = list(leftovers or [])
-        self.fail_apply: BaseException | None = None
-        self.existing: set[ObjectRef] = set()
-
-    def exists(self, ref: ObjectRef) -> bool:
-        return ref in self.existing
-
-    def apply(self, obj: Mapping[str, Any], field_manager: str) -> None:
-        if self.fail_apply is not None:
-            raise self.fail_apply
-        self.applied.append(dict(obj))
-        self.managers.add(field_manager)
-
-    def release(self, ref: ObjectRef, field_manager: str) -> bool:
-        self.released.append(ref)
-        return True
-
-    def delete(self, ref: ObjectRef) -> None:
-        self.deleted.append(ref)
-
-    def managed_by(self, field_manager: str) -> list[ObjectRef]:
-        return list(self.leftovers)
-
-    def refs(self) -> list[ObjectRef]:
-        return [
-            ObjectRef(o["kind"], o["metadata"]["namespace"], o["metadata"]["name"])
-            for o in self.applied
-        ]
 
 
 def test_a_new_queue_worker_is_applied_before_the_up_and_handed_to_the_engine_after() -> None:

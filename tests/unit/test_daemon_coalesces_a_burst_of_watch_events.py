@@ -1,8 +1,10 @@
-"""A `kubectl apply` of several objects is a burst of watch events: one iteration, one up."""
+"""A `kubectl apply` of several objects is a burst of watch events: one up once the burst
+is quiet, while each new Queue's worker is applied early as it arrives."""
 
 from __future__ import annotations
 
-from tests.unit._daemon_fakes import make_daemon, program_queues, queue_object
+from tests.unit._daemon_fakes import FakeApplier, make_daemon, program_queues, queue_object
+from twc.reconcile.daemon import BURST_LIMIT, QUIET
 from twc.reconcile.settings import DaemonSettings
 
 
@@ -12,8 +14,8 @@ def test_a_burst_of_watch_events_is_applied_by_one_up() -> None:
     arrived: list[str] = []
 
     def watch() -> None:
-        # The first interval sleep is woken by the first object; the others follow
-        # within the quiet period, one per sleep, as watch events would.
+        # The first interval sleep is woken by the first object; the others follow one
+        # per sleep, each within the quiet period, as watch events would.
         if len(arrived) < len(burst) and len(h.engine.ups) == 1:
             arrived.append(burst[len(arrived)]["metadata"]["name"])
             h.queues.replace(burst[: len(arrived)])
@@ -27,4 +29,37 @@ def test_a_burst_of_watch_events_is_applied_by_one_up() -> None:
     assert len(h.engine.ups) == 2  # the initial one, then one for the whole burst
     assert program_queues(h.engine.last_inputs) == ["a", "b", "c"]
     assert h.clock.slept[:1] == [30]
-    assert h.clock.slept[1:4] == [0.3, 0.3, 0.3]
+
+
+def test_a_queue_arriving_during_a_long_burst_is_applied_early_within_the_quiet_period() -> None:
+    applier = FakeApplier()
+    h = make_daemon(settings=DaemonSettings(reconcile_interval=30), early=applier)
+    start = h.clock.now
+    moments: dict[str, float] = {}
+    version = 0
+
+    def watch() -> None:
+        nonlocal version
+        now, names = h.clock.now, {o["metadata"]["name"] for o in applier.applied}
+        if "worker-b" in names:
+            moments.setdefault("b applied early", now)
+        if len(h.engine.ups) >= 2 or now - start > 10 * BURST_LIMIT:
+            h.daemon.request_stop()
+            return
+        # Object "a" keeps changing, so the burst of events never goes quiet by itself.
+        version += 1
+        a = queue_object("a") | {"metadata": {"name": "a", "resourceVersion": str(version)}}
+        a["metadata"]["namespace"] = queue_object("a")["metadata"]["namespace"]
+        a["metadata"]["labels"] = queue_object("a")["metadata"]["labels"]
+        late = [queue_object("b")] if now - start >= BURST_LIMIT / 2 else []
+        if late:
+            moments.setdefault("b arrived", now)
+        h.queues.replace([a, *late])
+
+    h.clock.on_sleep = watch
+
+    assert h.daemon.run() == 0
+
+    assert moments["b applied early"] - moments["b arrived"] <= QUIET + 1e-9
+    assert len(h.engine.ups) == 2  # the initial one, then one once the burst's limit passed
+    assert program_queues(h.engine.last_inputs) == ["a", "b"]

@@ -12,6 +12,7 @@ import pytest
 
 from tests.unit._daemon_fakes import (
     NS,
+    FakeApplier,
     FakeEngine,
     Harness,
     autoscaled,
@@ -19,7 +20,6 @@ from tests.unit._daemon_fakes import (
     make_daemon,
     queue_object,
 )
-from tests.unit.test_daemon_applies_new_workers_early import FakeApplier
 from twc.kube.workloads import ObjectRef
 from twc.reconcile.settings import DaemonSettings
 
@@ -244,45 +244,6 @@ def test_a_change_that_could_not_stop_the_refresh_starts_as_soon_as_it_ends() ->
     _until(lambda: h.daemon.wakeup.is_set())  # its end wakes the loop
     h.step()
     _until(lambda: len(engine.ups) == ups + 1)
-
-
-def test_a_new_queue_worker_is_applied_before_a_burst_of_wakes_settles() -> None:
-    # The loop lets a burst of wakes settle (up to 2 s) so that one up covers it. Under
-    # steady wakes (a busy fleet: file edits, other Queues, ends of engine runs) that
-    # was all 2 s of a Queue's way to its Deployment; only the up needs to wait.
-    applier = FakeApplier()
-    h = make_daemon(early=applier, engine_thread=True)
-    armed = threading.Event()
-    during_settle: list[tuple[list[ObjectRef], int]] = []
-
-    def on_sleep() -> None:
-        if h.clock.slept[-1] == 0.3 and armed.is_set() and len(during_settle) < 20:
-            # The settle's quiet moments: 20 of 0.1 s each, its whole 2 s limit.
-            during_settle.append((applier.refs(), len(h.engine.ups)))
-            h.clock.now += 0.1
-            h.daemon.wakeup.set()  # and another wake within it: the burst goes on
-        elif h.clock.slept[-1] != 0.3:
-            h.daemon.wakeup.wait(5)  # the loop's sleep: until something wakes it
-
-    h.clock.on_sleep = on_sleep
-    loop = threading.Thread(target=h.daemon.run, daemon=True)
-    loop.start()
-    try:
-        _until(lambda: len(h.engine.ups) == 1 and h.metrics.value("twc_engine_in_progress") == 0)
-        time.sleep(0.2)
-        ups = len(h.engine.ups)
-        armed.set()
-        h.queues.replace([queue_object("orders")])
-        _until(lambda: len(h.engine.ups) == ups + 1)
-    finally:
-        h.daemon.request_stop()
-        loop.join(10)
-    assert not loop.is_alive()
-    assert len(during_settle) == 20, "the wakes never made a burst"
-    deployment = ObjectRef("Deployment", NS, "worker-orders")
-    assert deployment in during_settle[0][0], "the Deployment waited for the burst to settle"
-    assert {n for _, n in during_settle} == {ups}, "an up started before the burst settled"
-    assert h.engine.last_program().workers.keys() >= {f"{NS}/worker-orders"}
 
 
 def test_a_wake_applies_a_new_worker_before_it_reports_the_up_that_ended() -> None:

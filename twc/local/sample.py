@@ -109,11 +109,10 @@ async def _serve() -> None:
     # A version's pod polls as that version, its workflows pinned to it.
     config = WorkerDeploymentConfig(version, True, VersioningBehavior.PINNED) if version else None
     task_queue = os.environ["TEMPORAL_TASK_QUEUE"]
-    workflows = [EchoWorkflow, GateWorkflow, WaitWorkflow]
     worker = Worker(
         client,
         task_queue=task_queue,
-        workflows=workflows,
+        workflows=[EchoWorkflow, GateWorkflow, WaitWorkflow],
         activities=[echo, hold],
         deployment_config=config,
     )

@@ -65,6 +65,10 @@ class BackgroundEngine:
         """Whether an engine run is in progress (or ended and not collected yet)."""
         return self._run is not None
 
+    def ended(self) -> bool:
+        """Whether an engine run ended and was not collected yet."""
+        return self._run is not None and self._run.future.done()
+
     def _start(self, kind: str, run: Callable[[], Any], **details: Any) -> None:
         loop = threading.get_ident()
 

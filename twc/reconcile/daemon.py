@@ -45,6 +45,9 @@ from twc.spec import Fleet, load_fleet
 
 logger = logging.getLogger(__name__)
 
+QUIET = 0.3  # seconds without a wake that end a burst; woken iterations begin this far apart
+BURST_LIMIT = 2.0  # seconds an up waits at most for a burst of wakes to end
+
 
 class LeaderGate(Protocol):
     """Whether this daemon may apply the stack now (the Lease elector)."""
@@ -102,6 +105,9 @@ class Daemon:
         self._resuming = sources.record is not None
         self._desired: dict[str, int] = {}
         self._observed: dict[str, int] = {}
+        self._began = 0.0  # the last iteration's start
+        self._woken_at: float | None = None  # the first wake since the last quiet moment
+        self._up_waits = False  # the last iteration's up waits for a quiet moment
         self.last_iteration: dict[str, Any] | None = None  # ``/status``'s ``lastIteration``
         self._turn = effects.refresh_turn
         clock = self.clocks.monotonic
@@ -277,13 +283,20 @@ class Daemon:
     def iterate(self, state: LoopState) -> LoopState:
         """One iteration: observe → plan → execute → report; never raises for a failed step."""
         began, cpu = self.clocks.monotonic(), time.thread_time()
+        self._began = began
+        if self._engine.ended():
+            self._apply_added(state, now=began)  # a new Queue's worker waits for no report
         state = self._engine.collect(state)
         started = self.clocks.monotonic()
         plan: Plan | None = None
         deferred = False
         try:
-            state, plan = self._planned(state, now=started)
-            # Held workers come from the last plan an iteration executed (not a settle's).
+            plan = self.plan(state, now=started)
+            if self._resuming and state.applied is None:
+                state, plan = self._resume(state, plan, now=started)
+            self.reporter.planned(plan)
+            state = state.with_scaling(plan.scaling)
+            # Held workers come from the last plan an iteration executed (not _apply_added's).
             self.guard.previous = plan.desired
             deferred = self._execute(plan, started)
             outcome = Outcome.success()
@@ -351,14 +364,15 @@ class Daemon:
         self._observed = dict(plan.current)
         return plan
 
-    def _planned(self, state: LoopState, *, now: float) -> tuple[LoopState, Plan]:
-        plan = self.plan(state, now=now)
-        if self._resuming and state.applied is None:
-            state, plan = self._resume(state, plan, now=now)
-        self.reporter.planned(plan)
-        return state.with_scaling(plan.scaling), plan
+    def _apply_added(self, state: LoopState, *, now: float) -> None:
+        try:
+            if (plan := self.plan(state, now=now)).decision.added:
+                self.actor.apply_early(plan)
+        except Exception as exc:  # noqa: BLE001 - the iteration that follows reports it
+            logger.debug("[%s] new workers not applied early: %s", self.stack, exc)
 
     def _execute(self, plan: Plan, started: float) -> bool:
+        self._up_waits = False
         self._engine_free(plan)
         decision, stopping = plan.decision, self._stop.is_set()
         deferred = False
@@ -371,10 +385,14 @@ class Daemon:
             logger.info("[%s] stopping: not starting an up (%s)", self.stack, decision.reason)
         else:
             self.actor.apply_early(plan)
-            if not self._engine.busy():
+            if self._engine.busy():
+                if decision.workers:
+                    self._engine.give_way(decision.reason)  # a refresh yields to a change
+            elif self._woken_at is not None and started - self._woken_at < BURST_LIMIT:
+                # A `kubectl apply` is a burst of watch events: one up once they are quiet.
+                self._up_waits = True
+            else:
                 self._engine.start_up(plan, started)
-            elif decision.workers:
-                self._engine.give_way(decision.reason)  # a refresh yields to a change
             deferred = True
         if not stopping:
             self.actor.route(plan)
@@ -405,20 +423,14 @@ class Daemon:
         now = self.clocks.monotonic()
         sample_in = self.observer.next_sample_in(now)
         delay = state.next_delay(now=now, settings=self.settings, sample_due_in=sample_in)
-        if not self.clocks.sleep(delay, self.wakeup):
+        if not self.clocks.sleep(min(delay, QUIET) if self._up_waits else delay, self.wakeup):
+            self._woken_at = None  # a quiet moment: an up that waited for one starts now
             return state
-        if not self._stop.is_set() and self._may_apply():
-            try:
-                # Before the ended run is folded (and reported): a new Queue's worker waits not.
-                state, plan = self._planned(state, now=self.clocks.monotonic())
-                if plan.decision.added:
-                    self.actor.apply_early(plan)
-                self._engine_free(plan)
-            except Exception as exc:  # noqa: BLE001 - the iteration after the settle reports it
-                logger.debug("[%s] not answered before the settle: %s", self.stack, exc)
-            state = self._engine.collect(state)
-        self.state = state
-        self._settle()
+        now = self.clocks.monotonic()
+        self._woken_at = now if self._woken_at is None else self._woken_at
+        if not self._stop.is_set():
+            # Woken iterations begin at least QUIET apart: wakes within it are one iteration.
+            self.clocks.sleep(self._began + QUIET - now, self._stop)
         return state
 
     def _resume(self, state: LoopState, plan: Plan, *, now: float) -> tuple[LoopState, Plan]:
@@ -440,16 +452,6 @@ class Daemon:
         # Waiting for the engine run (a stop, --once) is the loop's step: at most its deadline.
         self._expect_progress(self.settings.engine.deadline + self.settings.engine.interrupt_grace)
         return self._engine.drain(state)
-
-    def _settle(self, quiet: float = 0.3, limit: float = 2.0) -> None:
-        # A `kubectl apply` is a burst of watch events: one up after a quiet moment.
-        deadline = self.clocks.monotonic() + limit
-        while not self._stop.is_set() and self.clocks.monotonic() < deadline:
-            self.wakeup.clear()
-            if not self.clocks.sleep(quiet, self.wakeup):
-                return
-        if self._stop.is_set():
-            self.wakeup.set()
 
     def _await_first_list(self, watches: list[Any], timeout: float = 10.0) -> None:
         # The watches list in their own threads: the first iteration waits for them a moment.

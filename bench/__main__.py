@@ -137,7 +137,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--profile",
         action="store_true",
-        help="sample twc run's threads with py-spy during the Queue figure",
+        help="sample twc run's threads with py-spy during the no-op and Queue figures",
     )
     return parser.parse_args(argv)
 
@@ -300,12 +300,25 @@ class Run:
         daemon = self.stage(f"daemon N={n}", lambda: self._daemon(stack, DAEMON_SETTINGS))
         if daemon is None:
             return
+
+        def profiled(figure: str, measure: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+            if self.profile_dir is None:
+                return measure()
+            out = self.profile_dir / f"profile-{figure}-n{n}.txt"
+            with DaemonProfile(daemon.pid, out) as profile:
+                found = measure()
+            found["profile"] = profile.summary
+            return found
+
         try:
             if "noop" in self.figures:
                 entry["noop"] = self.stage(
                     f"no-op iteration N={n}",
-                    lambda: noop_iteration(
-                        stack, daemon, trials=trials["noop"], progress=self.progress
+                    lambda: profiled(
+                        "noop",
+                        lambda: noop_iteration(
+                            stack, daemon, trials=trials["noop"], progress=self.progress
+                        ),
                     ),
                 )
 
@@ -352,13 +365,7 @@ class Run:
                         processes=self._processes(env, daemon),
                     )
 
-                if self.profile_dir is None:
-                    return measure()
-                out = self.profile_dir / f"profile-n{n}.txt"
-                with DaemonProfile(daemon.pid, out) as profile:
-                    found = measure()
-                found["profile"] = profile.summary
-                return found
+                return profiled("queue", measure)
 
             figures = {"change": change, "backlog": backlog, "queue": queue}
             order = [name for name in figures if name in self.figures]

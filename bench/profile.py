@@ -3,7 +3,7 @@
 ``--profile`` records the daemon process with ``py-spy record`` (its stacks sampled
 ``rate`` times a second without pausing it: ``--nonblocking``, so the daemon is not
 slowed by being watched; a sample may then now and then show a torn stack) for the
-length of the Queue figure, and keeps the raw stacks next to the results. The summary
+length of the no-op and the Queue figures, and keeps the raw stacks next to the results. The summary
 counts, over every sample of a thread that was running, the frames of twc's own code
 (``twc/``): the share of the samples in which each function was on the stack, and
 the leaf frames (where the CPU was at that instant), whoever's code they are.

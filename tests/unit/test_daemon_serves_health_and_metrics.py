@@ -91,11 +91,12 @@ def test_a_crashed_probe_reports_unhealthy_instead_of_hanging() -> None:
 
 def test_gauges_of_removed_workers_and_queues_disappear() -> None:
     metrics = DaemonMetrics("s")
-    metrics.set_workers({"ns/a": 2, "ns/b": 1}, {"ns/a": 2})
-    metrics.set_backlogs([("default", "qa", 5, 100.0), ("default", "qb", 7, 100.0)])
+    queues = {("default", "qa"): 5, ("default", "qb"): 7}
+    metrics.publish(worker_desired_replicas={"ns/a": 2, "ns/b": 1}, task_queue_backlog=queues)
+    metrics.publish(task_queue_backlog_sampled_at_seconds=dict.fromkeys(queues, 100.0))
 
-    metrics.set_workers({"ns/a": 3}, {"ns/a": 3})
-    metrics.set_backlogs([("default", "qa", 1, 130.5)])
+    metrics.publish(worker_desired_replicas={"ns/a": 3}, task_queue_backlog={("default", "qa"): 1})
+    metrics.publish(task_queue_backlog_sampled_at_seconds={("default", "qa"): 130.5})
 
     assert metrics.value("twc_worker_desired_replicas", worker="ns/b") is None
     assert metrics.value("twc_worker_desired_replicas", worker="ns/a") == 3

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol, TypeVar
@@ -22,6 +22,8 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +47,6 @@ class DaemonMetrics:
     def __init__(self, stack: str, registry: CollectorRegistry | None = None) -> None:
         self.stack = stack
         r = self.registry = registry if registry is not None else CollectorRegistry()
-        queue = "temporal_namespace task_queue"
         counter, gauge = partial(metric, Counter, r), partial(metric, Gauge, r)
         self.reconciles = counter("reconcile", "Reconcile iterations.", "result")
         self.reconcile_errors = counter("reconcile_errors", "Failed iterations.", "reason")
@@ -53,12 +54,8 @@ class DaemonMetrics:
         self.engine_runs = counter("engine_runs", "Engine runs.", "operation mode")
         self.engine_in_progress = gauge("engine_in_progress", "1 while it runs.", "operation")
         self.last_success = gauge("last_success_timestamp_seconds", "Last success.")
-        self.desired_replicas = gauge("worker_desired_replicas", "Replicas wanted.", "worker")
-        self.current_replicas = gauge("worker_current_replicas", "Replicas now.", "worker")
-        self.backlog = gauge("task_queue_backlog", "Approximate backlog.", queue)
-        self.backlog_sampled_at = gauge(
-            "task_queue_backlog_sampled_at_seconds", "The backlog's time.", queue
-        )
+        self._fleet = _FleetGauges(stack)
+        r.register(self._fleet)
         self.backlog_errors = counter("backlog_sample_errors", "Failed samples.")
         self.invalid_queues = gauge("invalid_queue_objects", "Queue objects skipped as invalid.")
         self.cluster_queues = gauge("cluster_queue_objects", "Queue objects accepted.")
@@ -76,31 +73,11 @@ class DaemonMetrics:
         self.deletions_held = gauge("deletions_held", "Workers whose deletion is held.")
         for operation in ("up", "refresh", "recover"):
             self.engine_in_progress.labels(stack, operation).set(0)
-        self._known_workers: set[str] = set()
-        self._known_queues: set[tuple[str, str]] = set()
 
-    def set_workers(self, desired: dict[str, int], current: dict[str, int | None]) -> None:
-        """Publish desired and current replicas; workers no longer desired are dropped."""
-        for worker in self._known_workers - set(desired):
-            for gauge in (self.desired_replicas, self.current_replicas):
-                gauge.remove(self.stack, worker)  # a label set never published is no error
-        for worker, count in desired.items():
-            self.desired_replicas.labels(self.stack, worker).set(count)
-            if (now := current.get(worker)) is not None:
-                self.current_replicas.labels(self.stack, worker).set(now)
-        self._known_workers = set(desired)
-
-    def set_backlogs(self, backlogs: Iterable[tuple[str, str, int, float]]) -> None:
-        """Publish ``(temporal namespace, task queue, backlog, sampled at)``; others drop."""
-        seen: set[tuple[str, str]] = set()
-        for namespace, queue, count, sampled_at in backlogs:
-            self.backlog.labels(self.stack, namespace, queue).set(count)
-            self.backlog_sampled_at.labels(self.stack, namespace, queue).set(sampled_at)
-            seen.add((namespace, queue))
-        for namespace, queue in self._known_queues - seen:
-            for gauge in (self.backlog, self.backlog_sampled_at):
-                gauge.remove(self.stack, namespace, queue)
-        self._known_queues = seen
+    def publish(self, **values: Mapping[Any, float | None]) -> None:
+        """Replace the per-worker or per-queue gauges named (``twc_`` left out): their values
+        now (keyed by worker, or by Temporal namespace and task queue), and no others."""
+        self._fleet.values = {**self._fleet.values, **values}
 
     def render(self) -> bytes:
         """The metrics in the Prometheus text format."""
@@ -133,6 +110,34 @@ _SUFFIXES = {
     "summary": ("", "_count", "_sum", "_created"),
     "info": ("_info",),
 }
+
+
+_QUEUE = "temporal_namespace task_queue"
+_FLEET_GAUGES = (
+    ("worker_desired_replicas", "Replicas wanted.", "worker"),
+    ("worker_current_replicas", "Replicas now.", "worker"),
+    ("task_queue_backlog", "Approximate backlog.", _QUEUE),
+    ("task_queue_backlog_sampled_at_seconds", "The backlog's time.", _QUEUE),
+)
+
+
+class _FleetGauges(Collector):
+    """The per-worker and per-queue gauges, read when scraped from the values the last
+    iteration published: an iteration publishes in O(1), and what it left out is gone."""
+
+    def __init__(self, stack: str) -> None:
+        self.stack = stack
+        self.values: Mapping[str, Mapping[Any, float | None]] = {}
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        for name, doc, labels in _FLEET_GAUGES:
+            family = GaugeMetricFamily(f"twc_{name}", doc, labels=["stack", *labels.split()])
+            for key, value in self.values.get(name, {}).items():
+                if value is not None:
+                    family.add_metric(
+                        [self.stack, *((key,) if isinstance(key, str) else key)], value
+                    )
+            yield family
 
 
 def sample_names(families: Iterable[tuple[str, str]]) -> dict[str, str]:

@@ -359,7 +359,8 @@ class Observer:
                 limiter=self.budgets,
             )
         out: dict[str, int | None] = {}
-        published: dict[tuple[str, str, int, float], None] = {}
+        counts: dict[tuple[str, str], int] = {}
+        times: dict[tuple[str, str], float] = {}
         errors: dict[str, BaseException] = {}
         for key, ref in refs.items():
             answer = answers.get(ref)
@@ -367,18 +368,16 @@ class Observer:
             if answer is None:
                 continue
             if answer.error is None:
-                count, out[key] = answer.value.count, answer.value.scaled
-                published[(ref.namespace, ref.name, count, answer.wall)] = None
+                queue, out[key] = (ref.namespace, ref.name), answer.value.scaled
+                counts[queue], times[queue] = answer.value.count, answer.wall
                 continue
             errors[key] = answer.error
             self.metrics.backlog_errors.labels(self.metrics.stack).inc()
+            stack = self.metrics.stack
             logger.warning(
-                "[%s/%s] backlog unknown, holding replicas: %s",
-                self.metrics.stack,
-                key,
-                answer.error,
+                "[%s/%s] backlog unknown, holding replicas: %s", stack, key, answer.error
             )
-        self.metrics.set_backlogs(published)
+        self.metrics.publish(task_queue_backlog=counts, task_queue_backlog_sampled_at_seconds=times)
         for fault in (Fault.TEMPORAL_UNAVAILABLE, Fault.BACKLOG_SAMPLING_FAILED):
             lines = [f"{k}: {e}" for k, e in sorted(errors.items()) if sample_fault(e) is fault]
             text = f"{len(lines)} worker(s), replicas held; {'; '.join(lines)}" if lines else None

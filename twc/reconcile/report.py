@@ -146,7 +146,7 @@ class Reporter:
                     decision.recommendation,
                 )
         current = {k: plan.current.get(k) for k in plan.workers}
-        self.metrics.set_workers(dict(plan.replicas), current)
+        self.metrics.publish(worker_desired_replicas=plan.replicas, worker_current_replicas=current)
         self._report_queues(plan.desired)
         self._remember(plan)
         conflicts = dict(plan.desired.conflicts)

@@ -94,7 +94,9 @@ class AutoscaleBehavior(_Settings):
     """Rules when the recommendation is below the current replicas."""
 
     def with_scale_down_window(self, seconds: float) -> AutoscaleBehavior:
-        """A copy whose scale-down stabilization window is ``seconds``."""
+        """These rules with a scale-down stabilization window of ``seconds`` (a copy if new)."""
+        if seconds == self.scale_down.stabilization_window_seconds:
+            return self
         down = self.scale_down.model_copy(update={"stabilization_window_seconds": seconds})
         return self.model_copy(update={"scale_down": down})
 

@@ -373,7 +373,9 @@ class Daemon:
 
     def _execute(self, plan: Plan, started: float) -> bool:
         self._up_waits = False
-        self._engine_free(plan)
+        current = {k: plan.current[k] for k in plan.decisions if k in plan.current}
+        self._last_replicas.update(current | self.actor.scale(plan))  # the written win
+        self.actor.sync_views(plan)
         decision, stopping = plan.decision, self._stop.is_set()
         deferred = False
         if decision.action is ReconcileAction.SKIP:
@@ -398,14 +400,6 @@ class Daemon:
             self.actor.route(plan)
         self._accepted = plan.desired.accepted
         return deferred
-
-    def _engine_free(self, plan: Plan) -> None:
-        written = self.actor.scale(plan)
-        self._last_replicas.update(
-            {k: plan.current[k] for k in plan.decisions if k in plan.current}
-        )
-        self._last_replicas.update(written)
-        self.actor.sync_views(plan)
 
     def _report(
         self, state: LoopState, plan: Plan | None, outcome: Outcome, started: float

@@ -256,13 +256,13 @@ def plan_views(
     """Write missing or changed views, delete orphans; nothing while ``objects`` is unknown."""
     if objects is None:
         return ViewPlan(skipped=dict(held))
-    observed = {worker_native(obj).key: obj for obj in objects}
+    observed = {n.key: (obj, n) for obj in objects for n in (worker_native(obj),)}
     writes: list[ViewWrite] = []
     shown: dict[str, NativeObject] = {}
     skipped: dict[str, str] = dict(held)
     for key, view in sorted(views.items()):
-        current = observed.get(key)
-        if current is None:
+        current, native = observed.get(key, ({}, None))
+        if native is None:
             writes.append(ViewWrite(view))
         elif not _owned_by(current, stack, adopt=True):
             other = is_view(current) and part(metadata(current), "labels").get(STACK_LABEL)
@@ -271,22 +271,17 @@ def plan_views(
                 if other
                 else "a TemporalWorker of that name exists that twc did not generate"
             )
-        elif worker_native(current).deleting:
+        elif native.deleting:
             skipped[key] = "its view is being deleted; it is made again once gone"
         else:
-            shown[key] = worker_native(current)
+            shown[key] = native
             same_spec = spec_matches(current, view.spec)
             if not same_spec or not _metadata_matches(current, view):
                 edited = () if same_spec else foreign_spec_managers(current)
                 writes.append(ViewWrite(view, current, edited))
     deletes = [
-        ViewDelete(
-            worker_native(obj), str(part(metadata(obj), "annotations").get(VIEW_ANNOTATION, "?"))
-        )
-        for key, obj in sorted(observed.items())
-        if key not in views
-        and key not in held
-        and _owned_by(obj, stack)
-        and not worker_native(obj).deleting
+        ViewDelete(native, str(part(metadata(obj), "annotations").get(VIEW_ANNOTATION, "?")))
+        for key, (obj, native) in sorted(observed.items())
+        if key not in views and key not in held and _owned_by(obj, stack) and not native.deleting
     ]
     return ViewPlan(tuple(writes), tuple(deletes), shown, skipped)

@@ -239,3 +239,8 @@ def test_status_says_how_long_the_last_iteration_took_and_when_it_ended(
     assert last["seconds"] == 0.0  # the fake clock did not move during the iteration
     assert last["cpuSeconds"] >= 0.0
     assert last["endedAt"] == 1_700_000_000.0 + h.clock.now
+
+
+def test_publishing_a_gauge_that_does_not_exist_fails() -> None:
+    with pytest.raises(ValueError, match="worker_desired_replica"):
+        DaemonMetrics("s").publish(worker_desired_replica={"ns/a": 1})

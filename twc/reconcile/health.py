@@ -77,6 +77,8 @@ class DaemonMetrics:
     def publish(self, **values: Mapping[Any, float | None]) -> None:
         """Replace the per-worker or per-queue gauges named (``twc_`` left out): their values
         now (keyed by worker, or by Temporal namespace and task queue), and no others."""
+        if unknown := values.keys() - {name for name, _, _ in _FLEET_GAUGES}:
+            raise ValueError(f"no such per-worker or per-queue gauge: {sorted(unknown)}")
         self._fleet.values = {**self._fleet.values, **values}
 
     def render(self) -> bytes:

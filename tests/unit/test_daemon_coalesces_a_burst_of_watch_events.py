@@ -48,9 +48,8 @@ def test_a_queue_arriving_during_a_long_burst_is_applied_early_within_the_quiet_
             return
         # Object "a" keeps changing, so the burst of events never goes quiet by itself.
         version += 1
-        a = queue_object("a") | {"metadata": {"name": "a", "resourceVersion": str(version)}}
-        a["metadata"]["namespace"] = queue_object("a")["metadata"]["namespace"]
-        a["metadata"]["labels"] = queue_object("a")["metadata"]["labels"]
+        a = queue_object("a")
+        a["metadata"]["resourceVersion"] = str(version)
         late = [queue_object("b")] if now - start >= BURST_LIMIT / 2 else []
         if late:
             moments.setdefault("b arrived", now)

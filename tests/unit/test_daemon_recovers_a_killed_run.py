@@ -29,7 +29,7 @@ from twc.engine.automation import (
     worker_urns_from_state,
 )
 from twc.engine.errors import EngineDeadlineExceeded, EngineInterrupted
-from twc.engine.supervisor import CHANNEL_ENV, ENGINES_ENV
+from twc.engine.supervisor import CHANNEL_ENV, ENGINES_ENV, MAX_ENGINE_RECORDS
 from twc.kube.lease import EngineRecord
 from twc.reconcile.outcome import FailureReason, classify
 
@@ -328,6 +328,31 @@ def test_the_lock_of_a_guarded_cli_that_is_gone_is_broken(fake_stack: Any, tmp_p
 
 
 @pytest.mark.usefixtures("engines_dir")
+def test_a_guard_records_its_cli_while_other_records_vanish_and_keeps_the_newest(
+    fake_stack: Any, tmp_path: Path, engines_dir: Path
+) -> None:
+    # Full of this boot's older records, one of which another guard removes while this
+    # guard lists them (a record that is listed but cannot be read).
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    engines_dir.mkdir(mode=0o700)
+    for n in range(MAX_ENGINE_RECORDS + 10):
+        old = engines_dir / f"{boot}-{10_000_000 + n}.json"
+        old.write_text("{}")
+        os.utime(old, ns=(n, n))
+    (engines_dir / f"{boot}-vanishing.json").symlink_to(engines_dir / "gone")
+
+    pid = _killed_run(tmp_path)
+    stack = fake_stack(FakeStack(locked=True, pending=1, lock=_lock_here(pid)))
+
+    assert _default_engine(tmp_path).recover() == ["cancel", "drop-pending-operations:1"]
+    assert stack.cancelled == 1
+    kept = {p.name for p in engines_dir.glob("*.json")}
+    assert len(kept) == MAX_ENGINE_RECORDS
+    assert f"{boot}-{pid}.json" in kept
+    assert f"{boot}-{10_000_000 + MAX_ENGINE_RECORDS + 9}.json" in kept
+    assert f"{boot}-10000000.json" not in kept
+
+
 def test_a_lock_naming_this_hosts_name_and_a_dead_pid_no_guard_here_ran_is_kept(
     fake_stack: Any, tmp_path: Path
 ) -> None:

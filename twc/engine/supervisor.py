@@ -319,14 +319,24 @@ def _record_engine(pid: int) -> None:
     boot, start, where = _boot_id(), start_ticks(pid), _engines_dir()
     if not boot or start is None or where is None:
         return  # no record: a lock it leaves is never judged gone by this host
+    mine = where / f"{boot}-{pid}.json"
     with contextlib.suppress(OSError):
-        records = sorted(where.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
-        excess = len(records) - MAX_ENGINE_RECORDS + 1  # the oldest make room for this one
-        for index, old in enumerate(records):  # and an earlier boot's: its processes are gone
-            if index < excess or not old.name.startswith(f"{boot}-"):
+        write_atomically(mine, json.dumps({"boot": boot, "pid": pid, "start": start}))
+    # Other guards' records come and go meanwhile: one gone between listing and reading
+    # is skipped, never a reason to keep this one unwritten (its lock would look alive).
+    records = sorted((_mtime(p), p) for p in where.glob("*.json") if p != mine)
+    excess = len(records) - MAX_ENGINE_RECORDS + 1  # the oldest make room for this one
+    for index, (_, old) in enumerate(records):  # and an earlier boot's: its processes are gone
+        if index < excess or not old.name.startswith(f"{boot}-"):
+            with contextlib.suppress(OSError):
                 old.unlink(missing_ok=True)
-        text = json.dumps({"boot": boot, "pid": pid, "start": start})
-        write_atomically(where / f"{boot}-{pid}.json", text)
+
+
+def _mtime(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return -1  # gone already: the first to go
 
 
 def engine_alive(pid: int) -> bool:

@@ -15,9 +15,11 @@ def assert_eventually(
     *,
     timeout: float = 60.0,
     interval: float = 0.25,
-    message: str = "condition never held",
+    message: str | Callable[[], str] = "condition never held",
 ) -> T:
     """Call ``probe`` until it returns a truthy value or stops raising AssertionError.
+
+    A callable ``message`` is read when the wait fails (a log as it is then).
 
     Returns:
         The first truthy value ``probe`` returned.
@@ -36,7 +38,8 @@ def assert_eventually(
         except AssertionError as exc:
             last = exc
         if time.monotonic() >= deadline:
-            raise AssertionError(f"{message} within {timeout:.0f} s (last: {last!r})")
+            said = message() if callable(message) else message
+            raise AssertionError(f"{said} within {timeout:.0f} s (last: {last!r})")
         time.sleep(interval)
 
 

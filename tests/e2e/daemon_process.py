@@ -19,7 +19,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -308,7 +308,9 @@ def run_daemons(tmp_path: Path, pulumi_env: dict[str, str]) -> Iterator[Daemons]
         fs.stack().workspace.remove_stack(fs.name, force=True)
 
 
-def eventually(probe: Any, *, timeout: float, message: str, interval: float = 0.25) -> Any:
+def eventually(
+    probe: Any, *, timeout: float, message: str | Callable[[], str], interval: float = 0.25
+) -> Any:
     """``assert_eventually`` with the daemons' usual polling interval."""
     return assert_eventually(probe, timeout=timeout, interval=interval, message=message)
 

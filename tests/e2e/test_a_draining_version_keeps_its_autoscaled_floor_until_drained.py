@@ -85,7 +85,7 @@ def test_a_draining_version_keeps_its_floor_until_drained_then_releases_it(
         eventually(
             lambda: versions().get(first, {}).get("status") == "Current",
             timeout=ONE_UP,
-            message=f"v1 never became Current:\n{daemon.text()[-3000:]}",
+            message=lambda: f"v1 never became Current:\n{daemon.text()[-3000:]}",
         )
         assert replicas(first) == 1
         eventually(lambda: first in kubelet.running(), timeout=ONE_UP, message="v1 runs no worker")
@@ -113,7 +113,7 @@ def test_a_draining_version_keeps_its_floor_until_drained_then_releases_it(
                 and v
             ),
             timeout=ONE_UP,
-            message=f"v1 was not held at its floor: {versions()}\n{daemon.text()[-3000:]}",
+            message=lambda: f"v1 was not held at its floor: {versions()}\n{daemon.text()[-3000:]}",
         )
         assert held[first]["status"] == "Draining"
         assert replicas(first) == 1
@@ -124,7 +124,9 @@ def test_a_draining_version_keeps_its_floor_until_drained_then_releases_it(
         eventually(
             lambda: versions().get(first, {}).get("status") == "Drained" and replicas(first) == 0,
             timeout=2 * ONE_UP,
-            message=f"v1 kept its floor once drained: {versions()}\n{daemon.text()[-3000:]}",
+            message=lambda: (
+                f"v1 kept its floor once drained: {versions()}\n{daemon.text()[-3000:]}"
+            ),
         )
         assert first in kubelet.deployments()  # its sunset (1 h) has not come
         assert replicas(second) == 1

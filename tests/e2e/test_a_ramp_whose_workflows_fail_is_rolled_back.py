@@ -118,7 +118,7 @@ def test_a_failing_ramp_is_rolled_back_and_a_healthy_one_ramps_through(
             lambda: (r := routing()[0]) and r.startswith("1.0-") and r,
             timeout=ONE_UP,
             interval=2,
-            message=f"v1 never became Current:\n{daemon.text()[-3000:]}",
+            message=lambda: f"v1 never became Current:\n{daemon.text()[-3000:]}",
         )
 
         failing = fleet("registry.example/worker:2.0", "1h", {"SAMPLE_FAILURE_PERCENT": "100"})
@@ -136,7 +136,7 @@ def test_a_failing_ramp_is_rolled_back_and_a_healthy_one_ramps_through(
             lambda: (r := routing()[1]) and r.startswith("2.0-") and r,
             timeout=ONE_UP,
             interval=2,
-            message=f"v2 never ramped:\n{daemon.text()[-3000:]}",
+            message=lambda: f"v2 never ramped:\n{daemon.text()[-3000:]}",
         )
         eventually(lambda: second in kubelet.running(), timeout=ONE_UP, message="v2 runs no worker")
         # Half the new executions go to v2, whose worker fails every one.
@@ -148,7 +148,7 @@ def test_a_failing_ramp_is_rolled_back_and_a_healthy_one_ramps_through(
             lambda: (r := _rollout(fs.name, key)["rollout"])["reason"] == "RolledBack" and r,
             timeout=ONE_UP,
             interval=2,
-            message=f"v2 was never rolled back:\n{daemon.text()[-3000:]}",
+            message=lambda: f"v2 was never rolled back:\n{daemon.text()[-3000:]}",
         )
         assert stopped["phase"] == "Blocked"
         assert "workflow type EchoWorkflow failed" in stopped["message"], stopped
@@ -173,7 +173,7 @@ def test_a_failing_ramp_is_rolled_back_and_a_healthy_one_ramps_through(
             lambda: (r := routing()[1]) and r.startswith("2.1-") and r,
             timeout=ONE_UP,
             interval=2,
-            message=f"v3 never ramped:\n{daemon.text()[-3000:]}",
+            message=lambda: f"v3 never ramped:\n{daemon.text()[-3000:]}",
         )
         eventually(lambda: third in kubelet.running(), timeout=ONE_UP, message="v3 runs no worker")
         healthy = asyncio.run(_echoes(address, task_queue, 12))
@@ -182,7 +182,7 @@ def test_a_failing_ramp_is_rolled_back_and_a_healthy_one_ramps_through(
             lambda: routing()[:2] == (third, None),
             timeout=ONE_UP,
             interval=2,
-            message=f"v3 never became Current:\n{daemon.text()[-3000:]}",
+            message=lambda: f"v3 never became Current:\n{daemon.text()[-3000:]}",
         )
         assert _rollout(fs.name, key)["rollout"]["reason"] == "RolloutComplete"
         assert third not in eventually(routing, timeout=60, interval=2, message="routing")[2]

@@ -110,7 +110,7 @@ def test_bursts_and_a_running_activity_keep_a_worker_up_and_nothing_running_lets
                 and dep["spec"]["replicas"] == 0
             ),
             timeout=ONE_UP,
-            message=f"the worker never started at zero:\n{daemon.text()[-3000:]}",
+            message=lambda: f"the worker never started at zero:\n{daemon.text()[-3000:]}",
         )
         # The first workflow wakes it from zero; its result comes from the woken worker.
         results = asyncio.run(_burst(address, task_queue))
@@ -148,7 +148,7 @@ def test_bursts_and_a_running_activity_keep_a_worker_up_and_nothing_running_lets
             eventually(
                 lambda: replicas.seen[-1] == 0,
                 timeout=ONE_UP,
-                message=f"never scaled to zero: {replicas.seen}\n{daemon.text()[-3000:]}",
+                message=lambda: f"never scaled to zero: {replicas.seen}\n{daemon.text()[-3000:]}",
             )
             wait_for_success(daemon, after=daemon.successes() + GAP)
             assert replicas.zeros() == 2, replicas.seen

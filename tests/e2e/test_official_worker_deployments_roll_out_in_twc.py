@@ -91,7 +91,9 @@ def test_the_docs_worker_deployment_rolls_out_a_new_image_by_its_own_steps(
             return (status().get("currentVersion") or {}).get("buildID")
 
         first = eventually(
-            current, timeout=ONE_UP, message=f"no version became Current:\n{daemon.text()[-3000:]}"
+            current,
+            timeout=ONE_UP,
+            message=lambda: f"no version became Current:\n{daemon.text()[-3000:]}",
         )
         assert first.startswith("v1.5.2-")
         dep = kubelet.deployments()[first]
@@ -137,7 +139,7 @@ def test_the_docs_worker_deployment_rolls_out_a_new_image_by_its_own_steps(
             promoted,
             timeout=4 * ONE_UP,
             interval=1.0,
-            message=f"v1.5.3 never became Current:\n{daemon.text()[-3000:]}",
+            message=lambda: f"v1.5.3 never became Current:\n{daemon.text()[-3000:]}",
         )
         assert ramps <= {1.0, 5.0, 25.0}
         assert 1.0 in ramps, ramps

@@ -190,7 +190,7 @@ def test_a_versioned_worker_rolls_out_drains_rolls_back_and_manual_routes_nothin
                 and agree(temporal, address, fs.name, key)
             ),
             timeout=ONE_UP,
-            message=f"version {first} never became Current:\n{daemon.text()[-3000:]}",
+            message=lambda: f"version {first} never became Current:\n{daemon.text()[-3000:]}",
         )
         assert seen["statuses"][first] == "Current"
         dep = kubelet.deployments()[first]
@@ -234,7 +234,7 @@ def test_a_versioned_worker_rolls_out_drains_rolls_back_and_manual_routes_nothin
         ramping = eventually(
             lambda: (s := agree(temporal, address, fs.name, key))["ramping"] == second and s,
             timeout=ONE_UP,
-            message=f"never ramped:\n{daemon.text()[-3000:]}",
+            message=lambda: f"never ramped:\n{daemon.text()[-3000:]}",
         )
         assert (ramping["ramp"], ramping["current"]) == (25.0, first)
         # A new daemon mid-ramp continues where the rollout is: nothing was in memory.
@@ -268,7 +268,9 @@ def test_a_versioned_worker_rolls_out_drains_rolls_back_and_manual_routes_nothin
         eventually(
             lambda: first not in kubelet.deployments(),
             timeout=ONE_UP,
-            message=f"the drained version's Deployment was never deleted:\n{daemon.text()[-3000:]}",
+            message=lambda: (
+                f"the drained version's Deployment was never deleted:\n{daemon.text()[-3000:]}"
+            ),
         )
 
         # 5. A third build AllAtOnce; a workflow pinned to the second keeps it running.
@@ -289,7 +291,7 @@ def test_a_versioned_worker_rolls_out_drains_rolls_back_and_manual_routes_nothin
         back = eventually(
             lambda: (s := agree(temporal, address, fs.name, key))["current"] == second and s,
             timeout=ONE_UP,
-            message=f"the rollback never routed back:\n{daemon.text()[-3000:]}",
+            message=lambda: f"the rollback never routed back:\n{daemon.text()[-3000:]}",
         )
         assert back["statuses"].get(third) in ("Draining", "Drained", "Inactive")
         # Routing moves back at once; the annotation comes with the up that follows it.

@@ -122,7 +122,9 @@ def test_each_version_gets_its_own_autoscaler_and_budget_until_its_sunset(
             return builds[0] if builds else None
 
         first = eventually(
-            lambda: version("v1-"), timeout=ONE_UP, message=f"no v1:\n{daemon.text()[-3000:]}"
+            lambda: version("v1-"),
+            timeout=ONE_UP,
+            message=lambda: f"no v1:\n{daemon.text()[-3000:]}",
         )
         first_name = kubelet.deployments()[first]["metadata"]["name"]
         made = kubelet.deployments()[first]["spec"]
@@ -174,7 +176,9 @@ def test_each_version_gets_its_own_autoscaler_and_budget_until_its_sunset(
         start_wait(address, f"pinned-{namespace}", NAME)
         kubectl.apply(_worker_deployment(namespace, "ledger:v2"))
         second = eventually(
-            lambda: version("v2-"), timeout=ONE_UP, message=f"no v2:\n{daemon.text()[-3000:]}"
+            lambda: version("v2-"),
+            timeout=ONE_UP,
+            message=lambda: f"no v2:\n{daemon.text()[-3000:]}",
         )
         eventually(
             lambda: deployment_replicas(second) == 2,
@@ -186,19 +190,21 @@ def test_each_version_gets_its_own_autoscaler_and_budget_until_its_sunset(
         eventually(
             lambda: (deployment_replicas(first) or 0) >= 1 and first in kubelet.running(),
             timeout=ONE_UP,
-            message=f"the Draining version stayed at 0:\n{daemon.text()[-3000:]}",
+            message=lambda: f"the Draining version stayed at 0:\n{daemon.text()[-3000:]}",
         )
         assert finish(address, f"pinned-{namespace}") == first
         eventually(
             lambda: set(copies("hpa")) == {second},
             timeout=2 * ONE_UP,
-            message=f"the old version's HPA outlived its scale-down:\n{daemon.text()[-3000:]}",
+            message=lambda: (
+                f"the old version's HPA outlived its scale-down:\n{daemon.text()[-3000:]}"
+            ),
         )
         assert deployment_replicas(first) in (0, None)
         eventually(
             lambda: set(copies("pdb")) == {second} and first not in kubelet.deployments(),
             timeout=2 * ONE_UP,
-            message=f"the old version's PDB outlived it:\n{daemon.text()[-3000:]}",
+            message=lambda: f"the old version's PDB outlived it:\n{daemon.text()[-3000:]}",
         )
         # twc's own applies since (the scale-down, the deletion) kept the HPA's count.
         assert deployment_replicas(second) == 2

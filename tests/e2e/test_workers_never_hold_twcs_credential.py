@@ -106,7 +106,7 @@ def test_twc_calls_with_its_own_certificate_and_workers_with_theirs(
         eventually(
             lambda: "SetWorkerDeploymentCurrentVersion" in served.methods("twc"),
             timeout=ONE_UP,
-            message=f"twc never routed: {dict(served.calls)}\n{daemon.text()[-3000:]}",
+            message=lambda: f"twc never routed: {dict(served.calls)}\n{daemon.text()[-3000:]}",
         )
         # The worker's pods poll through the front with their own certificate.
         result = asyncio.run(_echo(local_env.temporal_address(), task_queue))
@@ -129,7 +129,7 @@ def test_twc_calls_with_its_own_certificate_and_workers_with_theirs(
         eventually(
             lambda: _queue_condition(kubectl, namespace)["reason"] == "TwcCredentialInvalid",
             timeout=ONE_UP,
-            message=f"never blamed twc's credential\n{daemon.text()[-3000:]}",
+            message=lambda: f"never blamed twc's credential\n{daemon.text()[-3000:]}",
         )
         assert "twc-mtls" in _queue_condition(kubectl, namespace)["message"]
         result = asyncio.run(_echo(local_env.temporal_address(), task_queue))
@@ -147,7 +147,7 @@ def test_twc_calls_with_its_own_certificate_and_workers_with_theirs(
         eventually(
             lambda: _queue_condition(kubectl, namespace)["reason"] == "PollersRegistered",
             timeout=ONE_UP,
-            message=f"never registered again\n{daemon.text()[-3000:]}",
+            message=lambda: f"never registered again\n{daemon.text()[-3000:]}",
         )
 
         # Rotated: the old certificate's client is dropped and never called again.
@@ -157,7 +157,7 @@ def test_twc_calls_with_its_own_certificate_and_workers_with_theirs(
         eventually(
             lambda: served.count("twc-rotated") >= 3,
             timeout=ONE_UP,
-            message=f"twc never called with its new certificate\n{daemon.text()[-3000:]}",
+            message=lambda: f"twc never called with its new certificate\n{daemon.text()[-3000:]}",
         )
         took = time.monotonic() - patched
         assert "Temporal client(s) of rotated credentials or unused" in daemon.text()

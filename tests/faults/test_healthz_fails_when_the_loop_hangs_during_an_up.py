@@ -83,7 +83,7 @@ def test_healthz_fails_while_the_loop_hangs_during_an_up_and_passes_once_it_goes
                 and any("pulumi-language-python" in line for _, line in daemon.engine_processes())
             ),
             timeout=180,
-            message=f"the up never ran the program:\n{daemon.text()[-3000:]}",
+            message=lambda: f"the up never ran the program:\n{daemon.text()[-3000:]}",
         )
         link, hung = _hang(fs.fleet_file), time.monotonic()
         try:

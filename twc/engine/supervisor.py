@@ -322,21 +322,14 @@ def _record_engine(pid: int) -> None:
     mine = where / f"{boot}-{pid}.json"
     with contextlib.suppress(OSError):
         write_atomically(mine, json.dumps({"boot": boot, "pid": pid, "start": start}))
-    # Other guards' records come and go meanwhile: one gone between listing and reading
-    # is skipped, never a reason to keep this one unwritten (its lock would look alive).
-    records = sorted((_mtime(p), p) for p in where.glob("*.json") if p != mine)
-    excess = len(records) - MAX_ENGINE_RECORDS + 1  # the oldest make room for this one
-    for index, (_, old) in enumerate(records):  # and an earlier boot's: its processes are gone
-        if index < excess or not old.name.startswith(f"{boot}-"):
-            with contextlib.suppress(OSError):
+    others = []  # other guards' records come and go meanwhile: one gone is skipped
+    for path in set(where.glob("*.json")) - {mine}:
+        with contextlib.suppress(OSError):
+            others.append((path.stat().st_mtime_ns, path))
+    with contextlib.suppress(OSError):  # the oldest make room for this one
+        for index, (_, old) in enumerate(sorted(others)):  # and an earlier boot's: gone
+            if index <= len(others) - MAX_ENGINE_RECORDS or not old.name.startswith(f"{boot}-"):
                 old.unlink(missing_ok=True)
-
-
-def _mtime(path: Path) -> int:
-    try:
-        return path.stat().st_mtime_ns
-    except OSError:
-        return -1  # gone already: the first to go
 
 
 def engine_alive(pid: int) -> bool:

@@ -35,6 +35,7 @@ from bench.figures import (
     one_worker_change,
     pulumi_up_change,
     queue_to_polling,
+    wait_settled,
 )
 from bench.machine import load_average, machine_info, tool_versions
 from bench.procs import Part
@@ -312,6 +313,7 @@ class Run:
 
         try:
             if "noop" in self.figures:
+                settle = self.stage(f"settle N={n}", lambda: wait_settled(kube, stack))
                 entry["noop"] = self.stage(
                     f"no-op iteration N={n}",
                     lambda: profiled(
@@ -321,6 +323,8 @@ class Run:
                         ),
                     ),
                 )
+                if entry["noop"] is not None:
+                    entry["noop"]["settle_s"] = settle
 
             def change() -> Any:
                 return one_worker_change(

@@ -644,10 +644,34 @@ def _last_iterations(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {stack: loop.get("lastIteration") or {} for stack, loop in loops.items()}
 
 
+def wait_settled(kube: Any, stack: BenchStack) -> float:
+    """Seconds until every worker's TemporalWorker shows its task queue checked, plus a
+    few for those last writes' watch events to reach every loop. Until then the daemon
+    still writes statuses as the answers come (iterations with work, not no-ops)."""
+    settle = wait(lambda: _settled(kube, stack), 600, 2.0)
+    time.sleep(5.0)
+    return settle
+
+
+def _settled(kube: Any, stack: BenchStack) -> bool:
+    found = kube.custom.list_cluster_custom_object("temporal.kmsvc.io", "v1", "temporalworkers")
+    checked = [
+        obj
+        for obj in found.get("items") or []
+        if obj["metadata"]["namespace"] in stack.namespaces
+        and any(
+            c.get("type") == "TemporalTaskQueueRegistered" and c.get("reason") != "NotChecked"
+            for c in (obj.get("status") or {}).get("conditions") or ()
+        )
+    ]
+    return len(checked) >= stack.n
+
+
 def noop_iteration(
     stack: BenchStack, daemon: DaemonProcess, *, trials: int, progress: Progress
 ) -> dict[str, Any]:
-    """The running ``twc run``'s own iterations with nothing to do, timed inside it.
+    """The running ``twc run``'s own iterations with nothing to do, timed inside it (once
+    it settled: :func:`wait_settled`).
 
     Each trial sends the daemon SIGHUP, which wakes every shard's loop at once (a touch of
     the fleet file wakes none: no namespace's part changed); each finds nothing to do.

@@ -67,7 +67,9 @@ p95, max, mean, samples}}` (its p95 is rendered only from ≥ {P95_MIN} samples)
 - `sizes[]`, one per fleet size: `n`, `shards`, `namespaces`, `initial_up_s` (set-up,
   per stack), `figure_order`;
   - `noop`: `per_shard_s`, `per_shard_cpu_s` (the iterating thread's CPU time),
-    `all_shards_s` (summaries), `shards`, `dropped` (trials left out);
+    `all_shards_s` (summaries), `shards`, `dropped` (trials left out), `settle_s` (how
+    long the daemon took, after its ups, to write every worker's status and check every
+    task queue once: the trials start after that);
   - `change`: `latency_s`, `engine_runs_per_change`, `state_bytes_per_change`
     (summaries), `engine_peak_total_mb`, `engine_peak_process_mb`,
     `engine_peak_by_name_mb`;
@@ -477,7 +479,7 @@ COMPARED = (
 )
 """The figures set beside an earlier run's (lower is better for each)."""
 
-NOOP_TIMED = "inside the running daemon, shards in parallel"
+NOOP_TIMED = "inside the running daemon, shards in parallel, once it settled"
 NOOP_TIMED_BEFORE = "on a second wiring of the daemon, shards back to back"
 """How a run timed its no-op figures (runs before ``noop_timed`` was recorded: the latter)."""
 

@@ -172,8 +172,9 @@ def test_a_failing_ramp_is_rolled_back_and_a_healthy_one_ramps_through(
         assert eventually(routing, timeout=60, interval=2, message="routing")[:2] == (first, None)
         assert _rollout(fs.name, key)["rollout"]["reason"] == "RolledBack"
 
-        # A healthy build ramps through the same rule to Current.
-        fs.write(fleet("registry.example/worker:2.1", "30s"))
+        # A healthy build ramps through the same rule to Current; its pause (30 s at this
+        # time scale) leaves the ramp in place long enough to be seen and to take traffic.
+        fs.write(fleet("registry.example/worker:2.1", "5m"))
         third = eventually(
             lambda: (r := routing()[1]) and r.startswith("2.1-") and r,
             timeout=ONE_UP,

@@ -3,6 +3,8 @@ fleet's parse is most of a no-op iteration, and the file changes rarely."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -71,3 +73,40 @@ def test_an_invalid_edit_is_parsed_once_while_its_bytes_stay(tmp_path: Path) -> 
         messages.add(str(err.value))
     assert read.parses == 1
     assert len(messages) == 1
+
+
+def _rewrite_keeping_the_signature(path: Path, image: str, mtime_ns: int) -> None:
+    before = path.stat()
+    with path.open("r+") as file:  # in place: the same inode
+        file.write(path.read_text().replace("1.0.0", image))
+    os.utime(path, ns=(mtime_ns, mtime_ns))
+    after = path.stat()
+    assert (after.st_ino, after.st_size) == (before.st_ino, before.st_size)
+
+
+def test_an_edit_that_keeps_a_recent_signature_is_still_seen(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.yaml"
+    _write(path, "registry.example/worker:1.0.0")
+    read = CachedFleetFile(path)
+    read()
+
+    _rewrite_keeping_the_signature(path, "2.0.0", path.stat().st_mtime_ns)
+
+    assert read().defaults.image == "registry.example/worker:2.0.0"
+    assert read.parses == 2
+
+
+def test_a_signature_older_than_the_last_read_is_trusted_without_reading(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.yaml"
+    _write(path, "registry.example/worker:1.0.0")
+    old = time.time_ns() - 10 * 10**9
+    os.utime(path, ns=(old, old))
+    read = CachedFleetFile(path)
+    first = read()
+
+    # Git's rule for racily clean files: the same inode, size and an mtime well before the
+    # last read stand for the same bytes (an edit that forges them goes unseen, as in git).
+    _rewrite_keeping_the_signature(path, "2.0.0", old)
+
+    assert read() is first
+    assert read.parses == 1

@@ -15,6 +15,7 @@ import functools
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
@@ -109,29 +110,42 @@ POLLERS_RECHECK_INTERVAL = 5.0
 """The same without pollers, doubling per such answer up to :data:`POLLERS_INTERVAL`."""
 
 
+Signature = tuple[int, int, int]
+
+
 class CachedFleetFile:
-    """The fleet file, parsed again only when its bytes change; an invalid file's error raises."""
+    """The fleet file, parsed again only when its bytes change; an invalid file's error raises.
+
+    Its bytes are read again only when its :func:`signature` changed or is less than a second
+    older than the last read (git's rule for racily clean files): an edit that keeps the
+    inode, the size and an older mtime goes unseen, as it does for git.
+    """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._last: tuple[bytes | None, Fleet | SpecError] | None = None
+        self._last: tuple[Signature | None, int, bytes | None, Fleet | SpecError] | None = None
         self.parses = 0
 
     def __call__(self) -> Fleet:
-        try:
-            data: bytes | None = self.path.read_bytes()
-        except OSError:
-            data = None
+        now, seen = time.time_ns(), signature(self.path)
         with self._lock:
-            if self._last is None or data is None or self._last[0] != data:
-                self.parses += 1
+            last = self._last
+            if last is None or seen is None or last[0] != seen or last[1] - seen[2] < 10**9:
                 try:
-                    answer: Fleet | SpecError = load_fleet_file(self.path)
-                except SpecError as exc:
-                    answer = exc
-                self._last = (data, answer)
-            answer = self._last[1]
+                    data: bytes | None = self.path.read_bytes()
+                except OSError:
+                    data = None
+                if last is None or data is None or last[2] != data:
+                    self.parses += 1
+                    try:
+                        answer: Fleet | SpecError = load_fleet_file(self.path)
+                    except SpecError as exc:
+                        answer = exc
+                else:
+                    answer = last[3]
+                last = self._last = (seen, now, data, answer)
+            answer = last[3]
         if isinstance(answer, SpecError):
             raise SpecError(answer.issues)  # a new one: threads must not share tracebacks
         return answer
@@ -485,7 +499,7 @@ def _pollers_reuse(answer: Answer) -> float:
     return min(POLLERS_INTERVAL, POLLERS_RECHECK_INTERVAL * 2.0 ** min(answer.repeats, 16))
 
 
-def signature(path: Path) -> tuple[int, int, int] | None:
+def signature(path: Path) -> Signature | None:
     """``(inode, size, mtime ns)`` of the file ``path`` resolves to; ``None`` if none."""
     try:
         st = os.stat(path)  # follows symlinks: a ConfigMap's ..data swap shows
@@ -540,7 +554,7 @@ class FleetFileWatch:
         except SpecError:
             return None
 
-    def _run(self, seen: tuple[int, int, int] | None) -> None:
+    def _run(self, seen: Signature | None) -> None:
         while not self._stop.wait(self.interval):
             now = signature(self.path)
             if now == seen:

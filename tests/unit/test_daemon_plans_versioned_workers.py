@@ -113,9 +113,8 @@ def plan(fleet: dict[str, Any], facts: RolloutFacts | None, state: LoopState | N
         settings=DaemonSettings(),
         now=50.0,
         last_replicas={},
-        watched={},
         program={},
-        native=False,
+        native=None,
         wall=NOW,
     )
 

@@ -16,9 +16,9 @@ from tests.unit._daemon_fakes import NS, autoscaled, fleet_data
 from twc.connections import default_registry
 from twc.errors import TemporaryError
 from twc.reconcile.observe import Observation, WorkerFacts
-from twc.reconcile.plan import Plan, desired_from, make_plan
+from twc.reconcile.plan import Memo, Plan, desired_from, make_plan
 from twc.reconcile.settings import DaemonSettings
-from twc.reconcile.state import LoopState, ReconcileAction
+from twc.reconcile.state import DesiredState, LoopState, ReconcileAction
 from twc.spec import load_fleet
 
 SKIP, TARGETED, FULL = ReconcileAction.SKIP, ReconcileAction.TARGETED, ReconcileAction.FULL
@@ -140,9 +140,8 @@ def plan(doc: dict[str, Any], state: LoopState, case: Case, *, live_known: bool 
         settings=DaemonSettings(),
         now=NOW,
         last_replicas={},
-        watched={},
         program={},
-        native=False,
+        native=None,
         wall=NOW,
     )
 
@@ -169,3 +168,39 @@ def test_an_autoscaled_worker_whose_count_cannot_be_read_is_not_planned_blind() 
 
     with pytest.raises(TemporaryError, match="not scaling it blind"):
         plan(case.now, LoopState(started_at=0.0), case, live_known=False)
+
+
+def test_one_memo_hashes_the_same_fleet_once_and_anything_changed_again() -> None:
+    memo: Memo[DesiredState] = Memo()
+
+    def planner(doc: dict[str, Any], memo: Memo[DesiredState] | None) -> Any:
+        seen = Observation(fleet=load_fleet(copy.deepcopy(doc), "t.yaml"), cluster=None, live={})
+        desired = desired_from(seen, accepted={}, registry=default_registry(), file="t.yaml")
+
+        def hashes(facts: WorkerFacts) -> DesiredState:
+            return make_plan(
+                seen,
+                desired,
+                facts,
+                LoopState(started_at=0.0),
+                settings=DaemonSettings(),
+                now=NOW,
+                last_replicas={},
+                program={},
+                native=None,
+                wall=NOW,
+                memo=memo,
+            ).hashes
+
+        return hashes
+
+    hashes = planner(TWO, memo)
+    first = hashes(WorkerFacts())
+    assert hashes(WorkerFacts()) is first  # the same fleet object, equal facts
+    assert hashes(WorkerFacts(credentials={f"{NS}/tls": "other"})).shared != first.shared
+
+    changed = fleet(plain("a", "registry.example/worker:2.0.0"), plain("b"))
+    again = planner(changed, memo)(WorkerFacts())
+    assert again == planner(changed, None)(WorkerFacts())
+    assert again.workers[key("a")] != first.workers[key("a")]
+    assert again.workers[key("b")] == first.workers[key("b")]

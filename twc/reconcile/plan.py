@@ -10,10 +10,10 @@ Deployment has no URN yet, so only a full ``up`` creates it.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from twc.connections import Registry, WatchedKind
 from twc.desired import (
@@ -56,6 +56,8 @@ from twc.rollout import (
 from twc.spec import API_GROUP, Autoscaling, ResolvedWorker
 from twc.spec.crds import RESOURCE_TEMPLATE_KIND
 from twc.spec.resources import scales
+
+T = TypeVar("T")
 
 _STATUS_KEYS = (
     "deploymentName",
@@ -217,6 +219,22 @@ class Plan:
         return self.desired.workers
 
 
+class Memo(Generic[T]):
+    """One computation's last answer, made again only when its key changes: the key's first
+    item, a desired fleet, by identity (the daemon hands out the same fleet object only for
+    equal observed objects, file and accepted specs), the rest by equality."""
+
+    def __init__(self) -> None:
+        self._last: tuple[tuple[object, ...], T] | None = None
+
+    def get(self, key: tuple[object, ...], make: Callable[[], T]) -> T:
+        """``make()``, or its answer for the same key last time."""
+        last = self._last
+        if last is None or last[0][0] is not key[0] or last[0][1:] != key[1:]:
+            last = self._last = (key, make())
+        return last[1]
+
+
 def desired_from(
     seen: Observation, *, accepted: Mapping[str, Any], registry: Registry, file: str
 ) -> DesiredFleet:
@@ -239,11 +257,10 @@ def make_plan(
     settings: DaemonSettings,
     now: float,
     last_replicas: Mapping[str, int],
-    watched: Mapping[str, WatchedKind],
     program: Mapping[str, Any],
-    native: bool,
+    native: NativePlan | None,
     wall: float,
-    views_of: str | None = None,
+    memo: Memo[DesiredState] | None = None,
 ) -> Plan:
     """Decide the replicas and versions, hash the desired state, decide the ``up``."""
     workers, live, found = desired.workers, seen.live, facts.rollouts or RolloutFacts()
@@ -254,7 +271,9 @@ def make_plan(
     versions = plan_versions(rollout_plans, found, decisions)  # reads its versions' alone
     decisions = MappingProxyType({k: d for k, d in decisions.items() if k in workers})
     scaled = {k: d.replicas for k, d in decisions.items()}
-    hashes = _hashes(desired, facts, program, versions.versions)
+    key = (desired, facts.credentials, facts.placement, program, versions.versions)
+    # The same fleet hashes the same: a quarter of a no-op iteration (docs/architecture.md).
+    hashes = (memo or Memo()).get(key, lambda: _hashes(desired, facts, program, key[4]))
     blocked = state.blocked_hash(now=now, settings=settings)
     update = {"replicas": scaled, "versions": dict(versions.versions)}
     return Plan(
@@ -266,7 +285,7 @@ def make_plan(
         current={k: v for k, v in (live or {}).items() if k in workers},
         decisions=decisions,
         scaling=scaling,
-        native=_native_plan(seen, desired, watched, views_of) if native else None,
+        native=native,
         versions=versions,
         scale=scale_writes(scaled, live, seen.scaled)
         | revived_versions(rollout_plans, found, workers),
@@ -400,9 +419,11 @@ def revived_versions(
     return out
 
 
-def _native_plan(
+def native_plan(
     seen: Observation, desired: DesiredFleet, watched: Mapping[str, WatchedKind], stack: str | None
 ) -> NativePlan:
+    """The native objects' part of the plan: a function of the cluster objects and the desired
+    fleet alone (``stack``: the stack whose TemporalWorker views are kept, or None)."""
     cluster = seen.cluster or {}
 
     def listed(key: str) -> tuple[dict[str, Any], ...]:

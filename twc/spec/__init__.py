@@ -3,94 +3,47 @@
 Pure: imports neither pulumi nor temporalio, so every rule is unit-testable.
 """
 
-from twc.spec._load import (
-    ALLOWED_NAMESPACES_ANNOTATION,
-    QUEUE_API_VERSION,
-    QUEUE_KIND,
-    SOURCE_NAMESPACE_ANNOTATION,
-    TWC_CREDENTIALS_ANNOTATION,
-    WORKER_API_VERSION,
-    WORKER_ENABLED_LABEL,
-    fleet_json_schema,
-    load_cluster_connection_object,
-    load_connection_object,
-    load_custom_connection_object,
-    load_fleet,
-    load_fleet_file,
-    load_queue_object,
-    load_worker_object,
-    part,
-)
-from twc.spec._models import (
-    API_GROUP,
-    CLUSTER_CONNECTION_KIND,
-    CONNECTION_KIND,
-    CONNECTION_VERSION,
-    RESERVED_ENV_NAMES,
-    AuthMode,
-    Autoscaling,
-    ClusterConnection,
-    Connection,
-    ConnectionTarget,
-    Defaults,
-    DeletionGuard,
-    GateWorkflow,
-    Queue,
-    Resources,
-    Rollout,
-    RolloutStrategy,
-    StackSelector,
-    Sunset,
-    TemporalWorker,
-    TwcCredentials,
-)
-from twc.spec._names import label_value, parse_duration, split_host_port
-from twc.spec._resolve import Fleet, ResolvedWorker
-from twc.spec._template import pod_security_problems, worker_container_index
-
-__all__ = [
-    "ALLOWED_NAMESPACES_ANNOTATION",
-    "API_GROUP",
-    "CLUSTER_CONNECTION_KIND",
-    "CONNECTION_KIND",
-    "CONNECTION_VERSION",
-    "QUEUE_API_VERSION",
-    "QUEUE_KIND",
-    "RESERVED_ENV_NAMES",
-    "SOURCE_NAMESPACE_ANNOTATION",
-    "TWC_CREDENTIALS_ANNOTATION",
-    "WORKER_API_VERSION",
-    "WORKER_ENABLED_LABEL",
-    "AuthMode",
-    "Autoscaling",
-    "ClusterConnection",
-    "Connection",
-    "ConnectionTarget",
-    "Defaults",
-    "DeletionGuard",
-    "Fleet",
-    "GateWorkflow",
-    "Queue",
-    "ResolvedWorker",
-    "Resources",
-    "Rollout",
-    "RolloutStrategy",
-    "StackSelector",
-    "Sunset",
-    "TemporalWorker",
-    "TwcCredentials",
-    "fleet_json_schema",
-    "label_value",
-    "load_cluster_connection_object",
-    "load_connection_object",
-    "load_custom_connection_object",
-    "load_fleet",
-    "load_fleet_file",
-    "load_queue_object",
-    "load_worker_object",
-    "parse_duration",
-    "part",
-    "pod_security_problems",
-    "split_host_port",
-    "worker_container_index",
-]
+from twc.spec._load import ALLOWED_NAMESPACES_ANNOTATION as ALLOWED_NAMESPACES_ANNOTATION
+from twc.spec._load import QUEUE_API_VERSION as QUEUE_API_VERSION
+from twc.spec._load import QUEUE_KIND as QUEUE_KIND
+from twc.spec._load import SOURCE_NAMESPACE_ANNOTATION as SOURCE_NAMESPACE_ANNOTATION
+from twc.spec._load import TWC_CREDENTIALS_ANNOTATION as TWC_CREDENTIALS_ANNOTATION
+from twc.spec._load import WORKER_API_VERSION as WORKER_API_VERSION
+from twc.spec._load import WORKER_ENABLED_LABEL as WORKER_ENABLED_LABEL
+from twc.spec._load import fleet_json_schema as fleet_json_schema
+from twc.spec._load import load_cluster_connection_object as load_cluster_connection_object
+from twc.spec._load import load_connection_object as load_connection_object
+from twc.spec._load import load_custom_connection_object as load_custom_connection_object
+from twc.spec._load import load_fleet as load_fleet
+from twc.spec._load import load_fleet_file as load_fleet_file
+from twc.spec._load import load_queue_object as load_queue_object
+from twc.spec._load import load_worker_object as load_worker_object
+from twc.spec._load import part as part
+from twc.spec._models import API_GROUP as API_GROUP
+from twc.spec._models import CLUSTER_CONNECTION_KIND as CLUSTER_CONNECTION_KIND
+from twc.spec._models import CONNECTION_KIND as CONNECTION_KIND
+from twc.spec._models import CONNECTION_VERSION as CONNECTION_VERSION
+from twc.spec._models import RESERVED_ENV_NAMES as RESERVED_ENV_NAMES
+from twc.spec._models import AuthMode as AuthMode
+from twc.spec._models import Autoscaling as Autoscaling
+from twc.spec._models import ClusterConnection as ClusterConnection
+from twc.spec._models import Connection as Connection
+from twc.spec._models import ConnectionTarget as ConnectionTarget
+from twc.spec._models import Defaults as Defaults
+from twc.spec._models import DeletionGuard as DeletionGuard
+from twc.spec._models import GateWorkflow as GateWorkflow
+from twc.spec._models import Queue as Queue
+from twc.spec._models import Resources as Resources
+from twc.spec._models import Rollout as Rollout
+from twc.spec._models import RolloutStrategy as RolloutStrategy
+from twc.spec._models import StackSelector as StackSelector
+from twc.spec._models import Sunset as Sunset
+from twc.spec._models import TemporalWorker as TemporalWorker
+from twc.spec._models import TwcCredentials as TwcCredentials
+from twc.spec._names import label_value as label_value
+from twc.spec._names import parse_duration as parse_duration
+from twc.spec._names import split_host_port as split_host_port
+from twc.spec._resolve import Fleet as Fleet
+from twc.spec._resolve import ResolvedWorker as ResolvedWorker
+from twc.spec._template import pod_security_problems as pod_security_problems
+from twc.spec._template import worker_container_index as worker_container_index

@@ -43,8 +43,6 @@ from twc.spec._names import (
 from twc.spec._template import check_pod_template, numbers_as_strings, same_level_conflicts
 from twc.spec.resources import check_resource_template
 
-API_VERSION = "twc.temporal.io/v1"
-"""The fleet file's ``apiVersion``."""
 API_GROUP = "temporal.io"
 """The only API group a connection reference may name."""
 CONNECTION_KIND = "Connection"

@@ -312,16 +312,10 @@ def routing_from_describe(response: Any) -> Routing:
         drained = None
         if status is VersionStatus.DRAINED and summary.HasField("drainage_info"):
             drained = _time(summary.drainage_info, "last_changed_time")
-        # Last Current says it had traffic; its first activation is the next best sign.
-        activated = None
-        for name in ("last_current_time", "first_activation_time", "current_since_time"):
-            if name in summary.DESCRIPTOR.fields_by_name:
-                activated = activated or _time(summary, name)
         versions[build] = TemporalVersion(
             build_id=build,
             status=status,
             drained_since=drained,
-            activated_at=activated,
             deactivated_at=_time(summary, "last_deactivation_time"),
         )
     return Routing(
@@ -333,7 +327,6 @@ def routing_from_describe(response: Any) -> Routing:
             _time(config, "ramping_version_percentage_changed_time") if ramping else None
         ),
         versions=versions,
-        last_modifier=str(info.last_modifier_identity),
     )
 
 

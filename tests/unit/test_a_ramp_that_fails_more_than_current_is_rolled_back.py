@@ -13,7 +13,6 @@ from collections.abc import Mapping
 import pytest
 
 from tests.unit.test_rollout_planner_routes_by_strategy import (
-    ACTIVE,
     DEP,
     NOW,
     TOKEN,
@@ -40,8 +39,8 @@ RAMPING = routing(
     ramping="v2",
     pct=50,
     changed=NOW - 60,
-    v1=(S.CURRENT, None, ACTIVE),
-    v2=(S.RAMPING, None, NOW - 60),
+    v1=(S.CURRENT, None),
+    v2=(S.RAMPING, None),
 )
 
 
@@ -107,7 +106,7 @@ def test_a_recorded_rollback_keeps_the_rollout_stopped_without_a_new_record() ->
     after = plan_rollout(
         POLICY,
         target="v2",
-        routing=routing(v1=(S.CURRENT, None, ACTIVE), v2=(S.DRAINING, None, NOW - 60, NOW - 30)),
+        routing=routing(v1=(S.CURRENT, None), v2=(S.DRAINING, None, NOW - 30)),
         deployments=deps("v1", "v2"),
         gates={},
         task_queues=[TQ],
@@ -127,7 +126,7 @@ def test_the_preview_names_the_rule() -> None:
 
 
 def test_with_no_current_version_new_executions_go_back_to_the_unversioned_workers() -> None:
-    unversioned = routing(None, "v2", 50, NOW - 60, v2=(S.RAMPING, None, NOW - 60))
+    unversioned = routing(None, "v2", 50, NOW - 60, v2=(S.RAMPING, None))
     plan = plan_rollout(
         POLICY,
         target="v2",

@@ -124,10 +124,7 @@ def routing(**versions: tuple[VersionStatus, float | None]) -> Routing:
     return Routing(
         conflict_token=b"t",
         current=current,
-        versions={
-            b: TemporalVersion(b, s, drained_since=d, activated_at=1.0)
-            for b, (s, d) in versions.items()
-        },
+        versions={b: TemporalVersion(b, s, drained_since=d) for b, (s, d) in versions.items()},
     )
 
 

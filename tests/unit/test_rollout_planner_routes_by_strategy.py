@@ -44,10 +44,9 @@ def routing(
     ramping: str | None = None,
     pct: float = 0.0,
     changed: float | None = None,
-    **versions: tuple[VersionStatus, float | None, float | None]
-    | tuple[VersionStatus, float | None, float | None, float],
+    **versions: tuple[VersionStatus, float | None] | tuple[VersionStatus, float | None, float],
 ) -> Routing:
-    """``versions``: build → (status, drained since, activated at[, deactivated at])."""
+    """``versions``: build → (status, drained since[, deactivated at])."""
     return Routing(
         conflict_token=TOKEN,
         current=current,
@@ -55,9 +54,9 @@ def routing(
         ramp_percentage=pct,
         ramp_changed_at=changed,
         versions={
-            b: TemporalVersion(b, v[0], drained_since=v[1], activated_at=v[2], deactivated_at=off)
+            b: TemporalVersion(b, v[0], drained_since=v[1], deactivated_at=off)
             for b, v in versions.items()
-            for off in [v[3] if len(v) > 3 else None]
+            for off in [v[2] if len(v) > 2 else None]
         },
     )
 
@@ -104,19 +103,18 @@ class Case:
     next_at: float | None = None
 
 
-ACTIVE = 1_000.0
 CASES = [
     Case(
         "a version that has not polled waits for pollers",
         ALL,
-        routing(v1=(S.CURRENT, None, ACTIVE)),
+        routing(v1=(S.CURRENT, None)),
         deps("v1", "v2"),
         "WaitingForPollers",
     ),
     Case(
         "a registered version whose Deployment is not ready waits",
         ALL,
-        routing(v1=(S.CURRENT, None, ACTIVE), v2=(S.INACTIVE, None, None)),
+        routing(v1=(S.CURRENT, None), v2=(S.INACTIVE, None)),
         {**deps("v1"), **deps("v2", ready=0)},
         "WaitingForPollers",
     ),
@@ -130,7 +128,7 @@ CASES = [
     Case(
         "the first version becomes Current at once, whatever the strategy",
         PROGRESSIVE,
-        routing(current=None, v2=(S.INACTIVE, None, None)),
+        routing(current=None, v2=(S.INACTIVE, None)),
         deps("v2"),
         "Promoting",
         change=(RoutingKind.SET_CURRENT, "v2", 0),
@@ -138,7 +136,7 @@ CASES = [
     Case(
         "AllAtOnce: Current once it polls",
         ALL,
-        routing(v1=(S.CURRENT, None, ACTIVE), v2=(S.INACTIVE, None, None)),
+        routing(v1=(S.CURRENT, None), v2=(S.INACTIVE, None)),
         deps("v1", "v2"),
         "Promoting",
         change=(RoutingKind.SET_CURRENT, "v2", 0),
@@ -146,7 +144,7 @@ CASES = [
     Case(
         "AllAtOnce with a gate: the gate is started first",
         ALL_GATED,
-        routing(v1=(S.CURRENT, None, ACTIVE), v2=(S.INACTIVE, None, None)),
+        routing(v1=(S.CURRENT, None), v2=(S.INACTIVE, None)),
         deps("v1", "v2"),
         "WaitingForGate",
         gates=(("v2", 0),),
@@ -154,7 +152,7 @@ CASES = [
     Case(
         "AllAtOnce with a running gate waits for it",
         ALL_GATED,
-        routing(v1=(S.CURRENT, None, ACTIVE), v2=(S.INACTIVE, None, None)),
+        routing(v1=(S.CURRENT, None), v2=(S.INACTIVE, None)),
         deps("v1", "v2"),
         "WaitingForGate",
         runs=gate_runs(("v2", 0, GateStatus.RUNNING)),
@@ -162,7 +160,7 @@ CASES = [
     Case(
         "AllAtOnce with a completed gate promotes",
         ALL_GATED,
-        routing(v1=(S.CURRENT, None, ACTIVE), v2=(S.INACTIVE, None, None)),
+        routing(v1=(S.CURRENT, None), v2=(S.INACTIVE, None)),
         deps("v1", "v2"),
         "Promoting",
         change=(RoutingKind.SET_CURRENT, "v2", 0),
@@ -171,7 +169,7 @@ CASES = [
     Case(
         "a failed gate stops the rollout, with no traffic to undo",
         ALL_GATED,
-        routing(v1=(S.CURRENT, None, ACTIVE), v2=(S.INACTIVE, None, None)),
+        routing(v1=(S.CURRENT, None), v2=(S.INACTIVE, None)),
         deps("v1", "v2"),
         "GateFailed",
         phase=Phase.BLOCKED,
@@ -180,7 +178,7 @@ CASES = [
     Case(
         "Progressive: the first step's ramp",
         PROGRESSIVE,
-        routing(v1=(S.CURRENT, None, ACTIVE), v2=(S.INACTIVE, None, None)),
+        routing(v1=(S.CURRENT, None), v2=(S.INACTIVE, None)),
         deps("v1", "v2"),
         "Ramping",
         change=(RoutingKind.SET_RAMPING, "v2", 1),
@@ -192,8 +190,8 @@ CASES = [
             ramping="v2",
             pct=1,
             changed=NOW - 100,
-            v1=(S.CURRENT, None, ACTIVE),
-            v2=(S.RAMPING, None, NOW - 100),
+            v1=(S.CURRENT, None),
+            v2=(S.RAMPING, None),
         ),
         deps("v1", "v2"),
         "Ramping",
@@ -206,8 +204,8 @@ CASES = [
             ramping="v2",
             pct=1,
             changed=NOW - 601,
-            v1=(S.CURRENT, None, ACTIVE),
-            v2=(S.RAMPING, None, NOW - 601),
+            v1=(S.CURRENT, None),
+            v2=(S.RAMPING, None),
         ),
         deps("v1", "v2"),
         "Ramping",
@@ -220,8 +218,8 @@ CASES = [
             ramping="v2",
             pct=25,
             changed=NOW - 901,
-            v1=(S.CURRENT, None, ACTIVE),
-            v2=(S.RAMPING, None, NOW - 2000),
+            v1=(S.CURRENT, None),
+            v2=(S.RAMPING, None),
         ),
         deps("v1", "v2"),
         "Promoting",
@@ -234,8 +232,8 @@ CASES = [
             ramping="v2",
             pct=12,
             changed=NOW - 5000,
-            v1=(S.CURRENT, None, ACTIVE),
-            v2=(S.RAMPING, None, NOW - 5000),
+            v1=(S.CURRENT, None),
+            v2=(S.RAMPING, None),
         ),
         deps("v1", "v2"),
         "Ramping",
@@ -248,9 +246,9 @@ CASES = [
             ramping="v3",
             pct=25,
             changed=NOW - 5000,
-            v1=(S.CURRENT, None, ACTIVE),
-            v2=(S.INACTIVE, None, None),
-            v3=(S.RAMPING, None, NOW - 5000),
+            v1=(S.CURRENT, None),
+            v2=(S.INACTIVE, None),
+            v3=(S.RAMPING, None),
         ),
         deps("v1", "v2", "v3"),
         "Ramping",
@@ -263,8 +261,8 @@ CASES = [
             ramping="v2",
             pct=10,
             changed=NOW - 120,
-            v1=(S.CURRENT, None, ACTIVE),
-            v2=(S.RAMPING, None, NOW - 120),
+            v1=(S.CURRENT, None),
+            v2=(S.RAMPING, None),
         ),
         deps("v1", "v2"),
         "WaitingForGate",
@@ -278,8 +276,8 @@ CASES = [
             ramping="v2",
             pct=10,
             changed=NOW - 120,
-            v1=(S.CURRENT, None, ACTIVE),
-            v2=(S.RAMPING, None, NOW - 120),
+            v1=(S.CURRENT, None),
+            v2=(S.RAMPING, None),
         ),
         deps("v1", "v2"),
         "WaitingForGate",
@@ -292,8 +290,8 @@ CASES = [
             ramping="v2",
             pct=10,
             changed=NOW - 120,
-            v1=(S.CURRENT, None, ACTIVE),
-            v2=(S.RAMPING, None, NOW - 120),
+            v1=(S.CURRENT, None),
+            v2=(S.RAMPING, None),
         ),
         deps("v1", "v2"),
         "Ramping",
@@ -307,8 +305,8 @@ CASES = [
             ramping="v2",
             pct=10,
             changed=NOW - 120,
-            v1=(S.CURRENT, None, ACTIVE),
-            v2=(S.RAMPING, None, NOW - 120),
+            v1=(S.CURRENT, None),
+            v2=(S.RAMPING, None),
         ),
         deps("v1", "v2"),
         "GateFailed",
@@ -320,8 +318,8 @@ CASES = [
         "after a failed gate the rollout stays stopped (the version drains, no re-route)",
         GATED,
         routing(
-            v1=(S.CURRENT, None, ACTIVE),
-            v2=(S.DRAINING, None, NOW - 120),
+            v1=(S.CURRENT, None),
+            v2=(S.DRAINING, None),
         ),
         deps("v1", "v2"),
         "GateFailed",
@@ -333,8 +331,8 @@ CASES = [
         GATED,
         routing(
             current="v2",
-            v1=(S.DRAINED, NOW - 50, ACTIVE, NOW - 3600),
-            v2=(S.CURRENT, None, NOW - 100),
+            v1=(S.DRAINED, NOW - 50, NOW - 3600),
+            v2=(S.CURRENT, None),
         ),
         deps("v1", "v2"),
         "RollingBack",
@@ -346,8 +344,8 @@ CASES = [
         ALL,
         routing(
             current="v2",
-            v1=(S.DRAINED, NOW - 50, ACTIVE, NOW - 3601),
-            v2=(S.CURRENT, None, NOW - 100),
+            v1=(S.DRAINED, NOW - 50, NOW - 3601),
+            v2=(S.CURRENT, None),
         ),
         deps("v1", "v2"),
         "Promoting",
@@ -359,8 +357,8 @@ CASES = [
         GATED,
         routing(
             current="v2",
-            v1=(S.DRAINED, NOW - 50, ACTIVE, NOW - 3601),
-            v2=(S.CURRENT, None, NOW - 100),
+            v1=(S.DRAINED, NOW - 50, NOW - 3601),
+            v2=(S.CURRENT, None),
         ),
         deps("v1", "v2"),
         "WaitingForGate",
@@ -370,7 +368,7 @@ CASES = [
     Case(
         "rollback to a version scaled to 0 waits for its pollers first",
         ALL,
-        routing(current="v2", v1=(S.DRAINED, NOW - 9000, ACTIVE), v2=(S.CURRENT, None, ACTIVE)),
+        routing(current="v2", v1=(S.DRAINED, NOW - 9000), v2=(S.CURRENT, None)),
         {**deps("v2"), **deps("v1", replicas=0, ready=0)},
         "WaitingForPollers",
         target="v1",
@@ -378,7 +376,7 @@ CASES = [
     Case(
         "the target is Current: done",
         ALL,
-        routing(current="v2", v2=(S.CURRENT, None, ACTIVE)),
+        routing(current="v2", v2=(S.CURRENT, None)),
         deps("v2"),
         "RolloutComplete",
         phase=Phase.COMPLETE,
@@ -390,8 +388,8 @@ CASES = [
             current="v2",
             ramping="v3",
             pct=5,
-            v2=(S.CURRENT, None, ACTIVE),
-            v3=(S.RAMPING, None, ACTIVE),
+            v2=(S.CURRENT, None),
+            v3=(S.RAMPING, None),
         ),
         deps("v2", "v3"),
         "RolloutComplete",
@@ -400,7 +398,7 @@ CASES = [
     Case(
         "Manual never routes, even when it could",
         MANUAL,
-        routing(v1=(S.CURRENT, None, ACTIVE), v2=(S.INACTIVE, None, None)),
+        routing(v1=(S.CURRENT, None), v2=(S.INACTIVE, None)),
         deps("v1", "v2"),
         "WaitingForPromotion",
         phase=Phase.MANUAL,
@@ -412,8 +410,8 @@ CASES = [
             ramping="v2",
             pct=30,
             changed=NOW - 1,
-            v1=(S.CURRENT, None, ACTIVE),
-            v2=(S.RAMPING, None, NOW - 1),
+            v1=(S.CURRENT, None),
+            v2=(S.RAMPING, None),
         ),
         deps("v1", "v2"),
         "Ramping",
@@ -422,7 +420,7 @@ CASES = [
     Case(
         "Manual with a gate starts no gate either",
         RolloutPolicy(Strategy.MANUAL, gate=GatePolicy("Smoke")),
-        routing(v1=(S.CURRENT, None, ACTIVE), v2=(S.INACTIVE, None, None)),
+        routing(v1=(S.CURRENT, None), v2=(S.INACTIVE, None)),
         deps("v1", "v2"),
         "WaitingForPromotion",
         phase=Phase.MANUAL,
@@ -468,8 +466,8 @@ def test_the_time_scale_shortens_every_pause() -> None:
         ramping="v2",
         pct=1,
         changed=NOW - 61,
-        v1=(S.CURRENT, None, ACTIVE),
-        v2=(S.RAMPING, None, NOW - 61),
+        v1=(S.CURRENT, None),
+        v2=(S.RAMPING, None),
     )
     real = plan_rollout(
         PROGRESSIVE,
@@ -501,7 +499,7 @@ def test_a_gate_starts_on_every_task_queue_of_the_version_with_its_input() -> No
     plan = plan_rollout(
         GATED,
         target="v2",
-        routing=routing(v1=(S.CURRENT, None, ACTIVE), v2=(S.INACTIVE, None, None)),
+        routing=routing(v1=(S.CURRENT, None), v2=(S.INACTIVE, None)),
         deployments=deps("v1", "v2"),
         gates={},
         task_queues=["orders", "orders-priority"],
@@ -526,7 +524,7 @@ def test_a_progressive_spec_without_steps_never_promotes() -> None:
     plan = plan_rollout(
         RolloutPolicy(Strategy.PROGRESSIVE, sunset=SunsetPolicy()),
         target="v2",
-        routing=routing(v1=(S.CURRENT, None, ACTIVE), v2=(S.INACTIVE, None, None)),
+        routing=routing(v1=(S.CURRENT, None), v2=(S.INACTIVE, None)),
         deployments=deps("v1", "v2"),
         gates={},
         task_queues=[TQ],

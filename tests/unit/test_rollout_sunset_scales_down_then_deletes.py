@@ -37,10 +37,7 @@ def routing(current: str, **versions: tuple[VersionStatus, float | None]) -> Rou
     return Routing(
         conflict_token=b"t",
         current=current,
-        versions={
-            b: TemporalVersion(b, st, drained_since=d, activated_at=1.0)
-            for b, (st, d) in versions.items()
-        },
+        versions={b: TemporalVersion(b, st, drained_since=d) for b, (st, d) in versions.items()},
     )
 
 

@@ -159,8 +159,6 @@ class TemporalVersion:
     status: VersionStatus
     drained_since: float | None = None
     """When it became Drained (Temporal's drainage ``lastChangedTime``)."""
-    activated_at: float | None = None
-    """When it first became Current or Ramping; ``None``: it never had traffic."""
     deactivated_at: float | None = None
     """When it last stopped being Current or Ramping."""
 
@@ -177,8 +175,6 @@ class Routing:
     ramp_changed_at: float | None = None
     """When the ramp last changed: a step's pause counts from here, across restarts."""
     versions: Mapping[str, TemporalVersion] = field(default_factory=lambda: MappingProxyType({}))
-    last_modifier: str = ""
-    """Identity of the last routing change (twc's, or an operator's)."""
 
     def status(self, build_id: str) -> VersionStatus:
         """The version's status; NotRegistered when Temporal does not know it."""

@@ -12,6 +12,8 @@ import pytest
 from tests.unit.pulumi_mocks import RecordingMocks, pulumi_test
 from twc.connections import default_registry
 from twc.desired import QUEUE_KIND_KEY, WORKER_KIND_KEY, DesiredInputs, ObjectList, desired_fleet
+from twc.native.objects import metadata
+from twc.reconcile.shards import FanoutWakeup, ShardNamespaces, ShardNative
 from twc.shards import namespace_load, restrict, slice_fleet, slice_inputs, slice_objects
 from twc.spec import load_fleet
 
@@ -209,3 +211,33 @@ def test_a_shard_without_workers_builds_nothing(namespaces: list[str]) -> None:
     desired = desired_fleet(fleet, DesiredInputs(), registry=default_registry(), file="fleet.yaml")
 
     assert restrict(desired, namespaces).workers == {}
+
+
+class _SharedNative:
+    """The shared watches' readings: the same objects until ``kinds`` is replaced."""
+
+    def __init__(self, kinds: dict[str, ObjectList]) -> None:
+        self.kinds = kinds
+
+    def observed(self) -> dict[str, ObjectList]:
+        return dict(self.kinds)
+
+
+def test_a_shards_objects_follow_the_shared_watch_and_its_namespaces() -> None:
+    def names(found: dict[str, ObjectList]) -> list[str]:
+        return [metadata(o)["name"] for o in found[QUEUE_KIND_KEY].objects or ()]
+
+    shared = _SharedNative({QUEUE_KIND_KEY: ObjectList.known([_queue_object("q1", "a")])})
+    namespaces = ShardNamespaces(("a",))
+    shard = ShardNative(shared, namespaces, FanoutWakeup())  # type: ignore[arg-type]
+    first = shard.observed()
+    assert names(first) == ["q1"]
+    assert shard.observed()[QUEUE_KIND_KEY] is first[QUEUE_KIND_KEY]  # nothing changed
+
+    both = [_queue_object("q1", "a"), _queue_object("q2", "b"), _queue_object("q3", "a")]
+    shared.kinds = {QUEUE_KIND_KEY: ObjectList.known(both)}
+    assert names(shard.observed()) == ["q1", "q3"]
+    namespaces.update(("a", "b"))
+    assert names(shard.observed()) == ["q1", "q3", "q2"]
+    shared.kinds = {QUEUE_KIND_KEY: ObjectList.unknown("queues.kmsvc.io: list failed")}
+    assert shard.observed()[QUEUE_KIND_KEY].objects is None

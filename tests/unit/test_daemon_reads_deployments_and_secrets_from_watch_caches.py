@@ -266,3 +266,17 @@ def test_the_readings_by_namespace_are_unknown_until_the_first_list() -> None:
     deployments, _, _, _ = _caches([], [])
     with pytest.raises(LookupError, match="not listed yet"):
         deployments.by_namespace("replicas")
+
+
+def test_the_readings_by_namespace_follow_every_watch_event() -> None:
+    deployments, _, _, _ = _caches([_in("a", _deployment("orders", 2))], [])
+    deployments.list_now()
+    assert deployments.by_namespace("replicas") == {"a": {"a/orders": 2}}
+    assert deployments.by_namespace("replicas") is deployments.by_namespace("replicas")
+
+    deployments._apply("MODIFIED", _in("a", _deployment("orders", 5)))
+    assert deployments.by_namespace("replicas") == {"a": {"a/orders": 5}}
+    deployments._apply("ADDED", _in("b", _deployment("billing", 1)))
+    assert deployments.by_namespace("replicas") == {"a": {"a/orders": 5}, "b": {"b/billing": 1}}
+    deployments._apply("DELETED", _in("a", _deployment("orders", 5)))
+    assert deployments.by_namespace("replicas") == {"b": {"b/billing": 1}}

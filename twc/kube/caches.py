@@ -80,6 +80,7 @@ class DeploymentCache(_Cache):
             "apps", "v1", "deployments", WORKER_SELECTOR, content=ignored, keep=kept
         )
         super().__init__(kube.apps.list_deployment_for_all_namespaces, resource, resync_interval)
+        self._readings: dict[str, tuple[object, Mapping[str, Any]]] = {}
 
     def _mine(self) -> Objects:
         found = self._listed()
@@ -94,11 +95,16 @@ class DeploymentCache(_Cache):
         return _READINGS[reading](self._mine())
 
     def by_namespace(self, reading: str) -> Mapping[str, Any]:
-        """:meth:`read` per namespace."""
-        groups: dict[str, dict[str, Mapping[str, Any]]] = {}
-        for key, dep in self._mine().items():
-            groups.setdefault(key.partition("/")[0], {})[key] = dep
-        return {ns: _READINGS[reading](group) for ns, group in groups.items()}
+        """:meth:`read` per namespace; worked out once per change of the cache (each change
+        makes a new mapping), however many shards read it."""
+        objects = self._objects
+        if (last := self._readings.get(reading)) is None or last[0] is not objects:
+            groups: dict[str, dict[str, Mapping[str, Any]]] = {}
+            for key, dep in self._mine().items():
+                groups.setdefault(key.partition("/")[0], {})[key] = dep
+            last = (objects, {ns: _READINGS[reading](group) for ns, group in groups.items()})
+            self._readings[reading] = last
+        return last[1]
 
 
 def digests_by_name(

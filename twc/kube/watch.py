@@ -215,6 +215,7 @@ class ObjectWatcher:
         self._crd_exists = crd_exists or (lambda crd: _crd_labels(custom_api, crd) is not None)
         self._lock = threading.Lock()
         self._objects: dict[str, Mapping[str, Any]] | None = None
+        self._observed: tuple[object, ObjectList] | None = None  # of the objects named first
         self._stop = threading.Event()
         self._wakeup = threading.Event()
         self._thread: threading.Thread | None = None
@@ -255,12 +256,16 @@ class ObjectWatcher:
         return None if found is None else MappingProxyType(found)
 
     def observed(self) -> ObjectList:
-        """The objects as the desired state's input (unknown before a successful list)."""
+        """The objects as the desired state's input (unknown before a successful list); the
+        same object until they change (each change makes a new mapping)."""
         with self._lock:
             objects, unknown = self._objects, self._unknown
         if objects is None or unknown is not None:
             return ObjectList.unknown(f"{self.crd}: {unknown or 'not listed yet'}")
-        return ObjectList.of_api(objects[k] for k in sorted(objects))
+        if (last := self._observed) is None or last[0] is not objects:
+            last = (objects, ObjectList.of_api(objects[k] for k in sorted(objects)))
+            self._observed = last
+        return last[1]
 
     def failure(self) -> str | None:
         """Why the last list or watch failed, until a list succeeds again."""

@@ -137,6 +137,10 @@ class ShardQueues(_ShardView[QueueSource]):
 class ShardNative(_ShardView[NativeSource]):
     """The shared TemporalWorker and connection watches, cut to the shard's namespaces."""
 
+    def __init__(self, shared: NativeSource, namespaces: Namespaces, fanout: FanoutWakeup) -> None:
+        super().__init__(shared, namespaces, fanout)
+        self._parts: dict[str, tuple[ObjectList, tuple[str, ...], ObjectList]] = {}
+
     def snapshot(self) -> NativeSnapshot | None:
         """The shard's objects, or ``None`` until every kind was listed once."""
         found = self._shared.snapshot()
@@ -149,14 +153,18 @@ class ShardNative(_ShardView[NativeSource]):
         )
 
     def observed(self) -> dict[str, ObjectList]:
-        """Per kind key, the shard's objects (a kind whose list failed stays unknown)."""
-        ns = self._namespaces()
-        return {
-            key: found
-            if found.objects is None
-            else ObjectList.of_api(shard_part(found.objects, ns), copy=False)
-            for key, found in self._shared.observed().items()
-        }
+        """Per kind key, the shard's objects (a kind whose list failed stays unknown); the
+        same object while the shared one is and the shard's namespaces stay."""
+        ns, out = self._namespaces(), {}
+        for key, found in self._shared.observed().items():
+            last = self._parts.get(key)
+            if last is None or last[0] is not found or last[1] != ns:
+                cut = found
+                if found.objects is not None:
+                    cut = ObjectList.of_api(shard_part(found.objects, ns), copy=False)
+                last = self._parts[key] = (found, ns, cut)
+            out[key] = last[2]
+        return out
 
 
 class EngineSlots:

@@ -279,6 +279,32 @@ def test_a_write_that_fails_for_one_object_does_not_hold_up_the_others() -> None
     assert [k for k, _ in world.writer.status] == ["team/b"]
 
 
+def test_a_failed_status_write_is_tried_again_though_nothing_else_changed() -> None:
+    world = World([worker_obj("orders", ref=cluster_ref("prod"))], [cluster_conn_obj("prod")])
+    world.deployments["team/orders"] = (2, 1)
+    world.backlogs.pollers_by_queue["orders"] = 1
+    for _ in range(3):
+        world.step()
+    assert _last_status(world.writer, "team/orders")["readyReplicas"] == 1
+    record_status, failing = world.writer.patch_status, [True]
+
+    def fails_once(obj: NativeObject, patch: Mapping[str, Any]) -> None:
+        if failing and failing.pop():
+            raise RuntimeError("503 Service Unavailable")
+        record_status(obj, patch)
+
+    world.writer.patch_status = fails_once  # type: ignore[method-assign]
+    world.deployments["team/orders"] = (2, 2)
+    world.step()
+    assert _last_status(world.writer, "team/orders")["readyReplicas"] == 1  # it failed
+
+    world.step()  # nothing else changed: the write is made now
+    assert _last_status(world.writer, "team/orders")["readyReplicas"] == 2
+    writes = len(world.writer.status)
+    world.step()
+    assert len(world.writer.status) == writes  # and not again
+
+
 def test_a_rejected_worker_hears_why_before_the_up_of_the_others_runs() -> None:
     world = World(
         [worker_obj("orders", ref=cluster_ref("prod")), worker_obj("stray", ref=UNKNOWN)],

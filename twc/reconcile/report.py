@@ -111,6 +111,8 @@ class Reporter:
         self._metric_kinds: set[str] = set()
         self._hold_published: str | None = None
         self._remembered: tuple[object, ...] | None = None
+        self._status_memo: tuple[object, ...] | None = None
+        self._status_failures = 0
 
     def _tried(self, what: str, write: Callable[_P, object], *a: _P.args, **k: _P.kwargs) -> bool:
         """Whether ``write(*a, **k)`` went through; a failure is logged, never raised."""
@@ -125,9 +127,10 @@ class Reporter:
         """Patch what of ``desired`` differs from what ``obj`` shows or was last written."""
         assert self._writer is not None
         patch = status_patch({**obj.status, **self._written.get(obj.uid, {})}, desired)
-        if patch is None or not self._tried(
-            f"status of {obj} not written", self._writer.patch_status, obj, patch
-        ):
+        if patch is None:
+            return None
+        if not self._tried(f"status of {obj} not written", self._writer.patch_status, obj, patch):
+            self._status_failures += 1
             return None
         self._written[obj.uid] = {**self._written.get(obj.uid, {}), **patch["status"]}
         return dict(patch["status"])
@@ -369,6 +372,14 @@ class Reporter:
         deployments = (self._observer.deployments() if accepted else None) or {}
         pollers = self._observer.pollers(plan.desired, sorted(accepted)) if plan else {}
         hashes = plan.hashes.workers if plan is not None else {}
+        memo: tuple[object, ...] | None = None
+        if plan is not None:
+            memo = (native, applied, deployments, pollers, dict(self._written), plan.desired)
+            reasons = {k: d.reason for k, d in plan.decisions.items()}  # not their histories
+            memo += (plan.replicas, plan.versions.versions, plan.versions.observed, reasons, hashes)
+            if memo == self._status_memo:
+                return  # all it reads is as when every write it asked for went through
+        self._status_memo, failures = None, self._status_failures
         seen: set[str] = set()
         for obj in native.worker_objects:
             if obj.deleting or (plan is None and obj.key not in rejected):
@@ -426,6 +437,8 @@ class Reporter:
             seen.add(obj.uid)
         for uid in set(self._written) - seen:
             del self._written[uid]
+        if self._status_failures == failures:
+            self._status_memo = memo
 
 
 def _template_copies(plan: Plan, key: str, template: str) -> dict[str, str] | None:

@@ -292,9 +292,7 @@ def versioned_deployment(
     metadata["name"] = rollout.version_deployment_name(worker.name, build_id)
     metadata["labels"].update(version_labels)
     annotations = metadata["annotations"]
-    annotations.update(
-        {rollout.VERSION_ANNOTATION: version_spec, rollout.POLICY_ANNOTATION: policy}
-    )
+    annotations |= {rollout.VERSION_ANNOTATION: version_spec, rollout.POLICY_ANNOTATION: policy}
     if target:
         annotations[rollout.TARGET_ANNOTATION] = "true"
     spec["selector"]["matchLabels"][rollout.BUILD_ID_LABEL] = build_id

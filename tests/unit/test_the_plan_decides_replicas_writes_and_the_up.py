@@ -126,7 +126,15 @@ CASES = {
 }
 
 
-def plan(doc: dict[str, Any], state: LoopState, case: Case, *, live_known: bool = True) -> Plan:
+def plan(
+    doc: dict[str, Any],
+    state: LoopState,
+    case: Case,
+    *,
+    live_known: bool = True,
+    facts: WorkerFacts | None = None,
+    memo: Memo[DesiredState] | None = None,
+) -> Plan:
     parsed = load_fleet(copy.deepcopy(doc), "t.yaml")
     seen = Observation(
         fleet=parsed, cluster=None, live=case.live, live_known=live_known, scaled=case.owned
@@ -135,7 +143,7 @@ def plan(doc: dict[str, Any], state: LoopState, case: Case, *, live_known: bool 
     return make_plan(
         seen,
         desired,
-        WorkerFacts(backlogs=case.backlogs),
+        facts or WorkerFacts(backlogs=case.backlogs),
         state,
         settings=DaemonSettings(),
         now=NOW,
@@ -143,6 +151,7 @@ def plan(doc: dict[str, Any], state: LoopState, case: Case, *, live_known: bool 
         program={},
         native=None,
         wall=NOW,
+        memo=memo,
     )
 
 
@@ -172,35 +181,15 @@ def test_an_autoscaled_worker_whose_count_cannot_be_read_is_not_planned_blind() 
 
 def test_one_memo_hashes_the_same_fleet_once_and_anything_changed_again() -> None:
     memo: Memo[DesiredState] = Memo()
+    state, case = LoopState(started_at=0.0), Case(None, TWO, FULL)
 
-    def planner(doc: dict[str, Any], memo: Memo[DesiredState] | None) -> Any:
-        seen = Observation(fleet=load_fleet(copy.deepcopy(doc), "t.yaml"), cluster=None, live={})
-        desired = desired_from(seen, accepted={}, registry=default_registry(), file="t.yaml")
-
-        def hashes(facts: WorkerFacts) -> DesiredState:
-            return make_plan(
-                seen,
-                desired,
-                facts,
-                LoopState(started_at=0.0),
-                settings=DaemonSettings(),
-                now=NOW,
-                last_replicas={},
-                program={},
-                native=None,
-                wall=NOW,
-                memo=memo,
-            ).hashes
-
-        return hashes
-
-    hashes = planner(TWO, memo)
-    first = hashes(WorkerFacts())
-    assert hashes(WorkerFacts()) is first  # the same fleet object, equal facts
-    assert hashes(WorkerFacts(credentials={f"{NS}/tls": "other"})).shared != first.shared
+    first = plan(TWO, state, case, memo=memo).hashes
+    assert plan(TWO, state, case, memo=memo).hashes is first  # an equal fleet and facts
+    rotated = WorkerFacts(credentials={f"{NS}/tls": "other"})
+    assert plan(TWO, state, case, facts=rotated, memo=memo).hashes.shared != first.shared
 
     changed = fleet(plain("a", "registry.example/worker:2.0.0"), plain("b"))
-    again = planner(changed, memo)(WorkerFacts())
-    assert again == planner(changed, None)(WorkerFacts())
+    again = plan(changed, state, case, memo=memo).hashes
+    assert again == plan(changed, state, case).hashes
     assert again.workers[key("a")] != first.workers[key("a")]
     assert again.workers[key("b")] == first.workers[key("b")]

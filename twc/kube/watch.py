@@ -259,12 +259,11 @@ class ObjectWatcher:
         """The objects as the desired state's input (unknown before a successful list); the
         same object until they change (each change makes a new mapping)."""
         with self._lock:
-            objects, unknown = self._objects, self._unknown
-        if objects is None or unknown is not None:
+            found, unknown = self._objects, self._unknown
+        if found is None or unknown is not None:
             return ObjectList.unknown(f"{self.crd}: {unknown or 'not listed yet'}")
-        if (last := self._observed) is None or last[0] is not objects:
-            last = (objects, ObjectList.of_api(objects[k] for k in sorted(objects)))
-            self._observed = last
+        if (last := self._observed) is None or last[0] is not found:
+            self._observed = last = (found, ObjectList.of_api(found[k] for k in sorted(found)))
         return last[1]
 
     def failure(self) -> str | None:

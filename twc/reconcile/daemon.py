@@ -102,8 +102,8 @@ class Daemon:
         self._rounds_seen: float | None = None
         self._last_replicas: dict[str, int] = {}
         self._accepted: dict[str, Any] | None = None
-        self._desired_memo: tuple[tuple[Any, ...], DesiredFleet] | None = None
-        self._native_memo, self._hash_memo = Memo[NativePlan](), Memo[DesiredState]()
+        self._desired_memo, self._native_memo = Memo[DesiredFleet](), Memo[NativePlan]()
+        self._hash_memo = Memo[DesiredState]()
         self._resuming = sources.record is not None
         self._desired: dict[str, int] = {}
         self._observed: dict[str, int] = {}
@@ -328,13 +328,11 @@ class Daemon:
             recalled = observer.recall()
             self.guard.remember(recalled.accepted, recalled.fleet)
             self._accepted = {k: dict(v) for k, v in recalled.accepted.items()}
+        # The same file, objects and accepted specs make the same desired fleet: computing
+        # it again was a third of a no-op iteration (docs/architecture.md, its figure).
         key = (seen.fleet, seen.cluster, self._accepted)
-        if self._desired_memo is None or self._desired_memo[0] != key:
-            # The same file, objects and accepted specs make the same desired fleet: computing
-            # it again was a third of a no-op iteration (docs/architecture.md, its figure).
-            desired = desired_from(seen, accepted=key[2], registry=registry, file=file)
-            self._desired_memo = (key, desired)
-        desired = self._desired_memo[1]
+        make = functools.partial(desired_from, seen, accepted=key[2], registry=registry, file=file)
+        desired = self._desired_memo.get(key, make)
         existing = seen.live.keys() if seen.live is not None else None
         listed, wall = seen.live_known, self.clocks.wall()
         desired = self.guard.guard(seen.fleet, desired, existing, known=listed, now=now, wall=wall)
@@ -350,7 +348,8 @@ class Daemon:
 
     def plan(self, state: LoopState, *, now: float) -> Plan:
         """Observe, then the pure plan; touches no engine."""
-        seen, desired, facts = self.observe(now=now)
+        observed = self.observe(now=now)
+        seen, desired, _ = observed
         native, watched = None, self.observer.watched_kinds()
         if self.observer.sources.native is not None:
             # The same fleet, the same native plan: two fifths of a no-op iteration's CPU.
@@ -358,9 +357,7 @@ class Daemon:
             make = functools.partial(native_plan, seen, desired, watched, views_of)
             native = self._native_memo.get((desired, watched, views_of), make)
         plan = make_plan(
-            seen,
-            desired,
-            facts,
+            *observed,
             state,
             settings=self.settings,
             now=now,

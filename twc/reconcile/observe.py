@@ -110,21 +110,15 @@ POLLERS_RECHECK_INTERVAL = 5.0
 """The same without pollers, doubling per such answer up to :data:`POLLERS_INTERVAL`."""
 
 
-Signature = tuple[int, int, int]
-
-
 class CachedFleetFile:
     """The fleet file, parsed again only when its bytes change; an invalid file's error raises.
-
-    Its bytes are read again only when its :func:`signature` changed or is less than a second
-    older than the last read (git's rule for racily clean files): an edit that keeps the
-    inode, the size and an older mtime goes unseen, as it does for git.
-    """
+    Its bytes are read only when its :func:`signature` changed or is within a second of the
+    last read (git's rule for racily clean files: an edit forging the signature goes unseen)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._last: tuple[Signature | None, int, bytes | None, Fleet | SpecError] | None = None
+        self._last: tuple[object, int, bytes | None, Fleet | SpecError] | None = None
         self.parses = 0
 
     def __call__(self) -> Fleet:
@@ -139,12 +133,10 @@ class CachedFleetFile:
                 if last is None or data is None or last[2] != data:
                     self.parses += 1
                     try:
-                        answer: Fleet | SpecError = load_fleet_file(self.path)
+                        last = (seen, now, data, load_fleet_file(self.path))
                     except SpecError as exc:
-                        answer = exc
-                else:
-                    answer = last[3]
-                last = self._last = (seen, now, data, answer)
+                        last = (seen, now, data, exc)
+                self._last = last = (seen, now, data, last[3])
             answer = last[3]
         if isinstance(answer, SpecError):
             raise SpecError(answer.issues)  # a new one: threads must not share tracebacks
@@ -499,7 +491,7 @@ def _pollers_reuse(answer: Answer) -> float:
     return min(POLLERS_INTERVAL, POLLERS_RECHECK_INTERVAL * 2.0 ** min(answer.repeats, 16))
 
 
-def signature(path: Path) -> Signature | None:
+def signature(path: Path) -> tuple[int, int, int] | None:
     """``(inode, size, mtime ns)`` of the file ``path`` resolves to; ``None`` if none."""
     try:
         st = os.stat(path)  # follows symlinks: a ConfigMap's ..data swap shows
@@ -554,7 +546,7 @@ class FleetFileWatch:
         except SpecError:
             return None
 
-    def _run(self, seen: Signature | None) -> None:
+    def _run(self, seen: tuple[int, int, int] | None) -> None:
         while not self._stop.wait(self.interval):
             now = signature(self.path)
             if now == seen:

@@ -220,17 +220,15 @@ class Plan:
 
 
 class Memo(Generic[T]):
-    """One computation's last answer, made again only when its key changes: the key's first
-    item, a desired fleet, by identity (the daemon hands out the same fleet object only for
-    equal observed objects, file and accepted specs), the rest by equality."""
+    """One computation's last answer, made again only when its key (the computation's every
+    input) changes: an equal key is the same answer. Unchanged objects compare at once."""
 
     def __init__(self) -> None:
         self._last: tuple[tuple[object, ...], T] | None = None
 
     def get(self, key: tuple[object, ...], make: Callable[[], T]) -> T:
         """``make()``, or its answer for the same key last time."""
-        last = self._last
-        if last is None or last[0][0] is not key[0] or last[0][1:] != key[1:]:
+        if (last := self._last) is None or last[0] != key:
             last = self._last = (key, make())
         return last[1]
 

@@ -112,7 +112,6 @@ class Reporter:
         self._hold_published: str | None = None
         self._remembered: tuple[object, ...] | None = None
         self._status_memo: tuple[object, ...] | None = None
-        self._status_failures = 0
 
     def _tried(self, what: str, write: Callable[_P, object], *a: _P.args, **k: _P.kwargs) -> bool:
         """Whether ``write(*a, **k)`` went through; a failure is logged, never raised."""
@@ -130,7 +129,7 @@ class Reporter:
         if patch is None:
             return None
         if not self._tried(f"status of {obj} not written", self._writer.patch_status, obj, patch):
-            self._status_failures += 1
+            self._status_memo = None  # tried again next time, whatever changed
             return None
         self._written[obj.uid] = {**self._written.get(obj.uid, {}), **patch["status"]}
         return dict(patch["status"])
@@ -259,7 +258,8 @@ class Reporter:
         if self._writer is None:
             return
         self._tried("finalizer update failed", self._update_finalizers, native)
-        self._tried("status write-back failed", self._update_status, native, plan, applied)
+        if not self._tried("status write-back failed", self._update_status, native, plan, applied):
+            self._status_memo = None
 
     def _log_failure(self, outcome: Outcome) -> None:
         reason = outcome.reason.value if outcome.reason is not None else "Unknown"
@@ -379,7 +379,7 @@ class Reporter:
             memo += (plan.replicas, plan.versions.versions, plan.versions.observed, reasons, hashes)
             if memo == self._status_memo:
                 return  # all it reads is as when every write it asked for went through
-        self._status_memo, failures = None, self._status_failures
+        self._status_memo = memo
         seen: set[str] = set()
         for obj in native.worker_objects:
             if obj.deleting or (plan is None and obj.key not in rejected):
@@ -437,8 +437,6 @@ class Reporter:
             seen.add(obj.uid)
         for uid in set(self._written) - seen:
             del self._written[uid]
-        if self._status_failures == failures:
-            self._status_memo = memo
 
 
 def _template_copies(plan: Plan, key: str, template: str) -> dict[str, str] | None:

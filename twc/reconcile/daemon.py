@@ -298,8 +298,6 @@ class Daemon:
                 state, plan = self._resume(state, plan, now=started)
             self.reporter.planned(plan)
             state = state.with_scaling(plan.scaling)
-            # Held workers come from the last plan an iteration executed (not _apply_added's).
-            self.guard.previous = plan.desired
             deferred = self._execute(plan, started)
             outcome = Outcome.success()
         except Exception as exc:  # noqa: BLE001 - nothing escapes an iteration: it becomes an outcome
@@ -385,7 +383,9 @@ class Daemon:
         self.actor.sync_views(plan)
         decision, stopping = plan.decision, self._stop.is_set()
         deferred = False
+        # Held workers come from the last plan carried out (not one whose up waits for a burst).
         if decision.action is ReconcileAction.SKIP:
+            self.guard.previous = plan.desired
             logger.debug("[%s] %s: nothing to do", self.stack, decision.reason)
             if not self._engine.busy():
                 self.actor.settle_early(plan)
@@ -401,6 +401,7 @@ class Daemon:
                 # A `kubectl apply` is a burst of watch events: one up once they are quiet.
                 self._up_waits = True
             else:
+                self.guard.previous = plan.desired
                 self._engine.start_up(plan, started)
             deferred = True
         if not stopping:

@@ -27,6 +27,7 @@ from twc.desired import (
     kind_key,
 )
 from twc.kube.record import RecordStore
+from twc.reconcile.settings import DaemonSettings
 from twc.spec import DeletionGuard, load_fleet
 
 REGISTRY = Registry.with_builtins()
@@ -418,3 +419,31 @@ def test_a_daemon_that_neither_lists_nor_remembers_the_running_workers_applies_n
     h.step()
     assert h.engine.ups == []
     assert "running workers are unknown" in h.daemon.status()["lastOutcome"]["message"]
+
+
+def test_a_burst_of_deletions_seen_in_part_is_held_whole() -> None:
+    # A CRD's deletion reaches the watch as a burst of events: the first iteration sees one
+    # worker of four gone (within the share; its up waits for the burst to end), the next
+    # sees three. The first deletion must not slip out of the hold.
+    h = make_daemon(_guarded_fleet(_four_workers()), settings=DaemonSettings(reconcile_interval=30))
+    sleeps = 0
+
+    def burst() -> None:
+        nonlocal sleeps
+        sleeps += 1
+        if sleeps == 1:
+            h.live.update({f"{NS}/w{i}": 1 for i in range(4)})
+            h.fleet["workers"] = _four_workers()[1:]
+            h.daemon.wakeup.set()
+        elif sleeps == 3:
+            h.fleet["workers"] = _four_workers()[3:]
+            h.daemon.wakeup.set()
+        elif sleeps > 12:
+            h.daemon.request_stop()
+
+    h.clock.on_sleep = burst
+    assert h.daemon.run() == 0
+
+    assert len(h.engine.ups) == 1  # only the first: the burst is held whole
+    assert h.daemon.status()["heldDeletions"]["workers"] == [f"{NS}/w{i}" for i in range(3)]
+    assert _program_workers(h) == {f"{NS}/w{i}" for i in range(4)}

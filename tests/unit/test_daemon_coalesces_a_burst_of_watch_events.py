@@ -3,7 +3,15 @@ is quiet, while each new Queue's worker is applied early as it arrives."""
 
 from __future__ import annotations
 
-from tests.unit._daemon_fakes import FakeApplier, make_daemon, program_queues, queue_object
+import pytest
+
+from tests.unit._daemon_fakes import (
+    FakeApplier,
+    FakeClock,
+    make_daemon,
+    program_queues,
+    queue_object,
+)
 from twc.reconcile.daemon import BURST_LIMIT, QUIET
 from twc.reconcile.settings import DaemonSettings
 
@@ -54,6 +62,7 @@ def test_a_queue_arriving_during_a_long_burst_is_applied_early_within_the_quiet_
         if late:
             moments.setdefault("b arrived", now)
         h.queues.replace([a, *late])
+        h.clock.now += 0.05  # the events come 50 ms apart
 
     h.clock.on_sleep = watch
 
@@ -62,3 +71,34 @@ def test_a_queue_arriving_during_a_long_burst_is_applied_early_within_the_quiet_
     assert moments["b applied early"] - moments["b arrived"] <= QUIET + 1e-9
     assert len(h.engine.ups) == 2  # the initial one, then one once the burst's limit passed
     assert program_queues(h.engine.last_inputs) == ["a", "b"]
+
+
+@pytest.mark.parametrize(("took", "rest"), [(0.0, 0.0), (0.05, 0.05), (1.0, QUIET)])
+def test_a_woken_iteration_rests_as_long_as_the_last_one_took_at_most_the_quiet_period(
+    took: float, rest: float
+) -> None:
+    clock: list[FakeClock] = []
+
+    def slow_read(live: dict[str, int]) -> dict[str, int]:
+        clock[0].now += took  # the iteration's read of the live replicas takes this long
+        return dict(live)
+
+    h = make_daemon(settings=DaemonSettings(reconcile_interval=30), read_replicas=slow_read)
+    clock.append(h.clock)
+    iterations: list[float] = []  # each woken iteration's duration, as /status reports it
+
+    def wake() -> None:
+        seconds = h.daemon.last_iteration["seconds"] if h.daemon.last_iteration else None
+        if len(iterations) >= 3:
+            h.daemon.request_stop()
+        elif seconds is not None and not h.daemon.wakeup.is_set():
+            iterations.append(seconds)
+            h.daemon.wakeup.set()  # a watch event during the interval's sleep
+
+    h.clock.on_sleep = wake
+
+    assert h.daemon.run() == 0
+
+    rests = [h.clock.slept[i + 1] for i, s in enumerate(h.clock.slept[:-1]) if s == 30]
+    assert iterations == [pytest.approx(took)] * 3
+    assert rests == [pytest.approx(rest)] * 3

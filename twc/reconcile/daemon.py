@@ -46,7 +46,7 @@ from twc.spec import Fleet, load_fleet
 
 logger = logging.getLogger(__name__)
 
-QUIET = 0.3  # seconds without a wake that end a burst; woken iterations begin this far apart
+QUIET = 0.3  # seconds without a wake that end a burst; the most a woken iteration rests
 BURST_LIMIT = 2.0  # seconds an up waits at most for a burst of wakes to end
 
 
@@ -107,7 +107,7 @@ class Daemon:
         self._resuming = sources.record is not None
         self._desired: dict[str, int] = {}
         self._observed: dict[str, int] = {}
-        self._began = 0.0  # the last iteration's start
+        self._rested_at = 0.0  # when a woken iteration may begin (the last one's rest over)
         self._woken_at: float | None = None  # the first wake since the last quiet moment
         self._up_waits = False  # the last iteration's up waits for a quiet moment
         self.last_iteration: dict[str, Any] | None = None  # ``/status``'s ``lastIteration``
@@ -285,7 +285,6 @@ class Daemon:
     def iterate(self, state: LoopState) -> LoopState:
         """One iteration: observe → plan → execute → report; never raises for a failed step."""
         began, cpu = self.clocks.monotonic(), time.thread_time()
-        self._began = began
         if self._engine.ended():
             self._apply_added(state, now=began)  # a new Queue's worker waits for no report
         state = self._engine.collect(state)
@@ -307,11 +306,12 @@ class Daemon:
             state = self._report(state, plan, outcome, started)
         state = self._engine.collect(state)
         self._expect_progress(state.next_delay(now=self.clocks.monotonic(), settings=self.settings))
-        number = self.last_iteration["number"] + 1 if self.last_iteration else 1
+        took = self.clocks.monotonic() - began
+        self._rested_at = began + took + min(took, QUIET)
         self.last_iteration = {
-            "number": number,
+            "number": (self.last_iteration or {"number": 0})["number"] + 1,
             "ok": outcome.ok,
-            "seconds": round(self.clocks.monotonic() - began, 6),
+            "seconds": round(took, 6),
             "cpuSeconds": round(time.thread_time() - cpu, 6),  # this thread's own work
             "endedAt": self.clocks.wall(),
         }
@@ -431,8 +431,8 @@ class Daemon:
         now = self.clocks.monotonic()
         self._woken_at = now if self._woken_at is None else self._woken_at
         if not self._stop.is_set():
-            # Woken iterations begin at least QUIET apart: wakes within it are one iteration.
-            self.clocks.sleep(self._began + QUIET - now, self._stop)
+            # Rest as long as the last iteration took, at most QUIET: a storm of wakes is half idle.
+            self.clocks.sleep(self._rested_at - now, self._stop)
         return state
 
     def _resume(self, state: LoopState, plan: Plan, *, now: float) -> tuple[LoopState, Plan]:

@@ -5,13 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit._daemon_fakes import (
-    FakeApplier,
-    FakeClock,
-    make_daemon,
-    program_queues,
-    queue_object,
-)
+from tests.unit._daemon_fakes import FakeApplier, make_daemon, program_queues, queue_object
 from twc.reconcile.daemon import BURST_LIMIT, QUIET
 from twc.reconcile.settings import DaemonSettings
 
@@ -77,14 +71,11 @@ def test_a_queue_arriving_during_a_long_burst_is_applied_early_within_the_quiet_
 def test_a_woken_iteration_rests_as_long_as_the_last_one_took_at_most_the_quiet_period(
     took: float, rest: float
 ) -> None:
-    clock: list[FakeClock] = []
-
     def slow_read(live: dict[str, int]) -> dict[str, int]:
-        clock[0].now += took  # the iteration's read of the live replicas takes this long
+        h.clock.now += took  # the iteration's read of the live replicas takes this long
         return dict(live)
 
     h = make_daemon(settings=DaemonSettings(reconcile_interval=30), read_replicas=slow_read)
-    clock.append(h.clock)
     iterations: list[float] = []  # each woken iteration's duration, as /status reports it
 
     def wake() -> None:

@@ -1,7 +1,5 @@
 """``python -m twc``."""
 
-import sys
+from twc.cli import console
 
-from twc.cli import main
-
-sys.exit(main())
+console()

@@ -56,7 +56,7 @@ def test_the_wheel_holds_the_command_the_program_and_the_providers(
         names = set(archive.namelist())
         [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
         scripts = archive.read(entry_points).decode()
-    assert "twc = twc.cli:main" in scripts
+    assert "twc = twc.cli:console" in scripts
     assert {"twc/program/__init__.py", "twc/cli/__init__.py", "providers/__init__.py"} <= names
     assert (installed / "site" / "bin" / "twc").is_file()
 

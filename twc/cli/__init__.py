@@ -7,10 +7,15 @@ dispatches, importing heavy layers lazily so ``twc validate`` stays fast.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any
+
+import yaml
 
 Args = argparse.Namespace
 
@@ -29,17 +34,14 @@ def _cmd_validate(args: Args) -> int:
         return 1
     workers = fleet.resolved_workers()
     derived = sum(1 for w in workers if w.derived)
-    connections = len(fleet.connections) + len(fleet.cluster_connections)
-    connections += len(fleet.custom_connections)
-    counts = [(connections, "connection"), (len(fleet.queues), "queue"), (len(workers), "worker")]
+    conns = len(fleet.connections) + len(fleet.cluster_connections) + len(fleet.custom_connections)
+    counts = [(conns, "connection"), (len(fleet.queues), "queue"), (len(workers), "worker")]
     text = ", ".join(f"{n} {noun}" if n == 1 else f"{n} {noun}s" for n, noun in counts)
     print(f"{args.file}: valid: {text} ({derived} derived)")
     return 0
 
 
 def _cmd_schema(args: Args) -> int:
-    import json
-
     from twc.spec import fleet_json_schema
 
     print(json.dumps(fleet_json_schema(), indent=2, sort_keys=True))
@@ -47,8 +49,6 @@ def _cmd_schema(args: Args) -> int:
 
 
 def _cmd_crds(args: Args) -> int:
-    import yaml
-
     from twc.spec.crds import all_crds
 
     if not args.install:
@@ -58,17 +58,15 @@ def _cmd_crds(args: Args) -> int:
     from twc.kube.crds import install_crds
 
     try:
-        client = api_client()
+        with api_client() as client:
+            for outcome in install_crds(client, all_crds()):
+                print(outcome)
     except NoClusterError as exc:
         print(f"no cluster: {exc}", file=sys.stderr)
         return 1
-    with client:
-        try:
-            for outcome in install_crds(client, all_crds()):
-                print(outcome)
-        except Exception as exc:  # noqa: BLE001 - any API error or timeout: say which, exit 1
-            print(f"installing the CRDs failed: {exc}", file=sys.stderr)
-            return 1
+    except Exception as exc:  # noqa: BLE001 - any API error or timeout: say which, exit 1
+        print(f"installing the CRDs failed: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -219,11 +217,7 @@ VERBS: dict[str, tuple[Any, ...]] = {  # verb: its function, help, arguments
         _cluster_objects,
         SHARD,
     ),
-    "approve": (
-        _cmd_approve,
-        "confirm the deletions the daemon holds (DeletionsHeld) for a stack",
-        STACK,
-    ),
+    "approve": (_cmd_approve, "confirm the deletions the daemon holds (DeletionsHeld)", STACK),
     "status": (
         _cmd_status,
         "per-worker phase, replicas, pollers, backlog",
@@ -295,5 +289,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+def console() -> None:
+    """The ``twc`` command: ``main``'s exit code once the non-daemon threads end, without the
+    interpreter's teardown that temporalio's threads can abort (temporalio/sdk-python#300)."""
+    code = main()
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -7,10 +7,10 @@ dispatches, importing heavy layers lazily so ``twc validate`` stays fast.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any
@@ -290,12 +290,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def console() -> None:
-    """The ``twc`` command: ``main``'s exit code once the non-daemon threads end, without the
-    interpreter's teardown that temporalio's threads can abort (temporalio/sdk-python#300)."""
-    code = main()
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    """The ``twc`` command: ``main``; once the interpreter has joined its threads, the streams
+    flushed and the exit with ``main``'s code (exit handlers run last registered first), before
+    the teardown that temporalio's threads can abort (SIGABRT, temporalio/sdk-python#300)."""
+    atexit.register(os._exit, main())
+    atexit.register(sys.stderr.flush)
+    atexit.register(sys.stdout.flush)

@@ -55,6 +55,7 @@ logger = logging.getLogger(__name__)
 
 PROJECT = "twc"
 REFRESH_SHARE = 0.25  # the most of a sharded daemon's time its shards' refreshes take
+ENGINE_NICENESS = 5  # the engine gives the daemon's loops a core first (docs/architecture.md)
 ROOT_THREAD_PREFIX = "twc-"  # every long-lived thread of the daemon: its roots
 # The Deployments' reads of a stack's loop (keys of the "scaled" read: the Deployments).
 _DEPLOYMENT_READS = ("replicas", "scaled", "deployments")
@@ -272,8 +273,8 @@ def _guard(
     Under election (``leases``), also ``ref`` in the Lease ``lease`` (name, identity) and
     how to make its elector: a lost term stops the engine, then calls ``on_lost``."""
     election, (name, identity) = settings.leader_election, lease
-    grace = settings.engine.interrupt_grace
-    channel = GuardChannel(state_dir / "guard", grace=grace, leased=election.enabled)
+    grace, nice = settings.engine.interrupt_grace, ENGINE_NICENESS
+    channel = GuardChannel(state_dir / "guard", grace=grace, leased=election.enabled, niceness=nice)
     if leases is None:
         return ref, channel, None
 

@@ -52,6 +52,7 @@ class Control:
     preemptible: bool = False  # whether the current operation may give way
     preempt: str | None = None  # stop the preemptible operation now, saying why
     grace: float = 3.0  # seconds between SIGINT and SIGKILL
+    niceness: int = 0  # added to each CLI's (its plugins inherit it); a refresh's, 10 more
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,13 +81,15 @@ class GuardChannel:
     ``leased``: no engine runs before the first term; each CLI waits to be recorded.
     """
 
-    def __init__(self, directory: Path, *, grace: float = 3.0, leased: bool = False) -> None:
+    def __init__(
+        self, directory: Path, *, grace: float = 3.0, leased: bool = False, niceness: int = 0
+    ) -> None:
         self.directory = Path(directory)
         for sub in ("announce", "guards", "journal"):
             (self.directory / sub).mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         # Leased: a term that ended at boot, until the first renewal.
-        self._control = Control(lease_until=0.0 if leased else None, grace=grace)
+        self._control = Control(0.0 if leased else None, grace=grace, niceness=niceness)
         self._write()
 
     @property
@@ -472,6 +475,8 @@ class _Guard:
             os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
             if not os.read(go_read, 2):
                 os._exit(126)
+            refresh = self.control.niceness and _subcommand(self.args)[:1] == ("refresh",)
+            os.nice(self.control.niceness + (10 if refresh else 0))
             os.execv(self.real, [self.real, *self.args])  # noqa: S606 - the CLI itself, no shell
         except BaseException:  # noqa: BLE001 - a forked child must never return into the guard
             os._exit(127)

@@ -50,9 +50,7 @@ def _steps(policy: RolloutPolicy) -> str:
 
 
 def _names(builds: Sequence[str]) -> str:
-    if len(builds) == 1:
-        return builds[0]
-    return f"{', '.join(builds[:-1])} and {builds[-1]}"
+    return builds[0] if len(builds) == 1 else f"{', '.join(builds[:-1])} and {builds[-1]}"
 
 
 def _sunset(policy: RolloutPolicy, old: Sequence[str]) -> str:

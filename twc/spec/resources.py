@@ -94,9 +94,7 @@ def _filled(node: Any, values: Mapping[str, str], target: Mapping[str, str]) -> 
         }
     if isinstance(node, list):
         return [_filled(item, values, target) for item in node]
-    if isinstance(node, str):
-        return _PLACEHOLDER.sub(lambda m: values[m[1]], node)
-    return node
+    return _PLACEHOLDER.sub(lambda m: values[m[1]], node) if isinstance(node, str) else node
 
 
 def render_resource(

@@ -19,8 +19,6 @@ from tests.helpers import guarded_cli
 from twc.cli.run import ENGINE_NICENESS
 from twc.engine.supervisor import GuardChannel
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
-
 FAKE_CLI = f"""#!{sys.executable}
 import json, os, subprocess, sys
 plugin = subprocess.check_output([sys.executable, "-c", "import os; print(os.nice(0))"])

@@ -484,3 +484,27 @@ def test_a_slow_poller_answer_does_not_hold_the_loop() -> None:
     assert world.backlogs.asked.count("slow") == 2, "an unanswered queue is asked again"
     assert world.backlogs.asked.count("fast") == 1, "an answered one is not"
     assert _last_status(world.writer, "team/slow")["phase"] == "Ready"
+
+
+def test_a_status_coming_back_leaves_the_desired_fleet_and_the_status_writer_reads_it() -> None:
+    orders = worker_obj("orders", ref=cluster_ref("prod"))
+    world = World([orders], [cluster_conn_obj("prod")])
+    world.step()
+    first = world.daemon.plan(world.state, now=world.clock.now)
+
+    # The status the daemon wrote comes back as a watch event: a new resourceVersion too.
+    written = _last_status(world.writer, "team/orders")
+    meta = {**orders["metadata"], "resourceVersion": "11"}
+    back = {**orders, "status": written, "metadata": meta}
+    world.native.replace(World.snapshot([back], [cluster_conn_obj("prod")]))
+    again = world.daemon.plan(world.state, now=world.clock.now)
+    assert again.desired is first.desired  # what the desired state reads did not change
+    assert again.native is not None
+    assert [o.status for o in again.native.worker_objects] == [written]
+
+    # A change to what it reads makes it again.
+    image = {**back, "spec": {**back["spec"], "image": "registry.example/worker:2.0.0"}}
+    world.native.replace(World.snapshot([image], [cluster_conn_obj("prod")]))
+    changed = world.daemon.plan(world.state, now=world.clock.now)
+    assert changed.desired is not first.desired
+    assert changed.desired.workers["team/orders"].image == "registry.example/worker:2.0.0"

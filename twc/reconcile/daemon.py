@@ -104,6 +104,7 @@ class Daemon:
         self._accepted: dict[str, Any] | None = None
         self._desired_memo, self._native_memo = Memo[DesiredFleet](), Memo[NativePlan]()
         self._hash_memo = Memo[DesiredState]()
+        self._read_memos: dict[str, Memo[ObjectList]] = {}  # per kind, what the desired state reads
         self._resuming = sources.record is not None
         self._desired: dict[str, int] = {}
         self._observed: dict[str, int] = {}
@@ -327,8 +328,11 @@ class Daemon:
             self.guard.remember(recalled.accepted, recalled.fleet)
             self._accepted = {k: dict(v) for k, v in recalled.accepted.items()}
         # The same file, objects and accepted specs make the same desired fleet: computing
-        # it again was a third of a no-op iteration (docs/architecture.md, its figure).
-        key = (seen.fleet, seen.cluster, self._accepted)
+        # it again was a third of a no-op iteration (docs/architecture.md, its figure). Of the
+        # objects, only what it reads: the status the daemon writes comes back unread.
+        cluster, memos = seen.cluster or {}, self._read_memos
+        read = {k: memos.setdefault(k, Memo()).get((v,), v.trimmed) for k, v in cluster.items()}
+        key = (seen.fleet, read if seen.cluster is not None else None, self._accepted)
         make = functools.partial(desired_from, seen, accepted=key[2], registry=registry, file=file)
         desired = self._desired_memo.get(key, make)
         existing = seen.live.keys() if seen.live is not None else None
@@ -350,10 +354,10 @@ class Daemon:
         seen, desired, _ = observed
         native, watched = None, self.observer.watched_kinds()
         if self.observer.sources.native is not None:
-            # The same fleet, the same native plan: two fifths of a no-op iteration's CPU.
+            # The same fleet and objects, the same native plan: two fifths of a no-op's CPU.
             views_of = self.stack if self.actor.views is not None else None
             make = functools.partial(native_plan, seen, desired, watched, views_of)
-            native = self._native_memo.get((desired, watched, views_of), make)
+            native = self._native_memo.get((desired, seen.cluster, watched, views_of), make)
         plan = make_plan(
             *observed,
             state,

@@ -420,8 +420,8 @@ def revived_versions(
 def native_plan(
     seen: Observation, desired: DesiredFleet, watched: Mapping[str, WatchedKind], stack: str | None
 ) -> NativePlan:
-    """The native objects' part of the plan: a function of the desired fleet (which holds the
-    cluster objects it was made from) alone (``stack``: whose TemporalWorker views are kept)."""
+    """The native objects' part of the plan: a function of the desired fleet and the objects
+    observed, status included (``stack``: whose TemporalWorker views are kept)."""
     cluster = seen.cluster or {}
 
     def listed(key: str) -> tuple[dict[str, Any], ...]:

@@ -54,9 +54,7 @@ def image_prefix(image: str) -> str:
     if digest:
         return digest.partition(":")[2] or digest
     first, sep, rest = name.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost"):
-        return rest
-    return name
+    return rest if sep and ("." in first or ":" in first or first == "localhost") else name
 
 
 def _digest(value: Any) -> str:

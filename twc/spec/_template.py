@@ -158,9 +158,7 @@ def numbers_as_strings(value: object) -> object:
         return {k: numbers_as_strings(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [numbers_as_strings(v) for v in value]
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
-    return value
+    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
 
 
 def _short(value: object) -> str:

@@ -240,6 +240,7 @@ def fake_clocks(
     return Clocks(
         monotonic=clock,
         wall=lambda: 1_700_000_000.0 + clock.now,
+        cpu=lambda: clock.cpu,
         sleep=clock.sleep,
         jitter=None,
         engine=real.engine if engine_thread else lambda _: executor,
@@ -252,6 +253,7 @@ class FakeClock:
 
     def __init__(self, start: float = 1000.0) -> None:
         self.now = start
+        self.cpu = 0.0  # the loop thread's CPU time: a test advances it with its work
         self.slept: list[float] = []
         self.on_sleep: Callable[[], None] | None = None
 

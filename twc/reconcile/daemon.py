@@ -68,6 +68,7 @@ class Clocks:
 
     monotonic: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
+    cpu: Callable[[], float] = time.thread_time  # the loop thread's own CPU time
     sleep: Callable[[float, threading.Event], bool] = interruptible_sleep
     jitter: Callable[[], float] | None = random.random
     engine: Callable[[str], Executor] = _engine_thread
@@ -285,7 +286,7 @@ class Daemon:
 
     def iterate(self, state: LoopState) -> LoopState:
         """One iteration: observe → plan → execute → report; never raises for a failed step."""
-        began, cpu = self.clocks.monotonic(), time.thread_time()
+        began, cpu = self.clocks.monotonic(), self.clocks.cpu()
         if self._engine.ended():
             self._apply_added(state, now=began)  # a new Queue's worker waits for no report
         state = self._engine.collect(state)
@@ -307,13 +308,13 @@ class Daemon:
             state = self._report(state, plan, outcome, started)
         state = self._engine.collect(state)
         self._expect_progress(state.next_delay(now=self.clocks.monotonic(), settings=self.settings))
-        took = self.clocks.monotonic() - began
-        self._rested_at = began + took + min(took, QUIET)
+        took, cpu = self.clocks.monotonic() - began, self.clocks.cpu() - cpu
+        self._rested_at = began + took + min(cpu, QUIET)
         self.last_iteration = {
             "number": (self.last_iteration or {"number": 0})["number"] + 1,
             "ok": outcome.ok,
             "seconds": round(took, 6),
-            "cpuSeconds": round(time.thread_time() - cpu, 6),  # this thread's own work
+            "cpuSeconds": round(cpu, 6),  # this thread's own work
             "endedAt": self.clocks.wall(),
         }
         return state
@@ -435,7 +436,8 @@ class Daemon:
         now = self.clocks.monotonic()
         self._woken_at = now if self._woken_at is None else self._woken_at
         if not self._stop.is_set():
-            # Rest as long as the last iteration took, at most QUIET: a storm of wakes is half idle.
+            # Rest as long as the last iteration worked (its CPU time, not its waits for answers),
+            # at most QUIET: under a storm of wakes the loop's thread is busy half the time.
             self.clocks.sleep(self._rested_at - now, self._stop)
         return state
 

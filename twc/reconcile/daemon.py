@@ -436,8 +436,7 @@ class Daemon:
         now = self.clocks.monotonic()
         self._woken_at = now if self._woken_at is None else self._woken_at
         if not self._stop.is_set():
-            # Rest as long as the last iteration worked (its CPU time, not its waits for answers),
-            # at most QUIET: under a storm of wakes the loop's thread is busy half the time.
+            # Rest the last iteration's CPU time, at most QUIET: a storm of wakes is half idle.
             self.clocks.sleep(self._rested_at - now, self._stop)
         return state
 

@@ -188,9 +188,7 @@ class EngineSlots:
         self._waiting = {True: 0, False: 0}  # runs waiting: refreshes (True), ups (False)
         self._refresh_after = float("-inf")
         self._claims: dict[str, tuple[float, float]] = {}  # stack: (due since, last asked)
-        self.running = 0
-        self.refreshing = 0
-        self.peak = 0
+        self.running = self.refreshing = self.peak = 0  # runs now, refreshes now, most at once
         self.refresh_seconds = 0.0
         self.closed = False
 

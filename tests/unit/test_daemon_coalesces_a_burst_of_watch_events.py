@@ -76,7 +76,7 @@ def test_a_woken_iteration_rests_as_long_as_the_last_one_worked_at_most_the_quie
 ) -> None:
     def slow_read(live: dict[str, int]) -> dict[str, int]:
         h.clock.now += took  # the iteration's read of the live replicas takes this long
-        h.clock.cpu += worked  # of which the loop's thread works this long (the rest waits)
+        h.clock.cpu += worked  # of which the loop's thread works this long (it waits the remainder)
         return dict(live)
 
     h = make_daemon(settings=DaemonSettings(reconcile_interval=30), read_replicas=slow_read)

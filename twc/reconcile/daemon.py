@@ -333,7 +333,7 @@ class Daemon:
         # objects, only what it reads: the status the daemon writes comes back unread.
         cluster, memos = seen.cluster or {}, self._read_memos
         read = {k: memos.setdefault(k, Memo()).get((v,), v.trimmed) for k, v in cluster.items()}
-        key = (seen.fleet, read if seen.cluster is not None else None, self._accepted)
+        key = (seen.fleet, read, self._accepted)  # the fleet says whether objects are read
         make = functools.partial(desired_from, seen, accepted=key[2], registry=registry, file=file)
         desired = self._desired_memo.get(key, make)
         existing = seen.live.keys() if seen.live is not None else None

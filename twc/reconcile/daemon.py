@@ -46,8 +46,8 @@ from twc.spec import Fleet, load_fleet
 
 logger = logging.getLogger(__name__)
 
-QUIET = 0.3  # seconds without a change that end a burst; the most a woken iteration rests
-BURST_LIMIT = 2.0  # seconds an up waits at most for a burst of changes to end
+QUIET = 0.3  # seconds without a wake that end a burst; the most a woken iteration rests
+BURST_LIMIT = 2.0  # seconds an up waits at most for a burst of wakes to end
 
 
 class LeaderGate(Protocol):
@@ -110,10 +110,8 @@ class Daemon:
         self._desired: dict[str, int] = {}
         self._observed: dict[str, int] = {}
         self._rested_at = 0.0  # when a woken iteration may begin (the last one's rest over)
-        self._wanted: str | None = None  # the fleet hash the last wanted up would apply
-        self._burst: tuple[float, float] | None = None  # its quiet moment; the burst's limit
-        self._up_waits_until = float("inf")  # the last iteration's up waits until then
-        self._woken = False  # the iteration follows a wake (not its interval)
+        self._woken_at: float | None = None  # the first wake since the last quiet moment
+        self._up_waits = False  # the last iteration's up waits for a quiet moment
         self.last_iteration: dict[str, Any] | None = None  # ``/status``'s ``lastIteration``
         self._turn = effects.refresh_turn
         clock = self.clocks.monotonic
@@ -384,7 +382,7 @@ class Daemon:
             logger.debug("[%s] new workers not applied early: %s", self.stack, exc)
 
     def _execute(self, plan: Plan, started: float) -> bool:
-        self._up_waits_until = float("inf")
+        self._up_waits = False
         current = {k: plan.current[k] for k in plan.decisions if k in plan.current}
         self._last_replicas.update(current | self.actor.scale(plan))  # the written win
         self.actor.sync_views(plan)
@@ -392,7 +390,7 @@ class Daemon:
         deferred = False
         # Held workers come from the last plan carried out (not one whose up waits for a burst).
         if decision.action is ReconcileAction.SKIP:
-            self.guard.previous, self._burst = plan.desired, None
+            self.guard.previous = plan.desired
             logger.debug("[%s] %s: nothing to do", self.stack, decision.reason)
             if not self._engine.busy():
                 self.actor.settle_early(plan)
@@ -401,18 +399,14 @@ class Daemon:
             logger.info("[%s] stopping: not starting an up (%s)", self.stack, decision.reason)
         else:
             self.actor.apply_early(plan)
-            # Wakes that change nothing the up applies (statuses, Temporal's answers) leave it be.
-            if self._woken and plan.hashes.fleet != self._wanted:
-                self._burst = (started + QUIET, (self._burst or (0, started + BURST_LIMIT))[1])
-            self._wanted, quiet = plan.hashes.fleet, min(self._burst or (started,))
             if self._engine.busy():
                 if decision.workers:
                     self._engine.give_way(decision.reason)  # a refresh yields to a change
-            elif started < quiet:
-                # A `kubectl apply` is a burst of changes: one up once quiet (BURST_LIMIT at most).
-                self._up_waits_until = quiet
+            elif self._woken_at is not None and started - self._woken_at < BURST_LIMIT:
+                # A `kubectl apply` is a burst of watch events: one up once they are quiet.
+                self._up_waits = True
             else:
-                self.guard.previous, self._burst = plan.desired, None
+                self.guard.previous = plan.desired
                 self._engine.start_up(plan, started)
             deferred = True
         if not stopping:
@@ -436,10 +430,14 @@ class Daemon:
         now = self.clocks.monotonic()
         sample_in = self.observer.next_sample_in(now)
         delay = state.next_delay(now=now, settings=self.settings, sample_due_in=sample_in)
-        self._woken = self.clocks.sleep(min(delay, self._up_waits_until - now), self.wakeup)
-        if self._woken and not self._stop.is_set():
+        if not self.clocks.sleep(min(delay, QUIET) if self._up_waits else delay, self.wakeup):
+            self._woken_at = None  # a quiet moment: an up that waited for one starts now
+            return state
+        now = self.clocks.monotonic()
+        self._woken_at = now if self._woken_at is None else self._woken_at
+        if not self._stop.is_set():
             # Rest the last iteration's CPU time, at most QUIET: a storm of wakes is half idle.
-            self.clocks.sleep(self._rested_at - self.clocks.monotonic(), self._stop)
+            self.clocks.sleep(self._rested_at - now, self._stop)
         return state
 
     def _resume(self, state: LoopState, plan: Plan, *, now: float) -> tuple[LoopState, Plan]:

@@ -3,6 +3,7 @@ program; every CLI command runs under the engine guard."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from collections.abc import Callable, Mapping
@@ -18,6 +19,7 @@ from twc.engine.supervisor import GUARD_MARK, install_wrapper
 _IMPORT_ROOT = Path(__file__).resolve().parents[2]
 ROOT = _IMPORT_ROOT if (_IMPORT_ROOT / "Pulumi.yaml").is_file() else Path.cwd()
 """The Pulumi project: the checkout twc runs from, else the current directory."""
+_guarded = functools.cache(lambda r: auto.PulumiCommand(root=r))  # each runs `pulumi version`
 CONFIG_PREFIX = "twc:"
 SHARD_CONFIG = "shardNamespaces"
 """The ``twc:`` config key naming a shard's namespaces (a JSON list)."""
@@ -65,7 +67,7 @@ def real_pulumi() -> str | None:
 def pulumi_command() -> auto.PulumiCommand | None:
     """The real CLI under the engine guard; ``None`` when there is none."""
     real = real_pulumi()
-    return auto.PulumiCommand(root=str(install_wrapper(real, root=_IMPORT_ROOT))) if real else None
+    return _guarded(str(install_wrapper(real, root=_IMPORT_ROOT))) if real else None
 
 
 def select_stack(ref: StackRef) -> auto.Stack:

@@ -84,8 +84,9 @@ def _cli_describe(temporal: str, address: str, name: str) -> dict[str, Any]:
 def _twc_status(stack: str, key: str) -> dict[str, Any]:
     out = io.StringIO()
     assert run_status(stack, "json", out) == 0
-    worker: dict[str, Any] = json.loads(out.getvalue())["workers"][key]
-    rollout: dict[str, Any] = worker["rollout"]
+    workers: dict[str, Any] = json.loads(out.getvalue())["workers"]
+    assert key in workers, f"twc status lists no {key} yet (its first up still runs); again"
+    rollout: dict[str, Any] = workers[key]["rollout"]
     return rollout
 
 

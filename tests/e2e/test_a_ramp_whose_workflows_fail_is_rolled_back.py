@@ -45,7 +45,9 @@ RULE = {"marginPercent": 30, "minSample": 4, "window": "10m"}
 def _rollout(stack: str, key: str) -> dict[str, Any]:
     out = io.StringIO()
     assert run_status(stack, "json", out) == 0
-    rollout: dict[str, Any] = json.loads(out.getvalue())["workers"][key]["rollout"]
+    workers: dict[str, Any] = json.loads(out.getvalue())["workers"]
+    assert key in workers, f"twc status lists no {key} yet (its first up still runs); again"
+    rollout: dict[str, Any] = workers[key]["rollout"]
     return rollout
 
 

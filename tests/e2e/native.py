@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import io
 import json
 import subprocess
 from typing import Any
@@ -15,6 +16,7 @@ from tests.conftest import require_tools
 from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import wait_for_success
 from tests.helpers import delete_twc_objects
+from twc.cli.status import run_status
 from twc.local.environment import LocalEnvironment, find_tool
 from twc.local.podworkers import PodWorkers
 from twc.rollout import BUILD_ID_LABEL
@@ -189,3 +191,14 @@ def finish(address: str, workflow_id: str, namespace: str = "default") -> str:
         return result
 
     return asyncio.run(signal())
+
+
+def rollout_of(stack: str, key: str) -> dict[str, Any]:
+    """Worker ``key``'s ``rollout`` as ``twc status`` shows it; an assertion (so a wait asks
+    again) while it lists no such worker yet, as before the stack's first ``up`` ends."""
+    out = io.StringIO()
+    assert run_status(stack, "json", out) == 0
+    workers: dict[str, Any] = json.loads(out.getvalue())["workers"]
+    assert key in workers, f"twc status lists no {key} yet (its first up still runs); again"
+    rollout: dict[str, Any] = workers[key]["rollout"]
+    return rollout

@@ -29,9 +29,8 @@ from temporalio.service import RPCError
 
 from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import FAST, Daemons, eventually, wait_for_success
-from tests.e2e.native import Kubelet
+from tests.e2e.native import Kubelet, rollout_of
 from twc.cli import preview as preview_cmd
-from twc.cli.status import run_status
 from twc.local.environment import LocalEnvironment
 from twc.versioning import WorkerVersioning
 
@@ -40,15 +39,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("engine_env")]
 SETTINGS = {**FAST, "rollout": {"time_scale": 0.1}}
 ONE_UP = 180.0
 RULE = {"marginPercent": 30, "minSample": 4, "window": "10m"}
-
-
-def _rollout(stack: str, key: str) -> dict[str, Any]:
-    out = io.StringIO()
-    assert run_status(stack, "json", out) == 0
-    workers: dict[str, Any] = json.loads(out.getvalue())["workers"]
-    assert key in workers, f"twc status lists no {key} yet (its first up still runs); again"
-    rollout: dict[str, Any] = workers[key]["rollout"]
-    return rollout
 
 
 async def _echoes(address: str, task_queue: str, count: int) -> list[str | None]:
@@ -147,7 +137,7 @@ def test_a_failing_ramp_is_rolled_back_and_a_healthy_one_ramps_through(
         assert any(r and "orders-1-0-" in r for r in results), results
 
         stopped = eventually(
-            lambda: (r := _rollout(fs.name, key)["rollout"])["reason"] == "RolledBack" and r,
+            lambda: (r := rollout_of(fs.name, key)["rollout"])["reason"] == "RolledBack" and r,
             timeout=ONE_UP,
             interval=2,
             message=lambda: f"v2 was never rolled back:\n{daemon.text()[-3000:]}",
@@ -172,7 +162,7 @@ def test_a_failing_ramp_is_rolled_back_and_a_healthy_one_ramps_through(
         daemon = daemons.start(fs, settings=SETTINGS, name="daemon-2")
         wait_for_success(daemon, after=2)
         assert eventually(routing, timeout=60, interval=2, message="routing")[:2] == (first, None)
-        assert _rollout(fs.name, key)["rollout"]["reason"] == "RolledBack"
+        assert rollout_of(fs.name, key)["rollout"]["reason"] == "RolledBack"
 
         # A healthy build ramps through the same rule to Current; its pause (30 s at this
         # time scale) leaves the ramp in place long enough to be seen and to take traffic.
@@ -192,5 +182,5 @@ def test_a_failing_ramp_is_rolled_back_and_a_healthy_one_ramps_through(
             interval=2,
             message=lambda: f"v3 never became Current:\n{daemon.text()[-3000:]}",
         )
-        assert _rollout(fs.name, key)["rollout"]["reason"] == "RolloutComplete"
+        assert rollout_of(fs.name, key)["rollout"]["reason"] == "RolloutComplete"
         assert third not in eventually(routing, timeout=60, interval=2, message="routing")[2]

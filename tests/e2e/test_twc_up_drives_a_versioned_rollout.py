@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import FleetStack, fleet_doc
-from tests.e2e.native import Kubelet
-from tests.e2e.test_versioned_rollout_routes_drains_and_rolls_back import _cli_describe, _twc_status
+from tests.e2e.native import Kubelet, rollout_of
+from tests.e2e.test_versioned_rollout_routes_drains_and_rolls_back import _cli_describe
 from twc.cli.up import run_up
 from twc.local.environment import LocalEnvironment
 from twc.rollout import RolloutSettings
@@ -69,7 +69,7 @@ def test_twc_up_routes_a_new_version_and_a_failed_gate_stops_the_next(
         failing = {"workflowType": "GateWorkflow", "input": {"fail": True, "reason": "smoke"}}
         fs.write(fleet("registry.example/worker:2.0", strategy="AllAtOnce", gate=failing))
         text = up(fs)
-        status = _twc_status(fs.name, key)
+        status = rollout_of(fs.name, key)
         assert status["rollout"]["reason"] == "GateFailed", json.dumps(status)
         assert "smoke" in status["rollout"]["message"]
         assert status["targetVersion"]["buildID"].startswith("2.0-")

@@ -33,9 +33,8 @@ from temporalio.client import Client
 
 from tests.e2e.conftest import fleet_doc
 from tests.e2e.daemon_process import FAST, Daemons, eventually
-from tests.e2e.native import Kubelet, finish, start_wait
+from tests.e2e.native import Kubelet, finish, rollout_of, start_wait
 from twc.cli import preview as preview_cmd
-from twc.cli.status import run_status
 from twc.local.environment import LocalEnvironment
 from twc.rollout import TARGET_ANNOTATION
 
@@ -81,15 +80,6 @@ def _cli_describe(temporal: str, address: str, name: str) -> dict[str, Any]:
     return data
 
 
-def _twc_status(stack: str, key: str) -> dict[str, Any]:
-    out = io.StringIO()
-    assert run_status(stack, "json", out) == 0
-    workers: dict[str, Any] = json.loads(out.getvalue())["workers"]
-    assert key in workers, f"twc status lists no {key} yet (its first up still runs); again"
-    rollout: dict[str, Any] = workers[key]["rollout"]
-    return rollout
-
-
 def _routing_of_cli(cli: dict[str, Any]) -> dict[str, Any]:
     config = cli.get("routingConfig") or {}
     return {
@@ -129,7 +119,7 @@ def agree(temporal: str, address: str, stack: str, key: str) -> dict[str, Any]:
 
     def once() -> dict[str, Any]:
         before = _routing_of_cli(_cli_describe(temporal, address, key))
-        mine = _routing_of_twc(_twc_status(stack, key))
+        mine = _routing_of_twc(rollout_of(stack, key))
         after = _routing_of_cli(_cli_describe(temporal, address, key))
         assert before == after, "routing moved while reading; again"
         assert (mine["current"], mine["ramping"], mine["ramp"]) == (
@@ -323,7 +313,7 @@ def test_a_versioned_worker_rolls_out_drains_rolls_back_and_manual_routes_nothin
             message="the Manual version never polled",
         )
         assert (manual["current"], manual["ramping"]) == (second, None)
-        status = _twc_status(fs.name, key)
+        status = rollout_of(fs.name, key)
         assert status["rollout"]["phase"] == "Manual", status
         after = _cli_describe(temporal, address, key)
         assert after["routingConfig"] == before["routingConfig"]

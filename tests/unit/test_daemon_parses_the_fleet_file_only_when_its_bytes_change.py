@@ -4,6 +4,7 @@ fleet's parse is most of a no-op iteration, and the file changes rarely."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -12,7 +13,9 @@ import yaml
 
 from tests.unit._daemon_fakes import fleet_data
 from twc.errors import SpecError
+from twc.reconcile import observe
 from twc.reconcile.observe import CachedFleetFile
+from twc.spec import Fleet, load_fleet_file
 
 
 def _write(path: Path, image: str) -> None:
@@ -110,3 +113,35 @@ def test_a_signature_older_than_the_last_read_is_trusted_without_reading(tmp_pat
 
     assert read() is first
     assert read.parses == 1
+
+
+def test_a_read_while_another_thread_parses_answers_the_last_parse_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A 5000-worker file takes seconds to parse: the loops that were not woken for the
+    # edit go on with the fleet they had; the fleet file's watch waits for the new one.
+    path = tmp_path / "fleet.yaml"
+    _write(path, "registry.example/worker:1.0.0")
+    read = CachedFleetFile(path)
+    first = read()
+    parsing, release = threading.Event(), threading.Event()
+
+    def slow_load(file: Path) -> Fleet:
+        parsing.set()
+        assert release.wait(30)
+        return load_fleet_file(file)
+
+    monkeypatch.setattr(observe, "load_fleet_file", slow_load)
+    _write(path, "registry.example/worker:2.0.0")
+    waited: list[Fleet] = []
+    watch = threading.Thread(target=lambda: waited.append(read(wait=True)))
+    watch.start()
+    assert parsing.wait(30)
+
+    assert read() is first
+
+    release.set()
+    watch.join(30)
+    assert [f.defaults.image for f in waited] == ["registry.example/worker:2.0.0"]
+    assert read() is waited[0]
+    assert read.parses == 2

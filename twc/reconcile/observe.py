@@ -113,7 +113,9 @@ POLLERS_RECHECK_INTERVAL = 5.0
 class CachedFleetFile:
     """The fleet file, parsed again only when its bytes change; an invalid file's error raises.
     Its bytes are read only when its :func:`signature` changed or is within a second of the
-    last read (git's rule for racily clean files: an edit forging the signature goes unseen)."""
+    last read (git's rule for racily clean files: an edit forging the signature goes unseen).
+    While another thread parses it, a read answers the last parse at once (``wait``: the new
+    one): a loop never waits for an edit it was not woken for."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
@@ -121,24 +123,27 @@ class CachedFleetFile:
         self._last: tuple[object, int, bytes | None, Fleet | SpecError] | None = None
         self.parses = 0
 
-    def __call__(self) -> Fleet:
-        now, seen = time.time_ns(), signature(self.path)
-        with self._lock:
-            last = self._last
-            if last is None or seen is None or last[0] != seen or last[1] - seen[2] < 10**9:
-                try:
-                    data: bytes | None = self.path.read_bytes()
-                except OSError:
-                    data = None
-                if last is None or data is None or last[2] != data:
-                    self.parses += 1
+    def __call__(self, *, wait: bool = False) -> Fleet:
+        now, seen, last = time.time_ns(), signature(self.path), self._last
+        if self._lock.acquire(blocking=wait or last is None):  # else another thread parses it
+            try:
+                last = self._last
+                if last is None or seen is None or last[0] != seen or last[1] - seen[2] < 10**9:
                     try:
-                        last = (seen, now, data, load_fleet_file(self.path))
-                    except SpecError as exc:
-                        last = (seen, now, data, exc)
-                self._last = last = (seen, now, data, last[3])
-            answer = last[3]
-        if isinstance(answer, SpecError):
+                        data: bytes | None = self.path.read_bytes()
+                    except OSError:
+                        data = None
+                    if last is None or data is None or last[2] != data:
+                        self.parses += 1
+                        try:
+                            last = (seen, now, data, load_fleet_file(self.path))
+                        except SpecError as exc:
+                            last = (seen, now, data, exc)
+                    self._last = last = (seen, now, data, last[3])
+            finally:
+                self._lock.release()
+        assert last is not None
+        if isinstance(answer := last[3], SpecError):
             raise SpecError(answer.issues)  # a new one: threads must not share tracebacks
         return answer
 
@@ -542,7 +547,7 @@ class FleetFileWatch:
 
     def _parsed(self) -> tuple[Fleet, int] | None:
         try:
-            return (self._read(), self._read.parses) if self._read is not None else None
+            return (self._read(wait=True), self._read.parses) if self._read is not None else None
         except SpecError:
             return None
 

@@ -3,9 +3,9 @@ alone; the engine keeps every other resource exactly as it is, and the stack's o
 stay whole.
 
 On the real daemon, engine and API server: three workers, then two image changes of
-one of them (the first after the full up, the second reusing what the first left: no
-export of the state). Each time only that worker's Deployment changes, the state still
-holds every worker's resources, and ``workers`` in the stack outputs names all three.
+one of them (both target the URNs the full up's events named: no export of the state).
+Each time only that worker's Deployment changes, the state still holds every worker's
+resources, and ``workers`` in the stack outputs names all three.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def test_an_image_change_builds_one_worker_and_keeps_the_rest_and_the_outputs(
 
     log = daemon.text()
     assert log.count(SCOPED) == 2
-    # The first targeted up read the URNs from the state; the second reused them.
-    assert log.count("URNs read from an export of the state") == 1
+    # The full up's events named every worker's resources: no targeted up read the state.
+    assert log.count("URNs read from an export of the state") == 0
     assert "up (full)" in log, "the first up built every worker"
     assert daemon.alive()

@@ -233,11 +233,18 @@ class AutomationEngine:
             logger.info("%s the program builds %d of %d workers", self._prefix, built, total)
         inputs.to_file(self.inputs_file)
         known, self._known = self._known, None  # whatever happens, it changes the stack
+        left: dict[str, dict[str, str]] = {}  # a whole-stack up's events: all it leaves
+
+        def on_event(event: Any) -> None:
+            out = getattr(event, "res_outputs_event", None)
+            if out is not None and (new := out.metadata.new) is not None:
+                left[new.urn] = {"urn": new.urn, "type": new.type, "parent": new.parent}
 
         def run() -> Any:
             return engine.up(
                 self._ref_with_inputs(),
                 on_output=self._output,
+                on_event=None if targets else on_event,
                 target=list(targets or []) or None,
                 # A new component's children are its dependents (and nothing else is).
                 target_dependents=any(_created(u) is not None for u in targets or ()),
@@ -261,6 +268,7 @@ class AutomationEngine:
             # The URNs stay known when a targeted up created and deleted nothing.
             same = bool(targets) and not any(changes.get(op) for op in _RESHAPING)
             urns = known.urns if same and known is not None else None
+            urns = worker_urns_from_state(left.values()) if left else urns
             self._known = _Known(update, urns=urns, statuses=dict(workers.value or {}))
         url, project = backend_url(self.ref.env), workspace.project_name(self.ref.work_dir)
         prune_backups(url, project=project, stack=self.ref.name, keep=self.keep_backups)

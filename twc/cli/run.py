@@ -8,6 +8,7 @@ unasked, engine runs are interrupted and it exits 1, so Kubernetes restarts it.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -57,6 +58,7 @@ PROJECT = "twc"
 REFRESH_SHARE = 0.25  # the most of a sharded daemon's time its shards' refreshes take
 ENGINE_NICENESS = 5  # the engine gives the daemon's loops a core first (docs/architecture.md)
 ROOT_THREAD_PREFIX = "twc-"  # every long-lived thread of the daemon: its roots
+THAW_EVERY = 600.0  # seconds between full collections that look at frozen objects again
 # The Deployments' reads of a stack's loop (keys of the "scaled" read: the Deployments).
 _DEPLOYMENT_READS = ("replicas", "scaled", "deployments")
 
@@ -614,6 +616,23 @@ def _serve(wiring: Wiring, settings: DaemonSettings) -> list[HealthServer] | Non
     return servers
 
 
+def freeze_survivors(clock: Callable[[], float] = time.monotonic) -> Callable[[str, Any], None]:
+    """A ``gc.callbacks`` entry: what survives a full collection is frozen, so later ones scan
+    only what came since; the first full collection :data:`THAW_EVERY` seconds after the last
+    thaw scans the frozen objects too, and frees the cycles among them."""
+    thawed = clock()
+
+    def callback(phase: str, info: Any) -> None:
+        nonlocal thawed
+        if info["generation"] == 2 and phase == "start" and clock() - thawed >= THAW_EVERY:
+            gc.unfreeze()
+            thawed = clock()
+        elif info["generation"] == 2 and phase == "stop":
+            gc.freeze()
+
+    return callback
+
+
 def run_daemon(options: RunOptions) -> int:
     """Run the daemon until SIGTERM (or ``--once``): 0 then; 1 after losing the Lease
     (unsharded), a failed ``--once``, invalid settings, or a root thread that ended."""
@@ -623,6 +642,7 @@ def run_daemon(options: RunOptions) -> int:
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             stream=sys.stderr,
         )
+    gc.callbacks.append(freeze_survivors())  # the watches' and the fleet's objects stay
     # The client's pool logs every retry; an unreachable API server is one fault instead.
     logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     try:

@@ -29,12 +29,15 @@ def _cycle() -> tuple[Node, weakref.ref[Node]]:
 def now() -> Iterator[list[float]]:
     clock = [1000.0]
     callback = freeze_survivors(lambda: clock[0])
+    gc.unfreeze()  # what another test's daemon left frozen
     gc.collect()
+    gc.disable()  # only the collections the test runs
     gc.callbacks.append(callback)
     try:
         yield clock
     finally:
         gc.callbacks.remove(callback)
+        gc.enable()
         gc.unfreeze()
         gc.collect()
 

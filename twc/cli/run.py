@@ -617,16 +617,14 @@ def _serve(wiring: Wiring, settings: DaemonSettings) -> list[HealthServer] | Non
 
 
 def freeze_survivors(clock: Callable[[], float] = time.monotonic) -> Callable[[str, Any], None]:
-    """A ``gc.callbacks`` entry: what survives a full collection is frozen, so later ones scan
-    only what came since; the first full collection :data:`THAW_EVERY` seconds after the last
-    thaw scans the frozen objects too, and frees the cycles among them."""
-    thawed = clock()
+    """A ``gc.callbacks`` entry freezing what survives each full collection (later ones skip it);
+    the first full one :data:`THAW_EVERY` s after the last thaw scans it too, freeing its cycles."""
+    thawed = [clock()]
 
     def callback(phase: str, info: Any) -> None:
-        nonlocal thawed
-        if info["generation"] == 2 and phase == "start" and clock() - thawed >= THAW_EVERY:
+        if info["generation"] == 2 and phase == "start" and clock() - thawed[0] >= THAW_EVERY:
             gc.unfreeze()
-            thawed = clock()
+            thawed[0] = clock()
         elif info["generation"] == 2 and phase == "stop":
             gc.freeze()
 
@@ -642,7 +640,6 @@ def run_daemon(options: RunOptions) -> int:
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             stream=sys.stderr,
         )
-    gc.callbacks.append(freeze_survivors())  # the watches' and the fleet's objects stay
     # The client's pool logs every retry; an unreachable API server is one fault instead.
     logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     try:
@@ -691,11 +688,13 @@ def run_daemon(options: RunOptions) -> int:
     supervisor = Supervisor(
         stack=options.stack, stopping=lambda: runner.stopping, on_fatal=fatal, grace=grace
     )
+    gc.callbacks.append(freeze := freeze_survivors())  # the caches' and fleet's objects stay
     try:
         for start, _ in wiring.parts:  # the watch caches and the elections
             start()
         return supervisor.run(lambda: runner.run(once=options.once))
     finally:
+        gc.callbacks.remove(freeze)
         wiring.close()
         for server in servers:
             server.stop()

@@ -1,13 +1,12 @@
-"""``ObjectOwnership``: twc never takes over an object it did not create, nor deletes more
-of a kind at once than the deletion guard allows.
+"""``ObjectOwnership``: twc never takes over an object it did not create, nor deletes more of a kind
+at once than the deletion guard allows.
 
-``objects`` maps each owner (a worker, a connection's users in one namespace, ``""`` for
-the fleet's Queue objects) to what it creates, ``Kind namespace/name``. ``check`` refuses
-new ones that exist and twc did not create for this stack (``ObjectExists``,
-:func:`twc.builders.foreign_owner`), and a run deleting beyond the share
-(:func:`twc.desired.deletions_beyond_share`; ``DeletionsHeld``) until ``twc approve`` names
-that set on the stack's record (a real run puts it there; the run it lets through spends
-it) or :data:`CONFIRM_ENV` is set (``twc up --yes``). Unjudgeable deletions hold.
+``objects`` maps each owner (a worker, a connection's users in one namespace, ``""`` for the fleet's
+Queue objects) to what it creates, ``Kind namespace/name``. ``check`` refuses new ones that exist
+and twc did not create for this stack (``ObjectExists``, :func:`twc.builders.foreign_owner`), and a
+run deleting beyond the share (:func:`twc.desired.deletions_beyond_share`; ``DeletionsHeld``) until
+``twc approve`` names that set on the stack's record (a real run puts it there; the run it lets
+through spends it) or :data:`CONFIRM_ENV` is set (``twc up --yes``). Unjudgeable deletions hold.
 """
 
 from __future__ import annotations

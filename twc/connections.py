@@ -1,12 +1,11 @@
-"""How workers reach Temporal: a :class:`Registry` of providers (the protocol and the two
-built-in kinds, keyed by (apiGroup, kind); plugins add kinds through the
-``twc.connection_providers`` entry points) resolves a ``connectionRef`` to a
-:class:`ResolvedConnection`: one Temporal connection, ready to render into pod templates,
-fingerprint and connect.
+"""How workers reach Temporal: a :class:`Registry` of providers (the protocol and the two built-in
+kinds, keyed by (apiGroup, kind); plugins add kinds through the ``twc.connection_providers`` entry
+points) resolves a ``connectionRef`` to a :class:`ResolvedConnection`: one Temporal connection,
+ready to render into pod templates, fingerprint and connect.
 
-Clients are cached per event loop, connection, namespace and credential: a rotated
-credential replaces its slot's client; idle ones (:data:`IDLE_SECONDS`) and the least
-recently used beyond :data:`MAX_CLIENTS` are dropped."""
+Clients are cached per event loop, connection, namespace and credential: a rotated credential
+replaces its slot's client; idle ones (:data:`IDLE_SECONDS`) and the least recently used beyond
+:data:`MAX_CLIENTS` are dropped."""
 
 from __future__ import annotations
 

@@ -387,10 +387,9 @@ async def observe_version(
     backlogs: bool = False,
     every_gate: bool = False,
 ) -> RolloutObservation:
-    """``seen`` (a versioned worker before Temporal was asked) as Temporal reports it now:
-    routing, the target's task queues and gate runs (with ``every_gate``, also those a
-    Current target or an ungated policy no longer needs), every version's backlog when
-    asked."""
+    """``seen`` (a versioned worker before Temporal was asked) as Temporal reports it now: routing,
+    the target's task queues and gate runs (with ``every_gate``, also those a Current target or an
+    ungated policy no longer needs), every version's backlog when asked."""
     name, policy = seen.deployment_name, seen.policy
     routing = await versioning.routing(name)
     task_queues: tuple[str, ...] = ()

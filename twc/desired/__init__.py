@@ -1,9 +1,8 @@
 """The desired state: one pure function (:func:`desired_fleet`) over the fleet file and the
-cluster's objects, the same for the daemon, ``twc up``/``preview`` and the program. An
-invalid object keeps its last accepted spec, an unknown kind keeps all of its objects,
-only a successful observation removes one, and deleting more than a share of the workers
-needs a person (:func:`judge_deletions`). :class:`DesiredInputs` carries the inputs into
-the program's process."""
+cluster's objects, the same for the daemon, ``twc up``/``preview`` and the program. An invalid
+object keeps its last accepted spec, an unknown kind keeps all of its objects, only a successful
+observation removes one, and deleting more than a share of the workers needs a person
+(:func:`judge_deletions`). :class:`DesiredInputs` carries the inputs into the program's process."""
 
 from twc.desired._deletions import GuardVerdict as GuardVerdict
 from twc.desired._deletions import Hold as Hold

@@ -1,14 +1,13 @@
 """Merging the cluster's objects into the fleet, kind by kind, object by object.
 
-An object's current spec is used when it validates and fits the fleet; else its *last
-accepted* spec when that still fits (reported with ``kept``); else it is left out and
-reported. A kind whose list failed keeps every last accepted object. Objects are tried
-one by one only when all of them at once do not fit.
+An object's current spec is used when it validates and fits the fleet; else its *last accepted* spec
+when that still fits (reported with ``kept``); else it is left out and reported. A kind whose list
+failed keeps every last accepted object. Objects are tried one by one only when all of them at once
+do not fit.
 
-One stack per cluster object (:func:`taken_objects`): a stack takes the Queue and
-TemporalWorker objects its ``select`` selects; one another stack selects too is refused by
-both (``StackConflict``; one it ran keeps its last accepted spec). Unknown selections make
-both kinds unknown.
+One stack per cluster object (:func:`taken_objects`): a stack takes the Queue and TemporalWorker
+objects its ``select`` selects; one another stack selects too is refused by both (``StackConflict``;
+one it ran keeps its last accepted spec). Unknown selections make both kinds unknown.
 """
 
 from __future__ import annotations

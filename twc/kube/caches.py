@@ -38,14 +38,12 @@ def _secret_kept(obj: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _scaled(found: Objects) -> dict[str, bool]:
-    return {k: True for k, dep in found.items() if AUTOSCALER_FIELD_MANAGER in dep["replicaOwners"]}
-
-
 _READINGS: dict[str, Callable[[Objects], Any]] = {
     "replicas": worker_replicas,
     "deployments": worker_deployments,
-    "scaled": _scaled,
+    "scaled": lambda found: {
+        k: True for k, d in found.items() if AUTOSCALER_FIELD_MANAGER in d["replicaOwners"]
+    },
 }
 
 

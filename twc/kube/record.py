@@ -1,9 +1,8 @@
-"""The stack's record in the cluster: ConfigMap ``twc-stack-<stack>`` holds the last
-accepted specs and fleet document (beyond :data:`CHUNK_BYTES`, in parts written before
-the head that names them, digest-checked) and the deletion guard's annotations;
-``-applied`` holds :class:`AppliedRecord`. It lives in ``twc:controlNamespace``, else
-``TWC_CONTROL_NAMESPACE``, else the one record found; a record that exists and cannot be
-found or read is an error."""
+"""The stack's record in the cluster: ConfigMap ``twc-stack-<stack>`` holds the last accepted specs
+and fleet document (beyond :data:`CHUNK_BYTES`, in parts written before the head that names them,
+digest-checked) and the deletion guard's annotations; ``-applied`` holds :class:`AppliedRecord`. It
+lives in ``twc:controlNamespace``, else ``TWC_CONTROL_NAMESPACE``, else the one record found; a
+record that exists and cannot be found or read is an error."""
 
 from __future__ import annotations
 

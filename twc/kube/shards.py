@@ -1,10 +1,9 @@
-"""The cluster side of shards. A sharded stack's assignment of namespaces to shards:
-ConfigMap ``twc-shards-<stack>`` in ``sharding.assignmentNamespace``. A namespace's shard
-never changes once given: the map is written at the ``resourceVersion`` read (of two writers,
-the loser reads the winner's) and before any shard applies a new namespace. How many daemon
-replicas share the stack: each renews a member Lease of its own every ``retry_period`` and
-counts the others' (gone when unchanged for ``lease_duration``); each takes at most
-:func:`fair_share` of the shards' Leases."""
+"""The cluster side of shards. A sharded stack's assignment of namespaces to shards: ConfigMap
+``twc-shards-<stack>`` in ``sharding.assignmentNamespace``. A namespace's shard never changes once
+given: the map is written at the ``resourceVersion`` read (of two writers, the loser reads the
+winner's) and before any shard applies a new namespace. How many daemon replicas share the stack:
+each renews a member Lease of its own every ``retry_period`` and counts the others' (gone when
+unchanged for ``lease_duration``); each takes at most :func:`fair_share` of the shards' Leases."""
 
 from __future__ import annotations
 

@@ -46,10 +46,6 @@ Lister = Callable[..., Any]
 Content = Callable[[Mapping[str, Any]], object]
 
 
-def _labels_and_spec(obj: Mapping[str, Any]) -> object:
-    return (metadata(obj).get("labels"), obj.get("spec"))
-
-
 def _connection_content(obj: Mapping[str, Any]) -> object:
     meta = metadata(obj)
     # Annotations: a ClusterConnection's secretSource and allowedNamespaces are twc's there.
@@ -71,7 +67,7 @@ class Resource:
     plural: str
     label_selector: str = ""
     field_selector: str = ""
-    content: Content = _labels_and_spec
+    content: Content = lambda obj: (metadata(obj).get("labels"), obj.get("spec"))
     """What of an object wakes the loop when it changes."""
     keep: Callable[[Mapping[str, Any]], Mapping[str, Any]] = lambda obj: obj
     """What of each object to hold (the whole object by default)."""
@@ -522,10 +518,9 @@ class NativeWatch:
             watcher.stop()
 
     def observed(self) -> dict[str, ObjectList]:
-        """Per kind key, the objects as the desired state's input (official
-        WorkerDeployments among the TemporalWorkers, as twc reconciles them alike, each
-        with its WorkerResourceTemplates as ``spec.resourceTemplates``; those also as
-        their own kind, for their status)."""
+        """Per kind key, the objects as the desired state's input (official WorkerDeployments among
+        the TemporalWorkers, as twc reconciles them alike, each with its WorkerResourceTemplates as
+        ``spec.resourceTemplates``; those also as their own kind, for their status)."""
         found = {key: w.observed() for key, w in self.watchers().items() if w is not self._official}
         ours, templates = found[WORKER_KIND_KEY], found[kind_key(RESOURCE_TEMPLATE_KIND, API_GROUP)]
         found[WORKER_KIND_KEY] = _workers(ours, self._official.observed(), templates)

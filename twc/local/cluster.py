@@ -1,11 +1,10 @@
-"""The test bed's cluster: its Kubernetes client (twc's :class:`KubeClient` over a
-kubeconfig, for the test bed and its tests), the CRDs it installs and its simulated nodes.
+"""The test bed's cluster: its Kubernetes client (twc's :class:`KubeClient` over a kubeconfig, for
+the test bed and its tests), the CRDs it installs and its simulated nodes.
 
-The CRDs: the kmsvc ``Queue`` (``kmsvc.io/v1``; one labelled ``temporal.io/worker-enabled:
-"true"`` gets a worker derived by twc) and twc's own kinds. The nodes: KWOK's stages play
-their kubelets. A node turns Ready with room for everything; a pod scheduled on one turns
-Running and Ready (init containers completed, sidecars running); a pod being deleted is
-deleted. No heartbeats."""
+The CRDs: the kmsvc ``Queue`` (``kmsvc.io/v1``; one labelled ``temporal.io/worker-enabled: "true"``
+gets a worker derived by twc) and twc's own kinds. The nodes: KWOK's stages play their kubelets. A
+node turns Ready with room for everything; a pod scheduled on one turns Running and Ready (init
+containers completed, sidecars running); a pod being deleted is deleted. No heartbeats."""
 
 from __future__ import annotations
 

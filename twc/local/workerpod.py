@@ -1,8 +1,7 @@
-"""A pod's worker container run for real, configured only from the pod as a kubelet would
-(env, secret and config map volumes in a private directory): its own ``command`` when it
-can run here (:func:`own_command`), else the sample worker (:mod:`twc.local.sample`),
-configured from its env alone as a worker image is. Images are never run; init
-containers count as done."""
+"""A pod's worker container run for real, configured only from the pod as a kubelet would (env,
+secret and config map volumes in a private directory): its own ``command`` when it can run here
+(:func:`own_command`), else the sample worker (:mod:`twc.local.sample`), configured from its env
+alone as a worker image is. Images are never run; init containers count as done."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
 """twc's Pulumi components.
 
-``ClusterConnection`` and ``Connection``: a ``ConnectionFingerprint`` per credential location
-and, with ``secretSource``, a copy of the secret per namespace. The kmsvc ``Queue``: the
-``Queue`` object (``createObject``) and its derived worker. The ``TemporalWorker``:
-ServiceAccount, Deployment(s), PDB, DLQ processor and a ``TaskQueueCheck``; output
-``status``: phase, replicas, conditions."""
+``ClusterConnection`` and ``Connection``: a ``ConnectionFingerprint`` per credential location and,
+with ``secretSource``, a copy of the secret per namespace. The kmsvc ``Queue``: the ``Queue`` object
+(``createObject``) and its derived worker. The ``TemporalWorker``: ServiceAccount, Deployment(s),
+PDB, DLQ processor and a ``TaskQueueCheck``; output ``status``: phase, replicas, conditions."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """The engine on a thread of its own: the loop never waits for an ``up`` or ``refresh``.
 
-At most one engine run at a time per stack; the loop goes on iterating meanwhile, and the
-next iteration folds the ended run into the loop's state as if it had run in the one that
-started it.
+At most one engine run at a time per stack; the loop goes on iterating meanwhile, and the next
+iteration folds the ended run into the loop's state as if it had run in the one that started it.
 """
 
 from __future__ import annotations

@@ -58,10 +58,6 @@ class LeaderGate(Protocol):
         ...
 
 
-def _engine_thread(stack: str) -> Executor:
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"twc-engine-{stack}")
-
-
 @dataclass(frozen=True)
 class Clocks:
     """The loop's time and threads, injected so tests run on virtual time with fakes."""
@@ -71,7 +67,7 @@ class Clocks:
     cpu: Callable[[], float] = time.thread_time  # the loop thread's own CPU time
     sleep: Callable[[float, threading.Event], bool] = interruptible_sleep
     jitter: Callable[[], float] | None = random.random
-    engine: Callable[[str], Executor] = _engine_thread
+    engine: Callable[[str], Executor] = lambda stack: ThreadPoolExecutor(1, f"twc-engine-{stack}")
     asker: Callable[[str], AskerThread] = AskerThread
 
 

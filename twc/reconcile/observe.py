@@ -1,11 +1,10 @@
 """Observe: what an iteration reads from the outside, before it decides anything.
 
 :meth:`Observer.observe` reads the fleet file, the cluster's objects and live replicas;
-:meth:`Observer.facts` the desired workers' backlogs, credential digests, placement and
-versions. Faults go to the report step's ``fault``; the iteration holds what it cannot know.
-:func:`observe_facts` reads the versioned workers' Deployments and Temporal's routing,
-queues, gates and backlogs; nothing lives in memory: a new leader continues where the last
-one was.
+:meth:`Observer.facts` the desired workers' backlogs, credential digests, placement and versions.
+Faults go to the report step's ``fault``; the iteration holds what it cannot know.
+:func:`observe_facts` reads the versioned workers' Deployments and Temporal's routing, queues, gates
+and backlogs; nothing lives in memory: a new leader continues where the last one was.
 """
 
 from __future__ import annotations
@@ -112,10 +111,9 @@ POLLERS_RECHECK_INTERVAL = 5.0
 
 class CachedFleetFile:
     """The fleet file, parsed again only when its bytes change; an invalid file's error raises.
-    Its bytes are read only when its :func:`signature` changed or is within a second of the
-    last read (git's rule for racily clean files: an edit forging the signature goes unseen).
-    While another thread parses it, a read answers the last parse at once (``wait``: the new
-    one): a loop never waits for an edit it was not woken for."""
+    Its bytes are read only when its :func:`signature` changed or is within a second of the last
+    read (git's rule for racily clean files: an edit forging the signature goes unseen). While
+    another thread parses it, a read answers the last parse at once (``wait``: the new one)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
@@ -176,10 +174,9 @@ class Sources:
 
 @dataclass(frozen=True, slots=True)
 class Observation:
-    """What :meth:`Observer.observe` read: the fleet, the cluster's objects per kind key
-    (``None``: the file alone), the live replicas (``None``: unknown or no cluster;
-    ``live_known`` False: unreadable) and the autoscaler's Deployments (``None``: not
-    known, then not claimed again)."""
+    """What :meth:`Observer.observe` read: the fleet, the cluster's objects per kind key (``None``:
+    the file alone), the live replicas (``None``: unknown or no cluster; ``live_known`` False:
+    unreadable) and the autoscaler's Deployments (``None``: not known, then not claimed again)."""
 
     fleet: Fleet
     cluster: Mapping[str, ObjectList] | None
@@ -491,9 +488,8 @@ class Observer:
 
 
 def _pollers_reuse(answer: Answer) -> float:
-    if answer.ok and answer.value > 0:
-        return POLLERS_INTERVAL
-    return min(POLLERS_INTERVAL, POLLERS_RECHECK_INTERVAL * 2.0 ** min(answer.repeats, 16))
+    slow = min(POLLERS_INTERVAL, POLLERS_RECHECK_INTERVAL * 2.0 ** min(answer.repeats, 16))
+    return POLLERS_INTERVAL if answer.ok and answer.value > 0 else slow
 
 
 def signature(path: Path) -> tuple[int, int, int] | None:

@@ -1,6 +1,5 @@
-"""The values a versioned rollout is planned from: what Temporal reports, what the cluster
-runs, the gate runs and the worker's rollout settings. Frozen dataclasses; times are Unix
-seconds."""
+"""The values a versioned rollout is planned from: what Temporal reports, what the cluster runs, the
+gate runs and the worker's rollout settings. Frozen dataclasses; times are Unix seconds."""
 
 from __future__ import annotations
 

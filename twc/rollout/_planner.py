@@ -1,9 +1,8 @@
-"""The rollout planner: observed routing, Deployments, gate runs and time in, the next step
-out (at most one routing change, gates to start, versions that stay, versions to forget).
-Pure and memoryless, so a restarted daemon continues where the last one was. Beyond the
-official controller: a step advances only once its pause passed and its gate completed; a
-failed gate stops the rollout and removes the ramp; rolling back to a version that still
-runs makes it Current at once."""
+"""The rollout planner: observed routing, Deployments, gate runs and time in, the next step out (at
+most one routing change, gates to start, versions that stay, versions to forget). Pure and
+memoryless, so a restarted daemon continues where the last one was. Beyond the official controller:
+a step advances only once its pause passed and its gate completed; a failed gate stops the rollout
+and removes the ramp; rolling back to a version that still runs makes it Current at once."""
 
 from __future__ import annotations
 

@@ -15,10 +15,9 @@ from twc.spec.crds import OFFICIAL_WORKER_KIND, WORKER_KIND
 
 
 def as_temporal_worker(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A ``WorkerDeployment`` object as a TemporalWorker; any other object as it is. The
-    official kind names no task queue: the worker's is its name; ``spec.resourceTemplates``
-    (not in the official schema) are its WorkerResourceTemplates. Without ``replicas`` it
-    runs one."""
+    """A ``WorkerDeployment`` object as a TemporalWorker; any other object as it is. The official
+    kind names no task queue: the worker's is its name; ``spec.resourceTemplates`` (not in the
+    official schema) are its WorkerResourceTemplates. Without ``replicas`` it runs one."""
     if obj.get("kind") != OFFICIAL_WORKER_KIND:
         return obj
     spec = part(obj, "spec")

@@ -306,9 +306,8 @@ def connection_crd() -> dict[str, Any]:
 
 
 def cluster_connection_crd() -> dict[str, Any]:
-    """The cluster-scoped ``ClusterConnection`` CRD (``temporal.io/v1alpha1``): the official
-    fields, twc's ``secretSource``, ``allowedNamespaces`` and ``twcCredentials`` being
-    annotations."""
+    """The cluster-scoped ``ClusterConnection`` CRD (``temporal.io/v1alpha1``): the official fields,
+    twc's ``secretSource``, ``allowedNamespaces`` and ``twcCredentials`` being annotations."""
     extras = frozenset({"secretSource", "allowedNamespaces", "twcCredentials"})
     return _crd(ClusterConnection, "tcc", {"type": "object"}, [_HOST], extras)
 

@@ -1,6 +1,5 @@
-"""Per-version companion objects (the official ``WorkerResourceTemplate``): what a
-template may hold (:func:`check_resource_template`) and its copy for one version
-(:func:`render_resource`)."""
+"""Per-version companion objects (the official ``WorkerResourceTemplate``): what a template may hold
+(:func:`check_resource_template`) and its copy for one version (:func:`render_resource`)."""
 
 from __future__ import annotations
 
@@ -105,10 +104,9 @@ def render_resource(
     temporal_namespace: str,
     worker_deployment: str,
 ) -> dict[str, Any]:
-    """The template's ``apiVersion``, ``kind`` and ``spec`` for the version whose
-    Deployment is ``deployment``: ``scaleTargetRef`` names it, ``spec.selector.matchLabels:
-    {}`` selects its pods, External metric selectors get :data:`METRIC_LABELS` and
-    placeholders their values."""
+    """The template's ``apiVersion``, ``kind`` and ``spec`` for the version whose Deployment is
+    ``deployment``: ``scaleTargetRef`` names it, ``spec.selector.matchLabels: {}`` selects its pods,
+    External metric selectors get :data:`METRIC_LABELS` and placeholders their values."""
     meta, build = deployment["metadata"], build_id
     values = {
         "DeploymentName": meta["name"],

@@ -211,3 +211,5 @@ def test_the_observed_objects_stay_equal_until_the_watch_sees_a_change() -> None
     names = [cast(dict[str, Any], o["metadata"])["name"] for o in changed[workers].objects or ()]
     assert names == ["billing", "orders"]
     assert all(changed[k] == first[k] for k in first if k != workers)
+    # The unchanged object is the watch's own mapping: it compares by identity, not by value.
+    assert (changed[workers].objects or ())[1] is (first[workers].objects or ())[0]

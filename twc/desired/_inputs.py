@@ -72,10 +72,10 @@ class ObjectList(_Model):
         return cls(objects=tuple(items))
 
     @classmethod
-    def of_api(cls, objects: Iterable[Mapping[str, Any]], *, copy: bool = True) -> ObjectList:
-        """A successful observation of API objects, whole and not validated again."""
-        items: tuple[Any, ...] = tuple(dict(o) for o in objects) if copy else tuple(objects)
-        return cls.model_construct(objects=items, failure=None)
+    def of_api(cls, objects: Iterable[Any]) -> ObjectList:
+        """A successful observation of API objects: the same mappings, not copied or validated
+        again (an unchanged object compares at once); nothing may change them."""
+        return cls.model_construct(objects=tuple(objects), failure=None)
 
     def trimmed(self) -> ObjectList:
         return self if self.objects is None else ObjectList.known(self.objects)

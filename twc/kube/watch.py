@@ -470,7 +470,7 @@ def _workers(ours: ObjectList, official: ObjectList, templates: ObjectList) -> O
         mine = named.get(f"{metadata(obj).get('namespace')}/{metadata(obj).get('name')}")
         with_mine = {**part(obj, "spec"), "resourceTemplates": mine}
         out.append({**obj, "spec": with_mine} if mine else obj)
-    return ObjectList.of_api(out, copy=False)  # as observed, not validated again
+    return ObjectList.of_api(out)
 
 
 class NativeWatch:

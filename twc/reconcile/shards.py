@@ -131,7 +131,7 @@ class ShardQueues(_ShardView[QueueSource]):
     def observed(self) -> ObjectList:
         """The shard's objects as the desired state's input (unknown until listed)."""
         found = self.snapshot()
-        return self._shared.observed() if found is None else ObjectList.known(found, trim=False)
+        return self._shared.observed() if found is None else ObjectList.of_api(found)
 
 
 class ShardNative(_ShardView[NativeSource]):
@@ -161,7 +161,7 @@ class ShardNative(_ShardView[NativeSource]):
             if last is None or last[0] is not found or last[1] != ns:
                 cut = found
                 if found.objects is not None:
-                    cut = ObjectList.of_api(shard_part(found.objects, ns), copy=False)
+                    cut = ObjectList.of_api(shard_part(found.objects, ns))
                 last = self._parts[key] = (found, ns, cut)
             out[key] = last[2]
         return out

@@ -233,6 +233,7 @@ def one_worker_change(
         "engine_peak_total_mb": max((m["peak_total_mb"] for m in memory), default=None),
         "engine_peak_process_mb": max((m["peak_process_mb"] for m in memory), default=None),
         "engine_peak_by_name_mb": _max_by_name(memory),
+        "engine_unexeced_samples": sum(m["unexeced"] for m in memory),
     }
 
 

@@ -134,6 +134,13 @@ def _name(pid: int) -> str:
         return "?"
 
 
+def _cmdline(pid: int) -> bytes | None:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+
+
 def children(pid: int) -> list[int]:
     """Every descendant of ``pid`` alive now."""
     try:
@@ -161,13 +168,18 @@ def children(pid: int) -> list[int]:
 
 @dataclass
 class TreeMemory:
-    """Samples the memory of a process's descendants (the engine runs) in a thread."""
+    """Samples the memory of a process's descendants (the engine runs) in a thread.
+
+    A child forked and not yet exec'd still has ``pid``'s command line and shows ``pid``'s own
+    pages as its resident set: it is skipped and counted (``unexeced``), not taken as an engine
+    process."""
 
     pid: int
     interval: float = 0.1
     peak_by_name: dict[str, float] = field(default_factory=dict)
     peak_total: float = 0.0
     samples: int = 0
+    unexeced: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -177,9 +189,13 @@ class TreeMemory:
         return self
 
     def _run(self) -> None:
+        own = _cmdline(self.pid)
         while not self._stop.is_set():
             total = 0.0
             for child in children(self.pid):
+                if own is not None and _cmdline(child) == own:
+                    self.unexeced += 1
+                    continue
                 mb = rss_mb(child)
                 if mb is None:
                     continue
@@ -201,6 +217,7 @@ class TreeMemory:
             "peak_process_mb": largest[1],
             "peak_by_name_mb": dict(sorted(self.peak_by_name.items())),
             "samples": self.samples,
+            "unexeced": self.unexeced,
         }
 
 

@@ -72,7 +72,8 @@ p95, max, mean, samples}}` (its p95 is rendered only from ≥ {P95_MIN} samples)
     task queue once: the trials start after that);
   - `change`: `latency_s`, `engine_runs_per_change`, `state_bytes_per_change`
     (summaries), `engine_peak_total_mb`, `engine_peak_process_mb`,
-    `engine_peak_by_name_mb`;
+    `engine_peak_by_name_mb`, `engine_unexeced_samples` (children of the daemon sampled before
+    their exec, not counted);
   - `backlog`: `burst_to_replicas_s`, `sample_to_replicas_s`, `up_runs`, `refresh_runs`
     (summaries), `trials_without_sample` (a count), `workflows`;
   - `queue`: `latency_s`, `deployment_s` (summaries), `steps_s.<step>` (a summary per
@@ -593,7 +594,8 @@ def _per_size(results: Mapping[str, Any]) -> list[str]:
         "and history files during one change (the file backend; a rewrite within 10 ms "
         "of another counts once, so a lower bound).",
         "- *peak RSS*: the daemon process's own `VmHWM`; the engine's (CLI, language host, "
-        "providers) sampled every 100 ms during the changes.",
+        "providers) sampled every 100 ms during the changes; a child of the daemon not yet "
+        "exec'd (the daemon's own command line, its pages) is not counted.",
         "",
     ]
     return out

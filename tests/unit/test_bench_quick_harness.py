@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -309,6 +309,36 @@ def test_a_processes_cpu_time_is_read_and_a_gone_one_is_unknown() -> None:
     busy = reading["machine_busy"]
     assert isinstance(busy, float)
     assert 0.0 < busy <= 1.0
+
+
+def test_engine_memory_leaves_out_a_child_not_yet_execd_and_counts_one_that_is() -> None:
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from bench.procs import TreeMemory
+    from tests.helpers import assert_eventually
+
+    forked = os.fork()
+    if forked == 0:  # this process's image and pages, never exec'd (as between fork and exec)
+        time.sleep(30)
+        os._exit(0)
+    execd = subprocess.Popen(["sleep", "30"])
+    memory = TreeMemory(os.getpid(), interval=0.02).start()
+    try:
+        assert_eventually(lambda: memory.unexeced >= 1 and "sleep" in memory.peak_by_name)
+    finally:
+        found = memory.stop()
+        os.kill(forked, 9)
+        os.waitpid(forked, 0)
+        execd.kill()
+        execd.wait()
+
+    assert cast(int, found["unexeced"]) >= 1
+    assert Path("/proc/self/comm").read_text().strip() not in cast(
+        dict[str, float], found["peak_by_name_mb"]
+    )
+    assert found["peak_process"] == "sleep"
 
 
 def test_results_round_trip_through_json(tmp_path: Any) -> None:

@@ -127,18 +127,16 @@ def _read(which: int | tuple[int, Part]) -> float | None:
     return cpu_seconds(*which) if isinstance(which, tuple) else cpu_seconds(which)
 
 
-def _name(pid: int) -> str:
+def _proc(pid: int, entry: str) -> bytes | None:
+    """``/proc/<pid>/<entry>``, or ``None`` once the process is gone."""
     try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return "?"
-
-
-def _cmdline(pid: int) -> bytes | None:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
+        return Path(f"/proc/{pid}/{entry}").read_bytes()
     except OSError:
         return None
+
+
+def _name(pid: int) -> str:
+    return (_proc(pid, "comm") or b"?").decode(errors="replace").strip()
 
 
 def children(pid: int) -> list[int]:
@@ -189,11 +187,11 @@ class TreeMemory:
         return self
 
     def _run(self) -> None:
-        own = _cmdline(self.pid)
+        own = _proc(self.pid, "cmdline")
         while not self._stop.is_set():
             total = 0.0
             for child in children(self.pid):
-                if own is not None and _cmdline(child) == own:
+                if own is not None and _proc(child, "cmdline") == own:
                     self.unexeced += 1
                     continue
                 mb = rss_mb(child)

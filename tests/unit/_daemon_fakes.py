@@ -7,6 +7,7 @@ can drive iterations on virtual time and count exactly what reached the "engine"
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import Executor, Future
@@ -217,11 +218,12 @@ class InlineAskerThread(AskerThread):
 
     def __init__(self, name: str) -> None:
         super().__init__(name)
-        self._events = asyncio.new_event_loop()
-        self.wait = 1.0  # answered before submit returns: the asking step takes them in
+        self._events = asyncio.new_event_loop()  # answered before submit returns
 
-    def submit(self, batch: Coroutine[Any, Any, None]) -> None:
-        self._events.run_until_complete(batch)
+    def submit(self, batch: Coroutine[Any, Any, None]) -> concurrent.futures.Future[Any]:
+        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        done.set_result(self._events.run_until_complete(batch))
+        return done
 
     def settle(self, timeout: float) -> bool:
         return True

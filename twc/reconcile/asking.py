@@ -1,7 +1,8 @@
 """The daemon's one Temporal querier: backlogs and pollers, under one request budget.
 
 An :class:`Asker` hands a loop's due questions to its :class:`AskerThread` and returns at
-once; an answer that says something new wakes the loop. Every question keeps to the
+once (backlog samples: within :data:`SAMPLE_WAIT`, so the asking iteration scales on them);
+a later answer that says something new wakes the loop. Every question keeps to the
 process's one :class:`Budget`, at most :data:`SAMPLE_CONCURRENCY` at once per loop.
 """
 
@@ -33,6 +34,8 @@ RATE_PER_S = 40.0
 """Questions per second one daemon process asks Temporal, on average."""
 BURST = 50
 """Questions asked back to back before that rate applies."""
+SAMPLE_WAIT = 0.25
+"""Seconds an iteration waits for the backlog samples it asked for."""
 POLLERS_DEADLINE = 2.0
 """Seconds one poller question may take; unanswered, it is asked again when next due."""
 
@@ -311,10 +314,9 @@ class AskerThread:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._batches: list[concurrent.futures.Future[Any]] = []
-        self.wait = 0.0
 
-    def submit(self, batch: Coroutine[Any, Any, Any]) -> None:
-        """Run ``batch`` on the thread and return at once."""
+    def submit(self, batch: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
+        """Run ``batch`` on the thread and return at once; its future."""
         with self._lock:
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
@@ -324,6 +326,7 @@ class AskerThread:
                 self._thread.start()
             self._batches = [b for b in self._batches if not b.done()]
             self._batches.append(asyncio.run_coroutine_threadsafe(batch, self._loop))
+            return self._batches[-1]
 
     def settle(self, timeout: float) -> bool:
         """Wait (at most ``timeout`` s) for every batch submitted so far; whether done."""
@@ -363,14 +366,16 @@ class Asker:
         thread: AskerThread,
         wake: Callable[[], None] | None = None,
         wall: Callable[[], float] = time.time,
+        wait: float = 0.0,
     ) -> None:
         self.thread = thread
         self.wake = wake
         self._wall = wall
+        self.wait = wait  # seconds :meth:`poll` waits for the answers it asked for
         self._lock = threading.Lock()
         self._flying: set[TaskQueueRef] = set()
+        self._awaited: set[TaskQueueRef] = set()  # poll takes their answers in: no wake
         self._latest: dict[TaskQueueRef, Answer] = {}
-        self.unanswered = 0
 
     def poll(
         self,
@@ -383,7 +388,7 @@ class Asker:
         deadline: float | None = None,
         take: Callable[[int], int] | None = None,
     ) -> dict[TaskQueueRef, Answer]:
-        """Ask about the due ``refs`` and return at once with each one's latest answer."""
+        """Ask about the due ``refs``; each one's latest answer, at once or within ``wait``."""
         wanted = dict.fromkeys(refs)  # ordered, and a set's lookups
         with self._lock:
             self._latest = {r: a for r, a in self._latest.items() if r in wanted}
@@ -398,9 +403,9 @@ class Asker:
                 due.sort(key=lambda r: (latest[r].at if r in latest else float("-inf"), str(r)))
                 due = due[: take(len(due))]
             self._flying.update(due)
-            found = {r: latest[r] for r in wanted if r in latest}  # before any new answer
-        if not due:
-            return found
+            self._awaited = set(due) if self.wait > 0 else set()
+            if not due:
+                return {r: latest[r] for r in wanted if r in latest}
         batch = ask_all(
             due,
             question,
@@ -410,10 +415,9 @@ class Asker:
             clock=lambda: now,
             wall=self._wall,
         )
-        self.thread.submit(batch)
-        if self.thread.wait <= 0 or not self.thread.settle(self.thread.wait):
-            return found
+        concurrent.futures.wait([self.thread.submit(batch)], timeout=self.wait)  # 0: not at all
         with self._lock:
+            self._awaited.clear()
             return {r: self._latest[r] for r in wanted if r in self._latest}
 
     def next_due(self, now: float, reuse: float) -> float | None:
@@ -428,13 +432,13 @@ class Asker:
         with self._lock:
             self._flying.discard(ref)
             if answer is None:
-                self.unanswered += 1
                 return
             last = self._latest.get(ref)
             news = last is None or _news(last) != _news(answer)
             if not news and last is not None:
                 answer = dataclasses.replace(answer, repeats=last.repeats + 1)
             self._latest[ref] = answer
+            news = news and ref not in self._awaited
         if news and self.wake is not None:
             self.wake()
 

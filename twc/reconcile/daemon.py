@@ -32,7 +32,7 @@ from twc.desired import (
     judge_deletions,
 )
 from twc.reconcile.act import Actor, Effects
-from twc.reconcile.asking import POLLERS_DEADLINE, Asker, AskerThread, Budget
+from twc.reconcile.asking import POLLERS_DEADLINE, SAMPLE_WAIT, Asker, AskerThread, Budget
 from twc.reconcile.background import BackgroundEngine
 from twc.reconcile.health import DaemonMetrics
 from twc.reconcile.observe import Observation, Observer, Sources, WorkerFacts
@@ -125,7 +125,7 @@ class Daemon:
             clock=clock,
             budgets=budgets or Budget(),
             asker=Asker(thread=asking, wake=wake),
-            sampler=Asker(thread=asking, wake=wake, wall=self.clocks.wall),
+            sampler=Asker(thread=asking, wake=wake, wall=self.clocks.wall, wait=SAMPLE_WAIT),
         )
         self.reporter = Reporter(
             faults=faults, writer=effects.writer, wall=self.clocks.wall, observer=self.observer
@@ -251,7 +251,7 @@ class Daemon:
         watches = [w for w in (sources.queues, sources.native) if w is not None]
         if once:
             # No later iteration would take the answers in: the one iteration waits.
-            self.observer.asker.thread.wait = POLLERS_DEADLINE
+            self.observer.asker.wait = POLLERS_DEADLINE
         for watch in watches:
             watch.start(self.wakeup)
         state = self.state = LoopState(started_at=self.clocks.monotonic())

@@ -246,9 +246,8 @@ class Observer:
             if fleet.select is not None:
                 cluster[STACKS_KEY] = self._selections(fleet.select.model_dump(exclude_none=True))
         live: Mapping[str, int] | None = None
-        known = True
+        known, failure = True, None
         if self.sources.replicas is not None:
-            failure = None
             try:
                 live = self.sources.replicas()
             except Exception as exc:  # noqa: BLE001 - held and reported as a fault while it lasts
@@ -286,8 +285,7 @@ class Observer:
 
     def recall(self) -> StackRecord:
         """The stack's record (empty without one)."""
-        record = self.sources.record
-        if record is None:
+        if (record := self.sources.record) is None:
             return StackRecord()
         try:
             found = record.load()
@@ -400,8 +398,7 @@ class Observer:
         self, desired: DesiredFleet, existing: Collection[str] | None, known: Collection[str]
     ) -> dict[str, str]:
         """Per new worker one of whose objects exists and is not this stack's, why."""
-        read = self.sources.objects
-        if read is None or existing is None:
+        if (read := self.sources.objects) is None or existing is None:
             return {}
         out: dict[str, str] = {}
         for key in sorted(set(desired.workers) - set(existing) - set(known)):
@@ -454,8 +451,7 @@ class Observer:
 
     def deployments(self) -> Mapping[str, tuple[int, int]] | None:
         """``(replicas, readyReplicas)`` of the worker Deployments; ``None`` unknown."""
-        read = self.sources.deployments
-        if read is None:
+        if (read := self.sources.deployments) is None:
             return None
         try:
             return read()

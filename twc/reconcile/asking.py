@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from twc.connections import ResolvedConnection, default_registry, poller_failure
 from twc.errors import Reason, TwcConnectionError
@@ -34,15 +34,17 @@ RATE_PER_S = 40.0
 """Questions per second one daemon process asks Temporal, on average."""
 BURST = 50
 """Questions asked back to back before that rate applies."""
+FIRST_RESERVE = BURST / 2
+"""Questions' worth of the budget a re-ask leaves for first questions (new workers)."""
 SAMPLE_WAIT = 0.25
 """Seconds an iteration waits for the backlog samples it asked for."""
 POLLERS_DEADLINE = 2.0
 """Seconds one poller question may take; unanswered, it is asked again when next due."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True, order=True)
-class TaskQueueRef:
-    """A task queue to ask about; workers on one queue share a question."""
+class TaskQueueRef(NamedTuple):
+    """A task queue to ask about; workers on one queue share a question (a tuple: hashed and
+    compared at C speed, as every iteration looks up each worker's)."""
 
     namespace: str
     name: str
@@ -93,11 +95,11 @@ class Budget:
             self._tokens = min(self._burst, self._tokens + (now - self._updated) * self._rate)
         self._updated = now if self._updated is None else max(self._updated, now)
 
-    def take(self, wanted: int) -> int:
-        """Take up to ``wanted`` tokens now; how many."""
+    def take(self, wanted: int, keep: float = 0.0) -> int:
+        """Take up to ``wanted`` tokens now, leaving ``keep``; how many."""
         with self._lock:
             self._refill()
-            allowed = max(0, min(wanted, int(self._tokens)))
+            allowed = max(0, min(wanted, int(self._tokens - keep)))
             self._tokens -= allowed
             return allowed
 
@@ -386,7 +388,7 @@ class Asker:
         reuse: Callable[[Answer], float],
         limiter: Budget | None = None,
         deadline: float | None = None,
-        take: Callable[[int], int] | None = None,
+        take: Callable[[int, float], int] | None = None,
     ) -> dict[TaskQueueRef, Answer]:
         """Ask about the due ``refs``; each one's latest answer, at once or within ``wait``."""
         wanted = dict.fromkeys(refs)  # ordered, and a set's lookups
@@ -399,9 +401,10 @@ class Asker:
                 if r not in self._flying
                 and (r not in latest or now - latest[r].at >= reuse(latest[r]))
             ]
-            if take is not None:
-                due.sort(key=lambda r: (latest[r].at if r in latest else float("-inf"), str(r)))
-                due = due[: take(len(due))]
+            if take is not None:  # first questions first; a re-ask leaves other loops' theirs
+                first = [r for r in due if r not in latest]
+                again = sorted((r for r in due if r in latest), key=lambda r: (latest[r].at, r))
+                due = first[: take(len(first), 0.0)] + again[: take(len(again), FIRST_RESERVE)]
             self._flying.update(due)
             self._awaited = set(due) if self.wait > 0 else set()
             if not due:

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from twc.errors import Reason
 from twc.status import DEPLOYMENT_READY, FAILED_REASONS, QUEUE_REGISTERED
@@ -21,8 +20,7 @@ _REJECTED_FAILED = FAILED_REASONS | {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class PollerFacts:
+class PollerFacts(NamedTuple):
     """The pollers DescribeTaskQueue saw, or ``None`` with the failure's reason and message."""
 
     pollers: int | None

@@ -49,6 +49,7 @@ from twc.reconcile.asking import (
     BacklogSource,
     Budget,
     SecretReader,
+    TaskQueueRef,
 )
 from twc.reconcile.health import DaemonMetrics
 from twc.reconcile.outcome import Fault, sample_fault
@@ -197,9 +198,16 @@ class WorkerFacts:
     rollouts: RolloutFacts | None = field(default_factory=RolloutFacts)
 
 
+_Resolved = tuple[ResolvedWorker, ResolvedConnection]
+_Placement = tuple[list[ResolvedWorker], list[_Resolved], dict[str, list[str]]]
+"""The autoscaled workers, each worker with its connection, per connection its namespaces."""
+
+
 @dataclass(eq=False)
 class Observer:
-    """The iteration's reads; questions to Temporal go to the askers' thread, never waited for."""
+    """The iteration's reads; questions to Temporal go to the askers' thread (only backlog
+    samples are waited for, at most :data:`~twc.reconcile.asking.SAMPLE_WAIT`). What it works
+    out from the desired fleet alone is kept while the desired fleet is the same object."""
 
     sources: Sources
     _: KW_ONLY
@@ -215,6 +223,10 @@ class Observer:
         default_factory=dict, init=False
     )
     _loop: asyncio.AbstractEventLoop | None = field(default=None, init=False)
+    _placed: tuple[DesiredFleet, _Placement] | None = field(default=None, init=False)
+    _refs: tuple[DesiredFleet, Sequence[str], dict[str, TaskQueueRef]] | None = field(
+        default=None, init=False
+    )
 
     def close(self) -> None:
         """Close the askers' thread and the rollouts' event loop."""
@@ -306,10 +318,21 @@ class Observer:
 
     def facts(self, desired: DesiredFleet) -> WorkerFacts:
         """Backlogs of the autoscaled workers, credential digests, placement, versions."""
+        if (placed := self._placed) is None or placed[0] is not desired:  # the same fleet
+            placed = self._placed = (desired, self._place(desired))
+        autoscaled, resolved, placement = placed[1]
+        return WorkerFacts(
+            backlogs=self._sample(desired.fleet, autoscaled),
+            credentials=self._credential_digests(resolved),
+            placement=placement,
+            rollouts=observe_facts(self.sources.rollouts, desired, self.event_loop()),
+        )
+
+    def _place(self, desired: DesiredFleet) -> _Placement:
         autoscaled = [
             w for w in desired.workers.values() if w.autoscaling is not None and w.rollout is None
         ]
-        resolved: list[tuple[ResolvedWorker, ResolvedConnection]] = []
+        resolved: list[_Resolved] = []
         placement: dict[str, set[str]] = {}
         resolve = functools.cache(lambda to: self.sources.registry.resolve(to, desired.fleet))
         for worker in desired.workers.values():
@@ -320,16 +343,9 @@ class Observer:
             resolved.append((worker, conn))
             # Each namespace gets its own copy of the connection's secret: a shared state.
             placement.setdefault(connection_name(conn), set()).add(worker.namespace)
-        return WorkerFacts(
-            backlogs=self._sample(desired.fleet, autoscaled),
-            credentials=self._credential_digests(resolved),
-            placement={name: sorted(ns) for name, ns in sorted(placement.items())},
-            rollouts=observe_facts(self.sources.rollouts, desired, self.event_loop()),
-        )
+        return autoscaled, resolved, {name: sorted(ns) for name, ns in sorted(placement.items())}
 
-    def _credential_digests(
-        self, resolved: Sequence[tuple[ResolvedWorker, ResolvedConnection]]
-    ) -> dict[str, str]:
+    def _credential_digests(self, resolved: Sequence[_Resolved]) -> dict[str, str]:
         # Fingerprinted where the program reads each secret (secretSource, else the worker's).
         read = self.sources.secrets
         if read is None:
@@ -431,8 +447,10 @@ class Observer:
         known, self._verdicts = self._verdicts, {}
         ask: list[str] = []
         for key, origin in desired.origins.items():
-            worker = desired.workers[key]
-            if not origin.startswith("TemporalWorker ") or key in skip or before.get(key) == worker:
+            worker, old = desired.workers[key], before.get(key)
+            if not origin.startswith("TemporalWorker ") or key in skip or old is worker:
+                continue  # unchanged workers are the same objects: compared at once
+            if old == worker:
                 continue
             if key in known and known[key][0] == worker:
                 self._verdicts[key] = known[key]
@@ -464,8 +482,10 @@ class Observer:
         source = self.sources.backlogs
         if not keys or source is None or not hasattr(source, "pollers"):
             return {}
-        workers = [desired.workers[k] for k in keys if k in desired.workers]
-        refs = source.refs(desired.fleet, workers)
+        if (last := self._refs) is None or last[0] is not desired or last[1] != keys:
+            workers = [desired.workers[k] for k in keys if k in desired.workers]
+            last = self._refs = (desired, keys, source.refs(desired.fleet, workers))
+        refs = last[2]
         answers = self.asker.poll(
             refs.values(),
             source.pollers,

@@ -566,14 +566,9 @@ class DeletionGuard:
         )
         if verdict.released and not self._releasing:
             self._releasing = verdict.deleting
-            names = ", ".join(sorted(verdict.deleting))
-            logger.warning(
-                "[%s] deleting %d workers (%s): %s",
-                self._stack,
-                len(verdict.deleting),
-                verdict.released,
-                names,
-            )
+            names, why = ", ".join(sorted(verdict.deleting)), verdict.released
+            said = "[%s] deleting %d workers (%s): %s"
+            logger.warning(said, self._stack, len(verdict.deleting), why, names)
         self.hold = verdict.hold
         self._on_verdict(verdict)
         if verdict.hold is None:

@@ -205,9 +205,8 @@ _Placement = tuple[list[ResolvedWorker], list[_Resolved], dict[str, list[str]]]
 
 @dataclass(eq=False)
 class Observer:
-    """The iteration's reads; questions to Temporal go to the askers' thread (only backlog
-    samples are waited for, at most :data:`~twc.reconcile.asking.SAMPLE_WAIT`). What it works
-    out from the desired fleet alone is kept while the desired fleet is the same object."""
+    """The iteration's reads (what one desired fleet gives is kept while it is the same object);
+    questions to Temporal go to the askers' thread, only backlog samples waited for (briefly)."""
 
     sources: Sources
     _: KW_ONLY
@@ -218,15 +217,13 @@ class Observer:
     budgets: Budget
     asker: Asker
     sampler: Asker
-    _digests: dict[str, str] = field(default_factory=dict, init=False)
-    _verdicts: dict[str, tuple[ResolvedWorker, str | None]] = field(
-        default_factory=dict, init=False
-    )
-    _loop: asyncio.AbstractEventLoop | None = field(default=None, init=False)
-    _placed: tuple[DesiredFleet, _Placement] | None = field(default=None, init=False)
-    _refs: tuple[DesiredFleet, Sequence[str], dict[str, TaskQueueRef]] | None = field(
-        default=None, init=False
-    )
+
+    def __post_init__(self) -> None:
+        self._digests: dict[str, str] = {}
+        self._verdicts: dict[str, tuple[ResolvedWorker, str | None]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._placed: tuple[DesiredFleet, _Placement] | None = None
+        self._refs: tuple[DesiredFleet, Sequence[str], dict[str, TaskQueueRef]] | None = None
 
     def close(self) -> None:
         """Close the askers' thread and the rollouts' event loop."""

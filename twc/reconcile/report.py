@@ -138,15 +138,9 @@ class Reporter:
         """Report what planning found: replica decisions, objects left out or kept."""
         for key, decision in plan.decisions.items():
             if decision.changed:
-                logger.info(
-                    "[%s/%s] replicas %d -> %d (%s; recommendation %d)",
-                    self.stack,
-                    key,
-                    decision.current,
-                    decision.replicas,
-                    decision.reason,
-                    decision.recommendation,
-                )
+                to, why, advised = decision.replicas, decision.reason, decision.recommendation
+                said = "[%s/%s] replicas %d -> %d (%s; recommendation %d)"
+                logger.info(said, self.stack, key, decision.current, to, why, advised)
         current = {k: plan.current.get(k) for k in plan.workers}
         self.metrics.publish(worker_desired_replicas=plan.replicas, worker_current_replicas=current)
         self._report_queues(plan.desired)
@@ -266,12 +260,8 @@ class Reporter:
         self.metrics.reconcile_errors.labels(self.stack, reason).inc()
         message = shorten(engine_failure(outcome.message).reason)  # not its whole output
         if outcome.kind is not OutcomeKind.TEMPORARY:
-            logger.error(
-                "[%s] reconcile failed permanently (%s); waiting for the input to change: %s",
-                self.stack,
-                reason,
-                message,
-            )
+            said = "[%s] reconcile failed permanently (%s); waiting for the input to change: %s"
+            logger.error(said, self.stack, reason, message)
             return
         # A traceback helps only for errors nobody anticipated, not engine failures.
         unexpected = outcome.reason is FailureReason.UNEXPECTED and not type(
@@ -298,12 +288,8 @@ class Reporter:
         if not found:
             logger.info("[%s] refresh: no drift", self.stack)
             return
-        logger.warning(
-            "[%s] drift found in %d resource(s): %s; a full up follows",
-            self.stack,
-            len(found),
-            ", ".join(found),
-        )
+        said = "[%s] drift found in %d resource(s): %s; a full up follows"
+        logger.warning(said, self.stack, len(found), ", ".join(found))
         self.metrics.drift_detected.labels(self.stack).inc()
 
     def _report_native(self, native: NativePlan) -> None:
@@ -352,13 +338,8 @@ class Reporter:
             what = f"finalizers of {obj} not updated"
             if not self._tried(what, self._writer.set_finalizers, obj, finalizers):
                 continue
-            logger.info(
-                "[%s] %s %s: %s",
-                self.stack,
-                "protecting" if added else "releasing",
-                obj,
-                "referenced by a worker" if added else "no worker uses it any more",
-            )
+            what, why = ("protecting", "referenced by a worker") if added else ("releasing", None)
+            logger.info("[%s] %s %s: %s", self.stack, what, obj, why or "no worker uses it now")
 
     def _update_status(
         self, native: NativePlan, plan: Plan | None, applied: DesiredState | None

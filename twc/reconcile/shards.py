@@ -509,13 +509,8 @@ class ShardedDaemon:
             return None
         for shard in sorted(leading, key=lambda s: s.index, reverse=True):
             if not shard.engine.busy and shard.leader is not None:
-                logger.info(
-                    "[%s] handing back shard %s (holding %d, share %d)",
-                    self.stack,
-                    shard.stack,
-                    len(leading),
-                    share,
-                )
+                said = "[%s] handing back shard %s (holding %d, share %d)"
+                logger.info(said, self.stack, shard.stack, len(leading), share)
                 shard.leader.hand_back()
                 return shard.stack
         return None

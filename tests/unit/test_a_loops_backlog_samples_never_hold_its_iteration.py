@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from tests.unit._daemon_fakes import NS, FakeBacklogs, Harness, autoscaled, fleet_data, make_daemon
-from twc.reconcile.asking import Asker, Backlog, Budget, TaskQueueRef
+from twc.reconcile.asking import SAMPLE_WAIT, Asker, Backlog, Budget, TaskQueueRef
 from twc.reconcile.outcome import Fault
 from twc.reconcile.settings import DaemonSettings
 
@@ -215,3 +215,16 @@ def test_the_sampler_spends_the_shared_budget() -> None:
         assert budget.acquired == 3
     finally:
         h.daemon.observer.close()
+
+
+def test_the_only_iteration_of_run_once_waits_for_a_sample_longer_than_the_wait() -> None:
+    class SlowBacklogs(FakeBacklogs):
+        async def describe(self, ref: TaskQueueRef) -> Backlog:
+            await asyncio.sleep(2 * SAMPLE_WAIT)  # longer than a loop's wait, within --once's
+            return await super().describe(ref)
+
+    h = _harness(["orders"], {"orders": 40})
+    observer = h.daemon.observer
+    observer.sources = replace(observer.sources, backlogs=SlowBacklogs({"orders": 40}))
+    assert h.daemon.run(once=True) == 0
+    assert h.live[f"{NS}/orders"] == 4, "scaled on the sample --once waited for"

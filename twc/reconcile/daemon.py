@@ -251,7 +251,7 @@ class Daemon:
         watches = [w for w in (sources.queues, sources.native) if w is not None]
         if once:
             # No later iteration would take the answers in: the one iteration waits.
-            self.observer.asker.wait = POLLERS_DEADLINE
+            self.observer.asker.wait = self.observer.sampler.wait = POLLERS_DEADLINE
         for watch in watches:
             watch.start(self.wakeup)
         state = self.state = LoopState(started_at=self.clocks.monotonic())

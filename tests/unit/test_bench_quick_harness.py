@@ -579,3 +579,44 @@ def test_the_wake_figure_has_a_worker_that_sleeps_and_one_kept_awake_and_renders
     assert "| asleep: at zero | p50 9.0 s (3 trials) |" in md
     assert "| awake: at one | p50 100.0 ms (3 trials) |" in md
     assert "`scaleDownStabilizationSeconds: 20` (default 300)" in md
+
+
+def test_a_loop_that_iterated_again_is_left_out_of_the_no_op_figures_and_counted() -> None:
+    import signal
+    import subprocess
+    from pathlib import Path
+
+    from bench.figures import noop_iteration
+    from bench.stacks import BenchStack
+
+    def loops(a: int, b: int) -> dict[str, Any]:
+        def it(n: int, ended: float) -> dict[str, Any]:
+            return {"number": n, "ok": True, "seconds": 0.01, "cpuSeconds": 0.005, "endedAt": ended}
+
+        return {
+            "shards": {"s0": {"lastIteration": it(a, 100.0)}, "s1": {"lastIteration": it(b, 100.5)}}
+        }
+
+    # Read before the SIGHUP, while waiting, after: per trial. In the first, s1 iterated twice.
+    reads = iter([loops(1, 1), *[loops(2, 3)] * 3, *[loops(3, 4)] * 3])
+
+    class Daemon:
+        def __init__(self, pid: int) -> None:
+            self.pid = pid
+
+        def status(self) -> dict[str, Any]:
+            return next(reads)
+
+    ignore = lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)  # noqa: E731
+    sleeper = subprocess.Popen(["sleep", "60"], preexec_fn=ignore)
+    try:
+        stack = BenchStack(2, "bench-2", Path("fleet.yaml"), "127.0.0.1:7233", ("a", "b"), 1)
+        found = noop_iteration(stack, cast(Any, Daemon(sleeper.pid)), trials=2, progress=print)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert found["per_shard_s"]["n"] == 3, "s1's later iteration of the first trial is out"
+    assert found["iterated_again"] == 1
+    assert found["spans_left_out"] == 1
+    assert found["all_shards_s"]["n"] == 1
+    assert found["all_shards_s"]["p50"] == pytest.approx(0.51)

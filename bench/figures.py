@@ -645,6 +645,19 @@ def _last_iterations(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {stack: loop.get("lastIteration") or {} for stack, loop in loops.items()}
 
 
+def _woken(status: dict[str, Any], before: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each loop's first iteration after ``before`` (its ``lastIteration`` then), from
+    ``/status``'s ``recentIterations``; a loop whose one has left that history is missing."""
+    loops = status.get("shards") or {status["stack"]: status}
+    out = {}
+    for stack, loop in loops.items():
+        number = before.get(stack, {}).get("number", 0) + 1
+        for it in loop["recentIterations"]:
+            if it["number"] == number:
+                out[stack] = it
+    return out
+
+
 def wait_settled(kube: Any, stack: BenchStack) -> float:
     """Seconds until every worker's TemporalWorker shows its task queue checked, plus a
     few for those last writes' watch events to reach every loop. Until then the daemon
@@ -682,9 +695,10 @@ def noop_iteration(
     iteration failed. *All shards* is a trial's span from the first shard's start to the
     last one's end (the shards' loops run in parallel threads). Backlog samples and poller
     counts keep their own schedules, so most iterations reuse them; the p95 and max
-    include those that did not. A loop that iterated again before ``/status`` was read
-    (a sample came due, an answer woke it) shows that later iteration, not the woken one:
-    it is left out of the per-shard figures and its trial out of the span (both counted).
+    include those that did not. Each loop's woken iteration is its first after the SIGHUP
+    (``recentIterations``: a loop may have iterated again before the read, when a sample
+    came due or an answer woke it); one that left that history is left out of the
+    per-shard figures and its trial out of the span (both counted).
     """
     per_shard: list[float] = []
     per_shard_cpu: list[float] = []
@@ -703,27 +717,25 @@ def noop_iteration(
         except TimeoutError:
             dropped += 1
             continue
-        after = _last_iterations(daemon.status())
-        if not all(it.get("ok") for it in after.values()):
+        woken = _woken(daemon.status(), before)
+        if not all(it.get("ok") for it in woken.values()):
             dropped += 1
             continue
-        first = {k: before.get(k, {}).get("number", 0) + 1 for k in after}
-        woken = {k: it for k, it in after.items() if it["number"] == first[k]}
-        again += len(after) - len(woken)
+        again += len(before) - len(woken)
         per_shard += [it["seconds"] for it in woken.values()]
         per_shard_cpu += [it["cpuSeconds"] for it in woken.values()]
-        if len(woken) < len(after):
+        if len(woken) < len(before):
             spans_left_out += 1
             continue
-        starts = [it["endedAt"] - it["seconds"] for it in after.values()]
-        rounds.append(max(it["endedAt"] for it in after.values()) - min(starts))
+        starts = [it["endedAt"] - it["seconds"] for it in woken.values()]
+        rounds.append(max(it["endedAt"] for it in woken.values()) - min(starts))
     if not per_shard or not rounds:
         raise RuntimeError(f"no no-op trial left ({dropped} dropped, {spans_left_out} spans)")
     progress(
         f"N={stack.n} no-op iteration: p50 {summarize(per_shard)['p50'] * 1000:.1f} ms per "
         f"shard (CPU {summarize(per_shard_cpu)['p50'] * 1000:.1f} ms), "
         f"{summarize(rounds)['p50'] * 1000:.1f} ms for all shards, {dropped} dropped, "
-        f"{again} loop iterations and {spans_left_out} spans left out (iterated again)"
+        f"{again} loop iterations and {spans_left_out} spans left out (out of the history)"
     )
     return {
         "per_shard_s": summarize(per_shard),

@@ -68,8 +68,8 @@ p95, max, mean, samples}}` (its p95 is rendered only from ≥ {P95_MIN} samples)
   per stack), `figure_order`;
   - `noop`: `per_shard_s`, `per_shard_cpu_s` (the iterating thread's CPU time),
     `all_shards_s` (summaries), `shards`, `dropped` (trials left out), `iterated_again`
-    and `spans_left_out` (loops that iterated again before `/status` was read, and their
-    trials' spans: left out of the figures), `settle_s` (how
+    and `spans_left_out` (loops whose woken iteration had left `/status`'s
+    `recentIterations` by the read, and their trials' spans: left out), `settle_s` (how
     long the daemon took, after its ups, to write every worker's status and check every
     task queue once: the trials start after that);
   - `change`: `latency_s`, `engine_runs_per_change`, `state_bytes_per_change`
@@ -457,7 +457,7 @@ def _dropped(sizes: Sequence[Mapping[str, Any]]) -> list[str]:
         parts = [
             f"no-op iteration {noop if noop is not None else 'not measured'}"
             + (
-                f" ({again} shards' and {spans} spans left out: the loop iterated again)"
+                f" ({again} shards' and {spans} spans left out: woken iteration out of the history)"
                 if again is not None
                 else ""
             ),
@@ -593,9 +593,9 @@ def _per_size(results: Mapping[str, Any]) -> list[str]:
         "the iteration did, without its waits for a core, the GIL or an answer. *All "
         "shards* is a trial's span from the first shard's start to the last one's end "
         "(the shards' loops run in parallel threads). A trial in which a loop did not "
-        "iterate within a minute, or failed, is dropped and counted; a loop that iterated "
-        "again before `/status` was read is left out of the per-shard figures and its "
-        "trial out of the span (counted).",
+        "iterate within a minute, or failed, is dropped and counted. Each loop's woken "
+        "iteration is its first after the SIGHUP, from `/status`'s `recentIterations` (a "
+        "loop may iterate again before the read: a sample comes due, an answer wakes it).",
         "- *Queue → polling worker*: labelled Queue objects created at random (exponential "
         "gaps) while one-worker changes keep the daemon busy and refreshes run; until a "
         "real temporalio worker, started from the new Deployment's own env when it "

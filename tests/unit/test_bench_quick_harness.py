@@ -581,7 +581,7 @@ def test_the_wake_figure_has_a_worker_that_sleeps_and_one_kept_awake_and_renders
     assert "`scaleDownStabilizationSeconds: 20` (default 300)" in md
 
 
-def test_a_loop_that_iterated_again_is_left_out_of_the_no_op_figures_and_counted() -> None:
+def test_the_no_op_figure_times_each_loops_woken_iteration_not_a_later_one() -> None:
     import signal
     import subprocess
     from pathlib import Path
@@ -589,16 +589,23 @@ def test_a_loop_that_iterated_again_is_left_out_of_the_no_op_figures_and_counted
     from bench.figures import noop_iteration
     from bench.stacks import BenchStack
 
-    def loops(a: int, b: int) -> dict[str, Any]:
-        def it(n: int, ended: float) -> dict[str, Any]:
-            return {"number": n, "ok": True, "seconds": 0.01, "cpuSeconds": 0.005, "endedAt": ended}
+    def it(n: int, ended: float, seconds: float = 0.01) -> dict[str, Any]:
+        return {"number": n, "ok": True, "seconds": seconds, "cpuSeconds": 0.005, "endedAt": ended}
 
+    def loops(s0: list[dict[str, Any]], s1: list[dict[str, Any]]) -> dict[str, Any]:
         return {
-            "shards": {"s0": {"lastIteration": it(a, 100.0)}, "s1": {"lastIteration": it(b, 100.5)}}
+            "shards": {
+                k: {"lastIteration": v[-1], "recentIterations": v}
+                for k, v in (("s0", s0), ("s1", s1))
+            }
         }
 
-    # Read before the SIGHUP, while waiting, after: per trial. In the first, s1 iterated twice.
-    reads = iter([loops(1, 1), *[loops(2, 3)] * 3, *[loops(3, 4)] * 3])
+    first = loops([it(1, 99.0)], [it(1, 99.0)])
+    # s1 iterated again 1 s later (a sample came due): its woken iteration is number 2.
+    second = loops([it(1, 99.0), it(2, 100.0)], [it(1, 99.0), it(2, 100.2), it(3, 101.2, 0.3)])
+    # s0's woken iteration (number 3) has left its history of one: left out, counted.
+    third = loops([it(4, 103.0)], [*second["shards"]["s1"]["recentIterations"], it(4, 103.1)])
+    reads = iter([first, second, second, second, third, third, third])
 
     class Daemon:
         def __init__(self, pid: int) -> None:
@@ -615,8 +622,9 @@ def test_a_loop_that_iterated_again_is_left_out_of_the_no_op_figures_and_counted
     finally:
         sleeper.kill()
         sleeper.wait()
-    assert found["per_shard_s"]["n"] == 3, "s1's later iteration of the first trial is out"
+    assert found["per_shard_s"]["n"] == 3, "two of the first trial, s1's of the second"
+    assert found["per_shard_s"]["max"] == pytest.approx(0.01), "not s1's later 0.3 s one"
     assert found["iterated_again"] == 1
     assert found["spans_left_out"] == 1
     assert found["all_shards_s"]["n"] == 1
-    assert found["all_shards_s"]["p50"] == pytest.approx(0.51)
+    assert found["all_shards_s"]["p50"] == pytest.approx(0.21)

@@ -83,7 +83,7 @@ def test_a_woken_iteration_rests_as_long_as_the_last_one_worked_at_most_the_quie
     iterations: list[float] = []  # each woken iteration's duration, as /status reports it
 
     def wake() -> None:
-        seconds = h.daemon.last_iteration["seconds"] if h.daemon.last_iteration else None
+        seconds = h.daemon.iterations[-1]["seconds"] if h.daemon.iterations else None
         if len(iterations) >= 3:
             h.daemon.request_stop()
         elif seconds is not None and not h.daemon.wakeup.is_set():

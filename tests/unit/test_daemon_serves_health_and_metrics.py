@@ -232,8 +232,11 @@ def test_status_says_how_long_the_last_iteration_took_and_when_it_ended(
     h.clock.now += 7.0
     h.step()
 
-    last = json.loads(_get(port, "/status")[1])["lastIteration"]
+    status = json.loads(_get(port, "/status")[1])
+    last = status["lastIteration"]
 
+    assert [it["number"] for it in status["recentIterations"]] == [1, 2]
+    assert status["recentIterations"][-1] == last
     assert last["number"] == 2
     assert last["ok"] is True
     assert last["seconds"] == 0.0  # the fake clock did not move during the iteration

@@ -13,6 +13,7 @@ import logging
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -108,7 +109,7 @@ class Daemon:
         self._rested_at = 0.0  # when a woken iteration may begin (the last one's rest over)
         self._woken_at: float | None = None  # the first wake since the last quiet moment
         self._up_waits = False  # the last iteration's up waits for a quiet moment
-        self.last_iteration: dict[str, Any] | None = None  # ``/status``'s ``lastIteration``
+        self.iterations: deque[dict[str, Any]] = deque(maxlen=8)  # the last ones, for ``/status``
         self._turn = effects.refresh_turn
         clock = self.clocks.monotonic
         # No liveness timeout set (it is > 0 when set): four reconcile intervals, at least 60 s.
@@ -204,7 +205,8 @@ class Daemon:
             "leading": self._was_leader is True,
             "iterations": state.iteration,
             "consecutiveFailures": state.consecutive_failures,
-            "lastIteration": self.last_iteration,
+            "lastIteration": self.iterations[-1] if self.iterations else None,
+            "recentIterations": list(self.iterations),
             "lastOutcome": None
             if outcome is None
             else {
@@ -306,13 +308,15 @@ class Daemon:
         self._expect_progress(state.next_delay(now=self.clocks.monotonic(), settings=self.settings))
         took, cpu = self.clocks.monotonic() - began, self.clocks.cpu() - cpu
         self._rested_at = began + took + min(cpu, QUIET)
-        self.last_iteration = {
-            "number": (self.last_iteration or {"number": 0})["number"] + 1,
-            "ok": outcome.ok,
-            "seconds": round(took, 6),
-            "cpuSeconds": round(cpu, 6),  # this thread's own work
-            "endedAt": self.clocks.wall(),
-        }
+        self.iterations.append(
+            {
+                "number": self.iterations[-1]["number"] + 1 if self.iterations else 1,
+                "ok": outcome.ok,
+                "seconds": round(took, 6),
+                "cpuSeconds": round(cpu, 6),  # this thread's own work
+                "endedAt": self.clocks.wall(),
+            }
+        )
         return state
 
     def observe(self, *, now: float) -> tuple[Observation, DesiredFleet, WorkerFacts]:

@@ -136,8 +136,8 @@ class ViewSync:
                 "[%s] %s TemporalWorker view %s (%s)", self._stack, word, view.key, view.source
             )
             return
-        said, by = "[%s] TemporalWorker view %s was edited by %s: put back (%s)", write.edited_by
-        logger.warning(said, self._stack, view.key, ", ".join(by), view.source)
+        said = "[%s] TemporalWorker view %s was edited by %s: put back (%s)"
+        logger.warning(said, self._stack, view.key, ", ".join(write.edited_by), view.source)
         if self._events is None:
             return
         where = (

@@ -637,20 +637,24 @@ def queue_to_polling(
 
 
 # ------------------------------------------------------------ no-op iteration
-def _last_iterations(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each loop's ``lastIteration`` from ``twc run``'s ``/status`` (every shard's)."""
+def _loops(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each loop's part of ``twc run``'s ``/status`` (every shard's, or the one loop's)."""
     loops = status.get("shards") or ({status["stack"]: status} if "stack" in status else {})
     if not loops:
         raise RuntimeError(f"/status names no loop: {sorted(status)}")
-    return {stack: loop.get("lastIteration") or {} for stack, loop in loops.items()}
+    return dict(loops)
+
+
+def _last_iterations(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each loop's ``lastIteration`` from ``twc run``'s ``/status``."""
+    return {stack: loop.get("lastIteration") or {} for stack, loop in _loops(status).items()}
 
 
 def _woken(status: dict[str, Any], before: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Each loop's first iteration after ``before`` (its ``lastIteration`` then), from
     ``/status``'s ``recentIterations``; a loop whose one has left that history is missing."""
-    loops = status.get("shards") or {status["stack"]: status}
     out = {}
-    for stack, loop in loops.items():
+    for stack, loop in _loops(status).items():
         number = before.get(stack, {}).get("number", 0) + 1
         for it in loop["recentIterations"]:
             if it["number"] == number:

@@ -338,8 +338,9 @@ class Reporter:
             what = f"finalizers of {obj} not updated"
             if not self._tried(what, self._writer.set_finalizers, obj, finalizers):
                 continue
-            what, why = ("protecting", "referenced by a worker") if added else ("releasing", None)
-            logger.info("[%s] %s %s: %s", self.stack, what, obj, why or "no worker uses it now")
+            what = "protecting" if added else "releasing"
+            why = "referenced by a worker" if added else "no worker uses it now"
+            logger.info("[%s] %s %s: %s", self.stack, what, obj, why)
 
     def _update_status(
         self, native: NativePlan, plan: Plan | None, applied: DesiredState | None

@@ -8,6 +8,7 @@ unasked, engine runs are interrupted and it exits 1, so Kubernetes restarts it.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import json
 import logging
@@ -59,6 +60,7 @@ REFRESH_SHARE = 0.25  # the most of a sharded daemon's time its shards' refreshe
 ENGINE_NICENESS = 5  # the engine gives the daemon's loops a core first (docs/architecture.md)
 ROOT_THREAD_PREFIX = "twc-"  # every long-lived thread of the daemon: its roots
 THAW_EVERY = 600.0  # seconds between full collections that look at frozen objects again
+LIBC = ctypes.CDLL(None)  # the C allocator's arenas and free pages (docs/architecture.md)
 # The Deployments' reads of a stack's loop (keys of the "scaled" read: the Deployments).
 _DEPLOYMENT_READS = ("replicas", "scaled", "deployments")
 
@@ -597,15 +599,11 @@ def _serve(wiring: Wiring, settings: DaemonSettings) -> list[HealthServer] | Non
         (settings.metrics_port, "0.0.0.0", None),  # noqa: S104 - probes and Prometheus reach it
         (settings.status_port, settings.status_host, runner.status),
     ]
+    live, ready = runner.live, runner.ready
     for port, host, status in listeners:
         try:
             server = HealthServer(
-                wiring.metrics,
-                port=port,
-                host=host,
-                live=runner.live,
-                ready=runner.ready,
-                status=status,
+                wiring.metrics, port=port, host=host, live=live, ready=ready, status=status
             )
         except OSError as exc:
             print(f"twc run: cannot serve on {host}:{port}: {exc}", file=sys.stderr)
@@ -618,7 +616,8 @@ def _serve(wiring: Wiring, settings: DaemonSettings) -> list[HealthServer] | Non
 
 def freeze_survivors(clock: Callable[[], float] = time.monotonic) -> Callable[[str, Any], None]:
     """A ``gc.callbacks`` entry freezing what survives each full collection (later ones skip it);
-    the first full one :data:`THAW_EVERY` s after the last thaw scans it too, freeing its cycles."""
+    the first full one :data:`THAW_EVERY` s after the last thaw scans it too, freeing its cycles.
+    After each full collection glibc hands its free pages back to the system."""
     thawed = [clock()]
 
     def callback(phase: str, info: Any) -> None:
@@ -627,13 +626,23 @@ def freeze_survivors(clock: Callable[[], float] = time.monotonic) -> Callable[[s
             thawed[0] = clock()
         elif info["generation"] == 2 and phase == "stop":
             gc.freeze()
+            with contextlib.suppress(AttributeError):  # glibc: hand free pages back
+                LIBC.malloc_trim(0)
 
     return callback
+
+
+def cap_arenas() -> None:
+    """Let glibc's ``malloc`` keep two arenas for all threads, unless ``MALLOC_ARENA_MAX`` says."""
+    if "MALLOC_ARENA_MAX" not in os.environ:
+        with contextlib.suppress(AttributeError):
+            LIBC.mallopt(-8, 2)  # M_ARENA_MAX
 
 
 def run_daemon(options: RunOptions) -> int:
     """Run the daemon until SIGTERM (or ``--once``): 0 then; 1 after losing the Lease
     (unsharded), a failed ``--once``, invalid settings, or a root thread that ended."""
+    cap_arenas()  # before any thread makes an arena of its own
     if not logging.getLogger().handlers:
         logging.basicConfig(
             level=os.environ.get("TWC_LOG_LEVEL", "INFO").upper(),

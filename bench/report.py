@@ -585,7 +585,7 @@ def _per_size(results: Mapping[str, Any]) -> list[str]:
         "meanwhile (the largest of the trials); refreshes, which run on their own "
         "schedule in whichever shard is due, are counted apart in `refresh_runs`.",
         "- *no-op iteration*: the running `twc run`'s own iterations with nothing to do, "
-        "timed inside it (each loop's `/status` `lastIteration`): each trial sends `twc run` "
+        "timed inside it (each loop's `/status` `recentIterations`): each trial sends `twc run` "
         "SIGHUP, which wakes every shard's loop (an unchanged fleet file wakes none). "
         "Backlog samples (`sampling.interval`) and poller counts (`pollers_interval`) keep "
         "their own schedules, so most iterations reuse them; the p95 and max include those "

@@ -40,7 +40,7 @@ def arenas(mode: str, **env: str) -> int:
 
 
 def test_eight_threads_share_two_arenas_once_capped() -> None:
-    assert arenas("plain") == 9
+    assert arenas("plain") > 2  # glibc's default: one per thread, up to eight per core
     assert arenas("cap") == 2
 
 

@@ -36,7 +36,7 @@ from twc.reconcile.act import Actor, Effects
 from twc.reconcile.asking import POLLERS_DEADLINE, SAMPLE_WAIT, Asker, AskerThread, Budget
 from twc.reconcile.background import BackgroundEngine
 from twc.reconcile.health import DaemonMetrics
-from twc.reconcile.observe import Observation, Observer, Sources, WorkerFacts
+from twc.reconcile.observe import Observation, Observer, Sources
 from twc.reconcile.outcome import BLOCKING, FaultBook, Outcome, outcome_of
 from twc.reconcile.plan import Memo, NativePlan, Plan, desired_from, make_plan, native_plan
 from twc.reconcile.report import FaultReporter, Reporter, shorten
@@ -319,8 +319,8 @@ class Daemon:
         )
         return state
 
-    def observe(self, *, now: float) -> tuple[Observation, DesiredFleet, WorkerFacts]:
-        """Step one: the cluster and the file, the desired fleet the guards allow, its facts."""
+    def observe(self, *, now: float) -> tuple[Observation, DesiredFleet]:
+        """Step one: the cluster and the file, the desired fleet the guards allow."""
         observer = self.observer
         registry, file = observer.sources.registry, observer.sources.file
         seen = observer.observe()
@@ -347,12 +347,12 @@ class Daemon:
         if conflicts or refused:
             inputs = desired.inputs.model_copy(update={"conflicts": conflicts, "refused": refused})
             desired = desired_fleet(seen.fleet, inputs, registry=registry, file=file)
-        return seen, desired, observer.facts(desired)
+        return seen, desired
 
     def plan(self, state: LoopState, *, now: float) -> Plan:
-        """Observe, then the pure plan; touches no engine."""
-        observed = self.observe(now=now)
-        seen, desired, _ = observed
+        """Observe, then the pure plan; touches no engine. Temporal is asked last, so the
+        replicas its answers ask for wait for no other part of the plan."""
+        seen, desired = self.observe(now=now)
         native, watched = None, self.observer.watched_kinds()
         if self.observer.sources.native is not None:
             # The same fleet and objects, the same native plan: two fifths of a no-op's CPU.
@@ -360,7 +360,9 @@ class Daemon:
             make = functools.partial(native_plan, seen, desired, watched, views_of)
             native = self._native_memo.get((desired, seen.cluster, watched, views_of), make)
         plan = make_plan(
-            *observed,
+            seen,
+            desired,
+            self.observer.facts(desired),
             state,
             settings=self.settings,
             now=now,
@@ -370,8 +372,7 @@ class Daemon:
             wall=self.clocks.wall(),
             memo=self._hash_memo,
         )
-        self._desired = dict(plan.replicas)
-        self._observed = dict(plan.current)
+        self._replicas = dict(plan.replicas), dict(plan.current)
         return plan
 
     def _apply_added(self, state: LoopState, *, now: float) -> None:

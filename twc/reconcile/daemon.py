@@ -104,8 +104,7 @@ class Daemon:
         self._hash_memo = Memo[DesiredState]()
         self._read_memos: dict[str, Memo[ObjectList]] = {}  # per kind, what the desired state reads
         self._resuming = sources.record is not None
-        self._desired: dict[str, int] = {}
-        self._observed: dict[str, int] = {}
+        self._replicas: tuple[Mapping[str, int], Mapping[str, int]] = ({}, {})  # desired, current
         self._rested_at = 0.0  # when a woken iteration may begin (the last one's rest over)
         self._woken_at: float | None = None  # the first wake since the last quiet moment
         self._up_waits = False  # the last iteration's up waits for a quiet moment
@@ -242,8 +241,8 @@ class Daemon:
                 for fault, active in sorted(self.faults.active().items())
             },
             "workers": {
-                key: {"desired": desired, "current": self._observed.get(key)}
-                for key, desired in sorted(self._desired.items())
+                key: {"desired": desired, "current": self._replicas[1].get(key)}
+                for key, desired in sorted(self._replicas[0].items())
             },
         }
 

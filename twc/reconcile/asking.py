@@ -241,8 +241,8 @@ class TemporalBacklogs:
             queue = TaskQueue(name=ref.name, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL)
             describe = client.workflow_service.describe_task_queue
             timeout = timedelta(seconds=10.0)  # each DescribeTaskQueue call
-            answers = []
-            for name in types:
+
+            async def ask(name: str) -> Any:
                 request = DescribeTaskQueueRequest(
                     namespace=ref.namespace,
                     task_queue=queue,
@@ -250,11 +250,14 @@ class TemporalBacklogs:
                     report_stats=stats,
                 )
                 try:
-                    answers.append(await describe(request, timeout=timeout))
+                    return await describe(request, timeout=timeout)
                 except RPCError:
                     if name != "NEXUS":
                         raise
-            return client, answers
+                    return None  # a server without Nexus
+
+            answers = await asyncio.gather(*map(ask, types))  # the types at once
+            return client, [a for a in answers if a is not None]
         except Exception as exc:
             reason, message = poller_failure(exc)
             if not own or reason != Reason.AUTH_SECRET_INVALID:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from tests.unit._daemon_fakes import NS, autoscaled, fleet_data, make_daemon
 from twc.reconcile.settings import AutoscaleBehavior, DaemonSettings, ScalingRules
 
@@ -205,3 +207,36 @@ def test_the_backlog_is_published_with_the_time_of_its_sample() -> None:
     h.step()  # a new sample
     second = h.metrics.value("twc_task_queue_backlog_sampled_at_seconds", task_queue="orders")
     assert second == first + 30
+
+
+def test_workers_scaled_in_one_iteration_are_written_at_once_not_one_after_another() -> None:
+    fleet = fleet_data(workers=[autoscaled("orders", target=10, hi=20), autoscaled("bills")])
+    h = make_daemon(fleet, settings=UNLIMITED_UP, backlogs={"orders": 0, "bills": 0})
+    h.step()
+    both_in_flight = threading.Barrier(2, timeout=10)  # broken if one write waits for another
+    write = h.scaler.scale
+
+    def meeting(namespace: str, name: str, replicas: int) -> None:
+        both_in_flight.wait()
+        write(namespace, name, replicas)
+
+    h.scaler.scale = meeting  # type: ignore[method-assign]
+    h.backlogs.counts.update(orders=50, bills=50)
+    h.clock.now += 30
+    h.step()
+
+    assert h.live[KEY] == 5
+    assert h.live[f"{NS}/bills"] > 1
+
+
+def test_the_up_that_adds_an_autoscaled_worker_claims_its_count_for_the_autoscaler() -> None:
+    fleet = fleet_data(workers=[{"name": "other", "namespace": NS, "taskQueueName": "x"}])
+    h = make_daemon(fleet, settings=UNLIMITED_UP, backlogs={"orders": 50})
+    h.step()
+    fleet["workers"].append(autoscaled("orders", target=10, hi=20))
+    h.clock.now += 30
+    h.step()
+
+    assert len(h.engine.ups) == 2
+    assert h.scaler.writes == [(KEY, 1)]  # by the up's end, not by a later iteration
+    assert KEY in h.scaler.owned

@@ -18,6 +18,7 @@ import collections
 import logging
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -46,6 +47,7 @@ logger = logging.getLogger(__name__)
 
 
 VIEW_OVERWRITTEN = "ViewOverwritten"  # the Event on a view whose edit was put back
+SCALE_CONCURRENCY = 8  # replica writes in flight at once, per loop
 
 
 class ViewWriter(Protocol):
@@ -360,15 +362,9 @@ class Actor:
                 AppliedRecord(h.fleet, h.shared, dict(h.workers), report.update, build_id())
             )
         self._count_recoveries(report.recoveries)
-        scaler = self._effects.scaler
-        for key in sorted(decision.added):  # new autoscaled workers: the autoscaler's count
-            worker, replicas = plan.workers.get(key), plan.replicas.get(key)
-            if scaler is None or worker is None or replicas is None or worker.autoscaling is None:
-                continue
-            try:
-                scaler.scale(worker.namespace, worker.name, replicas)
-            except Exception as exc:  # noqa: BLE001 - the next iteration scales it
-                logger.info("[%s/%s] not scaled after its up: %s", self._stack, key, exc)
+        autoscaled = {k for k, w in plan.workers.items() if w.autoscaling is not None}
+        added = {k: plan.replicas[k] for k in autoscaled & decision.added if k in plan.replicas}
+        self.scale(replace(plan, scale=added))  # new autoscaled workers: the autoscaler's count
         self._release_early(plan, owned)
         changes = {op: n for op, n in report.changes.items() if op != "same" and n}
         logger.info("[%s] up (%s) done: %s", self._stack, mode, changes or "no changes")
@@ -411,25 +407,28 @@ class Actor:
         return targets
 
     def scale(self, plan: Plan) -> dict[str, int]:
-        """Write the plan's replicas (while leading); returns those written."""
+        """Write the plan's replicas (while leading), a few at once; returns those written."""
         scaler = self._effects.scaler
         if scaler is None or not plan.scale or not self._may_apply():
             return {}
-        done: dict[str, int] = {}
-        for key, replicas in sorted(plan.scale.items()):
-            namespace, _, name = key.partition("/")
+        keys = sorted(plan.scale)
+
+        def one(key: str) -> bool:
+            replicas, (namespace, _, name) = plan.scale[key], key.partition("/")
             try:
                 scaler.scale(namespace, name, replicas)
             except Exception as exc:  # noqa: BLE001 - one worker's failed scale never stops the loop; retried next iteration
                 logger.warning("[%s/%s] could not scale to %d: %s", self._stack, key, replicas, exc)
                 self._metrics.scale_writes.labels(self._stack, "failed").inc()
-                continue
-            current = plan.current.get(key)
-            if current != replicas:
+                return False
+            if (current := plan.current.get(key)) != replicas:
                 logger.info("[%s/%s] scaled %s → %d", self._stack, key, current, replicas)
-            done[key] = replicas
             self._metrics.scale_writes.labels(self._stack, "written").inc()
-        return done
+            return True
+
+        with ThreadPoolExecutor(min(len(keys), SCALE_CONCURRENCY)) as pool:  # none waits
+            written = list(pool.map(one, keys))
+        return {key: plan.scale[key] for key, ok in zip(keys, written, strict=True) if ok}
 
     def refresh(self) -> list[str]:
         """Refresh the stack; returns the resources that drifted."""

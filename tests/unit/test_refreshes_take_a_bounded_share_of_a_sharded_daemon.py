@@ -107,7 +107,7 @@ def test_a_refresh_that_entered_waits_for_the_budget_before_it_starts() -> None:
     clock.now = 20.0
     slots.wake()
     assert started.wait(5)
-    assert slots.refreshing == 1
+    assert slots.running == 1
 
 
 def test_a_share_of_one_keeps_refreshes_back_to_back() -> None:

@@ -327,9 +327,8 @@ class Daemon:
             recalled = observer.recall()
             self.guard.remember(recalled.accepted, recalled.fleet)
             self._accepted = {k: dict(v) for k, v in recalled.accepted.items()}
-        # The same file, objects and accepted specs make the same desired fleet: computing
-        # it again was a third of a no-op iteration (docs/architecture.md, its figure). Of the
-        # objects, only what it reads: the status the daemon writes comes back unread.
+        # The same file, objects and accepted specs make the same desired fleet (a memo,
+        # docs/architecture.md); of the objects, what it reads: not the status written back.
         cluster, memos = seen.cluster or {}, self._read_memos
         read = {k: memos.setdefault(k, Memo()).get((v,), v.trimmed) for k, v in cluster.items()}
         key = (seen.fleet, read, self._accepted)  # the fleet says whether objects are read

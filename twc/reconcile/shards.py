@@ -182,13 +182,12 @@ class EngineSlots:
             raise ValueError(f"refresh_share must be in (0, 1], got {refresh_share}")
         self.limit = max(1, n)
         self.refresh_share = refresh_share
-        self._clock = clock
-        self._claim_ttl = claim_ttl
+        self._clock, self._claim_ttl = clock, claim_ttl
         self._free = threading.Condition()
         self._waiting = {True: 0, False: 0}  # runs waiting: refreshes (True), ups (False)
         self._refresh_after = float("-inf")
         self._claims: dict[str, tuple[float, float]] = {}  # stack: (due since, last asked)
-        self.running = self.refreshing = self.peak = 0  # runs now, refreshes now, most at once
+        self.running = self.peak = 0  # runs now, the most at once
         self.refresh_seconds = 0.0
         self.closed = False
 
@@ -207,7 +206,6 @@ class EngineSlots:
             finally:
                 self._waiting[refresh] -= 1
             self.running += 1
-            self.refreshing += int(refresh)
             self.peak = max(self.peak, self.running)
             return self._clock()
 
@@ -225,7 +223,6 @@ class EngineSlots:
         """Give a slot back; a refresh that ``started`` then spends its budget."""
         with self._free:
             self.running -= 1
-            self.refreshing -= int(refresh)
             if refresh and started is not None:
                 now = self._clock()
                 took = max(0.0, now - started)
@@ -425,21 +422,15 @@ class ShardedDaemon:
         share: Callable[[int], int] | None = None,
         slots: EngineSlots,
     ) -> None:
-        self.stack = stack
-        self._store = store
-        self._load = load
-        self._make_shard = make_shard
-        self._max = max_workers_per_shard
-        self._share = share
-        self._slots = slots
+        self.stack, self._store, self._load, self._make_shard = stack, store, load, make_shard
+        self._max, self._share, self._slots = max_workers_per_shard, share, slots
         self._lock = threading.Lock()
         self.shards: dict[int, Shard] = {}
         self.shard_map: ShardMap | None = None
         self._stop = threading.Event()
         self.wakeup = threading.Event()
         self.exit_code = 0
-        self._once = False
-        self._started = False
+        self._once = self._started = False
 
     @property
     def stopping(self) -> bool:

@@ -13,7 +13,7 @@ from tests.unit.pulumi_mocks import RecordingMocks, pulumi_test
 from twc.connections import default_registry
 from twc.desired import QUEUE_KIND_KEY, WORKER_KIND_KEY, DesiredInputs, ObjectList, desired_fleet
 from twc.native.objects import metadata
-from twc.reconcile.shards import FanoutWakeup, ShardNamespaces, ShardNative
+from twc.reconcile.shards import FanoutWakeup, KeptCuts, ShardNamespaces, ShardNative, ShardQueues
 from twc.shards import namespace_load, restrict, slice_fleet, slice_inputs, slice_objects
 from twc.spec import load_fleet
 
@@ -76,6 +76,21 @@ def test_the_fleet_slice_keeps_the_shards_workers_and_what_they_reference() -> N
     assert [c.name for c in a.cluster_connections] == ["main"]
     b = slice_fleet(fleet, ["b"])
     assert [w.stack_key for w in b.resolved_workers()] == ["b/w3"]
+
+
+def test_a_shards_fleet_slice_is_the_same_object_until_the_fleet_or_its_namespaces_change() -> None:
+    fleet, namespaces = load_fleet(FLEET, "fleet.yaml"), ShardNamespaces(("a",))
+    cuts = KeptCuts(namespaces)
+
+    first = cuts.get("fleet", fleet, slice_fleet)
+
+    assert [w.name for w in first.workers] == ["w1", "w2", "w4"]
+    assert cuts.get("fleet", fleet, slice_fleet) is first  # an unchanged memo key compares at once
+    again = cuts.get("fleet", load_fleet(FLEET, "fleet.yaml"), slice_fleet)  # a new parse
+    assert again is not first
+    assert again == first
+    namespaces.update(("b",))
+    assert [w.name for w in cuts.get("fleet", fleet, slice_fleet).workers] == ["w3"]
 
 
 def test_cluster_objects_are_sliced_by_namespace_and_cluster_scoped_ones_kept() -> None:
@@ -241,3 +256,28 @@ def test_a_shards_objects_follow_the_shared_watch_and_its_namespaces() -> None:
     assert names(shard.observed()) == ["q1", "q3", "q2"]
     shared.kinds = {QUEUE_KIND_KEY: ObjectList.unknown("queues.kmsvc.io: list failed")}
     assert shard.observed()[QUEUE_KIND_KEY].objects is None
+
+
+class _SharedQueues:
+    """The shared Queue watch's reading: the same object until ``found`` is replaced."""
+
+    def __init__(self, found: ObjectList) -> None:
+        self.found = found
+
+    def observed(self) -> ObjectList:
+        return self.found
+
+
+def test_a_shards_queues_are_the_same_object_while_the_shared_reading_is() -> None:
+    both = [_queue_object("q1", "a"), _queue_object("q2", "b")]
+    shared = _SharedQueues(ObjectList.known(both))
+    shard = ShardQueues(shared, ShardNamespaces(("b",)), FanoutWakeup())  # type: ignore[arg-type]
+
+    first = shard.observed()
+
+    assert [metadata(o)["name"] for o in first.objects or ()] == ["q2"]
+    assert shard.observed() is first
+    shared.found = ObjectList.known([*both, _queue_object("q3", "b")])
+    assert [metadata(o)["name"] for o in shard.observed().objects or ()] == ["q2", "q3"]
+    shared.found = ObjectList.unknown("queues.kmsvc.io: list failed")
+    assert shard.observed().objects is None

@@ -497,9 +497,9 @@ class _Shards:
             cluster = replace(cluster, kube=cluster.kube.fenced(channel.term_left))
         automation = _automation(ref, self.settings, state_dir, channel, leader, namespaces)
         engine_ = shards.SlotEngine(automation, self.slots)
-        by_namespace = self.cluster.deployments.by_namespace
+        by_namespace, cuts = self.cluster.deployments.by_namespace, shards.KeptCuts(namespaces)
         reads = {
-            "fleet": lambda: slice_fleet(self.fleet(), namespaces()),  # one shared parse
+            "fleet": lambda: cuts.get("fleet", self.fleet(), slice_fleet),  # one shared parse
             "queues": shards.ShardQueues(self.cluster.queues, namespaces, self.fanout),
             "native": shards.ShardNative(self.cluster.native, namespaces, self.fanout),
             **{

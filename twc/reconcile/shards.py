@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 Namespaces = Callable[[], tuple[str, ...]]
 SYNC_INTERVAL = 2.0  # seconds between two rounds of the assignment and the hand-backs
 _V = TypeVar("_V")
+_W = TypeVar("_W")
 _S = TypeVar("_S", QueueSource, NativeSource)
 
 
@@ -80,6 +81,26 @@ def shard_keyed(
     return cut
 
 
+class KeptCuts:
+    """Shared values cut to one shard's namespaces; a cut is made again only when its shared
+    value is another object or the namespaces changed, else it is the same object."""
+
+    def __init__(self, namespaces: Namespaces) -> None:
+        self._namespaces = namespaces
+        self._last: dict[str, tuple[object, tuple[str, ...], object]] = {}
+
+    def get(self, key: str, shared: _V, cut: Callable[[_V, tuple[str, ...]], _W]) -> _W:
+        """``cut(shared, namespaces)``, kept under ``key``."""
+        ns, last = self._namespaces(), self._last.get(key)
+        if last is None or last[0] is not shared or last[1] != ns:
+            last = self._last[key] = (shared, ns, cut(shared, ns))
+        return cast(_W, last[2])
+
+
+def _cut_objects(found: ObjectList, ns: tuple[str, ...]) -> ObjectList:
+    return found if found.objects is None else ObjectList.of_api(shard_part(found.objects, ns))
+
+
 class ShardNamespaces:
     """One shard's namespaces, sorted, as the assignment gives them."""
 
@@ -103,6 +124,7 @@ class _ShardView(Generic[_S]):
         self._namespaces = namespaces
         self._fanout = fanout
         self._wakeup: threading.Event | None = None
+        self._cuts = KeptCuts(namespaces)
 
     def start(self, wakeup: threading.Event) -> None:
         """Subscribe the loop's wake-up."""
@@ -129,17 +151,13 @@ class ShardQueues(_ShardView[QueueSource]):
         return None if found is None else shard_part(found, self._namespaces())
 
     def observed(self) -> ObjectList:
-        """The shard's objects as the desired state's input (unknown until listed)."""
-        found = self.snapshot()
-        return self._shared.observed() if found is None else ObjectList.of_api(found)
+        """The shard's objects as the desired state's input (unknown until listed); the same
+        object while the shared one is and the shard's namespaces stay."""
+        return self._cuts.get("queues", self._shared.observed(), _cut_objects)
 
 
 class ShardNative(_ShardView[NativeSource]):
     """The shared TemporalWorker and connection watches, cut to the shard's namespaces."""
-
-    def __init__(self, shared: NativeSource, namespaces: Namespaces, fanout: FanoutWakeup) -> None:
-        super().__init__(shared, namespaces, fanout)
-        self._parts: dict[str, tuple[ObjectList, tuple[str, ...], ObjectList]] = {}
 
     def snapshot(self) -> NativeSnapshot | None:
         """The shard's objects, or ``None`` until every kind was listed once."""
@@ -155,16 +173,8 @@ class ShardNative(_ShardView[NativeSource]):
     def observed(self) -> dict[str, ObjectList]:
         """Per kind key, the shard's objects (a kind whose list failed stays unknown); the
         same object while the shared one is and the shard's namespaces stay."""
-        ns, out = self._namespaces(), {}
-        for key, found in self._shared.observed().items():
-            last = self._parts.get(key)
-            if last is None or last[0] is not found or last[1] != ns:
-                cut = found
-                if found.objects is not None:
-                    cut = ObjectList.of_api(shard_part(found.objects, ns))
-                last = self._parts[key] = (found, ns, cut)
-            out[key] = last[2]
-        return out
+        found = self._shared.observed().items()
+        return {key: self._cuts.get(key, shared, _cut_objects) for key, shared in found}
 
 
 class EngineSlots:

@@ -101,7 +101,6 @@ class QueueSource(Protocol):
 
     def start(self, wakeup: threading.Event) -> None: ...
     def stop(self) -> None: ...
-    def snapshot(self) -> tuple[Mapping[str, Any], ...] | None: ...
     def observed(self) -> ObjectList: ...
 
 
@@ -110,7 +109,6 @@ class NativeSource(Protocol):
 
     def start(self, wakeup: threading.Event) -> None: ...
     def stop(self) -> None: ...
-    def snapshot(self) -> NativeSnapshot | None: ...
     def observed(self) -> dict[str, ObjectList]: ...
 
 
@@ -120,14 +118,8 @@ class StaticQueues:
     def __init__(self, objects: Iterable[Mapping[str, Any]] = ()) -> None:
         self._objects = tuple(objects)
 
-    def start(self, wakeup: threading.Event) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
-
-    def snapshot(self) -> tuple[Mapping[str, Any], ...]:
-        return self._objects
+    def start(self, wakeup: threading.Event) -> None: ...  # nothing changes: no thread
+    def stop(self) -> None: ...
 
     def observed(self) -> ObjectList:
         return ObjectList.known(self._objects, trim=False)

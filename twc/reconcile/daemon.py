@@ -463,7 +463,7 @@ class Daemon:
         # The watches list in their own threads: the first iteration waits for them a moment.
         deadline = self.clocks.monotonic() + timeout
         self._expect_progress(timeout)
-        while any(w.snapshot() is None for w in watches) and self.clocks.monotonic() < deadline:
+        while not all(map(_listed, watches)) and self.clocks.monotonic() < deadline:
             if self._stop.is_set():
                 return
             self.clocks.sleep(0.1, self.wakeup)
@@ -493,6 +493,11 @@ class Daemon:
         self.clocks.sleep(retry, self.wakeup)
         if not self._stop.is_set():
             self.wakeup.clear()  # watch events are for the leader
+
+
+def _listed(watch: Any) -> bool:
+    found = watch.observed()  # unknown until listed (or while the list fails)
+    return all(o.is_known for o in (found.values() if isinstance(found, dict) else (found,)))
 
 
 class DeletionGuard:

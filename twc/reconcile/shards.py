@@ -23,7 +23,7 @@ from prometheus_client.metrics_core import Metric
 from twc.desired import DesiredInputs, ObjectList
 from twc.engine.automation import StackEngine, UpReport
 from twc.engine.errors import EngineYielded
-from twc.kube.watch import NativeSnapshot, NativeSource, QueueSource
+from twc.kube.watch import NativeSource, QueueSource
 from twc.reconcile.daemon import Daemon, LeaderGate
 from twc.reconcile.outcome import EngineNotStarted
 from twc.shards import ShardMap, shard_part
@@ -145,11 +145,6 @@ class _ShardView(Generic[_S]):
 class ShardQueues(_ShardView[QueueSource]):
     """The shared Queue watch, cut to the shard's namespaces."""
 
-    def snapshot(self) -> tuple[Mapping[str, Any], ...] | None:
-        """The shard's Queue objects, or ``None`` until the shared watch listed."""
-        found = self._shared.snapshot()
-        return None if found is None else shard_part(found, self._namespaces())
-
     def observed(self) -> ObjectList:
         """The shard's objects as the desired state's input (unknown until listed); the same
         object while the shared one is and the shard's namespaces stay."""
@@ -158,17 +153,6 @@ class ShardQueues(_ShardView[QueueSource]):
 
 class ShardNative(_ShardView[NativeSource]):
     """The shared TemporalWorker and connection watches, cut to the shard's namespaces."""
-
-    def snapshot(self) -> NativeSnapshot | None:
-        """The shard's objects, or ``None`` until every kind was listed once."""
-        found = self._shared.snapshot()
-        if found is None:
-            return None
-        ns = self._namespaces()
-        return NativeSnapshot(
-            workers=shard_part(found.workers, ns),
-            connections={k: shard_part(v, ns) for k, v in found.connections.items()},
-        )
 
     def observed(self) -> dict[str, ObjectList]:
         """Per kind key, the shard's objects (a kind whose list failed stays unknown); the

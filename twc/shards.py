@@ -148,19 +148,6 @@ def namespaces_changed(old: Fleet, new: Fleet) -> frozenset[str] | None:
     return frozenset(ns for ns in before.keys() | after.keys() if before.get(ns) != after.get(ns))
 
 
-def carry_over(old: object, new: Fleet) -> Fleet:
-    """``new``, with ``old``'s object (a fleet's) for each worker, queue and Connection equal to
-    it: an unchanged namespace's slice then compares equal to its last at the speed of identity."""
-    if not isinstance(old, Fleet):
-        return new
-    update: dict[str, tuple[Any, ...]] = {}
-    for kind in ("workers", "queues", "connections"):
-        before = {(e.namespace, e.name): e for e in getattr(old, kind)}
-        found = ((before.get((e.namespace, e.name)), e) for e in getattr(new, kind))
-        update[kind] = tuple(b if b == e else e for b, e in found)
-    return new.model_copy(update=update)
-
-
 def _by_namespace(fleet: Fleet) -> dict[str, list[object]]:
     # A queue polled from another namespace is part of its workers' namespace too.
     queues = {(q.namespace, q.name): q for q in fleet.queues}

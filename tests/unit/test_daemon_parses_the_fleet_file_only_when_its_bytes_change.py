@@ -48,25 +48,6 @@ def test_changed_bytes_are_parsed_and_the_new_fleet_returned(tmp_path: Path) -> 
     assert fleet.defaults.image == "registry.example/worker:2.0.0"
 
 
-def test_a_new_parse_keeps_the_last_ones_objects_for_the_entries_it_did_not_change(
-    tmp_path: Path,
-) -> None:
-    path, doc = tmp_path / "fleet.yaml", fleet_data()
-    doc["workers"] += [{"name": "orders", "namespace": "shop", "taskQueueName": "orders"}]
-    path.write_text(yaml.safe_dump(doc))
-    read = CachedFleetFile(path)
-    payments, orders = read().workers
-
-    doc["workers"][1]["image"] = "registry.example/worker:2.0.0"
-    path.write_text(yaml.safe_dump(doc))
-    fleet = read()
-
-    assert read.parses == 2
-    assert fleet.workers[0] is payments  # so an unchanged shard's slice compares at once
-    assert fleet.workers[1] is not orders
-    assert fleet.workers[1].image == "registry.example/worker:2.0.0"
-
-
 def test_an_invalid_edit_raises_every_time_until_fixed(tmp_path: Path) -> None:
     path = tmp_path / "fleet.yaml"
     _write(path, "registry.example/worker:1.0.0")

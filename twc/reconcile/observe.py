@@ -55,7 +55,7 @@ from twc.reconcile.health import DaemonMetrics
 from twc.reconcile.outcome import Fault, sample_fault
 from twc.reconcile.settings import DaemonSettings
 from twc.rollout import RolloutObservation
-from twc.shards import carry_over, namespaces_changed
+from twc.shards import namespaces_changed
 from twc.spec import Fleet, ResolvedWorker, load_fleet_file
 from twc.versioning import GateInputReader, WorkerClients, observe_rollouts
 
@@ -111,8 +111,7 @@ POLLERS_RECHECK_INTERVAL = 5.0
 
 
 class CachedFleetFile:
-    """The fleet file, parsed again only when its bytes change (entries equal to the last
-    parse's are its objects: :func:`twc.shards.carry_over`); an invalid file's error raises.
+    """The fleet file, parsed again only when its bytes change; an invalid file's error raises.
     Its bytes are read only when its :func:`signature` changed or is within a second of the last
     read (git's rule for racily clean files: an edit forging the signature goes unseen). While
     another thread parses it, a read answers the last parse at once (``wait``: the new one)."""
@@ -136,8 +135,7 @@ class CachedFleetFile:
                     if last is None or data is None or last[2] != data:
                         self.parses += 1
                         try:
-                            fleet = carry_over(last and last[3], load_fleet_file(self.path))
-                            last = (seen, now, data, fleet)
+                            last = (seen, now, data, load_fleet_file(self.path))
                         except SpecError as exc:
                             last = (seen, now, data, exc)
                     self._last = last = (seen, now, data, last[3])

@@ -83,7 +83,7 @@ def shard_keyed(
 
 class KeptCuts:
     """Shared values cut to one shard's namespaces; a cut is made again only when its shared
-    value is another object or the namespaces changed, and is the last object while equal."""
+    value is another object or the namespaces changed, else it is the same object."""
 
     def __init__(self, namespaces: Namespaces) -> None:
         self._namespaces = namespaces
@@ -93,10 +93,7 @@ class KeptCuts:
         """``cut(shared, namespaces)``, kept under ``key``."""
         ns, last = self._namespaces(), self._last.get(key)
         if last is None or last[0] is not shared or last[1] != ns:
-            made: object = cut(shared, ns)
-            if last is not None and last[1] == ns and last[2] == made:
-                made = last[2]
-            last = self._last[key] = (shared, ns, made)
+            last = self._last[key] = (shared, ns, cut(shared, ns))
         return cast(_W, last[2])
 
 
